@@ -1,0 +1,38 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast lint bench chaos clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) samples/demo/run_demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/run.py
+
+chaos: $(STAMP)
+	$(PY) bench/chaos.py --requests 2000 --kills 20
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,156 @@
+"""One error hierarchy for the binding, the framework and the coordinator.
+
+Every error says whose fault it was: the peer's (``RemoteProtocolError``: bytes that
+break the protocol arrived), ours (``LocalProtocolError``: the API was misused), the
+user's class (``ImmortalDefinitionError``), or the disk's (``LogCorruptionError``).
+"""
+
+from __future__ import annotations
+
+
+class AmbrosiaError(Exception):
+    """Base class of every error raised by ambrosia-py."""
+
+
+class ProtocolError(AmbrosiaError):
+    """The AMBROSIA protocol was broken; the connection cannot go on."""
+
+
+class RemoteProtocolError(ProtocolError, ValueError):
+    """The peer sent bytes that break the wire format or the protocol order.
+
+    Attributes:
+        offset: stream offset (bytes since the decoder started) where the problem was found.
+        seq_id: sequence id of the log record being decoded, if any.
+        message_type: the message type byte being decoded, if known.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        offset: int | None = None,
+        seq_id: int | None = None,
+        message_type: int | None = None,
+    ) -> None:
+        self.reason = reason
+        self.offset = offset
+        self.seq_id = seq_id
+        self.message_type = message_type
+        where = []
+        if offset is not None:
+            where.append(f"offset {offset}")
+        if seq_id is not None:
+            where.append(f"record seq {seq_id}")
+        if message_type is not None:
+            where.append(f"message type {message_type}")
+        super().__init__(f"{reason} ({', '.join(where)})" if where else reason)
+
+
+class WireFormatError(RemoteProtocolError):
+    """Bytes that cannot be decoded: bad varint, wrong length, truncated field."""
+
+
+class VarintError(WireFormatError):
+    """A ZigZag varint is over-long, overflows its width, or is cut short."""
+
+
+class UnknownMessageTypeError(WireFormatError):
+    """A message type byte that AMBROSIA does not define."""
+
+
+class IllegalDirectionError(WireFormatError):
+    """A message type that is defined but illegal in this direction (e.g. TrimTo to a binding)."""
+
+
+class FrameTooLargeError(WireFormatError):
+    """A frame, record or message claims more bytes than the configured bound allows."""
+
+
+class ChecksumMismatchError(WireFormatError):
+    """A log record's XXH64 check bytes do not match its body."""
+
+
+class SequenceGapError(RemoteProtocolError):
+    """Data record sequence ids did not rise by exactly one."""
+
+
+class UnexpectedMessageError(RemoteProtocolError):
+    """A well-formed message arrived in a protocol state where it is not allowed."""
+
+
+class LocalProtocolError(ProtocolError, RuntimeError):
+    """This side misused the protocol, e.g. an Impulse sent while recovering."""
+
+
+class ImpulseDuringRecoveryError(LocalProtocolError):
+    """An Impulse was sent before the instance became primary (the protocol forbids it)."""
+
+
+class ImmortalDefinitionError(AmbrosiaError, TypeError):
+    """An Immortal class is malformed; the message lists every problem found."""
+
+    def __init__(self, cls_name: str, problems: list[str]) -> None:
+        self.problems = list(problems)
+        n = len(problems)
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"Invalid immortal class {cls_name} for {n} reason{'s' if n != 1 else ''}:\n{lines}"
+        )
+
+
+class SerializationError(AmbrosiaError, ValueError):
+    """Arguments, results or state could not be serialized or deserialized."""
+
+
+class RemoteCallError(AmbrosiaError):
+    """An async/await RPC raised an exception in the callee; ``remote_type`` names its class."""
+
+    def __init__(self, message: str, remote_type: str = "Exception") -> None:
+        self.remote_type = remote_type
+        self.remote_message = message
+        super().__init__(f"{remote_type}: {message}")
+
+
+class UnknownMethodError(AmbrosiaError, LookupError):
+    """An RPC named a method id the immortal does not publish."""
+
+
+class CoordinatorError(AmbrosiaError):
+    """The coordinator cannot go on (bad registration, lost lock, broken peer)."""
+
+
+class RegistryError(CoordinatorError):
+    """A registration is missing, duplicated or malformed."""
+
+
+class LogCorruptionError(CoordinatorError):
+    """A log or checkpoint file is damaged somewhere other than its torn tail."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"{path}: damaged at offset {offset}: {reason}")
+
+
+class LinkAuthenticationError(CoordinatorError):
+    """A coordinator-to-coordinator link peer did not prove it knows the shared secret."""
+
+
+class LockLostError(CoordinatorError):
+    """An active/active primary lost (or never held) the log lock; it must stop writing."""
+
+
+class ReplayDivergenceError(AmbrosiaError):
+    """A replay produced different outputs from the recorded run.
+
+    Attributes:
+        seq_id: the first log sequence id at which the outputs diverged.
+    """
+
+    def __init__(self, seq_id: int, detail: str = "") -> None:
+        self.seq_id = seq_id
+        self.detail = detail
+        msg = f"replay diverged from the recorded run at sequence id {seq_id}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)

@@ -1,0 +1,537 @@
+"""AMBROSIA messages: ``[ZigZagInt size][type byte][data]``, where size counts type and data.
+
+Messages are small immutable tuples (``typing.NamedTuple``): cheap to build on the hot
+path, comparable, hashable, and easy to pattern-match. Decoding validates every field;
+encoding validates what it is given and raises ``ValueError``/``OverflowError`` for
+values the wire cannot carry.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple, Union
+
+from ..errors import (
+    IllegalDirectionError,
+    UnknownMessageTypeError,
+    WireFormatError,
+)
+from .varint import (
+    Incomplete,
+    decode_zz32,
+    decode_zz64,
+    encode_zz32,
+    encode_zz64,
+)
+
+__all__ = [
+    "AttachTo",
+    "BecomingPrimary",
+    "Checkpoint",
+    "CountReplayableRpcBatch",
+    "Direction",
+    "InitialMessage",
+    "Message",
+    "MessageType",
+    "OutgoingRpc",
+    "Rpc",
+    "RpcBatch",
+    "RpcType",
+    "TakeBecomingPrimaryCheckpoint",
+    "TakeCheckpoint",
+    "TrimTo",
+    "UpgradeService",
+    "UpgradeTakeCheckpoint",
+    "decode_body",
+    "decode_messages",
+    "encode_message",
+    "encode_outgoing_rpc",
+    "encode_rpc",
+]
+
+
+class MessageType(enum.IntEnum):
+    """The type byte. Direction: LB = language binding, IC = immortal coordinator."""
+
+    RPC = 0  # LB->IC (outgoing form, destination first) and IC->LB (incoming form)
+    ATTACH_TO = 1  # LB->IC
+    TAKE_CHECKPOINT = 2  # both: IC asks for a checkpoint; LB asks the IC to ask now
+    RPC_BATCH = 5  # both
+    CHECKPOINT = 8  # both: zz64 size, then that many raw bytes outside the message
+    INITIAL_MESSAGE = 9  # LB->IC, echoed IC->LB as the first data record
+    UPGRADE_TAKE_CHECKPOINT = 10  # IC->LB
+    TAKE_BECOMING_PRIMARY_CHECKPOINT = 11  # IC->LB
+    UPGRADE_SERVICE = 12  # IC->LB
+    COUNT_REPLAYABLE_RPC_BATCH = 13  # IC->LB
+    TRIM_TO = 14  # IC->IC only
+    BECOMING_PRIMARY = 15  # IC->LB
+
+
+class RpcType(enum.IntEnum):
+    """The byte after an RPC's method id."""
+
+    ASYNC = 0  # async/await: the caller expects a result
+    FORK = 1  # fire and forget
+    IMPULSE = 2  # an input from the outside world; legal only when primary
+
+
+class Direction(enum.Enum):
+    """Which way a stream flows; it decides the RPC form and which types are legal."""
+
+    TO_BINDING = "coordinator -> binding"
+    TO_COORDINATOR = "binding -> coordinator"
+    LINK = "coordinator -> coordinator"
+
+
+class Rpc(NamedTuple):
+    """An RPC in its incoming form (as a binding receives it).
+
+    ``reserved`` is 0 for a call. A non-zero reserved byte marks a return value in the C#
+    binding's convention; then ``args`` holds every byte after the reserved byte and
+    ``method_id``/``rpc_type`` are 0.
+    """
+
+    method_id: int
+    rpc_type: int
+    args: bytes
+    reserved: int = 0
+
+    def encode(self) -> bytes:
+        return encode_rpc(self.method_id, self.rpc_type, self.args, self.reserved)
+
+
+class OutgoingRpc(NamedTuple):
+    """An RPC as a binding sends it: the destination name first ("" for a self-call)."""
+
+    destination: str
+    method_id: int
+    rpc_type: int
+    args: bytes
+    reserved: int = 0
+
+    def encode(self) -> bytes:
+        return encode_outgoing_rpc(
+            self.destination, self.method_id, self.rpc_type, self.args, self.reserved
+        )
+
+    def incoming(self) -> Rpc:
+        """The same call in the form its destination receives."""
+        return Rpc(self.method_id, self.rpc_type, self.args, self.reserved)
+
+
+class AttachTo(NamedTuple):
+    destination: str
+
+    def encode(self) -> bytes:
+        return _frame(MessageType.ATTACH_TO, self.destination.encode("utf-8"))
+
+
+class TakeCheckpoint(NamedTuple):
+    def encode(self) -> bytes:
+        return _EMPTY[MessageType.TAKE_CHECKPOINT]
+
+
+class RpcBatch(NamedTuple):
+    rpcs: tuple[Rpc | OutgoingRpc, ...]
+
+    def encode(self) -> bytes:
+        parts = [encode_zz32(len(self.rpcs))]
+        parts.extend(r.encode() for r in self.rpcs)
+        return _frame(MessageType.RPC_BATCH, b"".join(parts))
+
+
+class Checkpoint(NamedTuple):
+    """Announces ``size`` raw checkpoint bytes that follow the message (or record)."""
+
+    size: int
+
+    def encode(self) -> bytes:
+        if self.size < 0:
+            raise ValueError(f"checkpoint size must not be negative, got {self.size}")
+        return _frame(MessageType.CHECKPOINT, encode_zz64(self.size))
+
+
+class InitialMessage(NamedTuple):
+    data: bytes
+
+    def encode(self) -> bytes:
+        return _frame(MessageType.INITIAL_MESSAGE, self.data)
+
+
+class UpgradeTakeCheckpoint(NamedTuple):
+    def encode(self) -> bytes:
+        return _EMPTY[MessageType.UPGRADE_TAKE_CHECKPOINT]
+
+
+class TakeBecomingPrimaryCheckpoint(NamedTuple):
+    def encode(self) -> bytes:
+        return _EMPTY[MessageType.TAKE_BECOMING_PRIMARY_CHECKPOINT]
+
+
+class UpgradeService(NamedTuple):
+    def encode(self) -> bytes:
+        return _EMPTY[MessageType.UPGRADE_SERVICE]
+
+
+class CountReplayableRpcBatch(NamedTuple):
+    rpcs: tuple[Rpc | OutgoingRpc, ...]
+    replayable_count: int
+
+    def encode(self) -> bytes:
+        parts = [encode_zz32(len(self.rpcs)), encode_zz32(self.replayable_count)]
+        parts.extend(r.encode() for r in self.rpcs)
+        return _frame(MessageType.COUNT_REPLAYABLE_RPC_BATCH, b"".join(parts))
+
+
+class TrimTo(NamedTuple):
+    """Coordinator-to-coordinator: the receiver has durably logged everything up to ``seq_id``."""
+
+    seq_id: int
+
+    def encode(self) -> bytes:
+        return _frame(MessageType.TRIM_TO, encode_zz64(self.seq_id))
+
+
+class BecomingPrimary(NamedTuple):
+    def encode(self) -> bytes:
+        return _EMPTY[MessageType.BECOMING_PRIMARY]
+
+
+Message = Union[
+    Rpc,
+    OutgoingRpc,
+    AttachTo,
+    TakeCheckpoint,
+    RpcBatch,
+    Checkpoint,
+    InitialMessage,
+    UpgradeTakeCheckpoint,
+    TakeBecomingPrimaryCheckpoint,
+    UpgradeService,
+    CountReplayableRpcBatch,
+    TrimTo,
+    BecomingPrimary,
+]
+
+_TYPE_BYTES = {
+    Rpc: MessageType.RPC,
+    OutgoingRpc: MessageType.RPC,
+    AttachTo: MessageType.ATTACH_TO,
+    TakeCheckpoint: MessageType.TAKE_CHECKPOINT,
+    RpcBatch: MessageType.RPC_BATCH,
+    Checkpoint: MessageType.CHECKPOINT,
+    InitialMessage: MessageType.INITIAL_MESSAGE,
+    UpgradeTakeCheckpoint: MessageType.UPGRADE_TAKE_CHECKPOINT,
+    TakeBecomingPrimaryCheckpoint: MessageType.TAKE_BECOMING_PRIMARY_CHECKPOINT,
+    UpgradeService: MessageType.UPGRADE_SERVICE,
+    CountReplayableRpcBatch: MessageType.COUNT_REPLAYABLE_RPC_BATCH,
+    TrimTo: MessageType.TRIM_TO,
+    BecomingPrimary: MessageType.BECOMING_PRIMARY,
+}
+
+
+def message_type_of(msg: Message) -> MessageType:
+    """The type byte a message is sent with."""
+    return _TYPE_BYTES[type(msg)]
+
+
+# Which types each direction may carry.
+LEGAL_TYPES: dict[Direction, frozenset[int]] = {
+    Direction.TO_BINDING: frozenset(
+        {0, 2, 5, 8, 9, 10, 11, 12, 13, 15},
+    ),
+    Direction.TO_COORDINATOR: frozenset({0, 1, 2, 5, 8, 9}),
+    Direction.LINK: frozenset({0, 5, 13, 14}),
+}
+
+
+def _frame(mtype: int, data: bytes) -> bytes:
+    return encode_zz32(len(data) + 1) + bytes((mtype,)) + data
+
+
+# ZigZag(1) is 2, so a message with no data is [0x02][type].
+_EMPTY = {t: bytes((2, t)) for t in range(16)}
+
+
+def encode_rpc(method_id: int, rpc_type: int, args: bytes, reserved: int = 0) -> bytes:
+    """An incoming-form RPC message, ``[size][0x00][reserved][zz32 method][type][args]``."""
+    if reserved:
+        if not 0 < reserved < 256:
+            raise ValueError(f"reserved byte must be 0..255, got {reserved}")
+        data = bytes((reserved,)) + args
+    else:
+        if rpc_type not in (0, 1, 2):
+            raise ValueError(f"RPC type must be 0, 1 or 2, got {rpc_type}")
+        data = b"\x00" + encode_zz32(method_id) + _RPC_TYPE_BYTE[rpc_type] + args
+    return encode_zz32(len(data) + 1) + b"\x00" + data
+
+
+_RPC_TYPE_BYTE = (b"\x00", b"\x01", b"\x02")
+
+
+def encode_outgoing_rpc(
+    destination: str, method_id: int, rpc_type: int, args: bytes, reserved: int = 0
+) -> bytes:
+    """An outgoing-form RPC: ``[size][0x00][zz32 len][dest][reserved][zz32 method][type][args]``.
+
+    An empty destination is a self-call: its length is 0 and the name is omitted.
+    """
+    name = destination.encode("utf-8")
+    if reserved:
+        if not 0 < reserved < 256:
+            raise ValueError(f"reserved byte must be 0..255, got {reserved}")
+        data = encode_zz32(len(name)) + name + bytes((reserved,)) + args
+    else:
+        if rpc_type not in (0, 1, 2):
+            raise ValueError(f"RPC type must be 0, 1 or 2, got {rpc_type}")
+        data = (
+            encode_zz32(len(name)) + name + b"\x00" + encode_zz32(method_id)
+            + _RPC_TYPE_BYTE[rpc_type] + args
+        )
+    return encode_zz32(len(data) + 1) + b"\x00" + data
+
+
+def encode_message(msg: Message) -> bytes:
+    """Encode any message, size prefix included."""
+    return msg.encode()
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def _decode_rpc_body(
+    buf: bytes, start: int, end: int, outgoing: bool, base: int
+) -> Rpc | OutgoingRpc:
+    pos = start
+    dest = ""
+    if outgoing:
+        try:
+            n, pos = decode_zz32(buf, pos)
+        except Incomplete:
+            raise WireFormatError(
+                "RPC ends inside its destination length", offset=base + pos, message_type=0
+            ) from None
+        if n < 0 or pos + n > end:
+            raise WireFormatError(
+                f"RPC destination length {n} does not fit the message",
+                offset=base + pos,
+                message_type=0,
+            )
+        try:
+            dest = buf[pos : pos + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireFormatError(
+                "RPC destination is not UTF-8", offset=base + pos, message_type=0
+            ) from None
+        pos += n
+    if pos >= end:
+        raise WireFormatError("RPC has no reserved byte", offset=base + pos, message_type=0)
+    reserved = buf[pos]
+    pos += 1
+    if reserved:
+        args = buf[pos:end]
+        if outgoing:
+            return OutgoingRpc(dest, 0, 0, args, reserved)
+        return Rpc(0, 0, args, reserved)
+    try:
+        method_id, pos = decode_zz32(buf, pos)
+    except Incomplete:
+        raise WireFormatError(
+            "RPC ends inside its method id", offset=base + pos, message_type=0
+        ) from None
+    if pos > end - 1:
+        raise WireFormatError("RPC has no RPC type byte", offset=base + pos, message_type=0)
+    rpc_type = buf[pos]
+    if rpc_type > 2:
+        raise WireFormatError(
+            f"unknown RPC type {rpc_type} (expected 0 async, 1 fork, 2 impulse)",
+            offset=base + pos,
+            message_type=0,
+        )
+    args = buf[pos + 1 : end]
+    if outgoing:
+        return OutgoingRpc(dest, method_id, rpc_type, args, 0)
+    return Rpc(method_id, rpc_type, args, 0)
+
+
+def _expect_empty(mtype: int, start: int, end: int, base: int) -> None:
+    if end != start:
+        raise WireFormatError(
+            f"{MessageType(mtype).name} carries no data but has {end - start} bytes",
+            offset=base + start,
+            message_type=mtype,
+        )
+
+
+def _decode_batch(
+    buf: bytes, start: int, end: int, direction: Direction, base: int, counted: bool
+) -> RpcBatch | CountReplayableRpcBatch:
+    mtype = 13 if counted else 5
+    try:
+        count, pos = decode_zz32(buf, start)
+        replayable = 0
+        if counted:
+            replayable, pos = decode_zz32(buf, pos)
+    except Incomplete:
+        raise WireFormatError(
+            "batch ends inside its count", offset=base + start, message_type=mtype
+        ) from None
+    if pos > end:
+        raise WireFormatError("batch count overruns the message", offset=base + start,
+                              message_type=mtype)
+    if count < 0 or count > end - pos:
+        raise WireFormatError(
+            f"batch count {count} is impossible for {end - pos} bytes",
+            offset=base + start,
+            message_type=mtype,
+        )
+    if counted and not 0 <= replayable <= count:
+        raise WireFormatError(
+            f"replayable count {replayable} is outside 0..{count}",
+            offset=base + start,
+            message_type=mtype,
+        )
+    outgoing = direction is Direction.TO_COORDINATOR
+    rpcs: list[Rpc | OutgoingRpc] = []
+    for _ in range(count):
+        try:
+            size, body = decode_zz32(buf, pos)
+        except Incomplete:
+            raise WireFormatError(
+                "batch ends inside an RPC's size", offset=base + pos, message_type=mtype
+            ) from None
+        msg_end = body + size
+        if size < 1 or msg_end > end:
+            raise WireFormatError(
+                f"batched message size {size} does not fit the batch",
+                offset=base + pos,
+                message_type=mtype,
+            )
+        if buf[body] != 0:
+            raise WireFormatError(
+                f"a batch holds only RPCs, found message type {buf[body]}",
+                offset=base + body,
+                message_type=mtype,
+            )
+        rpcs.append(_decode_rpc_body(buf, body + 1, msg_end, outgoing, base))
+        pos = msg_end
+    if pos != end:
+        raise WireFormatError(
+            f"batch of {count} RPCs leaves {end - pos} stray bytes",
+            offset=base + pos,
+            message_type=mtype,
+        )
+    if counted:
+        return CountReplayableRpcBatch(tuple(rpcs), replayable)
+    return RpcBatch(tuple(rpcs))
+
+
+_EMPTY_MESSAGES: dict[int, Message] = {
+    2: TakeCheckpoint(),
+    10: UpgradeTakeCheckpoint(),
+    11: TakeBecomingPrimaryCheckpoint(),
+    12: UpgradeService(),
+    15: BecomingPrimary(),
+}
+
+
+def decode_body(
+    mtype: int, buf: bytes, start: int, end: int, direction: Direction, base: int = 0
+) -> Message:
+    """Decode the data of one message whose type byte is ``mtype`` and data is ``buf[start:end]``.
+
+    ``base`` is added to positions in error messages (the buffer's offset in its stream).
+    """
+    if mtype not in LEGAL_TYPES[direction]:
+        if mtype in _KNOWN_TYPES:
+            raise IllegalDirectionError(
+                f"{MessageType(mtype).name} is not allowed {direction.value}",
+                offset=base + start - 1,
+                message_type=mtype,
+            )
+        raise UnknownMessageTypeError(
+            f"unknown message type {mtype}", offset=base + start - 1, message_type=mtype
+        )
+    if mtype == 0:
+        return _decode_rpc_body(buf, start, end, direction is Direction.TO_COORDINATOR, base)
+    if mtype in _EMPTY_MESSAGES:
+        _expect_empty(mtype, start, end, base)
+        return _EMPTY_MESSAGES[mtype]
+    if mtype == 5 or mtype == 13:
+        return _decode_batch(buf, start, end, direction, base, mtype == 13)
+    if mtype == 8 or mtype == 14:
+        try:
+            value, pos = decode_zz64(buf, start)
+        except Incomplete:
+            raise WireFormatError(
+                "message ends inside its ZigZagLong", offset=base + start, message_type=mtype
+            ) from None
+        if pos != end:
+            raise WireFormatError(
+                f"{MessageType(mtype).name} should hold one ZigZagLong, "
+                f"found {end - pos} extra bytes",
+                offset=base + pos,
+                message_type=mtype,
+            )
+        if mtype == 8:
+            if value < 0:
+                raise WireFormatError(
+                    f"negative checkpoint size {value}", offset=base + start, message_type=8
+                )
+            return Checkpoint(value)
+        return TrimTo(value)
+    if mtype == 1:
+        try:
+            return AttachTo(buf[start:end].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise WireFormatError(
+                "AttachTo destination is not UTF-8", offset=base + start, message_type=1
+            ) from None
+    # mtype == 9
+    return InitialMessage(buf[start:end])
+
+
+_KNOWN_TYPES = frozenset(int(t) for t in MessageType)
+
+
+def decode_messages(
+    buf: bytes, start: int, end: int, direction: Direction, base: int = 0
+) -> list[Message]:
+    """Decode messages packed tightly in ``buf[start:end]`` (a log record's body).
+
+    Raises ``WireFormatError`` if a message overruns ``end`` or bytes are left over.
+    """
+    out: list[Message] = []
+    append = out.append
+    pos = start
+    incoming = direction is not Direction.TO_COORDINATOR
+    while pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            size = (b >> 1) ^ -(b & 1)
+            body = pos + 1
+        else:
+            try:
+                size, body = decode_zz32(buf, pos)
+            except Incomplete:
+                raise WireFormatError(
+                    "record body ends inside a message size", offset=base + pos
+                ) from None
+        msg_end = body + size
+        if size < 1 or msg_end > end:
+            raise WireFormatError(
+                f"message size {size} does not fit the {end - pos} bytes left in the record",
+                offset=base + pos,
+            )
+        mtype = buf[body]
+        # Fast path: an incoming call with a one-byte method id.
+        if mtype == 0 and incoming and size >= 4 and buf[body + 1] == 0:
+            m = buf[body + 2]
+            t = buf[body + 3]
+            if m < 0x80 and t < 3:
+                append(Rpc((m >> 1) ^ -(m & 1), t, buf[body + 4 : msg_end], 0))
+                pos = msg_end
+                continue
+        append(decode_body(mtype, buf, body + 1, msg_end, direction, base))
+        pos = msg_end
+    return out

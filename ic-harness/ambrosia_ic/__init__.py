@@ -1,0 +1,1 @@
+"""ambrosia-ic: a Python Immortal Coordinator."""
