@@ -9,11 +9,12 @@ values the wire cannot carry.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from ..errors import (
     IllegalDirectionError,
     UnknownMessageTypeError,
+    VarintError,
     WireFormatError,
 )
 from .varint import (
@@ -197,21 +198,21 @@ class BecomingPrimary(NamedTuple):
         return _EMPTY[MessageType.BECOMING_PRIMARY]
 
 
-Message = Union[
-    Rpc,
-    OutgoingRpc,
-    AttachTo,
-    TakeCheckpoint,
-    RpcBatch,
-    Checkpoint,
-    InitialMessage,
-    UpgradeTakeCheckpoint,
-    TakeBecomingPrimaryCheckpoint,
-    UpgradeService,
-    CountReplayableRpcBatch,
-    TrimTo,
-    BecomingPrimary,
-]
+Message = (
+    Rpc
+    | OutgoingRpc
+    | AttachTo
+    | TakeCheckpoint
+    | RpcBatch
+    | Checkpoint
+    | InitialMessage
+    | UpgradeTakeCheckpoint
+    | TakeBecomingPrimaryCheckpoint
+    | UpgradeService
+    | CountReplayableRpcBatch
+    | TrimTo
+    | BecomingPrimary
+)
 
 _TYPE_BYTES = {
     Rpc: MessageType.RPC,
@@ -441,7 +442,25 @@ def decode_body(
     """Decode the data of one message whose type byte is ``mtype`` and data is ``buf[start:end]``.
 
     ``base`` is added to positions in error messages (the buffer's offset in its stream).
+
+    Raises:
+        WireFormatError: (or a subclass) the data is malformed or illegal in ``direction``.
     """
+    try:
+        return _decode_body(mtype, buf, start, end, direction, base)
+    except VarintError as err:
+        raise _rebased(err, base, mtype) from None
+
+
+def _rebased(err: VarintError, base: int, mtype: int | None = None) -> VarintError:
+    # The varint decoders know only buffer positions; callers know the stream offset.
+    offset = None if err.offset is None else err.offset + base
+    return VarintError(err.reason, offset=offset, message_type=mtype)
+
+
+def _decode_body(
+    mtype: int, buf: bytes, start: int, end: int, direction: Direction, base: int
+) -> Message:
     if mtype not in LEGAL_TYPES[direction]:
         if mtype in _KNOWN_TYPES:
             raise IllegalDirectionError(
@@ -501,6 +520,15 @@ def decode_messages(
 
     Raises ``WireFormatError`` if a message overruns ``end`` or bytes are left over.
     """
+    try:
+        return _decode_messages(buf, start, end, direction, base)
+    except VarintError as err:
+        raise _rebased(err, base) from None
+
+
+def _decode_messages(
+    buf: bytes, start: int, end: int, direction: Direction, base: int
+) -> list[Message]:
     out: list[Message] = []
     append = out.append
     pos = start
@@ -532,6 +560,6 @@ def decode_messages(
                 append(Rpc((m >> 1) ^ -(m & 1), t, buf[body + 4 : msg_end], 0))
                 pos = msg_end
                 continue
-        append(decode_body(mtype, buf, body + 1, msg_end, direction, base))
+        append(_decode_body(mtype, buf, body + 1, msg_end, direction, base))
         pos = msg_end
     return out

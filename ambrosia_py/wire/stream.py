@@ -12,7 +12,7 @@ After an error the decoder is broken: every later call raises the same error.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final, NamedTuple, Union
+from typing import Final, NamedTuple
 
 from ..errors import (
     ChecksumMismatchError,
@@ -68,7 +68,14 @@ class CheckpointEnd(NamedTuple):
     size: int
 
 
-StreamEvent = Union[LogRecord, Message, CheckpointChunk, CheckpointEnd, NeedData]
+StreamEvent = LogRecord | Message | CheckpointChunk | CheckpointEnd | NeedData
+
+
+def _located(
+    err: RemoteProtocolError, offset: int | None, seq_id: int | None
+) -> RemoteProtocolError:
+    """The same error, told where in the stream (and in which record) it happened."""
+    return type(err)(err.reason, offset=offset, seq_id=seq_id, message_type=err.message_type)
 
 
 class _Buffered:
@@ -97,7 +104,7 @@ class _Buffered:
         if data:
             self._chunks.append(bytes(data))
             self._chunk_len += len(data)
-            if self._ckpt_remaining < 0 and len(self._buf) - self._pos + self._chunk_len > (
+            if len(self._buf) - self._pos + self._chunk_len > (
                 self.max_frame_size + max(len(data), 1 << 20)
             ):
                 # A frame is parsed as soon as it is whole, so this much unparsed input
@@ -134,7 +141,7 @@ class _Buffered:
     def _available(self) -> int:
         """Bytes ready to parse in ``_buf``; joins pending chunks once enough have come."""
         avail = len(self._buf) - self._pos
-        if self._chunks and avail < self._need <= avail + self._chunk_len or (
+        if (self._chunks and avail < self._need <= avail + self._chunk_len) or (
             self._chunks and avail == 0
         ):
             if avail:
@@ -279,9 +286,7 @@ class LogRecordDecoder(_Buffered):
         try:
             messages = decode_messages(buf, body_start, end, self.direction, self._base)
         except RemoteProtocolError as err:
-            err.seq_id = seq
-            err.args = (f"{err.args[0]} (record seq {seq})",)
-            self._fail(err)
+            self._fail(_located(err, err.offset, seq))
         if seq == CHECKPOINT_SEQ:
             if len(messages) != 1 or not isinstance(messages[0], Checkpoint):
                 self._fail(WireFormatError(
@@ -339,8 +344,7 @@ class MessageStreamDecoder(_Buffered):
                 return NEED_DATA
             return self.next_event()
         except RemoteProtocolError as err:
-            err.offset = self._base + pos
-            self._fail(err)
+            self._fail(_located(err, self._base + pos, None))
         if size < 1:
             self._fail(WireFormatError(
                 f"message size {size} must be at least 1 (the type byte)",
