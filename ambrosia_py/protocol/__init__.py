@@ -1,0 +1,42 @@
+"""The binding's protocol state machine, sans-IO: bytes in, typed events out; intents in,
+bytes out. See ``connection.BindingConnection`` and the transition table in ``_state``."""
+
+from . import events
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
+from .connection import BindingConnection
+from .events import (
+    BecamePrimary,
+    CheckpointLoadChunk,
+    CheckpointLoaded,
+    CheckpointLoadStarted,
+    CheckpointReason,
+    FirstStart,
+    IncomingRpc,
+    InitialMessageReceived,
+    ProtocolEvent,
+    RecoveryComplete,
+    TakeCheckpoint,
+    UpgradeRequested,
+)
+
+__all__ = [
+    "CHECKPOINT_OWED",
+    "REPLAYING_STATES",
+    "TRANSITIONS",
+    "BecamePrimary",
+    "BindingConnection",
+    "CheckpointLoadChunk",
+    "CheckpointLoadStarted",
+    "CheckpointLoaded",
+    "CheckpointReason",
+    "FirstStart",
+    "IncomingRpc",
+    "InitialMessageReceived",
+    "Input",
+    "ProtocolEvent",
+    "RecoveryComplete",
+    "State",
+    "TakeCheckpoint",
+    "UpgradeRequested",
+    "events",
+]

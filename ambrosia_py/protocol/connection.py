@@ -1,0 +1,377 @@
+"""The binding's side of the AMBROSIA protocol, sans-IO.
+
+``BindingConnection`` is fed the bytes the coordinator sends (its *send port*) and returns
+typed events; the binding's intents (send an RPC, send a checkpoint, ...) become bytes for
+the coordinator's *receive port*. It holds no socket. It enforces the start-up flows of
+the protocol document and the rules of normal processing:
+
+- nothing is dispatched while a checkpoint is loading or owed (records that arrive while
+  the binding owes a checkpoint stay buffered until the checkpoint has been sent);
+- an Impulse before the instance is primary raises ``ImpulseDuringRecoveryError``;
+- ``AttachTo`` goes out once per destination, before the first RPC to it;
+- ``BecomingPrimary`` (or any message) in a state that does not allow it raises
+  ``UnexpectedMessageError``, and the connection refuses to go on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from ..errors import (
+    ImpulseDuringRecoveryError,
+    LocalProtocolError,
+    RemoteProtocolError,
+    UnexpectedMessageError,
+)
+from ..wire import (
+    NEED_DATA,
+    BecomingPrimary,
+    Checkpoint,
+    CheckpointChunk,
+    CheckpointEnd,
+    CountReplayableRpcBatch,
+    InitialMessage,
+    LogRecordDecoder,
+    NeedData,
+    OutgoingRpc,
+    Rpc,
+    RpcBatch,
+    RpcType,
+    TakeBecomingPrimaryCheckpoint,
+    UpgradeService,
+    UpgradeTakeCheckpoint,
+    encode_outgoing_rpc,
+    encode_zz32,
+)
+from ..wire import TakeCheckpoint as TakeCheckpointMsg
+from ..wire.messages import AttachTo
+from ..wire.stream import DEFAULT_MAX_FRAME_SIZE
+from . import events as ev
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
+
+__all__ = ["BindingConnection"]
+
+_REQUEST_CHECKPOINT = TakeCheckpointMsg().encode()
+
+_MESSAGE_INPUT = {
+    TakeBecomingPrimaryCheckpoint: Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT,
+    TakeCheckpointMsg: Input.RECV_TAKE_CHECKPOINT,
+    BecomingPrimary: Input.RECV_BECOMING_PRIMARY,
+    UpgradeTakeCheckpoint: Input.RECV_UPGRADE_TAKE_CHECKPOINT,
+    UpgradeService: Input.RECV_UPGRADE_SERVICE,
+    InitialMessage: Input.RECV_INITIAL_MESSAGE,
+    Rpc: Input.RECV_RPC,
+}
+
+
+class BindingConnection:
+    """One binding's conversation with its coordinator, from connect to close.
+
+    Args:
+        instance_name: this instance's registered name; an RPC to it is a self-call.
+        max_frame_size: bound on a single log record from the coordinator.
+        verify_checksums: check XXH64 of data records (the real bindings do not; ours do).
+    """
+
+    def __init__(
+        self,
+        instance_name: str = "",
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        verify_checksums: bool = True,
+    ) -> None:
+        self.instance_name = instance_name
+        self._decoder = LogRecordDecoder(
+            max_frame_size=max_frame_size, verify_checksums=verify_checksums
+        )
+        self._state = State.START
+        self._pending: deque[tuple[object, int]] = deque()  # (message, record seq id)
+        self._out_events: deque[ev.ProtocolEvent] = deque()
+        self._attached: set[str] = set()
+        self._ckpt_to_send = -1  # bytes still owed of a checkpoint being sent
+        self._ckpt_reason: ev.CheckpointReason | None = None
+        self._recovered = False  # went through a checkpoint load in this life
+        self._upgraded = False
+        self.records_replayed = 0
+        self.last_seq_id: int | None = None
+        self.committer_id: int | None = None
+
+    # ------------------------------------------------------------ properties
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def is_primary(self) -> bool:
+        """True once the instance has become primary (Impulses are legal)."""
+        return self._state in (State.PRIMARY, State.PRIMARY_CHECKPOINT)
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while recovering: inputs are replays of an earlier life's."""
+        return self._state in REPLAYING_STATES
+
+    @property
+    def owes_checkpoint(self) -> bool:
+        return self._state in CHECKPOINT_OWED
+
+    @property
+    def upgraded(self) -> bool:
+        """True once an UpgradeTakeCheckpoint or UpgradeService switched versions."""
+        return self._upgraded
+
+    # ------------------------------------------------------------ transitions
+    def _transition(self, inp: Input, what: str = "") -> State:
+        try:
+            nxt = TRANSITIONS[self._state][inp]
+        except KeyError:
+            state = self._state
+            self._state = State.ERROR
+            detail = f" ({what})" if what else ""
+            if inp.name.startswith("RECV"):
+                raise UnexpectedMessageError(
+                    f"coordinator protocol violation: {inp.value}{detail} while the binding "
+                    f"is in state {state.name} ({state.value})",
+                    seq_id=self.last_seq_id,
+                ) from None
+            if inp is Input.SEND_IMPULSE and state is not State.ERROR:
+                raise ImpulseDuringRecoveryError(
+                    f"an Impulse cannot be sent before the instance is primary "
+                    f"(state {state.name}: {state.value})"
+                ) from None
+            raise LocalProtocolError(
+                f"cannot {inp.value}{detail} in state {state.name} ({state.value})"
+            ) from None
+        self._state = nxt
+        return nxt
+
+    def _check_local(self, inp: Input, what: str = "") -> None:
+        """Like _transition for a local intent, but a refusal does not break the connection
+        when it is the user's mistake that can simply be reported (an early Impulse)."""
+        if inp in TRANSITIONS[self._state]:
+            self._state = TRANSITIONS[self._state][inp]
+            return
+        if inp is Input.SEND_IMPULSE and self._state is not State.ERROR:
+            raise ImpulseDuringRecoveryError(
+                f"an Impulse cannot be sent before the instance is primary "
+                f"(state {self._state.name}: {self._state.value})"
+            )
+        self._transition(inp, what)
+
+    # ------------------------------------------------------------ receiving
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the coordinator's send port."""
+        if self._state is State.ERROR:
+            raise LocalProtocolError("the connection is broken by an earlier protocol error")
+        try:
+            self._decoder.receive_data(data)
+        except RemoteProtocolError:
+            self._state = State.ERROR
+            raise
+
+    def next_event(self) -> ev.ProtocolEvent | NeedData:
+        """The next event, or ``NEED_DATA``. Raises ``RemoteProtocolError`` on bad input."""
+        if self._out_events:
+            return self._out_events.popleft()
+        if self._state is State.ERROR:
+            raise LocalProtocolError("the connection is broken by an earlier protocol error")
+        if self._state in CHECKPOINT_OWED or self._state is State.FIRST_START:
+            return NEED_DATA  # nothing more is dispatched until the binding has answered
+        while not self._pending:
+            if self._state is State.LOADING_CHECKPOINT:
+                return self._next_checkpoint_event()
+            try:
+                item = self._decoder.next_event()
+            except RemoteProtocolError:
+                self._state = State.ERROR
+                raise
+            if item is NEED_DATA:
+                return NEED_DATA
+            assert not isinstance(item, (CheckpointChunk, CheckpointEnd, NeedData))
+            if self.committer_id is None:
+                self.committer_id = item.committer_id
+            seq = item.seq_id
+            if item.seq_id >= 0:
+                self.last_seq_id = seq
+            for m in item.messages:
+                self._pending.append((m, seq))
+        msg, seq = self._pending.popleft()
+        return self._dispatch(msg, seq)
+
+    def events(self) -> Iterator[ev.ProtocolEvent]:
+        """Every event available now."""
+        while True:
+            e = self.next_event()
+            if e is NEED_DATA:
+                return
+            yield e  # type: ignore[misc]
+
+    def _next_checkpoint_event(self) -> ev.ProtocolEvent | NeedData:
+        try:
+            item = self._decoder.next_event()
+        except RemoteProtocolError:
+            self._state = State.ERROR
+            raise
+        if item is NEED_DATA:
+            return NEED_DATA
+        if isinstance(item, CheckpointChunk):
+            return ev.CheckpointLoadChunk(item.data)
+        assert isinstance(item, CheckpointEnd)
+        self._transition(Input.RECV_CHECKPOINT_END)
+        return ev.CheckpointLoaded(item.size)
+
+    def _dispatch(self, msg: object, seq: int) -> ev.ProtocolEvent | NeedData:
+        kind = type(msg)
+        if kind is Rpc:
+            replay = self._state in REPLAYING_STATES
+            self._transition(Input.RECV_RPC, "RPC")
+            if replay:
+                self.records_replayed += 1
+            return ev.IncomingRpc(msg, seq, replay)  # type: ignore[arg-type]
+        if kind is RpcBatch or kind is CountReplayableRpcBatch:
+            rpcs = msg.rpcs  # type: ignore[attr-defined]
+            for r in reversed(rpcs):
+                self._pending.appendleft((r, seq))
+            return self.next_event()
+        if kind is Checkpoint:
+            self._transition(Input.RECV_CHECKPOINT, "checkpoint record")
+            self._recovered = True
+            return ev.CheckpointLoadStarted(msg.size)  # type: ignore[attr-defined]
+        inp = _MESSAGE_INPUT.get(kind)  # type: ignore[call-overload]
+        if inp is None:
+            self._state = State.ERROR
+            raise UnexpectedMessageError(
+                f"{kind.__name__} is not a message a binding can receive", seq_id=seq
+            )
+        before = self._state
+        replay = before in REPLAYING_STATES
+        after = self._transition(inp, kind.__name__)
+        if inp is Input.RECV_INITIAL_MESSAGE:
+            if replay:
+                self.records_replayed += 1
+            return ev.InitialMessageReceived(msg.data, seq, replay)  # type: ignore[attr-defined]
+        if inp is Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
+            if after is State.FIRST_START:
+                return ev.FirstStart()
+            self._ckpt_reason = ev.CheckpointReason.BECOMING_PRIMARY
+            self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
+            return ev.RecoveryComplete(self.records_replayed)
+        if inp is Input.RECV_TAKE_CHECKPOINT:
+            self._ckpt_reason = ev.CheckpointReason.PERIODIC
+            return ev.TakeCheckpoint(self._ckpt_reason)
+        if inp is Input.RECV_BECOMING_PRIMARY:
+            self._out_events.append(ev.BecamePrimary(recovered=True, checkpointed=False))
+            return ev.RecoveryComplete(self.records_replayed)
+        if inp is Input.RECV_UPGRADE_TAKE_CHECKPOINT:
+            self._upgraded = True
+            self._ckpt_reason = ev.CheckpointReason.UPGRADE
+            self._out_events.append(ev.RecoveryComplete(self.records_replayed))
+            self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
+            return ev.UpgradeRequested(live=True)
+        # UpgradeService: an upgrade test; replay goes on with the new code.
+        self._upgraded = True
+        return ev.UpgradeRequested(live=False)
+
+    # ------------------------------------------------------------ sending
+    def send_initial_message(self, data: bytes) -> bytes:
+        """First start: the InitialMessage, echoed back later as data record 0."""
+        self._check_local(Input.SEND_INITIAL_MESSAGE)
+        self._ckpt_reason = ev.CheckpointReason.FIRST_START
+        self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
+        return InitialMessage(bytes(data)).encode()
+
+    def begin_checkpoint(self, size: int) -> bytes:
+        """Announce a checkpoint of ``size`` bytes; then send them with ``checkpoint_data``."""
+        if self._state not in CHECKPOINT_OWED:
+            raise LocalProtocolError(
+                f"no checkpoint is owed in state {self._state.name} ({self._state.value})"
+            )
+        if self._ckpt_to_send >= 0:
+            raise LocalProtocolError("a checkpoint is already being sent")
+        if size < 0:
+            raise ValueError(f"checkpoint size must not be negative, got {size}")
+        header = Checkpoint(size).encode()
+        self._ckpt_to_send = size
+        if size == 0:
+            self._finish_checkpoint()
+        return header
+
+    def checkpoint_data(self, chunk: bytes) -> bytes:
+        """Raw checkpoint bytes (pass-through), counted against the announced size."""
+        if self._ckpt_to_send < 0:
+            raise LocalProtocolError("checkpoint bytes sent with no checkpoint announced")
+        n = len(chunk)
+        if n > self._ckpt_to_send:
+            raise LocalProtocolError(
+                f"{n} checkpoint bytes exceed the {self._ckpt_to_send} still announced"
+            )
+        self._ckpt_to_send -= n
+        if self._ckpt_to_send == 0:
+            self._finish_checkpoint()
+        return bytes(chunk)
+
+    def send_checkpoint(self, data: bytes) -> bytes:
+        """A whole checkpoint in one call: the Checkpoint message and its bytes."""
+        header = self.begin_checkpoint(len(data))
+        if not data:
+            return header
+        return header + self.checkpoint_data(data)
+
+    def _finish_checkpoint(self) -> None:
+        self._ckpt_to_send = -1
+        before = self._state
+        after = self._transition(Input.CHECKPOINT_SENT)
+        if after is State.PRIMARY and before in (
+            State.BECOMING_PRIMARY_CHECKPOINT,
+            State.UPGRADE_CHECKPOINT,
+        ):
+            self._out_events.append(ev.BecamePrimary(recovered=self._recovered, checkpointed=True))
+
+    def request_checkpoint(self) -> bytes:
+        """Ask the coordinator to take a checkpoint now (it answers with TakeCheckpoint)."""
+        self._check_local(Input.REQUEST_CHECKPOINT)
+        return _REQUEST_CHECKPOINT
+
+    def _attach(self, destination: str) -> bytes:
+        if destination in self._attached:
+            return b""
+        self._attached.add(destination)
+        return AttachTo(destination).encode()
+
+    def send_rpc(
+        self, destination: str, method_id: int, rpc_type: int, args: bytes, reserved: int = 0
+    ) -> bytes:
+        """One outgoing RPC, preceded by ``AttachTo`` the first time ``destination`` is named.
+
+        ``destination`` is the callee's instance name; "" or this instance's own name is a
+        self-call. Raises ``ImpulseDuringRecoveryError`` for an Impulse before primary.
+        """
+        if destination == self.instance_name:
+            destination = ""
+        if rpc_type == RpcType.IMPULSE:
+            self._check_local(Input.SEND_IMPULSE)
+        else:
+            self._check_local(Input.SEND_RPC)
+        out = encode_outgoing_rpc(destination, method_id, rpc_type, args, reserved)
+        if destination and destination not in self._attached:
+            return self._attach(destination) + out
+        return out
+
+    def send_rpcs(self, rpcs: Iterable[OutgoingRpc]) -> bytes:
+        """Several outgoing RPCs; two or more travel as one RPCBatch message."""
+        attach = []
+        bodies = []
+        for r in rpcs:
+            dest = "" if r.destination == self.instance_name else r.destination
+            if r.rpc_type == RpcType.IMPULSE:
+                self._check_local(Input.SEND_IMPULSE)
+            else:
+                self._check_local(Input.SEND_RPC)
+            if dest and dest not in self._attached:
+                attach.append(self._attach(dest))
+            bodies.append(encode_outgoing_rpc(dest, r.method_id, r.rpc_type, r.args, r.reserved))
+        if len(bodies) < 2:
+            return b"".join(attach) + b"".join(bodies)
+        data = encode_zz32(len(bodies)) + b"".join(bodies)
+        return b"".join(attach) + encode_zz32(len(data) + 1) + b"\x05" + data

@@ -1,0 +1,105 @@
+"""Events the binding's state machine hands to the runtime, one at a time, in log order."""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple, Union
+
+from ..wire import Rpc
+
+
+class CheckpointReason(enum.Enum):
+    """Why the coordinator asked for a checkpoint."""
+
+    FIRST_START = "first start (TakeBecomingPrimaryCheckpoint)"
+    BECOMING_PRIMARY = "recovered and becoming primary (TakeBecomingPrimaryCheckpoint)"
+    UPGRADE = "live upgrade (UpgradeTakeCheckpoint)"
+    PERIODIC = "the coordinator's TakeCheckpoint"
+
+
+class FirstStart(NamedTuple):
+    """The instance has never run. Send an InitialMessage, then a checkpoint of the initial state."""
+
+
+class CheckpointLoadStarted(NamedTuple):
+    """Recovery begins with a checkpoint of ``size`` bytes; chunks follow."""
+
+    size: int
+
+
+class CheckpointLoadChunk(NamedTuple):
+    data: bytes
+
+
+class CheckpointLoaded(NamedTuple):
+    """The whole checkpoint has arrived; replayed records follow."""
+
+    size: int
+
+
+class InitialMessageReceived(NamedTuple):
+    """The coordinator's echo of the InitialMessage: the first data record (seq ``seq_id``)."""
+
+    data: bytes
+    seq_id: int
+    is_replay: bool
+
+
+class IncomingRpc(NamedTuple):
+    """An RPC from the log. ``is_replay`` is true while recovering (its effects on the
+    outside world already happened in an earlier life)."""
+
+    rpc: Rpc
+    seq_id: int
+    is_replay: bool
+
+
+class TakeCheckpoint(NamedTuple):
+    """Send a checkpoint now (``send_checkpoint`` or ``begin_checkpoint`` + chunks).
+
+    Until it has been sent, no other event is delivered.
+    """
+
+    reason: CheckpointReason
+
+
+class UpgradeRequested(NamedTuple):
+    """Switch code and state from VCurrent to VNext now.
+
+    ``live`` is true for UpgradeTakeCheckpoint (a checkpoint of the new version is
+    requested next) and false for UpgradeService (an upgrade test: replay goes on).
+    """
+
+    live: bool
+
+
+class BecamePrimary(NamedTuple):
+    """The instance is primary: Impulses are legal and side effects may start.
+
+    ``recovered`` is false on a first start; ``checkpointed`` tells whether a checkpoint
+    was taken on the way (TakeBecomingPrimaryCheckpoint / UpgradeTakeCheckpoint) or not
+    (BecomingPrimary, active/active).
+    """
+
+    recovered: bool
+    checkpointed: bool
+
+
+class RecoveryComplete(NamedTuple):
+    """Replay is over (delivered just before ``BecamePrimary`` when recovering)."""
+
+    records_replayed: int
+
+
+ProtocolEvent = Union[
+    FirstStart,
+    CheckpointLoadStarted,
+    CheckpointLoadChunk,
+    CheckpointLoaded,
+    InitialMessageReceived,
+    IncomingRpc,
+    TakeCheckpoint,
+    UpgradeRequested,
+    BecamePrimary,
+    RecoveryComplete,
+]
