@@ -44,7 +44,8 @@ class Input(enum.Enum):
     REQUEST_CHECKPOINT = "ask the coordinator for a checkpoint"
 
 
-S, I = State, Input
+# Short aliases keep the table readable; deleted below so they are not exported.
+S, I = State, Input  # noqa: E741
 
 _REPLAYING = {
     I.RECV_RPC: S.RECOVERING,

@@ -25,6 +25,7 @@ from ..errors import (
     UnexpectedMessageError,
 )
 from ..wire import (
+    CHECKPOINT_SEQ,
     NEED_DATA,
     BecomingPrimary,
     Checkpoint,
@@ -122,42 +123,43 @@ class BindingConnection:
         return self._upgraded
 
     # ------------------------------------------------------------ transitions
-    def _transition(self, inp: Input, what: str = "") -> State:
-        try:
-            nxt = TRANSITIONS[self._state][inp]
-        except KeyError:
-            state = self._state
+    def _receive(self, inp: Input, what: str, seq_id: int) -> State:
+        """Apply an input from the coordinator; a missing table entry breaks the connection."""
+        state = self._state
+        nxt = TRANSITIONS[state].get(inp)
+        if nxt is None:
             self._state = State.ERROR
-            detail = f" ({what})" if what else ""
-            if inp.name.startswith("RECV"):
-                raise UnexpectedMessageError(
-                    f"coordinator protocol violation: {inp.value}{detail} while the binding "
-                    f"is in state {state.name} ({state.value})",
-                    seq_id=self.last_seq_id,
-                ) from None
-            if inp is Input.SEND_IMPULSE and state is not State.ERROR:
-                raise ImpulseDuringRecoveryError(
-                    f"an Impulse cannot be sent before the instance is primary "
-                    f"(state {state.name}: {state.value})"
-                ) from None
-            raise LocalProtocolError(
-                f"cannot {inp.value}{detail} in state {state.name} ({state.value})"
-            ) from None
+            raise UnexpectedMessageError(
+                f"coordinator protocol violation: {inp.value} ({what}) while the binding "
+                f"is in state {state.name} ({state.value})",
+                seq_id=seq_id if seq_id >= 0 else self.last_seq_id,
+            )
         self._state = nxt
         return nxt
 
-    def _check_local(self, inp: Input, what: str = "") -> None:
-        """Like _transition for a local intent, but a refusal does not break the connection
-        when it is the user's mistake that can simply be reported (an early Impulse)."""
-        if inp in TRANSITIONS[self._state]:
-            self._state = TRANSITIONS[self._state][inp]
+    def _refuse_if_illegal(self, inp: Input, what: str = "") -> None:
+        """Raise if the binding may not do ``inp`` now. A refused intent emits no bytes and
+        leaves the state unchanged, so the connection stays usable."""
+        state = self._state
+        if inp in TRANSITIONS[state]:
             return
-        if inp is Input.SEND_IMPULSE and self._state is not State.ERROR:
+        if state is State.ERROR:
+            raise LocalProtocolError("the connection is broken by an earlier protocol error")
+        detail = f" ({what})" if what else ""
+        if inp is Input.SEND_IMPULSE and not self.is_primary:
             raise ImpulseDuringRecoveryError(
-                f"an Impulse cannot be sent before the instance is primary "
-                f"(state {self._state.name}: {self._state.value})"
+                f"an Impulse{detail} cannot be sent before the instance is primary "
+                f"(state {state.name}: {state.value})"
             )
-        self._transition(inp, what)
+        raise LocalProtocolError(
+            f"cannot {inp.value}{detail} in state {state.name} ({state.value})"
+        )
+
+    def _do(self, inp: Input, what: str = "") -> State:
+        """Apply a local intent (checked first with ``_refuse_if_illegal``)."""
+        self._refuse_if_illegal(inp, what)
+        self._state = TRANSITIONS[self._state][inp]
+        return self._state
 
     # ------------------------------------------------------------ receiving
     def receive_data(self, data: bytes) -> None:
@@ -218,14 +220,14 @@ class BindingConnection:
         if isinstance(item, CheckpointChunk):
             return ev.CheckpointLoadChunk(item.data)
         assert isinstance(item, CheckpointEnd)
-        self._transition(Input.RECV_CHECKPOINT_END)
+        self._receive(Input.RECV_CHECKPOINT_END, "end of checkpoint", CHECKPOINT_SEQ)
         return ev.CheckpointLoaded(item.size)
 
     def _dispatch(self, msg: object, seq: int) -> ev.ProtocolEvent | NeedData:
         kind = type(msg)
         if kind is Rpc:
             replay = self._state in REPLAYING_STATES
-            self._transition(Input.RECV_RPC, "RPC")
+            self._receive(Input.RECV_RPC, "RPC", seq)
             if replay:
                 self.records_replayed += 1
             return ev.IncomingRpc(msg, seq, replay)  # type: ignore[arg-type]
@@ -235,10 +237,10 @@ class BindingConnection:
                 self._pending.appendleft((r, seq))
             return self.next_event()
         if kind is Checkpoint:
-            self._transition(Input.RECV_CHECKPOINT, "checkpoint record")
+            self._receive(Input.RECV_CHECKPOINT, "checkpoint record", seq)
             self._recovered = True
             return ev.CheckpointLoadStarted(msg.size)  # type: ignore[attr-defined]
-        inp = _MESSAGE_INPUT.get(kind)  # type: ignore[call-overload]
+        inp = _MESSAGE_INPUT.get(kind)
         if inp is None:
             self._state = State.ERROR
             raise UnexpectedMessageError(
@@ -246,7 +248,7 @@ class BindingConnection:
             )
         before = self._state
         replay = before in REPLAYING_STATES
-        after = self._transition(inp, kind.__name__)
+        after = self._receive(inp, kind.__name__, seq)
         if inp is Input.RECV_INITIAL_MESSAGE:
             if replay:
                 self.records_replayed += 1
@@ -276,13 +278,16 @@ class BindingConnection:
     # ------------------------------------------------------------ sending
     def send_initial_message(self, data: bytes) -> bytes:
         """First start: the InitialMessage, echoed back later as data record 0."""
-        self._check_local(Input.SEND_INITIAL_MESSAGE)
+        payload = InitialMessage(bytes(data)).encode()
+        self._do(Input.SEND_INITIAL_MESSAGE)
         self._ckpt_reason = ev.CheckpointReason.FIRST_START
         self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
-        return InitialMessage(bytes(data)).encode()
+        return payload
 
     def begin_checkpoint(self, size: int) -> bytes:
         """Announce a checkpoint of ``size`` bytes; then send them with ``checkpoint_data``."""
+        if self._state is State.ERROR:
+            raise LocalProtocolError("the connection is broken by an earlier protocol error")
         if self._state not in CHECKPOINT_OWED:
             raise LocalProtocolError(
                 f"no checkpoint is owed in state {self._state.name} ({self._state.value})"
@@ -321,7 +326,7 @@ class BindingConnection:
     def _finish_checkpoint(self) -> None:
         self._ckpt_to_send = -1
         before = self._state
-        after = self._transition(Input.CHECKPOINT_SENT)
+        after = self._do(Input.CHECKPOINT_SENT)
         if after is State.PRIMARY and before in (
             State.BECOMING_PRIMARY_CHECKPOINT,
             State.UPGRADE_CHECKPOINT,
@@ -330,14 +335,27 @@ class BindingConnection:
 
     def request_checkpoint(self) -> bytes:
         """Ask the coordinator to take a checkpoint now (it answers with TakeCheckpoint)."""
-        self._check_local(Input.REQUEST_CHECKPOINT)
+        self._do(Input.REQUEST_CHECKPOINT)
         return _REQUEST_CHECKPOINT
 
-    def _attach(self, destination: str) -> bytes:
-        if destination in self._attached:
-            return b""
-        self._attached.add(destination)
-        return AttachTo(destination).encode()
+    def _prepare(self, rpc: OutgoingRpc, attaching: list[str]) -> bytes:
+        """Check one outgoing RPC and encode it; names still to attach go to ``attaching``.
+
+        Changes nothing, so a batch refused halfway leaves no trace.
+        """
+        dest = "" if rpc.destination == self.instance_name else rpc.destination
+        impulse = rpc.rpc_type == RpcType.IMPULSE and not rpc.reserved
+        what = f"method {rpc.method_id} to {dest or 'self'}"
+        self._refuse_if_illegal(Input.SEND_IMPULSE if impulse else Input.SEND_RPC, what)
+        body = encode_outgoing_rpc(dest, rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved)
+        if dest and dest not in self._attached and dest not in attaching:
+            attaching.append(dest)
+        return body
+
+    def _commit_send(self, impulse: bool, attaching: list[str]) -> bytes:
+        self._do(Input.SEND_IMPULSE if impulse else Input.SEND_RPC)
+        self._attached.update(attaching)
+        return b"".join(AttachTo(d).encode() for d in attaching)
 
     def send_rpc(
         self, destination: str, method_id: int, rpc_type: int, args: bytes, reserved: int = 0
@@ -345,33 +363,34 @@ class BindingConnection:
         """One outgoing RPC, preceded by ``AttachTo`` the first time ``destination`` is named.
 
         ``destination`` is the callee's instance name; "" or this instance's own name is a
-        self-call. Raises ``ImpulseDuringRecoveryError`` for an Impulse before primary.
+        self-call (never attached). A return value (``reserved`` non-zero) is not an Impulse.
+
+        Raises:
+            ImpulseDuringRecoveryError: an Impulse before the instance is primary.
+            LocalProtocolError: an RPC while a checkpoint is owed or before start-up is done.
         """
-        if destination == self.instance_name:
-            destination = ""
-        if rpc_type == RpcType.IMPULSE:
-            self._check_local(Input.SEND_IMPULSE)
-        else:
-            self._check_local(Input.SEND_RPC)
-        out = encode_outgoing_rpc(destination, method_id, rpc_type, args, reserved)
-        if destination and destination not in self._attached:
-            return self._attach(destination) + out
-        return out
+        rpc = OutgoingRpc(destination, method_id, rpc_type, bytes(args), reserved)
+        attaching: list[str] = []
+        body = self._prepare(rpc, attaching)
+        impulse = rpc_type == RpcType.IMPULSE and not reserved
+        return self._commit_send(impulse, attaching) + body
 
     def send_rpcs(self, rpcs: Iterable[OutgoingRpc]) -> bytes:
-        """Several outgoing RPCs; two or more travel as one RPCBatch message."""
-        attach = []
-        bodies = []
+        """Several outgoing RPCs; two or more travel as one RPCBatch message.
+
+        Every ``AttachTo`` the batch needs goes out first. All or nothing: if one RPC is
+        refused, nothing is sent and nothing changes.
+        """
+        attaching: list[str] = []
+        bodies: list[bytes] = []
+        impulse = False
         for r in rpcs:
-            dest = "" if r.destination == self.instance_name else r.destination
-            if r.rpc_type == RpcType.IMPULSE:
-                self._check_local(Input.SEND_IMPULSE)
-            else:
-                self._check_local(Input.SEND_RPC)
-            if dest and dest not in self._attached:
-                attach.append(self._attach(dest))
-            bodies.append(encode_outgoing_rpc(dest, r.method_id, r.rpc_type, r.args, r.reserved))
-        if len(bodies) < 2:
-            return b"".join(attach) + b"".join(bodies)
+            bodies.append(self._prepare(r, attaching))
+            impulse = impulse or (r.rpc_type == RpcType.IMPULSE and not r.reserved)
+        if not bodies:
+            return b""
+        attach = self._commit_send(impulse, attaching)
+        if len(bodies) == 1:
+            return attach + bodies[0]
         data = encode_zz32(len(bodies)) + b"".join(bodies)
-        return b"".join(attach) + encode_zz32(len(data) + 1) + b"\x05" + data
+        return attach + encode_zz32(len(data) + 1) + b"\x05" + data

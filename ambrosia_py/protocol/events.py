@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from ..wire import Rpc
 
@@ -18,7 +18,10 @@ class CheckpointReason(enum.Enum):
 
 
 class FirstStart(NamedTuple):
-    """The instance has never run. Send an InitialMessage, then a checkpoint of the initial state."""
+    """The instance has never run: send an InitialMessage (``send_initial_message``).
+
+    A ``TakeCheckpoint(FIRST_START)`` for the initial state follows once it is sent.
+    """
 
 
 class CheckpointLoadStarted(NamedTuple):
@@ -28,6 +31,8 @@ class CheckpointLoadStarted(NamedTuple):
 
 
 class CheckpointLoadChunk(NamedTuple):
+    """Some of the checkpoint's raw bytes, in order; how they are cut depends on the input."""
+
     data: bytes
 
 
@@ -86,20 +91,24 @@ class BecamePrimary(NamedTuple):
 
 
 class RecoveryComplete(NamedTuple):
-    """Replay is over (delivered just before ``BecamePrimary`` when recovering)."""
+    """Replay is over (delivered before ``BecamePrimary`` when recovering).
+
+    ``records_replayed`` counts the replayed messages (RPCs, batched ones one by one, and
+    the InitialMessage echo) delivered since the checkpoint was loaded.
+    """
 
     records_replayed: int
 
 
-ProtocolEvent = Union[
-    FirstStart,
-    CheckpointLoadStarted,
-    CheckpointLoadChunk,
-    CheckpointLoaded,
-    InitialMessageReceived,
-    IncomingRpc,
-    TakeCheckpoint,
-    UpgradeRequested,
-    BecamePrimary,
-    RecoveryComplete,
-]
+ProtocolEvent = (
+    FirstStart
+    | CheckpointLoadStarted
+    | CheckpointLoadChunk
+    | CheckpointLoaded
+    | InitialMessageReceived
+    | IncomingRpc
+    | TakeCheckpoint
+    | UpgradeRequested
+    | BecamePrimary
+    | RecoveryComplete
+)
