@@ -1,0 +1,150 @@
+"""Wire codec speed against a plain-Python framing loop over the same bytes.
+
+The baseline reads a size varint, slices the frame and moves on: the least any decoder
+of this format can do in pure Python. Each result is frames per second, and its ratio to
+the baseline (1.0 would mean decoding costs nothing beyond framing).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ambrosia_py.wire import (
+    NEED_DATA,
+    LogRecordDecoder,
+    MessageStreamDecoder,
+    OutgoingRpc,
+    encode_outgoing_rpc,
+    encode_record,
+    encode_rpc,
+)
+
+ARGS = b'{"k":"value-of-twenty-s"}'[:27].ljust(27, b" ")  # 27 bytes: a 33-byte frame
+FEED = 64 * 1024  # bytes per receive_data, as a socket read would deliver them
+PER_RECORD = 100
+
+
+def outgoing_frames(n: int) -> bytes:
+    frame = encode_outgoing_rpc("", 7, 1, ARGS)
+    assert len(frame) == 33, len(frame)
+    return frame * n
+
+
+def record_stream(n_records: int) -> bytes:
+    body = encode_rpc(7, 1, ARGS + b"x") * PER_RECORD  # 33-byte incoming frames
+    return b"".join(encode_record(1, seq, body) for seq in range(n_records))
+
+
+def baseline_framing(buf: bytes) -> int:
+    """Read a one-byte-or-more size varint, slice the frame, advance."""
+    pos = 0
+    end = len(buf)
+    count = 0
+    while pos < end:
+        b = buf[pos]
+        pos += 1
+        if b < 0x80:
+            size = b >> 1
+        else:
+            u = b & 0x7F
+            shift = 7
+            while True:
+                b = buf[pos]
+                pos += 1
+                u |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+            size = (u >> 1) ^ -(u & 1)
+        _frame = buf[pos : pos + size]
+        pos += size
+        count += 1
+    return count
+
+
+def decode_messages_stream(buf: bytes) -> int:
+    decoder = MessageStreamDecoder()
+    count = 0
+    for i in range(0, len(buf), FEED):
+        decoder.receive_data(buf[i : i + FEED])
+        next_event = decoder.next_event
+        while next_event() is not NEED_DATA:
+            count += 1
+    return count
+
+
+def decode_records_stream(buf: bytes) -> int:
+    decoder = LogRecordDecoder()
+    count = 0
+    for i in range(0, len(buf), FEED):
+        decoder.receive_data(buf[i : i + FEED])
+        while (ev := decoder.next_event()) is not NEED_DATA:
+            count += len(ev.messages)  # type: ignore[union-attr]
+    return count
+
+
+def encode_outgoing(n: int) -> int:
+    for _ in range(n):
+        encode_outgoing_rpc("", 7, 1, ARGS)
+    return n
+
+
+def encode_incoming(n: int) -> int:
+    for _ in range(n):
+        encode_rpc(7, 1, ARGS)
+    return n
+
+
+def encode_outgoing_named(n: int) -> int:
+    rpc = OutgoingRpc("server", 7, 1, ARGS)
+    for _ in range(n):
+        rpc.encode()
+    return n
+
+
+def _rate(fn: Callable[[], int], repeats: int) -> tuple[float, float]:
+    """Median frames/s over ``repeats`` and the spread (max - min) / median."""
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        count = fn()
+        rates.append(count / (time.perf_counter() - t0))
+    med = statistics.median(rates)
+    return med, (max(rates) - min(rates)) / med
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    n = 20_000 if quick else 200_000
+    repeats = 3 if quick else 7
+    frames = outgoing_frames(n)
+    records = record_stream(n // PER_RECORD)
+    record_frames_only = b"".join(
+        records[i + 24 : i + 24 + 33 * PER_RECORD]
+        for i in range(0, len(records), 24 + 33 * PER_RECORD)
+    )
+    assert baseline_framing(frames) == n == decode_messages_stream(frames)
+    assert decode_records_stream(records) == n == baseline_framing(record_frames_only)
+
+    base, base_spread = _rate(lambda: baseline_framing(frames), repeats)
+    cases: list[tuple[str, Callable[[], int]]] = [
+        ("MessageStreamDecoder, outgoing RPC", lambda: decode_messages_stream(frames)),
+        (f"LogRecordDecoder, {PER_RECORD} RPCs/record", lambda: decode_records_stream(records)),
+        ("encode_outgoing_rpc (self-call)", lambda: encode_outgoing(n)),
+        ("encode_rpc", lambda: encode_incoming(n)),
+        ("OutgoingRpc.encode (named)", lambda: encode_outgoing_named(n)),
+    ]
+    results = [{
+        "name": "baseline: varint framing loop",
+        "value": base, "unit": "frames/s", "baseline": base, "ratio": 1.0,
+        "spread": base_spread,
+    }]
+    for name, fn in cases:
+        value, spread = _rate(fn, repeats)
+        results.append({
+            "name": name, "value": value, "unit": "frames/s", "baseline": base,
+            "ratio": value / base, "spread": spread,
+        })
+    return results
