@@ -1,0 +1,242 @@
+"""The ``ambrosia`` command. Sub-commands mirror the real ``Ambrosia.exe``.
+
+Adding a sub-command: write ``_add_<name>(subparsers)`` that registers a parser whose
+``handler`` default is a function ``(args) -> int``, and list it in ``_COMMANDS``. The
+``run`` command is the extension point for running an immortal: it hands its arguments
+to ``ambrosia_py.runtime.cli.run_main(argv)`` when that module exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from ambrosia_py.errors import AmbrosiaError
+
+from . import registry
+
+__all__ = ["build_parser", "main"]
+
+EXIT_USAGE = 2
+EXIT_DIVERGED = 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors are one line and exit code 2, with no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+_CREATE_SERVICE = {"auto": "auto", "a": "auto", "no-recovery": "no-recovery", "n": "no-recovery",
+                   "always-recover": "always-recover", "y": "always-recover"}
+
+
+def _create_service(value: str) -> str:
+    try:
+        return _CREATE_SERVICE[value.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not one of auto, no-recovery, always-recover (or A, N, Y)"
+        ) from None
+
+
+def _bool(value: str) -> bool:
+    v = value.lower()
+    if v in ("true", "1", "yes", "y"):
+        return True
+    if v in ("false", "0", "no", "n"):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
+
+
+# ------------------------------------------------------------------ register-instance
+
+
+def _register(args: argparse.Namespace) -> int:
+    reg = registry.register(
+        instance_name=args.instance_name,
+        receive_port=args.receive_port,
+        send_port=args.send_port,
+        ic_port=args.ic_port,
+        log_dir=args.log_dir,
+        current_version=args.current_version,
+        upgrade_version=args.upgrade_version,
+        active_active=args.active_active,
+        log_trigger_size_mb=args.log_trigger_size_mb,
+        create_service=args.create_service,
+        home=args.home,
+    )
+    print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
+          f"ic {reg.ic_port}, logs {registry.instance_dir(reg)}")
+    return 0
+
+
+def _add_register(sub: Any) -> None:
+    p = sub.add_parser("register-instance", aliases=["RegisterInstance"],
+                       help="register an instance in the local registry")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True)
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True)
+    p.add_argument("-p", "--ic-port", "--port", type=int, required=True,
+                   help="the port other coordinators connect to")
+    p.add_argument("-l", "--log-dir", "--log", required=True)
+    p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=0)
+    p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None)
+    p.add_argument("-aa", "--active-active", "--activeActive", action="store_true")
+    p.add_argument("-lts", "--log-trigger-size-mb", "--logTriggerSize", type=int, default=1000)
+    p.add_argument("-cs", "--create-service", "--createService", type=_create_service,
+                   default="auto")
+    p.set_defaults(handler=_register)
+
+
+# ------------------------------------------------------------------ ic
+
+
+def _ic(args: argparse.Namespace) -> int:
+    from .coordinator import Coordinator
+
+    home = registry.ambrosia_home(args.home)
+    reg = registry.load(args.instance_name, home)
+    coordinator = Coordinator(reg, home, replica=args.replica)
+    return asyncio.run(coordinator.run())
+
+
+def _add_ic(sub: Any) -> None:
+    p = sub.add_parser("ic", help="run the coordinator of a registered instance")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
+    p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0)
+    p.set_defaults(handler=_ic)
+
+
+# ------------------------------------------------------------------ debug-instance
+
+
+def _debug(args: argparse.Namespace) -> int:
+    from .debug import run_debug_instance
+
+    reg = registry.load(args.instance_name, args.home)
+    version = reg.current_version if args.current_version is None else args.current_version
+    try:
+        result = asyncio.run(run_debug_instance(
+            reg, checkpoint=args.checkpoint, current_version=version,
+            testing_upgrade=args.testing_upgrade, receive_port=args.receive_port,
+            send_port=args.send_port, idle_timeout=args.idle_timeout, stdout=sys.stdout,
+        ))
+    except AmbrosiaError as err:
+        if args.json:
+            print(json.dumps({"status": "error", "error": str(err)}), flush=True)
+        raise
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=True), flush=True)
+    else:
+        head = (f"debug-instance {result.instance} checkpoint {result.checkpoint}: replayed "
+                f"{result.records_replayed} records, {result.outputs} outputs")
+        if result.status == "ok":
+            print(f"{head}; the outputs match the recorded run", flush=True)
+        elif result.status == "unchecked":
+            print(f"{head}; {result.detail}", flush=True)
+        else:
+            print(f"{head}; {result.detail}", flush=True)
+    return EXIT_DIVERGED if result.status == "diverged" else 0
+
+
+def _add_debug(sub: Any) -> None:
+    p = sub.add_parser("debug-instance", aliases=["DebugInstance"],
+                       help="replay a checkpoint and its logs to a binding (repro / upgrade test)")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
+    p.add_argument("-c", "--checkpoint", type=int, required=True)
+    p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=None)
+    p.add_argument("-tu", "--testing-upgrade", "--testingUpgrade", nargs="?", const=True,
+                   default=False, type=_bool)
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, default=None)
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, default=None)
+    p.add_argument("--idle-timeout", type=float, default=None,
+                   help="end this many seconds after the replay was sent and the binding "
+                        "went quiet (default: wait until the binding closes)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    p.set_defaults(handler=_debug)
+
+
+# ------------------------------------------------------------------ log dump
+
+
+def _dump(args: argparse.Namespace) -> int:
+    from .dump import dump_entries, format_entry
+
+    reg = registry.load(args.instance_name, args.home)
+    d = registry.instance_dir(reg, args.version)
+    problems = 0
+    if not args.json:
+        print(f"instance {reg.instance_name}: {d}")
+    for entry in dump_entries(d, reg.committer_id):
+        problems += entry["kind"] == "problem"
+        print(format_entry(entry, args.json))
+    return 1 if problems else 0
+
+
+def _add_log(sub: Any) -> None:
+    p = sub.add_parser("log", help="inspect an instance's log")
+    logsub = p.add_subparsers(dest="log_command", required=True, metavar="{dump}")
+    d = logsub.add_parser("dump", help="every record and checkpoint, with integrity problems")
+    d.add_argument("-i", "--instance-name", "--instanceName", required=True)
+    d.add_argument("-v", "--version", type=int, default=None,
+                   help="which version's directory (default: the registered current version)")
+    d.add_argument("--json", action="store_true", help="one JSON object per line")
+    d.set_defaults(handler=_dump)
+
+
+# ------------------------------------------------------------------ run (extension point)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        module = importlib.import_module("ambrosia_py.runtime.cli")
+    except ModuleNotFoundError as err:
+        if err.name not in ("ambrosia_py.runtime.cli", "ambrosia_py.runtime"):
+            raise
+        print("ambrosia: error: the run command is not available in this installation "
+              "(ambrosia_py.runtime.cli is missing)", file=sys.stderr)
+        return 1
+    return int(module.run_main(list(args.run_args)) or 0)
+
+
+def _add_run(sub: Any) -> None:
+    p = sub.add_parser("run", help="run an immortal (arguments go to the runtime)",
+                       add_help=False)
+    p.add_argument("run_args", nargs=argparse.REMAINDER)
+    p.set_defaults(handler=_run)
+
+
+_COMMANDS: list[Callable[[Any], None]] = [_add_register, _add_ic, _add_debug, _add_log, _add_run]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ambrosia", description="AMBROSIA immortal coordinator and tools")
+    parser.add_argument("--home", default=None,
+                        help="registry directory (default: $AMBROSIA_HOME or ~/.ambrosia)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except AmbrosiaError as err:
+        print(f"ambrosia: error: {err}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

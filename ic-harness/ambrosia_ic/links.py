@@ -1,0 +1,289 @@
+"""Links between coordinators: authentication, framing, resend and acknowledgement.
+
+One TCP connection carries one direction of calls, from a sender coordinator to the
+coordinator of the destination instance (two instances calling each other use two
+connections). The protocol is ours; the real coordinators talk through CRA instead.
+
+Handshake (before anything else; ``S`` = receiver, ``C`` = sender)::
+
+    S -> C  b"AMBRLNK1" + nonce_s (16 bytes)
+    C -> S  zz32 len + sender name, zz32 len + destination name, nonce_c (16),
+            HMAC-SHA256(secret, b"C" + nonce_s + nonce_c + sender + b"\\0" + destination)
+    S -> C  HMAC-SHA256(secret, b"S" + nonce_c + nonce_s), int64 last logged seq number
+
+``secret`` is the registry's link secret. A peer that fails its proof, or names an
+instance that is not registered, is refused (the receiver logs it and closes).
+
+Then ``C -> S``: log records (the wire codec's records, ``Direction.LINK``) whose sequence
+id is the link sequence number (1, 2, ... per sender and destination) and whose body is
+one incoming-form ``Rpc``. Impulses are not reproduced by a sender's replay, so they
+travel unnumbered in control records (sequence id -1), at most once. ``S -> C``:
+``TrimTo(n)`` messages once the receiver has durably logged everything up to ``n``.
+The sender keeps what is not yet trimmed and resends it after a reconnect from the
+position the receiver reports; the receiver drops numbers it has already accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import hmac
+import os
+import struct
+from collections.abc import Callable
+
+from ambrosia_py.errors import (
+    LinkAuthenticationError,
+    RemoteProtocolError,
+)
+from ambrosia_py.wire import (
+    CONTROL_SEQ,
+    Direction,
+    MessageStreamDecoder,
+    TrimTo,
+    decode_zz32,
+    encode_record,
+    encode_zz32,
+)
+from ambrosia_py.wire.varint import Incomplete
+
+__all__ = ["LINK_MAGIC", "OutboundLink", "accept_link", "open_link"]
+
+LINK_MAGIC = b"AMBRLNK1"
+_NONCE = 16
+_MAC = 32
+_I64 = struct.Struct("<q")
+HANDSHAKE_TIMEOUT = 10.0
+
+
+def _mac(secret: bytes, *parts: bytes) -> bytes:
+    return hmac.new(secret, b"".join(parts), hashlib.sha256).digest()
+
+
+async def _read_name(reader: asyncio.StreamReader) -> str:
+    raw = b""
+    while True:
+        raw += await reader.readexactly(1)
+        try:
+            n, _ = decode_zz32(raw, 0)
+            break
+        except Incomplete:
+            if len(raw) >= 5:
+                raise LinkAuthenticationError("malformed link handshake") from None
+    if not 0 < n <= 128:
+        raise LinkAuthenticationError(f"link handshake names an instance of {n} bytes")
+    try:
+        return (await reader.readexactly(n)).decode("utf-8")
+    except UnicodeDecodeError:
+        raise LinkAuthenticationError("link handshake name is not UTF-8") from None
+
+
+def _name(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return encode_zz32(len(raw)) + raw
+
+
+async def accept_link(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    secret: bytes,
+    my_name: str,
+    is_registered: Callable[[str], bool],
+    last_logged: Callable[[str], int],
+) -> str:
+    """Receiver side of the handshake. Returns the authenticated sender's name.
+
+    Raises:
+        LinkAuthenticationError: the peer did not prove it knows the secret.
+    """
+    nonce_s = os.urandom(_NONCE)
+    writer.write(LINK_MAGIC + nonce_s)
+    await writer.drain()
+    try:
+        sender = await _read_name(reader)
+        dest = await _read_name(reader)
+        nonce_c = await reader.readexactly(_NONCE)
+        proof = await reader.readexactly(_MAC)
+    except asyncio.IncompleteReadError:
+        raise LinkAuthenticationError("the peer closed during the link handshake") from None
+    expected = _mac(secret, b"C", nonce_s, nonce_c, sender.encode(), b"\0", dest.encode())
+    if not hmac.compare_digest(proof, expected):
+        raise LinkAuthenticationError(
+            f"peer claiming to be {sender!r} failed the link authentication"
+        )
+    if dest != my_name:
+        raise LinkAuthenticationError(f"peer {sender!r} wanted {dest!r}, this is {my_name!r}")
+    if not is_registered(sender):
+        raise LinkAuthenticationError(f"peer {sender!r} is not a registered instance")
+    writer.write(_mac(secret, b"S", nonce_c, nonce_s) + _I64.pack(last_logged(sender)))
+    await writer.drain()
+    return sender
+
+
+async def open_link(
+    host: str, port: int, secret: bytes, my_name: str, dest: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+    """Sender side: connect and authenticate both ways. Returns the streams and the last
+    link sequence number the receiver has durably logged from us."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        head = await reader.readexactly(len(LINK_MAGIC) + _NONCE)
+        if head[: len(LINK_MAGIC)] != LINK_MAGIC:
+            raise LinkAuthenticationError(f"{host}:{port} does not speak the link protocol")
+        nonce_s = head[len(LINK_MAGIC):]
+        nonce_c = os.urandom(_NONCE)
+        writer.write(
+            _name(my_name) + _name(dest) + nonce_c
+            + _mac(secret, b"C", nonce_s, nonce_c, my_name.encode(), b"\0", dest.encode())
+        )
+        await writer.drain()
+        reply = await reader.readexactly(_MAC + 8)
+    except asyncio.IncompleteReadError:
+        writer.close()
+        raise LinkAuthenticationError(f"{dest!r} refused the link") from None
+    except BaseException:
+        writer.close()
+        raise
+    if not hmac.compare_digest(reply[:_MAC], _mac(secret, b"S", nonce_c, nonce_s)):
+        writer.close()
+        raise LinkAuthenticationError(f"the peer at {host}:{port} failed to prove it is {dest!r}")
+    return reader, writer, _I64.unpack_from(reply, _MAC)[0]
+
+
+class OutboundLink:
+    """Everything a sender keeps for one destination: the next link sequence number, the
+    calls not yet trimmed by the receiver, and a task that (re)connects and sends them.
+
+    ``add`` never blocks and works before the link is up: calls wait in ``unacked``.
+    """
+
+    def __init__(
+        self,
+        my_name: str,
+        dest: str,
+        secret: bytes,
+        address: Callable[[], tuple[str, int]],
+        log: Callable[[str], None],
+        next_seq: int = 1,
+        unacked: list[tuple[int, bytes]] | None = None,
+    ) -> None:
+        self.my_name = my_name
+        self.dest = dest
+        self.secret = secret
+        self.address = address
+        self.log = log
+        self.next_seq = next_seq
+        self.unacked: collections.deque[tuple[int, bytes]] = collections.deque(unacked or ())
+        self.acked = 0  # highest number the receiver has confirmed as logged
+        self._impulses: collections.deque[bytes] = collections.deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.connected = False
+
+    # ------------------------------------------------------------------ state
+    def add(self, rpc: bytes) -> int:
+        """Queue a replayable call; returns its link sequence number."""
+        seq = self.next_seq
+        self.next_seq += 1
+        if seq > self.acked:  # a replayed call the receiver already has is dropped
+            self.unacked.append((seq, rpc))
+            self._wake.set()
+        return seq
+
+    def add_impulse(self, rpc: bytes) -> None:
+        self._impulses.append(rpc)
+        self._wake.set()
+
+    def trim(self, upto: int) -> None:
+        if upto > self.acked:
+            self.acked = upto
+        while self.unacked and self.unacked[0][0] <= upto:
+            self.unacked.popleft()
+
+    def snapshot(self) -> dict[str, object]:
+        return {"next": self.next_seq, "unacked": [[s, b] for s, b in self.unacked]}
+
+    # ------------------------------------------------------------------ I/O
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        delay = 0.02
+        while True:
+            try:
+                host, port = self.address()
+                reader, writer, last = await asyncio.wait_for(
+                    open_link(host, port, self.secret, self.my_name, self.dest),
+                    HANDSHAKE_TIMEOUT,
+                )
+            except (TimeoutError, OSError, LinkAuthenticationError) as err:
+                if isinstance(err, LinkAuthenticationError):
+                    self.log(f"link to {self.dest}: {err}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            except Exception as err:  # the registry may be mid-update: retry
+                self.log(f"link to {self.dest}: {err}")
+                await asyncio.sleep(0.5)
+                continue
+            delay = 0.02
+            self.connected = True
+            try:
+                await self._stream(reader, writer, last)
+            except (OSError, asyncio.IncompleteReadError, RemoteProtocolError):
+                pass
+            finally:
+                self.connected = False
+                writer.close()
+
+    async def _stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, last: int
+    ) -> None:
+        self.trim(last)
+        sent = last
+        acks = asyncio.get_running_loop().create_task(self._read_acks(reader))
+        try:
+            while True:
+                self._wake.clear()
+                if acks.done():
+                    acks.result()  # raises the reason the connection broke
+                    return
+                if self.unacked and self.unacked[-1][0] > sent:
+                    first = self.unacked[0][0]
+                    start = max(0, sent + 1 - first)
+                    for i in range(start, len(self.unacked)):
+                        seq, rpc = self.unacked[i]
+                        writer.write(encode_record(0, seq, rpc))
+                    sent = self.unacked[-1][0]
+                while self._impulses:
+                    writer.write(encode_record(0, CONTROL_SEQ, self._impulses.popleft()))
+                await writer.drain()
+                waiter = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait({waiter, acks}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+        finally:
+            acks.cancel()
+            with contextlib.suppress(BaseException):
+                await acks
+
+    async def _read_acks(self, reader: asyncio.StreamReader) -> None:
+        decoder = MessageStreamDecoder(direction=Direction.LINK, max_frame_size=64)
+        while True:
+            data = await reader.read(4096)
+            if not data:
+                raise ConnectionResetError("the receiver closed the link")
+            decoder.receive_data(data)
+            for ev in decoder.events():
+                if not isinstance(ev, TrimTo):
+                    raise RemoteProtocolError(f"unexpected {type(ev).__name__} on a link")
+                self.trim(ev.seq_id)

@@ -1,0 +1,457 @@
+"""The log store: log files, checkpoint files and replay digests on disk.
+
+Layout (the real coordinator's): ``<log-dir>/<instance>_<version>/``
+
+- ``serverlog<N>``: data records back to back, no file header. On disk a record's length
+  field is stored as ``-(length)-1`` and the record is followed by watermarks that its
+  length does not count::
+
+      zz32 nInputs {zz32 len, name, int64 lastProcessedID, int64 lastProcessedReplayableID}*
+      zz32 nTrims  {zz32 len, name, int64 trimSeqNo}*
+
+  The input watermarks after a record are the whole map (sender -> last link sequence
+  number logged), so the last whole record of a file says where every sender stands. A
+  follower can tail a file: records are only ever appended, and each one is self-checking.
+- ``serverchkpt<N>``: ``AMBRCKP1``, int32 n, n bytes of coordinator state (msgpack),
+  then the binding's Checkpoint message as received, then the binding's raw bytes.
+  Written to a temporary name, fsynced and renamed, so it exists only when whole.
+- ``serverdigest<N>``: the determinism check: per binding output since checkpoint N,
+  16 bytes (uint64 XXH64 of the output message, int64 seq id last delivered when it came).
+- ``serverlock``: held (flock) by the coordinator writing this directory.
+
+Checkpoint N pairs with log N; replay goes on through N+1, N+2, ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import struct
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgpack
+
+from ambrosia_py.errors import LockLostError, LogCorruptionError, WireFormatError
+from ambrosia_py.wire import HEADER_SIZE, check_bytes, decode_zz32, decode_zz64, encode_zz32
+from ambrosia_py.wire.varint import Incomplete
+
+__all__ = [
+    "CHECKPOINT_MAGIC",
+    "CheckpointFile",
+    "DiskRecord",
+    "InstanceLock",
+    "LogScan",
+    "LogWriter",
+    "checkpoint_path",
+    "digest_path",
+    "encode_disk_record",
+    "file_numbers",
+    "fsync_dir",
+    "log_path",
+    "read_digest",
+    "scan_log",
+    "write_checkpoint",
+]
+
+LOG_PREFIX = "serverlog"
+CHECKPOINT_PREFIX = "serverchkpt"
+DIGEST_PREFIX = "serverdigest"
+LOCK_NAME = "serverlock"
+CHECKPOINT_MAGIC = b"AMBRCKP1"
+_HEADER = struct.Struct("<iiQq")
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
+DIGEST_ENTRY = struct.Struct("<Qq")
+
+
+def log_path(d: Path, n: int) -> Path:
+    return d / f"{LOG_PREFIX}{n}"
+
+
+def checkpoint_path(d: Path, n: int) -> Path:
+    return d / f"{CHECKPOINT_PREFIX}{n}"
+
+
+def digest_path(d: Path, n: int) -> Path:
+    return d / f"{DIGEST_PREFIX}{n}"
+
+
+def file_numbers(d: Path, prefix: str) -> list[int]:
+    """The N of every ``<prefix><N>`` in ``d``, ascending."""
+    if not d.is_dir():
+        return []
+    out = []
+    for p in d.iterdir():
+        rest = p.name[len(prefix):]
+        if p.name.startswith(prefix) and rest.isdigit():
+            out.append(int(rest))
+    return sorted(out)
+
+
+def fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------ log records
+
+
+def _encode_watermarks(inputs: Mapping[str, int]) -> bytes:
+    parts = [encode_zz32(len(inputs))]
+    for name, seq in sorted(inputs.items()):
+        raw = name.encode("utf-8")
+        parts += [encode_zz32(len(raw)), raw, _I64.pack(seq), _I64.pack(seq)]
+    parts.append(encode_zz32(0))  # no trims: the trim positions live in the checkpoint
+    return b"".join(parts)
+
+
+def encode_disk_record(
+    committer_id: int, seq_id: int, body: bytes, inputs: Mapping[str, int]
+) -> tuple[bytes, bytes]:
+    """``(disk bytes, wire bytes)`` of one data record.
+
+    The wire form (what the binding receives) is the disk form with a positive length
+    and without the watermarks.
+    """
+    length = HEADER_SIZE + len(body)
+    check = check_bytes(body)
+    wire = _HEADER.pack(committer_id, length, check, seq_id) + body
+    disk = _HEADER.pack(committer_id, -length - 1, check, seq_id) + body
+    return disk + _encode_watermarks(inputs), wire
+
+
+class DiskRecord(NamedTuple):
+    """One data record read back from a log file."""
+
+    seq_id: int
+    offset: int  # where the record starts in its file
+    end: int  # where the next record starts (watermarks included)
+    wire: bytes  # header (positive length) + body, as sent to a binding
+    inputs: dict[str, int]  # input watermarks after this record
+
+    @property
+    def body(self) -> bytes:
+        return self.wire[HEADER_SIZE:]
+
+
+class LogScan:
+    """Reads the records of one log file, telling a torn tail from damage.
+
+    Iterate to get ``DiskRecord``s. Afterwards ``torn_at`` is the offset where an
+    incomplete final record begins (None if the file ends on a whole record) and
+    ``good_end`` is the offset just after the last whole record.
+
+    A torn tail is a final record that runs past the end of the file, or whose check
+    bytes fail while nothing follows it, or a tail of zero bytes (a crash during a
+    write, or a power loss that left zero-filled blocks). Anything else that does not
+    parse is damage: ``LogCorruptionError`` naming the file and offset.
+
+    Args:
+        allow_torn_tail: if False a torn tail is damage too (only the newest file may
+            have one: the coordinator cuts it off before appending again).
+        first_seq: the sequence id the first record must have, if known.
+    """
+
+    def __init__(self, path: Path, *, allow_torn_tail: bool = True,
+                 first_seq: int | None = None, committer_id: int | None = None) -> None:
+        self.path = path
+        self.allow_torn_tail = allow_torn_tail
+        self.first_seq = first_seq
+        self.committer_id = committer_id
+        self.torn_at: int | None = None
+        self.good_end = 0
+        self.last_seq: int | None = None
+        self.count = 0
+
+    def _damage(self, offset: int, reason: str) -> LogCorruptionError:
+        return LogCorruptionError(str(self.path), offset, reason)
+
+    def __iter__(self) -> Iterator[DiskRecord]:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - closed in the finally below
+        except OSError as err:
+            raise self._damage(0, f"cannot open: {err.strerror}") from None
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                yield from self._records(buf, size)
+        finally:
+            f.close()
+
+    def _torn(self, buf: Any, offset: int, size: int, reason: str) -> None:
+        if not self.allow_torn_tail:
+            raise self._damage(offset, f"incomplete record at the end of a closed log: {reason}")
+        self.torn_at = offset
+
+    def _records(self, buf: Any, size: int) -> Iterator[DiskRecord]:
+        pos = 0
+        expect = self.first_seq
+        while pos < size:
+            if size - pos < HEADER_SIZE:
+                self._torn(buf, pos, size, "the file ends inside a record header")
+                return
+            committer, stored, check, seq = _HEADER.unpack_from(buf, pos)
+            length = -stored - 1
+            if stored >= 0 or length < HEADER_SIZE:
+                if buf[pos:size].count(0) == size - pos:
+                    self._torn(buf, pos, size, "the file ends in zero bytes")
+                    return
+                raise self._damage(pos, f"length field {stored} is not a stored record length")
+            if self.committer_id is not None and committer != self.committer_id:
+                raise self._damage(
+                    pos, f"committer id {committer} is not this instance's {self.committer_id}"
+                )
+            body_end = pos + length
+            if body_end > size:
+                self._torn(buf, pos, size, "the record runs past the end of the file")
+                return
+            if seq < 0:
+                raise self._damage(pos, f"sequence id {seq} in a log file (data records only)")
+            if expect is not None and seq != expect:
+                raise self._damage(pos, f"sequence id {seq} where {expect} was expected")
+            body = buf[pos + HEADER_SIZE : body_end]
+            try:
+                inputs, end = _decode_watermarks(buf, body_end, size)
+            except Incomplete:
+                if check_bytes(body) == check:
+                    self._torn(buf, pos, size, "the file ends inside a record's watermarks")
+                else:
+                    self._torn(buf, pos, size, "the final record's check bytes do not match")
+                return
+            except WireFormatError as err:
+                raise self._damage(body_end, f"watermarks do not parse: {err.reason}") from None
+            if check_bytes(body) != check:
+                if end >= size:
+                    self._torn(buf, pos, size, "the final record's check bytes do not match")
+                    return
+                raise self._damage(pos, f"record {seq}: check bytes do not match its body")
+            wire = _HEADER.pack(committer, length, check, seq) + body
+            yield DiskRecord(seq, pos, end, wire, inputs)
+            self.count += 1
+            self.last_seq = seq
+            self.good_end = end
+            expect = seq + 1
+            pos = end
+
+
+def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], int]:
+    view = buf[pos : min(size, pos + 5)]
+    n, used = decode_zz32(view, 0)
+    pos += used
+    if n < 0 or n > 1 << 20:
+        raise WireFormatError(f"{n} input watermarks")
+    inputs: dict[str, int] = {}
+    for _ in range(n):
+        ln, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
+        pos += used
+        if ln < 0 or ln > 4096:
+            raise WireFormatError(f"watermark name length {ln}")
+        if pos + ln + 16 > size:
+            raise Incomplete
+        try:
+            name = bytes(buf[pos : pos + ln]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireFormatError("watermark name is not UTF-8") from None
+        pos += ln
+        inputs[name] = _I64.unpack_from(buf, pos)[0]
+        pos += 16
+    n, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
+    pos += used
+    if n < 0 or n > 1 << 20:
+        raise WireFormatError(f"{n} trim watermarks")
+    for _ in range(n):
+        ln, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
+        pos += used
+        if ln < 0 or ln > 4096:
+            raise WireFormatError(f"trim name length {ln}")
+        pos += ln + 8
+        if pos > size:
+            raise Incomplete
+    return inputs, pos
+
+
+def scan_log(path: Path, **kwargs: Any) -> tuple[list[DiskRecord], LogScan]:
+    """Every whole record of a file (see ``LogScan``), and the scan's findings."""
+    scan = LogScan(path, **kwargs)
+    return list(scan), scan
+
+
+class LogWriter:
+    """Appends records to one log file. ``write`` and ``sync`` block: call them off the
+    event loop (the coordinator's committer does, so group commit pays one fsync per batch)."""
+
+    def __init__(self, path: Path, truncate_at: int | None = None) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        if truncate_at is not None:
+            os.ftruncate(self._fd, truncate_at)
+            os.fsync(self._fd)
+        self.size = os.lseek(self._fd, 0, os.SEEK_END)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self.size += len(data)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def write_checkpoint(d: Path, n: int, state: Mapping[str, Any], message: bytes,
+                     chunks: Iterator[bytes] | list[bytes]) -> Path:
+    """Write ``serverchkpt<n>`` durably (temporary file, fsync, rename, fsync the directory)."""
+    path = checkpoint_path(d, n)
+    tmp = d / f".{path.name}.tmp"
+    packed = msgpack.packb(dict(state), use_bin_type=True)
+    with open(tmp, "wb") as f:
+        f.write(CHECKPOINT_MAGIC + _I32.pack(len(packed)) + packed + message)
+        for c in chunks:
+            f.write(c)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(d)
+    return path
+
+
+class CheckpointFile:
+    """A checkpoint file opened for reading: ``state``, the binding's ``message`` bytes,
+    and ``size`` raw bytes at ``raw_offset`` (``chunks()`` streams them)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                head = f.read(12)
+                total = os.fstat(f.fileno()).st_size
+                if len(head) < 12 or head[:8] != CHECKPOINT_MAGIC:
+                    raise LogCorruptionError(str(path), 0, "not a checkpoint file (bad magic)")
+                (n,) = _I32.unpack_from(head, 8)
+                if n < 0 or 12 + n > total:
+                    raise LogCorruptionError(str(path), 8, f"state length {n} overruns the file")
+                packed = f.read(n)
+                msg = f.read(16)
+        except OSError as err:
+            raise LogCorruptionError(str(path), 0, f"cannot read: {err.strerror}") from None
+        try:
+            state = msgpack.unpackb(packed, raw=False, strict_map_key=False)
+        except Exception as err:  # msgpack raises several unrelated types
+            raise LogCorruptionError(
+                str(path), 12, f"coordinator state does not parse: {err}"
+            ) from None
+        if not isinstance(state, dict):
+            raise LogCorruptionError(str(path), 12, "coordinator state is not a map")
+        self.state: dict[str, Any] = state
+        pos = 12 + n
+        try:
+            mlen, p = decode_zz32(msg, 0)
+            if mlen < 2 or msg[p] != 8:
+                raise WireFormatError("not a Checkpoint message")
+            size, end = decode_zz64(msg, p + 1)
+            if end != p + mlen or size < 0:
+                raise WireFormatError("malformed Checkpoint message")
+        except (Incomplete, WireFormatError, IndexError) as err:
+            raise LogCorruptionError(
+                str(path), pos, f"the binding's Checkpoint message does not parse: {err}"
+            ) from None
+        self.message = msg[:end]
+        self.size = size
+        self.raw_offset = pos + end
+        if self.raw_offset + size != total:
+            raise LogCorruptionError(
+                str(path), self.raw_offset,
+                f"{total - self.raw_offset} raw bytes where the checkpoint announces {size}",
+            )
+
+    def chunks(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        with open(self.path, "rb") as f:
+            f.seek(self.raw_offset)
+            left = self.size
+            while left:
+                data = f.read(min(chunk_size, left))
+                if not data:
+                    raise LogCorruptionError(str(self.path), f.tell(), "checkpoint cut short")
+                left -= len(data)
+                yield data
+
+
+# ------------------------------------------------------------------ digests
+
+
+def read_digest(path: Path) -> list[tuple[int, int]]:
+    """``(output hash, seq id)`` entries of a digest file; a torn final entry is ignored."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    whole = len(data) - len(data) % DIGEST_ENTRY.size
+    return [(int(h), int(s)) for h, s in DIGEST_ENTRY.iter_unpack(data[:whole])]
+
+
+class DigestWriter:
+    """Appends digest entries with plain writes: they survive the process being killed
+    (the page cache keeps them); a power loss may cost the newest, which is harmless."""
+
+    def __init__(self, path: Path, keep: int | None = None) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        if keep is not None:
+            os.ftruncate(self._fd, keep * DIGEST_ENTRY.size)
+        os.lseek(self._fd, 0, os.SEEK_END)
+
+    def add(self, output_hash: int, seq_id: int) -> None:
+        os.write(self._fd, DIGEST_ENTRY.pack(output_hash, seq_id))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+# ------------------------------------------------------------------ the lock
+
+
+class InstanceLock:
+    """The exclusive lock of an instance directory. Standalone, it keeps a second
+    coordinator from writing the same log; in active/active it will mark the primary."""
+
+    def __init__(self, d: Path) -> None:
+        self.path = d / LOCK_NAME
+        self._fd = -1
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockLostError(
+                f"another coordinator holds the log lock {self.path}"
+            ) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1

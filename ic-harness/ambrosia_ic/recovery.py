@@ -1,0 +1,129 @@
+"""The recovery reader: which checkpoint to start from, which logs follow it, and the
+coordinator state they add up to. Reads only; the live coordinator, ``debug-instance``
+and ``log dump`` share it (and so will an active/active standby following the log).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ambrosia_py.errors import LogCorruptionError
+
+from .logstore import (
+    CHECKPOINT_PREFIX,
+    LOG_PREFIX,
+    CheckpointFile,
+    DiskRecord,
+    LogScan,
+    checkpoint_path,
+    file_numbers,
+    log_path,
+)
+
+__all__ = ["RecoveryPlan", "plan_recovery", "replay_records"]
+
+STATE_FORMAT = 1
+
+
+@attrs.define
+class RecoveryPlan:
+    """What a recovery from checkpoint ``checkpoint`` will replay.
+
+    ``next_seq`` and ``inputs`` are the state after the last whole record; ``torn`` is
+    ``(path, offset)`` of a torn tail in the newest log, if any.
+    """
+
+    directory: Path
+    committer_id: int
+    checkpoint: CheckpointFile
+    number: int
+    logs: list[int]
+    start_seq: int
+    next_seq: int
+    inputs: dict[str, int]
+    outputs: dict[str, dict[str, Any]]
+    records: int = 0
+    torn: tuple[Path, int] | None = None
+
+    @property
+    def last_log(self) -> int:
+        return self.logs[-1] if self.logs else self.number
+
+
+def latest_checkpoint(d: Path) -> int | None:
+    nums = file_numbers(d, CHECKPOINT_PREFIX)
+    return nums[-1] if nums else None
+
+
+def _state(cf: CheckpointFile) -> tuple[int, dict[str, int], dict[str, dict[str, Any]]]:
+    s = cf.state
+    bad = LogCorruptionError(str(cf.path), 12, "coordinator state is missing fields")
+    if s.get("format") != STATE_FORMAT:
+        raise LogCorruptionError(str(cf.path), 12, f"unknown state format {s.get('format')!r}")
+    next_seq = s.get("next_seq")
+    inputs = s.get("inputs")
+    outputs = s.get("outputs")
+    if not isinstance(next_seq, int) or not isinstance(inputs, dict):
+        raise bad
+    if not isinstance(outputs, dict):
+        raise bad
+    for k, v in inputs.items():
+        if not isinstance(k, str) or not isinstance(v, int):
+            raise bad
+    for k, v in outputs.items():
+        if not isinstance(k, str) or not isinstance(v, dict):
+            raise bad
+        if not isinstance(v.get("next"), int) or not isinstance(v.get("unacked"), list):
+            raise bad
+    return next_seq, dict(inputs), outputs
+
+
+def plan_recovery(d: Path, committer_id: int, checkpoint: int | None = None) -> RecoveryPlan | None:
+    """Scan checkpoint ``checkpoint`` (default: the newest) and every log after it.
+
+    Returns None when there is no checkpoint at all (a first start).
+
+    Raises:
+        LogCorruptionError: a file is damaged anywhere but the newest log's torn tail,
+            or a log in the chain is missing.
+    """
+    n = latest_checkpoint(d) if checkpoint is None else checkpoint
+    if n is None:
+        return None
+    path = checkpoint_path(d, n)
+    if not path.exists():
+        raise LogCorruptionError(str(path), 0, "no such checkpoint")
+    cf = CheckpointFile(path)
+    next_seq, inputs, outputs = _state(cf)
+    logs = [k for k in file_numbers(d, LOG_PREFIX) if k >= n]
+    for i, k in enumerate(logs):
+        if k != n + i:
+            raise LogCorruptionError(str(log_path(d, n + i)), 0, "missing from the log chain")
+    plan = RecoveryPlan(d, committer_id, cf, n, logs, next_seq, next_seq, inputs, outputs)
+    for rec in _scan(plan):
+        plan.records += 1
+        plan.next_seq = rec.seq_id + 1
+        plan.inputs.update(rec.inputs)
+    return plan
+
+
+def _scan(plan: RecoveryPlan, on_torn: list[LogScan] | None = None) -> Iterator[DiskRecord]:
+    expect = plan.start_seq
+    for i, k in enumerate(plan.logs):
+        last = i == len(plan.logs) - 1
+        scan = LogScan(log_path(plan.directory, k), allow_torn_tail=last, first_seq=expect,
+                       committer_id=plan.committer_id)
+        for rec in scan:
+            yield rec
+            expect = rec.seq_id + 1
+        if scan.torn_at is not None:
+            plan.torn = (scan.path, scan.torn_at)
+
+
+def replay_records(plan: RecoveryPlan) -> Iterator[DiskRecord]:
+    """The whole records of the plan's logs in order, read again from disk."""
+    return _scan(plan)

@@ -1,0 +1,295 @@
+"""The local registry: where instances are registered and coordinators find each other.
+
+The real coordinator keeps registrations in Azure tables. Ours keeps them as files:
+
+```
+$AMBROSIA_HOME/                 (default ~/.ambrosia)
+  link-secret                   32 random bytes (hex); coordinators prove they know it
+  instances/<name>.json         one registration per instance
+```
+
+Every function takes the home directory explicitly (``home=None`` means "from the
+environment"), so two registries can be used in one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ambrosia_py.errors import RegistryError
+
+__all__ = [
+    "CREATE_SERVICE_MODES",
+    "Registration",
+    "ambrosia_home",
+    "find_instances",
+    "instance_dir",
+    "link_secret",
+    "load",
+    "register",
+]
+
+CREATE_SERVICE_MODES = ("auto", "no-recovery", "always-recover")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def ambrosia_home(home: str | os.PathLike[str] | None = None,
+                  env: Mapping[str, str] | None = None) -> Path:
+    """The registry directory: ``home`` if given, else ``$AMBROSIA_HOME``, else ``~/.ambrosia``."""
+    if home is not None:
+        return Path(home)
+    env = os.environ if env is None else env
+    value = env.get("AMBROSIA_HOME")
+    if value:
+        return Path(value)
+    return Path.home() / ".ambrosia"
+
+
+def _check_port(what: str, port: int) -> int:
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise RegistryError(f"{what} must be a TCP port number 1..65535, got {port!r}")
+    return port
+
+
+def check_instance_name(name: str) -> str:
+    """Instance names become file and directory names, so keep them plain."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise RegistryError(
+            f"instance name {name!r} is not allowed: use letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit, at most 128 characters)"
+        )
+    return name
+
+
+@attrs.frozen
+class Registration:
+    """One registered instance, as ``RegisterInstance`` records it.
+
+    ``committer_id`` is stamped into every log record header; it is chosen at random the
+    first time an instance is registered and kept when the instance is registered again
+    (for instance to change versions before an upgrade).
+    """
+
+    instance_name: str
+    receive_port: int
+    send_port: int
+    ic_port: int
+    log_dir: str
+    committer_id: int
+    current_version: int = 0
+    upgrade_version: int = 0
+    active_active: bool = False
+    log_trigger_size_mb: int = 1000
+    create_service: str = "auto"
+
+    def validate(self) -> Registration:
+        check_instance_name(self.instance_name)
+        ports = {
+            "receive port": _check_port("receive port", self.receive_port),
+            "send port": _check_port("send port", self.send_port),
+            "ic port": _check_port("ic port", self.ic_port),
+        }
+        if len(set(ports.values())) != 3:
+            raise RegistryError(
+                "receive port, send port and ic port must be three different ports, got "
+                + ", ".join(f"{k} {v}" for k, v in ports.items())
+            )
+        if not self.log_dir:
+            raise RegistryError("a log directory is required")
+        if self.current_version < 0 or self.upgrade_version < 0:
+            raise RegistryError("versions must not be negative")
+        if self.upgrade_version and self.upgrade_version < self.current_version:
+            raise RegistryError(
+                f"upgrade version {self.upgrade_version} is below current version "
+                f"{self.current_version}"
+            )
+        if self.log_trigger_size_mb < 1:
+            raise RegistryError(
+                f"log trigger size must be at least 1 MB, got {self.log_trigger_size_mb}"
+            )
+        if self.create_service not in CREATE_SERVICE_MODES:
+            raise RegistryError(
+                f"create-service must be one of {', '.join(CREATE_SERVICE_MODES)}, "
+                f"got {self.create_service!r}"
+            )
+        if not -(1 << 31) <= self.committer_id < (1 << 31):
+            raise RegistryError(f"committer id {self.committer_id} does not fit an int32")
+        return self
+
+    @property
+    def upgrading(self) -> bool:
+        return self.upgrade_version > self.current_version
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Registration:
+        if not isinstance(data, dict):
+            raise RegistryError(f"{where}: not a registration (expected a JSON object)")
+        names = {a.name for a in attrs.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise RegistryError(f"{where}: unknown fields {sorted(unknown)}")
+        try:
+            reg = cls(**data)
+        except TypeError as err:
+            raise RegistryError(f"{where}: {err}") from None
+        for a in attrs.fields(cls):
+            value = getattr(reg, a.name)
+            expected = bool if a.name == "active_active" else (
+                str if a.name in ("instance_name", "log_dir", "create_service") else int)
+            if type(value) is not expected:
+                raise RegistryError(f"{where}: field {a.name} should be {expected.__name__}")
+        try:
+            return reg.validate()
+        except RegistryError as err:
+            raise RegistryError(f"{where}: {err}") from None
+
+
+def _instances(home: Path) -> Path:
+    return home / "instances"
+
+
+def _write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def link_secret(home: str | os.PathLike[str] | None = None, *, create: bool = False) -> bytes:
+    """The registry-wide secret that coordinators use to authenticate links."""
+    path = ambrosia_home(home) / "link-secret"
+    try:
+        text = path.read_text("ascii").strip()
+    except FileNotFoundError:
+        if not create:
+            raise RegistryError(f"no link secret in the registry at {path.parent}") from None
+        with contextlib.suppress(FileExistsError):
+            _write_atomically_exclusive(path, secrets.token_hex(32).encode("ascii"))
+        text = path.read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise RegistryError(f"cannot read the link secret {path}: {err}") from None
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        raise RegistryError(f"the link secret {path} is not hex") from None
+    if len(secret) < 16:
+        raise RegistryError(f"the link secret {path} is too short")
+    return secret
+
+
+def _write_atomically_exclusive(path: Path, data: bytes) -> None:
+    # Two registrations racing must agree on one secret: link() fails if it exists.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+
+
+def register(
+    *,
+    instance_name: str,
+    receive_port: int,
+    send_port: int,
+    ic_port: int,
+    log_dir: str | os.PathLike[str],
+    current_version: int = 0,
+    upgrade_version: int | None = None,
+    active_active: bool = False,
+    log_trigger_size_mb: int = 1000,
+    create_service: str = "auto",
+    home: str | os.PathLike[str] | None = None,
+) -> Registration:
+    """Register (or re-register) an instance. Returns the stored registration.
+
+    Raises:
+        RegistryError: an argument is invalid.
+    """
+    check_instance_name(instance_name)
+    home_path = ambrosia_home(home)
+    committer_id = secrets.randbits(32) - (1 << 31)
+    with contextlib.suppress(RegistryError):
+        committer_id = load(instance_name, home_path).committer_id
+    reg = Registration(
+        instance_name=instance_name,
+        receive_port=receive_port,
+        send_port=send_port,
+        ic_port=ic_port,
+        log_dir=os.path.abspath(os.fspath(log_dir)) if os.fspath(log_dir) else "",
+        committer_id=committer_id,
+        current_version=current_version,
+        upgrade_version=current_version if upgrade_version is None else upgrade_version,
+        active_active=active_active,
+        log_trigger_size_mb=log_trigger_size_mb,
+        create_service=create_service,
+    ).validate()
+    link_secret(home_path, create=True)
+    path = _instances(home_path) / f"{instance_name}.json"
+    _write_atomically(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
+    return reg
+
+
+def load(name: str, home: str | os.PathLike[str] | None = None) -> Registration:
+    """The registration of ``name``.
+
+    Raises:
+        RegistryError: not registered, or the file is damaged.
+    """
+    check_instance_name(name)
+    home_path = ambrosia_home(home)
+    path = _instances(home_path) / f"{name}.json"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise RegistryError(
+            f"instance {name!r} is not registered in {home_path} "
+            "(run `ambrosia register-instance` first)"
+        ) from None
+    except OSError as err:
+        raise RegistryError(f"cannot read registration {path}: {err}") from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise RegistryError(f"{path}: not valid JSON: {err}") from None
+    reg = Registration.from_json(data, str(path))
+    if reg.instance_name != name:
+        raise RegistryError(f"{path}: registers {reg.instance_name!r}, not {name!r}")
+    return reg
+
+
+def find_instances(home: str | os.PathLike[str] | None = None) -> list[str]:
+    """Names of all registered instances, sorted."""
+    d = _instances(ambrosia_home(home))
+    if not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.json") if not p.name.startswith("."))
+
+
+def instance_dir(reg: Registration, version: int | None = None) -> Path:
+    """``<log-dir>/<instance>_<version>``, the real coordinator's layout."""
+    v = reg.current_version if version is None else version
+    return Path(reg.log_dir) / f"{reg.instance_name}_{v}"
