@@ -285,7 +285,14 @@ class BindingConnection:
         return payload
 
     def begin_checkpoint(self, size: int) -> bytes:
-        """Announce a checkpoint of ``size`` bytes; then send them with ``checkpoint_data``."""
+        """Announce a checkpoint of ``size`` bytes; then send them with ``checkpoint_data``.
+
+        Raises:
+            ValueError: ``size`` is negative.
+            LocalProtocolError: no checkpoint is owed, or one is already being sent.
+        """
+        if size < 0:
+            raise ValueError(f"checkpoint size must not be negative, got {size}")
         if self._state is State.ERROR:
             raise LocalProtocolError("the connection is broken by an earlier protocol error")
         if self._state not in CHECKPOINT_OWED:
@@ -294,8 +301,6 @@ class BindingConnection:
             )
         if self._ckpt_to_send >= 0:
             raise LocalProtocolError("a checkpoint is already being sent")
-        if size < 0:
-            raise ValueError(f"checkpoint size must not be negative, got {size}")
         header = Checkpoint(size).encode()
         self._ckpt_to_send = size
         if size == 0:
