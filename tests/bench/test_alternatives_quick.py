@@ -91,10 +91,12 @@ def test_figures_carry_same_run_ratios(alt) -> None:
                         "dbos": [fake("dbos", 40000)]})
     by_name = {r["name"]: r for r in rows}
     grpc_rps = by_name["alternatives.grpc.requests_per_s"]
-    assert grpc_rps["baseline"] == "alternatives.tcp.requests_per_s"
+    assert grpc_rps["extra"]["baseline_name"] == "alternatives.tcp.requests_per_s"
+    assert grpc_rps["baseline"] == pytest.approx(1e6)
     assert grpc_rps["ratio"] == pytest.approx(0.25)
     dbos_p50 = by_name["alternatives.dbos.p50_latency_us"]
-    assert dbos_p50["baseline"] == "alternatives.grpc.p50_latency_us"
+    assert dbos_p50["extra"]["baseline_name"] == "alternatives.grpc.p50_latency_us"
+    assert dbos_p50["baseline"] == pytest.approx(4.0)
     assert dbos_p50["ratio"] == pytest.approx(10.0)
     assert dbos_p50["extra"]["ratio_vs_tcp"] == pytest.approx(40.0)
-    assert by_name["alternatives.tcp.requests_per_s"]["ratio"] is None
+    assert by_name["alternatives.tcp.requests_per_s"]["ratio"] == 1.0
