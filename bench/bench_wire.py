@@ -105,20 +105,19 @@ def encode_outgoing_named(n: int) -> int:
     return n
 
 
-def _rate(fn: Callable[[], int], repeats: int) -> tuple[float, float]:
-    """Median frames/s over ``repeats`` and the spread (max - min) / median."""
-    rates = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        count = fn()
-        rates.append(count / (time.perf_counter() - t0))
-    med = statistics.median(rates)
-    return med, (max(rates) - min(rates)) / med
+def _timed(fn: Callable[[], int]) -> float:
+    t0 = time.perf_counter()
+    count = fn()
+    return count / (time.perf_counter() - t0)
+
+
+def _spread(xs: list[float]) -> float:
+    return (max(xs) - min(xs)) / statistics.median(xs)
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
     n = 20_000 if quick else 200_000
-    repeats = 3 if quick else 7
+    repeats = 3 if quick else 9
     frames = outgoing_frames(n)
     records = record_stream(n // PER_RECORD)
     record_frames_only = b"".join(
@@ -128,7 +127,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
     assert baseline_framing(frames) == n == decode_messages_stream(frames)
     assert decode_records_stream(records) == n == baseline_framing(record_frames_only)
 
-    base, base_spread = _rate(lambda: baseline_framing(frames), repeats)
+    def baseline() -> int:
+        return baseline_framing(frames)
+
     cases: list[tuple[str, Callable[[], int]]] = [
         ("MessageStreamDecoder, outgoing RPC", lambda: decode_messages_stream(frames)),
         (f"LogRecordDecoder, {PER_RECORD} RPCs/record", lambda: decode_records_stream(records)),
@@ -136,15 +137,28 @@ def run(quick: bool) -> list[dict[str, Any]]:
         ("encode_rpc", lambda: encode_incoming(n)),
         ("OutgoingRpc.encode (named)", lambda: encode_outgoing_named(n)),
     ]
+    # Each repeat times the baseline right before the case and keeps their ratio, so that
+    # load from other processes, which drifts over seconds, mostly cancels out.
+    base_rates: list[float] = []
+    rows = []
+    for name, fn in cases:
+        rates, ratios = [], []
+        for _ in range(repeats):
+            b = _timed(baseline)
+            r = _timed(fn)
+            base_rates.append(b)
+            rates.append(r)
+            ratios.append(r / b)
+        rows.append((name, rates, ratios))
+    base = statistics.median(base_rates)
     results = [{
         "name": "baseline: varint framing loop",
         "value": base, "unit": "frames/s", "baseline": base, "ratio": 1.0,
-        "spread": base_spread,
+        "spread": _spread(base_rates),
     }]
-    for name, fn in cases:
-        value, spread = _rate(fn, repeats)
+    for name, rates, ratios in rows:
         results.append({
-            "name": name, "value": value, "unit": "frames/s", "baseline": base,
-            "ratio": value / base, "spread": spread,
+            "name": name, "value": statistics.median(rates), "unit": "frames/s",
+            "baseline": base, "ratio": statistics.median(ratios), "spread": _spread(ratios),
         })
     return results

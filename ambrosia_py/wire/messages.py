@@ -256,6 +256,13 @@ _EMPTY = {t: bytes((2, t)) for t in range(16)}
 
 def encode_rpc(method_id: int, rpc_type: int, args: bytes, reserved: int = 0) -> bytes:
     """An incoming-form RPC message, ``[size][0x00][reserved][zz32 method][type][args]``."""
+    if not reserved and -64 <= method_id < 64 and 0 <= rpc_type <= 2:
+        # Hot path: a one-byte method id; ZigZag of a small int needs no mask.
+        n = len(args) + 4
+        zz = (method_id << 1) ^ (method_id >> 31)
+        if n < 64:
+            return bytes((n << 1, 0, 0, zz, rpc_type)) + args
+        return encode_zz32(n) + bytes((0, 0, zz, rpc_type)) + args
     if reserved:
         if not 0 < reserved < 256:
             raise ValueError(f"reserved byte must be 0..255, got {reserved}")
@@ -277,6 +284,20 @@ def encode_outgoing_rpc(
 
     An empty destination is a self-call: its length is 0 and the name is omitted.
     """
+    if not reserved and -64 <= method_id < 64 and 0 <= rpc_type <= 2:
+        zz = (method_id << 1) ^ (method_id >> 31)
+        if not destination:
+            n = len(args) + 5
+            if n < 64:
+                return bytes((n << 1, 0, 0, 0, zz, rpc_type)) + args
+            return encode_zz32(n) + bytes((0, 0, 0, zz, rpc_type)) + args
+        name = destination.encode("utf-8")
+        if len(name) < 64:
+            n = len(name) + len(args) + 5
+            tail = bytes((0, zz, rpc_type))
+            if n < 64:
+                return bytes((n << 1, 0, len(name) << 1)) + name + tail + args
+            return encode_zz32(n) + bytes((0, len(name) << 1)) + name + tail + args
     name = destination.encode("utf-8")
     if reserved:
         if not 0 < reserved < 256:
@@ -511,6 +532,8 @@ def _decode_body(
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in MessageType)
+# NamedTuple.__new__ is a Python function; tuple.__new__ builds the same object in C.
+_new = tuple.__new__
 
 
 def decode_messages(
@@ -557,7 +580,7 @@ def _decode_messages(
             m = buf[body + 2]
             t = buf[body + 3]
             if m < 0x80 and t < 3:
-                append(Rpc((m >> 1) ^ -(m & 1), t, buf[body + 4 : msg_end], 0))
+                append(_new(Rpc, ((m >> 1) ^ -(m & 1), t, buf[body + 4 : msg_end], 0)))
                 pos = msg_end
                 continue
         append(_decode_body(mtype, buf, body + 1, msg_end, direction, base))

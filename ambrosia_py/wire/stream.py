@@ -25,6 +25,7 @@ from .messages import (
     Checkpoint,
     Direction,
     Message,
+    OutgoingRpc,
     decode_body,
     decode_messages,
 )
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
+_new = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 
 
 class NeedData:
@@ -305,7 +307,7 @@ class LogRecordDecoder(_Buffered):
                 self.last_seq_id = seq
         self._pos = end
         self._need = HEADER_SIZE
-        return LogRecord(committer, seq, messages, check)
+        return _new(LogRecord, (committer, seq, messages, check))
 
 
 class MessageStreamDecoder(_Buffered):
@@ -324,8 +326,26 @@ class MessageStreamDecoder(_Buffered):
     ) -> None:
         super().__init__(max_frame_size)
         self.direction = direction
+        # The hot path reads outgoing-form RPCs of at most 63 bytes without bound checks.
+        self._fast = direction is Direction.TO_COORDINATOR and max_frame_size >= 64
 
     def next_event(self) -> Message | CheckpointChunk | CheckpointEnd | NeedData:
+        buf = self._buf
+        pos = self._pos
+        if self._fast and pos + 6 <= len(buf) and self._error is None and self._ckpt_remaining < 0:
+            # Hot path: a whole self-call RPC with one-byte size and method id is buffered.
+            # Anything else (or anything odd about this one) takes the general path below.
+            b = buf[pos]
+            end = pos + 1 + (b >> 1)
+            if (
+                b < 0x80 and not b & 1 and end <= len(buf) and buf[pos + 1] == 0
+                and buf[pos + 2] == 0 and buf[pos + 3] == 0
+            ):
+                m = buf[pos + 4]
+                t = buf[pos + 5]
+                if m < 0x80 and t < 3:
+                    self._pos = end
+                    return _new(OutgoingRpc, ("", (m >> 1) ^ -(m & 1), t, buf[pos + 6 : end], 0))
         if self._error is not None:
             raise self._error
         if self._ckpt_remaining >= 0:
