@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ambrosia_py.errors import CoordinatorError
 
@@ -21,11 +22,12 @@ def start_process(
     env: Mapping[str, str] | None = None,
     home: str | os.PathLike[str] | None = None,
     timeout: float = 30.0,
+    stderr: Any = None,
 ) -> subprocess.Popen[str]:
     """Run ``python -m ambrosia_ic ARGS`` and return once it prints its readiness line.
 
     ``home`` sets ``AMBROSIA_HOME`` for the child. The child's stdout stays a pipe (the
-    caller may read what follows the readiness line); its stderr is inherited.
+    caller may read what follows the readiness line); its stderr goes to ``stderr`` (default: inherited).
 
     Raises:
         CoordinatorError: the process exited, or did not get ready within ``timeout``.
@@ -37,6 +39,7 @@ def start_process(
         [sys.executable, "-m", "ambrosia_ic", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
+        stderr=stderr,
         env=child_env,
         text=True,
     )
@@ -69,10 +72,11 @@ def start_coordinator(
     env: Mapping[str, str] | None = None,
     home: str | os.PathLike[str] | None = None,
     timeout: float = 30.0,
+    stderr: Any = None,
 ) -> subprocess.Popen[str]:
     """Start ``ambrosia ic`` for a registered instance; returns once it is listening
     on its receive and send ports."""
     return start_process(
         ["ic", "--instance-name", name, "--replica", str(replica)],
-        env=env, home=home, timeout=timeout,
+        env=env, home=home, timeout=timeout, stderr=stderr,
     )

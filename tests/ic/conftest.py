@@ -1,0 +1,128 @@
+"""Fixtures for the coordinator tests: a private registry, free ports, coordinator
+processes that are always killed in teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ambrosia_ic import launch, registry
+
+from .rawbinding import CounterApp, Driver, RawBinding
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
+    """Poll ``cond`` until it is true; ``limit`` only keeps a broken run from hanging."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.01)
+
+
+class Harness:
+    def __init__(self, tmp: Path) -> None:
+        self.home = tmp / "home"
+        self.logs = tmp / "logs"
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen[str]] = []
+        self.files: list[Any] = []
+        self.stderr_paths: dict[int, Path] = {}
+        self.starts = 0
+        self.bindings: list[RawBinding] = []
+        self.env = dict(os.environ, AMBROSIA_HOME=str(self.home))
+
+    def register(self, name: str, **kw: Any) -> registry.Registration:
+        rp, sp, ip = free_ports(3)
+        return registry.register(instance_name=name, receive_port=rp, send_port=sp,
+                                 ic_port=ip, log_dir=self.logs, home=self.home, **kw)
+
+    def reg(self, name: str) -> registry.Registration:
+        return registry.load(name, self.home)
+
+    def start(self, name: str) -> subprocess.Popen[str]:
+        self.starts += 1
+        err = open(self.tmp / f"{name}-{self.starts}.err", "w")  # noqa: SIM115
+        self.files.append(err)
+        try:
+            proc = launch.start_coordinator(name, home=self.home, stderr=err)
+        finally:
+            err.flush()
+        self.procs.append(proc)
+        self.stderr_paths[proc.pid] = Path(err.name)
+        return proc
+
+    def stderr_of(self, proc: subprocess.Popen[str]) -> str:
+        return self.stderr_paths[proc.pid].read_text()
+
+    def kill9(self, proc: subprocess.Popen[str]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def cli(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ambrosia_ic", *args], env=self.env,
+                              capture_output=True, text=True, timeout=120, **kw)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "ambrosia_ic", *args], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def connect(self, name: str) -> RawBinding:
+        reg = self.reg(name)
+        b = RawBinding(reg.receive_port, reg.send_port)
+        self.bindings.append(b)
+        return b
+
+    def drive(self, name: str, peer: str = "") -> Driver:
+        return Driver(self.connect(name), CounterApp(name, peer)).start()
+
+    def instance_dir(self, name: str) -> Path:
+        return registry.instance_dir(self.reg(name))
+
+    def close(self) -> None:
+        for b in self.bindings:
+            b.close()
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            for f in (p.stdout, p.stderr):
+                if f is not None:
+                    f.close()
+        for f in self.files:
+            f.close()
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
