@@ -241,6 +241,11 @@ def measure(
     return {name: runs for name, runs in results.items() if runs}
 
 
+def _paired_ratio(values: list[float], baselines: list[float]) -> float | None:
+    pairs = [v / b for v, b in zip(values, baselines, strict=False) if b]
+    return wl.median(pairs) if pairs else None
+
+
 def figures(results: dict[str, list[wl.RunResult]]) -> list[dict[str, Any]]:
     """Turn checked runs into the harness's figure dicts (median over reps, with ratios)."""
     per_rep: dict[str, dict[str, list[float]]] = {}
@@ -282,6 +287,11 @@ def figures(results: dict[str, list[wl.RunResult]]) -> list[dict[str, Any]]:
                         "runs": len(runs),
                         "per_run": per_rep[c.name][metric],
                         "exactly_once_checked": True,
+                        # Each repetition's ratio to the baseline's run of the same
+                        # repetition (run back to back), less exposed to slow drifts.
+                        "paired_ratio_median": _paired_ratio(
+                            per_rep[c.name][metric], per_rep[base or c.name][metric]
+                        ),
                         **ratios,
                     },
                 }
