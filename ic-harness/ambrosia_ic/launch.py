@@ -27,7 +27,8 @@ def start_process(
     """Run ``python -m ambrosia_ic ARGS`` and return once it prints its readiness line.
 
     ``home`` sets ``AMBROSIA_HOME`` for the child. The child's stdout stays a pipe (the
-    caller may read what follows the readiness line); its stderr goes to ``stderr`` (default: inherited).
+    caller may read what follows the readiness line); its stderr goes to ``stderr``
+    (default: inherited).
 
     Raises:
         CoordinatorError: the process exited, or did not get ready within ``timeout``.
