@@ -1,0 +1,74 @@
+"""``self.ctx``: what a running immortal may ask of its runtime.
+
+``now()`` and ``random()`` are replay-safe: their values come from the input being handled
+(its logged header), so a replay sees the same ones. Outside a handler they fall back to
+the real clock and ``os.urandom``; that is only legal in outside-world code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import random as _random
+import typing
+from collections.abc import Coroutine
+from typing import Any
+
+if typing.TYPE_CHECKING:
+    import asyncio
+
+    from .runtime.engine import Engine
+
+__all__ = ["ImmortalContext"]
+
+
+class ImmortalContext:
+    """The runtime's face towards one immortal instance."""
+
+    def __init__(self, engine: Engine, instance_name: str, logger: logging.Logger) -> None:
+        self._engine = engine
+        self.instance_name = instance_name
+        self.log = logger
+
+    @property
+    def is_primary(self) -> bool:
+        """True once the instance is primary: Impulses and side effects are allowed."""
+        return self._engine.is_primary
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the inputs being handled are replays of an earlier life's."""
+        return self._engine.is_replaying
+
+    @property
+    def in_handler(self) -> bool:
+        """True while a logged input is being handled (deterministic code)."""
+        return self._engine.current_input is not None
+
+    def now(self) -> datetime.datetime:
+        """The logged time of the input being handled (UTC); the wall clock outside one."""
+        cur = self._engine.current_input
+        if cur is None:
+            return datetime.datetime.now(datetime.UTC)
+        return datetime.datetime.fromtimestamp(cur.timestamp_ns / 1e9, datetime.UTC)
+
+    def random(self) -> float:
+        """A float in [0, 1) from a PRNG seeded by the input's logged entropy."""
+        return self.rng.random()
+
+    @property
+    def rng(self) -> _random.Random:
+        """The replay-safe PRNG of the input being handled."""
+        cur = self._engine.current_input
+        if cur is None:
+            return _random.Random()  # seeded from os.urandom: outside-world code only
+        return cur.rng
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run outside-world code (a side effect) as an asyncio task, only when primary;
+        it is cancelled when the immortal stops."""
+        return self._engine.spawn(coro)
+
+    def request_checkpoint(self) -> None:
+        """Ask the coordinator for a checkpoint now (when primary)."""
+        self._engine.request_checkpoint()

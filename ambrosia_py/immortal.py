@@ -1,0 +1,482 @@
+"""The programming model: ``Immortal``, ``@rpc`` / ``@fork`` / ``@impulse``, proxies.
+
+A user subclasses ``Immortal``; its state is its ordinary attributes. Decorators only mark
+methods; ``Immortal.__init_subclass__`` validates the whole class and raises one
+``ImmortalDefinitionError`` listing every problem. The runtime (``ambrosia_py.runtime``)
+drives instances; nothing here touches a socket.
+"""
+
+from __future__ import annotations
+
+import dis
+import enum
+import inspect
+import typing
+import zlib
+from collections.abc import Callable, Generator
+from typing import Any, ClassVar, Generic, TypeVar
+
+import attrs
+
+from .errors import (
+    ImmortalDefinitionError,
+    LocalProtocolError,
+)
+from .serialization import Serializer, check_serializable, inspect_empty
+
+if typing.TYPE_CHECKING:
+    from .context import ImmortalContext
+
+__all__ = [
+    "RESERVED_METHOD_IDS",
+    "Immortal",
+    "ImmortalProxy",
+    "JsProxy",
+    "MethodKind",
+    "MethodRef",
+    "MethodSpec",
+    "PendingCall",
+    "default_method_id",
+    "fork",
+    "gather",
+    "impulse",
+    "rpc",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+I = TypeVar("I", bound="Immortal")
+
+# Method ids below zero belong to the system: AmbrosiaJS uses -1 for "post" calls and
+# their results and -2 for post-by-impulse; ambrosia-py sends awaited results to -3.
+POST_METHOD_ID = -1
+POST_BY_IMPULSE_METHOD_ID = -2
+RESULT_METHOD_ID = -3
+RESERVED_METHOD_IDS = frozenset({POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID, RESULT_METHOD_ID})
+_MARK = "__ambrosia_method__"
+_HOOKS = (
+    "on_first_start",
+    "on_checkpoint_loaded",
+    "on_recovery_complete",
+    "on_become_primary",
+    "on_upgrade",
+)
+
+
+class MethodKind(enum.Enum):
+    RPC = "rpc"  # async/await: the caller awaits the result
+    FORK = "fork"  # fire and forget
+    IMPULSE = "impulse"  # input from the outside world, sent only when primary
+
+
+def default_method_id(name: str) -> int:
+    """A stable id from a method's name: CRC-32 masked to a positive 30-bit int."""
+    return zlib.crc32(name.encode("utf-8")) & 0x3FFFFFFF
+
+
+@attrs.frozen
+class _Mark:
+    kind: MethodKind
+    method_id: int | None
+
+
+def _decorator(kind: MethodKind) -> Any:
+    def decorate(func: Any = None, *, method_id: int | None = None) -> Any:
+        def mark(f: F) -> F:
+            try:
+                setattr(f, _MARK, _Mark(kind, method_id))
+            except (AttributeError, TypeError):
+                pass  # not a function; __init_subclass__ reports it
+            return f
+
+        if func is None:
+            return mark
+        return mark(func)
+
+    decorate.__name__ = kind.value
+    decorate.__doc__ = f"Publish a method as an immortal's {kind.value} method."
+    return decorate
+
+
+rpc = _decorator(MethodKind.RPC)
+rpc.__doc__ = """Publish an ``async def`` method; callers ``await proxy.method(...)`` its result.
+
+Exceptions raised by the method travel back to the caller as ``RemoteCallError`` (or as
+the original type when it is listed in the callee class's ``remote_errors``).
+Use as ``@rpc`` or ``@rpc(method_id=N)``."""
+fork = _decorator(MethodKind.FORK)
+fork.__doc__ = """Publish a fire-and-forget method (``def`` or ``async def``)."""
+impulse = _decorator(MethodKind.IMPULSE)
+impulse.__doc__ = """Publish a method the outside world calls (as an Impulse) when primary."""
+
+
+@attrs.frozen
+class MethodSpec:
+    """A published method as the runtime sees it."""
+
+    name: str
+    kind: MethodKind
+    method_id: int
+    func: Callable[..., Any]
+    is_coroutine: bool
+    may_suspend: bool  # contains an await: a handler may be left suspended
+    signature: inspect.Signature
+    hints: dict[str, Any]
+
+    @property
+    def return_type(self) -> Any:
+        return self.hints.get("return", inspect_empty)
+
+    def param_type(self, name: str) -> Any:
+        return self.hints.get(name, inspect_empty)
+
+
+_AWAIT_OPS = frozenset({"GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH",
+                        "SEND", "YIELD_FROM"})
+
+
+def _may_suspend(func: Callable[..., Any]) -> bool:
+    """Whether a coroutine function's body awaits anything (statically, from its bytecode)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return True
+    return any(ins.opname in _AWAIT_OPS for ins in dis.get_instructions(code))
+
+
+def _resolve_hints(func: Callable[..., Any], cls: type) -> tuple[dict[str, Any], list[str]]:
+    problems = []
+    try:
+        hints = typing.get_type_hints(func, include_extras=False)
+    except Exception as e:  # NameError for forward references, TypeError for bad ones
+        problems.append(f"{func.__name__}: type annotations cannot be resolved ({e})")
+        hints = {}
+    return hints, problems
+
+
+def _validate_method(cls: type, name: str, attr: Any, mark: _Mark) -> tuple[
+    MethodSpec | None, list[str]
+]:
+    problems: list[str] = []
+    func = attr
+    if not inspect.isfunction(func):
+        return None, [f"{name}: @{mark.kind.value} must decorate a plain method (got "
+                      f"{type(attr).__name__})"]
+    is_coro = inspect.iscoroutinefunction(func)
+    if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
+        problems.append(f"{name}: @{mark.kind.value} cannot be a generator")
+    elif mark.kind is MethodKind.RPC and not is_coro:
+        problems.append(
+            f"{name}: @rpc methods must be 'async def' (callers await their result)"
+        )
+    if mark.method_id is not None:
+        mid = mark.method_id
+        if not isinstance(mid, int) or isinstance(mid, bool):
+            problems.append(f"{name}: method_id must be an int, got {mid!r}")
+            mid = default_method_id(name)
+        elif mid < 0:
+            problems.append(f"{name}: method_id {mid} is negative; ids below 0 are reserved "
+                            "for the system")
+        elif mid > 0x7FFFFFFF:
+            problems.append(f"{name}: method_id {mid} does not fit in 32 bits")
+    else:
+        mid = default_method_id(name)
+    sig = inspect.signature(func)
+    params = list(sig.parameters.values())
+    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY,
+                                            params[0].POSITIONAL_OR_KEYWORD):
+        problems.append(f"{name}: a published method needs 'self' as its first parameter")
+    hints, hint_problems = _resolve_hints(func, cls)
+    problems.extend(hint_problems)
+    for p in params[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            problems.append(f"{name}: parameter {p.name!r}: *args/**kwargs are not allowed in "
+                            "a published method (its signature is its wire contract)")
+            continue
+        if p.name in hints:
+            why = check_serializable(hints[p.name])
+            if why:
+                problems.append(f"{name}: parameter {p.name!r} is not serializable: {why}")
+    if "return" in hints and mark.kind is MethodKind.RPC:
+        why = check_serializable(hints["return"])
+        if why:
+            problems.append(f"{name}: its return type is not serializable: {why}")
+    spec = MethodSpec(
+        name=name,
+        kind=mark.kind,
+        method_id=mid,
+        func=func,
+        is_coroutine=is_coro,
+        may_suspend=is_coro and _may_suspend(func),
+        signature=sig,
+        hints=hints,
+    )
+    return spec, problems
+
+
+class Immortal:
+    """Base class of immortal services.
+
+    State is the instance's public attributes (or its attrs fields), checkpointed with
+    msgpack; override ``checkpoint_state``/``load_state`` to supply your own. The class
+    must be constructible with no arguments (the runtime creates it, then loads state).
+
+    Class attributes:
+        version: the code version (stored in checkpoints, compared on load).
+        remote_errors: exception types that callers re-raise as themselves when this
+            immortal's ``@rpc`` methods raise them (others arrive as ``RemoteCallError``).
+    """
+
+    __slots__ = ("_ambrosia_ctx",)
+
+    __ambrosia_methods__: ClassVar[dict[str, MethodSpec]] = {}
+    __ambrosia_by_id__: ClassVar[dict[int, MethodSpec]] = {}
+    __ambrosia_serializer__: ClassVar[Serializer]
+    version: ClassVar[int] = 0
+    remote_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        problems: list[str] = []
+        methods: dict[str, MethodSpec] = {}
+        # Inherited methods first, so a subclass may override them.
+        for base in reversed(cls.__mro__[1:]):
+            methods.update(getattr(base, "__ambrosia_methods__", {}))
+        for name, attr in list(vars(cls).items()):
+            mark = getattr(attr, _MARK, None)
+            if not isinstance(mark, _Mark):
+                inner = getattr(attr, "__func__", None)
+                if isinstance(getattr(inner, _MARK, None), _Mark):
+                    problems.append(f"{name}: published methods must be plain instance methods, "
+                                    f"not {type(attr).__name__}")
+                elif name in methods and callable(attr):
+                    methods.pop(name)  # overridden without a decorator: no longer published
+                continue
+            spec, more = _validate_method(cls, name, attr, mark)
+            problems.extend(more)
+            if spec is not None:
+                methods[name] = spec
+        by_id: dict[int, MethodSpec] = {}
+        for spec in methods.values():
+            other = by_id.get(spec.method_id)
+            if other is not None:
+                problems.append(f"{spec.name}: method id {spec.method_id} clashes with "
+                                f"{other.name}")
+            else:
+                by_id[spec.method_id] = spec
+        for hook in _HOOKS:
+            if hook in methods:
+                problems.append(f"{hook}: lifecycle hooks cannot be published methods")
+        has_cs = cls.checkpoint_state is not Immortal.checkpoint_state
+        has_ls = cls.load_state is not Immortal.load_state
+        if has_cs != has_ls:
+            problems.append("checkpoint_state and load_state must be overridden together")
+        try:
+            init_sig = inspect.signature(cls.__init__)
+            required = [p.name for p in list(init_sig.parameters.values())[1:]
+                        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL,
+                                                                   p.VAR_KEYWORD)]
+            if required:
+                problems.append(f"__init__ must be callable with no arguments (the runtime "
+                                f"creates the instance); it requires {', '.join(required)}")
+        except (TypeError, ValueError):
+            pass
+        if problems:
+            raise ImmortalDefinitionError(cls.__qualname__, problems)
+        cls.__ambrosia_methods__ = methods
+        cls.__ambrosia_by_id__ = by_id
+        cls.__ambrosia_serializer__ = Serializer()
+
+    # ------------------------------------------------------------ runtime access
+    @property
+    def ctx(self) -> ImmortalContext:
+        """The instance's context: is_primary, is_replaying, now(), random(), ..."""
+        try:
+            return self._ambrosia_ctx  # type: ignore[no-any-return]
+        except AttributeError:
+            raise LocalProtocolError(
+                f"{type(self).__qualname__} is not attached to a runtime yet (ctx is only "
+                "available once the runtime has created the instance)"
+            ) from None
+
+    def immortal(self, name: str, cls: type[I]) -> ImmortalProxy[I]:
+        """A proxy for calling instance ``name`` whose code is ``cls``.
+
+        Inside a handler: ``await proxy.m(...)`` for ``@rpc`` methods, ``proxy.m(...)`` or
+        ``proxy.m.fork(...)`` to fire and forget. From outside-world code (threads and
+        tasks started when primary): ``proxy.m.impulse(...)``.
+        """
+        return ImmortalProxy(self.ctx, name, cls, impulse=False)
+
+    def js_immortal(self, name: str) -> JsProxy:
+        """A proxy for an AmbrosiaJS instance: ``await proxy.post("method", arg=...)``,
+        ``proxy.fork(method_id, {json} or b"raw")``, ``proxy.impulse(...)``."""
+        return JsProxy(self.ctx, name)
+
+    @property
+    def self_proxy(self) -> ImmortalProxy[Any]:
+        """This instance, as a proxy (forks to itself from handlers)."""
+        return ImmortalProxy(self.ctx, self.ctx.instance_name, type(self), impulse=False)
+
+    @property
+    def impulse_self(self) -> ImmortalProxy[Any]:
+        """This instance, as a proxy whose calls are Impulses: how outside-world code
+        feeds results back as logged inputs. Legal only when primary."""
+        return ImmortalProxy(self.ctx, self.ctx.instance_name, type(self), impulse=True)
+
+    # ------------------------------------------------------------ lifecycle hooks
+    def on_first_start(self) -> Any:
+        """Called once in the instance's history, as a logged input (replayed after a crash).
+
+        May be ``async``; may call other immortals (e.g. fork a method to itself)."""
+
+    def on_checkpoint_loaded(self) -> None:
+        """A checkpoint was loaded (recovery has begun)."""
+
+    def on_recovery_complete(self, records_replayed: int) -> None:
+        """Replay is over."""
+
+    def on_become_primary(self) -> None:
+        """The instance is primary: the place to start side effects (threads, sockets).
+
+        Side effects feed results back with ``self.impulse_self.method(...)``."""
+
+    def on_upgrade(self, live: bool) -> None:
+        """Called on the new version's instance right after an upgrade switched to it."""
+
+    @classmethod
+    def upgrade_from(cls: type[I], previous: Immortal) -> I:
+        """Build this (VNext) class's instance from the VCurrent one. Override to convert."""
+        raise NotImplementedError(
+            f"{cls.__qualname__} does not define upgrade_from(previous) (the state conversion "
+            f"from {type(previous).__qualname__})"
+        )
+
+    # ------------------------------------------------------------ state
+    def checkpoint_state(self) -> Any:
+        """Override (with ``load_state``) to checkpoint something other than the attributes."""
+        raise NotImplementedError
+
+    def load_state(self, state: Any) -> None:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- awaiting calls
+class PendingCall(Generic[T]):
+    """An awaited call in flight; resolved by a result input, which the log records."""
+
+    __slots__ = ("_done", "_error", "_result", "call_id", "method", "result_type")
+
+    def __init__(self, call_id: int, method: str, result_type: Any = inspect_empty) -> None:
+        self.call_id = call_id
+        self.method = method
+        self.result_type = result_type
+        self._done = False
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
+        self._done = True
+        self._result = result
+        self._error = error
+
+    def outcome(self) -> T:
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[no-any-return]
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        if not self._done:
+            yield self
+        return self.outcome()
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else "pending"
+        return f"<PendingCall {self.method} #{self.call_id} {state}>"
+
+
+async def gather(*calls: Any) -> list[Any]:
+    """Await several calls; they are all in flight already, so this is their join."""
+    return [await c for c in calls]
+
+
+# ---------------------------------------------------------------- proxies
+class MethodRef:
+    """``proxy.method``: call it, ``.fork(...)`` it, or ``.impulse(...)`` it."""
+
+    __slots__ = ("_cls", "_ctx", "_dest", "_impulse", "_spec")
+
+    def __init__(self, ctx: ImmortalContext, dest: str, cls: type[Immortal], spec: MethodSpec,
+                 impulse: bool):
+        self._ctx = ctx
+        self._dest = dest
+        self._cls = cls
+        self._spec = spec
+        self._impulse = impulse
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._impulse:
+            return self.impulse(*args, **kwargs)
+        if self._spec.kind is MethodKind.RPC:
+            return self._ctx._engine.call(self._dest, self._cls, self._spec, args, kwargs)
+        return self.fork(*args, **kwargs)
+
+    def fork(self, *args: Any, **kwargs: Any) -> None:
+        """Fire and forget (from a handler)."""
+        self._ctx._engine.fork(self._dest, self._spec, args, kwargs)
+
+    def impulse(self, *args: Any, **kwargs: Any) -> None:
+        """Send as an Impulse (from outside-world code, when primary; thread-safe)."""
+        self._ctx._engine.impulse(self._dest, self._spec, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self._spec.kind.value} {self._dest or 'self'}.{self._spec.name}>"
+
+
+class ImmortalProxy(Generic[I]):
+    """Calls to another immortal (or this one), typed by its class."""
+
+    __slots__ = ("_cls", "_ctx", "_dest", "_impulse")
+
+    def __init__(self, ctx: ImmortalContext, dest: str, cls: type[I], *, impulse: bool):
+        if not (isinstance(cls, type) and issubclass(cls, Immortal)):
+            raise TypeError(f"a proxy needs an Immortal subclass, got {cls!r}")
+        self._ctx = ctx
+        self._dest = dest
+        self._cls = cls
+        self._impulse = impulse
+
+    def __getattr__(self, name: str) -> MethodRef:
+        spec = self._cls.__ambrosia_methods__.get(name)
+        if spec is None:
+            published = ", ".join(sorted(self._cls.__ambrosia_methods__)) or "none"
+            raise AttributeError(
+                f"{self._cls.__qualname__} publishes no method {name!r} (published: {published})"
+            )
+        return MethodRef(self._ctx, self._dest, self._cls, spec, self._impulse)
+
+    def __repr__(self) -> str:
+        return f"<ImmortalProxy {self._dest!r} ({self._cls.__qualname__})>"
+
+
+class JsProxy:
+    """Calls to an AmbrosiaJS instance: JSON or raw-bytes arguments, "post" for results."""
+
+    __slots__ = ("_ctx", "_dest")
+
+    def __init__(self, ctx: ImmortalContext, dest: str) -> None:
+        self._ctx = ctx
+        self._dest = dest
+
+    def post(self, method_name: str, /, **args: Any) -> PendingCall[Any]:
+        """AmbrosiaJS "post": an awaited call by name; the result is JSON."""
+        return self._ctx._engine.post(self._dest, method_name, args)
+
+    def fork(self, method_id: int, args: dict[str, Any] | bytes) -> None:
+        self._ctx._engine.fork_raw(self._dest, method_id, args)
+
+    def impulse(self, method_id: int, args: dict[str, Any] | bytes) -> None:
+        self._ctx._engine.impulse_raw(self._dest, method_id, args)

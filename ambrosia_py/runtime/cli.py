@@ -1,0 +1,169 @@
+"""``ambrosia run MODULE:CLASS --instance-name NAME``: run an immortal.
+
+By default the instance is registered on first use (free ports, logs under
+``$AMBROSIA_HOME/logs``) and its coordinator is started here and stopped with the immortal,
+so one command runs a service on one machine. ``--ic-receive-port/--ic-send-port``
+connect to an already-running coordinator instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..errors import AmbrosiaError
+from ..immortal import Immortal
+from .engine import Engine
+from .runner import ImmortalRunner
+
+__all__ = ["free_ports", "load_class", "run_main"]
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"ambrosia run: error: {message}\n")
+
+
+class UsageError(AmbrosiaError):
+    """The command line names something that cannot be used."""
+
+
+def load_class(target: str) -> type[Immortal]:
+    """``package.module:ClassName`` -> the Immortal subclass (the current directory is on
+    the import path, as for ``python -m``)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{target!r} is not MODULE:CLASS")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise UsageError(f"cannot import {module_name!r}: {e}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise UsageError(f"{module_name} has no {attr!r}")
+    if not (isinstance(obj, type) and issubclass(obj, Immortal)):
+        raise UsageError(f"{target} is not an ambrosia_py.Immortal subclass")
+    return obj
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ambrosia run", description="Run an immortal.")
+    p.add_argument("target", metavar="MODULE:CLASS", help="the Immortal subclass to run")
+    p.add_argument("-i", "--instance-name", required=True)
+    p.add_argument("--ic-receive-port", type=int, default=None,
+                   help="connect to a running coordinator's receive port (with --ic-send-port)")
+    p.add_argument("--ic-send-port", type=int, default=None)
+    p.add_argument("--upgrade-to", metavar="MODULE:CLASS", default=None,
+                   help="the next version's class, switched to when the coordinator upgrades")
+    p.add_argument("--home", default=None, help="registry directory (default $AMBROSIA_HOME)")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def _ensure_registered(name: str, home: Path, log: logging.Logger) -> Any:
+    from ambrosia_ic import registry
+
+    from ..errors import RegistryError
+
+    try:
+        return registry.load(name, home)
+    except RegistryError:
+        if (home / "instances" / f"{name}.json").exists():
+            raise
+    rp, sp, icp = free_ports(3)
+    reg = registry.register(instance_name=name, receive_port=rp, send_port=sp, ic_port=icp,
+                            log_dir=str(home / "logs"), home=home)
+    log.info("registered %s (receive port %d, send port %d, logs in %s)", name, rp, sp,
+             home / "logs")
+    return reg
+
+
+async def _run(runner: ImmortalRunner) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, runner.stop)
+    await runner.run()
+
+
+def run_main(argv: Sequence[str]) -> int:
+    """Entry point of ``ambrosia run``; returns the exit code."""
+    args = build_parser().parse_args(list(argv))
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s: %(message)s")
+    log = logging.getLogger(f"ambrosia.{args.instance_name}")
+    proc: subprocess.Popen[str] | None = None
+    try:
+        cls = load_class(args.target)
+        upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
+        if (args.ic_receive_port is None) != (args.ic_send_port is None):
+            raise UsageError("--ic-receive-port and --ic-send-port go together")
+        if args.ic_receive_port is not None:
+            rp, sp = args.ic_receive_port, args.ic_send_port
+        else:
+            from ambrosia_ic import launch, registry
+
+            home = registry.ambrosia_home(args.home)
+            reg = _ensure_registered(args.instance_name, home, log)
+            proc = launch.start_coordinator(args.instance_name, home=home)
+            log.info("started the coordinator (pid %d)", proc.pid)
+            rp, sp = reg.receive_port, reg.send_port
+        engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
+        runner = ImmortalRunner(engine, rp, sp)
+        asyncio.run(_run(runner))
+        if runner.closed_by_coordinator:
+            print(f"ambrosia run: error: the coordinator of {args.instance_name} closed the "
+                  "connection", file=sys.stderr)
+            return EXIT_ERROR
+        return 0
+    except AmbrosiaError as e:
+        print(f"ambrosia run: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if proc is not None:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

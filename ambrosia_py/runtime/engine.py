@@ -1,0 +1,803 @@
+"""The deterministic core: protocol events in, user code run, outgoing RPCs and
+checkpoints out. No sockets (``runner`` owns them); everything here runs on one thread.
+
+Handlers' coroutines are driven by hand rather than by asyncio: a handler may only await
+calls to immortals (``PendingCall``), and it resumes synchronously while the input that
+carries the call's result is being handled. That keeps every step a function of the log.
+
+Pending awaits and checkpoints: a suspended coroutine cannot be serialized. The engine
+keeps, in memory, the serialized state from the last moment no handler was suspended (the
+quiescent snapshot) and every input dispatched since. A checkpoint taken while handlers are
+suspended stores that snapshot plus those inputs; loading it re-dispatches the inputs with
+all outgoing sends suppressed (they reached the coordinator before the checkpoint), which
+rebuilds the same suspended coroutines. A checkpoint taken while quiescent is just the
+state. The cost: one serialization of the state each time a handler that can suspend (an
+``async def`` whose body awaits, found from its bytecode) starts while none is suspended,
+and memory for the inputs handled while any is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+import traceback
+import typing
+from collections.abc import Callable, Coroutine, Iterator
+from typing import IO, Any
+
+import attrs
+import msgpack
+import xxhash
+
+from .. import serialization as ser
+from ..context import ImmortalContext
+from ..errors import (
+    AmbrosiaError,
+    ImpulseDuringRecoveryError,
+    LocalProtocolError,
+    RemoteCallError,
+    SerializationError,
+    UnknownMethodError,
+)
+from ..immortal import (
+    POST_BY_IMPULSE_METHOD_ID,
+    POST_METHOD_ID,
+    RESULT_METHOD_ID,
+    Immortal,
+    MethodKind,
+    MethodSpec,
+    PendingCall,
+)
+from ..protocol import BindingConnection
+from ..protocol import events as ev
+from ..wire import OutgoingRpc, Rpc, RpcType
+
+__all__ = ["CHECKPOINT_FORMAT", "CurrentInput", "Engine"]
+
+CHECKPOINT_FORMAT = 1
+_INITIAL_MAGIC = "ambrosia-py"
+_SPOOL_MAX = 8 << 20  # checkpoints bigger than this go through a temporary file
+_PLAIN = (int, float, str, bytes, bool)
+
+
+@attrs.define
+class CurrentInput:
+    """The logged input being handled: where ``now()`` and ``random()`` come from."""
+
+    timestamp_ns: int
+    entropy: int
+    rng: random.Random = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.rng = random.Random(self.entropy)
+
+    def derive(self) -> tuple[int, int]:
+        """Header for an RPC sent while handling this input: a function of this input."""
+        return self.timestamp_ns, self.rng.getrandbits(63)
+
+
+class _Task:
+    __slots__ = ("coro", "name", "on_done")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], name: str,
+                 on_done: Callable[[Any, BaseException | None], None]) -> None:
+        self.coro = coro
+        self.name = name
+        self.on_done = on_done
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:
+        return {}
+
+
+def _is_plain_container(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (list, dict) and args:
+        return all(a in _PLAIN for a in args)
+    return False
+
+
+class Engine:
+    """Runs one immortal instance against a ``BindingConnection``.
+
+    Args:
+        cls: the immortal class (VCurrent).
+        instance_name: the registered instance name.
+        upgrade_to: VNext, used when the coordinator asks for an upgrade.
+        convert: the state conversion VCurrent -> VNext (default ``upgrade_to.upgrade_from``).
+        record_outputs: keep every RPC sent, in order (for repro tests).
+    """
+
+    def __init__(
+        self,
+        cls: type[Immortal],
+        instance_name: str,
+        *,
+        upgrade_to: type[Immortal] | None = None,
+        convert: Callable[[Any], Immortal] | None = None,
+        record_outputs: bool = False,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        for c in (cls, upgrade_to):
+            if c is not None and not (isinstance(c, type) and issubclass(c, Immortal)):
+                raise TypeError(f"{c!r} is not an Immortal subclass")
+        self.cls = cls
+        self.instance_name = instance_name
+        self.upgrade_to = upgrade_to
+        self.convert = convert
+        self.log = logger or logging.getLogger(f"ambrosia.{instance_name}")
+        self.conn = BindingConnection(instance_name)
+        self.instance: Immortal | None = None
+        self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
+        self.current_input: CurrentInput | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.wakeup: Callable[[], None] = lambda: None
+        self.checkpoints_taken = 0
+        self.last_checkpoint_size = 0
+        # Checkpointed framework state.
+        self._next_call_id = 1
+        self._last_ts = 0
+        self._inputs_seen = 0
+        # Volatile: rebuilt from checkpoints and replay.
+        self._pending: dict[int, PendingCall[Any]] = {}
+        self._waiters: dict[int, list[_Task]] = {}
+        self._suspended = 0
+        self._snapshot: bytes | None = None
+        self._since: list[Any] = []
+        self._suppress = False
+        self._batch: list[OutgoingRpc] = []
+        self._impulses: list[OutgoingRpc] = []
+        self._raw_out: list[bytes] = []
+        self._lock = threading.Lock()
+        self._loop_thread = threading.get_ident()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ckpt_in: IO[bytes] | None = None
+
+    # ------------------------------------------------------------ properties
+    @property
+    def is_primary(self) -> bool:
+        return self.conn.is_primary
+
+    @property
+    def is_replaying(self) -> bool:
+        return self.conn.is_replaying or self._suppress
+
+    @property
+    def quiescent(self) -> bool:
+        """No handler is suspended on an awaited call."""
+        return self._suspended == 0
+
+    @property
+    def pending_calls(self) -> int:
+        return len(self._pending)
+
+    @property
+    def serializer(self) -> ser.Serializer:
+        return self.cls.__ambrosia_serializer__
+
+    def _attach(self, inst: Immortal) -> Immortal:
+        object.__setattr__(inst, "_ambrosia_ctx", ImmortalContext(self, self.instance_name,
+                                                                   self.log))
+        return inst
+
+    # ------------------------------------------------------------ events
+    def handle(self, event: ev.ProtocolEvent) -> bytes:
+        """Handle one protocol event (but not ``TakeCheckpoint``: see ``write_checkpoint``).
+
+        Returns the bytes to send the coordinator now (the InitialMessage, or the RPCs the
+        event's handlers sent, as one RPCBatch)."""
+        kind = type(event)
+        if kind is ev.IncomingRpc:
+            self._input(("r", event.rpc.method_id, event.rpc.rpc_type,  # type: ignore[union-attr]
+                         event.rpc.args, event.rpc.reserved))  # type: ignore[union-attr]
+            return self._encode_batch()
+        if kind is ev.InitialMessageReceived:
+            self._input(("i", event.data))  # type: ignore[union-attr]
+            return self._encode_batch()
+        if kind is ev.FirstStart:
+            self.log.info("first start: sending the InitialMessage")
+            self.instance = self._attach(self.cls())
+            header = [_INITIAL_MAGIC, time.time_ns(), int.from_bytes(os.urandom(8)) >> 1]
+            return self.conn.send_initial_message(msgpack.packb(header))
+        if kind is ev.CheckpointLoadStarted:
+            self.log.info("recovering: loading a checkpoint of %d bytes",
+                          event.size)  # type: ignore[union-attr]
+            self._ckpt_in = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)
+            return b""
+        if kind is ev.CheckpointLoadChunk:
+            assert self._ckpt_in is not None
+            self._ckpt_in.write(event.data)  # type: ignore[union-attr]
+            return b""
+        if kind is ev.CheckpointLoaded:
+            assert self._ckpt_in is not None
+            f, self._ckpt_in = self._ckpt_in, None
+            try:
+                f.seek(0)
+                self._load_checkpoint(f)
+            finally:
+                f.close()
+            out = self._encode_batch()
+            assert self.instance is not None
+            self.instance.on_checkpoint_loaded()
+            return out
+        if kind is ev.UpgradeRequested:
+            self._upgrade(event.live)  # type: ignore[union-attr]
+            return b""
+        if kind is ev.RecoveryComplete:
+            n = event.records_replayed  # type: ignore[union-attr]
+            self.log.info("recovery complete: %d records replayed", n)
+            assert self.instance is not None
+            self.instance.on_recovery_complete(n)
+            return b""
+        if kind is ev.BecamePrimary:
+            self.log.info("became primary%s", " after recovery" if event.recovered else "")  # type: ignore[union-attr]
+            assert self.instance is not None
+            self.instance.on_become_primary()
+            return b""
+        if kind is ev.TakeCheckpoint:
+            raise LocalProtocolError("TakeCheckpoint is answered with write_checkpoint()")
+        raise LocalProtocolError(f"unexpected protocol event {event!r}")
+
+    def _encode_batch(self) -> bytes:
+        if not self._batch:
+            return b""
+        batch, self._batch = self._batch, []
+        return self.conn.send_rpcs(batch)
+
+    def take_outgoing(self) -> bytes:
+        """Impulses and checkpoint requests queued by outside-world code, encoded.
+
+        Call only when no checkpoint is owed."""
+        with self._lock:
+            impulses, self._impulses = self._impulses, []
+            raw, self._raw_out = self._raw_out, []
+        out = self.conn.send_rpcs(impulses) if impulses else b""
+        return out + b"".join(raw)
+
+    # ------------------------------------------------------------ inputs
+    def _input(self, record: tuple[Any, ...]) -> None:
+        if self._suspended == 0 and self._may_suspend(record):
+            self._snapshot = self._state_bytes()
+            self._since = []
+        if self._snapshot is not None:
+            self._since.append(list(record))
+        self._apply(record)
+        if self._suspended == 0:
+            self._snapshot = None
+            self._since = []
+
+    def _may_suspend(self, record: tuple[Any, ...]) -> bool:
+        if record[0] == "i":
+            hook = type(self.instance).on_first_start
+            return inspect.iscoroutinefunction(hook)
+        method_id, args = record[1], record[3]
+        if method_id == RESULT_METHOD_ID:
+            return False
+        if method_id in (POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID):
+            return True  # a JSON post may name any method; be safe
+        spec = self.cls.__ambrosia_by_id__.get(method_id)
+        return spec is not None and spec.may_suspend
+
+    def _apply(self, record: tuple[Any, ...]) -> None:
+        self._inputs_seen += 1
+        try:
+            if record[0] == "i":
+                self._apply_initial(record[1])
+            else:
+                self._apply_rpc(Rpc(record[1], record[2], record[3], record[4]))
+        finally:
+            self.current_input = None
+
+    def _apply_initial(self, data: bytes) -> None:
+        try:
+            magic, ts, entropy = msgpack.unpackb(data)
+            if magic != _INITIAL_MAGIC:
+                raise ValueError(magic)
+        except Exception:
+            ts, entropy = self._last_ts, xxhash.xxh64_intdigest(data) >> 1
+        self._enter(ts, entropy)
+        self.log.info("first start: running on_first_start%s",
+                      " (replayed)" if self.is_replaying else "")
+        assert self.instance is not None
+        self._start(self.instance.on_first_start, (), {}, "on_first_start", self._log_failure)
+
+    def _enter(self, ts: int, entropy: int) -> CurrentInput:
+        self._last_ts = max(self._last_ts, ts)
+        self.current_input = CurrentInput(ts, entropy)
+        return self.current_input
+
+    def _enter_derived(self, args: bytes) -> CurrentInput:
+        """Header of an input that carries none (AmbrosiaJS's): a function of the log."""
+        return self._enter(self._last_ts, xxhash.xxh64_intdigest(args, seed=self._inputs_seen)
+                           >> 1)
+
+    def _apply_rpc(self, rpc: Rpc) -> None:
+        if rpc.reserved:
+            self.log.error("ignoring an RPC in the C# binding's result form (reserved byte %d)",
+                           rpc.reserved)
+            return
+        mid, args = rpc.method_id, rpc.args
+        if mid == RESULT_METHOD_ID:
+            self._apply_result(args)
+            return
+        if mid in (POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID):
+            self._apply_post(args)
+            return
+        spec = self.cls.__ambrosia_by_id__.get(mid)
+        if spec is None:
+            self._enter_derived(args)
+            self._log_failure(None, UnknownMethodError(
+                f"{self.cls.__qualname__} publishes no method with id {mid}"))
+            return
+        on_done: Callable[[Any, BaseException | None], None] = self._log_failure
+        try:
+            if ser.is_envelope(args):
+                env = ser.Envelope.decode(args)
+                self._enter(env.timestamp_ns, env.entropy)
+                pos, kw = self._decode_payload(spec, env.payload)
+                if env.call_id >= 0 and spec.kind is MethodKind.RPC:
+                    on_done = self._result_sender(env.caller, env.call_id)
+            elif args[:1] == b"{":
+                self._enter_derived(args)
+                pos, kw = (), ser.decode_json_args(args)
+            elif args[:1] == bytes([ser.RAW_BYTES_MARKER]):
+                self._enter_derived(args)
+                pos, kw = (ser.decode_raw_args(args),), {}
+            else:
+                self._enter_derived(args)
+                raise SerializationError(f"arguments of {spec.name} are in no known form")
+        except SerializationError as e:
+            on_done(None, e)
+            return
+        self._start(getattr(self.instance, spec.name), pos, kw, spec.name, on_done)
+
+    def _decode_payload(self, spec: MethodSpec, payload: Any) -> tuple[tuple[Any, ...],
+                                                                       dict[str, Any]]:
+        if not (isinstance(payload, list) and len(payload) == 2
+                and isinstance(payload[0], list) and isinstance(payload[1], dict)):
+            raise SerializationError(f"arguments of {spec.name} are not [args, kwargs]")
+        params = [p for p in spec.signature.parameters.values()][1:]
+        s = self.serializer
+        pos = []
+        for i, v in enumerate(payload[0]):
+            tp = spec.param_type(params[i].name) if i < len(params) else ser.inspect_empty
+            pos.append(s.load(v, tp))
+        kw = {k: s.load(v, spec.param_type(k)) for k, v in payload[1].items()}
+        return tuple(pos), kw
+
+    def _apply_result(self, args: bytes) -> None:
+        env = ser.Envelope.decode(args)
+        self._enter(env.timestamp_ns, env.entropy)
+        pc = self._pending.pop(env.call_id, None)
+        if pc is None:
+            self.log.warning("a result for call %d, which is not pending, was ignored",
+                             env.call_id)
+            return
+        try:
+            ok, value = env.payload
+            if ok:
+                pc.resolve(self.serializer.load(value, pc.result_type))
+            else:
+                pc.resolve(error=self._remote_error(pc, value))
+        except (SerializationError, ValueError, TypeError) as e:
+            pc.resolve(error=e if isinstance(e, SerializationError) else
+                       SerializationError(f"malformed result of {pc.method}: {e}"))
+        self._resume(pc)
+
+    def _remote_error(self, pc: PendingCall[Any], value: Any) -> BaseException:
+        type_name, message = str(value[0]), str(value[1])
+        for t in getattr(pc, "remote_errors", ()):
+            if t.__name__ == type_name:
+                try:
+                    return t(message)  # type: ignore[no-any-return]
+                except Exception:
+                    break
+        return RemoteCallError(message, type_name)
+
+    def _resume(self, pc: PendingCall[Any]) -> None:
+        for task in self._waiters.pop(pc.call_id, []):
+            self._suspended -= 1
+            self._step(task)
+
+    # ------------------------------------------------------------ AmbrosiaJS posts
+    def _apply_post(self, args: bytes) -> None:
+        self._enter_derived(args)
+        try:
+            obj = ser.decode_json_args(args)
+            name = obj["methodName"]
+            call_id = obj.get("callID", -1)
+        except (SerializationError, KeyError) as e:
+            self._log_failure(None, SerializationError(f"malformed post call: {e}"))
+            return
+        spec = self.cls.__ambrosia_methods__.get(name)
+        if spec is None and isinstance(name, str) and name.endswith("_Result"):
+            pc = self._pending.pop(call_id, None)
+            if pc is None:
+                self.log.warning("a post result for call %r, which is not pending, was ignored",
+                                 call_id)
+                return
+            if "errorMsg" in obj:
+                pc.resolve(error=RemoteCallError(str(obj["errorMsg"]), "Error"))
+            else:
+                pc.resolve(obj.get("result"))
+            self._resume(pc)
+            return
+        sender = obj.get("senderInstanceName", "")
+        on_done: Callable[[Any, BaseException | None], None] = self._log_failure
+        if obj.get("resultRequired", True) and sender:
+            on_done = self._post_result_sender(sender, name, call_id)
+        if spec is None:
+            on_done(None, UnknownMethodError(f"{self.cls.__qualname__} publishes no method "
+                                             f"{name!r}"))
+            return
+        kwargs = {k[4:]: v for k, v in obj.items() if k.startswith("arg:")}
+        self._start(getattr(self.instance, spec.name), (), kwargs, spec.name, on_done)
+
+    def _post_result_sender(self, sender: str, name: str, call_id: Any
+                            ) -> Callable[[Any, BaseException | None], None]:
+        def send(value: Any, error: BaseException | None) -> None:
+            body: dict[str, Any] = {
+                "senderInstanceName": self.instance_name,
+                "destinationInstanceName": sender,
+                "methodName": f"{name}_Result",
+                "methodVersion": 1,
+                "callID": call_id,
+            }
+            if error is None:
+                try:
+                    body["result"] = self.serializer.dump(value)
+                    data = ser.encode_json_args(body)
+                except SerializationError as e:
+                    error = e
+            if error is not None:
+                self._log_failure(None, error)
+                body.pop("result", None)
+                body["errorMsg"] = f"{type(error).__name__}: {error}"
+                data = ser.encode_json_args(body)
+            self._send(sender, POST_METHOD_ID, RpcType.FORK, data)
+
+        return send
+
+    # ------------------------------------------------------------ running handlers
+    def _start(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               name: str, on_done: Callable[[Any, BaseException | None], None]) -> None:
+        try:
+            result = func(*args, **kwargs)
+        except Exception as e:
+            on_done(None, e)
+            return
+        if inspect.iscoroutine(result):
+            self._step(_Task(result, name, on_done))
+        else:
+            on_done(result, None)
+
+    def _step(self, task: _Task) -> None:
+        try:
+            awaited = task.coro.send(None)
+        except StopIteration as stop:
+            task.on_done(stop.value, None)
+            return
+        except Exception as e:
+            task.on_done(None, e)
+            return
+        if not isinstance(awaited, PendingCall):
+            task.coro.close()
+            task.on_done(None, LocalProtocolError(
+                f"{task.name} awaited {awaited!r}: handlers may only await calls to immortals "
+                "(run other asyncio work with ctx.spawn() when primary and feed its results "
+                "back as Impulses)"))
+            return
+        self._suspended += 1
+        self._waiters.setdefault(awaited.call_id, []).append(task)
+
+    def _log_failure(self, value: Any, error: BaseException | None) -> None:
+        if error is None:
+            return
+        where = " (replay)" if self.is_replaying else ""
+        if isinstance(error, AmbrosiaError):
+            self.log.error("handler failed%s: %s", where, error)
+        else:
+            self.log.error("handler failed%s: %s", where, "".join(
+                traceback.format_exception(error)).rstrip())
+
+    def _result_sender(self, caller: str, call_id: int
+                       ) -> Callable[[Any, BaseException | None], None]:
+        def send(value: Any, error: BaseException | None) -> None:
+            if error is None:
+                try:
+                    payload: list[Any] = [True, self.serializer.dump(value)]
+                except SerializationError as e:
+                    error = e
+            if error is not None:
+                if not isinstance(error, Exception):
+                    raise error
+                payload = [False, [type(error).__name__, str(error)]]
+            self._send_envelope(caller, RESULT_METHOD_ID, RpcType.FORK, call_id, payload)
+
+        return send
+
+    # ------------------------------------------------------------ sending
+    def _require_handler(self, what: str) -> CurrentInput:
+        cur = self.current_input
+        if cur is None or threading.get_ident() != self._loop_thread:
+            raise LocalProtocolError(
+                f"{what} is only possible while handling a logged input (in a published method "
+                "or on_first_start); outside-world code sends Impulses: proxy.method.impulse()"
+            )
+        return cur
+
+    def _send(self, dest: str, method_id: int, rpc_type: int, args: bytes) -> None:
+        if self._suppress:
+            return
+        rpc = OutgoingRpc(dest, method_id, int(rpc_type), args)
+        self._batch.append(rpc)
+        if self.outputs is not None:
+            self.outputs.append(rpc)
+
+    def _send_envelope(self, dest: str, method_id: int, rpc_type: int, call_id: int,
+                       payload: Any) -> None:
+        cur = self._require_handler("sending an RPC")
+        ts, entropy = cur.derive()
+        body = ser.Envelope(ts, entropy, call_id, self.instance_name, payload).encode()
+        self._send(dest, method_id, rpc_type, body)
+
+    def _payload(self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            spec.signature.bind(None, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{spec.name}(): {e}") from None
+        s = self.serializer
+        return [[s.dump(a) for a in args], {k: s.dump(v) for k, v in kwargs.items()}]
+
+    def call(self, dest: str, cls: type[Immortal], spec: MethodSpec, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> PendingCall[Any]:
+        """An awaited call: sends it now, returns what the handler awaits."""
+        self._require_handler(f"calling {spec.name}")
+        payload = self._payload(spec, args, kwargs)
+        call_id = self._next_call_id
+        self._next_call_id += 1
+        pc: PendingCall[Any] = PendingCall(call_id, spec.name, spec.return_type)
+        pc.remote_errors = cls.remote_errors  # type: ignore[attr-defined]
+        self._pending[call_id] = pc
+        self._send_envelope(dest, spec.method_id, RpcType.FORK, call_id, payload)
+        return pc
+
+    def fork(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> None:
+        self._require_handler(f"forking {spec.name}")
+        self._send_envelope(dest, spec.method_id, RpcType.FORK, -1,
+                            self._payload(spec, args, kwargs))
+
+    def _check_impulse(self, what: str) -> None:
+        if not self.conn.is_primary:
+            raise ImpulseDuringRecoveryError(
+                f"{what}: an Impulse cannot be sent before the instance is primary "
+                "(it would not be a logged input on replay); start outside-world code in "
+                "on_become_primary()"
+            )
+        if self.current_input is not None and threading.get_ident() == self._loop_thread:
+            raise LocalProtocolError(
+                f"{what}: a handler cannot send an Impulse (Impulses come from the outside "
+                "world); use proxy.method(...) or .fork(...)"
+            )
+
+    def impulse(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> None:
+        """Thread-safe: queue an Impulse from outside-world code."""
+        self._check_impulse(f"impulse {spec.name}")
+        body = ser.Envelope(time.time_ns(), int.from_bytes(os.urandom(8)) >> 1, -1,
+                            self.instance_name, self._payload(spec, args, kwargs)).encode()
+        self._queue_impulse(OutgoingRpc(dest, spec.method_id, RpcType.IMPULSE, body))
+
+    def _queue_impulse(self, rpc: OutgoingRpc) -> None:
+        with self._lock:
+            self._impulses.append(rpc)
+            if self.outputs is not None:
+                self.outputs.append(rpc)
+        self._wake()
+
+    def _wake(self) -> None:
+        loop = self.loop
+        if loop is not None and threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self.wakeup)
+        else:
+            self.wakeup()
+
+    @staticmethod
+    def _raw_args(args: dict[str, Any] | bytes) -> bytes:
+        if isinstance(args, (bytes, bytearray, memoryview)):
+            return ser.encode_raw_args(bytes(args))
+        return ser.encode_json_args(args)
+
+    def post(self, dest: str, method_name: str, args: dict[str, Any]) -> PendingCall[Any]:
+        self._require_handler(f"posting {method_name}")
+        call_id = self._next_call_id
+        self._next_call_id += 1
+        body: dict[str, Any] = {
+            "senderInstanceName": self.instance_name,
+            "destinationInstanceName": dest,
+            "methodName": method_name,
+            "methodVersion": 1,
+            "resultRequired": True,
+            "callID": call_id,
+        }
+        for k, v in args.items():
+            body[f"arg:{k}"] = self.serializer.dump(v)
+        pc: PendingCall[Any] = PendingCall(call_id, method_name)
+        self._pending[call_id] = pc
+        self._send(dest, POST_METHOD_ID, RpcType.FORK, ser.encode_json_args(body))
+        return pc
+
+    def fork_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None:
+        self._require_handler(f"forking method {method_id}")
+        self._send(dest, method_id, RpcType.FORK, self._raw_args(args))
+
+    def impulse_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None:
+        self._check_impulse(f"impulse to method {method_id}")
+        self._queue_impulse(OutgoingRpc(dest, method_id, RpcType.IMPULSE, self._raw_args(args)))
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        if not self.conn.is_primary or self.loop is None:
+            coro.close()
+            raise LocalProtocolError(
+                "side effects (ctx.spawn) may only start when primary, with a running runtime"
+            )
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def request_checkpoint(self) -> None:
+        data = self.conn.request_checkpoint()
+        with self._lock:
+            self._raw_out.append(data)
+        self._wake()
+
+    async def stop_tasks(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            try:
+                await t
+            except BaseException:  # noqa: S110 - cancelled side effects end here
+                pass
+
+    # ------------------------------------------------------------ checkpoints
+    def _framework_state(self) -> dict[str, Any]:
+        return {"next_call_id": self._next_call_id, "last_ts": self._last_ts,
+                "inputs_seen": self._inputs_seen}
+
+    def _write_state(self, out: IO[bytes]) -> None:
+        inst = self.instance
+        assert inst is not None
+        out.write(msgpack.packb(self._framework_state()))
+        cls = type(inst)
+        s = cls.__ambrosia_serializer__
+        if cls.checkpoint_state is not Immortal.checkpoint_state:
+            ser.write_state({"__custom__": inst.checkpoint_state()}, out, s.dump)
+            return
+        if attrs.has(cls):
+            names = [f.name for f in attrs.fields(cls)]
+        else:
+            names = [k for k in vars(inst) if not k.startswith("_")]
+        ser.write_state({n: getattr(inst, n) for n in names}, out, s.dump)
+
+    def _state_bytes(self) -> bytes:
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX) as f:
+            self._write_state(f)
+            f.seek(0)
+            return f.read()
+
+    def _header(self, mode: str) -> bytes:
+        cls = type(self.instance)
+        return msgpack.packb({"format": CHECKPOINT_FORMAT, "class": cls.__qualname__,
+                              "version": cls.version, "mode": mode})
+
+    def write_checkpoint(self) -> tuple[IO[bytes], int]:
+        """The checkpoint, in a (spooled) temporary file positioned at 0, and its size."""
+        f = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)
+        try:
+            if self._suspended == 0:
+                f.write(self._header("q"))
+                self._write_state(f)
+            else:
+                assert self._snapshot is not None
+                f.write(self._header("p"))
+                f.write(self._snapshot)
+                f.write(msgpack.packb(self._since, use_bin_type=True))
+            size = f.tell()
+            f.seek(0)
+        except BaseException:
+            f.close()
+            raise
+        self.checkpoints_taken += 1
+        self.last_checkpoint_size = size
+        return f, size
+
+    def _load_checkpoint(self, f: IO[bytes]) -> None:
+        objects: Iterator[Any] = iter(msgpack.Unpacker(
+            f, raw=False, strict_map_key=False, read_size=1 << 16))
+        try:
+            header = next(objects)
+            mode = header["mode"]
+            cls_name, version = header["class"], header["version"]
+        except (StopIteration, KeyError, TypeError, ValueError) as e:
+            raise SerializationError(f"the checkpoint has no valid header ({e})") from e
+        except Exception as e:
+            raise SerializationError(f"the checkpoint is not valid msgpack ({e})") from e
+        target = self.upgrade_to
+        if target is not None and (cls_name, version) == (target.__qualname__, target.version):
+            self.log.info("the checkpoint is already %s version %d: running it", cls_name,
+                          version)
+            self.cls, self.upgrade_to = target, None
+        elif (cls_name, version) != (self.cls.__qualname__, self.cls.version):
+            raise SerializationError(
+                f"the checkpoint holds {cls_name} version {version}, but the code is "
+                f"{self.cls.__qualname__} version {self.cls.version}; to change versions, "
+                "register an upgrade and run with the new class as the upgrade target"
+            )
+        self._read_state(objects)
+        if mode == "p":
+            inputs = next(objects)
+            self._snapshot = self._state_bytes()
+            self._since = inputs
+            self.log.info("re-dispatching %d inputs to rebuild suspended calls", len(inputs))
+            self._suppress = True
+            try:
+                for record in inputs:
+                    self._apply(tuple(record))
+            finally:
+                self._suppress = False
+            if self._suspended == 0:
+                self._snapshot, self._since = None, []
+
+    def _read_state(self, objects: Iterator[Any]) -> None:
+        fw = next(objects)
+        self._next_call_id = fw["next_call_id"]
+        self._last_ts = fw["last_ts"]
+        self._inputs_seen = fw["inputs_seen"]
+        fields = ser.read_state(objects)
+        cls = self.cls
+        inst = self._attach(cls())
+        s = cls.__ambrosia_serializer__
+        if cls.checkpoint_state is not Immortal.checkpoint_state:
+            inst.load_state(fields["__custom__"])
+        else:
+            types = _field_types(cls)
+            for name, value in fields.items():
+                tp = types.get(name, Any)
+                if not _is_plain_container(tp):
+                    value = s.load(value, tp)
+                object.__setattr__(inst, name, value)
+        self.instance = inst
+
+    # ------------------------------------------------------------ upgrade
+    def _upgrade(self, live: bool) -> None:
+        new_cls = self.upgrade_to
+        if new_cls is None:
+            raise LocalProtocolError(
+                "the coordinator asked for an upgrade, but no VNext class was given "
+                "(ambrosia run ... --upgrade-to MODULE:CLASS)"
+            )
+        old = self.instance
+        assert old is not None
+        convert = self.convert or new_cls.upgrade_from
+        new = convert(old)
+        if not isinstance(new, new_cls):
+            raise TypeError(f"the state conversion returned {type(new).__qualname__}, "
+                            f"not {new_cls.__qualname__}")
+        self.instance = self._attach(new)
+        self.cls, self.upgrade_to = new_cls, None
+        self.log.info("upgraded to %s version %d (%s)", new_cls.__qualname__, new_cls.version,
+                      "live" if live else "upgrade test")
+        new.on_upgrade(live)

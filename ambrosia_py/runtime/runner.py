@@ -1,0 +1,196 @@
+"""The only place with sockets: connects an ``Engine`` to its coordinator's two ports.
+
+One task reads the coordinator's send port into a bounded queue (so a fast coordinator
+cannot make us buffer without bound); the main task feeds ``BindingConnection``,
+dispatches events in order, writes each input's outgoing RPCs as one RPCBatch, streams
+checkpoints in chunks and waits on ``drain()`` so that a slow coordinator slows us down
+rather than growing our write buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from typing import Any
+
+from ..errors import CoordinatorError
+from ..protocol import events as ev
+from ..wire import NEED_DATA
+from .engine import Engine
+
+__all__ = ["ImmortalRunner", "connect_with_retry"]
+
+_KICK = b"kick"  # a distinct object, compared by identity
+_CHUNK = 1 << 16
+_WRITE_HIGH_WATER = 1 << 20
+
+
+async def connect_with_retry(host: str, port: int, timeout: float
+                             ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect, retrying while the coordinator starts (up to ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        try:
+            return await asyncio.open_connection(host, port, limit=_CHUNK * 4)
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise CoordinatorError(
+                    f"cannot connect to the coordinator at {host}:{port}: {e.strerror or e}"
+                ) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+class ImmortalRunner:
+    """Runs an engine against a coordinator until it closes the connection or ``stop()``.
+
+    Args:
+        engine: the engine (immortal class and instance name).
+        receive_port: the coordinator's receive port (binding -> coordinator).
+        send_port: the coordinator's send port (coordinator -> binding).
+    """
+
+    def __init__(self, engine: Engine, receive_port: int, send_port: int, *,
+                 host: str = "127.0.0.1", connect_timeout: float = 15.0,
+                 progress: bool | None = None) -> None:
+        self.engine = engine
+        self.receive_port = receive_port
+        self.send_port = send_port
+        self.host = host
+        self.connect_timeout = connect_timeout
+        self.log = engine.log
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.closed_by_coordinator = False
+        self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=8)
+        self._writer: asyncio.StreamWriter | None = None
+        self._stopping = False
+        self._last_progress = 0.0
+
+    def stop(self) -> None:
+        """Stop after the event being handled (safe from signal handlers on the loop)."""
+        self._stopping = True
+        with contextlib.suppress(asyncio.QueueFull):
+            self._inbox.put_nowait(None)
+
+    def _kick(self) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self._inbox.put_nowait(_KICK)  # if full, the queued data wakes us anyway
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        eng = self.engine
+        eng.loop = loop
+        eng.wakeup = self._kick
+        # The receive port first, then the send port (the coordinator expects this order).
+        _, writer = await connect_with_retry(self.host, self.receive_port, self.connect_timeout)
+        self._writer = writer
+        writer.transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
+        reader, send_writer = await connect_with_retry(self.host, self.send_port,
+                                                       self.connect_timeout)
+        self.log.info("connected to the coordinator (receive port %d, send port %d)",
+                      self.receive_port, self.send_port)
+        read_task = loop.create_task(self._read_loop(reader))
+        try:
+            await self._main_loop()
+        finally:
+            read_task.cancel()
+            with contextlib.suppress(BaseException):
+                await read_task
+            await eng.stop_tasks()
+            for w in (writer, send_writer):
+                w.close()
+                with contextlib.suppress(Exception):
+                    await w.wait_closed()
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                data = await reader.read(_CHUNK)
+                await self._inbox.put(data)
+                if not data:
+                    return
+        except (ConnectionError, OSError):
+            await self._inbox.put(b"")
+
+    async def _main_loop(self) -> None:
+        eng = self.engine
+        conn = eng.conn
+        while not self._stopping:
+            data = await self._inbox.get()
+            if data is None:
+                break
+            if data is not _KICK:
+                if not data:
+                    self.closed_by_coordinator = True
+                    self.log.info("the coordinator closed the connection")
+                    break
+                conn.receive_data(data)
+                await self._dispatch()
+            if not conn.owes_checkpoint and conn.is_primary:
+                out = eng.take_outgoing()
+                if out:
+                    await self._write(out)
+
+    async def _write(self, data: bytes) -> None:
+        assert self._writer is not None
+        self._writer.write(data)
+        await self._writer.drain()
+
+    async def _dispatch(self) -> None:
+        eng = self.engine
+        conn = eng.conn
+        pending = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is NEED_DATA:
+                break
+            if isinstance(event, ev.TakeCheckpoint):
+                if pending:
+                    await self._write(bytes(pending))
+                    pending.clear()
+                await self._send_checkpoint(event.reason)
+                continue
+            out = eng.handle(event)  # type: ignore[arg-type]
+            if out:
+                pending += out
+                if len(pending) >= _WRITE_HIGH_WATER:
+                    await self._write(bytes(pending))
+                    pending.clear()
+            if self.progress or self.log.isEnabledFor(logging.INFO):
+                self._report_progress()
+        if pending:
+            await self._write(bytes(pending))
+
+    def _report_progress(self) -> None:
+        conn = self.engine.conn
+        if not conn.is_replaying:
+            return
+        now = time.monotonic()
+        if now - self._last_progress < 1.0:
+            return
+        self._last_progress = now
+        n = conn.records_replayed
+        if self.progress:
+            sys.stderr.write(f"\rreplaying the log: {n} records ")
+            sys.stderr.flush()
+        else:
+            self.log.info("replaying the log: %d records so far", n)
+
+    async def _send_checkpoint(self, reason: Any) -> None:
+        eng = self.engine
+        conn = eng.conn
+        f, size = eng.write_checkpoint()
+        try:
+            await self._write(conn.begin_checkpoint(size))
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    break
+                await self._write(conn.checkpoint_data(chunk))
+        finally:
+            f.close()
+        self.log.info("checkpoint of %d bytes sent (%s)", size, reason.value)
