@@ -83,7 +83,7 @@ def test_a_stranger_is_refused_and_logged(harness: Harness) -> None:
         s.sendall(b"\x02A" + b"\x02B" + bytes(16) + bytes(32))
         assert s.recv(100) == b""  # closed without a word
     wait_until(lambda: "refused a link" in harness.stderr_of(pb), "the refusal logged")
-    line = [x for x in harness.stderr_of(pb).splitlines() if "refused a link" in x][0]
+    line = next(x for x in harness.stderr_of(pb).splitlines() if "refused a link" in x)
     assert "failed the link authentication" in line
     assert pb.poll() is None
 
