@@ -76,6 +76,15 @@ def decode_messages_stream(buf: bytes) -> int:
     return count
 
 
+def drain_messages_stream(buf: bytes) -> int:
+    decoder = MessageStreamDecoder()
+    count = 0
+    for i in range(0, len(buf), FEED):
+        decoder.receive_data(buf[i : i + FEED])
+        count += len(decoder.drain())
+    return count
+
+
 def decode_records_stream(buf: bytes) -> int:
     decoder = LogRecordDecoder()
     count = 0
@@ -125,13 +134,16 @@ def run(quick: bool) -> list[dict[str, Any]]:
         for i in range(0, len(records), 24 + 33 * PER_RECORD)
     )
     assert baseline_framing(frames) == n == decode_messages_stream(frames)
+    assert drain_messages_stream(frames) == n
     assert decode_records_stream(records) == n == baseline_framing(record_frames_only)
 
     def baseline() -> int:
         return baseline_framing(frames)
 
     cases: list[tuple[str, Callable[[], int]]] = [
-        ("MessageStreamDecoder, outgoing RPC", lambda: decode_messages_stream(frames)),
+        ("MessageStreamDecoder.next_event, outgoing RPC",
+         lambda: decode_messages_stream(frames)),
+        ("MessageStreamDecoder.drain, outgoing RPC", lambda: drain_messages_stream(frames)),
         (f"LogRecordDecoder, {PER_RECORD} RPCs/record", lambda: decode_records_stream(records)),
         ("encode_outgoing_rpc (self-call)", lambda: encode_outgoing(n)),
         ("encode_rpc", lambda: encode_incoming(n)),

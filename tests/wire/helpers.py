@@ -38,12 +38,21 @@ def normalized(events: Iterable[object]) -> list[object]:
     return out
 
 
-def feed(decoder: Decoder, pieces: Iterable[bytes]) -> list[object]:
-    """Feed ``pieces`` one after another, draining after each; returns normalized events."""
+def feed(decoder: Decoder, pieces: Iterable[bytes], *, batched: bool = False) -> list[object]:
+    """Feed ``pieces`` one after another, draining after each; returns normalized events.
+
+    ``batched`` drains with ``decoder.drain()`` instead of ``next_event`` one at a time.
+    """
     events: list[object] = []
     for piece in pieces:
         decoder.receive_data(piece)
-        events.extend(drain(decoder, 2 * len(piece) + 4))
+        if batched:
+            got = decoder.drain()
+            assert len(got) <= 2 * len(piece) + 4
+            assert decoder.next_event() is NEED_DATA
+            events.extend(got)
+        else:
+            events.extend(drain(decoder, 2 * len(piece) + 4))
     return normalized(events)
 
 

@@ -122,6 +122,8 @@ def test_to_coordinator_vectors(hexbytes, msg):
     if isinstance(msg, Checkpoint) and msg.size == 0:
         expected.append(CheckpointEnd(0))
     assert feed(MessageStreamDecoder(), [data]) == expected
+    if not isinstance(msg, Checkpoint):
+        assert feed(MessageStreamDecoder(), [data * 3], batched=True) == expected * 3
     assert feed(MessageStreamDecoder(), one_byte_at_a_time(data)) == expected
 
 

@@ -95,6 +95,7 @@ def test_record_stream_split_anywhere(stream, data):
     assert feed(LogRecordDecoder(), [raw]) == expected
     pieces = split_at(raw, data.draw(s.cut_points(len(raw))))
     assert feed(LogRecordDecoder(), pieces) == expected
+    assert feed(LogRecordDecoder(), pieces, batched=True) == expected
 
 
 @SETTINGS
@@ -102,14 +103,16 @@ def test_record_stream_split_anywhere(stream, data):
 def test_message_stream_split_anywhere(stream, data):
     raw, expected = stream
     assert feed(MessageStreamDecoder(), [raw]) == expected
+    assert feed(MessageStreamDecoder(), [raw], batched=True) == expected
     pieces = split_at(raw, data.draw(s.cut_points(len(raw))))
     assert feed(MessageStreamDecoder(), pieces) == expected
+    assert feed(MessageStreamDecoder(), pieces, batched=True) == expected
 
 
-def _must_fail_cleanly(decoder, pieces: list[bytes]) -> None:
+def _must_fail_cleanly(decoder, pieces: list[bytes], batched: bool = False) -> None:
     """Only RemoteProtocolError or NEED_DATA; never another exception, never a hang."""
     try:
-        feed(decoder, pieces)
+        feed(decoder, pieces, batched=batched)
     except RemoteProtocolError as err:
         event(type(err).__name__)
         # Once broken, the decoder refuses to go on, with the same error.
@@ -139,6 +142,7 @@ def test_random_bytes_records(raw, data):
 def test_random_bytes_messages(raw, data):
     pieces = split_at(raw, data.draw(s.cut_points(len(raw))))
     _must_fail_cleanly(MessageStreamDecoder(max_frame_size=4096), pieces)
+    _must_fail_cleanly(MessageStreamDecoder(max_frame_size=4096), pieces, batched=True)
     _must_fail_cleanly(MessageStreamDecoder(max_frame_size=4096, direction=Direction.LINK), pieces)
 
 
@@ -160,6 +164,7 @@ def test_mutated_message_streams(stream, data):
     damaged = data.draw(s.mutations(raw))
     pieces = split_at(damaged, data.draw(s.cut_points(len(damaged))))
     _must_fail_cleanly(MessageStreamDecoder(max_frame_size=1 << 16), pieces)
+    _must_fail_cleanly(MessageStreamDecoder(max_frame_size=1 << 16), pieces, batched=True)
 
 
 @FUZZ
