@@ -61,7 +61,7 @@ class Sizes:
 
 
 QUICK = Sizes(reps=3, fast_requests=300, fast_warmup=30, durable_requests=30, durable_warmup=5)
-FULL = Sizes(reps=5, fast_requests=3000, fast_warmup=200, durable_requests=300, durable_warmup=20)
+FULL = Sizes(reps=5, fast_requests=3000, fast_warmup=200, durable_requests=200, durable_warmup=20)
 
 
 # ------------------------------------------------------------------------------ processes
