@@ -203,6 +203,7 @@ class Driver:
                 self.b.send_checkpoint(blob)
             elif isinstance(m, UpgradeService):
                 self.events.append("upgrade-service")
+                self.marks["upgrade-service"] = len(self.records)
             else:
                 raise AssertionError(f"unexpected control message {m!r}")
             return

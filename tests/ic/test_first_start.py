@@ -119,3 +119,17 @@ def test_first_start_control_record_bytes(harness: Harness) -> None:
     assert rec.seq_id == CONTROL_SEQ
     assert raw[4:8] == (24 + 2).to_bytes(4, "little") and raw[24:] == b"\x02\x0b"
     assert raw[:4] == reg.committer_id.to_bytes(4, "little", signed=True)
+
+
+def test_log_trigger_size_makes_the_coordinator_ask_for_a_checkpoint(harness: Harness) -> None:
+    harness.register("alpha", log_trigger_size_mb=1)
+    harness.start("alpha")
+    d = harness.drive("alpha")
+    wait_until(d.primary.is_set, "primary")
+    big = b"ack:" + b"x" * (256 * 1024)
+    for _ in range(5):  # 1.25 MB of Impulses
+        d.b.send(OutgoingRpc("", 2, RpcType.IMPULSE, big))
+    wait_until(lambda: "take-checkpoint" in d.events, "a TakeCheckpoint")
+    idir = harness.instance_dir("alpha")
+    wait_until(lambda: (idir / "serverchkpt2").exists(), "checkpoint 2")
+    assert d.marks["take-checkpoint"] == 5  # after the record that crossed 1 MB
