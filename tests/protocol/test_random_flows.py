@@ -56,7 +56,7 @@ PRIMARY_STATES = {S.PRIMARY, S.PRIMARY_CHECKPOINT}
 REPLAYING = {S.LOADING_CHECKPOINT, S.CHECKPOINT_LOADED, S.RECOVERING, S.SECONDARY_CHECKPOINT}
 # Inputs that follow from others rather than being chosen.
 FORCED = {I.SEND_INITIAL_MESSAGE, I.CHECKPOINT_SENT, I.RECV_CHECKPOINT_END}
-CONTROL = {
+CONTROL: dict[Input, Message] = {
     I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT: TakeBecomingPrimaryCheckpoint(),
     I.RECV_TAKE_CHECKPOINT: TakeCheckpointMsg(),
     I.RECV_BECOMING_PRIMARY: BecomingPrimary(),
@@ -139,7 +139,7 @@ class Model:
             elif seq == -1:
                 out += control(*msgs)  # type: ignore[arg-type]
             else:
-                out += data(seq, *msgs)  # type: ignore[arg-type, misc]
+                out += data(seq, *msgs)  # type: ignore[arg-type]
         return out
 
     # ------------------------------------------------------------ the binding's answers
