@@ -196,32 +196,41 @@ class BindingConnection:
 
     def next_event(self) -> ev.ProtocolEvent | NeedData:
         """The next event, or ``NEED_DATA``. Raises ``RemoteProtocolError`` on bad input."""
-        if self._out_events:
-            return self._out_events.popleft()
-        if self._state is State.ERROR:
-            raise LocalProtocolError("the connection is broken by an earlier protocol error")
-        if self._state in CHECKPOINT_OWED or self._state is State.FIRST_START:
-            return NEED_DATA  # nothing more is dispatched until the binding has answered
-        while not self._pending:
-            if self._state is State.LOADING_CHECKPOINT:
-                return self._next_checkpoint_event()
-            try:
-                item = self._decoder.next_event()
-            except RemoteProtocolError:
-                self._state = State.ERROR
-                raise
-            if item is NEED_DATA:
-                return NEED_DATA
-            assert not isinstance(item, (CheckpointChunk, CheckpointEnd, NeedData))
-            if self.committer_id is None:
-                self.committer_id = item.committer_id
-            seq = item.seq_id
-            if item.seq_id >= 0:
-                self.last_seq_id = seq
-            for m in item.messages:
-                self._pending.append((m, seq))
-        msg, seq = self._pending.popleft()
-        return self._dispatch(msg, seq)
+        while True:
+            if self._out_events:
+                return self._out_events.popleft()
+            if self._state is State.ERROR:
+                raise LocalProtocolError("the connection is broken by an earlier protocol error")
+            if self._state in CHECKPOINT_OWED or self._state is State.FIRST_START:
+                return NEED_DATA  # nothing more is dispatched until the binding has answered
+            if not self._pending:
+                if self._state is State.LOADING_CHECKPOINT:
+                    return self._next_checkpoint_event()
+                if not self._read_record():
+                    return NEED_DATA
+                continue
+            msg, seq = self._pending.popleft()
+            event = self._dispatch(msg, seq)
+            if event is not None:
+                return event
+
+    def _read_record(self) -> bool:
+        """Queue the next log record's messages; false if it has not fully arrived."""
+        try:
+            item = self._decoder.next_event()
+        except RemoteProtocolError:
+            self._state = State.ERROR
+            raise
+        if item is NEED_DATA:
+            return False
+        assert not isinstance(item, (CheckpointChunk, CheckpointEnd, NeedData))
+        if self.committer_id is None:
+            self.committer_id = item.committer_id
+        seq = item.seq_id
+        if seq >= 0:
+            self.last_seq_id = seq
+        self._pending.extend((m, seq) for m in item.messages)
+        return True
 
     def events(self) -> Iterator[ev.ProtocolEvent]:
         """Every event available now."""
@@ -245,7 +254,8 @@ class BindingConnection:
         self._receive(Input.RECV_CHECKPOINT_END, "end of checkpoint", CHECKPOINT_SEQ)
         return ev.CheckpointLoaded(item.size)
 
-    def _dispatch(self, msg: object, seq: int) -> ev.ProtocolEvent | NeedData:
+    def _dispatch(self, msg: object, seq: int) -> ev.ProtocolEvent | None:
+        """The event for one message; None for a batch, whose RPCs are queued instead."""
         kind = type(msg)
         if kind is Rpc:
             replay = self._state in REPLAYING_STATES
@@ -255,9 +265,8 @@ class BindingConnection:
             return ev.IncomingRpc(msg, seq, replay)  # type: ignore[arg-type]
         if kind is RpcBatch or kind is CountReplayableRpcBatch:
             rpcs = msg.rpcs  # type: ignore[attr-defined]
-            for r in reversed(rpcs):
-                self._pending.appendleft((r, seq))
-            return self.next_event()
+            self._pending.extendleft((r, seq) for r in reversed(rpcs))
+            return None
         if kind is Checkpoint:
             self._receive(Input.RECV_CHECKPOINT, "checkpoint record", seq)
             self._recovered = True

@@ -29,6 +29,7 @@ from ambrosia_py.wire import (
     InitialMessage,
     OutgoingRpc,
     Rpc,
+    RpcBatch,
     TakeBecomingPrimaryCheckpoint,
     UpgradeService,
     UpgradeTakeCheckpoint,
@@ -388,3 +389,12 @@ def test_request_checkpoint_is_refused_while_recovering() -> None:
     with pytest.raises(LocalProtocolError):
         c.request_checkpoint()
     assert c.state is State.RECOVERING
+
+
+def test_a_long_run_of_empty_batches_is_skipped_without_recursion() -> None:
+    c = primary()
+    batches = [RpcBatch(()) for _ in range(5000)]
+    assert feed(c, data(1, *batches, R1, *batches) + data(2, R2)) == [
+        (IncomingRpc(R1, 1, False), PRIMARY),
+        (IncomingRpc(R2, 2, False), PRIMARY),
+    ]
