@@ -8,9 +8,11 @@ drives instances; nothing here touches a socket.
 
 from __future__ import annotations
 
+import ast
 import dis
 import enum
 import inspect
+import textwrap
 import typing
 import zlib
 from collections.abc import Callable, Generator
@@ -213,6 +215,40 @@ def _validate_method(cls: type, name: str, attr: Any, mark: _Mark) -> tuple[
     return spec, problems
 
 
+def _state_types(cls: type) -> dict[str, Any]:
+    """The types of the state attributes: class annotations, and ``self.x: T = ...`` in
+    ``__init__`` (read from its source), so that checkpointed attrs classes, enums and
+    dataclasses come back as themselves however the user declared them."""
+    types: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        init = vars(klass).get("__init__")
+        if klass is object or not inspect.isfunction(init):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(init))
+            tree = ast.parse(source)
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Attribute)
+                    and isinstance(node.target.value, ast.Name)
+                    and node.target.value.id == "self"):
+                try:
+                    types[node.target.attr] = eval(  # noqa: S307 - the user's own annotation
+                        compile(ast.Expression(node.annotation), "<annotation>", "eval"),
+                        init.__globals__, dict(vars(klass)))
+                except Exception:
+                    continue
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:
+        hints = {}
+    for name, tp in hints.items():
+        if typing.get_origin(tp) is not ClassVar and tp is not ClassVar:
+            types.setdefault(name, tp)
+    return types
+
+
 class Immortal:
     """Base class of immortal services.
 
@@ -231,6 +267,7 @@ class Immortal:
     __ambrosia_methods__: ClassVar[dict[str, MethodSpec]] = {}
     __ambrosia_by_id__: ClassVar[dict[int, MethodSpec]] = {}
     __ambrosia_serializer__: ClassVar[Serializer]
+    __ambrosia_state_types__: ClassVar[dict[str, Any]] = {}
     version: ClassVar[int] = 0
     remote_errors: ClassVar[tuple[type[BaseException], ...]] = ()
 
@@ -285,6 +322,7 @@ class Immortal:
         cls.__ambrosia_methods__ = methods
         cls.__ambrosia_by_id__ = by_id
         cls.__ambrosia_serializer__ = Serializer()
+        cls.__ambrosia_state_types__ = _state_types(cls)
 
     # ------------------------------------------------------------ runtime access
     @property
@@ -364,12 +402,15 @@ class Immortal:
 class PendingCall(Generic[T]):
     """An awaited call in flight; resolved by a result input, which the log records."""
 
-    __slots__ = ("_done", "_error", "_result", "call_id", "method", "result_type")
+    __slots__ = ("_done", "_error", "_result", "call_id", "method", "remote_errors",
+                 "result_type")
 
-    def __init__(self, call_id: int, method: str, result_type: Any = inspect_empty) -> None:
+    def __init__(self, call_id: int, method: str, result_type: Any = inspect_empty,
+                 remote_errors: tuple[type[BaseException], ...] = ()) -> None:
         self.call_id = call_id
         self.method = method
         self.result_type = result_type
+        self.remote_errors = remote_errors
         self._done = False
         self._result: Any = None
         self._error: BaseException | None = None

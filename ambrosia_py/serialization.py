@@ -129,6 +129,7 @@ def _make_converter() -> cattrs.Converter:
         datetime.datetime, lambda v, _: datetime.datetime.fromisoformat(v)
     )
     conv.register_unstructure_hook(bytearray, bytes)
+    conv.register_structure_hook_func(lambda t: t is object, lambda v, _: v)  # as it came
     return conv
 
 
@@ -175,7 +176,7 @@ def _type_name(tp: Any) -> str:
 
 def check_serializable(tp: Any, _seen: frozenset[Any] = frozenset()) -> str | None:
     """None if values of ``tp`` can travel as arguments or state, else why not."""
-    if tp is Any or tp is inspect_empty or tp is None or tp is type(None):
+    if tp is Any or tp is object or tp is inspect_empty or tp is None or tp is type(None):
         return None
     if isinstance(tp, str):
         return f"the annotation {tp!r} could not be resolved"
@@ -209,13 +210,20 @@ def check_serializable(tp: Any, _seen: frozenset[Any] = frozenset()) -> str | No
     if issubclass(tp, (enum.Enum, datetime.datetime)):
         return None
     if attrs.has(tp):
+        try:
+            hints = typing.get_type_hints(tp)
+        except Exception as e:
+            return f"the annotations of {tp.__qualname__} cannot be resolved ({e})"
         for f in attrs.fields(tp):
-            why = check_serializable(f.type if f.type is not None else Any, seen)
+            why = check_serializable(hints.get(f.name, Any), seen)
             if why:
                 return f"{tp.__qualname__}.{f.name}: {why}"
         return None
     if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
+        try:
+            hints = typing.get_type_hints(tp)
+        except Exception as e:
+            return f"the annotations of {tp.__qualname__} cannot be resolved ({e})"
         for f in dataclasses.fields(tp):
             why = check_serializable(hints.get(f.name, Any), seen)
             if why:

@@ -92,13 +92,6 @@ class _Task:
         self.on_done = on_done
 
 
-def _field_types(cls: type) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:
-        return {}
-
-
 def _is_plain_container(tp: Any) -> bool:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -344,9 +337,9 @@ class Engine:
             if ser.is_envelope(args):
                 env = ser.Envelope.decode(args)
                 self._enter(env.timestamp_ns, env.entropy)
-                pos, kw = self._decode_payload(spec, env.payload)
                 if env.call_id >= 0 and spec.kind is MethodKind.RPC:
                     on_done = self._result_sender(env.caller, env.call_id)
+                pos, kw = self._decode_payload(spec, env.payload)
             elif args[:1] == b"{":
                 self._enter_derived(args)
                 pos, kw = (), ser.decode_json_args(args)
@@ -396,7 +389,7 @@ class Engine:
 
     def _remote_error(self, pc: PendingCall[Any], value: Any) -> BaseException:
         type_name, message = str(value[0]), str(value[1])
-        for t in getattr(pc, "remote_errors", ()):
+        for t in pc.remote_errors:
             if t.__name__ == type_name:
                 try:
                     return t(message)  # type: ignore[no-any-return]
@@ -566,8 +559,8 @@ class Engine:
         payload = self._payload(spec, args, kwargs)
         call_id = self._next_call_id
         self._next_call_id += 1
-        pc: PendingCall[Any] = PendingCall(call_id, spec.name, spec.return_type)
-        pc.remote_errors = cls.remote_errors  # type: ignore[attr-defined]
+        pc: PendingCall[Any] = PendingCall(call_id, spec.name, spec.return_type,
+                                           cls.remote_errors)
         self._pending[call_id] = pc
         self._send_envelope(dest, spec.method_id, RpcType.FORK, call_id, payload)
         return pc
@@ -773,7 +766,7 @@ class Engine:
         if cls.checkpoint_state is not Immortal.checkpoint_state:
             inst.load_state(fields["__custom__"])
         else:
-            types = _field_types(cls)
+            types = cls.__ambrosia_state_types__
             for name, value in fields.items():
                 tp = types.get(name, Any)
                 if not _is_plain_container(tp):

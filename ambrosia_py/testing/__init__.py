@@ -1,0 +1,210 @@
+"""Repro and upgrade tests as plain functions, and a helper to run immortals in tests.
+
+``repro`` replays an instance's recorded log from checkpoint N with the current code;
+``upgrade_test`` converts the checkpoint to VNext and replays with the new code. Both run
+``ambrosia debug-instance`` underneath (the real path: the coordinator reads the files the
+live run wrote and compares every output with the recorded run's digest) and the binding
+in this process, and return the final state and the outputs::
+
+    def test_counter_replays():
+        result = repro("counter", Counter, checkpoint=1, home=tmp_path)
+        assert result.state.count == 3
+
+A replay whose outputs differ from the recorded run raises ``ReplayDivergenceError``
+naming the first sequence id where they diverged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from ..errors import CoordinatorError, ReplayDivergenceError
+from ..immortal import Immortal
+from ..runtime.cli import free_ports
+from ..runtime.engine import Engine
+from ..runtime.runner import ImmortalRunner
+from ..wire import OutgoingRpc
+
+__all__ = ["ImmortalProcess", "ReplayResult", "repro", "start_immortal", "upgrade_test"]
+
+S = TypeVar("S", bound=Immortal)
+
+
+@attrs.frozen
+class ReplayResult(Generic[S]):
+    """What a replay produced.
+
+    Attributes:
+        state: the immortal instance after the replay (VNext's after an upgrade test).
+        outputs: every RPC the binding sent, in order.
+        records_replayed: log records the coordinator replayed.
+        status: "ok" (outputs match the recorded run) or "unchecked" (nothing recorded).
+    """
+
+    state: S
+    outputs: list[OutgoingRpc]
+    records_replayed: int
+    status: str
+
+
+def repro(instance_name: str, cls: type[S], checkpoint: int = 1, *,
+          home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
+          timeout: float = 120.0) -> ReplayResult[S]:
+    """Replay ``instance_name``'s log from checkpoint ``checkpoint`` with ``cls``.
+
+    Raises:
+        ReplayDivergenceError: the outputs differ from the recorded run's.
+        CoordinatorError: debug-instance could not run (no such checkpoint, ...).
+    """
+    return _debug(instance_name, cls, None, None, checkpoint, home, idle_timeout, timeout)
+
+
+def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type[S],
+                 convert: Callable[[Any], S] | None = None, checkpoint: int = 1, *,
+                 home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
+                 timeout: float = 120.0) -> ReplayResult[S]:
+    """Load checkpoint ``checkpoint`` with VCurrent, convert it to VNext (``convert`` or
+    ``cls_next.upgrade_from``) and replay the log with VNext (an upgrade test).
+
+    Raises:
+        ReplayDivergenceError: VNext's outputs differ from the recorded run's.
+    """
+    return _debug(instance_name, cls_current, cls_next, convert, checkpoint, home,
+                  idle_timeout, timeout)
+
+
+def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
+           convert: Callable[[Any], Any] | None, checkpoint: int,
+           home: str | os.PathLike[str] | None, idle_timeout: float, timeout: float) -> Any:
+    from ambrosia_ic import launch
+
+    rp, sp = free_ports(2)
+    args = ["debug-instance", "-i", name, "-c", str(checkpoint), "-rp", str(rp), "-sp", str(sp),
+            "--json", "--idle-timeout", str(idle_timeout)]
+    if cls_next is not None:
+        args.append("--testing-upgrade")
+    proc = launch.start_process(args, home=home, stderr=subprocess.PIPE, timeout=timeout)
+    try:
+        engine = Engine(cls, name, upgrade_to=cls_next, convert=convert, record_outputs=True,
+                        logger=logging.getLogger(f"ambrosia.debug.{name}"))
+        runner = ImmortalRunner(engine, rp, sp, progress=False)
+        asyncio.run(asyncio.wait_for(runner.run(), timeout))
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    summary = None
+    for line in out.splitlines():
+        if line.startswith("{"):
+            summary = json.loads(line)
+    if summary is None or summary.get("status") == "error":
+        detail = summary.get("error") if summary else (err.strip() or f"exit {proc.returncode}")
+        raise CoordinatorError(f"debug-instance of {name} checkpoint {checkpoint} failed: "
+                               f"{detail}")
+    if summary["status"] == "diverged":
+        raise ReplayDivergenceError(summary["first_divergence_seq"], summary.get("detail", ""))
+    if cls_next is not None and type(engine.instance) is not cls_next:
+        raise CoordinatorError("the upgrade test ended without switching to "
+                               f"{cls_next.__qualname__} (no UpgradeService arrived)")
+    return ReplayResult(engine.instance, list(engine.outputs or []),
+                        summary["records_replayed"], summary["status"])
+
+
+class ImmortalProcess:
+    """An ``ambrosia run`` process (immortal and its coordinator) for tests and demos."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 60.0, count: int = 1) -> str:
+        """Wait until ``text`` has appeared in ``count`` log lines; return the last one."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                hits = [ln for ln in self.lines if text in ln]
+                if len(hits) >= count:
+                    return hits[count - 1]
+                if self.proc.poll() is not None and not self._reader.is_alive():
+                    raise CoordinatorError(
+                        f"the immortal exited ({self.proc.returncode}) before logging "
+                        f"{text!r}:\n" + "\n".join(self.lines[-20:]))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{text!r} was not logged:\n" + "\n".join(self.lines[-20:]))
+                self._cond.wait(min(left, 0.5))
+
+    def kill(self) -> None:
+        """``kill -9``: no goodbye; the coordinator exits when its binding vanishes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, then wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(10)
+        return self.proc.returncode
+
+
+def start_immortal(target: str, instance_name: str, *,
+                   home: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None,
+                   args: Sequence[str] = (), env: dict[str, str] | None = None,
+                   primary: bool = True, timeout: float = 60.0) -> ImmortalProcess:
+    """Start ``ambrosia run TARGET -i NAME`` with ``AMBROSIA_HOME=home``; by default wait
+    until the instance is primary."""
+    child_env = dict(os.environ if env is None else env)
+    child_env["AMBROSIA_HOME"] = os.fspath(home)
+    child_env["PYTHONUNBUFFERED"] = "1"
+    cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (cwd, child_env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ambrosia_ic", "run", target, "-i", instance_name, *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=child_env, cwd=cwd, text=True,
+    )
+    p = ImmortalProcess(proc)
+    if primary:
+        try:
+            p.wait_for("became primary", timeout)
+        except BaseException:
+            p.kill()
+            raise
+    return p
+
+
+def _path(p: str | os.PathLike[str]) -> Path:
+    return Path(os.fspath(p))

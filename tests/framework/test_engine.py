@@ -1,0 +1,202 @@
+"""The engine against an in-memory coordinator: dispatch, determinism, checkpoints with
+suspended calls, AmbrosiaJS's argument forms and "post" convention."""
+
+from __future__ import annotations
+
+import json
+
+import msgpack
+import pytest
+
+from ambrosia_py import Immortal, ImpulseDuringRecoveryError, fork, rpc
+from ambrosia_py.errors import LocalProtocolError, SerializationError
+from ambrosia_py.immortal import POST_METHOD_ID, RESULT_METHOD_ID, default_method_id
+from ambrosia_py.runtime.engine import Engine
+from ambrosia_py.serialization import Envelope, encode_raw_args
+from ambrosia_py.wire import RpcType
+
+from .apps import Calculator, Caller, Clocked, Entry, Pulsed
+from .fakeic import FakeCoordinator
+
+
+def started(cls: type[Immortal], name: str = "me", **kw: object) -> FakeCoordinator:
+    ic = FakeCoordinator(Engine(cls, name, **kw))  # type: ignore[arg-type]
+    ic.first_start()
+    return ic
+
+
+def result_for(call: object, value: object, ok: bool = True) -> bytes:
+    env = Envelope.decode(call.args)  # type: ignore[attr-defined]
+    return Envelope(1, 2, env.call_id, "calc", [ok, value]).encode()
+
+
+def test_first_start_runs_the_hook_from_the_logged_echo_and_forks_to_itself() -> None:
+    ic = started(Clocked)
+    inst = ic.engine.instance
+    assert isinstance(inst, Clocked)
+    assert len(inst.samples) == 3  # on_first_start -> sample(3) -> sample(2) -> sample(1)
+    assert [o.method_id for o in ic.outputs] == [default_method_id("sample")] * 3
+    assert ic.engine.conn.is_primary
+
+
+def test_replay_of_the_same_records_reproduces_state_and_outputs() -> None:
+    live = started(Clocked)
+    again = FakeCoordinator(Engine(Clocked, "me"))
+    again.recover(live.checkpoints[0], list(live.log))
+    assert again.engine.instance.samples == live.engine.instance.samples  # type: ignore[union-attr]
+    assert again.outputs == live.outputs
+    assert again.engine.conn.records_replayed == 4
+
+
+def test_a_checkpoint_taken_while_a_call_is_pending_rebuilds_the_suspended_handler() -> None:
+    ic = started(Caller, "caller")
+    eng = ic.engine
+    assert not eng.quiescent and eng.pending_calls == 1
+    call = ic.outputs[-1]
+    assert call.destination == "calc" and call.method_id == default_method_id("divide")
+    ckpt = ic.take_checkpoint()
+    # A new life: load the checkpoint (no records after it), become primary.
+    ic2 = FakeCoordinator(Engine(Caller, "caller", record_outputs=True))
+    ic2.recover(ckpt, [])
+    eng2 = ic2.engine
+    assert not eng2.quiescent and eng2.pending_calls == 1
+    assert ic2.outputs == []  # the re-dispatched call was not sent again
+    # The result arrives after the crash: the rebuilt coroutine resumes.
+    ic2.rpc(RESULT_METHOD_ID, RpcType.FORK, result_for(call, 3.5))
+    div0 = ic2.outputs[-1]
+    ic2.rpc(RESULT_METHOD_ID, RpcType.FORK,
+            result_for(div0, ["ZeroDivisionError", "division by zero"], ok=False))
+    store = ic2.outputs[-1]
+    assert Envelope.decode(store.args).payload == [[{"n": 21, "note": "hi"}], {}]
+    ic2.rpc(RESULT_METHOD_ID, RpcType.FORK, result_for(store, {"n": 42, "note": "HI"}))
+    fail = ic2.outputs[-1]
+    ic2.rpc(RESULT_METHOD_ID, RpcType.FORK, result_for(fail, ["KeyError", "'nope'"], ok=False))
+    assert ic2.engine.instance.results == [  # type: ignore[union-attr]
+        3.5, "ZeroDivisionError: division by zero", [42, "HI"], "RemoteCallError"]
+    assert eng2.quiescent
+    # Quiescent again: the next checkpoint is just the state.
+    header = next(iter(msgpack.Unpacker(__import__("io").BytesIO(ic2.take_checkpoint()))))
+    assert header["mode"] == "q"
+    assert next(iter(msgpack.Unpacker(__import__("io").BytesIO(ckpt))))["mode"] == "p"
+
+
+def test_callee_returns_results_and_errors_to_the_caller_by_call_id() -> None:
+    ic = started(Calculator, "calc")
+    args = Envelope(5, 6, 41, "caller", [[{"n": 3, "note": "x"}], {}]).encode()
+    ic.rpc(default_method_id("store"), RpcType.FORK, args)
+    res = ic.outputs[-1]
+    assert (res.destination, res.method_id, res.rpc_type) == ("caller", RESULT_METHOD_ID, 1)
+    env = Envelope.decode(res.args)
+    assert env.call_id == 41 and env.payload == [True, {"n": 6, "note": "X"}]
+    assert ic.engine.instance.entries == [Entry(3, "x")]  # type: ignore[union-attr]
+    ic.rpc(default_method_id("divide"), RpcType.FORK,
+           Envelope(5, 6, 42, "caller", [[1, 0], {}]).encode())
+    env = Envelope.decode(ic.outputs[-1].args)
+    assert env.call_id == 42 and env.payload == [False, ["ZeroDivisionError", "division by zero"]]
+
+
+def test_bad_arguments_are_reported_not_raised() -> None:
+    ic = started(Calculator, "calc")
+    ic.rpc(default_method_id("store"), RpcType.FORK,
+           Envelope(5, 6, 9, "caller", [[{"n": "not a number"}], {}]).encode())
+    env = Envelope.decode(ic.outputs[-1].args)
+    assert env.payload[0] is False and env.payload[1][0] == "SerializationError"
+    ic.rpc(12345, RpcType.FORK, b"\x90")  # unknown method: logged, the instance goes on
+    assert ic.engine.conn.is_primary
+
+
+class JsPeer(Immortal):
+    def __init__(self) -> None:
+        self.got: list[object] = []
+
+    @fork(method_id=8)
+    def hello(self, greeting: str) -> None:
+        self.got.append(greeting)
+
+    @fork(method_id=9)
+    def blob(self, data: bytes) -> None:
+        self.got.append(data)
+
+    @rpc
+    async def add(self, a: int, b: int) -> int:
+        return a + b
+
+
+def test_ambrosiajs_json_and_raw_arguments_and_post_calls() -> None:
+    ic = started(JsPeer, "py")
+    ic.rpc(8, RpcType.FORK, b'{"greeting":"from JS"}')
+    ic.rpc(9, RpcType.IMPULSE, encode_raw_args(b"\x00\x01"))
+    post = {"senderInstanceName": "js", "destinationInstanceName": "py", "methodName": "add",
+            "methodVersion": 1, "callID": 77, "arg:a": 2, "arg:b": 40}
+    ic.rpc(POST_METHOD_ID, RpcType.FORK, json.dumps(post).encode())
+    assert ic.engine.instance.got == ["from JS", b"\x00\x01"]  # type: ignore[union-attr]
+    out = ic.outputs[-1]
+    assert (out.destination, out.method_id, out.rpc_type) == ("js", POST_METHOD_ID, 1)
+    body = json.loads(out.args)
+    assert body["methodName"] == "add_Result" and body["callID"] == 77 and body["result"] == 42
+
+
+def test_impulse_rules() -> None:
+    ic = FakeCoordinator(Engine(Pulsed, "p"))
+    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
+
+    ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
+    eng = ic.engine
+    assert eng.conn.is_primary
+    inst = eng.instance
+    assert isinstance(inst, Pulsed)
+    inst.impulse_self.pulse(5)  # outside-world code, primary: queued
+    assert eng.take_outgoing()
+    ic2 = FakeCoordinator(Engine(Pulsed, "p"))
+    ic2.feed(encode_checkpoint_for(ic.checkpoint))
+    with pytest.raises(ImpulseDuringRecoveryError):
+        ic2.engine.instance.impulse_self.pulse(1)  # type: ignore[union-attr]
+    with pytest.raises(LocalProtocolError):
+        inst.self_proxy.pulse(1)  # a fork from outside a handler
+
+
+def encode_checkpoint_for(ckpt: bytes) -> bytes:
+    from ambrosia_py.wire import encode_checkpoint_record
+
+    return encode_checkpoint_record(7, len(ckpt)) + ckpt
+
+
+def test_a_checkpoint_of_another_version_is_refused_clearly() -> None:
+    class V1(Immortal):
+        version = 1
+
+    class V2(Immortal):
+        version = 2
+
+    ic = FakeCoordinator(Engine(V1, "v"))
+    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
+
+    ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
+    ic2 = FakeCoordinator(Engine(V2, "v"))
+    with pytest.raises(SerializationError, match="version 1.*version 2"):
+        ic2.feed(encode_checkpoint_for(ic.checkpoint))
+
+
+class Big(Immortal):
+    def __init__(self) -> None:
+        self.table: dict[str, int] = {}
+        self.items: list[Entry] = []
+
+    @fork
+    def fill(self, n: int) -> None:
+        self.table = {f"k{i}": i for i in range(n)}
+        self.items = [Entry(i) for i in range(n)]
+
+
+def test_large_states_stream_item_by_item_and_load_back() -> None:
+    ic = started(Big, "big")
+    ic.rpc(default_method_id("fill"), RpcType.FORK,
+           Envelope(1, 1, -1, "big", [[5000], {}]).encode())
+    ckpt = ic.take_checkpoint()
+    objects = list(msgpack.Unpacker(__import__("io").BytesIO(ckpt), raw=False))
+    assert len(objects) > 10000  # not one object holding the whole state
+    ic2 = FakeCoordinator(Engine(Big, "big"))
+    ic2.recover(ckpt, [])
+    inst = ic2.engine.instance
+    assert isinstance(inst, Big)
+    assert inst.table["k4999"] == 4999 and inst.items[1234] == Entry(1234)
