@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,8 @@ def run_tcp(requests: int, warmup: int) -> wl.RunResult:
 
 
 def run_grpc(requests: int, warmup: int) -> wl.RunResult:
+    # gRPC core logs connection teardown (GOAWAY) at INFO; keep the bench table readable.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         import grpc
     except ImportError as exc:  # pragma: no cover - depends on the environment
