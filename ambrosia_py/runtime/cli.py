@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,6 +32,7 @@ __all__ = ["free_ports", "load_class", "run_main"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+_COORDINATOR_RETRY_SECONDS = 15.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -138,7 +140,7 @@ def run_main(argv: Sequence[str]) -> int:
 
             home = registry.ambrosia_home(args.home)
             reg = _ensure_registered(args.instance_name, home, log)
-            proc = launch.start_coordinator(args.instance_name, home=home)
+            proc = _start_coordinator(launch, args.instance_name, home)
             log.info("started the coordinator (pid %d)", proc.pid)
             rp, sp = reg.receive_port, reg.send_port
         engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
@@ -157,6 +159,19 @@ def run_main(argv: Sequence[str]) -> int:
     finally:
         if proc is not None:
             _stop(proc)
+
+
+def _start_coordinator(launch: Any, name: str, home: Path) -> subprocess.Popen[str]:
+    """Start the coordinator, retrying for a while: after a crash, the previous life's
+    coordinator may still hold the log lock for a moment while it notices and exits."""
+    deadline = time.monotonic() + _COORDINATOR_RETRY_SECONDS
+    while True:
+        try:
+            return launch.start_coordinator(name, home=home)  # type: ignore[no-any-return]
+        except AmbrosiaError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

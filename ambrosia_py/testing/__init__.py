@@ -22,6 +22,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +38,14 @@ from ..runtime.engine import Engine
 from ..runtime.runner import ImmortalRunner
 from ..wire import OutgoingRpc
 
-__all__ = ["ImmortalProcess", "ReplayResult", "repro", "start_immortal", "upgrade_test"]
+__all__ = [
+    "ImmortalProcess",
+    "ReplayResult",
+    "checkpoints",
+    "repro",
+    "start_immortal",
+    "upgrade_test",
+]
 
 S = TypeVar("S", bound=Immortal)
 
@@ -59,10 +67,11 @@ class ReplayResult(Generic[S]):
     status: str
 
 
-def repro(instance_name: str, cls: type[S], checkpoint: int = 1, *,
+def repro(instance_name: str, cls: type[S], checkpoint: int | None = None, *,
           home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
           timeout: float = 120.0) -> ReplayResult[S]:
-    """Replay ``instance_name``'s log from checkpoint ``checkpoint`` with ``cls``.
+    """Replay ``instance_name``'s log from checkpoint ``checkpoint`` (default: the oldest
+    one the coordinator kept) with ``cls``.
 
     Raises:
         ReplayDivergenceError: the outputs differ from the recorded run's.
@@ -72,7 +81,7 @@ def repro(instance_name: str, cls: type[S], checkpoint: int = 1, *,
 
 
 def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type[S],
-                 convert: Callable[[Any], S] | None = None, checkpoint: int = 1, *,
+                 convert: Callable[[Any], S] | None = None, checkpoint: int | None = None, *,
                  home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
                  timeout: float = 120.0) -> ReplayResult[S]:
     """Load checkpoint ``checkpoint`` with VCurrent, convert it to VNext (``convert`` or
@@ -85,27 +94,50 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
                   idle_timeout, timeout)
 
 
+def checkpoints(instance_name: str, home: str | os.PathLike[str] | None = None,
+                version: int | None = None) -> list[int]:
+    """The numbers of the checkpoints kept for ``instance_name``, oldest first."""
+    from ambrosia_ic import logstore, registry
+
+    reg = registry.load(instance_name, home)
+    return logstore.file_numbers(registry.instance_dir(reg, version), "serverchkpt")
+
+
 def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
-           convert: Callable[[Any], Any] | None, checkpoint: int,
+           convert: Callable[[Any], Any] | None, checkpoint: int | None,
            home: str | os.PathLike[str] | None, idle_timeout: float, timeout: float) -> Any:
     from ambrosia_ic import launch
+
+    if checkpoint is None:
+        kept = checkpoints(name, home)
+        if not kept:
+            raise CoordinatorError(f"{name} has no checkpoint to replay from")
+        checkpoint = kept[0]
 
     rp, sp = free_ports(2)
     args = ["debug-instance", "-i", name, "-c", str(checkpoint), "-rp", str(rp), "-sp", str(sp),
             "--json", "--idle-timeout", str(idle_timeout)]
     if cls_next is not None:
         args.append("--testing-upgrade")
-    proc = launch.start_process(args, home=home, stderr=subprocess.PIPE, timeout=timeout)
+    errfile = tempfile.TemporaryFile(mode="w+")
+    try:
+        proc = launch.start_process(args, home=home, stderr=errfile, timeout=timeout)
+    except CoordinatorError as e:
+        errfile.seek(0)
+        raise CoordinatorError(f"{e}: {errfile.read().strip()}") from None
     try:
         engine = Engine(cls, name, upgrade_to=cls_next, convert=convert, record_outputs=True,
                         logger=logging.getLogger(f"ambrosia.debug.{name}"))
         runner = ImmortalRunner(engine, rp, sp, progress=False)
         asyncio.run(asyncio.wait_for(runner.run(), timeout))
-        out, err = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        errfile.seek(0)
+        err = errfile.read()
+        errfile.close()
     summary = None
     for line in out.splitlines():
         if line.startswith("{"):

@@ -73,6 +73,7 @@ class Clocked(Immortal):
     @fork
     def sample(self, left: int) -> None:
         self.samples.append([self.ctx.now().timestamp(), self.ctx.random()])
+        self.ctx.log.info("sampled %d", len(self.samples))
         if left > 1:
             self.self_proxy.sample(left - 1)
 
@@ -89,6 +90,7 @@ class Nondeterministic(Immortal):
     @fork
     def tick(self, left: int, stamp: int = 0) -> None:
         self.seen.append(left)
+        self.ctx.log.info("tick %d", left)
         if left > 1:
             self.self_proxy.tick.fork(left - 1, stamp=time.time_ns())  # wrong: not ctx.now()
 

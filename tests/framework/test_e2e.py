@@ -1,0 +1,121 @@
+"""End to end over real sockets: `ambrosia run` processes against the ic-harness
+coordinator, kill -9 at chosen points, and repro through `ambrosia debug-instance`."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from ambrosia_py import ReplayDivergenceError
+from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.testing import checkpoints, repro
+from samples.demo.services import Client, Server
+
+from .apps import Caller, Clocked, Nondeterministic, Pulsed
+from .conftest import ROOT, Launcher
+
+pytestmark = pytest.mark.integration
+
+
+def test_pending_awaits_complete_across_crashes(launcher: Launcher) -> None:
+    from ambrosia_ic import registry
+
+    rp, sp, icp = free_ports(3)  # the callee is registered but not running yet
+    registry.register(instance_name="calc", receive_port=rp, send_port=sp, ic_port=icp,
+                      log_dir=str(launcher.home / "logs"), home=launcher.home)
+    caller = launcher.start("tests.framework.apps:Caller", "caller", primary=False)
+    caller.wait_for("caller: awaiting calc")
+    caller.kill()  # crash 1: the call is in the log, its result is not
+    caller = launcher.start("tests.framework.apps:Caller", "caller")
+    # Became primary while suspended: that checkpoint holds the quiescent snapshot + inputs.
+    caller.kill()  # crash 2
+    caller = launcher.start("tests.framework.apps:Caller", "caller")
+    caller.wait_for("re-dispatching 1 inputs to rebuild suspended calls")
+    calc = launcher.start("tests.framework.apps:Calculator", "calc")
+    done = caller.wait_for("caller: done")
+    assert "3.5, 'ZeroDivisionError: division by zero', [42, 'HI'], 'RemoteCallError'" in done
+    caller.stop()
+    calc.stop()
+    result = repro("caller", Caller, home=launcher.home)
+    assert result.state.results == [3.5, "ZeroDivisionError: division by zero", [42, "HI"],
+                                    "RemoteCallError"]
+
+
+def test_impulses_from_outside_world_code_and_refused_during_recovery(
+        launcher: Launcher) -> None:
+    p = launcher.start("tests.framework.apps:Pulsed", "pulsed")
+    p.wait_for("(total 3)")
+    p.kill()
+    p = launcher.start("tests.framework.apps:Pulsed", "pulsed")
+    refused = p.wait_for("impulse refused during recovery")
+    assert "before the instance is primary" in refused
+    p.wait_for("(total 6)")
+    p.stop()
+    state = repro("pulsed", Pulsed, home=launcher.home).state
+    assert state.pulses == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_kill_client_and_server_at_random_points_exactly_once(launcher: Launcher) -> None:
+    n = 300
+    env = dict(os.environ, DEMO_REQUESTS=str(n))
+    rnd = random.Random()
+    server = launcher.start("samples.demo.services:Server", "demo-server", env=env)
+    client = launcher.start("samples.demo.services:Client", "demo-client", env=env)
+    points = sorted(rnd.sample(range(50, n - 49, 50), 2))
+    for i, at in enumerate(points):
+        server.wait_for(f"server applied request {at}")
+        if i == 0:
+            server.kill()
+            server = launcher.start("samples.demo.services:Server", "demo-server", env=env)
+        else:
+            client.kill()
+            client = launcher.start("samples.demo.services:Client", "demo-client", env=env)
+    assert "300 applied, 0 duplicates, order ok" in client.wait_for("client done", timeout=120)
+    client.stop()
+    server.stop()
+    assert repro("demo-server", Server, home=launcher.home).state.applied == list(
+        range(1, n + 1))
+    client_state = repro("demo-client", Client, home=launcher.home).state
+    assert client_state.acks == list(range(1, n + 1)) and client_state.summary == [n, 0, -1]
+
+
+def test_repro_reproduces_state_and_outputs(launcher: Launcher) -> None:
+    p = launcher.start("tests.framework.apps:Clocked", "clocked")
+    p.wait_for("sampled 3")
+    p.stop()
+    first = repro("clocked", Clocked, home=launcher.home)
+    second = repro("clocked", Clocked, home=launcher.home)
+    assert first.status == "ok" and first.records_replayed == 4
+    assert len(first.state.samples) == 3
+    assert first.state.samples == second.state.samples
+    assert first.outputs == second.outputs and len(first.outputs) == 3
+
+
+def test_a_nondeterministic_immortal_is_caught_by_repro(launcher: Launcher) -> None:
+    p = launcher.start("tests.framework.apps:Nondeterministic", "nondet")
+    p.wait_for("tick 1")
+    p.stop()
+    assert checkpoints("nondet", launcher.home)
+    with pytest.raises(ReplayDivergenceError) as info:
+        repro("nondet", Nondeterministic, home=launcher.home)
+    assert info.value.seq_id >= 0
+    assert f"sequence id {info.value.seq_id}" in str(info.value)
+
+
+def test_ambrosia_run_reports_bad_targets_in_one_line(tmp_path: object) -> None:
+    env = dict(os.environ, AMBROSIA_HOME=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", "no.such.module:X",
+                          "-i", "x"], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "ambrosia run: error: cannot import 'no.such.module': No module named 'no'"]
+    out = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", "samples.demo.services:SERVER",
+                          "-i", "x"], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=60)
+    assert out.returncode == 1 and "is not an ambrosia_py.Immortal subclass" in out.stderr
