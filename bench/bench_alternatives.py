@@ -170,21 +170,45 @@ def run_dbos(requests: int, warmup: int) -> wl.RunResult:
 def run_ambrosia(requests: int, warmup: int) -> wl.RunResult:
     """The AMBROSIA side of the same workload: the third contender.
 
-    Shape: a server immortal holding the counter and a client immortal that sends request
-    ``i`` = ``await server.add(i)`` for ``i = 1..N``, each immortal with its own coordinator
-    (embedded IC) logging to a temp directory, both on 127.0.0.1.  Exactly-once comes from
-    the protocol, not from a reply table: the client immortal's sequence numbers identify
-    requests, and replay after a crash must not re-apply them.  The function must return a
-    checked :class:`alt_workload.RunResult` built with :func:`alt_workload.run_workload`,
-    whose ``call`` sends one request from the client immortal and ``read_state`` asks the
-    server immortal for ``(count, total)``.
-
-    The framework (``ambrosia_py.immortal`` and ``ambrosia_py.runtime``) is not usable yet,
-    so this contender reports itself unavailable and is skipped.
+    A server immortal holds the counter (with the same reply table keyed by request id) and
+    a client immortal sends request ``i`` as ``await server.add(i, i)``; each runs under
+    ``ambrosia run`` with its own coordinator, logging to a fresh temporary AMBROSIA_HOME on
+    127.0.0.1 (see ``alt_ambrosia_app``).  The client performs the same checks as
+    :func:`alt_workload.run_workload` and logs its timings, which are parsed here.
     """
-    raise ContenderUnavailableError(
-        "the AMBROSIA framework (ambrosia_py.immortal) is not built yet"
-    )
+    try:
+        from ambrosia_py.testing import start_immortal
+    except ImportError as exc:  # pragma: no cover - depends on the checkout
+        raise ContenderUnavailableError(f"the AMBROSIA framework is not usable: {exc}") from exc
+    import alt_ambrosia_app as app
+
+    with tempfile.TemporaryDirectory(prefix="bench-ambrosia-") as home:
+        env = dict(
+            os.environ,
+            ALT_REQUESTS=str(requests),
+            ALT_WARMUP=str(warmup),
+            ALT_SERVER=app.SERVER,
+        )
+        procs = []
+        try:
+            procs.append(
+                start_immortal(
+                    "alt_ambrosia_app:CounterServer", app.SERVER, home=home, cwd=_HERE, env=env
+                )
+            )
+            client = start_immortal(
+                "alt_ambrosia_app:CounterClient", "alt-counter-client", home=home, cwd=_HERE,
+                env=env,
+            )
+            procs.append(client)
+            line = client.wait_for(app.RESULT_TAG, timeout=600)
+        finally:
+            for p in reversed(procs):
+                p.stop()
+    data = json.loads(line.split(app.RESULT_TAG, 1)[1])
+    if data.pop("errors"):
+        raise wl.WorkloadError(f"ambrosia: {data}")
+    return wl.RunResult.from_json(data)
 
 
 @dataclass(frozen=True)

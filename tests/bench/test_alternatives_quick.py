@@ -101,3 +101,7 @@ def test_figures_carry_same_run_ratios(alt) -> None:
     assert dbos_p50["extra"]["ratio_vs_tcp"] == pytest.approx(40.0)
     assert dbos_p50["extra"]["paired_ratio_median"] == pytest.approx(10.0)
     assert by_name["alternatives.tcp.requests_per_s"]["ratio"] == 1.0
+
+
+def test_ambrosia_counter_applies_each_request_once(alt) -> None:
+    _check(alt.run_ambrosia(8, 2), 8, 2, alt.wl)
