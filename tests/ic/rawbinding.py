@@ -189,6 +189,7 @@ class Driver:
             (m,) = rec.messages
             if isinstance(m, TakeBecomingPrimaryCheckpoint):
                 self.events.append("take-becoming-primary-checkpoint")
+                self.marks["take-becoming-primary-checkpoint"] = len(self.records)
                 if "checkpoint-loaded" not in self.events:
                     self.b.send(InitialMessage(self.initial))
                 with self.lock:
