@@ -1,0 +1,3 @@
+from tests.framework.conftest import Launcher, launcher
+
+__all__ = ["Launcher", "launcher"]
