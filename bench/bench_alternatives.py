@@ -12,7 +12,7 @@ id and waits for each reply.  Contenders:
                request id as workflow id, the counter updated by a DBOS datasource transaction.
                DBOS is a library, so its client runs in the same process (no network hop).
 * ``ambrosia`` a client immortal sending numbered async/await requests to a server immortal,
-               each with its own coordinator: see :func:`run_ambrosia`.
+               each with its own coordinator (``alt_ambrosia_app``): see :func:`run_ambrosia`.
 
 Servers run in their own process on 127.0.0.1, started afresh for every repetition; every
 run checks every reply, retries a few ids, and checks the final state.  Repetitions are
