@@ -9,6 +9,7 @@ drives instances; nothing here touches a socket.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dis
 import enum
 import inspect
@@ -47,7 +48,7 @@ __all__ = [
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-I = TypeVar("I", bound="Immortal")
+IM = TypeVar("IM", bound="Immortal")
 
 # Method ids below zero belong to the system: AmbrosiaJS uses -1 for "post" calls and
 # their results and -2 for post-by-impulse; ambrosia-py sends awaited results to -3.
@@ -85,10 +86,9 @@ class _Mark:
 def _decorator(kind: MethodKind) -> Any:
     def decorate(func: Any = None, *, method_id: int | None = None) -> Any:
         def mark(f: F) -> F:
-            try:
+            # Not a function: __init_subclass__ reports it.
+            with contextlib.suppress(AttributeError, TypeError):
                 setattr(f, _MARK, _Mark(kind, method_id))
-            except (AttributeError, TypeError):
-                pass  # not a function; __init_subclass__ reports it
             return f
 
         if func is None:
@@ -234,7 +234,7 @@ def _state_types(cls: type) -> dict[str, Any]:
                     and isinstance(node.target.value, ast.Name)
                     and node.target.value.id == "self"):
                 try:
-                    types[node.target.attr] = eval(  # noqa: S307 - the user's own annotation
+                    types[node.target.attr] = eval(
                         compile(ast.Expression(node.annotation), "<annotation>", "eval"),
                         init.__globals__, dict(vars(klass)))
                 except Exception:
@@ -329,14 +329,14 @@ class Immortal:
     def ctx(self) -> ImmortalContext:
         """The instance's context: is_primary, is_replaying, now(), random(), ..."""
         try:
-            return self._ambrosia_ctx  # type: ignore[no-any-return]
+            return self._ambrosia_ctx  # type: ignore[attr-defined]
         except AttributeError:
             raise LocalProtocolError(
                 f"{type(self).__qualname__} is not attached to a runtime yet (ctx is only "
                 "available once the runtime has created the instance)"
             ) from None
 
-    def immortal(self, name: str, cls: type[I]) -> ImmortalProxy[I]:
+    def immortal(self, name: str, cls: type[IM]) -> ImmortalProxy[IM]:
         """A proxy for calling instance ``name`` whose code is ``cls``.
 
         Inside a handler: ``await proxy.m(...)`` for ``@rpc`` methods, ``proxy.m(...)`` or
@@ -382,7 +382,7 @@ class Immortal:
         """Called on the new version's instance right after an upgrade switched to it."""
 
     @classmethod
-    def upgrade_from(cls: type[I], previous: Immortal) -> I:
+    def upgrade_from(cls: type[IM], previous: Immortal) -> IM:
         """Build this (VNext) class's instance from the VCurrent one. Override to convert."""
         raise NotImplementedError(
             f"{cls.__qualname__} does not define upgrade_from(previous) (the state conversion "
@@ -427,7 +427,7 @@ class PendingCall(Generic[T]):
     def outcome(self) -> T:
         if self._error is not None:
             raise self._error
-        return self._result  # type: ignore[no-any-return]
+        return self._result
 
     def __await__(self) -> Generator[Any, Any, T]:
         if not self._done:
@@ -477,12 +477,12 @@ class MethodRef:
         return f"<{self._spec.kind.value} {self._dest or 'self'}.{self._spec.name}>"
 
 
-class ImmortalProxy(Generic[I]):
+class ImmortalProxy(Generic[IM]):
     """Calls to another immortal (or this one), typed by its class."""
 
     __slots__ = ("_cls", "_ctx", "_dest", "_impulse")
 
-    def __init__(self, ctx: ImmortalContext, dest: str, cls: type[I], *, impulse: bool):
+    def __init__(self, ctx: ImmortalContext, dest: str, cls: type[IM], *, impulse: bool):
         if not (isinstance(cls, type) and issubclass(cls, Immortal)):
             raise TypeError(f"a proxy needs an Immortal subclass, got {cls!r}")
         self._ctx = ctx

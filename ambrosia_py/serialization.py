@@ -71,7 +71,7 @@ class Envelope(NamedTuple):
 
     def encode(self) -> bytes:
         try:
-            return msgpack.packb(tuple(self), use_bin_type=True)  # type: ignore[no-any-return]
+            return msgpack.packb(tuple(self), use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as e:
             raise SerializationError(f"cannot serialize RPC arguments: {e}") from e
 

@@ -167,7 +167,8 @@ def _start_coordinator(launch: Any, name: str, home: Path) -> subprocess.Popen[s
     deadline = time.monotonic() + _COORDINATOR_RETRY_SECONDS
     while True:
         try:
-            return launch.start_coordinator(name, home=home)  # type: ignore[no-any-return]
+            proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
+            return proc
         except AmbrosiaError:
             if time.monotonic() >= deadline:
                 raise

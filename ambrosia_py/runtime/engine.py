@@ -19,6 +19,7 @@ and memory for the inputs handled while any is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -205,7 +206,8 @@ class Engine:
         if kind is ev.CheckpointLoadStarted:
             self.log.info("recovering: loading a checkpoint of %d bytes",
                           event.size)  # type: ignore[union-attr]
-            self._ckpt_in = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)
+            # Closed once the checkpoint is loaded.
+            self._ckpt_in = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)  # noqa: SIM115
             return b""
         if kind is ev.CheckpointLoadChunk:
             assert self._ckpt_in is not None
@@ -271,9 +273,10 @@ class Engine:
 
     def _may_suspend(self, record: tuple[Any, ...]) -> bool:
         if record[0] == "i":
+            assert self.instance is not None
             hook = type(self.instance).on_first_start
             return inspect.iscoroutinefunction(hook)
-        method_id, args = record[1], record[3]
+        method_id = record[1]
         if method_id == RESULT_METHOD_ID:
             return False
         if method_id in (POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID):
@@ -392,7 +395,7 @@ class Engine:
         for t in pc.remote_errors:
             if t.__name__ == type_name:
                 try:
-                    return t(message)  # type: ignore[no-any-return]
+                    return t(message)
                 except Exception:
                     break
         return RemoteCallError(message, type_name)
@@ -660,10 +663,8 @@ class Engine:
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):
-            try:
+            with contextlib.suppress(BaseException):  # cancelled side effects end here
                 await t
-            except BaseException:  # noqa: S110 - cancelled side effects end here
-                pass
 
     # ------------------------------------------------------------ checkpoints
     def _framework_state(self) -> dict[str, Any]:
@@ -692,13 +693,14 @@ class Engine:
             return f.read()
 
     def _header(self, mode: str) -> bytes:
+        assert self.instance is not None
         cls = type(self.instance)
         return msgpack.packb({"format": CHECKPOINT_FORMAT, "class": cls.__qualname__,
                               "version": cls.version, "mode": mode})
 
     def write_checkpoint(self) -> tuple[IO[bytes], int]:
         """The checkpoint, in a (spooled) temporary file positioned at 0, and its size."""
-        f = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)
+        f = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)  # noqa: SIM115 - caller closes
         try:
             if self._suspended == 0:
                 f.write(self._header("q"))

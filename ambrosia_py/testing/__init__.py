@@ -119,7 +119,7 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
             "--json", "--idle-timeout", str(idle_timeout)]
     if cls_next is not None:
         args.append("--testing-upgrade")
-    errfile = tempfile.TemporaryFile(mode="w+")
+    errfile = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed below
     try:
         proc = launch.start_process(args, home=home, stderr=errfile, timeout=timeout)
     except CoordinatorError as e:

@@ -18,6 +18,7 @@ class Counter(Immortal):
     def increment(self, by: int) -> None:
         self.count += by
         self.applied.append(by)
+        self.ctx.log.info("count is %d%s", self.count, " (replay)" if self.ctx.is_replaying else "")
 
     @impulse
     def poke(self, by: int) -> None:

@@ -47,7 +47,8 @@ def main(requests: int = 500) -> int:
         say("replaying the server's log (from its oldest kept checkpoint) with debug-instance")
         result = repro(SERVER, Server, home=home)
         state = result.state
-        say(f"replayed {result.records_replayed} records; the outputs match the recorded run ({result.status})")
+        say(f"replayed {result.records_replayed} records; the outputs match the recorded "
+            f"run ({result.status})")
         ok = state.applied == list(range(1, requests + 1))
         dups = len(state.applied) - len(set(state.applied))
         if ok:

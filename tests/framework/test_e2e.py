@@ -115,7 +115,7 @@ def test_ambrosia_run_reports_bad_targets_in_one_line(tmp_path: object) -> None:
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         "ambrosia run: error: cannot import 'no.such.module': No module named 'no'"]
-    out = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", "samples.demo.services:SERVER",
-                          "-i", "x"], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run",
+                          "samples.demo.services:SERVER", "-i", "x"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert out.returncode == 1 and "is not an ambrosia_py.Immortal subclass" in out.stderr

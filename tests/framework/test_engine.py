@@ -173,7 +173,7 @@ def test_a_checkpoint_of_another_version_is_refused_clearly() -> None:
 
     ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
     ic2 = FakeCoordinator(Engine(V2, "v"))
-    with pytest.raises(SerializationError, match="version 1.*version 2"):
+    with pytest.raises(SerializationError, match=r"version 1.*version 2"):
         ic2.feed(encode_checkpoint_for(ic.checkpoint))
 
 

@@ -37,7 +37,9 @@ def test_counter_survives_kill_9_exactly_once(launcher: Launcher) -> None:
         p = launcher.start("samples.counter.counter:Counter", "counter")
         p.kill()
     p = launcher.start("samples.counter.counter:Counter", "counter")
+    p.wait_for("count is 1")  # replayed from the log, or regenerated and logged now
     p.stop()
+    assert not any("count is 2" in line for line in p.lines)
     state = repro("counter", Counter, home=launcher.home).state
     assert state.count == 1 and state.applied == [1]
 

@@ -1,0 +1,93 @@
+"""Class definition: every problem listed at once; method ids; the public API."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import zlib
+
+import pytest
+
+import ambrosia_py
+from ambrosia_py import Immortal, ImmortalDefinitionError, default_method_id, fork, impulse, rpc
+from ambrosia_py.serialization import check_serializable
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    with pytest.raises(ImmortalDefinitionError) as info:
+
+        class Bad(Immortal):
+            def __init__(self, needed: int) -> None:
+                self.needed = needed
+
+            @rpc
+            def not_a_coroutine(self) -> int:
+                return 1
+
+            @fork(method_id=5)
+            def a(self, sock: socket.socket) -> None: ...
+
+            @impulse(method_id=5)
+            def b(self, *args: int) -> None: ...
+
+            @fork(method_id=-1)
+            def reserved(self) -> None: ...
+
+            @rpc
+            async def returns_lock(self) -> threading.Lock: ...  # type: ignore[empty-body]
+
+    problems = info.value.problems
+    assert str(info.value).startswith("Invalid immortal class")
+    assert "for 7 reasons" in str(info.value)
+    assert len(problems) == 7, problems
+    joined = "\n".join(problems)
+    for needle in ("@rpc methods must be 'async def'", "parameter 'sock' is not serializable",
+                   "*args/**kwargs", "method id 5 clashes", "method_id -1 is negative",
+                   "return type is not serializable", "__init__ must be callable with no"):
+        assert needle in joined
+
+
+def test_default_ids_are_stable_and_explicit_ids_are_kept() -> None:
+    class Good(Immortal):
+        @fork
+        def tick(self) -> None: ...
+
+        @rpc(method_id=8)
+        async def ask(self, q: str) -> str:
+            return q
+
+    methods = Good.__ambrosia_methods__
+    expected = zlib.crc32(b"tick") & 0x3FFFFFFF
+    assert methods["tick"].method_id == default_method_id("tick") == expected
+    assert methods["ask"].method_id == 8
+    assert 0 <= default_method_id("anything") < 1 << 30
+    assert not methods["ask"].may_suspend  # no await in its body: no snapshot needed
+
+
+def test_subclasses_inherit_and_may_override_published_methods() -> None:
+    class Base(Immortal):
+        @fork
+        def a(self) -> None: ...
+
+    class Child(Base):
+        @fork
+        def b(self) -> None: ...
+
+    assert set(Child.__ambrosia_methods__) == {"a", "b"}
+
+
+def test_serializable_types() -> None:
+    assert check_serializable(dict[str, list[tuple[int, ...]]]) is None
+    assert check_serializable(int | None) is None
+    assert "cannot be serialized" in (check_serializable(socket.socket) or "")
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(ambrosia_py.__all__) == sorted([
+        "Immortal", "rpc", "fork", "impulse", "gather", "ImmortalContext", "ImmortalProxy",
+        "JsProxy", "PendingCall", "MethodKind", "default_method_id", "AmbrosiaError",
+        "ImmortalDefinitionError", "ImpulseDuringRecoveryError", "RemoteCallError",
+        "ReplayDivergenceError", "SerializationError", "UnknownMethodError", "__version__",
+    ])
+    for name in ambrosia_py.__all__:
+        assert hasattr(ambrosia_py, name)
