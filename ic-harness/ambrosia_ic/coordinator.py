@@ -46,6 +46,7 @@ from ambrosia_py.wire import (
     TakeBecomingPrimaryCheckpoint,
     TakeCheckpoint,
     TrimTo,
+    UpgradeTakeCheckpoint,
     check_bytes,
     encode_checkpoint_record,
     encode_control_record,
@@ -100,12 +101,6 @@ class Coordinator:
                 f"{reg.instance_name}: active/active replicas are not supported yet; "
                 "register without --active-active and run replica 0"
             )
-        if reg.upgrading:
-            raise CoordinatorError(
-                f"{reg.instance_name}: live upgrade ({reg.current_version} -> "
-                f"{reg.upgrade_version}) is not supported yet; use debug-instance "
-                "--testing-upgrade to test one"
-            )
         self.reg = reg
         self.name = reg.instance_name
         self.home = home
@@ -139,6 +134,10 @@ class Coordinator:
         self.phase = "starting"
         self._initial: asyncio.Future[InitialMessage] | None = None
         self._lock = InstanceLock(self.dir)
+        # A live upgrade recovers version N's files with the old code, then moves to
+        # version M's directory; ``upgrade_to`` is M while that is owed.
+        self.upgrade_to: int | None = None
+        self._new_lock: InstanceLock | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._write_lock = asyncio.Lock()
         self._done: asyncio.Future[tuple[int, str]] | None = None
@@ -198,11 +197,15 @@ class Coordinator:
             await self._shutdown()
             ports.close()
             self._lock.release()
+            if self._new_lock is not None:
+                self._new_lock.release()
         if message:
             self.log(message)
         return code
 
     def _choose_flow(self) -> RecoveryPlan | None:
+        if self.reg.upgrading:
+            self._prepare_upgrade()
         mode = self.reg.create_service
         have = latest_checkpoint(self.dir)
         if have is None:
@@ -223,6 +226,40 @@ class Coordinator:
             self.log(f"cutting a torn record off {path} at offset {offset}")
             LogWriter(path, truncate_at=offset).close()
         return plan
+
+    def _prepare_upgrade(self) -> None:
+        """Decide between finishing, retrying or skipping a standalone live upgrade.
+
+        The upgrade is done exactly when version M's directory holds a checkpoint: that
+        checkpoint is written (durably, by rename) before anything else there counts.
+        If it exists, only the registration update was missed: record it and recover M.
+        Otherwise M's directory holds at most leftovers of an attempt that died, which
+        are removed, and version N's files (never touched by an upgrade) are recovered
+        again with the old code and the upgrade retried.
+        """
+        m = self.reg.upgrade_version
+        new_dir = registry.instance_dir(self.reg, m)
+        if latest_checkpoint(new_dir) is not None:
+            self._move_to_version(m)
+            self.log(f"the upgrade to version {m} had finished; running version {m}")
+            return
+        if new_dir.is_dir():
+            for prefix in (LOG_PREFIX, DIGEST_PREFIX):
+                for k in file_numbers(new_dir, prefix):
+                    (new_dir / f"{prefix}{k}").unlink()
+        if latest_checkpoint(self.dir) is None:
+            # Nothing to upgrade from: version M simply starts afresh.
+            self._move_to_version(m)
+            return
+        self.upgrade_to = m
+
+    def _move_to_version(self, m: int) -> None:
+        self.reg = registry.set_versions(self.name, m, m, self.home)
+        self._lock.release()
+        self.dir = registry.instance_dir(self.reg)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = InstanceLock(self.dir)
+        self._lock.acquire()
 
     async def _shutdown(self) -> None:
         # Let a write in progress finish: what is durable must stay whole.
@@ -304,6 +341,9 @@ class Coordinator:
                 sent = 0
                 await send.drain()
         new_n = plan.last_log + 1
+        if self.upgrade_to is not None:
+            await self._upgrade(new_n)
+            return
         fut = self._expect_checkpoint(new_n)
         self._deliver(encode_control_record(self.cid, TakeBecomingPrimaryCheckpoint()))
         await send.drain()
@@ -313,6 +353,38 @@ class Coordinator:
         self.log_n = new_n
         await asyncio.to_thread(write_checkpoint, self.dir, new_n, state, message, chunks)
         await asyncio.to_thread(self._remove_older, new_n)
+
+    async def _upgrade(self, new_n: int) -> None:
+        """Recovery with the old code is complete: switch to version M.
+
+        Version N's files stay as they are; version M's directory gets checkpoint
+        ``new_n`` (numbers go on from N's logs, as do sequence ids) and then its log.
+        Until that checkpoint is durable nothing in M's directory counts, so a binding
+        that dies first leaves the upgrade to be retried from version N.
+        """
+        m = self.upgrade_to
+        assert m is not None and self.send is not None
+        old_version = self.reg.current_version
+        new_dir = registry.instance_dir(self.reg, m)
+        new_dir.mkdir(parents=True, exist_ok=True)
+        self._new_lock = InstanceLock(new_dir)
+        self._new_lock.acquire()
+        if self.digest is not None:
+            self.digest.close()
+            self.digest = None
+        self.dir = new_dir  # the new version's digest starts with its checkpoint
+        fut = self._expect_checkpoint(new_n)
+        self._deliver(encode_control_record(self.cid, UpgradeTakeCheckpoint()))
+        await self.send.drain()
+        message, chunks, outputs = await fut
+        state = self._state(self.next_seq, self.inputs, outputs)
+        await asyncio.to_thread(write_checkpoint, new_dir, new_n, state, message, chunks)
+        self.writer = LogWriter(log_path(new_dir, new_n))
+        self.log_n = new_n
+        await asyncio.to_thread(fsync_dir, new_dir)
+        self.reg = registry.set_versions(self.name, m, m, self.home)
+        self.upgrade_to = None
+        self.log(f"upgraded from version {old_version} to version {m}")
 
     def _restore_outputs(self, outputs: dict[str, dict[str, Any]]) -> None:
         for dest, out in outputs.items():

@@ -36,6 +36,7 @@ __all__ = [
     "link_secret",
     "load",
     "register",
+    "set_versions",
 ]
 
 CREATE_SERVICE_MODES = ("auto", "no-recovery", "always-recover")
@@ -278,6 +279,21 @@ def load(name: str, home: str | os.PathLike[str] | None = None) -> Registration:
     reg = Registration.from_json(data, str(path))
     if reg.instance_name != name:
         raise RegistryError(f"{path}: registers {reg.instance_name!r}, not {name!r}")
+    return reg
+
+
+def set_versions(name: str, current: int, upgrade: int,
+                 home: str | os.PathLike[str] | None = None) -> Registration:
+    """Record that ``name`` now runs version ``current`` (a finished live upgrade).
+
+    Raises:
+        RegistryError: not registered, or the versions are invalid.
+    """
+    home_path = ambrosia_home(home)
+    reg = attrs.evolve(load(name, home_path), current_version=current,
+                       upgrade_version=upgrade).validate()
+    path = _instances(home_path) / f"{name}.json"
+    _write_atomically(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
     return reg
 
 

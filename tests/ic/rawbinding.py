@@ -11,7 +11,9 @@ coordinator's duplicate detection relies on):
   caller, args ``b"ack:" + args``;
 - a call to method 2 is noted as acknowledged.
 
-The app's state is its checkpoint (JSON).
+The app's state is its checkpoint (JSON). ``UpgradeTakeCheckpoint`` switches it to
+"version 2": the state gains ``version`` and ``v2_handled`` (messages handled by the new
+code), so a test can see which code ran and that the state was converted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ambrosia_py.wire import (
     CHECKPOINT_SEQ,
     CONTROL_SEQ,
     NEED_DATA,
+    BecomingPrimary,
     Checkpoint,
     CheckpointChunk,
     CheckpointEnd,
@@ -38,6 +41,7 @@ from ambrosia_py.wire import (
     TakeBecomingPrimaryCheckpoint,
     TakeCheckpoint,
     UpgradeService,
+    UpgradeTakeCheckpoint,
 )
 
 LOOPBACK = "127.0.0.1"
@@ -108,17 +112,31 @@ class CounterApp:
         self.received: list[str] = []
         self.acked: list[str] = []
         self.initial: list[str] = []
+        self.version = 1
+        self.v2_handled = 0
 
     def state(self) -> bytes:
-        return json.dumps({"sent": self.sent, "received": self.received, "acked": self.acked,
-                           "initial": self.initial}).encode()
+        s: dict[str, Any] = {"sent": self.sent, "received": self.received,
+                             "acked": self.acked, "initial": self.initial}
+        if self.version == 2:
+            s.update(version=2, v2_handled=self.v2_handled)
+        return json.dumps(s).encode()
 
     def load(self, blob: bytes) -> None:
         s = json.loads(blob)
         self.sent, self.received, self.acked = s["sent"], s["received"], s["acked"]
         self.initial = s["initial"]
+        self.version = s.get("version", 1)
+        self.v2_handled = s.get("v2_handled", 0)
+
+    def upgrade(self) -> None:
+        """The state conversion of version 1 -> 2."""
+        self.version = 2
+        self.v2_handled = 0
 
     def on_message(self, m: Any) -> list[OutgoingRpc]:
+        if self.version == 2:
+            self.v2_handled += 1
         if isinstance(m, InitialMessage):
             self.initial.append(m.data.decode())
             return []
@@ -139,6 +157,14 @@ class CounterApp:
         raise AssertionError(f"unexpected method {m.method_id}")
 
 
+_EVENT_NAMES: dict[type, str] = {
+    UpgradeTakeCheckpoint: "upgrade-take-checkpoint",
+    TakeCheckpoint: "take-checkpoint",
+    BecomingPrimary: "becoming-primary",
+    TakeBecomingPrimaryCheckpoint: "take-becoming-primary-checkpoint",
+}
+
+
 class Driver:
     """Runs a CounterApp over a RawBinding in a thread, through every start-up flow."""
 
@@ -153,6 +179,9 @@ class Driver:
         self.events: list[str] = []
         self.error: BaseException | None = None
         self.primary = threading.Event()
+        # A control event name ("upgrade-take-checkpoint", ...) at which the binding
+        # dies (closes both sockets) instead of answering: a crash at that moment.
+        self.die_at: str | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> Driver:
@@ -166,6 +195,10 @@ class Driver:
         with self.lock:
             return {"sent": list(self.app.sent), "received": list(self.app.received),
                     "acked": list(self.app.acked), "initial": list(self.app.initial)}
+
+    def state(self) -> dict[str, Any]:
+        with self.lock:
+            return dict(json.loads(self.app.state()))
 
     def _run(self) -> None:
         try:
@@ -187,6 +220,10 @@ class Driver:
             return
         if rec.seq_id == CONTROL_SEQ:
             (m,) = rec.messages
+            if self.die_at is not None and self.die_at == _EVENT_NAMES.get(type(m)):
+                self.events.append(f"died-at-{self.die_at}")
+                self.b.close()
+                raise EOFError("the binding died on purpose")
             if isinstance(m, TakeBecomingPrimaryCheckpoint):
                 self.events.append("take-becoming-primary-checkpoint")
                 self.marks["take-becoming-primary-checkpoint"] = len(self.records)
@@ -202,6 +239,18 @@ class Driver:
                 with self.lock:
                     blob = self.app.state()
                 self.b.send_checkpoint(blob)
+            elif isinstance(m, UpgradeTakeCheckpoint):
+                self.events.append("upgrade-take-checkpoint")
+                self.marks["upgrade-take-checkpoint"] = len(self.records)
+                with self.lock:
+                    self.app.upgrade()
+                    blob = self.app.state()
+                self.b.send_checkpoint(blob)
+                self.primary.set()
+            elif isinstance(m, BecomingPrimary):
+                self.events.append("becoming-primary")
+                self.marks["becoming-primary"] = len(self.records)
+                self.primary.set()
             elif isinstance(m, UpgradeService):
                 self.events.append("upgrade-service")
                 self.marks["upgrade-service"] = len(self.records)
