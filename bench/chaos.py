@@ -1,0 +1,425 @@
+"""Crash injection: numbered requests from one immortal to another while bindings and
+coordinators of either side are killed with ``kill -9``.
+
+A client immortal sends requests 1..N to a server immortal, awaiting each reply; the
+server appends each request to its state (checkpointed every few requests) and replies.
+Each instance runs as two processes, so either half can die on its own: its coordinator
+(``ambrosia ic``) and its binding (``ambrosia run ... --ic-receive-port --ic-send-port``).
+A driver, seeded, waits until the server has applied a random request number, then kills
+one of the four processes; the other half of that instance fails with it (they fail
+together), both are restarted, and the run goes on. K kills later it waits for the client
+to finish, stops everything and checks, by replaying each instance's kept checkpoint and
+log with ``debug-instance``, that the server applied 1..N exactly once and in order and
+that the client holds every reply.
+
+    python bench/chaos.py --requests 2000 --kills 20 [--seed S]
+
+The seed is printed first; a failure prints the command that reproduces the schedule.
+(Process timing is not seeded, so a reproduction replays the same kill points and victims,
+not the same instants.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(1, str(ROOT))
+
+from ambrosia_py import Immortal, rpc  # noqa: E402
+
+SERVER = "chaos-server"
+CLIENT = "chaos-client"
+APPLIED = "chaos server applied "
+DONE = "chaos client done "
+VICTIMS = ("server binding", "server coordinator", "client binding", "client coordinator")
+
+
+class ChaosServer(Immortal):
+    """Appends every request it is asked to apply; a duplicate or a gap shows in ``applied``."""
+
+    def __init__(self) -> None:
+        self.applied: list[int] = []
+
+    @rpc
+    async def apply(self, n: int) -> list[int]:
+        self.applied.append(n)
+        if not self.ctx.is_replaying:
+            self.ctx.log.info("%s%d", APPLIED, n)
+            every = int(os.environ.get("CHAOS_CHECKPOINT_EVERY", "0"))
+            if every and n % every == 0:
+                self.ctx.request_checkpoint()
+        return [n, len(self.applied)]
+
+
+class ChaosClient(Immortal):
+    """Sends 1..N one after another, awaiting each reply; keeps every reply."""
+
+    def __init__(self) -> None:
+        self.requests = int(os.environ.get("CHAOS_REQUESTS", "100"))
+        self.replies: list[list[int]] = []
+        self.done = False
+
+    async def on_first_start(self) -> None:
+        server = self.immortal(SERVER, ChaosServer)
+        for n in range(1, self.requests + 1):
+            self.replies.append(list(await server.apply(n)))
+        self.done = True
+        self.ctx.log.info("%s%d replies", DONE, len(self.replies))
+
+
+# ---------------------------------------------------------------------------- the driver
+class ChaosError(AssertionError):
+    """The run broke exactly-once, ordering or liveness; the message says how."""
+
+
+
+class _Proc:
+    """A child process, its stderr kept in a file (and, for bindings, parsed line by line)."""
+
+    def __init__(self, proc: subprocess.Popen[str], logfile: Path,
+                 on_line: Callable[[str], None] | None = None, out: Any = None) -> None:
+        self.proc = proc
+        self.logfile = logfile
+        self._out = out
+        self._on_line = on_line
+        self._reader: threading.Thread | None = None
+        if proc.stderr is not None:
+            self._reader = threading.Thread(target=self._read, daemon=True)
+            self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        with open(self.logfile, "w") as out:
+            for line in self.proc.stderr:
+                out.write(line)
+                if self._on_line is not None:
+                    self._on_line(line)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill9(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.wait(30)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for the exit (and the end of its output); False if still running."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        if self._reader is not None:
+            self._reader.join(10)
+        for f in (self.proc.stdout, self.proc.stderr, self._out):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        return True
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        if not self.wait(timeout):
+            self.kill9()
+
+
+class _Instance:
+    """One immortal as two processes, its coordinator and its binding, restarted together."""
+
+    def __init__(self, run: ChaosRun, name: str, target: str) -> None:
+        self.run = run
+        self.name = name
+        self.target = target
+        self.lives = 0
+        self.coordinator: _Proc | None = None
+        self.binding: _Proc | None = None
+
+    def start(self) -> None:
+        from ambrosia_ic import launch, registry
+
+        from ambrosia_py.errors import CoordinatorError
+
+        self.lives += 1
+        run = self.run
+        reg = registry.load(self.name, run.home)
+        deadline = time.monotonic() + 60
+        attempt = 0
+        while True:  # a dead life's coordinator may still hold the log lock for a moment
+            attempt += 1
+            path = run.workdir / f"{self.name}-ic-{self.lives}.{attempt}.err"
+            err = open(path, "w")  # noqa: SIM115 - closed with the process
+            try:
+                proc = launch.start_coordinator(self.name, env=run.env, stderr=err)
+                break
+            except CoordinatorError:
+                err.close()
+                if time.monotonic() > deadline:
+                    raise ChaosError(f"the coordinator of {self.name} did not start:\n"
+                                       + _tail(path)) from None
+                time.sleep(0.2)
+        self.coordinator = _Proc(proc, path, out=err)
+        binding = subprocess.Popen(
+            [sys.executable, "-m", "ambrosia_ic", "run", self.target, "-i", self.name,
+             "--ic-receive-port", str(reg.receive_port), "--ic-send-port", str(reg.send_port)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=run.env, cwd=HERE, text=True)
+        connected = threading.Event()
+
+        def on_line(line: str) -> None:
+            if "connected to the coordinator" in line:
+                connected.set()
+            run.on_line(line)
+
+        self.binding = _Proc(binding, run.workdir / f"{self.name}-binding-{self.lives}.err",
+                             on_line)
+        # Kills may land during recovery, but not before the binding has connected: a
+        # coordinator killed earlier leaves the binding retrying its connection for a while.
+        if not connected.wait(60):
+            raise ChaosError(f"the binding of {self.name} did not connect:\n{self.tails()}")
+
+    def processes(self) -> list[_Proc]:
+        return [p for p in (self.coordinator, self.binding) if p is not None]
+
+    def kill(self, half: str) -> None:
+        victim = self.binding if half == "binding" else self.coordinator
+        assert victim is not None
+        victim.kill9()
+
+    def reap(self, limit: float = 20.0) -> None:
+        """Wait for the surviving half to notice and exit; kill it if it does not."""
+        t0 = time.monotonic()
+        for p in self.processes():
+            if not p.wait(limit):
+                self.run.say(f"  {self.name}: pid {p.pid} was still running {limit:.0f} s "
+                             "after its partner died; killing it")
+                p.kill9()
+        took = time.monotonic() - t0
+        if took > 5:
+            self.run.say(f"  {self.name}: the surviving half took {took:.1f} s to exit")
+
+    def stop(self) -> None:
+        if self.binding is not None:
+            self.binding.stop()
+        if self.coordinator is not None:
+            self.coordinator.stop()
+
+    def tails(self) -> str:
+        return "\n".join(f"--- {p.logfile.name}\n{_tail(p.logfile)}" for p in self.processes())
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text().splitlines()[-lines:])
+    except OSError:
+        return "(no output)"
+
+
+class ChaosRun:
+    """One seeded run. ``execute()`` returns a summary dict or raises ``ChaosError``.
+
+    Args:
+        requests: N, the numbered requests the client sends.
+        kills: K, the ``kill -9``s.
+        seed: seeds the kill points and victims.
+        workdir: AMBROSIA_HOME, logs and every process's stderr go here.
+        checkpoint_every: the server asks for a checkpoint after every this many requests
+            (0: only the checkpoints each start takes).
+        stall: fail when the server applies nothing new for this many seconds.
+    """
+
+    def __init__(self, requests: int, kills: int, seed: int, workdir: Path, *,
+                 checkpoint_every: int | None = None, stall: float = 90.0,
+                 say: Callable[[str], None] = print) -> None:
+        if requests < 2 or kills < 0:
+            raise ValueError("need at least 2 requests and a non-negative kill count")
+        self.requests = requests
+        self.kills = kills
+        self.seed = seed
+        self.workdir = workdir
+        self.home = workdir / "home"
+        self.stall = stall
+        self.say = say
+        every = max(10, requests // 10) if checkpoint_every is None else checkpoint_every
+        self.checkpoint_every = every
+        self.env = dict(os.environ, AMBROSIA_HOME=str(self.home), PYTHONUNBUFFERED="1",
+                        CHAOS_REQUESTS=str(requests), CHAOS_CHECKPOINT_EVERY=str(every))
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        self.progress = 0
+        self.done = False
+        self.checkpoints = 0
+        self._cond = threading.Condition()
+        self.server = _Instance(self, SERVER, "chaos:ChaosServer")
+        self.client = _Instance(self, CLIENT, "chaos:ChaosClient")
+
+    def reproduce(self) -> str:
+        return (f"python bench/chaos.py --requests {self.requests} --kills {self.kills} "
+                f"--seed {self.seed} --checkpoint-every {self.checkpoint_every}")
+
+    def on_line(self, line: str) -> None:
+        at = line.find(APPLIED)
+        if at >= 0:
+            n = int(line[at + len(APPLIED):].split()[0])
+            with self._cond:
+                if n > self.progress:
+                    self.progress = n
+                    self._cond.notify_all()
+        elif DONE in line:
+            with self._cond:
+                self.done = True
+                self._cond.notify_all()
+        elif "checkpoint of " in line and f"ambrosia.{SERVER}" in line:
+            with self._cond:
+                self.checkpoints += 1
+
+    def _wait(self, what: str, reached: Callable[[], bool]) -> None:
+        with self._cond:
+            seen, since = self.progress, time.monotonic()
+            while not reached():
+                if self.progress != seen:
+                    seen, since = self.progress, time.monotonic()
+                if time.monotonic() - since > self.stall:
+                    raise ChaosError(
+                        f"no progress for {self.stall:.0f} s waiting for {what} (the server "
+                        f"had applied {self.progress})\n{self.server.tails()}\n"
+                        f"{self.client.tails()}")
+                self._cond.wait(0.5)
+
+    def _register(self) -> None:
+        from ambrosia_ic import registry
+
+        from ambrosia_py.runtime.cli import free_ports
+
+        for name in (SERVER, CLIENT):
+            rp, sp, icp = free_ports(3)
+            registry.register(instance_name=name, receive_port=rp, send_port=sp, ic_port=icp,
+                              log_dir=str(self.home / "logs"), home=self.home)
+
+    def schedule(self) -> list[tuple[int, str, float]]:
+        """(server progress to wait for, victim, extra delay in s) per kill, from the seed."""
+        rng = random.Random(self.seed)
+        points = sorted(rng.randrange(1, self.requests) for _ in range(self.kills))
+        return [(p, rng.choice(VICTIMS), rng.uniform(0.0, 0.05)) for p in points]
+
+    def execute(self) -> dict[str, Any]:
+        schedule = self.schedule()
+        started = time.monotonic()
+        killed = dict.fromkeys(VICTIMS, 0)
+        self._register()
+        try:
+            self.server.start()
+            self.client.start()
+            for i, (point, victim, delay) in enumerate(schedule, 1):
+                self._wait(f"request {point}", lambda p=point: self.progress >= p)
+                time.sleep(delay)
+                side, half = victim.split()
+                inst = self.server if side == "server" else self.client
+                self.say(f"kill {i}/{self.kills} at {time.monotonic() - started:.1f} s: "
+                         f"kill -9 the {victim} (server at request {self.progress})")
+                inst.kill(half)
+                killed[victim] += 1
+                inst.reap()
+                inst.start()
+            self._wait("the client to finish", lambda: self.done)
+        finally:
+            self.client.stop()
+            self.server.stop()
+        elapsed = time.monotonic() - started
+        self._verify()
+        return {"seed": self.seed, "requests": self.requests, "kills": self.kills,
+                "killed": killed, "server_lives": self.server.lives,
+                "client_lives": self.client.lives, "checkpoints": self.checkpoints,
+                "elapsed_s": elapsed}
+
+    def _verify(self) -> None:
+        """Replay each instance's kept checkpoint and log; check the states."""
+        import chaos as app
+
+        from ambrosia_py.testing import repro
+
+        server = repro(SERVER, app.ChaosServer, home=self.home).state
+        client = repro(CLIENT, app.ChaosClient, home=self.home).state
+        problems = check_states(self.requests, server.applied, client.replies, client.done)
+        if problems:
+            raise ChaosError("; ".join(problems))
+
+
+def check_states(n: int, applied: list[int], replies: list[list[int]], done: bool) -> list[str]:
+    """What is wrong with the final states of a run of ``n`` requests (nothing: [])."""
+    problems = []
+    if applied != list(range(1, n + 1)):
+        dups = len(applied) - len(set(applied))
+        bad = next((i for i, x in enumerate(applied) if x != i + 1), len(applied))
+        problems.append(f"the server applied {len(applied)} requests ({dups} duplicates), "
+                        f"first wrong at index {bad}: {applied[max(0, bad - 3):bad + 3]}")
+    if not done:
+        problems.append("the client has not finished")
+    want = [[i, i] for i in range(1, n + 1)]
+    if replies != want:
+        bad = next((i for i, (a, b) in enumerate(zip(replies, want, strict=False)) if a != b),
+                   min(len(replies), n))
+        problems.append(f"the client holds {len(replies)} replies, first wrong at index "
+                        f"{bad}: {replies[bad:bad + 3]}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="N (default 2000)")
+    parser.add_argument("--kills", type=int, default=20, help="K (default 20)")
+    parser.add_argument("--seed", type=int, default=None, help="default: random")
+    parser.add_argument("--checkpoint-every", type=int, default=None,
+                        help="server checkpoint interval in requests (default N/10)")
+    parser.add_argument("--keep", action="store_true", help="keep the working directory")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
+    workdir = Path(tempfile.mkdtemp(prefix="ambrosia-chaos-"))
+
+    def say(text: str) -> None:
+        print(f"chaos: {text}", flush=True)
+
+    run = ChaosRun(args.requests, args.kills, seed, workdir,
+                   checkpoint_every=args.checkpoint_every, say=say)
+    say(f"seed {seed}, N={args.requests} requests, K={args.kills} kills, checkpoint every "
+        f"{run.checkpoint_every} requests")
+    ok = False
+    try:
+        summary = run.execute()
+        ok = True
+    except ChaosError as e:
+        say(f"FAILED (seed {seed}, N={args.requests}, K={args.kills}): {e}")
+        say(f"logs kept in {workdir}")
+        say(f"reproduce with: {run.reproduce()}")
+        return 1
+    finally:
+        if ok and not args.keep:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+    kinds = ", ".join(f"{v} {k}" for k, v in summary["killed"].items())
+    say(f"OK: seed {seed}, N={args.requests}, K={args.kills} ({kinds}); "
+        f"{args.requests} requests applied exactly once and in order, the client holds all "
+        f"{args.requests} replies; {run.checkpoints} "
+        f"server checkpoints sent; {summary['elapsed_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

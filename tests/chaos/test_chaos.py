@@ -1,0 +1,75 @@
+"""Crash injection inside the suite: a small ``bench/chaos.py`` run with a random seed.
+
+A client immortal sends numbered requests to a server immortal while the binding or the
+coordinator of either side is killed with ``kill -9`` at random points; afterwards each
+instance's kept checkpoint and log are replayed and the server must hold every request
+exactly once and in order, the client every reply.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def chaos() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("chaos")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.mark.slow
+def test_every_request_applied_once_in_order_across_random_kills(
+        chaos: ModuleType, tmp_path: Path) -> None:
+    seed = random.SystemRandom().randrange(1 << 32)
+    lines: list[str] = []
+    run = chaos.ChaosRun(150, 6, seed, tmp_path, checkpoint_every=15, stall=60.0,
+                         say=lines.append)
+    try:
+        summary = run.execute()
+    except chaos.ChaosError as e:
+        pytest.fail(f"seed {seed}: {e}\nreproduce with: {run.reproduce()}")
+    assert sum(summary["killed"].values()) == 6, (seed, lines)
+    kills_server = summary["killed"]["server binding"] + summary["killed"]["server coordinator"]
+    assert summary["server_lives"] == 1 + kills_server
+    assert summary["client_lives"] == 1 + 6 - kills_server
+    assert sum(ln.startswith("kill ") for ln in lines) == 6, lines
+
+
+def test_a_kill_schedule_depends_only_on_the_seed(chaos: ModuleType, tmp_path: Path) -> None:
+    a = chaos.ChaosRun(500, 8, 7, tmp_path / "a").schedule()
+    b = chaos.ChaosRun(500, 8, 7, tmp_path / "b").schedule()
+    c = chaos.ChaosRun(500, 8, 8, tmp_path / "c").schedule()
+    assert a == b
+    assert a != c
+    assert [p for p, _, _ in a] == sorted(p for p, _, _ in a)
+    assert all(1 <= p < 500 and v in chaos.VICTIMS for p, v, _ in a)
+
+
+@pytest.mark.parametrize(("applied", "replies", "done", "complaint"), [
+    ([1, 2, 2, 3], [[1, 1], [2, 2], [3, 3]], True, "1 duplicates"),
+    ([1, 3], [[1, 1], [2, 2], [3, 3]], True, "first wrong at index 1"),
+    ([2, 1, 3], [[1, 1], [2, 2], [3, 3]], True, "first wrong at index 0"),
+    ([1, 2, 3], [[1, 1], [2, 2]], True, "holds 2 replies"),
+    ([1, 2, 3], [[1, 1], [2, 2], [3, 4]], True, "first wrong at index 2"),
+    ([1, 2, 3], [[1, 1], [2, 2], [3, 3]], False, "not finished"),
+])
+def test_the_checker_names_what_is_wrong(chaos: ModuleType, applied: list[int],
+                                         replies: list[list[int]], done: bool,
+                                         complaint: str) -> None:
+    assert chaos.check_states(3, [1, 2, 3], [[1, 1], [2, 2], [3, 3]], True) == []
+    problems = chaos.check_states(3, applied, replies, done)
+    assert len(problems) == 1 and complaint in problems[0], problems
