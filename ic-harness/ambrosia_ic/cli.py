@@ -95,15 +95,44 @@ def _add_register(sub: Any) -> None:
     p.set_defaults(handler=_register)
 
 
+# ------------------------------------------------------------------ add-replica
+
+
+def _add_replica_cmd(args: argparse.Namespace) -> int:
+    rep = registry.add_replica(
+        instance_name=args.instance_name, replica=args.replica,
+        receive_port=args.receive_port, send_port=args.send_port, ic_port=args.ic_port,
+        upgrade_version=args.upgrade_version, home=args.home,
+    )
+    print(f"added replica {rep.number} of {args.instance_name}: receive {rep.receive_port}, "
+          f"send {rep.send_port}, ic {rep.ic_port}")
+    return 0
+
+
+def _add_add_replica(sub: Any) -> None:
+    p = sub.add_parser("add-replica", aliases=["AddReplica"],
+                       help="add a replica to an active/active instance")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
+    p.add_argument("-r", "--replica", "--replicaNum", type=int, required=True)
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True)
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True)
+    p.add_argument("-p", "--ic-port", "--port", type=int, required=True)
+    p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
+                   help="this replica upgrades the instance to this version")
+    p.set_defaults(handler=_add_replica_cmd)
+
+
 # ------------------------------------------------------------------ ic
 
 
 def _ic(args: argparse.Namespace) -> int:
     from .coordinator import Coordinator
+    from .replica import ReplicaCoordinator
 
     home = registry.ambrosia_home(args.home)
     reg = registry.load(args.instance_name, home)
-    coordinator = Coordinator(reg, home, replica=args.replica)
+    cls = ReplicaCoordinator if reg.active_active else Coordinator
+    coordinator = cls(reg, home, replica=args.replica)
     return asyncio.run(coordinator.run())
 
 
@@ -213,7 +242,8 @@ def _add_run(sub: Any) -> None:
     p.set_defaults(handler=_run)
 
 
-_COMMANDS: list[Callable[[Any], None]] = [_add_register, _add_ic, _add_debug, _add_log, _add_run]
+_COMMANDS: list[Callable[[Any], None]] = [
+    _add_register, _add_add_replica, _add_ic, _add_debug, _add_log, _add_run]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -54,6 +54,7 @@ from ambrosia_py.wire import (
 
 from . import registry
 from .binding import LOOPBACK, BindingPorts
+from .lease import current_primary
 from .links import HANDSHAKE_TIMEOUT, OutboundLink, accept_link
 from .logstore import (
     CHECKPOINT_PREFIX,
@@ -87,6 +88,8 @@ CheckpointData = tuple[bytes, list[bytes], dict[str, Any]]
 class Coordinator:
     """The coordinator of one registered instance."""
 
+    replicated = False  # ReplicaCoordinator (replica.py) runs active/active instances
+
     def __init__(
         self,
         reg: registry.Registration,
@@ -96,10 +99,10 @@ class Coordinator:
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
     ) -> None:
-        if reg.active_active or replica:
+        if (reg.active_active or replica) and not self.replicated:
             raise CoordinatorError(
-                f"{reg.instance_name}: active/active replicas are not supported yet; "
-                "register without --active-active and run replica 0"
+                f"{reg.instance_name}: active/active instances run as replicas "
+                "(ReplicaCoordinator); register with --active-active to use --replica"
             )
         self.reg = reg
         self.name = reg.instance_name
@@ -110,6 +113,14 @@ class Coordinator:
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.trigger_bytes = reg.log_trigger_size_mb * 1024 * 1024
+        self.receive_port, self.send_port, self.ic_port = (
+            reg.receive_port, reg.send_port, reg.ic_port)
+        # active/active: the epoch stamped on records, whether outbound links may
+        # connect yet (a follower only keeps their numbering), and replay digests
+        # (written by a standalone coordinator only: replicas share the directory).
+        self.epoch: int | None = None
+        self.links_active = True
+        self.digests = True
         # durable log state
         self.next_seq = 0
         self.inputs: dict[str, int] = {}
@@ -398,7 +409,8 @@ class Coordinator:
                         self.pending.append((self.name, seq, body))
             else:
                 link = self._make_link(dest, out["next"], unacked)
-                link.start()
+                if self.links_active:
+                    link.start()
 
     @staticmethod
     def _state(next_seq: int, inputs: dict[str, int], outputs: dict[str, Any]) -> dict[str, Any]:
@@ -512,7 +524,9 @@ class Coordinator:
         self._ckpt_parts = (ev.encode(), [], self._outputs_snapshot())
         if self.digest is not None:
             self.digest.close()
-        self.digest = DigestWriter(digest_path(self.dir, n), keep=0)
+            self.digest = None
+        if self.digests:
+            self.digest = DigestWriter(digest_path(self.dir, n), keep=0)
         self.digest_skip = 0
 
     def _output(self, rpc: OutgoingRpc) -> None:
@@ -576,7 +590,7 @@ class Coordinator:
                 inputs[key] = max(inputs.get(key, 0), seq)
                 senders.add(key)
         seq_id = self.next_seq
-        disk, wire = encode_disk_record(self.cid, seq_id, b"".join(batch), inputs)
+        disk, wire = encode_disk_record(self.cid, seq_id, b"".join(batch), inputs, self.epoch)
         writer = self.writer
         assert writer is not None and self.send is not None
         async with self._write_lock:
@@ -600,7 +614,13 @@ class Coordinator:
         home = self.home
 
         def address() -> tuple[str, int]:
-            return LOOPBACK, registry.load(dest, home).ic_port
+            reg = registry.load(dest, home)
+            if reg.active_active:
+                # The newest epoch file names the replica holding the log.
+                port = current_primary(registry.instance_dir(reg)).get("ic_port")
+                if isinstance(port, int):
+                    return LOOPBACK, port
+            return LOOPBACK, reg.ic_port
 
         return address
 
@@ -619,7 +639,8 @@ class Coordinator:
             except RegistryError as err:
                 self.log(f"calls to {dest!r} will wait: {err}")
             link = self._make_link(dest)
-            link.start()
+            if self.links_active:
+                link.start()
         return link
 
     def _is_registered(self, name: str) -> bool:
@@ -631,11 +652,11 @@ class Coordinator:
 
     async def _open_link_server(self) -> asyncio.Server:
         try:
-            return await asyncio.start_server(self._on_link, LOOPBACK, self.reg.ic_port,
+            return await asyncio.start_server(self._on_link, LOOPBACK, self.ic_port,
                                               reuse_address=True)
         except OSError as err:
             raise CoordinatorError(
-                f"cannot listen for links on {LOOPBACK}:{self.reg.ic_port}: {err.strerror}"
+                f"cannot listen for links on {LOOPBACK}:{self.ic_port}: {err.strerror}"
             ) from None
 
     async def _on_link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -56,6 +56,7 @@ _NONCE = 16
 _MAC = 32
 _I64 = struct.Struct("<q")
 HANDSHAKE_TIMEOUT = 10.0
+MOVE_CHECK = 0.05  # seconds between looks at where an idle or unanswered link should go
 
 
 def _mac(secret: bytes, *parts: bytes) -> bytes:
@@ -230,7 +231,8 @@ class OutboundLink:
                 if isinstance(err, LinkAuthenticationError):
                     self.log(f"link to {self.dest}: {err}")
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                # Short: an active/active failover should cost little more than a retry.
+                delay = min(delay * 2, 0.1)
                 continue
             except Exception as err:  # the registry may be mid-update: retry
                 self.log(f"link to {self.dest}: {err}")
@@ -239,18 +241,30 @@ class OutboundLink:
             delay = 0.02
             self.connected = True
             try:
-                await self._stream(reader, writer, last)
+                await self._stream(reader, writer, last, (host, port))
             except (OSError, asyncio.IncompleteReadError, RemoteProtocolError):
                 pass
             finally:
                 self.connected = False
                 writer.close()
 
+    def _moved(self, where: tuple[str, int]) -> bool:
+        """True when the destination's primary is now elsewhere (an active/active
+        failover): a paused old primary keeps its socket open, so only the registry
+        tells the sender to go."""
+        try:
+            return self.address() != where
+        except Exception:  # the registry may be mid-update: look again later
+            return False
+
     async def _stream(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, last: int
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, last: int,
+        where: tuple[str, int],
     ) -> None:
         self.trim(last)
         sent = last
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
         acks = asyncio.get_running_loop().create_task(self._read_acks(reader))
         try:
             while True:
@@ -267,10 +281,22 @@ class OutboundLink:
                     sent = self.unacked[-1][0]
                 while self._impulses:
                     writer.write(encode_record(0, CONTROL_SEQ, self._impulses.popleft()))
-                await writer.drain()
+                while True:  # a paused receiver may never drain: keep an eye on the registry
+                    try:
+                        await asyncio.wait_for(writer.drain(), MOVE_CHECK * 10)
+                        break
+                    except TimeoutError:
+                        if self._moved(where):
+                            return
                 waiter = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait({waiter, acks}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({waiter, acks}, timeout=MOVE_CHECK,
+                                   return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
+                now = loop.time()
+                if now - checked >= MOVE_CHECK:
+                    checked = now
+                    if self._moved(where):
+                        return
         finally:
             acks.cancel()
             with contextlib.suppress(BaseException):

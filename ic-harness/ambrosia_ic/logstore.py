@@ -18,6 +18,7 @@ Layout (the real coordinator's): ``<log-dir>/<instance>_<version>/``
 - ``serverdigest<N>``: the determinism check: per binding output since checkpoint N,
   16 bytes (uint64 XXH64 of the output message, int64 seq id last delivered when it came).
 - ``serverlock``: held (flock) by the coordinator writing this directory.
+- ``serverseal<N>``: active/active only: int64, where log N ends (see ``replica.py``).
 
 Checkpoint N pairs with log N; replay goes on through N+1, N+2, ...
 """
@@ -53,13 +54,16 @@ __all__ = [
     "fsync_dir",
     "log_path",
     "read_digest",
+    "read_seal",
     "scan_log",
     "write_checkpoint",
+    "write_seal",
 ]
 
 LOG_PREFIX = "serverlog"
 CHECKPOINT_PREFIX = "serverchkpt"
 DIGEST_PREFIX = "serverdigest"
+SEAL_PREFIX = "serverseal"
 LOCK_NAME = "serverlock"
 CHECKPOINT_MAGIC = b"AMBRCKP1"
 _HEADER = struct.Struct("<iiQq")
@@ -103,17 +107,29 @@ def fsync_dir(d: Path) -> None:
 # ------------------------------------------------------------------ log records
 
 
-def _encode_watermarks(inputs: Mapping[str, int]) -> bytes:
+# An active/active primary stamps its epoch on every record it writes, as a trim entry
+# under a name no instance can have (names start with a letter or digit); followers use
+# it to tell records written before a takeover from those a fenced primary wrote after.
+EPOCH_KEY = "#epoch"
+_EPOCH_RAW = EPOCH_KEY.encode()
+
+
+def _encode_watermarks(inputs: Mapping[str, int], epoch: int | None = None) -> bytes:
     parts = [encode_zz32(len(inputs))]
     for name, seq in sorted(inputs.items()):
         raw = name.encode("utf-8")
         parts += [encode_zz32(len(raw)), raw, _I64.pack(seq), _I64.pack(seq)]
-    parts.append(encode_zz32(0))  # no trims: the trim positions live in the checkpoint
+    # The trim positions live in the checkpoint; the only trim entry is the epoch.
+    if epoch is None:
+        parts.append(encode_zz32(0))
+    else:
+        parts += [encode_zz32(1), encode_zz32(len(_EPOCH_RAW)), _EPOCH_RAW, _I64.pack(epoch)]
     return b"".join(parts)
 
 
 def encode_disk_record(
-    committer_id: int, seq_id: int, body: bytes, inputs: Mapping[str, int]
+    committer_id: int, seq_id: int, body: bytes, inputs: Mapping[str, int],
+    epoch: int | None = None,
 ) -> tuple[bytes, bytes]:
     """``(disk bytes, wire bytes)`` of one data record.
 
@@ -124,7 +140,7 @@ def encode_disk_record(
     check = check_bytes(body)
     wire = _HEADER.pack(committer_id, length, check, seq_id) + body
     disk = _HEADER.pack(committer_id, -length - 1, check, seq_id) + body
-    return disk + _encode_watermarks(inputs), wire
+    return disk + _encode_watermarks(inputs, epoch), wire
 
 
 class DiskRecord(NamedTuple):
@@ -135,6 +151,7 @@ class DiskRecord(NamedTuple):
     end: int  # where the next record starts (watermarks included)
     wire: bytes  # header (positive length) + body, as sent to a binding
     inputs: dict[str, int]  # input watermarks after this record
+    epoch: int = 0  # the active/active primary's epoch that wrote it (0: standalone)
 
     @property
     def body(self) -> bytes:
@@ -160,8 +177,11 @@ class LogScan:
     """
 
     def __init__(self, path: Path, *, allow_torn_tail: bool = True,
-                 first_seq: int | None = None, committer_id: int | None = None) -> None:
+                 first_seq: int | None = None, committer_id: int | None = None,
+                 start: int = 0, limit: int | None = None) -> None:
         self.path = path
+        self.start = start  # a follower resumes where it stopped
+        self.limit = limit  # a sealed log ends at its seal, whatever follows it
         self.allow_torn_tail = allow_torn_tail
         self.first_seq = first_seq
         self.committer_id = committer_id
@@ -180,7 +200,10 @@ class LogScan:
             raise self._damage(0, f"cannot open: {err.strerror}") from None
         try:
             size = os.fstat(f.fileno()).st_size
-            if size == 0:
+            self.good_end = self.start
+            if self.limit is not None:
+                size = min(size, self.limit)
+            if size <= self.start:
                 return
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 yield from self._records(buf, size)
@@ -193,7 +216,7 @@ class LogScan:
         self.torn_at = offset
 
     def _records(self, buf: Any, size: int) -> Iterator[DiskRecord]:
-        pos = 0
+        pos = self.start
         expect = self.first_seq
         while pos < size:
             if size - pos < HEADER_SIZE:
@@ -220,7 +243,7 @@ class LogScan:
                 raise self._damage(pos, f"sequence id {seq} where {expect} was expected")
             body = buf[pos + HEADER_SIZE : body_end]
             try:
-                inputs, end = _decode_watermarks(buf, body_end, size)
+                inputs, end, epoch = _decode_watermarks(buf, body_end, size)
             except Incomplete:
                 if check_bytes(body) == check:
                     self._torn(buf, pos, size, "the file ends inside a record's watermarks")
@@ -235,7 +258,7 @@ class LogScan:
                     return
                 raise self._damage(pos, f"record {seq}: check bytes do not match its body")
             wire = _HEADER.pack(committer, length, check, seq) + body
-            yield DiskRecord(seq, pos, end, wire, inputs)
+            yield DiskRecord(seq, pos, end, wire, inputs, epoch)
             self.count += 1
             self.last_seq = seq
             self.good_end = end
@@ -243,7 +266,7 @@ class LogScan:
             pos = end
 
 
-def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], int]:
+def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], int, int]:
     view = buf[pos : min(size, pos + 5)]
     n, used = decode_zz32(view, 0)
     pos += used
@@ -268,15 +291,18 @@ def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], i
     pos += used
     if n < 0 or n > 1 << 20:
         raise WireFormatError(f"{n} trim watermarks")
+    epoch = 0
     for _ in range(n):
         ln, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
         pos += used
         if ln < 0 or ln > 4096:
             raise WireFormatError(f"trim name length {ln}")
-        pos += ln + 8
-        if pos > size:
+        if pos + ln + 8 > size:
             raise Incomplete
-    return inputs, pos
+        if bytes(buf[pos : pos + ln]) == _EPOCH_RAW:
+            epoch = _I64.unpack_from(buf, pos + ln)[0]
+        pos += ln + 8
+    return inputs, pos, epoch
 
 
 def scan_log(path: Path, **kwargs: Any) -> tuple[list[DiskRecord], LogScan]:
@@ -289,9 +315,12 @@ class LogWriter:
     """Appends records to one log file. ``write`` and ``sync`` block: call them off the
     event loop (the coordinator's committer does, so group commit pays one fsync per batch)."""
 
-    def __init__(self, path: Path, truncate_at: int | None = None) -> None:
+    def __init__(self, path: Path, truncate_at: int | None = None,
+                 exclusive: bool = False) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        # exclusive: an active/active primary starting a log must be its only creator.
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else 0)
+        self._fd = os.open(path, flags, 0o644)
         if truncate_at is not None:
             os.ftruncate(self._fd, truncate_at)
             os.fsync(self._fd)
@@ -311,6 +340,37 @@ class LogWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+# ------------------------------------------------------------------ seals
+
+
+def seal_path(d: Path, n: int) -> Path:
+    return d / f"{SEAL_PREFIX}{n}"
+
+
+def read_seal(d: Path, n: int) -> int | None:
+    """Where log ``n`` ends for everyone, if an active/active takeover sealed it."""
+    try:
+        data = seal_path(d, n).read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) != 8:
+        raise LogCorruptionError(str(seal_path(d, n)), 0, f"a seal of {len(data)} bytes")
+    return int(_I64.unpack(data)[0])
+
+
+def write_seal(d: Path, n: int, offset: int) -> None:
+    """Seal log ``n`` at ``offset`` (durably, by rename): bytes after it never count,
+    whoever writes them."""
+    path = seal_path(d, n)
+    tmp = d / f".{path.name}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(_I64.pack(offset))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(d)
 
 
 # ------------------------------------------------------------------ checkpoints

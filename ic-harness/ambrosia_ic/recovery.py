@@ -22,6 +22,7 @@ from .logstore import (
     checkpoint_path,
     file_numbers,
     log_path,
+    read_seal,
 )
 
 __all__ = ["RecoveryPlan", "plan_recovery", "replay_records"]
@@ -115,8 +116,9 @@ def _scan(plan: RecoveryPlan, on_torn: list[LogScan] | None = None) -> Iterator[
     expect = plan.start_seq
     for i, k in enumerate(plan.logs):
         last = i == len(plan.logs) - 1
-        scan = LogScan(log_path(plan.directory, k), allow_torn_tail=last, first_seq=expect,
-                       committer_id=plan.committer_id)
+        seal = read_seal(plan.directory, k)
+        scan = LogScan(log_path(plan.directory, k), allow_torn_tail=last or seal is not None,
+                       first_seq=expect, committer_id=plan.committer_id, limit=seal)
         for rec in scan:
             yield rec
             expect = rec.seq_id + 1

@@ -6,6 +6,7 @@ The real coordinator keeps registrations in Azure tables. Ours keeps them as fil
 $AMBROSIA_HOME/                 (default ~/.ambrosia)
   link-secret                   32 random bytes (hex); coordinators prove they know it
   instances/<name>.json         one registration per instance
+  replicas/<name>/<N>.json      active/active replica N's ports (replica 0: the registration's)
 ```
 
 Every function takes the home directory explicitly (``home=None`` means "from the
@@ -35,7 +36,10 @@ __all__ = [
     "instance_dir",
     "link_secret",
     "load",
+    "Replica",
+    "add_replica",
     "register",
+    "replica",
     "set_versions",
 ]
 
@@ -309,3 +313,83 @@ def instance_dir(reg: Registration, version: int | None = None) -> Path:
     """``<log-dir>/<instance>_<version>``, the real coordinator's layout."""
     v = reg.current_version if version is None else version
     return Path(reg.log_dir) / f"{reg.instance_name}_{v}"
+
+
+# ------------------------------------------------------------------ replicas
+
+
+@attrs.frozen
+class Replica:
+    """The ports of one active/active replica; ``upgrade_version`` > the instance's
+    current version makes it the replica that performs a live upgrade."""
+
+    number: int
+    receive_port: int
+    send_port: int
+    ic_port: int
+    upgrade_version: int = 0
+
+
+def _replica_path(home: Path, name: str, n: int) -> Path:
+    return home / "replicas" / name / f"{n}.json"
+
+
+def add_replica(
+    *,
+    instance_name: str,
+    replica: int,
+    receive_port: int,
+    send_port: int,
+    ic_port: int,
+    upgrade_version: int | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> Replica:
+    """Register replica ``replica`` (>= 1) of an active/active instance.
+
+    Raises:
+        RegistryError: the instance is not registered as active/active, or a port is bad.
+    """
+    home_path = ambrosia_home(home)
+    reg = load(instance_name, home_path)
+    if not reg.active_active:
+        raise RegistryError(
+            f"instance {instance_name!r} is not active/active: register it with "
+            "--active-active before adding replicas"
+        )
+    if not isinstance(replica, int) or not 1 <= replica < 1 << 16:
+        raise RegistryError(f"replica number must be 1..65535, got {replica!r}")
+    ports = [_check_port(w, p) for w, p in (("receive port", receive_port),
+                                            ("send port", send_port), ("ic port", ic_port))]
+    if len(set(ports)) != 3:
+        raise RegistryError("receive port, send port and ic port must be three different ports")
+    uv = reg.current_version if upgrade_version is None else upgrade_version
+    if uv < reg.current_version:
+        raise RegistryError(
+            f"upgrade version {uv} is below current version {reg.current_version}"
+        )
+    rep = Replica(replica, receive_port, send_port, ic_port, uv)
+    _write_atomically(_replica_path(home_path, instance_name, replica),
+                      (json.dumps(attrs.asdict(rep)) + "\n").encode("utf-8"))
+    return rep
+
+
+def replica(reg: Registration, n: int, home: str | os.PathLike[str] | None = None) -> Replica:
+    """Replica ``n`` of ``reg`` (0 is the registration itself).
+
+    Raises:
+        RegistryError: not added, or its file is damaged.
+    """
+    if n == 0:
+        return Replica(0, reg.receive_port, reg.send_port, reg.ic_port, reg.upgrade_version)
+    path = _replica_path(ambrosia_home(home), reg.instance_name, n)
+    try:
+        data = json.loads(path.read_bytes())
+        rep = Replica(**data)
+    except FileNotFoundError:
+        raise RegistryError(
+            f"replica {n} of {reg.instance_name!r} is not registered (run `ambrosia "
+            f"add-replica --instance-name {reg.instance_name} --replica {n} ...`)"
+        ) from None
+    except (OSError, ValueError, TypeError) as err:
+        raise RegistryError(f"{path}: not a replica registration: {err}") from None
+    return rep

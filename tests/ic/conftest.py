@@ -64,12 +64,17 @@ class Harness:
     def reg(self, name: str) -> registry.Registration:
         return registry.load(name, self.home)
 
-    def start(self, name: str) -> subprocess.Popen[str]:
+    def add_replica(self, name: str, n: int, **kw: Any) -> registry.Replica:
+        rp, sp, ip = free_ports(3)
+        return registry.add_replica(instance_name=name, replica=n, receive_port=rp,
+                                    send_port=sp, ic_port=ip, home=self.home, **kw)
+
+    def start(self, name: str, replica: int = 0) -> subprocess.Popen[str]:
         self.starts += 1
         err = open(self.tmp / f"{name}-{self.starts}.err", "w")  # noqa: SIM115
         self.files.append(err)
         try:
-            proc = launch.start_coordinator(name, home=self.home, stderr=err)
+            proc = launch.start_coordinator(name, replica, home=self.home, stderr=err)
         finally:
             err.flush()
         self.procs.append(proc)
@@ -93,14 +98,14 @@ class Harness:
         self.procs.append(proc)
         return proc
 
-    def connect(self, name: str) -> RawBinding:
-        reg = self.reg(name)
-        b = RawBinding(reg.receive_port, reg.send_port)
+    def connect(self, name: str, replica: int = 0) -> RawBinding:
+        rep = registry.replica(self.reg(name), replica, self.home)
+        b = RawBinding(rep.receive_port, rep.send_port)
         self.bindings.append(b)
         return b
 
-    def drive(self, name: str, peer: str = "") -> Driver:
-        return Driver(self.connect(name), CounterApp(name, peer)).start()
+    def drive(self, name: str, peer: str = "", replica: int = 0) -> Driver:
+        return Driver(self.connect(name, replica), CounterApp(name, peer)).start()
 
     def instance_dir(self, name: str) -> Path:
         return registry.instance_dir(self.reg(name))

@@ -1,0 +1,418 @@
+"""Active/active: one replica (binding + coordinator) of an instance whose replicas
+share one directory of logs and checkpoints.
+
+Roles:
+
+- primary: holds the newest epoch (``lease.py``), is the only writer of the log, and
+  never checkpoints except at the instance's very first start. It starts a new log
+  file when the log reaches the trigger size or its binding asks for a checkpoint.
+- checkpointing secondary: the first replica to find ``servercheckpointer`` free. It
+  follows the log and, each time a log file is complete (the primary moved on to the
+  next one, or a takeover sealed it), asks its binding for a checkpoint and writes it
+  as ``serverchkpt<N+1>``, the state at the start of log N+1. Never becomes primary.
+- standby: follows the log (its binding stays recovering) and claims the next epoch
+  when the primary's flock is free or its lease ran out.
+- upgrader: a replica registered with an upgrade version above the instance's current
+  version. It follows with the old code until it has caught up, then claims the next
+  epoch (which stops the primary), asks for ``UpgradeTakeCheckpoint`` and writes the
+  first checkpoint of the new version in that version's directory. The old version's
+  secondaries then see ``serverupgraded`` and exit. If it dies first, its epoch's flock
+  is freed and a standby takes over with the old version.
+
+Followers deliver only committed records. A record is committed when its log is
+sealed (``serverseal<N>``) and it lies before the seal; or when its log is followed by
+a newer one and has no seal (the writer moved on by itself); or, in the newest log,
+when the epoch it carries is still the newest epoch after it was read: a takeover
+claims its epoch first and seals after, so such a record was written before the
+claim and lies inside any later seal. A takeover: claim E+1, seal the newest log at
+its last whole record, deliver the rest up to the seal, send BecomingPrimary, start
+the next log file (created exclusively), listen for links.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any, TextIO
+
+from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
+from ambrosia_py.wire import (
+    BecomingPrimary,
+    TakeCheckpoint,
+    UpgradeTakeCheckpoint,
+    encode_checkpoint_record,
+    encode_control_record,
+)
+
+from . import registry
+from .binding import BindingPorts
+from .coordinator import Coordinator, Input
+from .lease import HEARTBEAT, Epochs
+from .logstore import (
+    CHECKPOINT_PREFIX,
+    LOG_PREFIX,
+    SEAL_PREFIX,
+    CheckpointFile,
+    DiskRecord,
+    LogScan,
+    LogWriter,
+    checkpoint_path,
+    file_numbers,
+    fsync_dir,
+    log_path,
+    read_seal,
+    write_checkpoint,
+    write_seal,
+)
+from .recovery import _state as checkpoint_state
+from .recovery import latest_checkpoint
+
+__all__ = ["ReplicaCoordinator"]
+
+POLL = 0.005  # seconds between looks at the shared directory while following
+
+
+class LogTail:
+    """A follower's position in the shared log: log ``n`` at byte ``offset``."""
+
+    def __init__(self, d: Path, cid: int, n: int, next_seq: int) -> None:
+        self.dir = d
+        self.cid = cid
+        self.n = n
+        self.offset = 0
+        self.next_seq = next_seq
+
+    def poll(self, newest_epoch: Any) -> tuple[list[DiskRecord], bool]:
+        """Committed records of log ``n`` past the position, and whether log ``n`` is
+        complete and wholly read (the caller then calls ``next_log``)."""
+        # Order matters: a takeover writes the seal before creating the next log.
+        has_next = log_path(self.dir, self.n + 1).exists()
+        seal = read_seal(self.dir, self.n)
+        path = log_path(self.dir, self.n)
+        if not path.exists():
+            return [], False
+        scan = LogScan(path, allow_torn_tail=True, first_seq=self.next_seq,
+                       committer_id=self.cid, start=self.offset, limit=seal)
+        recs = list(scan)
+        if seal is None and not has_next:
+            e = newest_epoch()
+            keep = 0
+            while keep < len(recs) and recs[keep].epoch >= e:
+                keep += 1
+            recs = recs[:keep]
+        elif seal is None and scan.torn_at is not None:
+            raise LogCorruptionError(str(path), scan.torn_at,
+                                     "an incomplete record in a log that was moved past")
+        if recs:
+            self.offset = recs[-1].end
+            self.next_seq = recs[-1].seq_id + 1
+        done = (seal is not None and self.offset >= seal) or (
+            seal is None and has_next and scan.torn_at is None and self.offset == scan.good_end)
+        return recs, done
+
+    def next_log(self) -> None:
+        self.n += 1
+        self.offset = 0
+
+
+class ReplicaCoordinator(Coordinator):
+    """The coordinator of replica ``replica`` of an active/active instance."""
+
+    replicated = True
+
+    def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
+                 stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
+        if not reg.active_active:
+            raise CoordinatorError(
+                f"{reg.instance_name} is not registered with --active-active; run it "
+                "without --replica"
+            )
+        super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr)
+        self.replica = registry.replica(reg, replica, home)
+        self.number = replica
+        self.receive_port = self.replica.receive_port
+        self.send_port = self.replica.send_port
+        self.ic_port = self.replica.ic_port
+        self.links_active = False
+        self.digests = False
+        self.epochs = Epochs(self.dir)
+        self.role = "starting"
+        self.tail: LogTail | None = None
+        self.upgrading_to = (self.replica.upgrade_version
+                             if self.replica.upgrade_version > reg.current_version else None)
+        self._new_epochs: Epochs | None = None
+
+    def log(self, text: str) -> None:
+        super().log(f"replica {self.number}: {text}")
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        self._pending_event = asyncio.Event()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ports = BindingPorts(self.receive_port, self.send_port)
+        try:
+            await ports.open()
+            print(
+                f"ambrosia-ic ready: instance={self.name} replica={self.number} "
+                f"receive={self.receive_port} send={self.send_port} ic={self.ic_port}",
+                file=self.stdout, flush=True,
+            )
+            reader, self.send = await ports.accept()
+            self._spawn(self._read_binding(reader))
+            self._spawn(self._main())
+            code, message = await self._done
+        finally:
+            await self._shutdown()
+            ports.close()
+            self.epochs.close()
+            if self._new_epochs is not None:
+                self._new_epochs.close()
+        if message:
+            self.log(message)
+        return code
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return {"replica": self.number, "ic_port": self.ic_port, **extra}
+
+    async def _main(self) -> None:
+        if (self.upgrading_to is None and latest_checkpoint(self.dir) is None
+                and self.epochs.current() == 0 and self.epochs.claim(1, self._info())):
+            self.epoch = 1
+            self.role = "primary"
+            self.log("first start: primary of epoch 1")
+            self._spawn(self._heartbeat())
+            await self._first_start()
+            await self._go_live()
+            return
+        if self.upgrading_to is not None:
+            self.role = "upgrader"
+        elif self.epochs.try_checkpointer():
+            self.role = "checkpointer"
+        else:
+            self.role = "standby"
+        self.log(f"following the log as the {self.role}")
+        await self._follow()
+
+    # ------------------------------------------------------------------ following
+    async def _follow(self) -> None:
+        while True:
+            if self.tail is None and latest_checkpoint(self.dir) is not None:
+                with contextlib.suppress(FileNotFoundError, LogCorruptionError):
+                    await self._load_checkpoint()
+            caught_up = False
+            if self.tail is not None:
+                caught_up = await self._catch_up()
+            if self.role != "upgrader" and (m := self.epochs.upgraded_to()) is not None:
+                raise CoordinatorError(
+                    f"the instance was upgraded to version {m}; this {self.role} of version "
+                    f"{self.reg.current_version} stops (start replicas of version {m})"
+                )
+            if self.role == "standby":
+                e = self.epochs.current()
+                if (e == 0 or self.epochs.holder_gone(e)) and self.epochs.claim(
+                        e + 1, self._info()):
+                    await self._take_over(e + 1)
+                    return
+            elif self.role == "upgrader" and caught_up:
+                e = self.epochs.current()
+                if self.epochs.claim(e + 1, self._info(upgrade_to=self.upgrading_to)):
+                    await self._upgrade_replica(e + 1)
+                    return
+            await asyncio.sleep(POLL)
+
+    async def _load_checkpoint(self) -> None:
+        c = latest_checkpoint(self.dir)
+        assert c is not None and self.send is not None
+        cf = CheckpointFile(checkpoint_path(self.dir, c))
+        next_seq, inputs, outputs = checkpoint_state(cf)
+        chunks = list(cf.chunks())  # read whole before the checkpointer may delete it
+        self.next_seq = next_seq
+        self.inputs = dict(inputs)
+        self.last_delivered = next_seq - 1
+        self._restore_outputs(outputs)
+        self.send.write(encode_checkpoint_record(self.cid, cf.size))
+        for chunk in chunks:
+            self.send.write(chunk)
+        await self.send.drain()
+        self.tail = LogTail(self.dir, self.cid, c, next_seq)
+        self.log_n = c
+
+    async def _catch_up(self, until: tuple[int, int] | None = None) -> bool:
+        """Deliver what is committed; True when nothing more is there right now."""
+        tail = self.tail
+        assert tail is not None and self.send is not None
+        while True:
+            recs, done = tail.poll(self.epochs.current)
+            self._deliver_records(recs)
+            await self.send.drain()
+            if until is not None and (tail.n, tail.offset) >= until:
+                return True
+            if not done:
+                if until is None:
+                    return not recs
+                if not recs:
+                    await asyncio.sleep(POLL)
+                continue
+            if self.role == "checkpointer" and not checkpoint_path(
+                    self.dir, tail.n + 1).exists():
+                await self._checkpoint(tail.n + 1)
+            tail.next_log()
+            self.log_n = tail.n
+
+    def _deliver_records(self, recs: list[DiskRecord]) -> None:
+        for rec in recs:
+            self.send.write(rec.wire)  # type: ignore[union-attr]
+            self.last_delivered = rec.seq_id
+            self.next_seq = rec.seq_id + 1
+            self.inputs.update(rec.inputs)
+        if recs:
+            done = self.inputs.get(self.name, 0)
+            while self.self_unacked and self.self_unacked[0][0] <= done:
+                self.self_unacked.popleft()
+            kept = [p for p in self.pending
+                    if not (p[0] == self.name and p[1] is not None and p[1] <= done)]
+            self.pending.clear()
+            self.pending.extend(kept)
+
+    def _submit(self, item: Input) -> None:
+        if self.phase != "live" and item[0] is None:
+            self.log("dropped an Impulse the binding sent while recovering")
+            return
+        super()._submit(item)
+
+    async def _checkpoint(self, n: int) -> None:
+        """The checkpointing secondary: the state at the start of log ``n``."""
+        fut = self._expect_checkpoint(n)
+        self._deliver(encode_control_record(self.cid, TakeCheckpoint()))
+        await self.send.drain()  # type: ignore[union-attr]
+        message, chunks, outputs = await fut
+        state = self._state(self.next_seq, self.inputs, outputs)
+        await asyncio.to_thread(write_checkpoint, self.dir, n, state, message, chunks)
+        await asyncio.to_thread(self._remove_before_previous, n)
+
+    def _remove_before_previous(self, n: int) -> None:
+        # Keep the previous checkpoint and its logs: a standby just starting may be
+        # reading them.
+        older = [k for k in file_numbers(self.dir, CHECKPOINT_PREFIX) if k < n]
+        if not older:
+            return
+        keep = older[-1]
+        for prefix in (LOG_PREFIX, CHECKPOINT_PREFIX, SEAL_PREFIX):
+            for k in file_numbers(self.dir, prefix):
+                if k < keep:
+                    (self.dir / f"{prefix}{k}").unlink(missing_ok=True)
+        fsync_dir(self.dir)
+
+    # ------------------------------------------------------------------ taking over
+    async def _seal_and_finish(self) -> int:
+        """Seal the newest log, deliver everything up to the seal; returns the number
+        of the next log."""
+        logs = file_numbers(self.dir, LOG_PREFIX)
+        n = logs[-1]
+        seal = read_seal(self.dir, n)
+        if seal is None:
+            scan = LogScan(log_path(self.dir, n), allow_torn_tail=True,
+                           committer_id=self.cid)
+            for _ in scan:
+                pass
+            seal = scan.good_end
+            await asyncio.to_thread(write_seal, self.dir, n, seal)
+        await self._catch_up(until=(n, seal))
+        return n + 1
+
+    async def _take_over(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.role = "primary"
+        self._spawn(self._heartbeat())
+        if self.tail is None:
+            self.log(f"primary of epoch {epoch}: no checkpoint yet, first start")
+            await self._first_start()
+            await self._go_live()
+            return
+        n = await self._seal_and_finish()
+        self.writer = await asyncio.to_thread(self._new_log, self.dir, n)
+        self.log_n = n
+        self._deliver(encode_control_record(self.cid, BecomingPrimary()))
+        self.log(f"primary of epoch {epoch}, writing log {n} from sequence id {self.next_seq}")
+        await self._go_live()
+
+    def _new_log(self, d: Path, n: int) -> LogWriter:
+        self.epochs.check()
+        try:
+            writer = LogWriter(log_path(d, n), exclusive=True)
+        except FileExistsError:
+            raise LockLostError(f"{log_path(d, n)} was created by another primary") from None
+        fsync_dir(d)
+        return writer
+
+    async def _go_live(self) -> None:
+        self.phase = "live"
+        self.links_active = True
+        for link in self.links.values():
+            link.start()
+        self._spawn(self._committer())
+        self._link_server = await self._open_link_server()
+        self._pending_event.set()  # type: ignore[union-attr]
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.epochs.beat()
+            if self._new_epochs is not None:
+                self._new_epochs.beat()
+            await asyncio.sleep(HEARTBEAT)
+
+    # ------------------------------------------------------------------ the primary's writes
+    def _write_sync(self, writer: LogWriter, data: bytes) -> None:
+        self.epochs.check()
+        writer.write(data)
+        writer.sync()
+        # Claimed meanwhile? Then this record may lie past the seal: say nothing.
+        self.epochs.check()
+
+    def _switch_log(self) -> None:
+        """The primary moves to the next log; the checkpointing secondary checkpoints
+        when it has read the finished one."""
+        self.switch_requested = False
+        n = self.log_n + 1
+        new = self._new_log(self.dir, n)
+        old, self.writer, self.log_n = self.writer, new, n
+        if old is not None:
+            old.close()
+
+    # ------------------------------------------------------------------ live upgrade
+    async def _upgrade_replica(self, epoch: int) -> None:
+        m = self.upgrading_to
+        assert m is not None and self.send is not None
+        self.epoch = epoch
+        self.role = "primary"
+        self._spawn(self._heartbeat())
+        self.log(f"upgrading to version {m}: holding epoch {epoch}")
+        n = await self._seal_and_finish()
+        new_dir = registry.instance_dir(self.reg, m)
+        new_dir.mkdir(parents=True, exist_ok=True)
+        fut = self._expect_checkpoint(n)
+        self._deliver(encode_control_record(self.cid, UpgradeTakeCheckpoint()))
+        await self.send.drain()
+        message, chunks, outputs = await fut
+        self.epochs.check()
+        new_epochs = Epochs(new_dir)
+        if not new_epochs.claim(new_epochs.current() + 1, self._info()):
+            raise LockLostError(f"{new_dir}: another replica is writing version {m}")
+        self._new_epochs = new_epochs
+        state = self._state(self.next_seq, self.inputs, outputs)
+        await asyncio.to_thread(write_checkpoint, new_dir, n, state, message, chunks)
+        # Version m is committed: from here on this replica writes only there.
+        old_epochs = self.epochs
+        self.epochs, self._new_epochs = new_epochs, None
+        self.epoch = new_epochs.held
+        self.dir = new_dir
+        self.writer = await asyncio.to_thread(self._new_log, new_dir, n)
+        self.log_n = n
+        self.reg = registry.set_versions(self.name, m, m, self.home)
+        old_epochs.mark_upgraded(m)
+        old_epochs.close()
+        self.log(f"upgraded to version {m}; primary of epoch {self.epoch} there")
+        await self._go_live()

@@ -1,0 +1,3 @@
+"""Active/active tests share the coordinator tests' harness."""
+
+from tests.ic.conftest import harness  # noqa: F401 - a fixture, used by name

@@ -1,0 +1,60 @@
+"""Three replicas, a client streaming numbered calls, the primary killed with kill -9."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests.ic.conftest import Harness, wait_until
+
+from .cluster import Cluster
+
+
+def test_roles_first_start_checkpointer_standby(harness: Harness) -> None:
+    cl = Cluster(harness)
+    cl.start_replica(0)
+    wait_until(cl.drivers[0].primary.is_set, "first start")
+    assert cl.drivers[0].events == ["take-becoming-primary-checkpoint"]
+    cl.start_replica(1)
+    cl.start_replica(2)
+    wait_until(lambda: "checkpoint-loaded" in cl.drivers[2].events, "standby following")
+    assert cl.primary() == 0
+    for n in (1, 2):
+        assert not cl.drivers[n].primary.is_set()
+    assert "following the log as the checkpointer" in harness.stderr_of(cl.procs[1])
+    assert "following the log as the standby" in harness.stderr_of(cl.procs[2])
+
+
+@pytest.mark.slow
+def test_kill9_of_the_primary_under_load_every_call_exactly_once_in_order(
+    harness: Harness,
+) -> None:
+    rnd = random.Random(7)
+    cl = Cluster(harness)
+    cl.start_replica(0)
+    wait_until(cl.drivers[0].primary.is_set, "first start")
+    cl.start_replica(1)
+    cl.start_replica(2)
+    cl.start_client()
+    cl.start_pump()
+    primary = 0
+    for _ in range(3):
+        time.sleep(rnd.uniform(0.2, 0.8))
+        sent_before = cl.sent
+        cl.kill9(primary)
+        new = cl.wait_primary(not_=primary)
+        assert new != 1  # the checkpointing secondary never becomes primary
+        assert cl.drivers[new].events[-1] == "becoming-primary"
+        wait_until(lambda n=new, s=sent_before: len(cl.received_by(n)) > s,
+                   "the new primary applying new calls")
+        cl.start_replica(primary)  # the killed replica comes back as a standby
+        primary = new
+    cl.stop_pump()
+    calls = cl.check_exactly_once(primary)
+    assert len(calls) > 50
+    # Standbys following the log applied the same calls in the same order.
+    for n, d in cl.drivers.items():
+        if n != primary and d.thread.is_alive():
+            wait_until(lambda n=n: cl.received_by(n) == calls, f"replica {n} caught up")
