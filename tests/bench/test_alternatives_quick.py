@@ -31,7 +31,6 @@ def _check(result, requests: int, warmup: int, wl) -> None:
 
 
 def test_grpc_counter_applies_each_request_once(alt) -> None:
-    pytest.importorskip("grpc")
     _check(alt.run_grpc(20, 3), 20, 3, alt.wl)
 
 
@@ -40,7 +39,6 @@ def test_tcp_counter_applies_each_request_once(alt) -> None:
 
 
 def test_dbos_counter_applies_each_request_once(alt) -> None:
-    pytest.importorskip("dbos")
     _check(alt.run_dbos(8, 2), 8, 2, alt.wl)
 
 
