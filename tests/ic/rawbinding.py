@@ -22,6 +22,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from typing import Any
 
 from ambrosia_py.wire import (
@@ -174,6 +175,7 @@ class Driver:
         self.initial = initial
         self.lock = threading.Lock()
         self.records: list[bytes] = []  # raw bytes of every data record received
+        self.times: list[float] = []  # time.monotonic() when each record arrived
         self.parsed: list[LogRecord] = []
         self.marks: dict[str, int] = {}  # control event -> number of records before it
         self.events: list[str] = []
@@ -258,6 +260,7 @@ class Driver:
                 raise AssertionError(f"unexpected control message {m!r}")
             return
         self.records.append(raw)
+        self.times.append(time.monotonic())
         self.parsed.append(rec)
         outputs: list[OutgoingRpc] = []
         with self.lock:
