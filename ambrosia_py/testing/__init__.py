@@ -17,9 +17,11 @@ naming the first sequence id where they diverged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -192,9 +194,11 @@ class ImmortalProcess:
                 self._cond.wait(min(left, 0.5))
 
     def kill(self) -> None:
-        """``kill -9``: no goodbye; the coordinator exits when its binding vanishes."""
+        """``kill -9`` of the immortal and its coordinator (the whole process group), as
+        when the machine running the service dies."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._reader.join(10)
 
@@ -207,6 +211,8 @@ class ImmortalProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # nothing of it may outlive the test
         self._reader.join(10)
         return self.proc.returncode
 
@@ -226,7 +232,7 @@ def start_immortal(target: str, instance_name: str, *,
     proc = subprocess.Popen(
         [sys.executable, "-m", "ambrosia_ic", "run", target, "-i", instance_name, *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env=child_env, cwd=cwd, text=True,
+        env=child_env, cwd=cwd, text=True, start_new_session=True,
     )
     p = ImmortalProcess(proc)
     if primary:

@@ -14,6 +14,9 @@ class Counter(Immortal):
     def on_first_start(self) -> None:
         self.self_proxy.increment(1)
 
+    def on_become_primary(self) -> None:
+        self.ctx.log.info("count is %d on becoming primary", self.count)
+
     @fork
     def increment(self, by: int) -> None:
         self.count += by

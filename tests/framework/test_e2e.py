@@ -7,6 +7,8 @@ import os
 import random
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -21,6 +23,14 @@ from .conftest import ROOT, Launcher
 pytestmark = pytest.mark.integration
 
 
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the condition did not become true")
+        time.sleep(0.05)
+
+
 def test_pending_awaits_complete_across_crashes(launcher: Launcher) -> None:
     from ambrosia_ic import registry
 
@@ -32,6 +42,7 @@ def test_pending_awaits_complete_across_crashes(launcher: Launcher) -> None:
     caller.kill()  # crash 1: the call is in the log, its result is not
     caller = launcher.start("tests.framework.apps:Caller", "caller")
     # Became primary while suspended: that checkpoint holds the quiescent snapshot + inputs.
+    wait_until(lambda: max(checkpoints("caller", launcher.home), default=0) >= 2)
     caller.kill()  # crash 2
     caller = launcher.start("tests.framework.apps:Caller", "caller")
     caller.wait_for("re-dispatching 1 inputs to rebuild suspended calls")
