@@ -12,6 +12,7 @@ from samples.counter.counter import Counter
 from samples.hello.hello import Client, Server
 from samples.upgrade import v1, v2
 from tests.framework.conftest import ROOT, Launcher
+from tests.framework.test_e2e import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +66,29 @@ def test_demo_runs_and_checks_exactly_once() -> None:
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "demo: 200 requests, 200 applied exactly once, in order" in out.stdout
+
+
+def test_upgrade_v1_to_v2_live_with_register_instance_and_a_restart(
+        launcher: Launcher) -> None:
+    from ambrosia_ic import registry
+
+    p = launcher.start("samples.upgrade.v1:GuestBook", "guests")
+    p.wait_for("(3 signatures)")
+    p.stop()
+    reg = registry.load("guests", launcher.home)
+    out = subprocess.run(
+        [sys.executable, "-m", "ambrosia_ic", "--home", str(launcher.home), "register-instance",
+         "-i", "guests", "-rp", str(reg.receive_port), "-sp", str(reg.send_port),
+         "-p", str(reg.ic_port), "-l", reg.log_dir, "--current-version", "0",
+         "--upgrade-version", "1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    p = launcher.start("samples.upgrade.v1:GuestBook", "guests",
+                       args=["--upgrade-to", "samples.upgrade.v2:GuestBook"])
+    assert "(live)" in p.wait_for("upgraded to GuestBook version 2")
+    # The coordinator records the new version once the upgraded checkpoint is durable.
+    wait_until(lambda: registry.load("guests", launcher.home).current_version == 1)
+    p.stop()
+    p = launcher.start("samples.upgrade.v2:GuestBook", "guests")  # now plain v2
+    p.stop()
+    state = repro("guests", v2.GuestBook, home=launcher.home).state
+    assert state.counts == {"Ada": 2, "Grace": 1}
