@@ -73,6 +73,8 @@ async def _read_name(reader: asyncio.StreamReader) -> str:
         except Incomplete:
             if len(raw) >= 5:
                 raise LinkAuthenticationError("malformed link handshake") from None
+        except RemoteProtocolError:  # an over-long or overflowing length
+            raise LinkAuthenticationError("malformed link handshake") from None
     if not 0 < n <= 128:
         raise LinkAuthenticationError(f"link handshake names an instance of {n} bytes")
     try:
