@@ -1,0 +1,211 @@
+"""Recovery: replay speed and recovery time as the log grows from 10^3 to 10^6 records,
+and recovery once a checkpoint has been taken.
+
+An immortal (``Tally``) does a real first start through its own coordinator and forks one
+``tick`` to itself, which is logged as a data record. The coordinator is stopped and that
+record is appended again and again (new sequence ids, same body and input watermarks,
+written with the coordinator's own record encoder) until the log holds N records, as if
+the instance had run that long without a checkpoint. Then the coordinator and the binding
+(``ambrosia run``) are started and timed until the binding reports the recovery complete;
+the replayed state must count N - 1 ticks.
+
+- recovery time, N records: from starting both processes to "recovery complete",
+  beside the time the wire decoder alone takes to read the same records from the file.
+  Process start-up is included; it is measured separately as the recovery of a
+  two-record log.
+- replay speed, N records: records / (recovery time - start-up time), beside the
+  decoder's records per second.
+- recovery after a checkpoint: a recovery ends with a becoming-primary checkpoint, after
+  which older logs are deleted; a second recovery of the same N-record history replays
+  nothing. Its time is shown beside the first recovery's: periodic checkpoints keep
+  recovery flat however long the history.
+
+Quick mode stops at 10^5 records; full mode goes to 10^6.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ambrosia_py import Immortal, fork
+
+HERE = Path(__file__).resolve().parent
+NAME = "bench-tally"
+TALLY = "bench tally "
+
+
+class Tally(Immortal):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_first_start(self) -> None:
+        self.self_proxy.tick(1)
+
+    @fork
+    def tick(self, by: int) -> None:
+        self.count += by
+
+    def on_recovery_complete(self, records_replayed: int) -> None:
+        self.ctx.log.info("%s%d after %d records", TALLY, self.count, records_replayed)
+
+    def on_become_primary(self) -> None:
+        self.ctx.log.info("%s%d", TALLY, self.count)
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, AMBROSIA_HOME=str(home), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _life(home: Path) -> tuple[float, int, int]:
+    """Start coordinator and binding; (seconds to recovery complete, records replayed,
+    tally after recovery)."""
+    from bench_throughput import _Pair
+
+    t0 = time.perf_counter()
+    pair = _Pair(NAME, "bench_replay:Tally", home, _env(home))
+    try:
+        line = pair.wait_for("recovery complete", 900)
+        elapsed = time.perf_counter() - t0
+        replayed = int(re.search(r"recovery complete: (\d+)", line).group(1))  # type: ignore[union-attr]
+        tally = pair.wait_for(f"{TALLY}", 60)
+        count = int(tally.split(TALLY, 1)[1].split()[0])
+        pair.wait_for("became primary", 60)
+    finally:
+        pair.stop()
+    return elapsed, replayed, count
+
+
+def _first_start(home: Path) -> None:
+    from ambrosia_ic import registry
+    from bench_throughput import _Pair
+
+    from ambrosia_py.runtime.cli import free_ports
+
+    rp, sp, icp = free_ports(3)
+    registry.register(instance_name=NAME, receive_port=rp, send_port=sp, ic_port=icp,
+                      log_dir=str(home / "logs"), home=home)
+    pair = _Pair(NAME, "bench_replay:Tally", home, _env(home))
+    try:
+        pair.wait_for("became primary", 60)
+        # The tick is logged once the first start's records are durable: wait for the file.
+        deadline = time.monotonic() + 60
+        while _records(home) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the first start did not log its tick")
+            time.sleep(0.05)
+    finally:
+        pair.stop()
+
+
+def _log_file(home: Path) -> Path:
+    from ambrosia_ic import logstore, registry
+
+    d = registry.instance_dir(registry.load(NAME, home))
+    return logstore.log_path(d, logstore.file_numbers(d, logstore.LOG_PREFIX)[-1])
+
+
+def _records(home: Path) -> int:
+    from ambrosia_ic import logstore
+
+    try:
+        return len(logstore.scan_log(_log_file(home))[0])
+    except Exception:  # the coordinator may not have created or finished it yet
+        return 0
+
+
+def grow(home: Path, total: int) -> Path:
+    """Append copies of the tick record until the newest log holds ``total`` records."""
+    from ambrosia_ic import logstore, registry
+
+    reg = registry.load(NAME, home)
+    log = _log_file(home)
+    records, _ = logstore.scan_log(log)
+    tick = records[-1]
+    body, inputs = tick.body, tick.inputs
+    seq = tick.seq_id + 1
+    with open(log, "ab") as f:
+        buf = bytearray()
+        for _ in range(total - len(records)):
+            buf += logstore.encode_disk_record(reg.committer_id, seq, body, inputs)[0]
+            seq += 1
+            if len(buf) > 1 << 22:
+                f.write(buf)
+                buf.clear()
+        f.write(buf)
+        f.flush()
+        os.fsync(f.fileno())
+    return log
+
+
+def decode_rate(log: Path) -> tuple[float, int]:
+    """(seconds, records) for the wire decoder to read the log's records."""
+    from ambrosia_ic import logstore
+
+    from ambrosia_py.wire import LogRecordDecoder
+
+    records, _ = logstore.scan_log(log)
+    wire = b"".join(r.wire for r in records)
+    t0 = time.perf_counter()
+    dec = LogRecordDecoder()
+    dec.receive_data(wire)
+    n = sum(1 for _ in dec.events())
+    return time.perf_counter() - t0, n
+
+
+def _spread(values: list[float]) -> float:
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med else 0.0
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(HERE))
+    sizes = [10**3, 10**4, 10**5] if quick else [10**3, 10**4, 10**5, 10**6]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
+        home0 = Path(tmp) / "startup"
+        _first_start(home0)
+        startup_runs = [_life(home0)[0] for _ in range(2 if quick else 3)]
+        startup = statistics.median(startup_runs)
+        rows.append({"name": "recovery of a 2-record log (start-up; vs nothing)",
+                     "value": startup, "unit": "s", "baseline": None, "ratio": None,
+                     "spread": _spread(startup_runs), "extra": {}})
+        for n in sizes:
+            home = Path(tmp) / f"n{n}"
+            _first_start(home)
+            log = grow(home, n)
+            dec_s, dec_n = decode_rate(log)
+            if dec_n != n:
+                raise RuntimeError(f"the decoder read {dec_n} of {n} records")
+            elapsed, replayed, count = _life(home)
+            if replayed != n or count != n - 1:
+                raise RuntimeError(f"{n} records: replayed {replayed}, tally {count}")
+            again, replayed2, count2 = _life(home)
+            if replayed2 != 0 or count2 != n - 1:
+                raise RuntimeError(f"{n} records, after the checkpoint: replayed "
+                                   f"{replayed2}, tally {count2}")
+            label = f"10^{len(str(n)) - 1}"
+            extra = {"records": n, "log_bytes": log.stat().st_size, "quick": quick,
+                     "startup_s": startup}
+            rate = n / max(elapsed - startup, 1e-9)
+            rows += [
+                {"name": f"recovery time, {label} records (vs decoding them)", "value": elapsed,
+                 "unit": "s", "baseline": dec_s, "ratio": elapsed / dec_s, "spread": 0.0,
+                 "extra": extra},
+                {"name": f"replay speed, {label} records (vs decoding them)", "value": rate,
+                 "unit": "records/s", "baseline": dec_n / dec_s, "ratio": rate * dec_s / dec_n,
+                 "spread": 0.0, "extra": extra},
+                {"name": f"recovery after a checkpoint, {label} records of history "
+                         "(vs the first recovery)", "value": again, "unit": "s",
+                 "baseline": elapsed, "ratio": again / elapsed, "spread": 0.0, "extra": extra},
+            ]
+    return rows
