@@ -624,7 +624,6 @@ class Engine:
             "destinationInstanceName": dest,
             "methodName": method_name,
             "methodVersion": 1,
-            "resultRequired": True,
             "callID": call_id,
         }
         for k, v in args.items():

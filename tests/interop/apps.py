@@ -1,0 +1,46 @@
+"""The Python immortal the JS-style peer talks to (module level, for `ambrosia run`)."""
+
+from __future__ import annotations
+
+from ambrosia_py import Immortal, RemoteCallError, fork, rpc
+
+PEER = "js"
+
+
+class PyService(Immortal):
+    """Takes AmbrosiaJS-style forks and posts, and calls the peer through ``JsProxy``."""
+
+    def __init__(self) -> None:
+        self.greetings: list[list[object]] = []
+        self.blobs: list[bytes] = []
+        self.replies: list[object] = []
+
+    @fork(method_id=8)
+    def hello(self, greeting: str, n: int) -> None:
+        self.greetings.append([greeting, n])
+        self.ctx.log.info("greetings now %r", self.greetings)
+
+    @fork(method_id=9)
+    def blob(self, data: bytes) -> None:
+        self.blobs.append(data)
+        self.ctx.log.info("blobs now %r", self.blobs)
+
+    @rpc
+    async def add(self, a: int, b: int) -> int:
+        return a + b
+
+    @rpc
+    async def divide(self, a: int, b: int) -> float:
+        return a / b
+
+    @fork(method_id=10)
+    async def call_js(self, x: int) -> None:
+        js = self.js_immortal(PEER)
+        js.fork(20, {"text": "héllo", "n": x})
+        js.fork(21, bytes([0x00, 0xFF, 0x7B, 0x01]))
+        self.replies.append(await js.post("double", x=x))
+        try:
+            await js.post("boom", why="testing")
+        except RemoteCallError as e:
+            self.replies.append(f"error: {e}")
+        self.ctx.log.info("js replies: %r", self.replies)
