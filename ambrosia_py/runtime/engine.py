@@ -345,7 +345,7 @@ class Engine:
                 pos, kw = self._decode_payload(spec, env.payload)
             elif args[:1] == b"{":
                 self._enter_derived(args)
-                pos, kw = (), ser.decode_json_args(args)
+                pos, kw = (), self._load_json_kwargs(spec, ser.decode_json_args(args))
             elif args[:1] == bytes([ser.RAW_BYTES_MARKER]):
                 self._enter_derived(args)
                 pos, kw = (ser.decode_raw_args(args),), {}
@@ -356,6 +356,11 @@ class Engine:
             on_done(None, e)
             return
         self._start(getattr(self.instance, spec.name), pos, kw, spec.name, on_done)
+
+    def _load_json_kwargs(self, spec: MethodSpec, kw: dict[str, Any]) -> dict[str, Any]:
+        """JSON arguments (AmbrosiaJS's) as the parameters' annotated types."""
+        s = self.serializer
+        return {k: s.load(v, spec.param_type(k)) for k, v in kw.items()}
 
     def _decode_payload(self, spec: MethodSpec, payload: Any) -> tuple[tuple[Any, ...],
                                                                        dict[str, Any]]:
@@ -436,7 +441,12 @@ class Engine:
             on_done(None, UnknownMethodError(f"{self.cls.__qualname__} publishes no method "
                                              f"{name!r}"))
             return
-        kwargs = {k[4:]: v for k, v in obj.items() if k.startswith("arg:")}
+        try:
+            kwargs = self._load_json_kwargs(
+                spec, {k[4:]: v for k, v in obj.items() if k.startswith("arg:")})
+        except SerializationError as e:
+            on_done(None, e)
+            return
         self._start(getattr(self.instance, spec.name), (), kwargs, spec.name, on_done)
 
     def _post_result_sender(self, sender: str, name: str, call_id: Any

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import attrs
+
 from ambrosia_py import Immortal, RemoteCallError, fork, rpc
 
 PEER = "js"
+
+
+@attrs.define
+class Point:
+    x: int
+    y: int
 
 
 class PyService(Immortal):
@@ -32,6 +40,10 @@ class PyService(Immortal):
     @rpc
     async def divide(self, a: int, b: int) -> float:
         return a / b
+
+    @rpc
+    async def describe(self, point: Point) -> str:
+        return repr(point)
 
     @fork(method_id=10)
     async def call_js(self, x: int) -> None:

@@ -49,6 +49,8 @@ def test_post_calls_from_the_peer_get_their_result_or_error(interop: Interop) ->
     add = peer.post("py", "add", a=2, b=40)
     div = peer.post("py", "divide", a=1, b=0)
     nope = peer.post("py", "no_such_method", a=1)
+    typed = peer.post("py", "describe", point={"x": 1, "y": 2})
+    mistyped = peer.post("py", "describe", point={"x": "one"})
     ok = peer.result(add)
     assert ok == {"senderInstanceName": "py", "destinationInstanceName": "js",
                   "methodName": "add_Result", "methodVersion": 1, "callID": add,
@@ -60,10 +62,14 @@ def test_post_calls_from_the_peer_get_their_result_or_error(interop: Interop) ->
     unknown = peer.result(nope)
     assert unknown["methodName"] == "no_such_method_Result" and "no_such_method" in (
         unknown["errorMsg"])
+    # JSON arguments arrive as the parameters' annotated types.
+    assert peer.result(typed)["result"] == "Point(x=1, y=2)"
+    assert peer.result(mistyped)["errorMsg"].startswith("SerializationError: ")
     # As the peer received them: Forks to method -1 whose arguments are JSON.
     for rpc in peer.rpcs_to(POST):
         assert rpc.raw[:5] == b"\x00\x00" + zz32(-1) + bytes([FORK]) + b"{"
-    assert [r.json()["callID"] for r in peer.rpcs_to(POST)] == [add, div, nope]
+    assert [r.json()["callID"] for r in peer.rpcs_to(POST)] == [add, div, nope, typed,
+                                                                mistyped]
 
 
 def test_python_calls_the_peer_through_the_js_proxy(interop: Interop) -> None:
