@@ -16,7 +16,7 @@ import inspect
 import textwrap
 import typing
 import zlib
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
@@ -253,8 +253,18 @@ class Immortal:
     """Base class of immortal services.
 
     State is the instance's public attributes (or its attrs fields), checkpointed with
-    msgpack; override ``checkpoint_state``/``load_state`` to supply your own. The class
-    must be constructible with no arguments (the runtime creates it, then loads state).
+    msgpack. The class must be constructible with no arguments (the runtime creates it,
+    then loads state). Two ways to checkpoint something else, each a pair overridden
+    together:
+
+    - object level: ``checkpoint_state()`` returns one serializable value and
+      ``load_state(value)`` takes it back on a fresh instance;
+    - stream level (a producer and a consumer, for state too large to copy):
+      ``checkpoint_producer()`` returns an iterable of ``bytes`` chunks (a generator is
+      the natural form) and ``checkpoint_consumer(chunks)`` reads an iterator of chunks
+      on a fresh instance. The consumer sees the same bytes in the same order, in chunks
+      of at most 1 MiB (the producer's boundaries are not kept). Chunks go to the
+      coordinator as they are produced; neither side holds the whole checkpoint.
 
     Class attributes:
         version: the code version (stored in checkpoints, compared on load).
@@ -307,6 +317,14 @@ class Immortal:
         has_ls = cls.load_state is not Immortal.load_state
         if has_cs != has_ls:
             problems.append("checkpoint_state and load_state must be overridden together")
+        has_cp = cls.checkpoint_producer is not Immortal.checkpoint_producer
+        has_cc = cls.checkpoint_consumer is not Immortal.checkpoint_consumer
+        if has_cp != has_cc:
+            problems.append("checkpoint_producer and checkpoint_consumer must be overridden "
+                            "together")
+        if (has_cs or has_ls) and (has_cp or has_cc):
+            problems.append("a class checkpoints either with checkpoint_state/load_state or "
+                            "with checkpoint_producer/checkpoint_consumer, not both")
         try:
             init_sig = inspect.signature(cls.__init__)
             required = [p.name for p in list(init_sig.parameters.values())[1:]
@@ -395,6 +413,16 @@ class Immortal:
         raise NotImplementedError
 
     def load_state(self, state: Any) -> None:
+        """Override (with ``checkpoint_state``): set up a fresh instance from ``state``."""
+        raise NotImplementedError
+
+    def checkpoint_producer(self) -> Iterable[bytes]:
+        """Override (with ``checkpoint_consumer``) to stream the checkpoint as byte chunks."""
+        raise NotImplementedError
+
+    def checkpoint_consumer(self, chunks: Iterator[bytes]) -> None:
+        """Override (with ``checkpoint_producer``): rebuild a fresh instance from the
+        chunks the producer wrote."""
         raise NotImplementedError
 
 

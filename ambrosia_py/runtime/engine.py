@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import logging
 import os
 import random
@@ -63,7 +64,9 @@ __all__ = ["CHECKPOINT_FORMAT", "CurrentInput", "Engine"]
 
 CHECKPOINT_FORMAT = 1
 _INITIAL_MAGIC = "ambrosia-py"
-_SPOOL_MAX = 8 << 20  # checkpoints bigger than this go through a temporary file
+_SPOOL_MAX = 8 << 20
+_CHUNKS_MARK = "__ambrosia_chunks__"  # the state that follows is the user's chunk stream
+_CHUNK_MAX = 1 << 20  # checkpoints bigger than this go through a temporary file
 _PLAIN = (int, float, str, bytes, bool)
 
 
@@ -686,6 +689,9 @@ class Engine:
         out.write(msgpack.packb(self._framework_state()))
         cls = type(inst)
         s = cls.__ambrosia_serializer__
+        if cls.checkpoint_producer is not Immortal.checkpoint_producer:
+            self._write_chunks(inst, out)
+            return
         if cls.checkpoint_state is not Immortal.checkpoint_state:
             ser.write_state({"__custom__": inst.checkpoint_state()}, out, s.dump)
             return
@@ -694,6 +700,21 @@ class Engine:
         else:
             names = [k for k in vars(inst) if not k.startswith("_")]
         ser.write_state({n: getattr(inst, n) for n in names}, out, s.dump)
+
+    @staticmethod
+    def _write_chunks(inst: Immortal, out: IO[bytes]) -> None:
+        """The user's producer: a mark, then msgpack bin objects of at most 1 MiB, then an
+        empty one."""
+        out.write(msgpack.packb(_CHUNKS_MARK))
+        for chunk in inst.checkpoint_producer():
+            if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                raise SerializationError(
+                    f"{type(inst).__qualname__}.checkpoint_producer yielded "
+                    f"{type(chunk).__name__}, not bytes")
+            view = memoryview(chunk).cast("B")
+            for i in range(0, len(view), _CHUNK_MAX):
+                out.write(msgpack.packb(view[i:i + _CHUNK_MAX], use_bin_type=True))
+        out.write(msgpack.packb(b"", use_bin_type=True))
 
     def _state_bytes(self) -> bytes:
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX) as f:
@@ -770,8 +791,12 @@ class Engine:
         self._next_call_id = fw["next_call_id"]
         self._last_ts = fw["last_ts"]
         self._inputs_seen = fw["inputs_seen"]
-        fields = ser.read_state(objects)
         cls = self.cls
+        first = next(objects)
+        if first == _CHUNKS_MARK:
+            self.instance = self._read_chunks(objects)
+            return
+        fields = ser.read_state(itertools.chain([first], objects))
         inst = self._attach(cls())
         s = cls.__ambrosia_serializer__
         if cls.checkpoint_state is not Immortal.checkpoint_state:
@@ -784,6 +809,32 @@ class Engine:
                     value = s.load(value, tp)
                 object.__setattr__(inst, name, value)
         self.instance = inst
+
+    def _read_chunks(self, objects: Iterator[Any]) -> Immortal:
+        cls = self.cls
+        if cls.checkpoint_consumer is Immortal.checkpoint_consumer:
+            raise SerializationError(
+                f"the checkpoint was written by a checkpoint_producer, but "
+                f"{cls.__qualname__} defines no checkpoint_consumer")
+        ended = False
+
+        def chunks() -> Iterator[bytes]:
+            nonlocal ended
+            while not ended:
+                chunk = next(objects, None)
+                if not isinstance(chunk, bytes):
+                    raise SerializationError("the checkpoint's chunks are cut short")
+                if not chunk:
+                    ended = True
+                    return
+                yield chunk
+
+        inst = self._attach(cls())
+        rest = chunks()
+        inst.checkpoint_consumer(rest)
+        for _ in rest:  # a consumer that stopped early leaves the stream aligned
+            pass
+        return inst
 
     # ------------------------------------------------------------ upgrade
     def _upgrade(self, live: bool) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import random
+import struct
 import threading
 import time
+from collections.abc import Iterator
 
 import attrs
 
@@ -121,3 +125,82 @@ class Pulsed(Immortal):
     def pulse(self, n: int) -> None:
         self.pulses.append(n)
         self.ctx.log.info("pulse %d (total %d)", n, len(self.pulses))
+
+
+BLOB_SIZE = 4 << 20
+BLOB_SEED = 7
+POKES = 3
+
+
+def expected_blob() -> bytearray:
+    """What the checkpointed immortals below hold once their pokes are done."""
+    blob = bytearray(random.Random(BLOB_SEED).randbytes(BLOB_SIZE))
+    for i in range(POKES):
+        blob[i * 4096] ^= 0xFF
+    return blob
+
+
+class _Blob(Immortal):
+    """A large bytearray built by a fork, checkpointed, then changed by more forks."""
+
+    def __init__(self) -> None:
+        self.blob = bytearray()
+        self.pokes = 0
+
+    def on_first_start(self) -> None:
+        self.self_proxy.fill(BLOB_SIZE, BLOB_SEED)
+
+    @fork
+    def fill(self, size: int, seed: int) -> None:
+        self.blob = bytearray(random.Random(seed).randbytes(size))
+        if not self.ctx.is_replaying:
+            self.ctx.request_checkpoint()
+        self.self_proxy.poke(0)
+
+    @fork
+    def poke(self, index: int) -> None:
+        self.blob[index * 4096] ^= 0xFF
+        self.pokes += 1
+        self.ctx.log.info("after %d pokes: %s", self.pokes, self.digest())
+        if self.pokes < POKES:
+            self.self_proxy.poke(index + 1)
+
+    def digest(self) -> str:
+        return f"{len(self.blob)} bytes sha256 {hashlib.sha256(self.blob).hexdigest()}"
+
+    def on_become_primary(self) -> None:
+        self.ctx.log.info("primary with %d pokes: %s", self.pokes, self.digest())
+
+
+class StreamedBlob(_Blob):
+    """Checkpoints through its own producer and consumer of byte chunks."""
+
+    def checkpoint_producer(self) -> Iterator[bytes]:
+        yield struct.pack("<QQ", len(self.blob), self.pokes)
+        view = memoryview(self.blob)
+        for i in range(0, len(view), 300_000):
+            yield view[i:i + 300_000]
+
+    def checkpoint_consumer(self, chunks: Iterator[bytes]) -> None:
+        buf = bytearray()
+        n = 0
+        for chunk in chunks:
+            buf += chunk
+            n += 1
+        size, self.pokes = struct.unpack_from("<QQ", buf)
+        self.blob = buf[16:]
+        assert len(self.blob) == size
+        self.ctx.log.info("consumer read %d chunks, %d bytes", n, len(buf))
+
+
+class ObjectBlob(_Blob):
+    """Checkpoints one object of its own making through checkpoint_state/load_state."""
+
+    def checkpoint_state(self) -> dict[str, object]:
+        return {"blob": bytes(self.blob), "pokes": self.pokes}
+
+    def load_state(self, state: dict[str, object]) -> None:
+        blob, pokes = state["blob"], state["pokes"]
+        assert isinstance(blob, bytes) and isinstance(pokes, int)
+        self.blob, self.pokes = bytearray(blob), pokes
+        self.ctx.log.info("load_state got %d bytes", len(self.blob))

@@ -200,3 +200,47 @@ def test_large_states_stream_item_by_item_and_load_back() -> None:
     inst = ic2.engine.instance
     assert isinstance(inst, Big)
     assert inst.table["k4999"] == 4999 and inst.items[1234] == Entry(1234)
+
+
+class Chunked(Immortal):
+    def __init__(self) -> None:
+        self.data = b""
+        self.seen: list[int] = []
+
+    @fork
+    def put(self, data: bytes) -> None:
+        self.data = data
+
+    def checkpoint_producer(self):  # type: ignore[no-untyped-def]
+        yield self.data  # one chunk bigger than the 1 MiB limit
+        yield bytearray(b"tail")
+
+    def checkpoint_consumer(self, chunks):  # type: ignore[no-untyped-def]
+        parts = list(chunks)
+        self.seen = [len(c) for c in parts]
+        self.data = b"".join(parts)[:-4]
+
+
+def test_checkpoint_producer_chunks_reach_the_consumer_split_at_1_mib() -> None:
+    ic = started(Chunked)
+    data = bytes(range(256)) * (10 << 10)  # 2.5 MiB
+    ic.rpc(default_method_id("put"), RpcType.FORK, Envelope(1, 2, -1, "me",
+                                                             [[data], {}]).encode())
+    ckpt = ic.take_checkpoint()
+    ic2 = FakeCoordinator(Engine(Chunked, "me"))
+    ic2.recover(ckpt, [])
+    inst = ic2.engine.instance
+    assert isinstance(inst, Chunked)
+    assert inst.data == data and inst.seen == [1 << 20, 1 << 20, 512 << 10, 4]
+
+
+def test_a_producer_that_yields_no_bytes_is_a_serialization_error() -> None:
+    class Wrong(Immortal):
+        def checkpoint_producer(self):  # type: ignore[no-untyped-def]
+            yield "text"
+
+        def checkpoint_consumer(self, chunks):  # type: ignore[no-untyped-def]
+            pass
+
+    with pytest.raises(SerializationError, match="yielded str, not bytes"):
+        started(Wrong)
