@@ -60,13 +60,14 @@ from ..protocol import BindingConnection
 from ..protocol import events as ev
 from ..wire import OutgoingRpc, Rpc, RpcType
 
-__all__ = ["CHECKPOINT_FORMAT", "CurrentInput", "Engine"]
+__all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
 
 CHECKPOINT_FORMAT = 1
 _INITIAL_MAGIC = "ambrosia-py"
-_SPOOL_MAX = 8 << 20
+_SPOOL_MAX = 8 << 20  # checkpoints bigger than this go through a temporary file
 _CHUNKS_MARK = "__ambrosia_chunks__"  # the state that follows is the user's chunk stream
-_CHUNK_MAX = 1 << 20  # checkpoints bigger than this go through a temporary file
+_CHUNK_MAX = 1 << 20  # the largest chunk of a producer's stream stored as one object
+IMPULSE_QUEUE_LIMIT = 1 << 20  # bytes of queued Impulses before outside-world threads wait
 _PLAIN = (int, float, str, bytes, bool)
 
 
@@ -156,6 +157,12 @@ class Engine:
         self._impulses: list[OutgoingRpc] = []
         self._raw_out: list[bytes] = []
         self._lock = threading.Lock()
+        # Outside-world threads wait here while the queued Impulses fill IMPULSE_QUEUE_LIMIT.
+        self._room = threading.Condition(self._lock)
+        self._queued_bytes = 0
+        self._closed = False
+        self.peak_queued_bytes = 0  # the most Impulse bytes ever queued at once
+        self.blocked_senders = 0  # outside-world threads waiting for room now
         self._loop_thread = threading.get_ident()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ckpt_in: IO[bytes] | None = None
@@ -256,9 +263,11 @@ class Engine:
         """Impulses and checkpoint requests queued by outside-world code, encoded.
 
         Call only when no checkpoint is owed."""
-        with self._lock:
+        with self._room:
             impulses, self._impulses = self._impulses, []
             raw, self._raw_out = self._raw_out, []
+            self._queued_bytes = 0
+            self._room.notify_all()
         out = self.conn.send_rpcs(impulses) if impulses else b""
         return out + b"".join(raw)
 
@@ -609,7 +618,22 @@ class Engine:
         self._queue_impulse(OutgoingRpc(dest, spec.method_id, RpcType.IMPULSE, body))
 
     def _queue_impulse(self, rpc: OutgoingRpc) -> None:
-        with self._lock:
+        size = len(rpc.args) + len(rpc.destination) + 16
+        with self._room:
+            # Back-pressure: a thread outside the loop waits while the coordinator is not
+            # taking what was queued. Code on the loop cannot wait here (it would stop the
+            # loop that empties the queue); it is bounded by the runner's drain().
+            if self.loop is not None and threading.get_ident() != self._loop_thread:
+                self.blocked_senders += 1
+                try:
+                    self._room.wait_for(lambda: self._queued_bytes < IMPULSE_QUEUE_LIMIT
+                                        or self._closed)
+                finally:
+                    self.blocked_senders -= 1
+            if self._closed:
+                raise LocalProtocolError("the immortal has stopped: the Impulse was not sent")
+            self._queued_bytes += size
+            self.peak_queued_bytes = max(self.peak_queued_bytes, self._queued_bytes)
             self._impulses.append(rpc)
             if self.outputs is not None:
                 self.outputs.append(rpc)
@@ -672,6 +696,9 @@ class Engine:
         self._wake()
 
     async def stop_tasks(self) -> None:
+        with self._room:
+            self._closed = True
+            self._room.notify_all()
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):

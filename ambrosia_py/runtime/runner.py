@@ -4,7 +4,10 @@ One task reads the coordinator's send port into a bounded queue (so a fast coord
 cannot make us buffer without bound); the main task feeds ``BindingConnection``,
 dispatches events in order, writes each input's outgoing RPCs as one RPCBatch, streams
 checkpoints in chunks and waits on ``drain()`` so that a slow coordinator slows us down
-rather than growing our write buffer.
+rather than growing our write buffer. Impulses from outside-world threads are bounded
+too: past ``IMPULSE_QUEUE_LIMIT`` queued bytes the sending thread waits (see
+``Engine._queue_impulse``), so a coordinator that stops reading stops the producers
+instead of filling memory.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import threading
 import time
 from typing import Any
 
@@ -69,6 +73,7 @@ class ImmortalRunner:
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
         self._last_progress = 0.0
+        self.peak_write_buffer = 0  # the most bytes ever waiting in the socket's buffer
 
     def stop(self) -> None:
         """Stop after the event being handled (safe from signal handlers on the loop)."""
@@ -84,6 +89,7 @@ class ImmortalRunner:
         loop = asyncio.get_running_loop()
         eng = self.engine
         eng.loop = loop
+        eng._loop_thread = threading.get_ident()  # handlers run on this loop's thread
         eng.wakeup = self._kick
         # The receive port first, then the send port (the coordinator expects this order).
         _, writer = await connect_with_retry(self.host, self.receive_port, self.connect_timeout)
@@ -138,6 +144,8 @@ class ImmortalRunner:
     async def _write(self, data: bytes) -> None:
         assert self._writer is not None
         self._writer.write(data)
+        self.peak_write_buffer = max(self.peak_write_buffer,
+                                     self._writer.transport.get_write_buffer_size())
         await self._writer.drain()
 
     async def _dispatch(self) -> None:

@@ -204,3 +204,29 @@ class ObjectBlob(_Blob):
         assert isinstance(blob, bytes) and isinstance(pokes, int)
         self.blob, self.pokes = bytearray(blob), pokes
         self.ctx.log.info("load_state got %d bytes", len(self.blob))
+
+
+FLOOD = 8000
+FLOOD_PAD = 4096
+
+
+class Flooder(Immortal):
+    """Outside-world code that sends Impulses as fast as it can (for back-pressure)."""
+
+    def __init__(self) -> None:
+        self.flooded = 0
+
+    def on_become_primary(self) -> None:
+        self._accepted = 0  # how many impulse() calls have returned (not state)
+        self._sender = threading.Thread(target=self._flood, daemon=True)
+        self._sender.start()
+
+    def _flood(self) -> None:
+        pad = b"p" * FLOOD_PAD
+        for i in range(FLOOD):
+            self.impulse_self.flood(i, pad)
+            self._accepted += 1
+
+    @impulse
+    def flood(self, i: int, pad: bytes) -> None:
+        self.flooded += 1

@@ -1,0 +1,103 @@
+"""A coordinator that stops reading: the runtime's outgoing buffers stay bounded (the
+outside-world thread waits), and once the coordinator reads again every Impulse arrives,
+in order. The coordinator here is a raw stand-in over real sockets, so that it can stop
+reading at will."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ambrosia_py.runtime.engine import IMPULSE_QUEUE_LIMIT, Engine
+from ambrosia_py.runtime.runner import _WRITE_HIGH_WATER, ImmortalRunner
+from ambrosia_py.serialization import Envelope
+from ambrosia_py.wire import (
+    CheckpointEnd,
+    InitialMessage,
+    MessageStreamDecoder,
+    OutgoingRpc,
+    RpcBatch,
+    TakeBecomingPrimaryCheckpoint,
+    encode_control_record,
+    encode_record,
+)
+
+from .apps import FLOOD, FLOOD_PAD, Flooder
+
+CID = 11
+
+
+def _wait(cond: Callable[[], Any], what: str, limit: float = 60.0) -> None:
+    """Poll ``cond``; ``limit`` only keeps a broken run from hanging."""
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+def _listen() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    return s
+
+
+def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing() -> None:
+    lr, ls = _listen(), _listen()
+    engine = Engine(Flooder, "flooder")
+    runner = ImmortalRunner(engine, lr.getsockname()[1], ls.getsockname()[1], progress=False)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(runner.run(),),
+                              daemon=True)
+    thread.start()
+    receive, _ = lr.accept()  # binding -> coordinator: the socket we stop reading
+    send, _ = ls.accept()
+    decoder = MessageStreamDecoder()
+    try:
+        send.sendall(encode_control_record(CID, TakeBecomingPrimaryCheckpoint()))
+        initial = None
+        checkpointed = False
+        while not checkpointed:  # the InitialMessage, then the first checkpoint
+            decoder.receive_data(receive.recv(1 << 16))
+            for m in decoder.events():
+                if isinstance(m, InitialMessage):
+                    initial = m
+                checkpointed = checkpointed or isinstance(m, CheckpointEnd)
+        assert initial is not None
+        send.sendall(encode_record(CID, 0, initial.encode()))
+        # Now the immortal floods and the coordinator reads nothing: the sender must stall.
+        _wait(lambda: engine.blocked_senders > 0, "the flooding thread to wait for room")
+        inst = engine.instance
+        assert isinstance(inst, Flooder)
+        stalled_at = inst._accepted
+        total = FLOOD * (FLOOD_PAD + 40)
+        assert stalled_at < FLOOD and total > 10 * (IMPULSE_QUEUE_LIMIT + _WRITE_HIGH_WATER)
+        # Reading resumes: everything arrives, in order.
+        seen: list[int] = []
+        while len(seen) < FLOOD:
+            data = receive.recv(1 << 20)
+            assert data, "the binding closed its connection"
+            decoder.receive_data(data)
+            for m in decoder.events():
+                rpcs = m.rpcs if isinstance(m, RpcBatch) else [m]
+                for r in rpcs:
+                    assert isinstance(r, OutgoingRpc) and r.rpc_type == 2
+                    args, _ = Envelope.decode(r.args).payload
+                    assert args[1] == b"p" * FLOOD_PAD
+                    seen.append(args[0])
+        assert seen == list(range(FLOOD))
+        _wait(lambda: inst._accepted == FLOOD, "the flooding thread to finish")
+        # The whole time, the buffers held about a megabyte each, never the whole flood.
+        one = FLOOD_PAD + 64
+        assert engine.peak_queued_bytes <= IMPULSE_QUEUE_LIMIT + one
+        assert runner.peak_write_buffer <= _WRITE_HIGH_WATER + IMPULSE_QUEUE_LIMIT + 2 * one
+    finally:
+        loop.call_soon_threadsafe(runner.stop)
+        thread.join(30)
+        for s in (receive, send, lr, ls):
+            s.close()
+        loop.close()
