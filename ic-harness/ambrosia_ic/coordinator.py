@@ -668,7 +668,7 @@ class Coordinator:
                 HANDSHAKE_TIMEOUT,
             )
         except (TimeoutError, LinkAuthenticationError, OSError, asyncio.IncompleteReadError) as err:
-            self.log(f"refused a link from {peer[0]}:{peer[1]}: {err or type(err).__name__}")
+            self.log(f"refused a link from {peer[0]}:{peer[1]}: {str(err) or type(err).__name__}")
             writer.close()
             return
         self.inbound.setdefault(sender, set()).add(writer)
