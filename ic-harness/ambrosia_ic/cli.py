@@ -258,7 +258,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    # argparse's REMAINDER cannot start with an option (``ambrosia run --help``), so the
+    # run command's arguments are split off before parsing.
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run_args: list[str] | None = None
+    if "run" in argv:
+        i = argv.index("run")
+        if all(a.startswith("--home") or argv[j - 1] == "--home" for j, a in enumerate(argv[:i])):
+            argv, run_args = argv[: i + 1], argv[i + 1 :]
     args = parser.parse_args(argv)
+    if run_args is not None:
+        args.run_args = run_args
     try:
         return int(args.handler(args))
     except AmbrosiaError as err:
