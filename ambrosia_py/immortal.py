@@ -498,7 +498,10 @@ class MethodRef:
         self._ctx._engine.fork(self._dest, self._spec, args, kwargs)
 
     def impulse(self, *args: Any, **kwargs: Any) -> None:
-        """Send as an Impulse (from outside-world code, when primary; thread-safe)."""
+        """Send as an Impulse (from outside-world code, when primary; thread-safe).
+
+        From a thread, this waits while about 1 MiB of Impulses is queued and the
+        coordinator is not taking them (back-pressure instead of unbounded memory)."""
         self._ctx._engine.impulse(self._dest, self._spec, args, kwargs)
 
     def __repr__(self) -> str:
@@ -532,7 +535,20 @@ class ImmortalProxy(Generic[IM]):
 
 
 class JsProxy:
-    """Calls to an AmbrosiaJS instance: JSON or raw-bytes arguments, "post" for results."""
+    """Calls to an AmbrosiaJS instance, in AmbrosiaJS's own forms.
+
+    ``fork``/``impulse`` send ``[method id][1 or 2][args]`` where args are a dict as UTF-8
+    JSON (compact, non-ASCII kept) or bytes as ``0xFF`` + the bytes. ``post`` sends a Fork
+    to method -1 whose JSON holds ``senderInstanceName``, ``destinationInstanceName``,
+    ``methodName``, ``methodVersion`` (1), ``callID`` and one ``arg:<name>`` per keyword;
+    awaiting it gives the ``result`` of the ``<name>_Result`` post that comes back, or
+    raises ``RemoteCallError`` carrying its ``errorMsg``.
+
+    Calls the other way need nothing special: AmbrosiaJS's JSON and raw-bytes forks reach
+    the published method with that id (JSON fields as keyword arguments, loaded as the
+    annotated types; raw bytes as one ``bytes`` argument), and its posts reach the
+    published method of that name, answered with ``<name>_Result``.
+    """
 
     __slots__ = ("_ctx", "_dest")
 
