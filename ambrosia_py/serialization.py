@@ -237,30 +237,36 @@ def check_serializable(tp: Any, _seen: frozenset[Any] = frozenset()) -> str | No
 
 # ---------------------------------------------------------------- state streams
 def write_state(fields: Mapping[str, Any], out: IO[bytes],
-                dump: Callable[[Any], Any] = lambda v: v) -> None:
+                dump: Callable[[Any], Any] = lambda v: v,
+                write: Callable[[Any], None] | None = None) -> None:
     """Write ``fields`` (name -> value, unstructured with ``dump``) as msgpack objects.
 
     Layout: ``n``, then ``name, value`` ``n`` times; a list or dict value of at least
     1024 items is written as ``[marker, "l"|"d", count]`` followed by its items (a dict's
     as key, value, key, value ...), each unstructured on its own, so neither the state nor
-    its serialized form is ever copied whole.
+    its serialized form is ever copied whole. ``write`` (default: pack, then write to
+    ``out``) emits one unstructured value; the checkpoint writer passes one that writes
+    large bytes without packing a copy first.
     """
     packer = msgpack.Packer(use_bin_type=True)
+    if write is None:
+        def write(value: Any) -> None:
+            out.write(packer.pack(value))
     try:
-        out.write(packer.pack(len(fields)))
+        write(len(fields))
         for name, value in fields.items():
-            out.write(packer.pack(name))
+            write(name)
             if isinstance(value, list) and len(value) >= _STREAM_MIN_ITEMS:
-                out.write(packer.pack([_STREAM_MARK, "l", len(value)]))
+                write([_STREAM_MARK, "l", len(value)])
                 for item in value:
-                    out.write(packer.pack(dump(item)))
+                    write(dump(item))
             elif isinstance(value, dict) and len(value) >= _STREAM_MIN_ITEMS:
-                out.write(packer.pack([_STREAM_MARK, "d", len(value)]))
+                write([_STREAM_MARK, "d", len(value)])
                 for k, v in value.items():
-                    out.write(packer.pack(dump(k)))
-                    out.write(packer.pack(dump(v)))
+                    write(dump(k))
+                    write(dump(v))
             else:
-                out.write(packer.pack(dump(value)))
+                write(dump(value))
     except (TypeError, ValueError, OverflowError) as e:
         raise SerializationError(f"cannot serialize the state field {name!r}: {e}") from e
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import itertools
 import logging
 import os
 import random
@@ -29,7 +28,6 @@ import tempfile
 import threading
 import time
 import traceback
-import typing
 from collections.abc import Callable, Coroutine, Iterator
 from typing import IO, Any
 
@@ -59,16 +57,14 @@ from ..immortal import (
 from ..protocol import BindingConnection
 from ..protocol import events as ev
 from ..wire import OutgoingRpc, Rpc, RpcType
+from . import checkpoint as ckpt
 
 __all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = ckpt.CHECKPOINT_FORMAT
+
 _INITIAL_MAGIC = "ambrosia-py"
-_SPOOL_MAX = 8 << 20  # checkpoints bigger than this go through a temporary file
-_CHUNKS_MARK = "__ambrosia_chunks__"  # the state that follows is the user's chunk stream
-_CHUNK_MAX = 1 << 20  # the largest chunk of a producer's stream stored as one object
 IMPULSE_QUEUE_LIMIT = 1 << 20  # bytes of queued Impulses before outside-world threads wait
-_PLAIN = (int, float, str, bytes, bool)
 
 
 @attrs.define
@@ -95,14 +91,6 @@ class _Task:
         self.coro = coro
         self.name = name
         self.on_done = on_done
-
-
-def _is_plain_container(tp: Any) -> bool:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (list, dict) and args:
-        return all(a in _PLAIN for a in args)
-    return False
 
 
 class Engine:
@@ -217,7 +205,7 @@ class Engine:
             self.log.info("recovering: loading a checkpoint of %d bytes",
                           event.size)  # type: ignore[union-attr]
             # Closed once the checkpoint is loaded.
-            self._ckpt_in = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)  # noqa: SIM115
+            self._ckpt_in = tempfile.SpooledTemporaryFile(max_size=ckpt.SPOOL_MAX)  # noqa: SIM115
             return b""
         if kind is ev.CheckpointLoadChunk:
             assert self._ckpt_in is not None
@@ -710,61 +698,21 @@ class Engine:
         return {"next_call_id": self._next_call_id, "last_ts": self._last_ts,
                 "inputs_seen": self._inputs_seen}
 
-    def _write_state(self, out: IO[bytes]) -> None:
-        inst = self.instance
-        assert inst is not None
-        out.write(msgpack.packb(self._framework_state()))
-        cls = type(inst)
-        s = cls.__ambrosia_serializer__
-        if cls.checkpoint_producer is not Immortal.checkpoint_producer:
-            self._write_chunks(inst, out)
-            return
-        if cls.checkpoint_state is not Immortal.checkpoint_state:
-            ser.write_state({"__custom__": inst.checkpoint_state()}, out, s.dump)
-            return
-        if attrs.has(cls):
-            names = [f.name for f in attrs.fields(cls)]
-        else:
-            names = [k for k in vars(inst) if not k.startswith("_")]
-        ser.write_state({n: getattr(inst, n) for n in names}, out, s.dump)
-
-    @staticmethod
-    def _write_chunks(inst: Immortal, out: IO[bytes]) -> None:
-        """The user's producer: a mark, then msgpack bin objects of at most 1 MiB, then an
-        empty one."""
-        out.write(msgpack.packb(_CHUNKS_MARK))
-        for chunk in inst.checkpoint_producer():
-            if not isinstance(chunk, (bytes, bytearray, memoryview)):
-                raise SerializationError(
-                    f"{type(inst).__qualname__}.checkpoint_producer yielded "
-                    f"{type(chunk).__name__}, not bytes")
-            view = memoryview(chunk).cast("B")
-            for i in range(0, len(view), _CHUNK_MAX):
-                out.write(msgpack.packb(view[i:i + _CHUNK_MAX], use_bin_type=True))
-        out.write(msgpack.packb(b"", use_bin_type=True))
-
     def _state_bytes(self) -> bytes:
-        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX) as f:
-            self._write_state(f)
-            f.seek(0)
-            return f.read()
-
-    def _header(self, mode: str) -> bytes:
         assert self.instance is not None
-        cls = type(self.instance)
-        return msgpack.packb({"format": CHECKPOINT_FORMAT, "class": cls.__qualname__,
-                              "version": cls.version, "mode": mode})
+        return ckpt.state_bytes(self.instance, self._framework_state())
 
     def write_checkpoint(self) -> tuple[IO[bytes], int]:
         """The checkpoint, in a (spooled) temporary file positioned at 0, and its size."""
-        f = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX)  # noqa: SIM115 - caller closes
+        f = tempfile.SpooledTemporaryFile(max_size=ckpt.SPOOL_MAX)  # noqa: SIM115 - caller closes
+        assert self.instance is not None
         try:
             if self._suspended == 0:
-                f.write(self._header("q"))
-                self._write_state(f)
+                f.write(ckpt.header(self.instance, "q"))
+                ckpt.write_state(self.instance, self._framework_state(), f)
             else:
                 assert self._snapshot is not None
-                f.write(self._header("p"))
+                f.write(ckpt.header(self.instance, "p"))
                 f.write(self._snapshot)
                 f.write(msgpack.packb(self._since, use_bin_type=True))
             size = f.tell()
@@ -777,8 +725,7 @@ class Engine:
         return f, size
 
     def _load_checkpoint(self, f: IO[bytes]) -> None:
-        objects: Iterator[Any] = iter(msgpack.Unpacker(
-            f, raw=False, strict_map_key=False, read_size=1 << 16))
+        objects = ckpt.read_objects(f)
         try:
             header = next(objects)
             mode = header["mode"]
@@ -814,54 +761,10 @@ class Engine:
                 self._snapshot, self._since = None, []
 
     def _read_state(self, objects: Iterator[Any]) -> None:
-        fw = next(objects)
+        fw, self.instance = ckpt.read_state(self.cls, objects, self._attach)
         self._next_call_id = fw["next_call_id"]
         self._last_ts = fw["last_ts"]
         self._inputs_seen = fw["inputs_seen"]
-        cls = self.cls
-        first = next(objects)
-        if first == _CHUNKS_MARK:
-            self.instance = self._read_chunks(objects)
-            return
-        fields = ser.read_state(itertools.chain([first], objects))
-        inst = self._attach(cls())
-        s = cls.__ambrosia_serializer__
-        if cls.checkpoint_state is not Immortal.checkpoint_state:
-            inst.load_state(fields["__custom__"])
-        else:
-            types = cls.__ambrosia_state_types__
-            for name, value in fields.items():
-                tp = types.get(name, Any)
-                if not _is_plain_container(tp):
-                    value = s.load(value, tp)
-                object.__setattr__(inst, name, value)
-        self.instance = inst
-
-    def _read_chunks(self, objects: Iterator[Any]) -> Immortal:
-        cls = self.cls
-        if cls.checkpoint_consumer is Immortal.checkpoint_consumer:
-            raise SerializationError(
-                f"the checkpoint was written by a checkpoint_producer, but "
-                f"{cls.__qualname__} defines no checkpoint_consumer")
-        ended = False
-
-        def chunks() -> Iterator[bytes]:
-            nonlocal ended
-            while not ended:
-                chunk = next(objects, None)
-                if not isinstance(chunk, bytes):
-                    raise SerializationError("the checkpoint's chunks are cut short")
-                if not chunk:
-                    ended = True
-                    return
-                yield chunk
-
-        inst = self._attach(cls())
-        rest = chunks()
-        inst.checkpoint_consumer(rest)
-        for _ in rest:  # a consumer that stopped early leaves the stream aligned
-            pass
-        return inst
 
     # ------------------------------------------------------------ upgrade
     def _upgrade(self, live: bool) -> None:

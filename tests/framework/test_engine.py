@@ -244,3 +244,41 @@ def test_a_producer_that_yields_no_bytes_is_a_serialization_error() -> None:
 
     with pytest.raises(SerializationError, match="yielded str, not bytes"):
         started(Wrong)
+
+
+class Blob(Immortal):
+    def __init__(self) -> None:
+        self.data = b""
+        self.note = "blob"
+
+    @fork
+    def put(self, data: bytes) -> None:
+        self.data = data
+
+
+def test_a_state_object_larger_than_msgpacks_default_buffer_loads_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """msgpack's Unpacker refuses an object larger than its max_buffer_size (100 MiB by
+    default), so a state holding one such object was checkpointed but could never be
+    loaded. Shrinking the library's default to 1 MiB shows the same refusal with a
+    3 MiB object: the reader must size its buffer from the checkpoint instead."""
+    real = msgpack.Unpacker
+
+    def small_default(*args: object, **kw: object) -> msgpack.Unpacker:
+        kw.setdefault("max_buffer_size", 1 << 20)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(msgpack, "Unpacker", small_default)
+    ic = started(Blob)
+    data = bytes(range(256)) * (12 << 10)  # 3 MiB
+    ic.rpc(default_method_id("put"), RpcType.FORK, Envelope(1, 2, -1, "me",
+                                                             [[data], {}]).encode())
+    ckpt = ic.take_checkpoint()
+    # The bytes field is one msgpack bin object, as any msgpack reader expects.
+    objects = list(real(__import__("io").BytesIO(ckpt), raw=False, max_buffer_size=8 << 20))
+    assert data in objects
+    ic2 = FakeCoordinator(Engine(Blob, "me"))
+    ic2.recover(ckpt, [])
+    inst = ic2.engine.instance
+    assert isinstance(inst, Blob)
+    assert inst.data == data and inst.note == "blob"

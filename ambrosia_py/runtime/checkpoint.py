@@ -1,0 +1,188 @@
+"""The framework's checkpoint stream: how an immortal's state becomes msgpack objects in a
+file and back. ``Engine`` decides when; this module knows the layout.
+
+Layout: a header map (format, class, version, mode), the framework's counters, then the
+state as ``serialization.write_state`` writes it, or a chunk mark followed by the user's
+producer stream (bin objects of at most 1 MiB, then an empty one). A checkpoint taken
+while handlers were suspended ("p" mode) ends with the inputs dispatched since the
+snapshot.
+
+Large ``bytes`` fields are the common case for big states, so both directions avoid
+copying them more than once: the writer emits a bin header and then the value itself,
+and the reader lets msgpack's unpacker hold an object as large as the whole checkpoint
+(its default 100 MiB limit would refuse one that was written fine).
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import tempfile
+import typing
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+import attrs
+import msgpack
+
+from .. import serialization as ser
+from ..errors import SerializationError
+from ..immortal import Immortal
+
+__all__ = ["CHECKPOINT_FORMAT", "header", "read_objects", "read_state", "state_bytes",
+           "write_state"]
+
+CHECKPOINT_FORMAT = 1
+SPOOL_MAX = 8 << 20  # checkpoints bigger than this go through a temporary file
+_CHUNKS_MARK = "__ambrosia_chunks__"  # the state that follows is the user's chunk stream
+_CHUNK_MAX = 1 << 20  # the largest chunk of a producer's stream stored as one object
+_READ_SIZE = 1 << 20  # fewer, larger reads: the unpacker copies each into its buffer
+_MIN_BUFFER = 1 << 20
+_PLAIN = (int, float, str, bytes, bool)
+_BIN8, _BIN16, _BIN32 = struct.Struct(">BB"), struct.Struct(">BH"), struct.Struct(">BI")
+
+
+def header(inst: Immortal, mode: str) -> bytes:
+    cls = type(inst)
+    return msgpack.packb({"format": CHECKPOINT_FORMAT, "class": cls.__qualname__,
+                          "version": cls.version, "mode": mode})
+
+
+def read_objects(f: IO[bytes], size: int | None = None) -> Iterator[Any]:
+    """The msgpack objects of a checkpoint file.
+
+    Args:
+        size: the checkpoint's size in bytes (default: from the file). No object in it
+            can be larger, so it bounds the unpacker's buffer instead of msgpack's
+            default, which is smaller than the states a checkpoint may hold.
+    """
+    if size is None:
+        pos = f.tell()
+        size = f.seek(0, 2) - pos
+        f.seek(pos)
+    return iter(msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=_READ_SIZE,
+                                 max_buffer_size=max(size, _MIN_BUFFER)))
+
+
+# ------------------------------------------------------------------ writing
+def _write_bin(out: IO[bytes], data: bytes | bytearray) -> None:
+    """msgpack's bin form of ``data``, written without first packing a copy of it."""
+    n = len(data)
+    if n < 1 << 8:
+        out.write(_BIN8.pack(0xC4, n))
+    elif n < 1 << 16:
+        out.write(_BIN16.pack(0xC5, n))
+    else:
+        out.write(_BIN32.pack(0xC6, n))
+    out.write(data)
+
+
+def _writer(out: IO[bytes]) -> Callable[[Any], None]:
+    """A ``write`` for ``serialization.write_state`` that passes large bytes through."""
+    packer = msgpack.Packer(use_bin_type=True)
+
+    def write(value: Any) -> None:
+        if type(value) in (bytes, bytearray) and len(value) >= _CHUNK_MAX:
+            _write_bin(out, value)
+        else:
+            out.write(packer.pack(value))
+
+    return write
+
+
+def write_state(inst: Immortal, framework: dict[str, Any], out: IO[bytes]) -> None:
+    """The framework's counters and the instance's state, as the reader expects them."""
+    out.write(msgpack.packb(framework))
+    cls = type(inst)
+    s = cls.__ambrosia_serializer__
+    if cls.checkpoint_producer is not Immortal.checkpoint_producer:
+        _write_chunks(inst, out)
+        return
+    if cls.checkpoint_state is not Immortal.checkpoint_state:
+        ser.write_state({"__custom__": inst.checkpoint_state()}, out, s.dump, _writer(out))
+        return
+    if attrs.has(cls):
+        names = [f.name for f in attrs.fields(cls)]
+    else:
+        names = [k for k in vars(inst) if not k.startswith("_")]
+    ser.write_state({n: getattr(inst, n) for n in names}, out, s.dump, _writer(out))
+
+
+def _write_chunks(inst: Immortal, out: IO[bytes]) -> None:
+    """The user's producer: a mark, then msgpack bin objects of at most 1 MiB, then an
+    empty one."""
+    out.write(msgpack.packb(_CHUNKS_MARK))
+    for chunk in inst.checkpoint_producer():
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise SerializationError(
+                f"{type(inst).__qualname__}.checkpoint_producer yielded "
+                f"{type(chunk).__name__}, not bytes")
+        view = memoryview(chunk).cast("B")
+        for i in range(0, len(view), _CHUNK_MAX):
+            out.write(msgpack.packb(view[i:i + _CHUNK_MAX], use_bin_type=True))
+    out.write(msgpack.packb(b"", use_bin_type=True))
+
+
+def state_bytes(inst: Immortal, framework: dict[str, Any]) -> bytes:
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MAX) as f:
+        write_state(inst, framework, f)
+        f.seek(0)
+        return f.read()
+
+
+# ------------------------------------------------------------------ reading
+def _is_plain_container(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (list, dict) and args:
+        return all(a in _PLAIN for a in args)
+    return False
+
+
+def read_state(cls: type[Immortal], objects: Iterator[Any],
+               attach: Callable[[Immortal], Immortal]) -> tuple[dict[str, Any], Immortal]:
+    """(the framework's counters, a new instance of ``cls`` holding the state)."""
+    fw = next(objects)
+    first = next(objects)
+    if first == _CHUNKS_MARK:
+        return fw, _read_chunks(cls, objects, attach)
+    fields = ser.read_state(itertools.chain([first], objects))
+    inst = attach(cls())
+    s = cls.__ambrosia_serializer__
+    if cls.checkpoint_state is not Immortal.checkpoint_state:
+        inst.load_state(fields["__custom__"])
+    else:
+        types = cls.__ambrosia_state_types__
+        for name, value in fields.items():
+            tp = types.get(name, Any)
+            if not _is_plain_container(tp):
+                value = s.load(value, tp)
+            object.__setattr__(inst, name, value)
+    return fw, inst
+
+
+def _read_chunks(cls: type[Immortal], objects: Iterator[Any],
+                 attach: Callable[[Immortal], Immortal]) -> Immortal:
+    if cls.checkpoint_consumer is Immortal.checkpoint_consumer:
+        raise SerializationError(
+            f"the checkpoint was written by a checkpoint_producer, but "
+            f"{cls.__qualname__} defines no checkpoint_consumer")
+    ended = False
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal ended
+        while not ended:
+            chunk = next(objects, None)
+            if not isinstance(chunk, bytes):
+                raise SerializationError("the checkpoint's chunks are cut short")
+            if not chunk:
+                ended = True
+                return
+            yield chunk
+
+    inst = attach(cls())
+    rest = chunks()
+    inst.checkpoint_consumer(rest)
+    for _ in rest:  # a consumer that stopped early leaves the stream aligned
+        pass
+    return inst
