@@ -50,6 +50,7 @@ _STREAM_MARK = "__ambrosia_stream__"
 _STREAM_MIN_ITEMS = 1024  # containers at least this long are written item by item
 
 _PRIMITIVES = (int, float, str, bytes, bool, type(None), bytearray)
+_AS_IS = frozenset((int, float, str, bytes, bool))  # immutable: loading one returns it
 
 
 class Envelope(NamedTuple):
@@ -151,6 +152,8 @@ class Serializer:
     def load(self, value: Any, tp: Any) -> Any:
         if tp is Any or tp is None or tp is inspect_empty:
             return value
+        if type(value) is tp and tp in _AS_IS:
+            return value  # what the converter would make of it, without its dispatch
         try:
             return self._conv.structure(value, tp)
         except Exception as e:

@@ -12,6 +12,10 @@ import enum
 
 
 class State(enum.Enum):
+    # Members compare by identity; Enum's own __hash__ (of the name, in Python) costs
+    # more than the rest of a replayed record's state-table lookups.
+    __hash__ = object.__hash__
+
     START = "waiting for the coordinator's first record"
     FIRST_START = "first start: the binding owes an InitialMessage"
     LOADING_CHECKPOINT = "receiving a checkpoint"
@@ -26,6 +30,10 @@ class State(enum.Enum):
 
 
 class Input(enum.Enum):
+    # Members compare by identity; Enum's own __hash__ (of the name, in Python) costs
+    # more than the rest of a replayed record's state-table lookups.
+    __hash__ = object.__hash__
+
     # From the coordinator
     RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT = "TakeBecomingPrimaryCheckpoint received"
     RECV_CHECKPOINT = "checkpoint record received"

@@ -31,7 +31,6 @@ import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from typing import IO, Any
 
-import attrs
 import msgpack
 import xxhash
 
@@ -67,16 +66,26 @@ _INITIAL_MAGIC = "ambrosia-py"
 IMPULSE_QUEUE_LIMIT = 1 << 20  # bytes of queued Impulses before outside-world threads wait
 
 
-@attrs.define
 class CurrentInput:
     """The logged input being handled: where ``now()`` and ``random()`` come from."""
 
-    timestamp_ns: int
-    entropy: int
-    rng: random.Random = attrs.field(init=False)
+    __slots__ = ("_rng", "entropy", "timestamp_ns")
 
-    def __attrs_post_init__(self) -> None:
-        self.rng = random.Random(self.entropy)
+    def __init__(self, timestamp_ns: int, entropy: int) -> None:
+        self.timestamp_ns = timestamp_ns
+        self.entropy = entropy
+        self._rng: random.Random | None = None
+
+    def __repr__(self) -> str:
+        return f"CurrentInput(timestamp_ns={self.timestamp_ns}, entropy={self.entropy})"
+
+    @property
+    def rng(self) -> random.Random:
+        # Seeded on first use: seeding costs more than dispatching a small handler, and
+        # most inputs never ask. The sequence is the same whenever it starts.
+        if self._rng is None:
+            self._rng = random.Random(self.entropy)
+        return self._rng
 
     def derive(self) -> tuple[int, int]:
         """Header for an RPC sent while handling this input: a function of this input."""
@@ -154,6 +163,8 @@ class Engine:
         self._loop_thread = threading.get_ident()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ckpt_in: IO[bytes] | None = None
+        # Each method's positional parameter types, looked up once rather than per call.
+        self._positional_types: dict[Callable[..., Any], list[Any]] = {}
 
     # ------------------------------------------------------------ properties
     @property
@@ -367,12 +378,15 @@ class Engine:
         if not (isinstance(payload, list) and len(payload) == 2
                 and isinstance(payload[0], list) and isinstance(payload[1], dict)):
             raise SerializationError(f"arguments of {spec.name} are not [args, kwargs]")
-        params = [p for p in spec.signature.parameters.values()][1:]
+        types = self._positional_types.get(spec.func)
+        if types is None:
+            params = list(spec.signature.parameters.values())[1:]
+            types = self._positional_types[spec.func] = [spec.param_type(p.name)
+                                                         for p in params]
         s = self.serializer
         pos = []
         for i, v in enumerate(payload[0]):
-            tp = spec.param_type(params[i].name) if i < len(params) else ser.inspect_empty
-            pos.append(s.load(v, tp))
+            pos.append(s.load(v, types[i] if i < len(types) else ser.inspect_empty))
         kw = {k: s.load(v, spec.param_type(k)) for k, v in payload[1].items()}
         return tuple(pos), kw
 
