@@ -343,14 +343,21 @@ class Coordinator:
         for chunk in plan.checkpoint.chunks():
             send.write(chunk)
             await send.drain()
+        # Replayed records go out about 1 MiB per write: a write per record costs the
+        # transport a send() call each time its buffer has just drained.
+        batch: list[bytes] = []
         sent = 0
         for rec in replay_records(plan):
-            send.write(rec.wire)
+            batch.append(rec.wire)
             self.last_delivered = rec.seq_id
             sent += len(rec.wire)
             if sent > 1 << 20:
+                send.write(b"".join(batch))
+                batch.clear()
                 sent = 0
                 await send.drain()
+        if batch:
+            send.write(b"".join(batch))
         new_n = plan.last_log + 1
         if self.upgrade_to is not None:
             await self._upgrade(new_n)

@@ -266,16 +266,24 @@ class LogScan:
             pos = end
 
 
+def _zz32_at(buf: Any, pos: int, size: int) -> tuple[int, int]:
+    """``decode_zz32`` at ``pos`` of a buffer that ends at ``size``: one-byte values (all
+    counts and names in practice) without slicing the mmap."""
+    if pos < size:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+    n, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
+    return n, pos + used
+
+
 def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], int, int]:
-    view = buf[pos : min(size, pos + 5)]
-    n, used = decode_zz32(view, 0)
-    pos += used
+    n, pos = _zz32_at(buf, pos, size)
     if n < 0 or n > 1 << 20:
         raise WireFormatError(f"{n} input watermarks")
     inputs: dict[str, int] = {}
     for _ in range(n):
-        ln, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
-        pos += used
+        ln, pos = _zz32_at(buf, pos, size)
         if ln < 0 or ln > 4096:
             raise WireFormatError(f"watermark name length {ln}")
         if pos + ln + 16 > size:
@@ -287,14 +295,12 @@ def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], i
         pos += ln
         inputs[name] = _I64.unpack_from(buf, pos)[0]
         pos += 16
-    n, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
-    pos += used
+    n, pos = _zz32_at(buf, pos, size)
     if n < 0 or n > 1 << 20:
         raise WireFormatError(f"{n} trim watermarks")
     epoch = 0
     for _ in range(n):
-        ln, used = decode_zz32(buf[pos : min(size, pos + 5)], 0)
-        pos += used
+        ln, pos = _zz32_at(buf, pos, size)
         if ln < 0 or ln > 4096:
             raise WireFormatError(f"trim name length {ln}")
         if pos + ln + 8 > size:
