@@ -191,7 +191,7 @@ class Coordinator:
         self._pending_event = asyncio.Event()
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock.acquire()
-        ports = BindingPorts(self.reg.receive_port, self.reg.send_port)
+        ports = BindingPorts(self.reg.receive_port, self.reg.send_port, self.log)
         try:
             plan = self._choose_flow()
             await ports.open()

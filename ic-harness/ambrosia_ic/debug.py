@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from typing import Any, TextIO
 
 import attrs
@@ -127,7 +128,10 @@ async def run_debug_instance(
         result.torn_tail = f"{plan.torn[0]} at offset {plan.torn[1]}"
     replay = _Replay(recorded)
     replay.last_delivered = plan.start_seq - 1
-    ports = BindingPorts(receive_port or reg.receive_port, send_port or reg.send_port)
+    def log(text: str) -> None:
+        print(f"ambrosia-ic: {reg.instance_name}: {text}", file=sys.stderr, flush=True)
+
+    ports = BindingPorts(receive_port or reg.receive_port, send_port or reg.send_port, log)
     await ports.open()
     print(f"ambrosia-ic ready: instance={reg.instance_name} receive={ports.receive_port} "
           f"send={ports.send_port} mode=debug", file=stdout, flush=True)

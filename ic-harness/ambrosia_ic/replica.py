@@ -152,7 +152,7 @@ class ReplicaCoordinator(Coordinator):
         self._done = loop.create_future()
         self._pending_event = asyncio.Event()
         self.dir.mkdir(parents=True, exist_ok=True)
-        ports = BindingPorts(self.receive_port, self.send_port)
+        ports = BindingPorts(self.receive_port, self.send_port, self.log)
         try:
             await ports.open()
             print(

@@ -181,6 +181,21 @@ def test_a_second_binding_is_refused_while_one_is_attached(harness: Harness) -> 
     assert proc.poll() is None
 
 
+def test_a_stranger_holding_the_receive_port_is_dropped_and_the_binding_served(
+        harness: Harness) -> None:
+    harness.register(NAME)
+    proc = harness.start(NAME)
+    reg = harness.reg(NAME)
+    with _stranger(reg.receive_port) as s:
+        assert _closed_by_peer(s)  # no partner on the send port followed it
+    d = harness.drive(NAME)
+    wait_until(d.primary.is_set, "primary")
+    _chain(d, 0, 2)
+    assert proc.poll() is None
+    line = _one_error_line(harness, proc, "dropped a connection to the receive port from ")
+    assert line.endswith("no connection to the send port followed within 5 s")
+
+
 # ---------------------------------------------------------------- the link port
 LINK_GARBAGE = {
     "an HTTP request": b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
