@@ -170,6 +170,10 @@ class Coordinator:
         return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
+        # A checkpoint spawns a task each time: forget finished ones, or a long-running
+        # coordinator keeps every one it ever ran.
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
         if task.cancelled():
             return
         err = task.exception()
@@ -275,9 +279,10 @@ class Coordinator:
     async def _shutdown(self) -> None:
         # Let a write in progress finish: what is durable must stay whole.
         async with self._write_lock:
-            for task in self._tasks:
+            tasks = list(self._tasks)  # finishing tasks remove themselves from the list
+            for task in tasks:
                 task.cancel()
-            for task in self._tasks:
+            for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
         for link in self.links.values():
