@@ -244,8 +244,10 @@ class OutboundLink:
             self.connected = True
             try:
                 await self._stream(reader, writer, last, (host, port))
-            except (OSError, asyncio.IncompleteReadError, RemoteProtocolError):
-                pass
+            except RemoteProtocolError as err:
+                self.log(f"link to {self.dest}: the receiver broke the protocol: {err}")
+            except (OSError, asyncio.IncompleteReadError):
+                pass  # the receiver went away: reconnect, resend from where it says
             finally:
                 self.connected = False
                 writer.close()
