@@ -9,8 +9,10 @@ snapshot.
 
 Large ``bytes`` fields are the common case for big states, so both directions avoid
 copying them more than once: the writer emits a bin header and then the value itself,
-and the reader lets msgpack's unpacker hold an object as large as the whole checkpoint
-(its default 100 MiB limit would refuse one that was written fine).
+and the reader reads a large bin object from the file in one call into its final
+``bytes`` (msgpack's unpacker would grow a buffer by doubling and copy out of it). Other
+objects go through the unpacker, whose buffer may grow to the whole checkpoint (its
+default 100 MiB limit would refuse an object that was written fine).
 """
 
 from __future__ import annotations
@@ -60,8 +62,50 @@ def read_objects(f: IO[bytes], size: int | None = None) -> Iterator[Any]:
         pos = f.tell()
         size = f.seek(0, 2) - pos
         f.seek(pos)
+    if f.seekable():
+        return _objects(f, max(size, _MIN_BUFFER))
     return iter(msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=_READ_SIZE,
                                  max_buffer_size=max(size, _MIN_BUFFER)))
+
+
+def _objects(f: IO[bytes], limit: int) -> Iterator[Any]:
+    """``read_objects`` for a seekable file: a bin32 object that did not fit the data
+    read so far is read from the file in one call, straight into its final ``bytes``.
+
+    msgpack's unpacker would instead grow its buffer by doubling and copy the object
+    out of it, which loads a large state at a few percent of the speed of reading the
+    file. Everything else (and a bin32 object already within the last read) goes
+    through the unpacker as before, so the format is plain msgpack either way.
+    """
+    base = f.tell()  # the file offset of the current unpacker's first byte
+    fed = base  # the file offset up to which the unpacker has been fed
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=limit)
+    start = base  # where the next object begins
+    while True:
+        try:
+            obj = unpacker.unpack()
+        except msgpack.OutOfData:
+            f.seek(start)
+            head = f.read(5)
+            if len(head) == 5 and head[0] == 0xC6:
+                n = int.from_bytes(head[1:], "big")
+                data = f.read(n)
+                if len(data) < n:
+                    return  # cut short: the reader of the objects says so
+                yield data
+                base = fed = start = f.tell()
+                unpacker = msgpack.Unpacker(raw=False, strict_map_key=False,
+                                            max_buffer_size=limit)
+                continue
+            f.seek(fed)
+            chunk = f.read(_READ_SIZE)
+            if not chunk:
+                return  # as msgpack's own iterator: an incomplete tail just ends it
+            unpacker.feed(chunk)
+            fed += len(chunk)
+            continue
+        start = base + unpacker.tell()
+        yield obj
 
 
 # ------------------------------------------------------------------ writing

@@ -28,7 +28,10 @@ from .engine import Engine
 __all__ = ["ImmortalRunner", "connect_with_retry"]
 
 _KICK = b"kick"  # a distinct object, compared by identity
-_CHUNK = 1 << 16
+# Reads and checkpoint sends of up to 1 MiB: at 64 KiB a large checkpoint or a long replay
+# paid a loop turn, a queue hop and a decoder call per 64 KiB. The reader buffers at most
+# two chunks before it stops reading the socket, and the inbox holds at most 8.
+_CHUNK = 1 << 20
 _WRITE_HIGH_WATER = 1 << 20
 
 
@@ -39,7 +42,7 @@ async def connect_with_retry(host: str, port: int, timeout: float
     delay = 0.02
     while True:
         try:
-            return await asyncio.open_connection(host, port, limit=_CHUNK * 4)
+            return await asyncio.open_connection(host, port, limit=_CHUNK)
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise CoordinatorError(
