@@ -694,6 +694,10 @@ class Coordinator:
         except RemoteProtocolError as err:
             self.log(f"link from {sender} broke the protocol: {err}")
         except OSError:
+            pass  # the sender went away: it reconnects and resends from our position
+        except asyncio.CancelledError:
+            # The coordinator is stopping. Ending normally keeps asyncio's stream callback
+            # (Python 3.11) from printing a traceback for a cancelled handler.
             pass
         finally:
             self.inbound[sender].discard(writer)
