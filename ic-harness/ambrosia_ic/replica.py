@@ -71,6 +71,11 @@ from .recovery import latest_checkpoint
 __all__ = ["ReplicaCoordinator"]
 
 POLL = 0.005  # seconds between looks at the shared directory while following
+# An upgrader claims the epoch once a look at the log finds at most this many new
+# records. Waiting for a look that finds none could wait forever under steady load
+# (records keep arriving while the last ones are delivered); the claim seals the log
+# and the upgrader reads up to the seal anyway, so this only bounds the pause.
+CAUGHT_UP_RECORDS = 64
 
 
 class LogTail:
@@ -241,7 +246,7 @@ class ReplicaCoordinator(Coordinator):
         self.log_n = c
 
     async def _catch_up(self, until: tuple[int, int] | None = None) -> bool:
-        """Deliver what is committed; True when nothing more is there right now."""
+        """Deliver what is committed; True when (about) nothing more is there right now."""
         tail = self.tail
         assert tail is not None and self.send is not None
         while True:
@@ -252,7 +257,7 @@ class ReplicaCoordinator(Coordinator):
                 return True
             if not done:
                 if until is None:
-                    return not recs
+                    return len(recs) <= CAUGHT_UP_RECORDS
                 if not recs:
                     await asyncio.sleep(POLL)
                 continue

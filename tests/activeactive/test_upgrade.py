@@ -32,7 +32,7 @@ def test_live_upgrade_under_load(harness: Harness) -> None:
     assert d3.events == ["checkpoint-loaded", "upgrade-take-checkpoint"]
     # The old primary was stopped, and the suspended secondaries die.
     for n in (0, 1, 2):
-        assert cl.procs[n].wait(30) == 1
+        assert cl.procs[n].wait(120) == 1
     assert "upgraded to version 1" in harness.stderr_of(cl.procs[2])
     new_dir = cl.dir
     assert new_dir.name == "S_1" and old_dir.name == "S_0"
