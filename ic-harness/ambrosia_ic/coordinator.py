@@ -71,7 +71,7 @@ from .logstore import (
     read_digest,
     write_checkpoint,
 )
-from .recovery import STATE_FORMAT, RecoveryPlan, latest_checkpoint, plan_recovery, replay_records
+from .recovery import STATE_FORMAT, RecoveryPlan, latest_checkpoint, plan_recovery, replay_wire
 
 __all__ = ["EXIT_BINDING_LOST", "EXIT_MALFORMED", "Coordinator"]
 
@@ -348,21 +348,13 @@ class Coordinator:
         for chunk in plan.checkpoint.chunks():
             send.write(chunk)
             await send.drain()
-        # Replayed records go out about 1 MiB per write: a write per record costs the
-        # transport a send() call each time its buffer has just drained.
-        batch: list[bytes] = []
-        sent = 0
-        for rec in replay_records(plan):
-            batch.append(rec.wire)
-            self.last_delivered = rec.seq_id
-            sent += len(rec.wire)
-            if sent > 1 << 20:
-                send.write(b"".join(batch))
-                batch.clear()
-                sent = 0
-                await send.drain()
-        if batch:
-            send.write(b"".join(batch))
+        # Replayed records go out about 1 MiB per write (a write per record costs the
+        # transport a send() call each time its buffer has just drained), cut from the
+        # spans the plan's scan found: the logs are checked and parsed once per recovery.
+        for wire, last in replay_wire(plan):
+            send.write(wire)
+            self.last_delivered = last
+            await send.drain()
         new_n = plan.last_log + 1
         if self.upgrade_to is not None:
             await self._upgrade(new_n)

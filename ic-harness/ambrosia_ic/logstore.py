@@ -30,7 +30,7 @@ import fcntl
 import mmap
 import os
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,6 +57,7 @@ __all__ = [
     "read_seal",
     "scan_log",
     "write_checkpoint",
+    "wire_batches",
     "write_seal",
 ]
 
@@ -264,6 +265,49 @@ class LogScan:
             self.good_end = end
             expect = seq + 1
             pos = end
+
+
+def wire_batches(path: Path, offsets: Sequence[int], first_seq: int,
+                 max_bytes: int = 1 << 20) -> Iterator[tuple[bytearray, int]]:
+    """The records that start at ``offsets`` of a log a ``LogScan`` has already read, in
+    their wire form (positive length, no watermarks), as ``(bytes, last sequence id)``
+    batches of about ``max_bytes``.
+
+    A recovery scans its logs once to check them and to plan; sending them again needs
+    neither the check bytes nor the watermarks, only the spans the scan found. Each
+    header is still compared with the expected sequence id, so a file that changed since
+    the scan is reported as damage instead of replaying something else.
+    """
+    if not offsets:
+        return
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+    except OSError as err:
+        raise LogCorruptionError(str(path), 0, f"cannot open: {err.strerror}") from None
+    try:
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            size = len(buf)
+            unpack = _HEADER.unpack_from
+            pack_length = _I32.pack_into
+            out = bytearray()
+            seq = first_seq
+            for pos in offsets:
+                _, stored, _, got = unpack(buf, pos) if pos + HEADER_SIZE <= size else (0, 0, 0, -1)
+                length = -stored - 1
+                if got != seq or length < HEADER_SIZE or pos + length > size:
+                    raise LogCorruptionError(str(path), pos, f"record {seq} changed since the "
+                                             "log was scanned")
+                at = len(out)
+                out += buf[pos : pos + length]
+                pack_length(out, at + 4, length)
+                seq += 1
+                if len(out) >= max_bytes:
+                    yield out, seq - 1
+                    out = bytearray()
+            if out:
+                yield out, seq - 1
+    finally:
+        f.close()
 
 
 def _zz32_at(buf: Any, pos: int, size: int) -> tuple[int, int]:
