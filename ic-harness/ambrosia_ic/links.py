@@ -214,11 +214,17 @@ class OutboundLink:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is None:
+            return
+        # Cancel until it takes: before Python 3.12, wait_for can swallow a cancellation
+        # that arrives as its inner future completes, and the link would run on.
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=MOVE_CHECK)
+        if not task.cancelled():
+            with contextlib.suppress(Exception):
+                task.result()
 
     async def _run(self) -> None:
         delay = 0.02
