@@ -549,6 +549,27 @@ def decode_messages(
         raise _rebased(err, base) from None
 
 
+def _long_zz32(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
+    """A ZigZagInt of two to five bytes at ``pos`` (its first byte is >= 0x80) that ends
+    by ``end``: ``(value, next_pos)``, or None for anything the general decoder must see
+    (cut short, too long, not minimal), so the hot paths leave every error to it."""
+    u = buf[pos] & 0x7F
+    shift = 7
+    q = pos + 1
+    stop = min(end, pos + 5)
+    while q < stop:
+        c = buf[q]
+        q += 1
+        if c < 0x80:
+            if c == 0 or (shift == 28 and c > 0x0F):
+                return None
+            u |= c << shift
+            return (u >> 1) ^ -(u & 1), q
+        u |= (c & 0x7F) << shift
+        shift += 7
+    return None
+
+
 def _decode_messages(
     buf: bytes, start: int, end: int, direction: Direction, base: int
 ) -> list[Message]:
@@ -556,18 +577,23 @@ def _decode_messages(
     append = out.append
     pos = start
     incoming = direction is not Direction.TO_COORDINATOR
+    long_zz32 = _long_zz32
     while pos < end:
         b = buf[pos]
         if b < 0x80:
             size = (b >> 1) ^ -(b & 1)
             body = pos + 1
         else:
-            try:
-                size, body = decode_zz32(buf, pos)
-            except Incomplete:
-                raise WireFormatError(
-                    "record body ends inside a message size", offset=base + pos
-                ) from None
+            sized = long_zz32(buf, pos, end)
+            if sized is None:
+                try:
+                    size, body = decode_zz32(buf, pos)
+                except Incomplete:
+                    raise WireFormatError(
+                        "record body ends inside a message size", offset=base + pos
+                    ) from None
+            else:
+                size, body = sized
         msg_end = body + size
         if size < 1 or msg_end > end:
             raise WireFormatError(
@@ -575,14 +601,22 @@ def _decode_messages(
                 offset=base + pos,
             )
         mtype = buf[body]
-        # Fast path: an incoming call with a one-byte method id.
+        # Fast path: an incoming call (with a method id of any length).
         if mtype == 0 and incoming and size >= 4 and buf[body + 1] == 0:
             m = buf[body + 2]
-            t = buf[body + 3]
-            if m < 0x80 and t < 3:
-                append(_new(Rpc, ((m >> 1) ^ -(m & 1), t, buf[body + 4 : msg_end], 0)))
-                pos = msg_end
-                continue
+            if m < 0x80:
+                t = buf[body + 3]
+                if t < 3:
+                    append(_new(Rpc, ((m >> 1) ^ -(m & 1), t, buf[body + 4 : msg_end], 0)))
+                    pos = msg_end
+                    continue
+            else:
+                mid = long_zz32(buf, body + 2, msg_end)
+                if mid is not None and mid[1] < msg_end and buf[mid[1]] < 3:
+                    q = mid[1]
+                    append(_new(Rpc, (mid[0], buf[q], buf[q + 1 : msg_end], 0)))
+                    pos = msg_end
+                    continue
         append(_decode_body(mtype, buf, body + 1, msg_end, direction, base))
         pos = msg_end
     return out

@@ -11,7 +11,7 @@ After an error the decoder is broken: every later call raises the same error.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
 from ..errors import (
@@ -26,6 +26,7 @@ from .messages import (
     Direction,
     Message,
     OutgoingRpc,
+    _long_zz32,
     decode_body,
     decode_messages,
 )
@@ -213,6 +214,64 @@ class _Buffered:
             yield ev
 
 
+def _outgoing_rpcs(buf: bytes, pos: int, limit: int, names: dict[bytes, str],
+                   append: Callable[[StreamEvent], None], once: bool) -> int:
+    """Outgoing-form RPCs from ``pos`` on (just one if ``once``), appended as events; returns
+    where it stopped: at the end of the buffer, at an incomplete frame, or at the first frame
+    that is anything else or odd in any way (the general path then reports what is wrong).
+    Sizes and method ids may have any length; the destination's length takes one byte."""
+    n = len(buf)
+    long_zz32 = _long_zz32
+    while pos + 6 <= n:
+        b = buf[pos]
+        if b < 0x80:
+            hdr = pos + 1
+            end = hdr + (b >> 1)
+            if b & 1:
+                break
+        else:
+            sized = long_zz32(buf, pos, n)
+            if sized is None or sized[0] > limit:
+                break
+            hdr = sized[1]
+            end = hdr + sized[0]
+        if end > n or hdr + 2 > end:
+            break
+        d = buf[hdr + 1]
+        p = hdr + 2 + (d >> 1)
+        if buf[hdr] or d & 0x81 or p + 3 > end or buf[p]:
+            break
+        m = buf[p + 1]
+        if m < 0x80:
+            mid = (m >> 1) ^ -(m & 1)
+            q = p + 2
+        else:
+            got = long_zz32(buf, p + 1, end)
+            if got is None or got[1] >= end:
+                break
+            mid, q = got
+        t = buf[q]
+        if t > 2:
+            break
+        if d:
+            raw = buf[hdr + 2 : p]
+            name = names.get(raw)
+            if name is None:
+                try:
+                    name = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    break
+                if len(names) < 4096:  # bounded: destinations are few
+                    names[raw] = name
+        else:
+            name = ""
+        append(_new(OutgoingRpc, (name, mid, t, buf[q + 1 : end], 0)))
+        pos = end
+        if once:
+            break
+    return pos
+
+
 class LogRecordDecoder(_Buffered):
     """Coordinator -> binding: log records, and raw checkpoint bytes after a -2 record.
 
@@ -347,37 +406,11 @@ class MessageStreamDecoder(_Buffered):
         names = self._names
         while True:
             if self._fast and self._error is None and self._ckpt_remaining < 0:
-                # Hot loop: outgoing-form RPCs with one-byte size, name length and method
-                # id; the first frame that is anything else goes to next_event.
-                buf = self._buf
-                pos = self._pos
-                n = len(buf)
-                while pos + 6 <= n:
-                    b = buf[pos]
-                    end = pos + 1 + (b >> 1)
-                    d = buf[pos + 2]
-                    p = pos + 3 + (d >> 1)
-                    if b >= 0x80 or b & 1 or end > n or buf[pos + 1] or d & 0x81 or p + 3 > end:
-                        break
-                    m = buf[p + 1]
-                    t = buf[p + 2]
-                    if buf[p] or m >= 0x80 or t > 2:
-                        break
-                    if d:
-                        raw = buf[pos + 3 : p]
-                        name = names.get(raw)
-                        if name is None:
-                            try:
-                                name = raw.decode("utf-8")
-                            except UnicodeDecodeError:
-                                break
-                            if len(names) < 4096:  # bounded: destinations are few
-                                names[raw] = name
-                    else:
-                        name = ""
-                    append(_new(OutgoingRpc, (name, (m >> 1) ^ -(m & 1), t, buf[p + 3 : end], 0)))
-                    pos = end
-                self._pos = pos
+                # Hot loop: outgoing-form RPCs with a one-byte name length (sizes and
+                # method ids of any length); the first frame that is anything else, or
+                # odd in any way, goes to next_event, which reports what is wrong.
+                self._pos = _outgoing_rpcs(self._buf, self._pos, self.max_frame_size, names,
+                                           append, False)
             ev = self.next_event()
             if ev is NEED_DATA:
                 return out
@@ -400,6 +433,11 @@ class MessageStreamDecoder(_Buffered):
                 if m < 0x80 and t < 3:
                     self._pos = end
                     return _new(OutgoingRpc, ("", (m >> 1) ^ -(m & 1), t, buf[pos + 6 : end], 0))
+            got: list[StreamEvent] = []
+            self._pos = _outgoing_rpcs(buf, pos, self.max_frame_size, self._names, got.append,
+                                       True)
+            if got:
+                return got[0]  # type: ignore[return-value]
         if self._error is not None:
             raise self._error
         if self._ckpt_remaining >= 0:
