@@ -128,6 +128,7 @@ def run_main(argv: Sequence[str]) -> int:
                         format="%(asctime)s %(name)s: %(message)s")
     log = logging.getLogger(f"ambrosia.{args.instance_name}")
     proc: subprocess.Popen[str] | None = None
+    estimate: int | None = None
     try:
         cls = load_class(args.target)
         upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
@@ -140,11 +141,12 @@ def run_main(argv: Sequence[str]) -> int:
 
             home = registry.ambrosia_home(args.home)
             reg = _ensure_registered(args.instance_name, home, log)
+            estimate = _replay_estimate(reg, log)
             proc = _start_coordinator(launch, args.instance_name, home)
             log.info("started the coordinator (pid %d)", proc.pid)
             rp, sp = reg.receive_port, reg.send_port
         engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
-        runner = ImmortalRunner(engine, rp, sp)
+        runner = ImmortalRunner(engine, rp, sp, replay_estimate=estimate)
         asyncio.run(_run(runner))
         if runner.closed_by_coordinator:
             print(f"ambrosia run: error: the coordinator of {args.instance_name} closed the "
@@ -159,6 +161,22 @@ def run_main(argv: Sequence[str]) -> int:
     finally:
         if proc is not None:
             _stop(proc)
+
+
+def _replay_estimate(reg: Any, log: logging.Logger) -> int | None:
+    """About how many records the coordinator we are about to start will replay, from its
+    log files (read before it starts: its recovery ends by removing them)."""
+    from ambrosia_ic import recovery, registry
+
+    try:
+        est = recovery.estimate_replay(registry.instance_dir(reg))
+    except OSError:
+        return None
+    if est is None:
+        return None
+    log.info("the log to replay holds %s%d records (%d bytes)", "" if est.exact else "about ",
+             est.records, est.log_bytes)
+    return est.records
 
 
 def _start_coordinator(launch: Any, name: str, home: Path) -> subprocess.Popen[str]:

@@ -33,6 +33,19 @@ _KICK = b"kick"  # a distinct object, compared by identity
 # two chunks before it stops reading the socket, and the inbox holds at most 8.
 _CHUNK = 1 << 20
 _WRITE_HIGH_WATER = 1 << 20
+_DRAW_EVERY = 0.25  # seconds between redraws of the replay's progress bar on a terminal
+_LOG_EVERY = 5.0  # seconds between progress lines in the log
+_BAR = 30  # the bar's width in characters
+
+
+def progress_line(done: int, total: int | None) -> str:
+    """One line of replay progress: a bar and a percentage when the total is known."""
+    if not total:
+        return f"replaying the log: {done:,} records"
+    frac = min(done / total, 1.0)
+    filled = int(frac * _BAR)
+    return (f"replaying the log [{'#' * filled}{'.' * (_BAR - filled)}] {frac:4.0%} "
+            f"{done:,} of about {total:,} records")
 
 
 async def connect_with_retry(host: str, port: int, timeout: float
@@ -59,11 +72,15 @@ class ImmortalRunner:
         engine: the engine (immortal class and instance name).
         receive_port: the coordinator's receive port (binding -> coordinator).
         send_port: the coordinator's send port (coordinator -> binding).
+        progress: draw the replay's progress on stderr (default: when it is a terminal);
+            otherwise it goes to the log, at INFO, every few seconds.
+        replay_estimate: about how many records the recovery will replay, if known (then
+            the progress is a bar with a percentage, not just a running count).
     """
 
     def __init__(self, engine: Engine, receive_port: int, send_port: int, *,
                  host: str = "127.0.0.1", connect_timeout: float = 15.0,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, replay_estimate: int | None = None) -> None:
         self.engine = engine
         self.receive_port = receive_port
         self.send_port = send_port
@@ -75,7 +92,9 @@ class ImmortalRunner:
         self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=8)
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
-        self._last_progress = 0.0
+        self._last_progress = time.monotonic()
+        self._drew_progress = False
+        self.replay_estimate = replay_estimate
         self.peak_write_buffer = 0  # the most bytes ever waiting in the socket's buffer
 
     def stop(self) -> None:
@@ -171,25 +190,31 @@ class ImmortalRunner:
                 if len(pending) >= _WRITE_HIGH_WATER:
                     await self._write(bytes(pending))
                     pending.clear()
-            if self.progress or self.log.isEnabledFor(logging.INFO):
-                self._report_progress()
+        # Once per chunk read, not per record: replay's hot loop stays as it was.
+        if self.progress or self.log.isEnabledFor(logging.INFO):
+            self._report_progress()
         if pending:
             await self._write(bytes(pending))
 
     def _report_progress(self) -> None:
         conn = self.engine.conn
-        if not conn.is_replaying:
-            return
         now = time.monotonic()
-        if now - self._last_progress < 1.0:
+        if not conn.is_replaying:
+            if self._drew_progress:  # the bar's line ends when the replay does
+                sys.stderr.write("\n")
+                sys.stderr.flush()
+                self._drew_progress = False
+            return
+        if now - self._last_progress < (_DRAW_EVERY if self.progress else _LOG_EVERY):
             return
         self._last_progress = now
-        n = conn.records_replayed
+        line = progress_line(conn.records_replayed, self.replay_estimate)
         if self.progress:
-            sys.stderr.write(f"\rreplaying the log: {n} records ")
+            sys.stderr.write(f"\r{line} ")
             sys.stderr.flush()
+            self._drew_progress = True
         else:
-            self.log.info("replaying the log: %d records so far", n)
+            self.log.info("%s", line)
 
     async def _send_checkpoint(self, reason: Any) -> None:
         eng = self.engine

@@ -1,0 +1,39 @@
+"""``ambrosia run`` shows a replay's progress against an estimate of the records to come,
+made from the log files before the coordinator starts. Checked against a recorded log."""
+
+from __future__ import annotations
+
+from ambrosia_ic.recovery import estimate_replay, plan_recovery
+
+from ambrosia_py.runtime.runner import progress_line
+
+from .conftest import Harness, wait_until
+from .test_first_start import _run_chain
+
+
+def test_the_estimate_counts_the_records_a_recovery_replays(harness: Harness) -> None:
+    reg = harness.register("alpha")
+    assert estimate_replay(harness.instance_dir("alpha")) is None  # nothing yet
+    proc = harness.start("alpha")
+    d = harness.drive("alpha")
+    wait_until(d.primary.is_set, "primary")
+    _run_chain(d, 0, 12)
+    harness.kill9(proc)
+    d.thread.join(30)
+
+    idir = harness.instance_dir("alpha")
+    plan = plan_recovery(idir, reg.committer_id)
+    assert plan is not None and plan.records > 12
+    exact = estimate_replay(idir)
+    assert exact is not None and exact.exact and exact.records == plan.records
+    assert exact.log_bytes == sum(p.stat().st_size for p in idir.glob("serverlog*"))
+    rough = estimate_replay(idir, sample=3)
+    assert rough is not None and not rough.exact
+    assert plan.records / 2 <= rough.records <= plan.records * 2
+
+
+def test_the_progress_line_has_a_bar_only_with_a_total() -> None:
+    assert progress_line(1500, None) == "replaying the log: 1,500 records"
+    line = progress_line(50, 200)
+    assert " 25% " in line and "50 of about 200" in line and "#######." in line
+    assert " 100% " in progress_line(300, 200)  # an estimate may fall short
