@@ -383,12 +383,16 @@ class Engine:
             params = list(spec.signature.parameters.values())[1:]
             types = self._positional_types[spec.func] = [spec.param_type(p.name)
                                                          for p in params]
-        s = self.serializer
-        pos = []
-        for i, v in enumerate(payload[0]):
-            pos.append(s.load(v, types[i] if i < len(types) else ser.inspect_empty))
-        kw = {k: s.load(v, spec.param_type(k)) for k, v in payload[1].items()}
-        return tuple(pos), kw
+        load = self.serializer.load
+        args, named = payload
+        if len(args) <= len(types):  # the usual case: every argument has its type
+            pos = tuple(map(load, args, types))
+        else:
+            pos = tuple(load(v, types[i] if i < len(types) else ser.inspect_empty)
+                        for i, v in enumerate(args))
+        if not named:
+            return pos, {}
+        return pos, {k: load(v, spec.param_type(k)) for k, v in named.items()}
 
     def _apply_result(self, args: bytes) -> None:
         env = ser.Envelope.decode(args)
