@@ -219,6 +219,7 @@ class LogScan:
     def _records(self, buf: Any, size: int) -> Iterator[DiskRecord]:
         pos = self.start
         expect = self.first_seq
+        names: dict[bytes, str] = {}  # watermark names seen in this file
         while pos < size:
             if size - pos < HEADER_SIZE:
                 self._torn(buf, pos, size, "the file ends inside a record header")
@@ -244,7 +245,7 @@ class LogScan:
                 raise self._damage(pos, f"sequence id {seq} where {expect} was expected")
             body = buf[pos + HEADER_SIZE : body_end]
             try:
-                inputs, end, epoch = _decode_watermarks(buf, body_end, size)
+                inputs, end, epoch = _decode_watermarks(buf, body_end, size, names)
             except Incomplete:
                 if check_bytes(body) == check:
                     self._torn(buf, pos, size, "the file ends inside a record's watermarks")
@@ -321,7 +322,25 @@ def _zz32_at(buf: Any, pos: int, size: int) -> tuple[int, int]:
     return n, pos + used
 
 
-def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], int, int]:
+def _decode_watermarks(buf: Any, pos: int, size: int,
+                       names: dict[bytes, str] | None = None
+                       ) -> tuple[dict[str, int], int, int]:
+    """``(input watermarks, end, epoch)`` of the watermarks at ``pos``. ``names`` caches
+    decoded names across the records of a scan (the same few senders recur)."""
+    if names and pos + 2 <= size and buf[pos] == 2 and not buf[pos + 1] & 0x81:
+        # The usual record: one input watermark whose name was seen before, no trims.
+        ln = buf[pos + 1] >> 1
+        p = pos + 2 + ln
+        if p + 17 <= size and buf[p + 16] == 0:
+            name = names.get(buf[pos + 2 : p])
+            if name is not None:
+                return {name: _I64.unpack_from(buf, p)[0]}, p + 17, 0
+    return _decode_watermarks_general(buf, pos, size, names)
+
+
+def _decode_watermarks_general(buf: Any, pos: int, size: int,
+                               names: dict[bytes, str] | None
+                               ) -> tuple[dict[str, int], int, int]:
     n, pos = _zz32_at(buf, pos, size)
     if n < 0 or n > 1 << 20:
         raise WireFormatError(f"{n} input watermarks")
@@ -332,10 +351,13 @@ def _decode_watermarks(buf: Any, pos: int, size: int) -> tuple[dict[str, int], i
             raise WireFormatError(f"watermark name length {ln}")
         if pos + ln + 16 > size:
             raise Incomplete
+        raw = bytes(buf[pos : pos + ln])
         try:
-            name = bytes(buf[pos : pos + ln]).decode("utf-8")
+            name = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise WireFormatError("watermark name is not UTF-8") from None
+        if names is not None and len(names) < 4096:  # bounded: senders are few
+            names[raw] = name
         pos += ln
         inputs[name] = _I64.unpack_from(buf, pos)[0]
         pos += 16

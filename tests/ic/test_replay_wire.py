@@ -48,3 +48,17 @@ def test_a_log_changed_since_its_scan_is_damage(tmp_path: Path) -> None:
         list(wire_batches(path, offsets, 0))
     with pytest.raises(LogCorruptionError, match="record 1 changed"):
         list(wire_batches(path, offsets, 1))
+
+
+def test_a_scan_reads_back_every_shape_of_watermarks(tmp_path: Path) -> None:
+    """The scan reads the usual watermarks (one known sender, no trims) by a short cut."""
+    shapes: list[tuple[dict[str, int], int | None]] = [
+        ({"peer": 1}, None), ({"peer": 2}, None), ({}, None), ({"peer": 3, "b": 9}, None),
+        ({"peer": -5}, 7), ({"é" * 40: 2**40}, None), ({"é" * 40: 3}, None), ({"peer": 4}, None),
+    ]
+    path = tmp_path / "serverlog1"
+    with open(path, "wb") as f:
+        for i, (inputs, epoch) in enumerate(shapes):
+            f.write(encode_disk_record(CID, i, b"\x04\x00\x00\x02x", inputs, epoch)[0])
+    got = [(r.inputs, r.epoch) for r in LogScan(path, first_seq=0, committer_id=CID)]
+    assert got == [(inputs, epoch or 0) for inputs, epoch in shapes]
