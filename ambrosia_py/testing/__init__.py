@@ -91,6 +91,7 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
 
     Raises:
         ReplayDivergenceError: VNext's outputs differ from the recorded run's.
+        CoordinatorError: debug-instance could not run, or no UpgradeService arrived.
     """
     return _debug(instance_name, cls_current, cls_next, convert, checkpoint, home,
                   idle_timeout, timeout)
