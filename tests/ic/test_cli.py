@@ -31,46 +31,59 @@ def test_register_instance_with_the_real_tools_short_forms(harness: Harness) -> 
     assert (harness.home / "link-secret").stat().st_mode & 0o077 == 0
 
 
-def _one_line_error(r) -> str:  # type: ignore[no-untyped-def]
-    assert r.returncode != 0
-    assert "Traceback" not in r.stderr
+def _one_line_error(r, code: int) -> str:  # type: ignore[no-untyped-def]
+    """The exit code (2 for arguments, 1 for the rest) and the one line on stderr."""
+    assert r.returncode == code, r.stderr
+    assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     return lines[0]
 
 
 def test_argument_and_registration_errors_are_one_line(harness: Harness) -> None:
-    line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "1"))
-    assert "required" in line
+    line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "1"), 2)
+    assert line == ("ambrosia register-instance: error: the following arguments are required: "
+                    "-sp/--send-port/--sendPort, -p/--ic-port/--port, -l/--log-dir/--log")
     line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "5000", "-sp",
-                                       "5000", "-p", "5001", "-l", "logs"))
-    assert "three different ports" in line
+                                       "5000", "-p", "5001", "-l", "logs"), 1)
+    assert line == ("ambrosia: error: receive port, send port and ic port must be three "
+                    "different ports, got receive port 5000, send port 5000, ic port 5001")
     line = _one_line_error(harness.cli("register-instance", "-i", "../evil", "-rp", "5000",
-                                       "-sp", "5002", "-p", "5001", "-l", "logs"))
-    assert "not allowed" in line
+                                       "-sp", "5002", "-p", "5001", "-l", "logs"), 1)
+    assert line.startswith("ambrosia: error: instance name '../evil' is not allowed: ")
     line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "5000", "-sp",
-                                       "5002", "-p", "5001", "-l", "logs", "-cs", "maybe"))
-    assert "create-service" in line or "maybe" in line
-    line = _one_line_error(harness.cli("ic", "--instance-name", "nobody"))
-    assert "'nobody' is not registered" in line
+                                       "5002", "-p", "5001", "-l", "logs", "-cs", "maybe"), 2)
+    assert line == ("ambrosia register-instance: error: argument -cs/--create-service/"
+                    "--createService: 'maybe' is not one of auto, no-recovery, always-recover "
+                    "(or A, N, Y)")
+    # None of the refusals registered anything.
+    assert not (harness.home / "instances").exists() or not any(
+        (harness.home / "instances").iterdir())
+    line = _one_line_error(harness.cli("ic", "--instance-name", "nobody"), 1)
+    assert line == (f"ambrosia: error: instance 'nobody' is not registered in {harness.home} "
+                    "(run `ambrosia register-instance` first)")
     (harness.home / "instances").mkdir(parents=True, exist_ok=True)
     (harness.home / "instances" / "broken.json").write_text("{not json")
-    line = _one_line_error(harness.cli("ic", "-i", "broken"))
+    line = _one_line_error(harness.cli("ic", "-i", "broken"), 1)
+    assert line.startswith("ambrosia: error: ")
     assert "broken.json" in line and "not valid JSON" in line
 
 
 def test_create_service_modes(harness: Harness) -> None:
     harness.register("fresh", create_service="always-recover")
-    line = _one_line_error(harness.cli("ic", "-i", "fresh"))
-    assert "nothing" in line or "no checkpoint" in line
+    idir = harness.instance_dir("fresh")
+    line = _one_line_error(harness.cli("ic", "-i", "fresh"), 1)
+    assert line == (f"ambrosia: error: fresh: --create-service always-recover, but {idir} "
+                    "holds no checkpoint to recover from")
+    assert [p.name for p in idir.iterdir()] == ["serverlock"]  # no log, no checkpoint
 
 
 def test_run_hands_every_argument_to_the_runtime(harness: Harness) -> None:
     r = harness.cli("run", "--help")
     assert r.returncode == 0, r.stderr
     assert "usage: ambrosia run" in r.stdout and "MODULE:CLASS" in r.stdout
-    r = harness.cli("run", "-i", "x")
-    assert r.returncode != 0 and "MODULE:CLASS" in r.stderr and "Traceback" not in r.stderr
+    line = _one_line_error(harness.cli("run", "-i", "x"), 2)
+    assert line == "ambrosia run: error: the following arguments are required: MODULE:CLASS"
 
 
 def test_log_dump_shows_records_and_checkpoints(harness: Harness) -> None:
