@@ -9,7 +9,15 @@ import zlib
 import pytest
 
 import ambrosia_py
-from ambrosia_py import Immortal, ImmortalDefinitionError, default_method_id, fork, impulse, rpc
+from ambrosia_py import (
+    Immortal,
+    ImmortalDefinitionError,
+    MethodKind,
+    default_method_id,
+    fork,
+    impulse,
+    rpc,
+)
 from ambrosia_py.serialization import check_serializable
 
 
@@ -73,7 +81,21 @@ def test_subclasses_inherit_and_may_override_published_methods() -> None:
         @fork
         def b(self) -> None: ...
 
+    class Override(Base):
+        @impulse
+        def a(self, n: int) -> None: ...
+
+    class Unpublish(Base):
+        def a(self) -> None: ...
+
     assert set(Child.__ambrosia_methods__) == {"a", "b"}
+    assert Child.__ambrosia_methods__["a"] is Base.__ambrosia_methods__["a"]
+    over = Override.__ambrosia_methods__["a"]
+    assert over.func is vars(Override)["a"] and over.kind is MethodKind.IMPULSE
+    assert list(over.signature.parameters) == ["self", "n"]
+    assert Base.__ambrosia_methods__["a"].kind is MethodKind.FORK  # the base is untouched
+    # Overridden without a decorator: no longer published.
+    assert Unpublish.__ambrosia_methods__ == {}
 
 
 def test_serializable_types() -> None:
