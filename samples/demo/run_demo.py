@@ -59,4 +59,12 @@ def main(requests: int = 500) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 500))
+    try:
+        count = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    except ValueError:
+        count = 0
+    if count < 200:
+        # The kill lands on a multiple of 50 between request 100 and 100 before the end.
+        print("demo: error: REQUESTS must be a whole number of at least 200", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(count))
