@@ -6,6 +6,7 @@ import enum
 from typing import NamedTuple
 
 from ..wire import Rpc
+from ..wire._typed import typed_equality
 
 
 class CheckpointReason(enum.Enum):
@@ -17,6 +18,7 @@ class CheckpointReason(enum.Enum):
     PERIODIC = "the coordinator's TakeCheckpoint"
 
 
+@typed_equality
 class FirstStart(NamedTuple):
     """The instance has never run: send an InitialMessage (``send_initial_message``).
 
@@ -24,24 +26,28 @@ class FirstStart(NamedTuple):
     """
 
 
+@typed_equality
 class CheckpointLoadStarted(NamedTuple):
     """Recovery begins with a checkpoint of ``size`` bytes; chunks follow."""
 
     size: int
 
 
+@typed_equality
 class CheckpointLoadChunk(NamedTuple):
     """Some of the checkpoint's raw bytes, in order; how they are cut depends on the input."""
 
     data: bytes
 
 
+@typed_equality
 class CheckpointLoaded(NamedTuple):
     """The whole checkpoint has arrived; replayed records follow."""
 
     size: int
 
 
+@typed_equality
 class InitialMessageReceived(NamedTuple):
     """The coordinator's echo of the InitialMessage: the first data record (seq ``seq_id``)."""
 
@@ -50,6 +56,7 @@ class InitialMessageReceived(NamedTuple):
     is_replay: bool
 
 
+@typed_equality
 class IncomingRpc(NamedTuple):
     """An RPC from the log. ``is_replay`` is true while recovering (its effects on the
     outside world already happened in an earlier life)."""
@@ -59,6 +66,7 @@ class IncomingRpc(NamedTuple):
     is_replay: bool
 
 
+@typed_equality
 class TakeCheckpoint(NamedTuple):
     """Send a checkpoint now (``send_checkpoint`` or ``begin_checkpoint`` + chunks).
 
@@ -68,6 +76,7 @@ class TakeCheckpoint(NamedTuple):
     reason: CheckpointReason
 
 
+@typed_equality
 class UpgradeRequested(NamedTuple):
     """Switch code and state from VCurrent to VNext now.
 
@@ -78,6 +87,7 @@ class UpgradeRequested(NamedTuple):
     live: bool
 
 
+@typed_equality
 class BecamePrimary(NamedTuple):
     """The instance is primary: Impulses are legal and side effects may start.
 
@@ -90,6 +100,7 @@ class BecamePrimary(NamedTuple):
     checkpointed: bool
 
 
+@typed_equality
 class RecoveryComplete(NamedTuple):
     """Replay is over (delivered before ``BecamePrimary`` when recovering).
 

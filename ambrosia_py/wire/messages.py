@@ -17,6 +17,7 @@ from ..errors import (
     VarintError,
     WireFormatError,
 )
+from ._typed import typed_equality
 from .varint import (
     Incomplete,
     decode_zz32,
@@ -84,6 +85,7 @@ class Direction(enum.Enum):
     LINK = "coordinator -> coordinator"
 
 
+@typed_equality
 class Rpc(NamedTuple):
     """An RPC in its incoming form (as a binding receives it).
 
@@ -101,6 +103,7 @@ class Rpc(NamedTuple):
         return encode_rpc(self.method_id, self.rpc_type, self.args, self.reserved)
 
 
+@typed_equality
 class OutgoingRpc(NamedTuple):
     """An RPC as a binding sends it: the destination name first ("" for a self-call)."""
 
@@ -120,6 +123,7 @@ class OutgoingRpc(NamedTuple):
         return Rpc(self.method_id, self.rpc_type, self.args, self.reserved)
 
 
+@typed_equality
 class AttachTo(NamedTuple):
     destination: str
 
@@ -127,11 +131,13 @@ class AttachTo(NamedTuple):
         return _frame(MessageType.ATTACH_TO, self.destination.encode("utf-8"))
 
 
+@typed_equality
 class TakeCheckpoint(NamedTuple):
     def encode(self) -> bytes:
         return _EMPTY[MessageType.TAKE_CHECKPOINT]
 
 
+@typed_equality
 class RpcBatch(NamedTuple):
     rpcs: tuple[Rpc | OutgoingRpc, ...]
 
@@ -141,6 +147,7 @@ class RpcBatch(NamedTuple):
         return _frame(MessageType.RPC_BATCH, b"".join(parts))
 
 
+@typed_equality
 class Checkpoint(NamedTuple):
     """Announces ``size`` raw checkpoint bytes that follow the message (or record)."""
 
@@ -152,6 +159,7 @@ class Checkpoint(NamedTuple):
         return _frame(MessageType.CHECKPOINT, encode_zz64(self.size))
 
 
+@typed_equality
 class InitialMessage(NamedTuple):
     data: bytes
 
@@ -159,21 +167,25 @@ class InitialMessage(NamedTuple):
         return _frame(MessageType.INITIAL_MESSAGE, self.data)
 
 
+@typed_equality
 class UpgradeTakeCheckpoint(NamedTuple):
     def encode(self) -> bytes:
         return _EMPTY[MessageType.UPGRADE_TAKE_CHECKPOINT]
 
 
+@typed_equality
 class TakeBecomingPrimaryCheckpoint(NamedTuple):
     def encode(self) -> bytes:
         return _EMPTY[MessageType.TAKE_BECOMING_PRIMARY_CHECKPOINT]
 
 
+@typed_equality
 class UpgradeService(NamedTuple):
     def encode(self) -> bytes:
         return _EMPTY[MessageType.UPGRADE_SERVICE]
 
 
+@typed_equality
 class CountReplayableRpcBatch(NamedTuple):
     rpcs: tuple[Rpc | OutgoingRpc, ...]
     replayable_count: int
@@ -184,6 +196,7 @@ class CountReplayableRpcBatch(NamedTuple):
         return _frame(MessageType.COUNT_REPLAYABLE_RPC_BATCH, b"".join(parts))
 
 
+@typed_equality
 class TrimTo(NamedTuple):
     """Coordinator-to-coordinator: the receiver has durably logged everything up to ``seq_id``."""
 
@@ -193,6 +206,7 @@ class TrimTo(NamedTuple):
         return _frame(MessageType.TRIM_TO, encode_zz64(self.seq_id))
 
 
+@typed_equality
 class BecomingPrimary(NamedTuple):
     def encode(self) -> bytes:
         return _EMPTY[MessageType.BECOMING_PRIMARY]

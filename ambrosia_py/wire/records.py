@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import xxhash
 
+from ._typed import typed_equality
 from .messages import Checkpoint, Message
 
 __all__ = [
@@ -39,6 +40,7 @@ CHECKPOINT_SEQ = -2
 check_bytes = xxhash.xxh64_intdigest  # XXH64 with seed 0
 
 
+@typed_equality
 class LogRecord(NamedTuple):
     """A decoded log record. ``messages`` are in the order they were packed."""
 
