@@ -83,6 +83,11 @@ class LocalProtocolError(ProtocolError, RuntimeError):
     """This side misused the protocol, e.g. an Impulse sent while recovering."""
 
 
+class EncodeError(LocalProtocolError, ValueError):
+    """This side asked to encode a value the wire cannot carry (a negative size, a number
+    too wide for its varint, a reserved byte or RPC type out of range)."""
+
+
 class ImpulseDuringRecoveryError(LocalProtocolError):
     """An Impulse was sent before the instance became primary (the protocol forbids it)."""
 

@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 from ..errors import (
+    EncodeError,
     ImpulseDuringRecoveryError,
     LocalProtocolError,
     RemoteProtocolError,
@@ -56,6 +57,7 @@ from ..wire import (
     CountReplayableRpcBatch,
     InitialMessage,
     LogRecordDecoder,
+    MessageType,
     NeedData,
     OutgoingRpc,
     Rpc,
@@ -76,6 +78,7 @@ from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
 __all__ = ["BindingConnection"]
 
 _REQUEST_CHECKPOINT = TakeCheckpointMsg().encode()
+_RPC_BATCH_BYTE = bytes((MessageType.RPC_BATCH,))
 
 _MESSAGE_INPUT = {
     TakeBecomingPrimaryCheckpoint: Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT,
@@ -323,7 +326,7 @@ class BindingConnection:
             LocalProtocolError: no checkpoint is owed, or one is already being sent.
         """
         if size < 0:
-            raise ValueError(f"checkpoint size must not be negative, got {size}")
+            raise EncodeError(f"checkpoint size must not be negative, got {size}")
         if self._state is State.ERROR:
             raise LocalProtocolError("the connection is broken by an earlier protocol error")
         if self._state not in CHECKPOINT_OWED:
@@ -429,4 +432,4 @@ class BindingConnection:
         if len(bodies) == 1:
             return attach + bodies[0]
         data = encode_zz32(len(bodies)) + b"".join(bodies)
-        return attach + encode_zz32(len(data) + 1) + b"\x05" + data
+        return attach + encode_zz32(len(data) + 1) + _RPC_BATCH_BYTE + data

@@ -1,9 +1,10 @@
 """AMBROSIA messages: ``[ZigZagInt size][type byte][data]``, where size counts type and data.
 
 Messages are small immutable tuples (``typing.NamedTuple``): cheap to build on the hot
-path, comparable, hashable, and easy to pattern-match. Decoding validates every field;
-encoding validates what it is given and raises ``ValueError``/``OverflowError`` for
-values the wire cannot carry.
+path, hashable, and easy to pattern-match; equality sees the type (``_typed``), so
+``TakeCheckpoint() != BecomingPrimary()`` although both hold no fields. Decoding
+validates every field; encoding validates what it is given and raises ``EncodeError``
+for values the wire cannot carry.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import enum
 from typing import NamedTuple
 
 from ..errors import (
+    EncodeError,
     IllegalDirectionError,
     UnknownMessageTypeError,
     VarintError,
@@ -155,7 +157,7 @@ class Checkpoint(NamedTuple):
 
     def encode(self) -> bytes:
         if self.size < 0:
-            raise ValueError(f"checkpoint size must not be negative, got {self.size}")
+            raise EncodeError(f"checkpoint size must not be negative, got {self.size}")
         return _frame(MessageType.CHECKPOINT, encode_zz64(self.size))
 
 
@@ -251,12 +253,18 @@ def message_type_of(msg: Message) -> MessageType:
 
 
 # Which types each direction may carry.
-LEGAL_TYPES: dict[Direction, frozenset[int]] = {
-    Direction.TO_BINDING: frozenset(
-        {0, 2, 5, 8, 9, 10, 11, 12, 13, 15},
-    ),
-    Direction.TO_COORDINATOR: frozenset({0, 1, 2, 5, 8, 9}),
-    Direction.LINK: frozenset({0, 5, 13, 14}),
+_T = MessageType
+LEGAL_TYPES: dict[Direction, frozenset[MessageType]] = {
+    Direction.TO_BINDING: frozenset({
+        _T.RPC, _T.TAKE_CHECKPOINT, _T.RPC_BATCH, _T.CHECKPOINT, _T.INITIAL_MESSAGE,
+        _T.UPGRADE_TAKE_CHECKPOINT, _T.TAKE_BECOMING_PRIMARY_CHECKPOINT, _T.UPGRADE_SERVICE,
+        _T.COUNT_REPLAYABLE_RPC_BATCH, _T.BECOMING_PRIMARY,
+    }),
+    Direction.TO_COORDINATOR: frozenset({
+        _T.RPC, _T.ATTACH_TO, _T.TAKE_CHECKPOINT, _T.RPC_BATCH, _T.CHECKPOINT,
+        _T.INITIAL_MESSAGE,
+    }),
+    Direction.LINK: frozenset({_T.RPC, _T.RPC_BATCH, _T.COUNT_REPLAYABLE_RPC_BATCH, _T.TRIM_TO}),
 }
 
 
@@ -279,16 +287,17 @@ def encode_rpc(method_id: int, rpc_type: int, args: bytes, reserved: int = 0) ->
         return encode_zz32(n) + bytes((0, 0, zz, rpc_type)) + args
     if reserved:
         if not 0 < reserved < 256:
-            raise ValueError(f"reserved byte must be 0..255, got {reserved}")
+            raise EncodeError(f"reserved byte must be 0..255, got {reserved}")
         data = bytes((reserved,)) + args
     else:
         if rpc_type not in (0, 1, 2):
-            raise ValueError(f"RPC type must be 0, 1 or 2, got {rpc_type}")
+            raise EncodeError(f"RPC type must be 0, 1 or 2, got {rpc_type}")
         data = b"\x00" + encode_zz32(method_id) + _RPC_TYPE_BYTE[rpc_type] + args
-    return encode_zz32(len(data) + 1) + b"\x00" + data
+    return encode_zz32(len(data) + 1) + _RPC_BYTE + data
 
 
-_RPC_TYPE_BYTE = (b"\x00", b"\x01", b"\x02")
+_RPC_TYPE_BYTE = tuple(bytes((t,)) for t in RpcType)  # indexed by the RPC type
+_RPC_BYTE = bytes((MessageType.RPC,))
 
 
 def encode_outgoing_rpc(
@@ -315,16 +324,16 @@ def encode_outgoing_rpc(
     name = destination.encode("utf-8")
     if reserved:
         if not 0 < reserved < 256:
-            raise ValueError(f"reserved byte must be 0..255, got {reserved}")
+            raise EncodeError(f"reserved byte must be 0..255, got {reserved}")
         data = encode_zz32(len(name)) + name + bytes((reserved,)) + args
     else:
         if rpc_type not in (0, 1, 2):
-            raise ValueError(f"RPC type must be 0, 1 or 2, got {rpc_type}")
+            raise EncodeError(f"RPC type must be 0, 1 or 2, got {rpc_type}")
         data = (
             encode_zz32(len(name)) + name + b"\x00" + encode_zz32(method_id)
             + _RPC_TYPE_BYTE[rpc_type] + args
         )
-    return encode_zz32(len(data) + 1) + b"\x00" + data
+    return encode_zz32(len(data) + 1) + _RPC_BYTE + data
 
 
 def encode_message(msg: Message) -> bytes:
@@ -345,23 +354,23 @@ def _decode_rpc_body(
             n, pos = decode_zz32(buf, pos)
         except Incomplete:
             raise WireFormatError(
-                "RPC ends inside its destination length", offset=base + pos, message_type=0
+                "RPC ends inside its destination length", offset=base + pos, message_type=_T.RPC
             ) from None
         if n < 0 or pos + n > end:
             raise WireFormatError(
                 f"RPC destination length {n} does not fit the message",
                 offset=base + pos,
-                message_type=0,
+                message_type=_T.RPC,
             )
         try:
             dest = buf[pos : pos + n].decode("utf-8")
         except UnicodeDecodeError:
             raise WireFormatError(
-                "RPC destination is not UTF-8", offset=base + pos, message_type=0
+                "RPC destination is not UTF-8", offset=base + pos, message_type=_T.RPC
             ) from None
         pos += n
     if pos >= end:
-        raise WireFormatError("RPC has no reserved byte", offset=base + pos, message_type=0)
+        raise WireFormatError("RPC has no reserved byte", offset=base + pos, message_type=_T.RPC)
     reserved = buf[pos]
     pos += 1
     if reserved:
@@ -373,16 +382,16 @@ def _decode_rpc_body(
         method_id, pos = decode_zz32(buf, pos)
     except Incomplete:
         raise WireFormatError(
-            "RPC ends inside its method id", offset=base + pos, message_type=0
+            "RPC ends inside its method id", offset=base + pos, message_type=_T.RPC
         ) from None
     if pos > end - 1:
-        raise WireFormatError("RPC has no RPC type byte", offset=base + pos, message_type=0)
+        raise WireFormatError("RPC has no RPC type byte", offset=base + pos, message_type=_T.RPC)
     rpc_type = buf[pos]
     if rpc_type > 2:
         raise WireFormatError(
             f"unknown RPC type {rpc_type} (expected 0 async, 1 fork, 2 impulse)",
             offset=base + pos,
-            message_type=0,
+            message_type=_T.RPC,
         )
     args = buf[pos + 1 : end]
     if outgoing:
@@ -402,7 +411,7 @@ def _expect_empty(mtype: int, start: int, end: int, base: int) -> None:
 def _decode_batch(
     buf: bytes, start: int, end: int, direction: Direction, base: int, counted: bool
 ) -> RpcBatch | CountReplayableRpcBatch:
-    mtype = 13 if counted else 5
+    mtype = _T.COUNT_REPLAYABLE_RPC_BATCH if counted else _T.RPC_BATCH
     try:
         count, pos = decode_zz32(buf, start)
         replayable = 0
@@ -463,11 +472,11 @@ def _decode_batch(
 
 
 _EMPTY_MESSAGES: dict[int, Message] = {
-    2: TakeCheckpoint(),
-    10: UpgradeTakeCheckpoint(),
-    11: TakeBecomingPrimaryCheckpoint(),
-    12: UpgradeService(),
-    15: BecomingPrimary(),
+    _T.TAKE_CHECKPOINT: TakeCheckpoint(),
+    _T.UPGRADE_TAKE_CHECKPOINT: UpgradeTakeCheckpoint(),
+    _T.TAKE_BECOMING_PRIMARY_CHECKPOINT: TakeBecomingPrimaryCheckpoint(),
+    _T.UPGRADE_SERVICE: UpgradeService(),
+    _T.BECOMING_PRIMARY: BecomingPrimary(),
 }
 
 
@@ -506,14 +515,15 @@ def _decode_body(
         raise UnknownMessageTypeError(
             f"unknown message type {mtype}", offset=base + start - 1, message_type=mtype
         )
-    if mtype == 0:
+    if mtype == _T.RPC:
         return _decode_rpc_body(buf, start, end, direction is Direction.TO_COORDINATOR, base)
     if mtype in _EMPTY_MESSAGES:
         _expect_empty(mtype, start, end, base)
         return _EMPTY_MESSAGES[mtype]
-    if mtype == 5 or mtype == 13:
-        return _decode_batch(buf, start, end, direction, base, mtype == 13)
-    if mtype == 8 or mtype == 14:
+    if mtype == _T.RPC_BATCH or mtype == _T.COUNT_REPLAYABLE_RPC_BATCH:
+        return _decode_batch(buf, start, end, direction, base,
+                             mtype == _T.COUNT_REPLAYABLE_RPC_BATCH)
+    if mtype == _T.CHECKPOINT or mtype == _T.TRIM_TO:
         try:
             value, pos = decode_zz64(buf, start)
         except Incomplete:
@@ -527,25 +537,27 @@ def _decode_body(
                 offset=base + pos,
                 message_type=mtype,
             )
-        if mtype == 8:
+        if mtype == _T.CHECKPOINT:
             if value < 0:
                 raise WireFormatError(
-                    f"negative checkpoint size {value}", offset=base + start, message_type=8
+                    f"negative checkpoint size {value}", offset=base + start,
+                    message_type=_T.CHECKPOINT,
                 )
             return Checkpoint(value)
         return TrimTo(value)
-    if mtype == 1:
+    if mtype == _T.ATTACH_TO:
         try:
             return AttachTo(buf[start:end].decode("utf-8"))
         except UnicodeDecodeError:
             raise WireFormatError(
-                "AttachTo destination is not UTF-8", offset=base + start, message_type=1
+                "AttachTo destination is not UTF-8", offset=base + start, message_type=_T.ATTACH_TO
             ) from None
-    # mtype == 9
+    # the only type left: INITIAL_MESSAGE
     return InitialMessage(buf[start:end])
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in MessageType)
+_RPC = int(MessageType.RPC)  # a plain int: compared once per frame on the hot path
 # NamedTuple.__new__ is a Python function; tuple.__new__ builds the same object in C.
 _new = tuple.__new__
 
@@ -616,7 +628,7 @@ def _decode_messages(
             )
         mtype = buf[body]
         # Fast path: an incoming call (with a method id of any length).
-        if mtype == 0 and incoming and size >= 4 and buf[body + 1] == 0:
+        if mtype == _RPC and incoming and size >= 4 and buf[body + 1] == 0:
             m = buf[body + 2]
             if m < 0x80:
                 t = buf[body + 3]

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import xxhash
 
+from ..errors import EncodeError
 from ._typed import typed_equality
 from .messages import Checkpoint, Message
 
@@ -63,7 +64,7 @@ class LogRecord(NamedTuple):
 def _pack(committer_id: int, body: bytes, check: int, seq_id: int) -> bytes:
     length = HEADER_SIZE + len(body)
     if length > 0x7FFFFFFF:
-        raise OverflowError(f"a log record of {length} bytes does not fit its int32 length")
+        raise EncodeError(f"a log record of {length} bytes does not fit its int32 length")
     return HEADER.pack(committer_id, length, check, seq_id) + body
 
 

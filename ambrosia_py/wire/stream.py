@@ -25,6 +25,7 @@ from .messages import (
     Checkpoint,
     Direction,
     Message,
+    MessageType,
     OutgoingRpc,
     _long_zz32,
     decode_body,
@@ -371,7 +372,8 @@ class LogRecordDecoder(_Buffered):
                 if type(m) is Checkpoint:
                     self._fail(WireFormatError(
                         "a Checkpoint message outside a checkpoint record (-2)",
-                        offset=self._base + pos, seq_id=seq, message_type=8,
+                        offset=self._base + pos, seq_id=seq,
+                        message_type=MessageType.CHECKPOINT,
                     ))
             if seq >= 0:
                 self.last_seq_id = seq

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import VarintError
+from ..errors import EncodeError, VarintError
 
 __all__ = [
     "INT32_MAX",
@@ -79,7 +79,7 @@ def encode_zz32(n: int) -> bytes:
     if -64 <= n < 0:
         return _SMALL_ZZ_NEG[n + 64]
     if not INT32_MIN <= n <= INT32_MAX:
-        raise OverflowError(f"{n} does not fit a ZigZagInt (32-bit)")
+        raise EncodeError(f"{n} does not fit a ZigZagInt (32-bit)")
     return _encode_unsigned(((n << 1) ^ (n >> 31)) & 0xFFFFFFFF)
 
 
@@ -90,7 +90,7 @@ def encode_zz64(n: int) -> bytes:
     if -64 <= n < 0:
         return _SMALL_ZZ_NEG[n + 64]
     if not INT64_MIN <= n <= INT64_MAX:
-        raise OverflowError(f"{n} does not fit a ZigZagLong (64-bit)")
+        raise EncodeError(f"{n} does not fit a ZigZagLong (64-bit)")
     return _encode_unsigned(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from ambrosia_py.errors import (
     ChecksumMismatchError,
+    EncodeError,
     ImpulseDuringRecoveryError,
     LocalProtocolError,
     RemoteProtocolError,
@@ -141,7 +142,7 @@ def test_checkpoint_bytes_cannot_be_sent_unasked_or_beyond_their_announced_size(
     assert c.state is State.PRIMARY
     with pytest.raises(LocalProtocolError):
         c.checkpoint_data(b"")
-    with pytest.raises(ValueError):
+    with pytest.raises(EncodeError):
         BindingConnection().begin_checkpoint(-1)
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import RemoteProtocolError, VarintError
+from ambrosia_py.errors import EncodeError, RemoteProtocolError, VarintError
 from ambrosia_py.wire import (
     decode_zz32,
     decode_zz64,
@@ -93,13 +93,13 @@ def test_zz64_matches_protobuf(n):
 
 @pytest.mark.parametrize("n", [2**31, -(2**31) - 1, 2**40])
 def test_zz32_encode_overflow(n):
-    with pytest.raises(OverflowError):
+    with pytest.raises(EncodeError):
         encode_zz32(n)
 
 
 @pytest.mark.parametrize("n", [2**63, -(2**63) - 1])
 def test_zz64_encode_overflow(n):
-    with pytest.raises(OverflowError):
+    with pytest.raises(EncodeError):
         encode_zz64(n)
 
 
