@@ -22,12 +22,12 @@ from .messages import (
     UpgradeService,
     UpgradeTakeCheckpoint,
     decode_body,
-    decode_messages,
     encode_message,
     encode_outgoing_rpc,
     encode_rpc,
     message_type_of,
 )
+from .packed import decode_messages
 from .records import (
     CHECKPOINT_SEQ,
     CONTROL_SEQ,

@@ -47,7 +47,6 @@ __all__ = [
     "UpgradeService",
     "UpgradeTakeCheckpoint",
     "decode_body",
-    "decode_messages",
     "encode_message",
     "encode_outgoing_rpc",
     "encode_rpc",
@@ -493,10 +492,10 @@ def decode_body(
     try:
         return _decode_body(mtype, buf, start, end, direction, base)
     except VarintError as err:
-        raise _rebased(err, base, mtype) from None
+        raise rebased(err, base, mtype) from None
 
 
-def _rebased(err: VarintError, base: int, mtype: int | None = None) -> VarintError:
+def rebased(err: VarintError, base: int, mtype: int | None = None) -> VarintError:
     # The varint decoders know only buffer positions; callers know the stream offset.
     offset = None if err.offset is None else err.offset + base
     return VarintError(err.reason, offset=offset, message_type=mtype)
@@ -557,92 +556,3 @@ def _decode_body(
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in MessageType)
-_RPC = int(MessageType.RPC)  # a plain int: compared once per frame on the hot path
-# NamedTuple.__new__ is a Python function; tuple.__new__ builds the same object in C.
-_new = tuple.__new__
-
-
-def decode_messages(
-    buf: bytes, start: int, end: int, direction: Direction, base: int = 0
-) -> list[Message]:
-    """Decode messages packed tightly in ``buf[start:end]`` (a log record's body).
-
-    Raises ``WireFormatError`` if a message overruns ``end`` or bytes are left over.
-    """
-    try:
-        return _decode_messages(buf, start, end, direction, base)
-    except VarintError as err:
-        raise _rebased(err, base) from None
-
-
-def _long_zz32(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
-    """A ZigZagInt of two to five bytes at ``pos`` (its first byte is >= 0x80) that ends
-    by ``end``: ``(value, next_pos)``, or None for anything the general decoder must see
-    (cut short, too long, not minimal), so the hot paths leave every error to it."""
-    u = buf[pos] & 0x7F
-    shift = 7
-    q = pos + 1
-    stop = min(end, pos + 5)
-    while q < stop:
-        c = buf[q]
-        q += 1
-        if c < 0x80:
-            if c == 0 or (shift == 28 and c > 0x0F):
-                return None
-            u |= c << shift
-            return (u >> 1) ^ -(u & 1), q
-        u |= (c & 0x7F) << shift
-        shift += 7
-    return None
-
-
-def _decode_messages(
-    buf: bytes, start: int, end: int, direction: Direction, base: int
-) -> list[Message]:
-    out: list[Message] = []
-    append = out.append
-    pos = start
-    incoming = direction is not Direction.TO_COORDINATOR
-    long_zz32 = _long_zz32
-    while pos < end:
-        b = buf[pos]
-        if b < 0x80:
-            size = (b >> 1) ^ -(b & 1)
-            body = pos + 1
-        else:
-            sized = long_zz32(buf, pos, end)
-            if sized is None:
-                try:
-                    size, body = decode_zz32(buf, pos)
-                except Incomplete:
-                    raise WireFormatError(
-                        "record body ends inside a message size", offset=base + pos
-                    ) from None
-            else:
-                size, body = sized
-        msg_end = body + size
-        if size < 1 or msg_end > end:
-            raise WireFormatError(
-                f"message size {size} does not fit the {end - pos} bytes left in the record",
-                offset=base + pos,
-            )
-        mtype = buf[body]
-        # Fast path: an incoming call (with a method id of any length).
-        if mtype == _RPC and incoming and size >= 4 and buf[body + 1] == 0:
-            m = buf[body + 2]
-            if m < 0x80:
-                t = buf[body + 3]
-                if t < 3:
-                    append(_new(Rpc, ((m >> 1) ^ -(m & 1), t, buf[body + 4 : msg_end], 0)))
-                    pos = msg_end
-                    continue
-            else:
-                mid = long_zz32(buf, body + 2, msg_end)
-                if mid is not None and mid[1] < msg_end and buf[mid[1]] < 3:
-                    q = mid[1]
-                    append(_new(Rpc, (mid[0], buf[q], buf[q + 1 : msg_end], 0)))
-                    pos = msg_end
-                    continue
-        append(_decode_body(mtype, buf, body + 1, msg_end, direction, base))
-        pos = msg_end
-    return out
