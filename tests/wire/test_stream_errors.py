@@ -182,27 +182,27 @@ def test_varint_errors_carry_stream_offsets():
 
 
 @pytest.mark.parametrize(
-    ("hexbytes", "why"),
+    ("hexbytes", "why", "offset", "mtype"),
     [
-        ("00", "at least 1"),  # size 0
-        ("01 00", "at least 1"),  # size -1
-        ("04 02 00", "carries no data"),  # TakeCheckpoint with a data byte
-        ("06 08 01 00", "extra bytes"),  # Checkpoint with a byte after its size
-        ("04 08 01", "negative checkpoint size"),
-        ("0A 00 00 00 00 03", "unknown RPC type 3"),  # self call, method 0, rpc type 3
-        ("06 00 02 61", "no reserved byte"),  # destination "a", then nothing
-        ("04 00 04", "does not fit"),  # destination length 2, no room for it
-        ("06 00 02 FF 00 00 00", "not UTF-8"),  # destination byte FF
-        ("06 01 FF FE", "not UTF-8"),  # AttachTo with invalid UTF-8
-        ("06 05 04 04 02", "impossible"),  # batch of 2 with one byte left
-        ("08 05 02 02 02", "only RPCs"),  # batch holding a TakeCheckpoint
-        ("0A 05 02 06 00 00 00 00", "does not fit the batch"),  # inner message too long
+        ("00", "at least 1", 0, None),  # size 0
+        ("01 00", "at least 1", 0, None),  # size -1
+        ("04 02 00", "carries no data", 2, 2),  # TakeCheckpoint with a data byte
+        ("06 08 01 00", "extra bytes", 3, 8),  # Checkpoint with a byte after its size
+        ("04 08 01", "negative checkpoint size", 2, 8),
+        ("0A 00 00 00 00 03", "unknown RPC type 3", 5, 0),  # self call, method 0, rpc type 3
+        ("06 00 02 61", "no reserved byte", 4, 0),  # destination "a", then nothing
+        ("04 00 04", "does not fit", 3, 0),  # destination length 2, no room for it
+        ("06 00 02 FF 00 00 00", "not UTF-8", 3, 0),  # destination byte FF
+        ("06 01 FF FE", "not UTF-8", 2, 1),  # AttachTo with invalid UTF-8
+        ("06 05 04 04 02", "impossible", 2, 5),  # batch of 2 with one byte left
+        ("08 05 02 02 02", "only RPCs", 4, 5),  # batch holding a TakeCheckpoint
+        ("0A 05 02 06 00 00 00 00", "does not fit the batch", 3, 5),  # inner message too long
     ],
 )
-def test_malformed_messages_from_binding(hexbytes, why):
+def test_malformed_messages_from_binding(hexbytes, why, offset, mtype):
     err = _fail(MessageStreamDecoder(), h(hexbytes), WireFormatError)
     assert why in str(err)
-    assert err.offset is not None
+    assert (err.offset, err.message_type) == (offset, mtype)  # where the fault is, by hand
 
 
 def test_checkpoint_message_outside_checkpoint_record():
