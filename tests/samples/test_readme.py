@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -118,3 +119,57 @@ def test_the_active_active_recipe_fails_over_to_the_standby(tmp_path: Path) -> N
         "id 2",
         "ambrosia.counter-aa: count is 1 on becoming primary",
     ], r.stdout
+
+
+# ------------------------------------------------------------------ every command parses
+
+_DOCS = [README, *(ROOT / "samples" / s / "README.md" for s in ("hello", "counter", "upgrade"))]
+_SHELL_END = {">", "2>", "&", "2>&1", "|", ";", "&&"}
+
+
+def _commands(path: Path) -> list[str]:
+    """The ``ambrosia`` commands a reader may paste: every one in a ``sh`` block, and the
+    inline ones with options and no placeholders (``...``, ``MODULE:CLASS``, ``N``)."""
+    text = path.read_text()
+    found = []
+    for block in _blocks(text, "sh"):
+        for line in block.splitlines():
+            line = re.sub(r"^timeout \d+ ", "", line.split(" #")[0].strip())
+            if line.startswith("ambrosia "):
+                found.append(line)
+    for inline in re.findall(r"`(ambrosia [^`]*)`", text):
+        if " -" in inline and "..." not in inline and not re.search(r"\b[A-Z]+\b", inline):
+            found.append(inline)
+    return found
+
+
+def _argv(command: str) -> list[str]:
+    command = re.sub(r"\$\(\(P\+(\d)\)\)", lambda m: str(47100 + int(m.group(1))), command)
+    command = command.replace("$AMBROSIA_HOME", "/tmp/home")
+    argv = []
+    for token in shlex.split(command)[1:]:
+        if token in _SHELL_END or token.startswith(("2>", ">")):
+            break
+        argv.append(token)
+    return argv
+
+
+@pytest.mark.parametrize("doc", _DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_ambrosia_command_in_the_docs_parses_and_its_class_imports(doc: Path) -> None:
+    from ambrosia_ic.cli import build_parser
+
+    from ambrosia_py.runtime import cli as run_cli
+
+    commands = _commands(doc)
+    assert commands, f"{doc} shows no ambrosia command"
+    for command in commands:
+        argv = _argv(command)
+        try:
+            if argv[0] == "run":
+                args = run_cli.build_parser().parse_args(argv[1:])
+                for target in filter(None, (args.target, args.upgrade_to)):
+                    run_cli.load_class(target)
+            else:
+                build_parser().parse_args(argv)
+        except SystemExit as exit_:
+            raise AssertionError(f"{doc.name}: `{command}` does not parse ({exit_})") from None
