@@ -221,10 +221,10 @@ def _dump_class(args: argparse.Namespace, version: int) -> tuple[str | None, Any
 
     if args.immortal_class:
         return args.immortal_class, load_class(args.immortal_class)
-    recorded = registry.recorded_class(args.instance_name, version, args.home)
-    if recorded is None:
-        return None, None
     try:
+        recorded = registry.recorded_class(args.instance_name, version, args.home)
+        if recorded is None:
+            return None, None
         return recorded[0], load_class(*recorded)
     except AmbrosiaError as err:
         print(f"ambrosia log dump: note: showing method ids: the recorded class cannot be "

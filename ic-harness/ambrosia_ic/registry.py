@@ -330,7 +330,9 @@ def _read_classes(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as err:
+    except OSError as err:
+        raise RegistryError(f"cannot read {path}: {err.strerror or err}") from None
+    except ValueError as err:
         raise RegistryError(f"{path}: not a class record: {err}") from None
     if not isinstance(data, dict):
         raise RegistryError(f"{path}: not a class record (expected a JSON object)")
@@ -343,14 +345,18 @@ def record_class(name: str, version: int, target: str, directory: str | os.PathL
     imported from ``directory``), so that ``log dump`` can name its methods.
 
     Raises:
-        RegistryError: the record exists but is damaged.
+        RegistryError: the record is damaged, or cannot be read or written.
     """
     path = _class_path(ambrosia_home(home), check_instance_name(name))
     data = _read_classes(path)
     entry = {"class": target, "directory": os.path.abspath(os.fspath(directory))}
     if data.get(str(version)) != entry:
         data[str(version)] = entry
-        _write_atomically(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+        try:
+            _write_atomically(path, (json.dumps(data, indent=2, sort_keys=True) + "\n"
+                                     ).encode())
+        except OSError as err:
+            raise RegistryError(f"cannot write {path}: {err.strerror or err}") from None
 
 
 def recorded_class(name: str, version: int,
@@ -358,7 +364,7 @@ def recorded_class(name: str, version: int,
     """``(MODULE:CLASS, directory)`` recorded for version ``version`` of ``name``, or None.
 
     Raises:
-        RegistryError: the record is damaged.
+        RegistryError: the record is damaged or cannot be read.
     """
     path = _class_path(ambrosia_home(home), check_instance_name(name))
     entry = _read_classes(path).get(str(version))

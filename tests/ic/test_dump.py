@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ambrosia_py import serialization as ser
 from ambrosia_py.immortal import POST_METHOD_ID, default_method_id
 from ambrosia_py.wire import Rpc, RpcType
 from samples.hello.hello import Server
-from tests.framework.conftest import ROOT, Launcher, launcher  # noqa: F401 - fixture by name
+from tests.framework.conftest import ROOT, Launcher
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,19 @@ def _records(stdout: str) -> list[str]:
 
 
 @pytest.fixture
-def hello_run(launcher: Launcher) -> Path:  # noqa: F811 - the fixture imported above
+def launcher(tmp_path: Path) -> Iterator[Launcher]:
+    """``ambrosia run`` processes in this test's own AMBROSIA_HOME, killed after it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    runs = Launcher(home)
+    try:
+        yield runs
+    finally:
+        runs.close()
+
+
+@pytest.fixture
+def hello_run(launcher: Launcher) -> Path:
     """A real run of the hello sample, both processes stopped before they restart (a
     restart would fold the log into a new checkpoint)."""
     server = launcher.start("samples.hello.hello:Server", "hello-server")
@@ -191,3 +204,25 @@ def test_js_argument_forms_posts_and_post_results_decode() -> None:
     assert _describe(GREET, b"\x01junk") == (
         f"RPC method {GREET} fork 5B (the arguments do not decode: arguments of greet are in "
         "no known form)")
+
+
+def test_a_class_record_that_cannot_be_written_does_not_stop_the_run(launcher: Launcher
+                                                                     ) -> None:
+    (launcher.home / "classes").write_text("a file where the directory would go")
+    p = launcher.start("samples.counter.counter:Counter", "counter")
+    p.wait_for("count is 1")
+    line = p.wait_for("was not recorded")
+    record = launcher.home / "classes" / "counter.json"
+    assert line.split(": ", 1)[1] == (
+        "the class was not recorded for `ambrosia log dump` (give it --class): cannot read "
+        f"{record}: Not a directory")
+    p.kill()
+    # The dump says so in one line too, and goes on with method ids.
+    r = _dump(launcher.home, "-i", "counter")
+    assert r.returncode == 0
+    assert r.stderr.splitlines() == [
+        "ambrosia log dump: note: showing method ids: the recorded class cannot be used: "
+        f"cannot read {record}: Not a directory"]
+    assert _records(r.stdout)[1] == (
+        f"  seq 1: RPC method {default_method_id('increment')} fork 41B"
+        "  inputs {'counter': 1}")
