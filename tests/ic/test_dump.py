@@ -226,3 +226,26 @@ def test_a_class_record_that_cannot_be_written_does_not_stop_the_run(launcher: L
     assert _records(r.stdout)[1] == (
         f"  seq 1: RPC method {default_method_id('increment')} fork 41B"
         "  inputs {'counter': 1}")
+
+
+def test_a_live_upgrade_records_each_versions_class(launcher: Launcher) -> None:
+    p = launcher.start("samples.upgrade.v1:GuestBook", "guests")
+    p.wait_for("(3 signatures)")
+    p.kill()
+    registry.set_versions("guests", 0, 1, launcher.home)  # upgrade to registry version 1
+    p = launcher.start("samples.upgrade.v1:GuestBook", "guests",
+                       args=["--upgrade-to", "samples.upgrade.v2:GuestBook"])
+    p.wait_for("upgraded to GuestBook version 2")
+    p.kill()
+    assert [registry.recorded_class("guests", v, launcher.home) for v in (0, 1)] == [
+        ("samples.upgrade.v1:GuestBook", str(ROOT)), ("samples.upgrade.v2:GuestBook", str(ROOT))]
+    r = _dump(launcher.home, "-i", "guests", "--version", "0")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines()[1] == (
+        "methods, senders and arguments as samples.upgrade.v1:GuestBook sees them")
+    # The three self-calls may share a record (one group commit): one message each.
+    messages = [m for ln in _records(r.stdout)[1:]
+                for m in ln.split(": ", 1)[1].split("  inputs ")[0].split("; ")]
+    assert messages == ["sign(name='ada') fork from guests 43B",
+                        "sign(name='grace') fork from guests 45B",
+                        "sign(name='ada') fork from guests 43B"]
