@@ -79,6 +79,13 @@ def test_dump_with_class_names_methods_senders_and_arguments(hello_run: Path) ->
     ]
 
 
+def test_the_readmes_dump_excerpt_is_what_the_hello_sample_logs(hello_run: Path) -> None:
+    excerpt = [ln for ln in (ROOT / "README.md").read_text().splitlines()
+               if ln.startswith("  seq ")]
+    r = _dump(hello_run, "-i", "hello-server")
+    assert len(excerpt) == 2 and set(excerpt) <= set(r.stdout.splitlines()), r.stdout
+
+
 def test_dump_uses_the_class_that_ambrosia_run_recorded(hello_run: Path) -> None:
     assert registry.recorded_class("hello-client", 0, hello_run) == (
         "samples.hello.hello:Client", str(ROOT))
