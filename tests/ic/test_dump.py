@@ -161,6 +161,12 @@ def test_dump_class_errors_are_one_line(hello_run: Path, tmp_path: Path) -> None
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr.splitlines() == [
         "ambrosia: error: cannot import 'nosuch.module': No module named 'nosuch'"]
+    (tmp_path / "broken_module.py").write_text("x = (\n")
+    r = _dump(hello_run, "-i", "hello-server", "--class", "broken_module:X", cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.splitlines() == [
+        "ambrosia: error: cannot import 'broken_module': SyntaxError: '(' was never closed "
+        "(broken_module.py, line 1)"]
     # A recorded class that no longer imports: said once, and the dump goes on with ids.
     registry.record_class("hello-server", 0, "gone_module:Server", tmp_path, hello_run)
     r = _dump(hello_run, "-i", "hello-server", cwd=tmp_path)
