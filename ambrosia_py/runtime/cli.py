@@ -141,6 +141,7 @@ def run_main(argv: Sequence[str]) -> int:
 
             home = registry.ambrosia_home(args.home)
             reg = _ensure_registered(args.instance_name, home, log)
+            _record_classes(registry, reg, args, home, log)
             estimate = _replay_estimate(reg, log)
             proc = _start_coordinator(launch, args.instance_name, home)
             log.info("started the coordinator (pid %d)", proc.pid)
@@ -161,6 +162,22 @@ def run_main(argv: Sequence[str]) -> int:
     finally:
         if proc is not None:
             _stop(proc)
+
+
+def _record_classes(registry: Any, reg: Any, args: argparse.Namespace, home: Path,
+                    log: logging.Logger) -> None:
+    """Remember which class runs which version, so that ``ambrosia log dump`` can show
+    method names and arguments without being told the class. Only a convenience: if it
+    cannot be written, the instance still runs and the dump needs ``--class``."""
+    try:
+        registry.record_class(reg.instance_name, reg.current_version, args.target,
+                              os.getcwd(), home)
+        if args.upgrade_to and reg.upgrading:
+            registry.record_class(reg.instance_name, reg.upgrade_version, args.upgrade_to,
+                                  os.getcwd(), home)
+    except AmbrosiaError as err:
+        log.warning("the class was not recorded for `ambrosia log dump` (give it --class): "
+                    "%s", err)
 
 
 def _replay_estimate(reg: Any, log: logging.Logger) -> int | None:

@@ -199,14 +199,37 @@ def _dump(args: argparse.Namespace) -> int:
     from .dump import dump_entries, format_entry
 
     reg = registry.load(args.instance_name, args.home)
-    d = registry.instance_dir(reg, args.version)
+    version = reg.current_version if args.version is None else args.version
+    d = registry.instance_dir(reg, version)
+    target, cls = _dump_class(args, version)
     problems = 0
     if not args.json:
         print(f"instance {reg.instance_name}: {d}")
-    for entry in dump_entries(d, reg.committer_id):
+        if cls is not None:
+            print(f"methods, senders and arguments as {target} sees them")
+    for entry in dump_entries(d, reg.committer_id, cls):
         problems += entry["kind"] == "problem"
         print(format_entry(entry, args.json))
     return 1 if problems else 0
+
+
+def _dump_class(args: argparse.Namespace, version: int) -> tuple[str | None, Any]:
+    """The class whose methods ``log dump`` names: ``--class``, else the one ``ambrosia
+    run`` recorded for this version (a recorded class that no longer imports is said
+    in one line and the dump goes on with method ids), else none."""
+    from .calls import load_class
+
+    if args.immortal_class:
+        return args.immortal_class, load_class(args.immortal_class)
+    try:
+        recorded = registry.recorded_class(args.instance_name, version, args.home)
+        if recorded is None:
+            return None, None
+        return recorded[0], load_class(*recorded)
+    except AmbrosiaError as err:
+        print(f"ambrosia log dump: note: showing method ids: the recorded class cannot be "
+              f"used: {err}", file=sys.stderr, flush=True)
+        return None, None
 
 
 def _add_log(sub: Any) -> None:
@@ -217,6 +240,10 @@ def _add_log(sub: Any) -> None:
     d.add_argument("-v", "--version", type=int, default=None,
                    help="which version's directory (default: the registered current version)")
     d.add_argument("--json", action="store_true", help="one JSON object per line")
+    d.add_argument("--class", dest="immortal_class", metavar="MODULE:CLASS", default=None,
+                   help="show method names, senders and decoded arguments as this Immortal "
+                        "class sees them (default: the class `ambrosia run` recorded for "
+                        "this version, if any; without one, method ids)")
     d.set_defaults(handler=_dump)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ambrosia_py.errors import LogCorruptionError, RemoteProtocolError
 from ambrosia_py.wire import Direction, MessageType, Rpc, decode_messages
 
+from .calls import describe_call, format_call, jsonable
 from .logstore import (
     CHECKPOINT_PREFIX,
     DIGEST_PREFIX,
@@ -23,10 +24,14 @@ from .logstore import (
     read_digest,
 )
 
+if TYPE_CHECKING:
+    from ambrosia_py.immortal import Immortal
+
 __all__ = ["dump_entries", "format_entry"]
 
 
-def _describe(body: bytes) -> list[dict[str, Any]]:
+def _describe(body: bytes, cls: type[Immortal] | None = None) -> list[dict[str, Any]]:
+    """The messages of a record body; with ``cls``, RPCs also say what they mean to it."""
     out: list[dict[str, Any]] = []
     for m in decode_messages(body, 0, len(body), Direction.TO_BINDING):
         size = len(m.encode())
@@ -34,8 +39,11 @@ def _describe(body: bytes) -> list[dict[str, Any]]:
             if m.reserved:
                 out.append({"type": "RPC", "reserved": m.reserved, "size": size})
             else:
-                out.append({"type": "RPC", "method_id": m.method_id,
-                            "rpc_type": ("async", "fork", "impulse")[m.rpc_type], "size": size})
+                entry = {"type": "RPC", "method_id": m.method_id,
+                         "rpc_type": ("async", "fork", "impulse")[m.rpc_type], "size": size}
+                if cls is not None:
+                    entry.update(describe_call(cls, m))
+                out.append(entry)
         else:
             from ambrosia_py.wire import message_type_of
 
@@ -43,8 +51,10 @@ def _describe(body: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def dump_entries(d: Path, committer_id: int | None = None) -> Iterator[dict[str, Any]]:
-    """One dict per checkpoint, record, digest and problem found in instance directory ``d``."""
+def dump_entries(d: Path, committer_id: int | None = None,
+                 cls: type[Immortal] | None = None) -> Iterator[dict[str, Any]]:
+    """One dict per checkpoint, record, digest and problem found in instance directory ``d``
+    (with ``cls``, the class that ran it: method names, senders and decoded arguments)."""
     if not d.is_dir():
         yield {"kind": "problem", "file": str(d), "offset": 0, "reason": "no such directory"}
         return
@@ -75,7 +85,7 @@ def dump_entries(d: Path, committer_id: int | None = None) -> Iterator[dict[str,
                     "seq_id": rec.seq_id, "length": len(rec.wire), "inputs": rec.inputs,
                 }
                 try:
-                    entry["messages"] = _describe(rec.body)
+                    entry["messages"] = _describe(rec.body, cls)
                 except RemoteProtocolError as err:
                     entry["messages"] = []
                     yield entry
@@ -97,7 +107,7 @@ def dump_entries(d: Path, committer_id: int | None = None) -> Iterator[dict[str,
 
 def format_entry(e: dict[str, Any], as_json: bool) -> str:
     if as_json:
-        return json.dumps(e, sort_keys=True)
+        return json.dumps(jsonable(e), sort_keys=True)
     kind = e["kind"]
     if kind == "checkpoint":
         outs = ", ".join(f"{k}: next {v['next']}, {v['unacked']} unacked"
@@ -106,8 +116,7 @@ def format_entry(e: dict[str, Any], as_json: bool) -> str:
                 f"inputs {e['inputs']}, outputs [{outs}], {e['binding_bytes']} binding bytes")
     if kind == "record":
         msgs = "; ".join(
-            (f"RPC method {m['method_id']} {m['rpc_type']} {m['size']}B" if "method_id" in m
-             else f"{m['type']} {m['size']}B")
+            (format_call(m) if "method_id" in m else f"{m['type']} {m['size']}B")
             for m in e["messages"]
         )
         return (f"  seq {e['seq_id']} @{e['offset']} len {e['length']}: {msgs}"

@@ -1,0 +1,175 @@
+"""The README's recipes, run as a user runs them: its shell blocks in bash, from a copy of
+the repository root with the installed ``.venv``, real processes throughout."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.framework.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+README = ROOT / "README.md"
+
+
+def _section(title: str) -> str:
+    """The README text under the ``###`` heading that starts with ``title``."""
+    text = README.read_text()
+    m = re.search(rf"^### {re.escape(title)}.*?$(.*?)(?=^##)", text, re.S | re.M)
+    assert m, f"README.md has no section {title!r}"
+    return m.group(1)
+
+
+def _blocks(section: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```$", section, re.S | re.M)
+
+
+def _venv() -> Path:
+    """The virtualenv running these tests (``make test`` runs them from ``.venv``)."""
+    local = ROOT / ".venv"
+    venv = local if (local / "bin" / "activate").exists() else Path(sys.prefix)
+    assert (venv / "bin" / "activate").exists(), f"{venv} is not a virtualenv"
+    return venv
+
+
+def _checkout(tmp: Path) -> Path:
+    """What a user's clone holds after ``make install``: the samples, the project file
+    (pytest reads its settings) and ``.venv``."""
+    root = tmp / "clone"
+    root.mkdir()
+    shutil.copytree(ROOT / "samples", root / "samples",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    (root / ".venv").symlink_to(_venv())
+    return root
+
+
+def _bash(script: str, cwd: Path, tmp: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` as a user's shell would; whatever it leaves running is killed."""
+    env = {k: v for k, v in os.environ.items() if k != "AMBROSIA_HOME"}
+    env["TMPDIR"] = str(tmp)  # where the README's `mktemp -d` puts its registry
+    proc = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"the recipe did not finish in {timeout} s:\n{out}\n{err}"
+                             ) from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # it may be gone already
+            os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_the_repro_recipe_records_runs_and_its_pytest_snippet_passes(tmp_path: Path) -> None:
+    section = _section("Repro and upgrade tests from pytest")
+    record, run_tests = _blocks(section, "sh")
+    (snippet,) = _blocks(section, "python")
+    assert "save this as `test_recorded.py` in the repository root" in section
+    root = _checkout(tmp_path)
+    (root / "test_recorded.py").write_text(snippet)
+    r = _bash(record + run_tests, root, tmp_path, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"^2 passed in ", r.stdout, re.M), r.stdout
+
+
+def _free_range(n: int) -> int:
+    """A base ``P`` with ports ``P+1 .. P+n`` free on 127.0.0.1."""
+    for base in range(20000 + os.getpid() % 1000 * 20, 60000, 97):
+        socks = []
+        try:
+            for port in range(base + 1, base + n + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free port range")
+
+
+def test_the_active_active_recipe_fails_over_to_the_standby(tmp_path: Path) -> None:
+    (recipe,) = _blocks(_section("Active/active"), "sh")
+    assert re.search(r"^P=47100 ", recipe, re.M)
+    # The one edit a user may need: a free port range on this busy machine.
+    recipe = re.sub(r"^P=47100 ", f"P={_free_range(9)} ", recipe, flags=re.M)
+    r = _bash(recipe, _checkout(tmp_path), tmp_path, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    shown = [re.sub(r"^[\d-]+ [\d:,]+ ", "", ln) for ln in r.stdout.splitlines()
+             if "becoming primary" in ln or "epoch" in ln]
+    assert shown == [
+        "ambrosia-ic: counter-aa: replica 2: primary of epoch 2, writing log 2 from sequence "
+        "id 2",
+        "ambrosia.counter-aa: count is 1 on becoming primary",
+    ], r.stdout
+
+
+# ------------------------------------------------------------------ every command parses
+
+_DOCS = [README, *(ROOT / "samples" / s / "README.md" for s in ("hello", "counter", "upgrade"))]
+_SHELL_END = {">", "2>", "&", "2>&1", "|", ";", "&&"}
+
+
+def _commands(path: Path) -> list[str]:
+    """The ``ambrosia`` commands a reader may paste: every one in a ``sh`` block, and the
+    inline ones with options and no placeholders (``...``, ``MODULE:CLASS``, ``N``)."""
+    text = path.read_text()
+    found = []
+    for block in _blocks(text, "sh"):
+        for line in block.splitlines():
+            line = re.sub(r"^timeout \d+ ", "", line.split(" #")[0].strip())
+            if line.startswith("ambrosia "):
+                found.append(line)
+    for inline in re.findall(r"`(ambrosia [^`]*)`", text):
+        if " -" in inline and "..." not in inline and not re.search(r"\b[A-Z]+\b", inline):
+            found.append(inline)
+    return found
+
+
+def _argv(command: str) -> list[str]:
+    command = re.sub(r"\$\(\(P\+(\d)\)\)", lambda m: str(47100 + int(m.group(1))), command)
+    command = command.replace("$AMBROSIA_HOME", "/tmp/home")
+    argv = []
+    for token in shlex.split(command)[1:]:
+        if token in _SHELL_END or token.startswith(("2>", ">")):
+            break
+        argv.append(token)
+    return argv
+
+
+@pytest.mark.parametrize("doc", _DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_ambrosia_command_in_the_docs_parses_and_its_class_imports(doc: Path) -> None:
+    from ambrosia_ic.cli import build_parser
+
+    from ambrosia_py.runtime import cli as run_cli
+
+    commands = _commands(doc)
+    assert commands, f"{doc} shows no ambrosia command"
+    for command in commands:
+        argv = _argv(command)
+        try:
+            if argv[0] == "run":
+                args = run_cli.build_parser().parse_args(argv[1:])
+                for target in filter(None, (args.target, args.upgrade_to)):
+                    run_cli.load_class(target)
+            else:
+                build_parser().parse_args(argv)
+        except SystemExit as exit_:
+            raise AssertionError(f"{doc.name}: `{command}` does not parse ({exit_})") from None
