@@ -542,12 +542,16 @@ class JsProxy:
     to method -1 whose JSON holds ``senderInstanceName``, ``destinationInstanceName``,
     ``methodName``, ``methodVersion`` (1), ``callID`` and one ``arg:<name>`` per keyword;
     awaiting it gives the ``result`` of the ``<name>_Result`` post that comes back, or
-    raises ``RemoteCallError`` carrying its ``errorMsg``.
+    raises ``RemoteCallError`` carrying its ``errorMsg``. A void JS method's result (the
+    placeholder ``"__UNDEFINED__"``) arrives as ``None``.
 
     Calls the other way need nothing special: AmbrosiaJS's JSON and raw-bytes forks reach
     the published method with that id (JSON fields as keyword arguments, loaded as the
     annotated types; raw bytes as one ``bytes`` argument), and its posts reach the
-    published method of that name, answered with ``<name>_Result``.
+    published method of that name, answered with ``<name>_Result``; ``arg:<name>?`` (an
+    optional JS parameter) fills the parameter ``<name>``, and a void method's ``None`` is
+    answered with ``"__UNDEFINED__"`` (JS sees ``undefined``) while a ``None`` from a method
+    declared to return a value is JSON ``null``.
     """
 
     __slots__ = ("_ctx", "_dest")

@@ -57,6 +57,7 @@ from ..protocol import BindingConnection
 from ..protocol import events as ev
 from ..wire import OutgoingRpc, Rpc, RpcType
 from . import checkpoint as ckpt
+from . import jsconv
 
 __all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
 
@@ -448,38 +449,33 @@ class Engine:
             if "errorMsg" in obj:
                 pc.resolve(error=RemoteCallError(str(obj["errorMsg"]), "Error"))
             else:
-                pc.resolve(obj.get("result"))
+                pc.resolve(jsconv.post_result(obj))
             self._resume(pc)
             return
         sender = obj.get("senderInstanceName", "")
         on_done: Callable[[Any, BaseException | None], None] = self._log_failure
         if obj.get("resultRequired", True) and sender:
-            on_done = self._post_result_sender(sender, name, call_id)
+            on_done = self._post_result_sender(sender, name, call_id,
+                                               spec.return_type if spec else None)
         if spec is None:
             on_done(None, UnknownMethodError(f"{self.cls.__qualname__} publishes no method "
                                              f"{name!r}"))
             return
         try:
-            kwargs = self._load_json_kwargs(
-                spec, {k[4:]: v for k, v in obj.items() if k.startswith("arg:")})
+            kwargs = self._load_json_kwargs(spec, jsconv.post_kwargs(obj))
         except SerializationError as e:
             on_done(None, e)
             return
         self._start(getattr(self.instance, spec.name), (), kwargs, spec.name, on_done)
 
-    def _post_result_sender(self, sender: str, name: str, call_id: Any
+    def _post_result_sender(self, sender: str, name: str, call_id: Any, return_type: Any
                             ) -> Callable[[Any, BaseException | None], None]:
         def send(value: Any, error: BaseException | None) -> None:
-            body: dict[str, Any] = {
-                "senderInstanceName": self.instance_name,
-                "destinationInstanceName": sender,
-                "methodName": f"{name}_Result",
-                "methodVersion": 1,
-                "callID": call_id,
-            }
+            body = jsconv.result_body(self.instance_name, sender, name, call_id)
             if error is None:
                 try:
-                    body["result"] = self.serializer.dump(value)
+                    body["result"] = jsconv.result_value(value, self.serializer.dump(value),
+                                                         return_type)
                     data = ser.encode_json_args(body)
                 except SerializationError as e:
                     error = e
@@ -662,15 +658,8 @@ class Engine:
         self._require_handler(f"posting {method_name}")
         call_id = self._next_call_id
         self._next_call_id += 1
-        body: dict[str, Any] = {
-            "senderInstanceName": self.instance_name,
-            "destinationInstanceName": dest,
-            "methodName": method_name,
-            "methodVersion": 1,
-            "callID": call_id,
-        }
-        for k, v in args.items():
-            body[f"arg:{k}"] = self.serializer.dump(v)
+        body = jsconv.call_body(self.instance_name, dest, method_name, call_id,
+                                {k: self.serializer.dump(v) for k, v in args.items()})
         pc: PendingCall[Any] = PendingCall(call_id, method_name)
         self._pending[call_id] = pc
         self._send(dest, POST_METHOD_ID, RpcType.FORK, ser.encode_json_args(body))

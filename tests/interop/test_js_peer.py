@@ -94,3 +94,46 @@ def test_python_calls_the_peer_through_the_js_proxy(interop: Interop) -> None:
     assert boom["methodName"] == "boom" and boom["arg:why"] == "testing"
     assert isinstance(double["callID"], int) and boom["callID"] != double["callID"]
     assert json.loads(posts[0].args) == double
+
+
+def test_optional_parameters_arrive_with_or_without_the_question_mark(
+        interop: Interop) -> None:
+    peer = _peer(interop)
+    interop.start_immortal(PY, "py")
+    optional = peer.post("py", "scale", x=3, **{"factor?": 5})  # as AmbrosiaJS names it
+    plain = peer.post("py", "scale", x=3, factor=7)
+    omitted = peer.post("py", "scale", x=3)
+    twice = peer.post("py", "scale", x=3, factor=7, **{"factor?": 5})
+    assert peer.result(optional)["result"] == 15
+    assert peer.result(plain)["result"] == 21
+    assert peer.result(omitted)["result"] == 6
+    assert peer.result(twice)["errorMsg"] == (
+        "SerializationError: the post call gives argument 'factor' twice "
+        "(arg:factor and arg:factor?)")
+
+
+def test_void_results_cross_as_ambrosiajs_undefined_placeholder_both_ways(
+        interop: Interop) -> None:
+    peer = interop.start_peer("js", forget=lambda what: "__UNDEFINED__")
+    py = interop.start_immortal(PY, "py")
+    void = peer.post("py", "remember", text="hi")
+    null = peer.post("py", "lookup", key="k")
+    # A void Python method answers as a void JS method does: result "__UNDEFINED__".
+    peer.result(void)
+    (void_rpc,) = [r for r in peer.rpcs_to(POST)
+                   if r.json()["methodName"] == "remember_Result"]
+    assert void_rpc.args == (
+        '{"senderInstanceName":"py","destinationInstanceName":"js",'
+        f'"methodName":"remember_Result","methodVersion":1,"callID":{void},'
+        '"result":"__UNDEFINED__"}').encode()
+    # None from a method declared to return a value stays JSON null.
+    assert peer.result(null)["result"] is None
+    (null_rpc,) = [r for r in peer.rpcs_to(POST) if r.json()["methodName"] == "lookup_Result"]
+    assert null_rpc.args.endswith(b',"result":null}')
+    # A void JS method's placeholder reaches Python as None.
+    peer.fork("py", 11, {})
+    assert py.wait_for("void reply").endswith("void reply: None")
+    (forget,) = [r.json() for r in peer.rpcs_to(POST) if r.json()["methodName"] == "forget"]
+    assert forget["arg:what"] == "it"
+    py.stop()
+    assert repro("py", PyService, home=interop.home).state.replies == [None]
