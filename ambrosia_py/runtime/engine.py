@@ -57,7 +57,7 @@ from ..protocol import BindingConnection
 from ..protocol import events as ev
 from ..wire import OutgoingRpc, Rpc, RpcType
 from . import checkpoint as ckpt
-from . import jsconv
+from . import jsconv, replaylog
 
 __all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
 
@@ -112,6 +112,9 @@ class Engine:
         upgrade_to: VNext, used when the coordinator asks for an upgrade.
         convert: the state conversion VCurrent -> VNext (default ``upgrade_to.upgrade_from``).
         record_outputs: keep every RPC sent, in order (for repro tests).
+        log_replay: show ``ctx.log`` lines (marked ``[replay] ``) and handler failures
+            logged while replaying, instead of dropping them; default: the environment
+            variable ``AMBROSIA_LOG_REPLAY``.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class Engine:
         convert: Callable[[Any], Immortal] | None = None,
         record_outputs: bool = False,
         logger: logging.Logger | None = None,
+        log_replay: bool | None = None,
     ) -> None:
         for c in (cls, upgrade_to):
             if c is not None and not (isinstance(c, type) and issubclass(c, Immortal)):
@@ -132,6 +136,12 @@ class Engine:
         self.upgrade_to = upgrade_to
         self.convert = convert
         self.log = logger or logging.getLogger(f"ambrosia.{instance_name}")
+        self.log_replay = replaylog.log_replay_from_env() if log_replay is None else log_replay
+        # What handlers log (ctx.log, their failures): quiet or marked while they handle a
+        # replayed input. Lifecycle hooks (loading a checkpoint, ...) run once per life.
+        self.user_log = replaylog.ReplayAwareLogger(
+            self.log, lambda: self.is_replaying and self.current_input is not None,
+            lambda: self.log_replay)
         self.conn = BindingConnection(instance_name)
         self.instance: Immortal | None = None
         self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
@@ -191,7 +201,7 @@ class Engine:
 
     def _attach(self, inst: Immortal) -> Immortal:
         object.__setattr__(inst, "_ambrosia_ctx", ImmortalContext(self, self.instance_name,
-                                                                   self.log))
+                                                                   self.user_log))
         return inst
 
     # ------------------------------------------------------------ events
@@ -353,7 +363,7 @@ class Engine:
                 env = ser.Envelope.decode(args)
                 self._enter(env.timestamp_ns, env.entropy)
                 if env.call_id >= 0 and spec.kind is MethodKind.RPC:
-                    on_done = self._result_sender(env.caller, env.call_id)
+                    on_done = self._result_sender(spec.name, env.caller, env.call_id)
                 pos, kw = self._decode_payload(spec, env.payload)
             elif args[:1] == b"{":
                 self._enter_derived(args)
@@ -480,7 +490,7 @@ class Engine:
                 except SerializationError as e:
                     error = e
             if error is not None:
-                self._log_failure(None, error)
+                replaylog.log_rpc_failure(self.user_log, name, sender, call_id, error)
                 body.pop("result", None)
                 body["errorMsg"] = f"{type(error).__name__}: {error}"
                 data = ser.encode_json_args(body)
@@ -523,14 +533,13 @@ class Engine:
     def _log_failure(self, value: Any, error: BaseException | None) -> None:
         if error is None:
             return
-        where = " (replay)" if self.is_replaying else ""
         if isinstance(error, AmbrosiaError):
-            self.log.error("handler failed%s: %s", where, error)
+            self.user_log.error("handler failed: %s", error)
         else:
-            self.log.error("handler failed%s: %s", where, "".join(
+            self.user_log.error("handler failed: %s", "".join(
                 traceback.format_exception(error)).rstrip())
 
-    def _result_sender(self, caller: str, call_id: int
+    def _result_sender(self, method: str, caller: str, call_id: int
                        ) -> Callable[[Any, BaseException | None], None]:
         def send(value: Any, error: BaseException | None) -> None:
             if error is None:
@@ -541,6 +550,8 @@ class Engine:
             if error is not None:
                 if not isinstance(error, Exception):
                     raise error
+                if not replaylog.declared(error, self.cls.remote_errors):
+                    replaylog.log_rpc_failure(self.user_log, method, caller, call_id, error)
                 payload = [False, [type(error).__name__, str(error)]]
             self._send_envelope(caller, RESULT_METHOD_ID, RpcType.FORK, call_id, payload)
 

@@ -35,6 +35,7 @@ class Calculator(Immortal):
     @rpc
     async def store(self, entry: Entry) -> Entry:
         self.entries.append(entry)
+        self.ctx.log.info("calc: stored %r", entry)
         return Entry(entry.n * 2, entry.note.upper())
 
     @rpc
