@@ -87,6 +87,11 @@ class ImpulseDuringRecoveryError(LocalProtocolError):
     """An Impulse was sent before the instance became primary (the protocol forbids it)."""
 
 
+class AlreadyUpgradedError(LocalProtocolError):
+    """An upgrade test was asked of a checkpoint that already holds the new version (the
+    instance was upgraded live); the test must replay the version before the upgrade."""
+
+
 class ImmortalDefinitionError(AmbrosiaError, TypeError):
     """An Immortal class is malformed; the message lists every problem found."""
 

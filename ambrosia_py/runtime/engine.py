@@ -37,6 +37,7 @@ import xxhash
 from .. import serialization as ser
 from ..context import ImmortalContext
 from ..errors import (
+    AlreadyUpgradedError,
     AmbrosiaError,
     ImpulseDuringRecoveryError,
     LocalProtocolError,
@@ -174,6 +175,7 @@ class Engine:
         self._loop_thread = threading.get_ident()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ckpt_in: IO[bytes] | None = None
+        self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
         # Each method's positional parameter types, looked up once rather than per call.
         self._positional_types: dict[Callable[..., Any], list[Any]] = {}
 
@@ -757,6 +759,7 @@ class Engine:
             self.log.info("the checkpoint is already %s version %d: running it", cls_name,
                           version)
             self.cls, self.upgrade_to = target, None
+            self._loaded_upgraded = True
         elif (cls_name, version) != (self.cls.__qualname__, self.cls.version):
             raise SerializationError(
                 f"the checkpoint holds {cls_name} version {version}, but the code is "
@@ -787,6 +790,11 @@ class Engine:
     # ------------------------------------------------------------ upgrade
     def _upgrade(self, live: bool) -> None:
         new_cls = self.upgrade_to
+        if new_cls is None and self._loaded_upgraded and not live:
+            raise AlreadyUpgradedError(
+                f"the checkpoint already holds {self.cls.__qualname__} version "
+                f"{self.cls.version} (the instance was upgraded live): an upgrade test "
+                "replays a checkpoint of the version before the upgrade")
         if new_cls is None:
             raise LocalProtocolError(
                 "the coordinator asked for an upgrade, but no VNext class was given "

@@ -231,3 +231,55 @@ class Flooder(Immortal):
     @impulse
     def flood(self, i: int, pad: bytes) -> None:
         self.flooded += 1
+
+
+class BookV1(Immortal):
+    """Version 1 of a guest book (names in a list), for live upgrades to ``BookV2``."""
+
+    version = 1
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_first_start(self) -> None:
+        for name in ("ada", "grace", "ada"):
+            self.self_proxy.sign(name)
+
+    @fork
+    def sign(self, name: str) -> None:
+        self.names.append(name)
+        self.ctx.log.info("v1 signed by %s (%d signatures)", name, len(self.names))
+
+
+class BookV2(Immortal):
+    """Version 2: counts per name; once primary, a visitor from the outside world signs."""
+
+    version = 2
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    @classmethod
+    def upgrade_from(cls, previous: BookV1) -> BookV2:  # type: ignore[override]
+        new = cls()
+        for name in previous.names:
+            new.counts[name.title()] = new.counts.get(name.title(), 0) + 1
+        return new
+
+    def on_first_start(self) -> None:  # replays v1's first start in an upgrade test
+        for name in ("ada", "grace", "ada"):
+            self.self_proxy.sign(name)
+
+    def on_become_primary(self) -> None:
+        if "Linus" not in self.counts:
+            self.impulse_self.visit("linus")
+
+    @impulse
+    def visit(self, name: str) -> None:
+        self.self_proxy.sign(name)
+
+    @fork
+    def sign(self, name: str) -> None:
+        self.counts[name.title()] = self.counts.get(name.title(), 0) + 1
+        self.ctx.log.info("v2 signed by %s (%d signatures)", name.title(),
+                          sum(self.counts.values()))
