@@ -117,6 +117,11 @@ class RemoteCallError(AmbrosiaError):
         super().__init__(f"{remote_type}: {message}")
 
 
+class JournalLimitError(AmbrosiaError):
+    """An awaited call was abandoned: while handlers were suspended, the inputs every
+    checkpoint must carry passed the class's ``journal_limit_bytes``."""
+
+
 class UnknownMethodError(AmbrosiaError, LookupError):
     """An RPC named a method id the immortal does not publish."""
 

@@ -270,6 +270,12 @@ class Immortal:
         version: the code version (stored in checkpoints, compared on load).
         remote_errors: exception types that callers re-raise as themselves when this
             immortal's ``@rpc`` methods raise them (others arrive as ``RemoteCallError``).
+        journal_warning_bytes: while a handler is suspended on ``await``, every
+            checkpoint carries all inputs handled since it began; a warning is logged when
+            they pass this many bytes, and again at each doubling (None: never).
+        journal_limit_bytes: past this many bytes, the suspended awaits fail with
+            ``JournalLimitError``, oldest first, until none is suspended and checkpoints
+            are small again (None, the default: no limit).
     """
 
     __slots__ = ("_ambrosia_ctx",)
@@ -280,6 +286,8 @@ class Immortal:
     __ambrosia_state_types__: ClassVar[dict[str, Any]] = {}
     version: ClassVar[int] = 0
     remote_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    journal_warning_bytes: ClassVar[int | None] = 1 << 20
+    journal_limit_bytes: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

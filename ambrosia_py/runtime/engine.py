@@ -23,7 +23,6 @@ import contextlib
 import inspect
 import logging
 import os
-import random
 import tempfile
 import threading
 import time
@@ -59,6 +58,8 @@ from ..protocol import events as ev
 from ..wire import OutgoingRpc, Rpc, RpcType
 from . import checkpoint as ckpt
 from . import jsconv, replaylog
+from .handling import CurrentInput, Task
+from .journal import Journal
 
 __all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
 
@@ -66,42 +67,6 @@ CHECKPOINT_FORMAT = ckpt.CHECKPOINT_FORMAT
 
 _INITIAL_MAGIC = "ambrosia-py"
 IMPULSE_QUEUE_LIMIT = 1 << 20  # bytes of queued Impulses before outside-world threads wait
-
-
-class CurrentInput:
-    """The logged input being handled: where ``now()`` and ``random()`` come from."""
-
-    __slots__ = ("_rng", "entropy", "timestamp_ns")
-
-    def __init__(self, timestamp_ns: int, entropy: int) -> None:
-        self.timestamp_ns = timestamp_ns
-        self.entropy = entropy
-        self._rng: random.Random | None = None
-
-    def __repr__(self) -> str:
-        return f"CurrentInput(timestamp_ns={self.timestamp_ns}, entropy={self.entropy})"
-
-    @property
-    def rng(self) -> random.Random:
-        # Seeded on first use: seeding costs more than dispatching a small handler, and
-        # most inputs never ask. The sequence is the same whenever it starts.
-        if self._rng is None:
-            self._rng = random.Random(self.entropy)
-        return self._rng
-
-    def derive(self) -> tuple[int, int]:
-        """Header for an RPC sent while handling this input: a function of this input."""
-        return self.timestamp_ns, self.rng.getrandbits(63)
-
-
-class _Task:
-    __slots__ = ("coro", "name", "on_done")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], name: str,
-                 on_done: Callable[[Any, BaseException | None], None]) -> None:
-        self.coro = coro
-        self.name = name
-        self.on_done = on_done
 
 
 class Engine:
@@ -157,10 +122,9 @@ class Engine:
         self._inputs_seen = 0
         # Volatile: rebuilt from checkpoints and replay.
         self._pending: dict[int, PendingCall[Any]] = {}
-        self._waiters: dict[int, list[_Task]] = {}
+        self._waiters: dict[int, list[Task]] = {}
         self._suspended = 0
-        self._snapshot: bytes | None = None
-        self._since: list[Any] = []
+        self._journal = Journal()  # what checkpoints carry while handlers are suspended
         self._suppress = False
         self._batch: list[OutgoingRpc] = []
         self._impulses: list[OutgoingRpc] = []
@@ -286,14 +250,12 @@ class Engine:
     # ------------------------------------------------------------ inputs
     def _input(self, record: tuple[Any, ...]) -> None:
         if self._suspended == 0 and self._may_suspend(record):
-            self._snapshot = self._state_bytes()
-            self._since = []
-        if self._snapshot is not None:
-            self._since.append(list(record))
+            self._journal.begin(self._state_bytes())
+        if self._journal.active:
+            self._journal.add(record)
         self._apply(record)
         if self._suspended == 0:
-            self._snapshot = None
-            self._since = []
+            self._journal.clear()
 
     def _may_suspend(self, record: tuple[Any, ...]) -> bool:
         if record[0] == "i":
@@ -315,8 +277,32 @@ class Engine:
                 self._apply_initial(record[1])
             else:
                 self._apply_rpc(Rpc(record[1], record[2], record[3], record[4]))
+            if self._suspended:
+                self._check_journal()
         finally:
             self.current_input = None
+
+    def _check_journal(self) -> None:
+        """Warn when the journal passes the class's threshold; past its limit, fail the
+        suspended awaits, oldest first, until none is left (only then can it be dropped).
+        A function of the log: a replay does the same at the same input."""
+        j, cls = self._journal, self.cls
+        if j.warning_due(cls.journal_warning_bytes):
+            self.user_log.warning("%s", j.warning(self._suspended_names(),
+                                                  cls.journal_warning_bytes))
+        if not j.over(cls.journal_limit_bytes):
+            return
+        for call_id in sorted(self._waiters):
+            pc = self._pending.pop(call_id, None)
+            if self._suspended == 0 or pc is None:
+                break
+            pc.resolve(error=j.limit_error(f"{pc.method} (call {call_id})",
+                                           cls.journal_limit_bytes))
+            self._resume(pc)
+
+    def _suspended_names(self) -> str:
+        return ", ".join(f"{t.name} awaiting {self._pending[cid].method} (call {cid})"
+                         for cid in sorted(self._waiters) for t in self._waiters[cid])
 
     def _apply_initial(self, data: bytes) -> None:
         try:
@@ -509,11 +495,11 @@ class Engine:
             on_done(None, e)
             return
         if inspect.iscoroutine(result):
-            self._step(_Task(result, name, on_done))
+            self._step(Task(result, name, on_done))
         else:
             on_done(result, None)
 
-    def _step(self, task: _Task) -> None:
+    def _step(self, task: Task) -> None:
         try:
             awaited = task.coro.send(None)
         except StopIteration as stop:
@@ -731,10 +717,10 @@ class Engine:
                 f.write(ckpt.header(self.instance, "q"))
                 ckpt.write_state(self.instance, self._framework_state(), f)
             else:
-                assert self._snapshot is not None
+                assert self._journal.snapshot is not None
                 f.write(ckpt.header(self.instance, "p"))
-                f.write(self._snapshot)
-                f.write(msgpack.packb(self._since, use_bin_type=True))
+                f.write(self._journal.snapshot)
+                f.write(msgpack.packb(self._journal.records, use_bin_type=True))
             size = f.tell()
             f.seek(0)
         except BaseException:
@@ -769,17 +755,17 @@ class Engine:
         self._read_state(objects)
         if mode == "p":
             inputs = next(objects)
-            self._snapshot = self._state_bytes()
-            self._since = inputs
+            self._journal.begin(self._state_bytes())
             self.log.info("re-dispatching %d inputs to rebuild suspended calls", len(inputs))
             self._suppress = True
             try:
                 for record in inputs:
+                    self._journal.add(record)
                     self._apply(tuple(record))
             finally:
                 self._suppress = False
             if self._suspended == 0:
-                self._snapshot, self._since = None, []
+                self._journal.clear()
 
     def _read_state(self, objects: Iterator[Any]) -> None:
         fw, self.instance = ckpt.read_state(self.cls, objects, self._attach)

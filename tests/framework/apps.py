@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import attrs
 
 from ambrosia_py import Immortal, ImpulseDuringRecoveryError, fork, impulse, rpc
+from ambrosia_py.errors import JournalLimitError
 
 
 @attrs.define
@@ -283,3 +284,31 @@ class BookV2(Immortal):
         self.counts[name.title()] = self.counts.get(name.title(), 0) + 1
         self.ctx.log.info("v2 signed by %s (%d signatures)", name.title(),
                           sum(self.counts.values()))
+
+
+class Patient(Immortal):
+    """Awaits a call that is not answered while forks keep arriving: every checkpoint
+    carries those forks."""
+
+    journal_warning_bytes = 1000
+
+    def __init__(self) -> None:
+        self.padded = 0
+        self.outcome = ""
+
+    async def on_first_start(self) -> None:
+        try:
+            await self.immortal("calc", Calculator).divide(1, 2)
+            self.outcome = "answered"
+        except JournalLimitError as e:
+            self.outcome = f"JournalLimitError: {e}"
+
+    @fork
+    def pad(self, data: bytes) -> None:
+        self.padded += 1
+
+
+class BoundedPatient(Patient):
+    """The same, with a limit: past it, the await fails and checkpoints shrink again."""
+
+    journal_limit_bytes = 3000
