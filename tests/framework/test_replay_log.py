@@ -1,14 +1,20 @@
 """What a server logs about its handlers, live and on replay, as `ambrosia run` prints it:
 an @rpc error its class does not declare is logged with its traceback on the callee; lines
-logged by replayed handlers are quiet by default and marked with AMBROSIA_LOG_REPLAY=1."""
+logged by replayed handlers are quiet by default and marked with AMBROSIA_LOG_REPLAY=1.
+The engine setting and ``ctx.log_replay`` against an in-memory coordinator."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 
+from ambrosia_py.runtime.engine import Engine
+
+from .apps import Clocked
 from .conftest import Launcher
+from .fakeic import FakeCoordinator
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +75,41 @@ def test_with_ambrosia_log_replay_replayed_lines_are_shown_marked(
     assert messages.count(f"[replay] {FAILED}") == 1
     assert "KeyError: 'nope'" in messages
     assert not any(STORED in m and not m.startswith("[replay] ") for m in messages)
+
+
+def _replay_messages(caplog: pytest.LogCaptureFixture, **engine_kw: object) -> list[str]:
+    """Clocked's live run, then a replay of its log by a new engine; the replay's lines."""
+    live = FakeCoordinator(Engine(Clocked, "me"))
+    live.first_start()
+    caplog.clear()
+    again = FakeCoordinator(Engine(Clocked, "me", **engine_kw))  # type: ignore[arg-type]
+    again.recover(live.checkpoints[0], list(live.log))
+    return [r.getMessage() for r in caplog.records if "sampled" in r.getMessage()]
+
+
+def test_the_engine_setting_overrides_the_environment(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.INFO)
+    monkeypatch.setenv("AMBROSIA_LOG_REPLAY", "1")
+    assert _replay_messages(caplog, log_replay=False) == []
+    monkeypatch.delenv("AMBROSIA_LOG_REPLAY")
+    assert _replay_messages(caplog, log_replay=True) == [
+        "[replay] sampled 1", "[replay] sampled 2", "[replay] sampled 3"]
+    assert _replay_messages(caplog) == []
+
+
+def test_ctx_log_replay_switches_it_from_the_immortal(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    live = FakeCoordinator(Engine(Clocked, "me"))
+    live.first_start()
+    eng = Engine(Clocked, "me", log_replay=False)
+    again = FakeCoordinator(eng)
+    again.recover(live.checkpoints[0], [], primary=False)
+    assert eng.instance is not None and not eng.instance.ctx.log_replay
+    eng.instance.ctx.log_replay = True
+    assert eng.log_replay
+    caplog.clear()
+    for record in live.log:
+        again.record(record)
+    assert [r.getMessage() for r in caplog.records if "sampled" in r.getMessage()] == [
+        "[replay] sampled 1", "[replay] sampled 2", "[replay] sampled 3"]
