@@ -355,7 +355,8 @@ class Engine:
                 pos, kw = self._decode_payload(spec, env.payload)
             elif args[:1] == b"{":
                 self._enter_derived(args)
-                pos, kw = (), self._load_json_kwargs(spec, ser.decode_json_args(args))
+                pos, kw = (), self._load_json_kwargs(
+                    spec, jsconv.fork_kwargs(ser.decode_json_args(args)))
             elif args[:1] == bytes([ser.RAW_BYTES_MARKER]):
                 self._enter_derived(args)
                 pos, kw = (ser.decode_raw_args(args),), {}

@@ -14,7 +14,7 @@ need translating:
   ``None`` from a method declared to return something else (``int | None``, ``Any``) is
   a value, sent as JSON ``null``.
 - **optional parameters.** AmbrosiaJS names an optional parameter ``arg:<name>?``; the
-  parameter is ``<name>``, with or without the ``?``.
+  parameter is ``<name>``, with or without the ``?`` (in a JSON fork's arguments, too).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 from ..errors import SerializationError
 from ..serialization import inspect_empty
 
-__all__ = ["ARG_PREFIX", "UNDEFINED", "call_body", "post_kwargs", "post_result",
-           "result_body", "result_value"]
+__all__ = ["ARG_PREFIX", "UNDEFINED", "call_body", "fork_kwargs", "post_kwargs",
+           "post_result", "result_body", "result_value"]
 
 UNDEFINED = "__UNDEFINED__"  # AmbrosiaJS's stand-in for `undefined` in a post result
 ARG_PREFIX = "arg:"
@@ -54,16 +54,26 @@ def post_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     Raises:
         SerializationError: one parameter is given twice (``arg:n`` and ``arg:n?``).
     """
+    args = {k[len(ARG_PREFIX):]: v for k, v in body.items() if k.startswith(ARG_PREFIX)}
+    return _optional_names(args, "the post call", ARG_PREFIX)
+
+
+def fork_kwargs(obj: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of a JSON fork or Impulse: ``n`` and ``n?`` both name ``n``.
+
+    Raises:
+        SerializationError: one parameter is given twice (``n`` and ``n?``).
+    """
+    return _optional_names(obj, "the JSON arguments", "")
+
+
+def _optional_names(args: dict[str, Any], what: str, prefix: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
-    for key, value in body.items():
-        if not key.startswith(ARG_PREFIX):
-            continue
-        name = key[len(ARG_PREFIX):]
-        if name.endswith(OPTIONAL_SUFFIX):
-            name = name[:-len(OPTIONAL_SUFFIX)]
+    for key, value in args.items():
+        name = key[:-len(OPTIONAL_SUFFIX)] if key.endswith(OPTIONAL_SUFFIX) else key
         if name in kwargs:
-            raise SerializationError(f"the post call gives argument {name!r} twice "
-                                     f"({ARG_PREFIX}{name} and {ARG_PREFIX}{name}?)")
+            raise SerializationError(f"{what} gives argument {name!r} twice "
+                                     f"({prefix}{name} and {prefix}{name}?)")
         kwargs[name] = value
     return kwargs
 

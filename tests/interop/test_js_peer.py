@@ -99,7 +99,7 @@ def test_python_calls_the_peer_through_the_js_proxy(interop: Interop) -> None:
 def test_optional_parameters_arrive_with_or_without_the_question_mark(
         interop: Interop) -> None:
     peer = _peer(interop)
-    interop.start_immortal(PY, "py")
+    py = interop.start_immortal(PY, "py")
     optional = peer.post("py", "scale", x=3, **{"factor?": 5})  # as AmbrosiaJS names it
     plain = peer.post("py", "scale", x=3, factor=7)
     omitted = peer.post("py", "scale", x=3)
@@ -110,6 +110,9 @@ def test_optional_parameters_arrive_with_or_without_the_question_mark(
     assert peer.result(twice)["errorMsg"] == (
         "SerializationError: the post call gives argument 'factor' twice "
         "(arg:factor and arg:factor?)")
+    # A JSON fork's argument names may carry the mark too.
+    peer.fork("py", 8, {"greeting": "optional", "n?": 5})
+    assert "[['optional', 5]]" in py.wait_for("greetings now")
 
 
 def test_void_results_cross_as_ambrosiajs_undefined_placeholder_both_ways(
