@@ -293,9 +293,11 @@ class Engine:
         if not j.over(cls.journal_limit_bytes):
             return
         for call_id in sorted(self._waiters):
-            pc = self._pending.pop(call_id, None)
-            if self._suspended == 0 or pc is None:
+            if self._suspended == 0:
                 break
+            if call_id not in self._waiters:
+                continue  # an earlier failure's handler resolved it meanwhile
+            pc = self._pending.pop(call_id)
             pc.resolve(error=j.limit_error(f"{pc.method} (call {call_id})",
                                            cls.journal_limit_bytes))
             self._resume(pc)

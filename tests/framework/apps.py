@@ -312,3 +312,28 @@ class BoundedPatient(Patient):
     """The same, with a limit: past it, the await fails and checkpoints shrink again."""
 
     journal_limit_bytes = 3000
+
+
+class Waiters(Immortal):
+    """Two handlers suspended at once, for the journal limit's order."""
+
+    journal_warning_bytes = None
+    journal_limit_bytes = 1000
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def on_first_start(self) -> None:
+        self.self_proxy.wait(1)
+        self.self_proxy.wait(2)
+
+    @fork
+    async def wait(self, n: int) -> None:
+        try:
+            await self.immortal("calc", Calculator).divide(n, 1)
+        except JournalLimitError as e:
+            self.outcomes.append(f"{n}: {e}")
+
+    @fork
+    def pad(self, data: bytes) -> None:
+        pass

@@ -16,7 +16,7 @@ from ambrosia_py.runtime.journal import input_size
 from ambrosia_py.serialization import Envelope
 from ambrosia_py.wire import RpcType
 
-from .apps import BoundedPatient, Patient
+from .apps import BoundedPatient, Patient, Waiters
 from .fakeic import FakeCoordinator
 
 PAD = default_method_id("pad")
@@ -117,3 +117,24 @@ def test_past_journal_limit_bytes_the_await_fails_and_checkpoints_shrink(
     recovered = later.engine.instance
     assert isinstance(recovered, BoundedPatient)
     assert (recovered.padded, recovered.outcome) == (inst.padded, inst.outcome)
+
+
+def test_the_limit_fails_every_suspended_await_oldest_first(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    ic = FakeCoordinator(Engine(Waiters, "waiters"))
+    ic.first_start()
+    ic.deliver_self()  # the two self-calls: both handlers now await calc
+    assert ic.engine.pending_calls == 2 and not ic.engine.quiescent
+    for i in range(30):
+        _pad(ic, i)
+        if ic.engine.quiescent:
+            break
+    inst = ic.engine.instance
+    assert isinstance(inst, Waiters)
+    assert [o.split(" was abandoned")[0] for o in inst.outcomes] == [
+        "1: divide (call 1)", "2: divide (call 2)"]
+    assert inst.outcomes[0].split(" was abandoned")[1] == inst.outcomes[1].split(
+        " was abandoned")[1]
+    assert ic.engine.pending_calls == 0
+    assert _warnings(caplog) == []  # journal_warning_bytes = None: no warning
