@@ -481,7 +481,8 @@ class Engine:
                 except SerializationError as e:
                     error = e
             if error is not None:
-                replaylog.log_rpc_failure(self.user_log, name, sender, call_id, error)
+                replaylog.log_rpc_failure(self.user_log, name, sender, call_id, error,
+                                          posted=True)
                 body.pop("result", None)
                 body["errorMsg"] = f"{type(error).__name__}: {error}"
                 data = ser.encode_json_args(body)

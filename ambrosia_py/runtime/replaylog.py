@@ -64,11 +64,15 @@ def declared(error: BaseException, remote_errors: tuple[type[BaseException], ...
 
 
 def log_rpc_failure(log: ReplayAwareLogger, method: str, caller: str, call_id: Any,
-                    error: BaseException) -> None:
-    """Log, on the callee, an awaited call's error that its class does not declare in
-    ``remote_errors`` (the caller receives it as ``RemoteCallError``): with its traceback,
-    unless it is one of the framework's own one-line errors."""
+                    error: BaseException, *, posted: bool = False) -> None:
+    """Log, on the callee, an error its caller will receive: an ``@rpc``'s exception that
+    its class does not declare in ``remote_errors`` (the caller gets ``RemoteCallError``),
+    or any error answering an AmbrosiaJS post (``posted``: the caller gets ``errorMsg``).
+    With its traceback, unless it is one of the framework's own one-line errors."""
     exc_info = None if isinstance(error, AmbrosiaError) else error
     suffix = "" if exc_info is not None else f": {type(error).__name__}: {error}"
-    log.error("%s failed (called by %s, call %s), not one of its remote_errors%s", method,
-              caller or "?", call_id, suffix, exc_info=exc_info)
+    how = ("posted by %s, call %s; the caller gets its errorMsg" if posted else
+           "called by %s, call %s; not in remote_errors, so the caller gets a "
+           "RemoteCallError")
+    log.error(f"%s failed ({how})%s", method, caller or "?", call_id, suffix,
+              exc_info=exc_info)

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.integration
 
 CALC = "tests.framework.apps:Calculator"
 STORED = "calc: stored Entry(n=21, note='hi')"
-FAILED = ("fail failed (called by caller, call 4), not one of its remote_errors")
+FAILED = ("fail failed (called by caller, call 4; not in remote_errors, so the caller gets a "
+          "RemoteCallError)")
 
 
 def _env(log_replay: str | None) -> dict[str, str]:

@@ -45,7 +45,7 @@ def test_json_and_raw_forks_from_the_peer_reach_python_state(interop: Interop) -
 
 def test_post_calls_from_the_peer_get_their_result_or_error(interop: Interop) -> None:
     peer = _peer(interop)
-    interop.start_immortal(PY, "py")
+    py = interop.start_immortal(PY, "py")
     add = peer.post("py", "add", a=2, b=40)
     div = peer.post("py", "divide", a=1, b=0)
     nope = peer.post("py", "no_such_method", a=1)
@@ -59,6 +59,13 @@ def test_post_calls_from_the_peer_get_their_result_or_error(interop: Interop) ->
     assert failed["methodName"] == "divide_Result" and failed["callID"] == div
     assert "result" not in failed
     assert failed["errorMsg"] == "ZeroDivisionError: division by zero"
+    # The callee logs it too, with its traceback.
+    logged = py.wait_for(f"divide failed (posted by js, call {div}")
+    assert logged.endswith(f"divide failed (posted by js, call {div}; the caller gets its "
+                           "errorMsg)")
+    after = py.lines[py.lines.index(logged) + 1:]
+    assert after[0] == "Traceback (most recent call last):"
+    assert "ZeroDivisionError: division by zero" in after[:12]
     unknown = peer.result(nope)
     assert unknown["methodName"] == "no_such_method_Result" and "no_such_method" in (
         unknown["errorMsg"])
