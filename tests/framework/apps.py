@@ -302,16 +302,37 @@ class Patient(Immortal):
             self.outcome = "answered"
         except JournalLimitError as e:
             self.outcome = f"JournalLimitError: {e}"
+            self.ctx.log.info("patient gave up: %s", e)
 
     @fork
     def pad(self, data: bytes) -> None:
         self.padded += 1
+        self.ctx.log.info("patient padded %d", self.padded)
 
 
 class BoundedPatient(Patient):
     """The same, with a limit: past it, the await fails and checkpoints shrink again."""
 
     journal_limit_bytes = 3000
+
+
+def _send_pads(inst: Patient, count: int) -> None:
+    """Outside-world code: ``count`` pads as Impulses, once in the instance's history."""
+    if inst.padded == 0:
+        threading.Thread(target=lambda: [inst.impulse_self.pad(bytes(150))
+                                         for _ in range(count)], daemon=True).start()
+
+
+class ImpulsedPatient(Patient):
+    """Patient under `ambrosia run`: its pads come as Impulses once it is primary."""
+
+    def on_become_primary(self) -> None:
+        _send_pads(self, 15)
+
+
+class ImpulsedBoundedPatient(BoundedPatient):
+    def on_become_primary(self) -> None:
+        _send_pads(self, 20)
 
 
 class Waiters(Immortal):

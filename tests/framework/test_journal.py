@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 
 import msgpack
 import pytest
 
 from ambrosia_py.immortal import RESULT_METHOD_ID, default_method_id
+from ambrosia_py.runtime.cli import free_ports
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.journal import input_size
 from ambrosia_py.serialization import Envelope
+from ambrosia_py.testing import checkpoints, repro
 from ambrosia_py.wire import RpcType
 
-from .apps import BoundedPatient, Patient, Waiters
+from .apps import BoundedPatient, ImpulsedBoundedPatient, ImpulsedPatient, Patient, Waiters
+from .conftest import Launcher
 from .fakeic import FakeCoordinator
+from .test_e2e import wait_until
 
 PAD = default_method_id("pad")
 WARNING = ("every checkpoint now carries {n} inputs ({size} bytes) because handlers are "
@@ -138,3 +143,66 @@ def test_the_limit_fails_every_suspended_await_oldest_first(
         " was abandoned")[1]
     assert ic.engine.pending_calls == 0
     assert _warnings(caplog) == []  # journal_warning_bytes = None: no warning
+
+
+# ------------------------------------------------------------ `ambrosia run`, kill -9
+WARNED = re.compile(r".* ambrosia\.patient: every checkpoint now carries (\d+) inputs "
+                    r"\((\d+) bytes\) because handlers are suspended: on_first_start awaiting "
+                    r"divide \(call 1\) \(over journal_warning_bytes=1000; see 'Long-lived "
+                    r"work' in the README\)$")
+
+
+def _register_calc(launcher: Launcher) -> None:
+    """The callee is registered but never runs: the await stays suspended."""
+    from ambrosia_ic import registry
+
+    rp, sp, icp = free_ports(3)
+    registry.register(instance_name="calc", receive_port=rp, send_port=sp, ic_port=icp,
+                      log_dir=str(launcher.home / "logs"), home=launcher.home)
+
+
+@pytest.mark.integration
+def test_a_real_run_warns_live_and_recovers_quietly(launcher: Launcher) -> None:
+    _register_calc(launcher)
+    p = launcher.start("tests.framework.apps:ImpulsedPatient", "patient")
+    p.wait_for("patient padded 15")
+    warned = [WARNED.match(line) for line in p.lines if "every checkpoint" in line]
+    # Each pad adds about 200 bytes: the 5th passes 1000, the 10th 2000; 4000 is not reached.
+    assert [int(m.group(1)) for m in warned if m] == [6, 11] and len(warned) == 2
+    assert [int(m.group(2)) // 1000 for m in warned if m] == [1, 2]
+    p.kill()
+    # A replay of the log, then a load of the checkpoint that carries the journal.
+    p = launcher.start("tests.framework.apps:ImpulsedPatient", "patient")
+    wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2)
+    p.stop()
+    assert not any("every checkpoint" in line for line in p.lines)
+    p = launcher.start("tests.framework.apps:ImpulsedPatient", "patient")
+    p.stop()
+    assert not any("every checkpoint" in line for line in p.lines)
+    assert any("re-dispatching 16 inputs to rebuild suspended calls" in line
+               for line in p.lines)
+    state = repro("patient", ImpulsedPatient, home=launcher.home).state
+    assert (state.padded, state.outcome) == (15, "")
+
+
+@pytest.mark.integration
+def test_a_real_run_gives_up_past_the_limit_and_stays_small(launcher: Launcher) -> None:
+    _register_calc(launcher)
+    p = launcher.start("tests.framework.apps:ImpulsedBoundedPatient", "patient")
+    line = p.wait_for("patient gave up: ")
+    assert re.fullmatch(r".* patient gave up: divide \(call 1\) was abandoned: the 16 inputs "
+                        r"\(3\d{3} bytes\) carried since handlers were suspended passed "
+                        r"journal_limit_bytes=3000", line)
+    p.wait_for("patient padded 20")
+    p.kill()
+    p = launcher.start("tests.framework.apps:ImpulsedBoundedPatient", "patient")
+    wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2)
+    p.stop()
+    # Replayed, it gave up at the same input, so its checkpoints carry no journal.
+    assert not any("gave up" in ln or "re-dispatching" in ln for ln in p.lines)
+    p = launcher.start("tests.framework.apps:ImpulsedBoundedPatient", "patient")
+    p.stop()
+    assert not any("re-dispatching" in ln for ln in p.lines)
+    state = repro("patient", ImpulsedBoundedPatient, home=launcher.home).state
+    assert state.padded == 20 and state.outcome == "JournalLimitError: " + line.split(
+        "patient gave up: ")[1]
