@@ -25,9 +25,14 @@ __all__ = ["ImmortalContext"]
 class ImmortalContext:
     """The runtime's face towards one immortal instance."""
 
-    def __init__(self, engine: Engine, instance_name: str, logger: logging.Logger) -> None:
+    def __init__(self, engine: Engine, instance_name: str,
+                 logger: logging.LoggerAdapter[logging.Logger]) -> None:
         self._engine = engine
         self.instance_name = instance_name
+        #: The instance's logger. Lines logged while handling a replayed input are dropped
+        #: (they were printed when the input was first handled), or shown with a ``[replay] ``
+        #: mark when replay logging is on (``AMBROSIA_LOG_REPLAY=1``, or
+        #: ``ctx.log_replay = True``).
         self.log = logger
 
     @property
@@ -39,6 +44,15 @@ class ImmortalContext:
     def is_replaying(self) -> bool:
         """True while the inputs being handled are replays of an earlier life's."""
         return self._engine.is_replaying
+
+    @property
+    def log_replay(self) -> bool:
+        """Whether lines logged during replay are shown (marked ``[replay] ``)."""
+        return self._engine.log_replay
+
+    @log_replay.setter
+    def log_replay(self, on: bool) -> None:
+        self._engine.log_replay = on
 
     @property
     def in_handler(self) -> bool:

@@ -92,6 +92,11 @@ class ImpulseDuringRecoveryError(LocalProtocolError):
     """An Impulse was sent before the instance became primary (the protocol forbids it)."""
 
 
+class AlreadyUpgradedError(LocalProtocolError):
+    """An upgrade test was asked of a checkpoint that already holds the new version (the
+    instance was upgraded live); the test must replay the version before the upgrade."""
+
+
 class ImmortalDefinitionError(AmbrosiaError, TypeError):
     """An Immortal class is malformed; the message lists every problem found."""
 
@@ -115,6 +120,11 @@ class RemoteCallError(AmbrosiaError):
         self.remote_type = remote_type
         self.remote_message = message
         super().__init__(f"{remote_type}: {message}")
+
+
+class JournalLimitError(AmbrosiaError):
+    """An awaited call was abandoned: while handlers were suspended, the inputs every
+    checkpoint must carry passed the class's ``journal_limit_bytes``."""
 
 
 class UnknownMethodError(AmbrosiaError, LookupError):

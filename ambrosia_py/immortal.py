@@ -270,6 +270,12 @@ class Immortal:
         version: the code version (stored in checkpoints, compared on load).
         remote_errors: exception types that callers re-raise as themselves when this
             immortal's ``@rpc`` methods raise them (others arrive as ``RemoteCallError``).
+        journal_warning_bytes: while a handler is suspended on ``await``, every
+            checkpoint carries all inputs handled since it began; a warning is logged when
+            they pass this many bytes, and again at each doubling (None: never).
+        journal_limit_bytes: past this many bytes, the suspended awaits fail with
+            ``JournalLimitError``, oldest first, until none is suspended and checkpoints
+            are small again (None, the default: no limit).
     """
 
     __slots__ = ("_ambrosia_ctx",)
@@ -280,6 +286,8 @@ class Immortal:
     __ambrosia_state_types__: ClassVar[dict[str, Any]] = {}
     version: ClassVar[int] = 0
     remote_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    journal_warning_bytes: ClassVar[int | None] = 1 << 20
+    journal_limit_bytes: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -542,12 +550,16 @@ class JsProxy:
     to method -1 whose JSON holds ``senderInstanceName``, ``destinationInstanceName``,
     ``methodName``, ``methodVersion`` (1), ``callID`` and one ``arg:<name>`` per keyword;
     awaiting it gives the ``result`` of the ``<name>_Result`` post that comes back, or
-    raises ``RemoteCallError`` carrying its ``errorMsg``.
+    raises ``RemoteCallError`` carrying its ``errorMsg``. A void JS method's result (the
+    placeholder ``"__UNDEFINED__"``) arrives as ``None``.
 
     Calls the other way need nothing special: AmbrosiaJS's JSON and raw-bytes forks reach
     the published method with that id (JSON fields as keyword arguments, loaded as the
     annotated types; raw bytes as one ``bytes`` argument), and its posts reach the
-    published method of that name, answered with ``<name>_Result``.
+    published method of that name, answered with ``<name>_Result``; ``arg:<name>?`` (an
+    optional JS parameter) fills the parameter ``<name>``, and a void method's ``None`` is
+    answered with ``"__UNDEFINED__"`` (JS sees ``undefined``) while a ``None`` from a method
+    declared to return a value is JSON ``null``.
     """
 
     __slots__ = ("_ctx", "_dest")

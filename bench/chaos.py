@@ -81,6 +81,11 @@ class ChaosClient(Immortal):
         self.done = True
         self.ctx.log.info("%s%d replies", DONE, len(self.replies))
 
+    def on_become_primary(self) -> None:
+        # A life that finished only in replay logged nothing (replayed lines are quiet).
+        if self.done:
+            self.ctx.log.info("%s%d replies", DONE, len(self.replies))
+
 
 # ---------------------------------------------------------------------------- the driver
 class ChaosError(AssertionError):

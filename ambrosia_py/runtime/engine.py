@@ -23,7 +23,6 @@ import contextlib
 import inspect
 import logging
 import os
-import random
 import tempfile
 import threading
 import time
@@ -37,6 +36,7 @@ import xxhash
 from .. import serialization as ser
 from ..context import ImmortalContext
 from ..errors import (
+    AlreadyUpgradedError,
     AmbrosiaError,
     ImpulseDuringRecoveryError,
     LocalProtocolError,
@@ -57,6 +57,9 @@ from ..protocol import BindingConnection
 from ..protocol import events as ev
 from ..wire import OutgoingRpc, Rpc, RpcType
 from . import checkpoint as ckpt
+from . import jsconv, replaylog
+from .handling import CurrentInput, Task
+from .journal import Journal
 
 __all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
 
@@ -64,42 +67,6 @@ CHECKPOINT_FORMAT = ckpt.CHECKPOINT_FORMAT
 
 _INITIAL_MAGIC = "ambrosia-py"
 IMPULSE_QUEUE_LIMIT = 1 << 20  # bytes of queued Impulses before outside-world threads wait
-
-
-class CurrentInput:
-    """The logged input being handled: where ``now()`` and ``random()`` come from."""
-
-    __slots__ = ("_rng", "entropy", "timestamp_ns")
-
-    def __init__(self, timestamp_ns: int, entropy: int) -> None:
-        self.timestamp_ns = timestamp_ns
-        self.entropy = entropy
-        self._rng: random.Random | None = None
-
-    def __repr__(self) -> str:
-        return f"CurrentInput(timestamp_ns={self.timestamp_ns}, entropy={self.entropy})"
-
-    @property
-    def rng(self) -> random.Random:
-        # Seeded on first use: seeding costs more than dispatching a small handler, and
-        # most inputs never ask. The sequence is the same whenever it starts.
-        if self._rng is None:
-            self._rng = random.Random(self.entropy)
-        return self._rng
-
-    def derive(self) -> tuple[int, int]:
-        """Header for an RPC sent while handling this input: a function of this input."""
-        return self.timestamp_ns, self.rng.getrandbits(63)
-
-
-class _Task:
-    __slots__ = ("coro", "name", "on_done")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], name: str,
-                 on_done: Callable[[Any, BaseException | None], None]) -> None:
-        self.coro = coro
-        self.name = name
-        self.on_done = on_done
 
 
 class Engine:
@@ -111,6 +78,9 @@ class Engine:
         upgrade_to: VNext, used when the coordinator asks for an upgrade.
         convert: the state conversion VCurrent -> VNext (default ``upgrade_to.upgrade_from``).
         record_outputs: keep every RPC sent, in order (for repro tests).
+        log_replay: show ``ctx.log`` lines (marked ``[replay] ``) and handler failures
+            logged while replaying, instead of dropping them; default: the environment
+            variable ``AMBROSIA_LOG_REPLAY``.
     """
 
     def __init__(
@@ -122,6 +92,7 @@ class Engine:
         convert: Callable[[Any], Immortal] | None = None,
         record_outputs: bool = False,
         logger: logging.Logger | None = None,
+        log_replay: bool | None = None,
     ) -> None:
         for c in (cls, upgrade_to):
             if c is not None and not (isinstance(c, type) and issubclass(c, Immortal)):
@@ -131,6 +102,12 @@ class Engine:
         self.upgrade_to = upgrade_to
         self.convert = convert
         self.log = logger or logging.getLogger(f"ambrosia.{instance_name}")
+        self.log_replay = replaylog.log_replay_from_env() if log_replay is None else log_replay
+        # What handlers log (ctx.log, their failures): quiet or marked while they handle a
+        # replayed input. Lifecycle hooks (loading a checkpoint, ...) run once per life.
+        self.user_log = replaylog.ReplayAwareLogger(
+            self.log, lambda: self.is_replaying and self.current_input is not None,
+            lambda: self.log_replay)
         self.conn = BindingConnection(instance_name)
         self.instance: Immortal | None = None
         self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
@@ -145,10 +122,9 @@ class Engine:
         self._inputs_seen = 0
         # Volatile: rebuilt from checkpoints and replay.
         self._pending: dict[int, PendingCall[Any]] = {}
-        self._waiters: dict[int, list[_Task]] = {}
+        self._waiters: dict[int, list[Task]] = {}
         self._suspended = 0
-        self._snapshot: bytes | None = None
-        self._since: list[Any] = []
+        self._journal = Journal()  # what checkpoints carry while handlers are suspended
         self._suppress = False
         self._batch: list[OutgoingRpc] = []
         self._impulses: list[OutgoingRpc] = []
@@ -163,6 +139,7 @@ class Engine:
         self._loop_thread = threading.get_ident()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ckpt_in: IO[bytes] | None = None
+        self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
         # Each method's positional parameter types, looked up once rather than per call.
         self._positional_types: dict[Callable[..., Any], list[Any]] = {}
 
@@ -190,7 +167,7 @@ class Engine:
 
     def _attach(self, inst: Immortal) -> Immortal:
         object.__setattr__(inst, "_ambrosia_ctx", ImmortalContext(self, self.instance_name,
-                                                                   self.log))
+                                                                   self.user_log))
         return inst
 
     # ------------------------------------------------------------ events
@@ -273,14 +250,12 @@ class Engine:
     # ------------------------------------------------------------ inputs
     def _input(self, record: tuple[Any, ...]) -> None:
         if self._suspended == 0 and self._may_suspend(record):
-            self._snapshot = self._state_bytes()
-            self._since = []
-        if self._snapshot is not None:
-            self._since.append(list(record))
+            self._journal.begin(self._state_bytes())
+        if self._journal.active:
+            self._journal.add(record)
         self._apply(record)
         if self._suspended == 0:
-            self._snapshot = None
-            self._since = []
+            self._journal.clear()
 
     def _may_suspend(self, record: tuple[Any, ...]) -> bool:
         if record[0] == "i":
@@ -302,8 +277,34 @@ class Engine:
                 self._apply_initial(record[1])
             else:
                 self._apply_rpc(Rpc(record[1], record[2], record[3], record[4]))
+            if self._suspended:
+                self._check_journal()
         finally:
             self.current_input = None
+
+    def _check_journal(self) -> None:
+        """Warn when the journal passes the class's threshold; past its limit, fail the
+        suspended awaits, oldest first, until none is left (only then can it be dropped).
+        A function of the log: a replay does the same at the same input."""
+        j, cls = self._journal, self.cls
+        if j.warning_due(cls.journal_warning_bytes):
+            self.user_log.warning("%s", j.warning(self._suspended_names(),
+                                                  cls.journal_warning_bytes))
+        if not j.over(cls.journal_limit_bytes):
+            return
+        for call_id in sorted(self._waiters):
+            if self._suspended == 0:
+                break
+            if call_id not in self._waiters:
+                continue  # an earlier failure's handler resolved it meanwhile
+            pc = self._pending.pop(call_id)
+            pc.resolve(error=j.limit_error(f"{pc.method} (call {call_id})",
+                                           cls.journal_limit_bytes))
+            self._resume(pc)
+
+    def _suspended_names(self) -> str:
+        return ", ".join(f"{t.name} awaiting {self._pending[cid].method} (call {cid})"
+                         for cid in sorted(self._waiters) for t in self._waiters[cid])
 
     def _apply_initial(self, data: bytes) -> None:
         try:
@@ -352,11 +353,12 @@ class Engine:
                 env = ser.Envelope.decode(args)
                 self._enter(env.timestamp_ns, env.entropy)
                 if env.call_id >= 0 and spec.kind is MethodKind.RPC:
-                    on_done = self._result_sender(env.caller, env.call_id)
+                    on_done = self._result_sender(spec.name, env.caller, env.call_id)
                 pos, kw = self._decode_payload(spec, env.payload)
             elif args[:1] == b"{":
                 self._enter_derived(args)
-                pos, kw = (), self._load_json_kwargs(spec, ser.decode_json_args(args))
+                pos, kw = (), self._load_json_kwargs(
+                    spec, jsconv.fork_kwargs(ser.decode_json_args(args)))
             elif args[:1] == bytes([ser.RAW_BYTES_MARKER]):
                 self._enter_derived(args)
                 pos, kw = (ser.decode_raw_args(args),), {}
@@ -448,43 +450,39 @@ class Engine:
             if "errorMsg" in obj:
                 pc.resolve(error=RemoteCallError(str(obj["errorMsg"]), "Error"))
             else:
-                pc.resolve(obj.get("result"))
+                pc.resolve(jsconv.post_result(obj))
             self._resume(pc)
             return
         sender = obj.get("senderInstanceName", "")
         on_done: Callable[[Any, BaseException | None], None] = self._log_failure
         if obj.get("resultRequired", True) and sender:
-            on_done = self._post_result_sender(sender, name, call_id)
+            on_done = self._post_result_sender(sender, name, call_id,
+                                               spec.return_type if spec else None)
         if spec is None:
             on_done(None, UnknownMethodError(f"{self.cls.__qualname__} publishes no method "
                                              f"{name!r}"))
             return
         try:
-            kwargs = self._load_json_kwargs(
-                spec, {k[4:]: v for k, v in obj.items() if k.startswith("arg:")})
+            kwargs = self._load_json_kwargs(spec, jsconv.post_kwargs(obj))
         except SerializationError as e:
             on_done(None, e)
             return
         self._start(getattr(self.instance, spec.name), (), kwargs, spec.name, on_done)
 
-    def _post_result_sender(self, sender: str, name: str, call_id: Any
+    def _post_result_sender(self, sender: str, name: str, call_id: Any, return_type: Any
                             ) -> Callable[[Any, BaseException | None], None]:
         def send(value: Any, error: BaseException | None) -> None:
-            body: dict[str, Any] = {
-                "senderInstanceName": self.instance_name,
-                "destinationInstanceName": sender,
-                "methodName": f"{name}_Result",
-                "methodVersion": 1,
-                "callID": call_id,
-            }
+            body = jsconv.result_body(self.instance_name, sender, name, call_id)
             if error is None:
                 try:
-                    body["result"] = self.serializer.dump(value)
+                    body["result"] = jsconv.result_value(value, self.serializer.dump(value),
+                                                         return_type)
                     data = ser.encode_json_args(body)
                 except SerializationError as e:
                     error = e
             if error is not None:
-                self._log_failure(None, error)
+                replaylog.log_rpc_failure(self.user_log, name, sender, call_id, error,
+                                          posted=True)
                 body.pop("result", None)
                 body["errorMsg"] = f"{type(error).__name__}: {error}"
                 data = ser.encode_json_args(body)
@@ -501,11 +499,11 @@ class Engine:
             on_done(None, e)
             return
         if inspect.iscoroutine(result):
-            self._step(_Task(result, name, on_done))
+            self._step(Task(result, name, on_done))
         else:
             on_done(result, None)
 
-    def _step(self, task: _Task) -> None:
+    def _step(self, task: Task) -> None:
         try:
             awaited = task.coro.send(None)
         except StopIteration as stop:
@@ -527,14 +525,13 @@ class Engine:
     def _log_failure(self, value: Any, error: BaseException | None) -> None:
         if error is None:
             return
-        where = " (replay)" if self.is_replaying else ""
         if isinstance(error, AmbrosiaError):
-            self.log.error("handler failed%s: %s", where, error)
+            self.user_log.error("handler failed: %s", error)
         else:
-            self.log.error("handler failed%s: %s", where, "".join(
+            self.user_log.error("handler failed: %s", "".join(
                 traceback.format_exception(error)).rstrip())
 
-    def _result_sender(self, caller: str, call_id: int
+    def _result_sender(self, method: str, caller: str, call_id: int
                        ) -> Callable[[Any, BaseException | None], None]:
         def send(value: Any, error: BaseException | None) -> None:
             if error is None:
@@ -545,6 +542,8 @@ class Engine:
             if error is not None:
                 if not isinstance(error, Exception):
                     raise error
+                if not replaylog.declared(error, self.cls.remote_errors):
+                    replaylog.log_rpc_failure(self.user_log, method, caller, call_id, error)
                 payload = [False, [type(error).__name__, str(error)]]
             self._send_envelope(caller, RESULT_METHOD_ID, RpcType.FORK, call_id, payload)
 
@@ -662,15 +661,8 @@ class Engine:
         self._require_handler(f"posting {method_name}")
         call_id = self._next_call_id
         self._next_call_id += 1
-        body: dict[str, Any] = {
-            "senderInstanceName": self.instance_name,
-            "destinationInstanceName": dest,
-            "methodName": method_name,
-            "methodVersion": 1,
-            "callID": call_id,
-        }
-        for k, v in args.items():
-            body[f"arg:{k}"] = self.serializer.dump(v)
+        body = jsconv.call_body(self.instance_name, dest, method_name, call_id,
+                                {k: self.serializer.dump(v) for k, v in args.items()})
         pc: PendingCall[Any] = PendingCall(call_id, method_name)
         self._pending[call_id] = pc
         self._send(dest, POST_METHOD_ID, RpcType.FORK, ser.encode_json_args(body))
@@ -729,10 +721,10 @@ class Engine:
                 f.write(ckpt.header(self.instance, "q"))
                 ckpt.write_state(self.instance, self._framework_state(), f)
             else:
-                assert self._snapshot is not None
+                assert self._journal.snapshot is not None
                 f.write(ckpt.header(self.instance, "p"))
-                f.write(self._snapshot)
-                f.write(msgpack.packb(self._since, use_bin_type=True))
+                f.write(self._journal.snapshot)
+                f.write(msgpack.packb(self._journal.records, use_bin_type=True))
             size = f.tell()
             f.seek(0)
         except BaseException:
@@ -757,6 +749,7 @@ class Engine:
             self.log.info("the checkpoint is already %s version %d: running it", cls_name,
                           version)
             self.cls, self.upgrade_to = target, None
+            self._loaded_upgraded = True
         elif (cls_name, version) != (self.cls.__qualname__, self.cls.version):
             raise SerializationError(
                 f"the checkpoint holds {cls_name} version {version}, but the code is "
@@ -766,17 +759,17 @@ class Engine:
         self._read_state(objects)
         if mode == "p":
             inputs = next(objects)
-            self._snapshot = self._state_bytes()
-            self._since = inputs
+            self._journal.begin(self._state_bytes())
             self.log.info("re-dispatching %d inputs to rebuild suspended calls", len(inputs))
             self._suppress = True
             try:
                 for record in inputs:
+                    self._journal.add(record)
                     self._apply(tuple(record))
             finally:
                 self._suppress = False
             if self._suspended == 0:
-                self._snapshot, self._since = None, []
+                self._journal.clear()
 
     def _read_state(self, objects: Iterator[Any]) -> None:
         fw, self.instance = ckpt.read_state(self.cls, objects, self._attach)
@@ -787,6 +780,11 @@ class Engine:
     # ------------------------------------------------------------ upgrade
     def _upgrade(self, live: bool) -> None:
         new_cls = self.upgrade_to
+        if new_cls is None and self._loaded_upgraded and not live:
+            raise AlreadyUpgradedError(
+                f"the checkpoint already holds {self.cls.__qualname__} version "
+                f"{self.cls.version} (the instance was upgraded live): an upgrade test "
+                "replays a checkpoint of the version before the upgrade")
         if new_cls is None:
             raise LocalProtocolError(
                 "the coordinator asked for an upgrade, but no VNext class was given "

@@ -33,12 +33,13 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from ..errors import CoordinatorError, ReplayDivergenceError
+from ..errors import AlreadyUpgradedError, CoordinatorError, ReplayDivergenceError
 from ..immortal import Immortal
 from ..runtime.cli import free_ports
 from ..runtime.engine import Engine
 from ..runtime.runner import ImmortalRunner
 from ..wire import OutgoingRpc
+from . import _upgrades
 
 __all__ = [
     "ImmortalProcess",
@@ -89,12 +90,32 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
     """Load checkpoint ``checkpoint`` with VCurrent, convert it to VNext (``convert`` or
     ``cls_next.upgrade_from``) and replay the log with VNext (an upgrade test).
 
+    After a live upgrade to VNext (its checkpoints already hold VNext), the test replays the
+    whole history instead: the version before the upgrade from ``checkpoint`` (default: its
+    oldest kept) converted and replayed with VNext, then the upgraded version's files from
+    its first kept checkpoint with VNext; the result holds the final state and every output.
+
     Raises:
         ReplayDivergenceError: VNext's outputs differ from the recorded run's.
+        AlreadyUpgradedError: the instance was upgraded live and no earlier version's
+            files are kept (replay the new version with ``repro`` instead).
         CoordinatorError: debug-instance could not run, or no UpgradeService arrived.
     """
-    return _debug(instance_name, cls_current, cls_next, convert, checkpoint, home,
-                  idle_timeout, timeout)
+    args = (instance_name, cls_current, cls_next, convert)
+    version = None
+    if checkpoint is not None:
+        version = _upgrades.version_of_checkpoint(instance_name, checkpoint, home)
+    if version is None or version == _upgrades.current_version(instance_name, home):
+        try:
+            return _debug(*args, checkpoint, home, idle_timeout, timeout)
+        except AlreadyUpgradedError:
+            checkpoint = None  # the current version is VNext's: test the upgrade itself
+    hist = _upgrades.history(instance_name, version, checkpoint, home)
+    first = _debug(*args, hist.old_checkpoint, home, idle_timeout, timeout,
+                   version=hist.old_version)
+    second = _debug(instance_name, cls_next, None, None, hist.new_checkpoint, home,
+                    idle_timeout, timeout, version=hist.new_version)
+    return _upgrades.combine(first, second)
 
 
 def checkpoints(instance_name: str, home: str | os.PathLike[str] | None = None,
@@ -108,11 +129,12 @@ def checkpoints(instance_name: str, home: str | os.PathLike[str] | None = None,
 
 def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
            convert: Callable[[Any], Any] | None, checkpoint: int | None,
-           home: str | os.PathLike[str] | None, idle_timeout: float, timeout: float) -> Any:
+           home: str | os.PathLike[str] | None, idle_timeout: float, timeout: float,
+           version: int | None = None) -> Any:
     from ambrosia_ic import launch
 
     if checkpoint is None:
-        kept = checkpoints(name, home)
+        kept = checkpoints(name, home, version)
         if not kept:
             raise CoordinatorError(f"{name} has no checkpoint to replay from")
         checkpoint = kept[0]
@@ -122,6 +144,8 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
             "--json", "--idle-timeout", str(idle_timeout)]
     if cls_next is not None:
         args.append("--testing-upgrade")
+    if version is not None:
+        args += ["-cv", str(version)]
     errfile = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed below
     try:
         proc = launch.start_process(args, home=home, stderr=errfile, timeout=timeout)

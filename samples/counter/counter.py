@@ -21,7 +21,7 @@ class Counter(Immortal):
     def increment(self, by: int) -> None:
         self.count += by
         self.applied.append(by)
-        self.ctx.log.info("count is %d%s", self.count, " (replay)" if self.ctx.is_replaying else "")
+        self.ctx.log.info("count is %d", self.count)
 
     @impulse
     def poke(self, by: int) -> None:

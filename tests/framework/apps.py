@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import attrs
 
 from ambrosia_py import Immortal, ImpulseDuringRecoveryError, fork, impulse, rpc
+from ambrosia_py.errors import JournalLimitError
 
 
 @attrs.define
@@ -35,6 +36,7 @@ class Calculator(Immortal):
     @rpc
     async def store(self, entry: Entry) -> Entry:
         self.entries.append(entry)
+        self.ctx.log.info("calc: stored %r", entry)
         return Entry(entry.n * 2, entry.note.upper())
 
     @rpc
@@ -230,3 +232,129 @@ class Flooder(Immortal):
     @impulse
     def flood(self, i: int, pad: bytes) -> None:
         self.flooded += 1
+
+
+class BookV1(Immortal):
+    """Version 1 of a guest book (names in a list), for live upgrades to ``BookV2``."""
+
+    version = 1
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_first_start(self) -> None:
+        for name in ("ada", "grace", "ada"):
+            self.self_proxy.sign(name)
+
+    @fork
+    def sign(self, name: str) -> None:
+        self.names.append(name)
+        self.ctx.log.info("v1 signed by %s (%d signatures)", name, len(self.names))
+
+
+class BookV2(Immortal):
+    """Version 2: counts per name; once primary, a visitor from the outside world signs."""
+
+    version = 2
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    @classmethod
+    def upgrade_from(cls, previous: BookV1) -> BookV2:  # type: ignore[override]
+        new = cls()
+        for name in previous.names:
+            new.counts[name.title()] = new.counts.get(name.title(), 0) + 1
+        return new
+
+    def on_first_start(self) -> None:  # replays v1's first start in an upgrade test
+        for name in ("ada", "grace", "ada"):
+            self.self_proxy.sign(name)
+
+    def on_become_primary(self) -> None:
+        if "Linus" not in self.counts:
+            self.impulse_self.visit("linus")
+
+    @impulse
+    def visit(self, name: str) -> None:
+        self.self_proxy.sign(name)
+
+    @fork
+    def sign(self, name: str) -> None:
+        self.counts[name.title()] = self.counts.get(name.title(), 0) + 1
+        self.ctx.log.info("v2 signed by %s (%d signatures)", name.title(),
+                          sum(self.counts.values()))
+
+
+class Patient(Immortal):
+    """Awaits a call that is not answered while forks keep arriving: every checkpoint
+    carries those forks."""
+
+    journal_warning_bytes = 1000
+
+    def __init__(self) -> None:
+        self.padded = 0
+        self.outcome = ""
+
+    async def on_first_start(self) -> None:
+        try:
+            await self.immortal("calc", Calculator).divide(1, 2)
+            self.outcome = "answered"
+        except JournalLimitError as e:
+            self.outcome = f"JournalLimitError: {e}"
+            self.ctx.log.info("patient gave up: %s", e)
+
+    @fork
+    def pad(self, data: bytes) -> None:
+        self.padded += 1
+        self.ctx.log.info("patient padded %d", self.padded)
+
+
+class BoundedPatient(Patient):
+    """The same, with a limit: past it, the await fails and checkpoints shrink again."""
+
+    journal_limit_bytes = 3000
+
+
+def _send_pads(inst: Patient, count: int) -> None:
+    """Outside-world code: ``count`` pads as Impulses, once in the instance's history."""
+    if inst.padded == 0:
+        threading.Thread(target=lambda: [inst.impulse_self.pad(bytes(150))
+                                         for _ in range(count)], daemon=True).start()
+
+
+class ImpulsedPatient(Patient):
+    """Patient under `ambrosia run`: its pads come as Impulses once it is primary."""
+
+    def on_become_primary(self) -> None:
+        _send_pads(self, 15)
+
+
+class ImpulsedBoundedPatient(BoundedPatient):
+    def on_become_primary(self) -> None:
+        _send_pads(self, 20)
+
+
+class Waiters(Immortal):
+    """Two handlers suspended at once, for the journal limit's order."""
+
+    journal_warning_bytes = None
+    journal_limit_bytes = 1000
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def on_first_start(self) -> None:
+        self.self_proxy.wait(1)
+        self.self_proxy.wait(2)
+
+    @fork
+    async def wait(self, n: int) -> None:
+        try:
+            await self.immortal("calc", Calculator).divide(n, 1)
+        except JournalLimitError as e:
+            self.outcomes.append(f"{n}: {e}")
+
+    @fork
+    def pad(self, data: bytes) -> None:
+        pass

@@ -45,6 +45,24 @@ class PyService(Immortal):
     async def describe(self, point: Point) -> str:
         return repr(point)
 
+    @rpc
+    async def scale(self, x: int, factor: int = 2) -> int:
+        return x * factor
+
+    @rpc
+    async def remember(self, text: str) -> None:  # void: JS callers see `undefined`
+        self.greetings.append([text, 0])
+
+    @rpc
+    async def lookup(self, key: str) -> int | None:  # None is a value here: JS sees `null`
+        return None
+
+    @fork(method_id=11)
+    async def call_js_void(self) -> None:
+        js = self.js_immortal(PEER)
+        self.replies.append(await js.post("forget", what="it"))
+        self.ctx.log.info("void reply: %r", self.replies[-1])
+
     @fork(method_id=10)
     async def call_js(self, x: int) -> None:
         js = self.js_immortal(PEER)

@@ -45,7 +45,7 @@ def test_json_and_raw_forks_from_the_peer_reach_python_state(interop: Interop) -
 
 def test_post_calls_from_the_peer_get_their_result_or_error(interop: Interop) -> None:
     peer = _peer(interop)
-    interop.start_immortal(PY, "py")
+    py = interop.start_immortal(PY, "py")
     add = peer.post("py", "add", a=2, b=40)
     div = peer.post("py", "divide", a=1, b=0)
     nope = peer.post("py", "no_such_method", a=1)
@@ -59,6 +59,13 @@ def test_post_calls_from_the_peer_get_their_result_or_error(interop: Interop) ->
     assert failed["methodName"] == "divide_Result" and failed["callID"] == div
     assert "result" not in failed
     assert failed["errorMsg"] == "ZeroDivisionError: division by zero"
+    # The callee logs it too, with its traceback.
+    logged = py.wait_for(f"divide failed (posted by js, call {div}")
+    assert logged.endswith(f"divide failed (posted by js, call {div}; the caller gets its "
+                           "errorMsg)")
+    after = py.lines[py.lines.index(logged) + 1:]
+    assert after[0] == "Traceback (most recent call last):"
+    assert "ZeroDivisionError: division by zero" in after[:12]
     unknown = peer.result(nope)
     assert unknown["methodName"] == "no_such_method_Result" and "no_such_method" in (
         unknown["errorMsg"])
@@ -94,3 +101,49 @@ def test_python_calls_the_peer_through_the_js_proxy(interop: Interop) -> None:
     assert boom["methodName"] == "boom" and boom["arg:why"] == "testing"
     assert isinstance(double["callID"], int) and boom["callID"] != double["callID"]
     assert json.loads(posts[0].args) == double
+
+
+def test_optional_parameters_arrive_with_or_without_the_question_mark(
+        interop: Interop) -> None:
+    peer = _peer(interop)
+    py = interop.start_immortal(PY, "py")
+    optional = peer.post("py", "scale", x=3, **{"factor?": 5})  # as AmbrosiaJS names it
+    plain = peer.post("py", "scale", x=3, factor=7)
+    omitted = peer.post("py", "scale", x=3)
+    twice = peer.post("py", "scale", x=3, factor=7, **{"factor?": 5})
+    assert peer.result(optional)["result"] == 15
+    assert peer.result(plain)["result"] == 21
+    assert peer.result(omitted)["result"] == 6
+    assert peer.result(twice)["errorMsg"] == (
+        "SerializationError: the post call gives argument 'factor' twice "
+        "(arg:factor and arg:factor?)")
+    # A JSON fork's argument names may carry the mark too.
+    peer.fork("py", 8, {"greeting": "optional", "n?": 5})
+    assert "[['optional', 5]]" in py.wait_for("greetings now")
+
+
+def test_void_results_cross_as_ambrosiajs_undefined_placeholder_both_ways(
+        interop: Interop) -> None:
+    peer = interop.start_peer("js", forget=lambda what: "__UNDEFINED__")
+    py = interop.start_immortal(PY, "py")
+    void = peer.post("py", "remember", text="hi")
+    null = peer.post("py", "lookup", key="k")
+    # A void Python method answers as a void JS method does: result "__UNDEFINED__".
+    peer.result(void)
+    (void_rpc,) = [r for r in peer.rpcs_to(POST)
+                   if r.json()["methodName"] == "remember_Result"]
+    assert void_rpc.args == (
+        '{"senderInstanceName":"py","destinationInstanceName":"js",'
+        f'"methodName":"remember_Result","methodVersion":1,"callID":{void},'
+        '"result":"__UNDEFINED__"}').encode()
+    # None from a method declared to return a value stays JSON null.
+    assert peer.result(null)["result"] is None
+    (null_rpc,) = [r for r in peer.rpcs_to(POST) if r.json()["methodName"] == "lookup_Result"]
+    assert null_rpc.args.endswith(b',"result":null}')
+    # A void JS method's placeholder reaches Python as None.
+    peer.fork("py", 11, {})
+    assert py.wait_for("void reply").endswith("void reply: None")
+    (forget,) = [r.json() for r in peer.rpcs_to(POST) if r.json()["methodName"] == "forget"]
+    assert forget["arg:what"] == "it"
+    py.stop()
+    assert repro("py", PyService, home=interop.home).state.replies == [None]
