@@ -253,8 +253,9 @@ class ConnectorConnection:
         )
 
     def events(self) -> Iterator[Event]:
-        """Every event available now (ending after ``ConnectionClosed``)."""
-        while True:
+        """Every event available now; the last one is ``ConnectionClosed`` or the peer's
+        ERROR frame if the connection ended."""
+        while self._state is not ConnectionState.ERROR:
             event = self.next_event()
             if isinstance(event, NeedData):
                 return

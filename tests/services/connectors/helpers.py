@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ambrosia_py.wire import NEED_DATA
-from services.connectors import ConnectorConnection, FrameReader, RawFrame
+from services.connectors import (
+    SINK_VERSION,
+    SOURCE_VERSION,
+    ConnectorConnection,
+    FrameReader,
+    Hello,
+    Notify,
+    NotifyAck,
+    Ok,
+    RawFrame,
+    Role,
+)
 
 
 def h(text: str) -> bytes:
@@ -40,3 +51,40 @@ def feed_in_pieces(conn: ConnectorConnection, data: bytes, cuts: Iterable[int]) 
 
 def one_byte_at_a_time(conn: ConnectorConnection, data: bytes) -> list[object]:
     return feed_in_pieces(conn, data, range(1, len(data)))
+
+
+class Pair:
+    """A connector-role and a worker-role connection joined in memory, no network.
+
+    ``c_send``/``w_send`` send one event from that side and return the events the other
+    side then reads; ``wire`` records every byte in order, as (sender, bytes).
+    """
+
+    def __init__(self, *, twopc: bool = False, cookie: bytes = b"") -> None:
+        self.c = ConnectorConnection(Role.CONNECTOR, twopc=twopc, cookie=cookie)
+        self.w = ConnectorConnection(Role.WORKER, twopc=twopc, cookie=cookie)
+        self.version = SINK_VERSION if twopc else SOURCE_VERSION
+        self.wire: list[tuple[str, bytes]] = []
+
+    def c_send(self, event: object) -> list[object]:
+        data = self.c.send(event)  # type: ignore[arg-type]
+        self.wire.append(("c", data))
+        self.w.receive_data(data)
+        return list(self.w.events())
+
+    def w_send(self, event: object) -> list[object]:
+        data = self.w.send(event)  # type: ignore[arg-type]
+        self.wire.append(("w", data))
+        self.c.receive_data(data)
+        return list(self.c.events())
+
+    def handshake(self, credits: int = 100) -> None:
+        hello = Hello(self.version, self.c.cookie, "prog", "inst")
+        assert self.c_send(hello) == [hello]
+        assert self.w_send(Ok(credits)) == [Ok(credits)]
+
+    def open_stream(self, stream_id: int, por: int = 0) -> None:
+        assert self.c_send(Notify(stream_id, f"s{stream_id}", por)) == [
+            Notify(stream_id, f"s{stream_id}", por)
+        ]
+        assert self.w_send(NotifyAck(True, stream_id, por)) == [NotifyAck(True, stream_id, por)]
