@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ambrosia_py.wire import NEED_DATA
 from services.connectors import (
@@ -53,6 +53,11 @@ def one_byte_at_a_time(conn: ConnectorConnection, data: bytes) -> list[object]:
     return feed_in_pieces(conn, data, range(1, len(data)))
 
 
+def _feed_whole(conn: ConnectorConnection, data: bytes) -> list[object]:
+    conn.receive_data(data)
+    return list(conn.events())
+
+
 class Pair:
     """A connector-role and a worker-role connection joined in memory, no network.
 
@@ -60,7 +65,14 @@ class Pair:
     side then reads; ``wire`` records every byte in order, as (sender, bytes).
     """
 
-    def __init__(self, *, twopc: bool = False, cookie: bytes = b"") -> None:
+    def __init__(
+        self,
+        *,
+        twopc: bool = False,
+        cookie: bytes = b"",
+        feed: Callable[[ConnectorConnection, bytes], list[object]] | None = None,
+    ) -> None:
+        self.feed = feed or _feed_whole
         self.c = ConnectorConnection(Role.CONNECTOR, twopc=twopc, cookie=cookie)
         self.w = ConnectorConnection(Role.WORKER, twopc=twopc, cookie=cookie)
         self.version = SINK_VERSION if twopc else SOURCE_VERSION
@@ -69,14 +81,12 @@ class Pair:
     def c_send(self, event: object) -> list[object]:
         data = self.c.send(event)  # type: ignore[arg-type]
         self.wire.append(("c", data))
-        self.w.receive_data(data)
-        return list(self.w.events())
+        return self.feed(self.w, data)
 
     def w_send(self, event: object) -> list[object]:
         data = self.w.send(event)  # type: ignore[arg-type]
         self.wire.append(("w", data))
-        self.c.receive_data(data)
-        return list(self.c.events())
+        return self.feed(self.c, data)
 
     def handshake(self, credits: int = 100) -> None:
         hello = Hello(self.version, self.c.cookie, "prog", "inst")
