@@ -62,7 +62,8 @@ class Pair:
     """A connector-role and a worker-role connection joined in memory, no network.
 
     ``c_send``/``w_send`` send one event from that side and return the events the other
-    side then reads; ``wire`` records every byte in order, as (sender, bytes).
+    side then reads; ``wire`` records every byte in order, as (sender, bytes), and ``sent``
+    every event, as (sender, event).
     """
 
     def __init__(
@@ -77,15 +78,18 @@ class Pair:
         self.w = ConnectorConnection(Role.WORKER, twopc=twopc, cookie=cookie)
         self.version = SINK_VERSION if twopc else SOURCE_VERSION
         self.wire: list[tuple[str, bytes]] = []
+        self.sent: list[tuple[str, object]] = []
 
     def c_send(self, event: object) -> list[object]:
         data = self.c.send(event)  # type: ignore[arg-type]
         self.wire.append(("c", data))
+        self.sent.append(("c", event))
         return self.feed(self.w, data)
 
     def w_send(self, event: object) -> list[object]:
         data = self.w.send(event)  # type: ignore[arg-type]
         self.wire.append(("w", data))
+        self.sent.append(("w", event))
         return self.feed(self.c, data)
 
     def handshake(self, credits: int = 100) -> None:
