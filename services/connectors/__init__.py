@@ -2,6 +2,8 @@
 state machine for both roles. No sockets here; a transport calls ``receive_data``,
 ``next_event`` and ``send`` on a ``ConnectorConnection``. See README.md beside this file."""
 
+from ambrosia_py.wire import NEED_DATA, NeedData
+
 from ._state import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
@@ -68,6 +70,8 @@ __all__ = [
     # the connection and its state tables
     "ConnectorConnection",
     "Event",
+    "NEED_DATA",
+    "NeedData",
     "Role",
     "ConnectionState",
     "StreamState",

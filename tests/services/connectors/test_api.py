@@ -7,6 +7,8 @@ import services.connectors as connectors
 PUBLIC = [
     "ConnectorConnection",
     "Event",
+    "NEED_DATA",
+    "NeedData",
     "Role",
     "ConnectionState",
     "StreamState",
