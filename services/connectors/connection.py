@@ -290,16 +290,17 @@ class ConnectorConnection:
                 raise _RuleError(
                     UnexpectedFrameError, f"{_name(event)} needs a 2PC sink link (twopc=True)"
                 )
-            if self.twopc and kind is Message and event.stream_id == TWOPC_STREAM_ID:  # type: ignore[union-attr]
+            if self.twopc and isinstance(event, Message) and event.stream_id == TWOPC_STREAM_ID:
                 raise _RuleError(
                     UnexpectedFrameError, "stream 0 of a sink link carries 2PC messages only"
                 )
             self._apply(event, self.role)
         except _RuleError as v:
             raise self._break(IllegalSendError(f"cannot send: {v.reason}")) from None
-        if kind in TWOPC_TYPES:
-            return encode_frame(twopc_message(event))  # type: ignore[arg-type]
-        return encode_frame(event)  # type: ignore[arg-type]
+        if isinstance(event, TWOPC_TYPES):
+            return encode_frame(twopc_message(event))
+        assert not isinstance(event, ConnectionClosed)
+        return encode_frame(event)
 
     def take_error_frame(self) -> bytes:
         """The ERROR frame to write before closing, once (b"" when there is none to send:
@@ -339,13 +340,13 @@ class ConnectorConnection:
                 f"{state.name} ({state.value})",
             )
         streams = self._stream_changes(event, sender)
-        if kind is Hello:
-            self._check_hello(event)  # type: ignore[arg-type]
-        elif kind is Message:
-            self._check_message_id(event)  # type: ignore[arg-type]
-        elif kind in TWOPC_TYPES and self._session is not None:
+        if isinstance(event, Hello):
+            self._check_hello(event)
+        elif isinstance(event, Message):
+            self._check_message_id(event)
+        elif isinstance(event, TWOPC_TYPES) and self._session is not None:
             try:
-                self._session.check(event)  # type: ignore[arg-type]
+                self._session.check(event)
             except ValueError as e:
                 raise _RuleError(TwoPCOrderError, str(e)) from None
         # Every check passed: record.
@@ -376,8 +377,8 @@ class ConnectorConnection:
                 self._last_ids[stream_id] = message_id
             case ErrorFrame(reason) if sender is not self.role:
                 self._peer_error = reason
-        if self._session is not None and type(event) in TWOPC_TYPES:
-            self._session.apply(event)  # type: ignore[arg-type]
+        if self._session is not None and isinstance(event, TWOPC_TYPES):
+            self._session.apply(event)
 
     def _stream_changes(self, event: Event, sender: Role) -> dict[int, StreamState]:
         """The stream states ``event`` leads to, checked against the stream table."""

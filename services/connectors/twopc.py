@@ -142,7 +142,7 @@ _TAG_OF: dict[type, TwoPCTag] = {
     Phase2: TwoPCTag.PHASE2,
     WorkersLeft: TwoPCTag.WORKERS_LEFT,
 }
-TWOPC_TYPES: Final = tuple(_TAG_OF)
+TWOPC_TYPES: Final = (ListUncommitted, ReplyUncommitted, Phase1, TwoPCReply, Phase2, WorkersLeft)
 
 
 def _names(names: tuple[str, ...]) -> bytes:
