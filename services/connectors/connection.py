@@ -202,6 +202,8 @@ class ConnectorConnection:
             self.discarded += len(data)
             return
         if self._eof:
+            if not data:
+                return  # the end announced again
             raise ConnectionBrokenError("bytes received after the peer closed the connection")
         if not data:
             self._eof = True

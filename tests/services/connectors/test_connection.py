@@ -393,8 +393,11 @@ def test_a_connection_that_stops_mid_frame() -> None:
 def test_bytes_after_end_of_input_are_a_local_error() -> None:
     w = ConnectorConnection(Role.WORKER)
     w.receive_data(b"")
-    with pytest.raises(ConnectionBrokenError):
+    w.receive_data(b"")  # the end announced twice is still the end
+    with pytest.raises(ConnectionBrokenError) as e:
         w.receive_data(b"x")
+    assert str(e.value) == "bytes received after the peer closed the connection"
+    assert w.next_event() == ConnectionClosed()
 
 
 def test_closing_locally() -> None:
