@@ -1,0 +1,1 @@
+"""Immortal services built on ambrosia-py, and the protocol endpoints they speak."""
