@@ -156,12 +156,14 @@ def plan_recovery(d: Path, committer_id: int, checkpoint: int | None = None) -> 
         LogCorruptionError: a file is damaged anywhere but the newest log's torn tail,
             or a log in the chain is missing; for damaged checkpoints, the newest one's
             damage when no older intact checkpoint can stand in.
-        CoordinatorError: a checkpoint is in the format before check bytes.
+        CoordinatorError: a checkpoint is in the format before check bytes, or
+            checkpoint ``checkpoint`` is not kept.
     """
     if checkpoint is not None:
         path = checkpoint_path(d, checkpoint)
         if not path.exists():
-            raise LogCorruptionError(str(path), 0, "no such checkpoint")
+            kept = ", ".join(map(str, file_numbers(d, CHECKPOINT_PREFIX))) or "none"
+            raise CoordinatorError(f"{path}: no such checkpoint (kept: {kept})")
         return _plan_from(d, committer_id, checkpoint, CheckpointFile(path))
     found = newest_intact_checkpoint(d)
     if found is None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from ambrosia_ic import registry
 
+from ambrosia_py.errors import CoordinatorError
 from ambrosia_py.testing import checkpoints, repro, start_immortal
 from ambrosia_py.wire import TakeCheckpoint
 from samples.counter.counter import Counter
@@ -126,3 +128,6 @@ def test_repro_picks_any_kept_checkpoint_of_the_counter_sample(tmp_path: Path) -
     assert older.records_replayed == default.records_replayed == 2  # record 0 and the fork
     assert newer.records_replayed == 0
     assert older.outputs == default.outputs and newer.outputs == []
+    with pytest.raises(CoordinatorError) as info:
+        repro("counter", Counter, checkpoint=7, home=home)
+    assert str(info.value) == "counter has no checkpoint 7 to replay from (kept: 1, 2)"
