@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import socket
 
-from ambrosia_py.wire import InitialMessage, TakeBecomingPrimaryCheckpoint
+from ambrosia_py.wire import InitialMessage, TakeBecomingPrimaryCheckpoint, TakeCheckpoint
 from tests.ic.conftest import Harness, wait_until
+from tests.ic.test_first_start import _run_chain
 
 from .cluster import Cluster
 
@@ -55,3 +56,32 @@ def test_a_busy_link_port_stops_a_replica_before_it_claims_an_epoch(harness: Har
     wait_until(d0.primary.is_set, "primary")
     assert d0.events == ["take-becoming-primary-checkpoint"]
     wait_until(lambda: d0.snapshot()["initial"] == ["hello"], "record 0")
+
+
+def test_a_standby_follows_from_an_older_checkpoint_when_the_newest_is_damaged(
+    harness: Harness,
+) -> None:
+    cl = Cluster(harness, replicas=3)
+    d0 = cl.start_replica(0)
+    wait_until(d0.primary.is_set, "first start")
+    cl.start_replica(1)  # the checkpointer
+    _run_chain(d0, 0, 3)
+    d0.b.send(TakeCheckpoint())  # the primary starts log 2; the checkpointer writes 2
+    wait_until(lambda: (cl.dir / "serverchkpt2").exists(), "checkpoint 2")
+    _run_chain(d0, 3, 5)
+    damaged = cl.dir / "serverchkpt2"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    d2 = cl.start_replica(2)
+    wait_until(lambda: d2.snapshot() == d0.snapshot(), "the standby caught up")
+    assert d2.events == ["checkpoint-loaded"]
+    err = harness.stderr_of(cl.procs[2]).splitlines()
+    assert (f"ambrosia-ic: S: replica 2: {damaged}: damaged at offset {len(data) - 8}: check "
+            "bytes do not match the checkpoint's content; following from checkpoint 1 and its "
+            "logs instead") in err
+    cl.kill9(0)  # the standby takes over with the whole history
+    wait_until(d2.primary.is_set, "replica 2 primary")
+    _run_chain(d2, 5, 7)
+    assert d2.snapshot()["acked"] == [f"S:{k}" for k in range(7)]
+    assert d2.snapshot()["initial"] == ["hello"]
