@@ -239,12 +239,15 @@ class Coordinator:
             self._prepare_upgrade()
         mode = self.reg.create_service
         if first_start_pending(self.dir, self.cid):
+            leftovers = latest_checkpoint(self.dir) is not None
             if mode == "always-recover":
                 raise CoordinatorError(
                     f"{self.name}: --create-service always-recover, but {self.dir} holds no "
                     "checkpoint to recover from"
+                    + (" (only the leftovers of an interrupted first start)" if leftovers
+                       else "")
                 )
-            if latest_checkpoint(self.dir) is not None:
+            if leftovers:
                 self.log("the first start was interrupted before its InitialMessage was "
                          "logged; starting afresh")
             return None

@@ -200,3 +200,17 @@ def test_orphan_files_are_not_mistaken_for_an_interrupted_start(tmp_path: Path) 
         f"{d}: serverlog1 exists but no checkpoint, so its records cannot be recovered; "
         "restore the checkpoint, or move the directory away to start afresh")
 
+
+
+def test_always_recover_refuses_the_leftovers_of_an_interrupted_first_start(
+    harness: Harness,
+) -> None:
+    harness.register("alpha", create_service="always-recover")
+    idir = harness.instance_dir("alpha")
+    _leftovers(idir, b"")
+    r = harness.cli("ic", "--instance-name", "alpha")
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"ambrosia: error: alpha: --create-service always-recover, but {idir} "
+                        "holds no checkpoint to recover from (only the leftovers of an "
+                        "interrupted first start)\n")
+    assert _server_files(idir) == ["serverchkpt1", "serverlog1"]  # left as found
