@@ -125,7 +125,9 @@ def test_recovery_falls_back_to_the_older_kept_checkpoint_and_its_logs(
     d1.thread.join(30)
     damaged = checkpoint_path(idir, 2)
     size = damaged.stat().st_size
+    intact = CheckpointFile(damaged)
     _flip(damaged, _positions(damaged)["raw bytes"])
+    bad_blob = damaged.read_bytes()[intact.raw_offset : intact.raw_offset + intact.size]
     blob1 = b"".join(CheckpointFile(checkpoint_path(idir, 1)).chunks())
 
     proc2 = harness.start("alpha")
@@ -134,6 +136,7 @@ def test_recovery_falls_back_to_the_older_kept_checkpoint_and_its_logs(
     assert d2.events == ["checkpoint-loaded", "take-becoming-primary-checkpoint"]
     # The binding got checkpoint 1's state, never the damaged one, then logs 1 and 2.
     assert blob1 in bytes(d2.b.received)
+    assert bad_blob not in bytes(d2.b.received)
     assert d2.records == d1.records
     assert d2.snapshot() == before
     lines = harness.stderr_of(proc2).splitlines()
