@@ -61,7 +61,6 @@ from .logstore import (
     CHECKPOINT_PREFIX,
     DIGEST_PREFIX,
     LOG_PREFIX,
-    SEAL_PREFIX,
     DigestWriter,
     InstanceLock,
     LogWriter,
@@ -71,6 +70,7 @@ from .logstore import (
     fsync_dir,
     log_path,
     read_digest,
+    remove_first_start_leftovers,
     remove_unkept,
     write_checkpoint,
 )
@@ -350,7 +350,7 @@ class Coordinator:
         start again (``recovery.interrupted_first_start``)."""
         self.phase = "first-start"
         check_no_orphan_logs(self.dir)  # never start afresh over a history that happened
-        self._remove_first_start_leftovers()
+        remove_first_start_leftovers(self.dir)
         loop = asyncio.get_running_loop()
         self._initial = loop.create_future()
         fut = self._expect_checkpoint(1)
@@ -367,16 +367,6 @@ class Coordinator:
         # the binding made while starting, as the committer would batch them).
         self.pending.appendleft((None, None, initial.encode()))
         await self._commit_batch()
-
-    def _remove_first_start_leftovers(self) -> None:
-        d = self.dir
-        for prefix in (LOG_PREFIX, DIGEST_PREFIX, SEAL_PREFIX):
-            for k in file_numbers(d, prefix):
-                (d / f"{prefix}{k}").unlink()
-        # Checkpoint 1 goes last: while it exists the leftovers are recognised as such.
-        for name in (f".{CHECKPOINT_PREFIX}1.tmp", f"{CHECKPOINT_PREFIX}1"):
-            (d / name).unlink(missing_ok=True)
-        fsync_dir(d)
 
     async def _recover(self, plan: RecoveryPlan) -> None:
         self.phase = "recovering"

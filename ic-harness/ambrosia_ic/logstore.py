@@ -68,6 +68,7 @@ __all__ = [
     "log_path",
     "read_digest",
     "read_seal",
+    "remove_first_start_leftovers",
     "remove_unkept",
     "scan_log",
     "write_checkpoint",
@@ -141,6 +142,19 @@ def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
                 (d / f"{prefix}{k}").unlink(missing_ok=True)
     fsync_dir(d)
     return oldest
+
+
+def remove_first_start_leftovers(d: Path) -> None:
+    """Remove what a first start that died before its record 0 was durable left behind
+    (see ``recovery.interrupted_first_start``)."""
+    for prefix in (LOG_PREFIX, DIGEST_PREFIX, SEAL_PREFIX):
+        for k in file_numbers(d, prefix):
+            (d / f"{prefix}{k}").unlink()
+    # Checkpoint 1 goes last: while it exists the leftovers are recognised as such (a
+    # log without any checkpoint is refused, never overwritten).
+    for name in (f".{CHECKPOINT_PREFIX}1.tmp", f"{CHECKPOINT_PREFIX}1"):
+        (d / name).unlink(missing_ok=True)
+    fsync_dir(d)
 
 
 # ------------------------------------------------------------------ log records
