@@ -146,7 +146,15 @@ def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
 
 def remove_first_start_leftovers(d: Path) -> None:
     """Remove what a first start that died before its record 0 was durable left behind
-    (see ``recovery.interrupted_first_start``)."""
+    (see ``recovery.interrupted_first_start``).
+
+    Raises:
+        CoordinatorError: ``d`` holds a checkpoint after 1: a history, not leftovers.
+    """
+    later = [k for k in file_numbers(d, CHECKPOINT_PREFIX) if k != 1]
+    if later:
+        raise CoordinatorError(f"{d}: holds checkpoint {later[-1]}, so it is not the "
+                               "leftovers of a first start; refusing to start afresh")
     for prefix in (LOG_PREFIX, DIGEST_PREFIX, SEAL_PREFIX):
         for k in file_numbers(d, prefix):
             (d / f"{prefix}{k}").unlink()

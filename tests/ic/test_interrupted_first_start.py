@@ -14,6 +14,7 @@ from ambrosia_ic.logstore import (
     LogScan,
     encode_disk_record,
     log_path,
+    remove_first_start_leftovers,
     write_checkpoint,
 )
 from ambrosia_ic.recovery import first_start_pending, interrupted_first_start
@@ -214,3 +215,15 @@ def test_always_recover_refuses_the_leftovers_of_an_interrupted_first_start(
                         "holds no checkpoint to recover from (only the leftovers of an "
                         "interrupted first start)\n")
     assert _server_files(idir) == ["serverchkpt1", "serverlog1"]  # left as found
+
+
+def test_leftover_removal_refuses_a_directory_with_a_later_checkpoint(tmp_path: Path) -> None:
+    d = tmp_path / "i_0"
+    _leftovers(d, _record0())
+    write_checkpoint(d, 2, {"format": 1, "next_seq": 1, "inputs": {}, "outputs": {}},
+                     Checkpoint(2).encode(), [b"{}"])
+    with pytest.raises(CoordinatorError) as info:
+        remove_first_start_leftovers(d)
+    assert str(info.value) == (f"{d}: holds checkpoint 2, so it is not the leftovers of a "
+                               "first start; refusing to start afresh")
+    assert _server_files(d) == ["serverchkpt1", "serverchkpt2", "serverlog1"]
