@@ -27,7 +27,9 @@ Layout (the real coordinator's): ``<log-dir>/<instance>_<version>/``
 - ``serverlock``: held (flock) by the coordinator writing this directory.
 - ``serverseal<N>``: active/active only: int64, where log N ends (see ``replica.py``).
 
-Checkpoint N pairs with log N; replay goes on through N+1, N+2, ...
+Checkpoint N pairs with log N; replay goes on through N+1, N+2, ... After each new
+checkpoint the last K (the registration's ``keep_checkpoints``) stay with every file
+from the oldest of them on (``remove_unkept``), so a replay can start from any of them.
 """
 
 from __future__ import annotations
