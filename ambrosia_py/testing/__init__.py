@@ -73,8 +73,9 @@ class ReplayResult(Generic[S]):
 def repro(instance_name: str, cls: type[S], checkpoint: int | None = None, *,
           home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
           timeout: float = 120.0) -> ReplayResult[S]:
-    """Replay ``instance_name``'s log from checkpoint ``checkpoint`` (default: the oldest
-    one the coordinator kept) with ``cls``.
+    """Replay ``instance_name``'s log from checkpoint ``checkpoint`` with ``cls``: any of
+    the checkpoints the coordinator kept (``checkpoints()`` lists them; the registration's
+    ``--keep-checkpoints`` says how many), by default the oldest.
 
     Raises:
         ReplayDivergenceError: the outputs differ from the recorded run's.
@@ -87,8 +88,9 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
                  convert: Callable[[Any], S] | None = None, checkpoint: int | None = None, *,
                  home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
                  timeout: float = 120.0) -> ReplayResult[S]:
-    """Load checkpoint ``checkpoint`` with VCurrent, convert it to VNext (``convert`` or
-    ``cls_next.upgrade_from``) and replay the log with VNext (an upgrade test).
+    """Load checkpoint ``checkpoint`` (any kept one, by default the oldest) with VCurrent,
+    convert it to VNext (``convert`` or ``cls_next.upgrade_from``) and replay the log with
+    VNext (an upgrade test).
 
     After a live upgrade to VNext (its checkpoints already hold VNext), the test replays the
     whole history instead: the version before the upgrade from ``checkpoint`` (default: its
@@ -133,11 +135,14 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
            version: int | None = None) -> Any:
     from ambrosia_ic import launch
 
+    kept = checkpoints(name, home, version)
+    if not kept:
+        raise CoordinatorError(f"{name} has no checkpoint to replay from")
     if checkpoint is None:
-        kept = checkpoints(name, home, version)
-        if not kept:
-            raise CoordinatorError(f"{name} has no checkpoint to replay from")
         checkpoint = kept[0]
+    elif checkpoint not in kept:
+        raise CoordinatorError(f"{name} has no checkpoint {checkpoint} to replay from (kept: "
+                               f"{', '.join(map(str, kept))})")
 
     rp, sp = free_ports(2)
     args = ["debug-instance", "-i", name, "-c", str(checkpoint), "-rp", str(rp), "-sp", str(sp),

@@ -14,17 +14,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from ambrosia_py.errors import CoordinatorError
 
-__all__ = ["LOOPBACK", "PAIR_TIMEOUT", "BindingPorts"]
+__all__ = ["LOOPBACK", "PAIR_TIMEOUT", "BindingPorts", "reserve_port"]
 
 LOOPBACK = "127.0.0.1"
 PAIR_TIMEOUT = 5.0
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+def reserve_port(port: int, what: str) -> socket.socket:
+    """A listening socket on 127.0.0.1:``port``, taken before a start writes anything
+    (a busy port must fail the start, not strand it half done); serve it later with
+    ``asyncio.start_server(sock=...)``. Connections wait in the backlog until then.
+
+    Raises:
+        CoordinatorError: the port cannot be listened on (in use, say).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((LOOPBACK, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError as err:
+        sock.close()
+        raise CoordinatorError(
+            f"cannot listen for {what} on {LOOPBACK}:{port}: {err.strerror or err}"
+        ) from None
+    return sock
 
 
 class BindingPorts:

@@ -70,6 +70,7 @@ def _register(args: argparse.Namespace) -> int:
         active_active=args.active_active,
         log_trigger_size_mb=args.log_trigger_size_mb,
         create_service=args.create_service,
+        keep_checkpoints=args.keep_checkpoints,
         home=args.home,
     )
     print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
@@ -92,6 +93,11 @@ def _add_register(sub: Any) -> None:
     p.add_argument("-lts", "--log-trigger-size-mb", "--logTriggerSize", type=int, default=1000)
     p.add_argument("-cs", "--create-service", "--createService", type=_create_service,
                    default="auto")
+    p.add_argument("--keep-checkpoints", type=int, default=registry.DEFAULT_KEEP_CHECKPOINTS,
+                   metavar="K",
+                   help="keep the last K checkpoints with their logs, so a repro can start "
+                        "from any of them (at least 1; default "
+                        f"{registry.DEFAULT_KEEP_CHECKPOINTS})")
     p.set_defaults(handler=_register)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +54,7 @@ from ambrosia_py.wire import (
 )
 
 from . import registry
-from .binding import LOOPBACK, BindingPorts
+from .binding import LOOPBACK, BindingPorts, reserve_port
 from .lease import current_primary
 from .links import HANDSHAKE_TIMEOUT, OutboundLink, accept_link
 from .logstore import (
@@ -69,9 +70,19 @@ from .logstore import (
     fsync_dir,
     log_path,
     read_digest,
+    remove_first_start_leftovers,
+    remove_unkept,
     write_checkpoint,
 )
-from .recovery import STATE_FORMAT, RecoveryPlan, latest_checkpoint, plan_recovery, replay_wire
+from .recovery import (
+    STATE_FORMAT,
+    RecoveryPlan,
+    check_no_orphan_logs,
+    first_start_pending,
+    latest_checkpoint,
+    plan_recovery,
+    replay_wire,
+)
 
 __all__ = ["EXIT_BINDING_LOST", "EXIT_MALFORMED", "Coordinator"]
 
@@ -154,6 +165,9 @@ class Coordinator:
         self._done: asyncio.Future[tuple[int, str]] | None = None
         self._pending_event: asyncio.Event | None = None
         self._link_server: asyncio.Server | None = None
+        self._link_sock: socket.socket | None = None
+        # Checkpoints this recovery passed over as damaged: not counted as kept.
+        self.damaged: set[int] = set()
 
     # ------------------------------------------------------------------ plumbing
     def log(self, text: str) -> None:
@@ -197,8 +211,10 @@ class Coordinator:
         self._lock.acquire()
         ports = BindingPorts(self.reg.receive_port, self.reg.send_port, self.log)
         try:
-            plan = self._choose_flow()
+            # Every port first: a busy one must stop the start before anything is written.
+            self._link_sock = reserve_port(self.ic_port, "links")
             await ports.open()
+            plan = self._choose_flow()
             print(
                 f"ambrosia-ic ready: instance={self.name} receive={self.reg.receive_port} "
                 f"send={self.reg.send_port} ic={self.reg.ic_port}",
@@ -222,20 +238,30 @@ class Coordinator:
         if self.reg.upgrading:
             self._prepare_upgrade()
         mode = self.reg.create_service
-        have = latest_checkpoint(self.dir)
-        if have is None:
+        if first_start_pending(self.dir, self.cid):
+            leftovers = latest_checkpoint(self.dir) is not None
             if mode == "always-recover":
                 raise CoordinatorError(
                     f"{self.name}: --create-service always-recover, but {self.dir} holds no "
                     "checkpoint to recover from"
+                    + (" (only the leftovers of an interrupted first start)" if leftovers
+                       else "")
                 )
+            if leftovers:
+                self.log("the first start was interrupted before its InitialMessage was "
+                         "logged; starting afresh")
             return None
+        have = latest_checkpoint(self.dir)
         if mode == "no-recovery":
             raise CoordinatorError(
                 f"{self.name}: --create-service no-recovery, but {self.dir} already holds "
                 f"checkpoint {have}; remove that directory to start afresh"
             )
         plan = plan_recovery(self.dir, self.cid)
+        if plan is not None:
+            for _, err in plan.damaged:
+                self.log(f"{err}; recovering from checkpoint {plan.number} and its logs instead")
+            self.damaged = {n for n, _ in plan.damaged}
         if plan is not None and plan.torn is not None:
             path, offset = plan.torn
             self.log(f"cutting a torn record off {path} at offset {offset}")
@@ -262,7 +288,7 @@ class Coordinator:
             for prefix in (LOG_PREFIX, DIGEST_PREFIX):
                 for k in file_numbers(new_dir, prefix):
                     (new_dir / f"{prefix}{k}").unlink()
-        if latest_checkpoint(self.dir) is None:
+        if first_start_pending(self.dir, self.cid):
             # Nothing to upgrade from: version M simply starts afresh.
             self._move_to_version(m)
             return
@@ -289,6 +315,8 @@ class Coordinator:
             await link.stop()
         if self._link_server is not None:
             self._link_server.close()
+        elif self._link_sock is not None:
+            self._link_sock.close()
         for writers in self.inbound.values():
             for w in writers:
                 w.close()
@@ -302,7 +330,13 @@ class Coordinator:
     # ------------------------------------------------------------------ start-up flows
     async def _start(self, plan: RecoveryPlan | None) -> None:
         if plan is None:
+            # Nothing of a first start may reach another instance before its record 0
+            # is durable: until then a restart does the first start again.
+            self.links_active = False
             await self._first_start()
+            self.links_active = True
+            for link in self.links.values():
+                link.start()
         else:
             await self._recover(plan)
         self.phase = "live"
@@ -311,10 +345,12 @@ class Coordinator:
         self._pending_event.set()  # type: ignore[union-attr]
 
     async def _first_start(self) -> None:
+        """Checkpoint 1, log 1, then the InitialMessage as record 0, durably, before
+        anything else happens: until record 0 is on disk the next start is a first
+        start again (``recovery.interrupted_first_start``)."""
         self.phase = "first-start"
-        for prefix in (LOG_PREFIX, DIGEST_PREFIX):  # leftovers of a first start that died
-            for k in file_numbers(self.dir, prefix):
-                (self.dir / f"{prefix}{k}").unlink()
+        check_no_orphan_logs(self.dir)  # never start afresh over a history that happened
+        remove_first_start_leftovers(self.dir)
         loop = asyncio.get_running_loop()
         self._initial = loop.create_future()
         fut = self._expect_checkpoint(1)
@@ -327,8 +363,10 @@ class Coordinator:
         self.writer = LogWriter(log_path(self.dir, 1))
         self.log_n = 1
         await asyncio.to_thread(fsync_dir, self.dir)
-        # The InitialMessage, echoed whole, is the first data record.
+        # The InitialMessage, echoed whole, is the first data record (with the self-calls
+        # the binding made while starting, as the committer would batch them).
         self.pending.appendleft((None, None, initial.encode()))
+        await self._commit_batch()
 
     async def _recover(self, plan: RecoveryPlan) -> None:
         self.phase = "recovering"
@@ -367,7 +405,7 @@ class Coordinator:
         self.writer = LogWriter(log_path(self.dir, new_n))
         self.log_n = new_n
         await asyncio.to_thread(write_checkpoint, self.dir, new_n, state, message, chunks)
-        await asyncio.to_thread(self._remove_older, new_n)
+        await asyncio.to_thread(self._remove_unkept)
 
     async def _upgrade(self, new_n: int) -> None:
         """Recovery with the old code is complete: switch to version M.
@@ -421,13 +459,11 @@ class Coordinator:
         return {"format": STATE_FORMAT, "next_seq": next_seq, "inputs": dict(inputs),
                 "outputs": outputs}
 
-    def _remove_older(self, n: int) -> None:
-        """Old logs, checkpoints and digests go only once checkpoint ``n`` is durable."""
-        for prefix in (LOG_PREFIX, CHECKPOINT_PREFIX, DIGEST_PREFIX):
-            for k in file_numbers(self.dir, prefix):
-                if k < n:
-                    (self.dir / f"{prefix}{k}").unlink(missing_ok=True)
-        fsync_dir(self.dir)
+    def _remove_unkept(self) -> None:
+        """Once a new checkpoint is durable: keep the registration's last K checkpoints
+        with their logs and digests (what a repro from any of them needs)."""
+        remove_unkept(self.dir, self.reg.keep_checkpoints,
+                      (LOG_PREFIX, CHECKPOINT_PREFIX, DIGEST_PREFIX), self.damaged)
 
     # ------------------------------------------------------------------ checkpoints
     def _expect_checkpoint(self, n: int) -> asyncio.Future[CheckpointData]:
@@ -467,7 +503,7 @@ class Coordinator:
         message, chunks, outputs = await fut
         state = self._state(state_inputs[0], state_inputs[1], outputs)
         await asyncio.to_thread(write_checkpoint, self.dir, n, state, message, chunks)
-        await asyncio.to_thread(self._remove_older, n)
+        await asyncio.to_thread(self._remove_unkept)
         self.ckpt_in_flight = False
 
     # ------------------------------------------------------------------ the binding
@@ -656,6 +692,8 @@ class Coordinator:
 
     async def _open_link_server(self) -> asyncio.Server:
         try:
+            if self._link_sock is not None:  # reserved before the start began
+                return await asyncio.start_server(self._on_link, sock=self._link_sock)
             return await asyncio.start_server(self._on_link, LOOPBACK, self.ic_port,
                                               reuse_address=True)
         except OSError as err:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ambrosia_py.errors import LogCorruptionError, RemoteProtocolError
+from ambrosia_py.errors import CoordinatorError, LogCorruptionError, RemoteProtocolError
 from ambrosia_py.wire import Direction, MessageType, Rpc, decode_messages
 
 from .calls import describe_call, format_call, jsonable
@@ -61,9 +61,13 @@ def dump_entries(d: Path, committer_id: int | None = None,
     for n in file_numbers(d, CHECKPOINT_PREFIX):
         path = checkpoint_path(d, n)
         try:
-            cf = CheckpointFile(path)
+            cf = CheckpointFile(path)  # verifies the check bytes of the whole file
         except LogCorruptionError as err:
             yield {"kind": "problem", "file": err.path, "offset": err.offset, "reason": err.reason}
+            continue
+        except CoordinatorError as err:  # the format before check bytes
+            yield {"kind": "problem", "file": str(path), "offset": 0,
+                   "reason": str(err).removeprefix(f"{path}: ")}
             continue
         s = cf.state
         outputs = s.get("outputs", {})

@@ -12,15 +12,24 @@ Layout (the real coordinator's): ``<log-dir>/<instance>_<version>/``
   The input watermarks after a record are the whole map (sender -> last link sequence
   number logged), so the last whole record of a file says where every sender stands. A
   follower can tail a file: records are only ever appended, and each one is self-checking.
-- ``serverchkpt<N>``: ``AMBRCKP1``, int32 n, n bytes of coordinator state (msgpack),
-  then the binding's Checkpoint message as received, then the binding's raw bytes.
-  Written to a temporary name, fsynced and renamed, so it exists only when whole.
+- ``serverchkpt<N>``::
+
+      "AMBRCKP2"  int32 n  n bytes of coordinator state (msgpack)
+      the binding's Checkpoint message as received  the binding's raw bytes
+      uint64 XXH64 (seed 0) of every byte before it
+
+  Written to a temporary name, fsynced and renamed, so it exists only when whole. The
+  check bytes are verified over the whole file before any of it is used (a binding must
+  never load damaged state). ``AMBRCKP1`` files (the format before the check bytes) are
+  refused by name.
 - ``serverdigest<N>``: the determinism check: per binding output since checkpoint N,
   16 bytes (uint64 XXH64 of the output message, int64 seq id last delivered when it came).
 - ``serverlock``: held (flock) by the coordinator writing this directory.
 - ``serverseal<N>``: active/active only: int64, where log N ends (see ``replica.py``).
 
-Checkpoint N pairs with log N; replay goes on through N+1, N+2, ...
+Checkpoint N pairs with log N; replay goes on through N+1, N+2, ... After each new
+checkpoint the last K (the registration's ``keep_checkpoints``) stay with every file
+from the oldest of them on (``remove_unkept``), so a replay can start from any of them.
 """
 
 from __future__ import annotations
@@ -30,13 +39,19 @@ import fcntl
 import mmap
 import os
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgpack
+import xxhash
 
-from ambrosia_py.errors import LockLostError, LogCorruptionError, WireFormatError
+from ambrosia_py.errors import (
+    CoordinatorError,
+    LockLostError,
+    LogCorruptionError,
+    WireFormatError,
+)
 from ambrosia_py.wire import HEADER_SIZE, check_bytes, decode_zz32, decode_zz64, encode_zz32
 from ambrosia_py.wire.varint import Incomplete
 
@@ -55,6 +70,8 @@ __all__ = [
     "log_path",
     "read_digest",
     "read_seal",
+    "remove_first_start_leftovers",
+    "remove_unkept",
     "scan_log",
     "write_checkpoint",
     "wire_batches",
@@ -66,7 +83,9 @@ CHECKPOINT_PREFIX = "serverchkpt"
 DIGEST_PREFIX = "serverdigest"
 SEAL_PREFIX = "serverseal"
 LOCK_NAME = "serverlock"
-CHECKPOINT_MAGIC = b"AMBRCKP1"
+CHECKPOINT_MAGIC = b"AMBRCKP2"
+UNCHECKED_CHECKPOINT_MAGIC = b"AMBRCKP1"  # the format before the check bytes
+_TRAILER = struct.Struct("<Q")
 _HEADER = struct.Struct("<iiQq")
 _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
@@ -103,6 +122,49 @@ def fsync_dir(d: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
+                  ignore: Collection[int] = ()) -> int | None:
+    """Keep the newest ``keep`` checkpoints (not counting ``ignore``: checkpoints known
+    to be damaged) and every file from the oldest of them on; remove the ``<prefix><N>``
+    files before it. Call only once the newest checkpoint is durable. Returns the
+    number of the oldest checkpoint kept (None when there is none).
+
+    Checkpoint N pairs with log N and replay goes on through N+1, ..., so the logs from
+    the oldest kept checkpoint on are exactly what a replay from any kept one reads.
+    """
+    counted = [k for k in file_numbers(d, CHECKPOINT_PREFIX) if k not in ignore]
+    if not counted:
+        return None
+    oldest = counted[-max(1, keep):][0]
+    for prefix in prefixes:
+        for k in file_numbers(d, prefix):
+            if k < oldest:
+                (d / f"{prefix}{k}").unlink(missing_ok=True)
+    fsync_dir(d)
+    return oldest
+
+
+def remove_first_start_leftovers(d: Path) -> None:
+    """Remove what a first start that died before its record 0 was durable left behind
+    (see ``recovery.interrupted_first_start``).
+
+    Raises:
+        CoordinatorError: ``d`` holds a checkpoint after 1: a history, not leftovers.
+    """
+    later = [k for k in file_numbers(d, CHECKPOINT_PREFIX) if k != 1]
+    if later:
+        raise CoordinatorError(f"{d}: holds checkpoint {later[-1]}, so it is not the "
+                               "leftovers of a first start; refusing to start afresh")
+    for prefix in (LOG_PREFIX, DIGEST_PREFIX, SEAL_PREFIX):
+        for k in file_numbers(d, prefix):
+            (d / f"{prefix}{k}").unlink()
+    # Checkpoint 1 goes last: while it exists the leftovers are recognised as such (a
+    # log without any checkpoint is refused, never overwritten).
+    for name in (f".{CHECKPOINT_PREFIX}1.tmp", f"{CHECKPOINT_PREFIX}1"):
+        (d / name).unlink(missing_ok=True)
+    fsync_dir(d)
 
 
 # ------------------------------------------------------------------ log records
@@ -450,14 +512,20 @@ def write_seal(d: Path, n: int, offset: int) -> None:
 
 def write_checkpoint(d: Path, n: int, state: Mapping[str, Any], message: bytes,
                      chunks: Iterator[bytes] | list[bytes]) -> Path:
-    """Write ``serverchkpt<n>`` durably (temporary file, fsync, rename, fsync the directory)."""
+    """Write ``serverchkpt<n>`` with its check bytes, durably (temporary file, fsync,
+    rename, fsync the directory)."""
     path = checkpoint_path(d, n)
     tmp = d / f".{path.name}.tmp"
     packed = msgpack.packb(dict(state), use_bin_type=True)
+    digest = xxhash.xxh64()
     with open(tmp, "wb") as f:
-        f.write(CHECKPOINT_MAGIC + _I32.pack(len(packed)) + packed + message)
+        head = CHECKPOINT_MAGIC + _I32.pack(len(packed)) + packed + message
+        f.write(head)
+        digest.update(head)
         for c in chunks:
             f.write(c)
+            digest.update(c)
+        f.write(_TRAILER.pack(digest.intdigest()))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -465,20 +533,56 @@ def write_checkpoint(d: Path, n: int, state: Mapping[str, Any], message: bytes,
     return path
 
 
+def _verify_checkpoint(path: Path, f: Any, total: int) -> None:
+    """Check the magic and the check bytes of the whole file, before anything in it is
+    trusted: a flipped byte anywhere (state, message, raw bytes, the check bytes
+    themselves) is reported here, in one line naming the file."""
+    magic = f.read(8)
+    if magic == UNCHECKED_CHECKPOINT_MAGIC:
+        raise CoordinatorError(
+            f"{path}: a checkpoint in the format before check bytes ({magic.decode()}), "
+            "which this version does not read; start the instance afresh in a new log "
+            "directory"
+        )
+    if magic != CHECKPOINT_MAGIC:
+        raise LogCorruptionError(str(path), 0, "not a checkpoint file (bad magic)")
+    body = total - _TRAILER.size
+    if body < 12:
+        raise LogCorruptionError(str(path), 0, f"a checkpoint file of {total} bytes is too short")
+    digest = xxhash.xxh64(magic)
+    left = body - len(magic)
+    while left:
+        data = f.read(min(1 << 20, left))
+        if not data:
+            raise LogCorruptionError(str(path), body - left, "the file shrank while read")
+        digest.update(data)
+        left -= len(data)
+    (stored,) = _TRAILER.unpack(f.read(_TRAILER.size))
+    if digest.intdigest() != stored:
+        raise LogCorruptionError(str(path), body,
+                                 "check bytes do not match the checkpoint's content")
+
+
 class CheckpointFile:
-    """A checkpoint file opened for reading: ``state``, the binding's ``message`` bytes,
-    and ``size`` raw bytes at ``raw_offset`` (``chunks()`` streams them)."""
+    """A checkpoint file opened for reading, its check bytes verified: ``state``, the
+    binding's ``message`` bytes, and ``size`` raw bytes at ``raw_offset`` (``chunks()``
+    streams them).
+
+    Raises:
+        LogCorruptionError: the file is damaged (one line naming it).
+        CoordinatorError: the file is in the format before check bytes.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
             with open(path, "rb") as f:
-                head = f.read(12)
                 total = os.fstat(f.fileno()).st_size
-                if len(head) < 12 or head[:8] != CHECKPOINT_MAGIC:
-                    raise LogCorruptionError(str(path), 0, "not a checkpoint file (bad magic)")
-                (n,) = _I32.unpack_from(head, 8)
-                if n < 0 or 12 + n > total:
+                _verify_checkpoint(path, f, total)
+                f.seek(8)
+                (n,) = _I32.unpack(f.read(4))
+                body = total - _TRAILER.size
+                if n < 0 or 12 + n > body:
                     raise LogCorruptionError(str(path), 8, f"state length {n} overruns the file")
                 packed = f.read(n)
                 msg = f.read(16)
@@ -508,10 +612,10 @@ class CheckpointFile:
         self.message = msg[:end]
         self.size = size
         self.raw_offset = pos + end
-        if self.raw_offset + size != total:
+        if self.raw_offset + size != body:
             raise LogCorruptionError(
                 str(path), self.raw_offset,
-                f"{total - self.raw_offset} raw bytes where the checkpoint announces {size}",
+                f"{body - self.raw_offset} raw bytes where the checkpoint announces {size}",
             )
 
     def chunks(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:

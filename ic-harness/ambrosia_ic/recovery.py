@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import LogCorruptionError
+from ambrosia_py.errors import CoordinatorError, LogCorruptionError
 
 from .logstore import (
     CHECKPOINT_PREFIX,
@@ -27,8 +27,9 @@ from .logstore import (
     wire_batches,
 )
 
-__all__ = ["RecoveryPlan", "ReplayEstimate", "estimate_replay", "plan_recovery", "replay_records",
-           "replay_wire"]
+__all__ = ["RecoveryPlan", "ReplayEstimate", "check_no_orphan_logs", "estimate_replay",
+           "first_start_pending", "interrupted_first_start", "newest_intact_checkpoint",
+           "plan_recovery", "replay_records", "replay_wire"]
 
 STATE_FORMAT = 1
 
@@ -55,6 +56,8 @@ class RecoveryPlan:
     records: int = 0
     torn: tuple[Path, int] | None = None
     offsets: dict[int, array[int]] = attrs.Factory(dict)
+    # Newer checkpoints passed over because they are damaged (newest first).
+    damaged: list[tuple[int, LogCorruptionError]] = attrs.Factory(list)
 
     @property
     def last_log(self) -> int:
@@ -64,6 +67,59 @@ class RecoveryPlan:
 def latest_checkpoint(d: Path) -> int | None:
     nums = file_numbers(d, CHECKPOINT_PREFIX)
     return nums[-1] if nums else None
+
+
+def interrupted_first_start(d: Path, committer_id: int | None = None) -> bool:
+    """Whether ``d`` holds only the leftovers of a first start that died before its
+    InitialMessage was durably logged as record 0.
+
+    A first start writes ``serverchkpt1``, then creates ``serverlog1``, then logs record
+    0; checkpoint 1 is written by nothing else. Until record 0 is whole on disk the
+    instance has done nothing that counts, so the next start must be a first start
+    again (or ``on_first_start`` would never run).
+
+    Raises:
+        LogCorruptionError: log 1 is damaged (not merely torn) before its first record.
+    """
+    if file_numbers(d, CHECKPOINT_PREFIX) != [1]:
+        return False
+    logs = file_numbers(d, LOG_PREFIX)
+    if not logs:
+        return True
+    if logs != [1]:
+        return False
+    scan = LogScan(log_path(d, 1), allow_torn_tail=True, first_seq=0,
+                   committer_id=committer_id, limit=read_seal(d, 1))
+    return next(iter(scan), None) is None
+
+
+def check_no_orphan_logs(d: Path) -> None:
+    """Refuse a directory whose logs lost their checkpoint: starting afresh there would
+    run the first start again over a history that happened.
+
+    Raises:
+        CoordinatorError: a log exists but no checkpoint.
+    """
+    logs = file_numbers(d, LOG_PREFIX)
+    if logs and latest_checkpoint(d) is None:
+        raise CoordinatorError(
+            f"{d}: {LOG_PREFIX}{logs[0]} exists but no checkpoint, so its records cannot be "
+            "recovered; restore the checkpoint, or move the directory away to start afresh"
+        )
+
+
+def first_start_pending(d: Path, committer_id: int | None = None) -> bool:
+    """Whether the next start of directory ``d`` is a first start: no checkpoint, or
+    only an interrupted first start's leftovers.
+
+    Raises:
+        CoordinatorError: logs without a checkpoint (see ``check_no_orphan_logs``).
+        LogCorruptionError: see ``interrupted_first_start``.
+    """
+    if latest_checkpoint(d) is None:
+        check_no_orphan_logs(d)
+        return True
+    return interrupted_first_start(d, committer_id)
 
 
 def _state(cf: CheckpointFile) -> tuple[int, dict[str, int], dict[str, dict[str, Any]]]:
@@ -90,21 +146,72 @@ def _state(cf: CheckpointFile) -> tuple[int, dict[str, int], dict[str, dict[str,
 
 
 def plan_recovery(d: Path, committer_id: int, checkpoint: int | None = None) -> RecoveryPlan | None:
-    """Scan checkpoint ``checkpoint`` (default: the newest) and every log after it.
+    """Scan checkpoint ``checkpoint`` and every log after it.
 
-    Returns None when there is no checkpoint at all (a first start).
+    By default the newest checkpoint is used; a damaged one is passed over for the
+    newest older intact checkpoint whose logs are all kept (``plan.damaged`` lists
+    those passed over). Returns None when there is no checkpoint at all.
 
     Raises:
         LogCorruptionError: a file is damaged anywhere but the newest log's torn tail,
-            or a log in the chain is missing.
+            or a log in the chain is missing; for damaged checkpoints, the newest one's
+            damage when no older intact checkpoint can stand in.
+        CoordinatorError: a checkpoint is in the format before check bytes, or
+            checkpoint ``checkpoint`` is not kept.
     """
-    n = latest_checkpoint(d) if checkpoint is None else checkpoint
-    if n is None:
+    if checkpoint is not None:
+        path = checkpoint_path(d, checkpoint)
+        if not path.exists():
+            kept = ", ".join(map(str, file_numbers(d, CHECKPOINT_PREFIX))) or "none"
+            raise CoordinatorError(f"{path}: no such checkpoint (kept: {kept})")
+        return _plan_from(d, committer_id, checkpoint, CheckpointFile(path))
+    found = newest_intact_checkpoint(d)
+    if found is None:
         return None
-    path = checkpoint_path(d, n)
-    if not path.exists():
-        raise LogCorruptionError(str(path), 0, "no such checkpoint")
-    cf = CheckpointFile(path)
+    n, cf, damaged = found
+    plan = _plan_from(d, committer_id, n, cf)
+    plan.damaged = damaged
+    return plan
+
+
+def newest_intact_checkpoint(
+    d: Path,
+) -> tuple[int, CheckpointFile, list[tuple[int, LogCorruptionError]]] | None:
+    """``(number, file, damaged)``: the newest checkpoint whose check bytes and state
+    are intact, passing over damaged newer ones (listed in ``damaged``, newest first)
+    only for one whose logs are all kept. None when there is no checkpoint. A
+    checkpoint removed while this looks is skipped (an older one can be in use).
+
+    Raises:
+        LogCorruptionError: the newest checkpoint's damage, when no older intact
+            checkpoint with its logs can stand in.
+        CoordinatorError: a checkpoint is in the format before check bytes.
+    """
+    damaged: list[tuple[int, LogCorruptionError]] = []
+    for n in reversed(file_numbers(d, CHECKPOINT_PREFIX)):
+        path = checkpoint_path(d, n)
+        try:
+            cf = CheckpointFile(path)
+            _state(cf)
+        except LogCorruptionError as err:
+            if not path.exists():
+                continue
+            damaged.append((n, err))
+            continue
+        if damaged and not _chain_kept(d, n):
+            break  # its logs are gone: it cannot stand in for the damaged one
+        return n, cf, damaged
+    if damaged:
+        raise damaged[0][1]
+    return None
+
+
+def _chain_kept(d: Path, n: int) -> bool:
+    logs = [k for k in file_numbers(d, LOG_PREFIX) if k >= n]
+    return bool(logs) and logs == list(range(n, n + len(logs)))
+
+
+def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> RecoveryPlan:
     next_seq, inputs, outputs = _state(cf)
     logs = [k for k in file_numbers(d, LOG_PREFIX) if k >= n]
     for i, k in enumerate(logs):

@@ -31,6 +31,7 @@ from ambrosia_py.errors import RegistryError
 
 __all__ = [
     "CREATE_SERVICE_MODES",
+    "DEFAULT_KEEP_CHECKPOINTS",
     "Registration",
     "ambrosia_home",
     "find_instances",
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 CREATE_SERVICE_MODES = ("auto", "no-recovery", "always-recover")
+DEFAULT_KEEP_CHECKPOINTS = 2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -98,6 +100,10 @@ class Registration:
     active_active: bool = False
     log_trigger_size_mb: int = 1000
     create_service: str = "auto"
+    # How many checkpoints (with their logs and digests) stay after each new one, so a
+    # repro can start before the latest restart. Registrations written before this
+    # option existed load with the default.
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
 
     def validate(self) -> Registration:
         check_instance_name(self.instance_name)
@@ -128,6 +134,10 @@ class Registration:
             raise RegistryError(
                 f"create-service must be one of {', '.join(CREATE_SERVICE_MODES)}, "
                 f"got {self.create_service!r}"
+            )
+        if self.keep_checkpoints < 1:
+            raise RegistryError(
+                f"keep-checkpoints must be at least 1, got {self.keep_checkpoints}"
             )
         if not -(1 << 31) <= self.committer_id < (1 << 31):
             raise RegistryError(f"committer id {self.committer_id} does not fit an int32")
@@ -230,6 +240,7 @@ def register(
     active_active: bool = False,
     log_trigger_size_mb: int = 1000,
     create_service: str = "auto",
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
     home: str | os.PathLike[str] | None = None,
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
@@ -254,6 +265,7 @@ def register(
         active_active=active_active,
         log_trigger_size_mb=log_trigger_size_mb,
         create_service=create_service,
+        keep_checkpoints=keep_checkpoints,
     ).validate()
     link_secret(home_path, create=True)
     path = _instances(home_path) / f"{instance_name}.json"

@@ -46,14 +46,13 @@ from ambrosia_py.wire import (
 )
 
 from . import registry
-from .binding import BindingPorts
+from .binding import BindingPorts, reserve_port
 from .coordinator import Coordinator, Input
 from .lease import HEARTBEAT, Epochs
 from .logstore import (
     CHECKPOINT_PREFIX,
     LOG_PREFIX,
     SEAL_PREFIX,
-    CheckpointFile,
     DiskRecord,
     LogScan,
     LogWriter,
@@ -62,11 +61,17 @@ from .logstore import (
     fsync_dir,
     log_path,
     read_seal,
+    remove_unkept,
     write_checkpoint,
     write_seal,
 )
 from .recovery import _state as checkpoint_state
-from .recovery import latest_checkpoint
+from .recovery import (
+    first_start_pending,
+    interrupted_first_start,
+    latest_checkpoint,
+    newest_intact_checkpoint,
+)
 
 __all__ = ["ReplicaCoordinator"]
 
@@ -159,6 +164,9 @@ class ReplicaCoordinator(Coordinator):
         self.dir.mkdir(parents=True, exist_ok=True)
         ports = BindingPorts(self.receive_port, self.send_port, self.log)
         try:
+            # Every port first: a busy link port must stop this replica before it
+            # claims an epoch or writes anything (it listens there once primary).
+            self._link_sock = reserve_port(self.ic_port, "links")
             await ports.open()
             print(
                 f"ambrosia-ic ready: instance={self.name} replica={self.number} "
@@ -183,7 +191,7 @@ class ReplicaCoordinator(Coordinator):
         return {"replica": self.number, "ic_port": self.ic_port, **extra}
 
     async def _main(self) -> None:
-        if (self.upgrading_to is None and latest_checkpoint(self.dir) is None
+        if (self.upgrading_to is None and first_start_pending(self.dir, self.cid)
                 and self.epochs.current() == 0 and self.epochs.claim(1, self._info())):
             self.epoch = 1
             self.role = "primary"
@@ -205,7 +213,7 @@ class ReplicaCoordinator(Coordinator):
     async def _follow(self) -> None:
         while True:
             if self.tail is None and latest_checkpoint(self.dir) is not None:
-                with contextlib.suppress(FileNotFoundError, LogCorruptionError):
+                with contextlib.suppress(FileNotFoundError):
                     await self._load_checkpoint()
             caught_up = False
             if self.tail is not None:
@@ -229,9 +237,19 @@ class ReplicaCoordinator(Coordinator):
             await asyncio.sleep(POLL)
 
     async def _load_checkpoint(self) -> None:
-        c = latest_checkpoint(self.dir)
-        assert c is not None and self.send is not None
-        cf = CheckpointFile(checkpoint_path(self.dir, c))
+        """Start following from the newest intact checkpoint (verified before a byte
+        of it reaches the binding), unless it is a first start not yet done."""
+        assert self.send is not None
+        if interrupted_first_start(self.dir, self.cid):
+            return  # the first start's record 0 is not durable yet: nothing to follow
+        found = newest_intact_checkpoint(self.dir)
+        if found is None:
+            return
+        c, cf, damaged = found
+        for n, err in damaged:
+            if n not in self.damaged:
+                self.damaged.add(n)
+                self.log(f"{err}; following from checkpoint {c} and its logs instead")
         next_seq, inputs, outputs = checkpoint_state(cf)
         chunks = list(cf.chunks())  # read whole before the checkpointer may delete it
         self.next_seq = next_seq
@@ -296,20 +314,13 @@ class ReplicaCoordinator(Coordinator):
         message, chunks, outputs = await fut
         state = self._state(self.next_seq, self.inputs, outputs)
         await asyncio.to_thread(write_checkpoint, self.dir, n, state, message, chunks)
-        await asyncio.to_thread(self._remove_before_previous, n)
+        await asyncio.to_thread(self._remove_unkept)
 
-    def _remove_before_previous(self, n: int) -> None:
-        # Keep the previous checkpoint and its logs: a standby just starting may be
-        # reading them.
-        older = [k for k in file_numbers(self.dir, CHECKPOINT_PREFIX) if k < n]
-        if not older:
-            return
-        keep = older[-1]
-        for prefix in (LOG_PREFIX, CHECKPOINT_PREFIX, SEAL_PREFIX):
-            for k in file_numbers(self.dir, prefix):
-                if k < keep:
-                    (self.dir / f"{prefix}{k}").unlink(missing_ok=True)
-        fsync_dir(self.dir)
+    def _remove_unkept(self) -> None:
+        # The registration's last K checkpoints with their logs and seals, and at least
+        # the previous one: a standby just starting may be reading it.
+        remove_unkept(self.dir, max(2, self.reg.keep_checkpoints),
+                      (LOG_PREFIX, CHECKPOINT_PREFIX, SEAL_PREFIX), self.damaged)
 
     # ------------------------------------------------------------------ taking over
     async def _seal_and_finish(self) -> int:
@@ -332,6 +343,8 @@ class ReplicaCoordinator(Coordinator):
         self.epoch = epoch
         self.role = "primary"
         self._spawn(self._heartbeat())
+        if self.tail is None and latest_checkpoint(self.dir) is not None:
+            await self._load_checkpoint()  # the first start may have finished meanwhile
         if self.tail is None:
             self.log(f"primary of epoch {epoch}: no checkpoint yet, first start")
             await self._first_start()

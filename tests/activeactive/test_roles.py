@@ -84,3 +84,18 @@ def test_the_checkpointing_secondary_checkpoints_and_is_replaced_after_kill9(
     cl.start_replica(3)
     wait_until(lambda: cl.received_by(3) == calls, "new standby caught up")
     assert cl.drivers[3].events[0] == "checkpoint-loaded"
+
+
+def test_the_checkpointing_secondary_keeps_the_registered_number_of_checkpoints(
+    harness: Harness,
+) -> None:
+    cl = Cluster(harness, replicas=2, keep_checkpoints=3)
+    cl.start_replica(0)
+    wait_until(cl.drivers[0].primary.is_set, "first start")
+    cl.start_replica(1)
+    for n in range(2, 6):
+        cl.drivers[0].b.send(TakeCheckpoint())
+        wait_until(lambda n=n: (cl.dir / f"serverchkpt{n}").exists(), f"checkpoint {n}")
+    wait_until(lambda: file_numbers(cl.dir, "serverchkpt") == [3, 4, 5], "checkpoints 3, 4, 5")
+    assert file_numbers(cl.dir, "serverlog") == [3, 4, 5]  # log 5 is being written
+    assert all(k >= 3 for k in file_numbers(cl.dir, "serverseal"))

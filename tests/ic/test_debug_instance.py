@@ -101,4 +101,5 @@ def test_debug_instance_of_a_missing_checkpoint_is_one_line(harness: Harness) ->
     r = harness.cli("debug-instance", "-i", "alpha", "-c", "7", "--json")
     assert r.returncode == 1
     assert json.loads(r.stdout)["status"] == "error"
-    assert r.stderr.count("\n") == 1 and "serverchkpt7" in r.stderr
+    path = harness.instance_dir("alpha") / "serverchkpt7"
+    assert r.stderr == f"ambrosia: error: {path}: no such checkpoint (kept: 1)\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ambrosia_py.wire import (
     CONTROL_SEQ,
     InitialMessage,
@@ -38,6 +40,11 @@ def test_first_start_echoes_initial_message_and_logs_self_calls(harness: Harness
         "serverchkpt1", "serverdigest1", "serverlock", "serverlog1"]
 
 
+def _server_files(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir()
+                  if p.name.startswith(("serverlog", "serverchkpt", "serverdigest")))
+
+
 def _run_chain(d, start: int, stop: int) -> None:  # type: ignore[no-untyped-def]
     """Impulses one at a time: each makes a self-call, which makes an acknowledgement."""
     for k in range(start, stop):
@@ -54,8 +61,10 @@ def test_checkpoint_kill9_and_recovery_replay_the_same_records(harness: Harness)
     d1.b.send(TakeCheckpoint())  # the binding asks for a checkpoint: [02 02]
     wait_until(lambda: "take-checkpoint" in d1.events, "TakeCheckpoint")
     idir = harness.instance_dir("alpha")
-    wait_until(lambda: not (idir / "serverchkpt1").exists(), "old checkpoint removed")
-    assert (idir / "serverchkpt2").exists() and not (idir / "serverlog1").exists()
+    wait_until(lambda: (idir / "serverchkpt2").exists(), "checkpoint 2")
+    # The default keeps the last 2 checkpoints with their logs.
+    assert _server_files(idir) == ["serverchkpt1", "serverchkpt2", "serverdigest1",
+                                   "serverdigest2", "serverlog1", "serverlog2"]
     _run_chain(d1, 4, 8)
     before = d1.snapshot()
     harness.kill9(proc)
@@ -76,8 +85,9 @@ def test_checkpoint_kill9_and_recovery_replay_the_same_records(harness: Harness)
     assert after["received"] == after["sent"] and after["acked"] == after["sent"]
     assert d2.parsed[-1].seq_id == d1.parsed[-1].seq_id + 6
     assert d2.parsed[-1].committer_id == reg.committer_id
-    wait_until(lambda: not (idir / "serverchkpt2").exists(), "checkpoint 2 removed")
-    assert (idir / "serverchkpt3").exists() and (idir / "serverlog3").exists()
+    wait_until(lambda: not (idir / "serverchkpt1").exists(), "checkpoint 1 removed")
+    assert _server_files(idir) == ["serverchkpt2", "serverchkpt3", "serverdigest2",
+                                   "serverdigest3", "serverlog2", "serverlog3"]
     assert proc2.poll() is None
 
 
