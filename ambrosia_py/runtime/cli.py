@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ic-send-port", type=int, default=None)
     p.add_argument("--upgrade-to", metavar="MODULE:CLASS", default=None,
                    help="the next version's class, switched to when the coordinator upgrades")
-    p.add_argument("--home", default=None, help="registry directory (default $AMBROSIA_HOME)")
+    # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
+    p.add_argument("--home", default=None,
+                   help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
@@ -121,9 +123,17 @@ async def _run(runner: ImmortalRunner) -> None:
     await runner.run()
 
 
-def run_main(argv: Sequence[str]) -> int:
-    """Entry point of ``ambrosia run``; returns the exit code."""
+def run_main(argv: Sequence[str], home: str | None = None) -> int:
+    """Entry point of ``ambrosia run``; returns the exit code.
+
+    Args:
+        argv: the arguments after ``run``.
+        home: the registry directory given before the sub-command (``ambrosia --home DIR
+            run ...``); ``run --home`` overrides it.
+    """
     args = build_parser().parse_args(list(argv))
+    if args.home is None:
+        args.home = home
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s: %(message)s")
     log = logging.getLogger(f"ambrosia.{args.instance_name}")

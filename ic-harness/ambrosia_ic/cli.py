@@ -232,7 +232,8 @@ def _run(args: argparse.Namespace) -> int:
         print("ambrosia: error: the run command is not available in this installation "
               "(ambrosia_py.runtime.cli is missing)", file=sys.stderr)
         return 1
-    return int(module.run_main(list(args.run_args)) or 0)
+    # The top-level --home reaches the runtime as its default; `run --home` still wins.
+    return int(module.run_main(list(args.run_args), home=args.home) or 0)
 
 
 def _add_run(sub: Any) -> None:
@@ -248,8 +249,7 @@ _COMMANDS: list[Callable[[Any], None]] = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ambrosia", description="AMBROSIA immortal coordinator and tools")
-    parser.add_argument("--home", default=None,
-                        help="registry directory (default: $AMBROSIA_HOME or ~/.ambrosia)")
+    parser.add_argument("--home", default=None, help=registry.HOME_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(sub)

@@ -30,6 +30,7 @@ from ambrosia_py.errors import RegistryError
 
 __all__ = [
     "CREATE_SERVICE_MODES",
+    "HOME_HELP",
     "Registration",
     "ambrosia_home",
     "find_instances",
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 CREATE_SERVICE_MODES = ("auto", "no-recovery", "always-recover")
+# Every command that takes --home says the same (``ambrosia run`` repeats it word for word).
+HOME_HELP = "registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
