@@ -123,17 +123,17 @@ async def _run(runner: ImmortalRunner) -> None:
     await runner.run()
 
 
-def run_main(argv: Sequence[str], home: str | None = None) -> int:
+def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
     """Entry point of ``ambrosia run``; returns the exit code.
 
     Args:
         argv: the arguments after ``run``.
-        home: the registry directory given before the sub-command (``ambrosia --home DIR
+        default_home: the registry directory given before the sub-command (``ambrosia --home DIR
             run ...``); ``run --home`` overrides it.
     """
     args = build_parser().parse_args(list(argv))
     if args.home is None:
-        args.home = home
+        args.home = default_home
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s: %(message)s")
     log = logging.getLogger(f"ambrosia.{args.instance_name}")

@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
               "(ambrosia_py.runtime.cli is missing)", file=sys.stderr)
         return 1
     # The top-level --home reaches the runtime as its default; `run --home` still wins.
-    return int(module.run_main(list(args.run_args), home=args.home) or 0)
+    return int(module.run_main(list(args.run_args), default_home=args.home) or 0)
 
 
 def _add_run(sub: Any) -> None:
