@@ -83,17 +83,21 @@ def free_ports(n: int) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ambrosia run", description="Run an immortal.")
     p.add_argument("target", metavar="MODULE:CLASS", help="the Immortal subclass to run")
-    p.add_argument("-i", "--instance-name", required=True)
+    p.add_argument("-i", "--instance-name", required=True,
+                   help="the instance's name (registered on first use)")
     p.add_argument("--ic-receive-port", type=int, default=None,
-                   help="connect to a running coordinator's receive port (with --ic-send-port)")
-    p.add_argument("--ic-send-port", type=int, default=None)
+                   help="connect to a running coordinator's receive port (with --ic-send-port) "
+                        "instead of starting one")
+    p.add_argument("--ic-send-port", type=int, default=None,
+                   help="that coordinator's send port (with --ic-receive-port)")
     p.add_argument("--upgrade-to", metavar="MODULE:CLASS", default=None,
                    help="the next version's class, switched to when the coordinator upgrades")
     # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
     p.add_argument("--home", default=None,
                    help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
     p.add_argument("--log-level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="the lowest level of log line printed on stderr (default INFO)")
     return p
 
 

@@ -12,6 +12,8 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -24,6 +26,7 @@ __all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader left
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,6 +35,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
+
+_NAME_HELP = ("the instance's name: letters, digits, '_', '.', '-' (it names files and "
+              "directories)")
+_CREATE_SERVICE_HELP = (
+    "what a start does: auto recovers if a checkpoint exists, else starts afresh (the "
+    "default); no-recovery refuses to start when a checkpoint exists; always-recover refuses "
+    "to start when there is none to recover from (the real tool's A, N, Y also work)")
 
 _CREATE_SERVICE = {"auto": "auto", "a": "auto", "no-recovery": "no-recovery", "n": "no-recovery",
                    "always-recover": "always-recover", "y": "always-recover"}
@@ -80,18 +90,28 @@ def _register(args: argparse.Namespace) -> int:
 def _add_register(sub: Any) -> None:
     p = sub.add_parser("register-instance", aliases=["RegisterInstance"],
                        help="register an instance in the local registry")
-    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
-    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True)
-    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True)
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True, help=_NAME_HELP)
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True,
+                   help="the port the binding writes to (the coordinator's receive port)")
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True,
+                   help="the port the binding reads from (the coordinator's send port)")
     p.add_argument("-p", "--ic-port", "--port", type=int, required=True,
                    help="the port other coordinators connect to")
-    p.add_argument("-l", "--log-dir", "--log", required=True)
-    p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=0)
-    p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None)
-    p.add_argument("-aa", "--active-active", "--activeActive", action="store_true")
-    p.add_argument("-lts", "--log-trigger-size-mb", "--logTriggerSize", type=int, default=1000)
+    p.add_argument("-l", "--log-dir", "--log", required=True,
+                   help="where the logs and checkpoints go (in DIR/<instance>_<version>/); "
+                        "it must be a writable directory, or creatable")
+    p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=0,
+                   help="the version the instance runs now (default 0)")
+    p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
+                   help="upgrade to this version at the next start (default: no upgrade)")
+    p.add_argument("-aa", "--active-active", "--activeActive", action="store_true",
+                   help="an active/active instance: this is replica 0, add-replica adds more")
+    p.add_argument("-lts", "--log-trigger-size-mb", "--logTriggerSize", type=int, default=1000,
+                   help="take a checkpoint and start a new log when the log reaches this "
+                        "many MB (default 1000)")
     p.add_argument("-cs", "--create-service", "--createService", type=_create_service,
-                   default="auto")
+                   default="auto", metavar="{auto,no-recovery,always-recover}",
+                   help=_CREATE_SERVICE_HELP)
     p.set_defaults(handler=_register)
 
 
@@ -112,11 +132,16 @@ def _add_replica_cmd(args: argparse.Namespace) -> int:
 def _add_add_replica(sub: Any) -> None:
     p = sub.add_parser("add-replica", aliases=["AddReplica"],
                        help="add a replica to an active/active instance")
-    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
-    p.add_argument("-r", "--replica", "--replicaNum", type=int, required=True)
-    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True)
-    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True)
-    p.add_argument("-p", "--ic-port", "--port", type=int, required=True)
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True,
+                   help="the active/active instance (registered with --active-active)")
+    p.add_argument("-r", "--replica", "--replicaNum", type=int, required=True,
+                   help="the replica's number, 1 or more (0 is the registration itself)")
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True,
+                   help="the port this replica's binding writes to")
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True,
+                   help="the port this replica's binding reads from")
+    p.add_argument("-p", "--ic-port", "--port", type=int, required=True,
+                   help="the port other coordinators connect to while this replica is primary")
     p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
                    help="this replica upgrades the instance to this version")
     p.set_defaults(handler=_add_replica_cmd)
@@ -138,8 +163,10 @@ def _ic(args: argparse.Namespace) -> int:
 
 def _add_ic(sub: Any) -> None:
     p = sub.add_parser("ic", help="run the coordinator of a registered instance")
-    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
-    p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0)
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True,
+                   help="the registered instance")
+    p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
+                   help="which replica of an active/active instance (default 0)")
     p.set_defaults(handler=_ic)
 
 
@@ -178,13 +205,19 @@ def _debug(args: argparse.Namespace) -> int:
 def _add_debug(sub: Any) -> None:
     p = sub.add_parser("debug-instance", aliases=["DebugInstance"],
                        help="replay a checkpoint and its logs to a binding (repro / upgrade test)")
-    p.add_argument("-i", "--instance-name", "--instanceName", required=True)
-    p.add_argument("-c", "--checkpoint", type=int, required=True)
-    p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=None)
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True,
+                   help="the registered instance whose files to replay")
+    p.add_argument("-c", "--checkpoint", type=int, required=True,
+                   help="replay checkpoint N and the logs N, N+1, ... (see `log dump`)")
+    p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=None,
+                   help="which version's directory (default: the registered current version)")
     p.add_argument("-tu", "--testing-upgrade", "--testingUpgrade", nargs="?", const=True,
-                   default=False, type=_bool)
-    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, default=None)
-    p.add_argument("-sp", "--send-port", "--sendPort", type=int, default=None)
+                   default=False, type=_bool, metavar="true|false",
+                   help="test an upgrade: the binding upgrades right after loading the checkpoint")
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, default=None,
+                   help="the port the binding writes to (default: the registered one)")
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, default=None,
+                   help="the port the binding reads from (default: the registered one)")
     p.add_argument("--idle-timeout", type=float, default=None,
                    help="end this many seconds after the replay was sent and the binding "
                         "went quiet (default: wait until the binding closes)")
@@ -213,7 +246,8 @@ def _add_log(sub: Any) -> None:
     p = sub.add_parser("log", help="inspect an instance's log")
     logsub = p.add_subparsers(dest="log_command", required=True, metavar="{dump}")
     d = logsub.add_parser("dump", help="every record and checkpoint, with integrity problems")
-    d.add_argument("-i", "--instance-name", "--instanceName", required=True)
+    d.add_argument("-i", "--instance-name", "--instanceName", required=True,
+                   help="the registered instance")
     d.add_argument("-v", "--version", type=int, default=None,
                    help="which version's directory (default: the registered current version)")
     d.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -237,9 +271,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub: Any) -> None:
-    p = sub.add_parser("run", help="run an immortal (arguments go to the runtime)",
+    p = sub.add_parser("run", help="run an immortal: `ambrosia run --help` lists its options",
                        add_help=False)
-    p.add_argument("run_args", nargs=argparse.REMAINDER)
+    p.add_argument("run_args", nargs=argparse.REMAINDER, metavar="...",
+                   help="MODULE:CLASS -i NAME and the options `ambrosia run --help` lists")
     p.set_defaults(handler=_run)
 
 
@@ -266,16 +301,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         i = argv.index("run")
         if all(a.startswith("--home") or argv[j - 1] == "--home" for j, a in enumerate(argv[:i])):
             argv, run_args = argv[: i + 1], argv[i + 1 :]
-    args = parser.parse_args(argv)
-    if run_args is not None:
-        args.run_args = run_args
     try:
-        return int(args.handler(args))
+        args = parser.parse_args(argv)
+        if run_args is not None:
+            args.run_args = run_args
+        code = int(args.handler(args))
+        sys.stdout.flush()  # here, not at exit, where a closed pipe could not be caught
+        return code
     except AmbrosiaError as err:
         print(f"ambrosia: error: {err}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `ambrosia log dump ... | head`: the reader has gone, as for any Unix tool.
+        if not _stdout_is_broken():
+            raise
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_is_broken() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    # What is still buffered can go nowhere; the interpreter's final flush would otherwise
+    # report the broken pipe once more on the way out.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover
