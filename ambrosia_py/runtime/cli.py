@@ -111,7 +111,7 @@ def _ensure_registered(name: str, home: Path, log: logging.Logger) -> Any:
     except RegistryError:
         if (home / "instances" / f"{name}.json").exists():
             raise
-    rp, sp, icp = free_ports(3)
+    rp, sp, icp = registry.unregistered_free_ports(3, home)
     reg = registry.register(instance_name=name, receive_port=rp, send_port=sp, ic_port=icp,
                             log_dir=str(home / "logs"), home=home)
     log.info("registered %s (receive port %d, send port %d, logs in %s)", name, rp, sp,
