@@ -152,9 +152,11 @@ def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
             rp, sp = args.ic_receive_port, args.ic_send_port
         else:
             from ambrosia_ic import launch, registry
+            from ambrosia_ic.logdir import check_log_dir
 
             home = registry.ambrosia_home(args.home)
             reg = _ensure_registered(args.instance_name, home, log)
+            check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
             estimate = _replay_estimate(reg, log)
             proc = _start_coordinator(launch, args.instance_name, home)
             log.info("started the coordinator (pid %d)", proc.pid)

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from ambrosia_py.errors import AmbrosiaError
 
 from . import registry
+from .logdir import check_log_dir
 
 __all__ = ["build_parser", "main"]
 
@@ -99,7 +100,7 @@ def _add_register(sub: Any) -> None:
                    help="the port other coordinators connect to")
     p.add_argument("-l", "--log-dir", "--log", required=True,
                    help="where the logs and checkpoints go (in DIR/<instance>_<version>/); "
-                        "it must be a writable directory, or creatable")
+                        "created if missing, and refused unless a file can be created in it")
     p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=0,
                    help="the version the instance runs now (default 0)")
     p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
@@ -156,6 +157,7 @@ def _ic(args: argparse.Namespace) -> int:
 
     home = registry.ambrosia_home(args.home)
     reg = registry.load(args.instance_name, home)
+    check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
     cls = ReplicaCoordinator if reg.active_active else Coordinator
     coordinator = cls(reg, home, replica=args.replica)
     return asyncio.run(coordinator.run())

@@ -27,7 +27,9 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_py.errors import CoordinatorError, RegistryError
+
+from .logdir import check_log_dir
 
 __all__ = [
     "CREATE_SERVICE_MODES",
@@ -237,8 +239,11 @@ def register(
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
 
+    The log directory is created if missing, and must take a new file.
+
     Raises:
-        RegistryError: an argument is invalid.
+        RegistryError: an argument is invalid, a port is another instance's, or the log
+            directory cannot be used.
     """
     check_instance_name(instance_name)
     home_path = ambrosia_home(home)
@@ -261,6 +266,10 @@ def register(
     _refuse_taken_ports(home_path, (instance_name, 0),
                         {"receive port": receive_port, "send port": send_port,
                          "ic port": ic_port})
+    try:
+        check_log_dir(reg.log_dir)
+    except CoordinatorError as err:
+        raise RegistryError(str(err)) from None
     link_secret(home_path, create=True)
     path = _instances(home_path) / f"{instance_name}.json"
     _write_atomically(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
