@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import importlib
 import logging
 import os
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..errors import AmbrosiaError
+from ..errors import AmbrosiaError, CoordinatorError
 from ..immortal import Immortal
 from .engine import Engine
 from .runner import ImmortalRunner
@@ -32,7 +33,8 @@ __all__ = ["free_ports", "load_class", "run_main"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
-_COORDINATOR_RETRY_SECONDS = 15.0
+# How long a start waits for the previous run's coordinator to let go of the log lock.
+_LOCK_WAIT_SECONDS = 5.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -158,7 +160,7 @@ def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
             reg = _ensure_registered(args.instance_name, home, log)
             check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
             estimate = _replay_estimate(reg, log)
-            proc = _start_coordinator(launch, args.instance_name, home)
+            proc = _start_coordinator(launch, reg, home, log)
             log.info("started the coordinator (pid %d)", proc.pid)
             rp, sp = reg.receive_port, reg.send_port
         engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
@@ -195,18 +197,52 @@ def _replay_estimate(reg: Any, log: logging.Logger) -> int | None:
     return est.records
 
 
-def _start_coordinator(launch: Any, name: str, home: Path) -> subprocess.Popen[str]:
-    """Start the coordinator, retrying for a while: after a crash, the previous life's
-    coordinator may still hold the log lock for a moment while it notices and exits."""
-    deadline = time.monotonic() + _COORDINATOR_RETRY_SECONDS
-    while True:
-        try:
-            proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
-            return proc
-        except AmbrosiaError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.2)
+def _start_coordinator(launch: Any, reg: Any, home: Path,
+                       log: logging.Logger) -> subprocess.Popen[str]:
+    """Start the coordinator; a failure is its own one-line reason, at once.
+
+    One case is waited out: after a crash the previous run's coordinator holds the log
+    lock until it notices that its binding is gone and exits, which takes a moment. If the
+    lock is still held after that, another coordinator is running the instance.
+    """
+    from ambrosia_ic.logstore import LOCK_NAME
+    from ambrosia_ic.registry import instance_dir
+
+    name = reg.instance_name
+    try:
+        proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
+        return proc
+    except CoordinatorError:
+        lock = instance_dir(reg) / LOCK_NAME
+        if not _lock_held(lock):
+            raise
+    log.warning("the log of %s is locked by another coordinator (the previous run's may "
+                "still be exiting); waiting up to %g s for it", name, _LOCK_WAIT_SECONDS)
+    deadline = time.monotonic() + _LOCK_WAIT_SECONDS
+    while _lock_held(lock) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        proc = launch.start_coordinator(name, home=home)
+        return proc
+    except CoordinatorError as err:
+        if _lock_held(lock):
+            raise CoordinatorError(f"{err} (is {name} already running?)") from None
+        raise
+
+
+def _lock_held(path: Path) -> bool:
+    """Whether a process holds the flock on ``path`` (probed without waiting)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we got
+    return False
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

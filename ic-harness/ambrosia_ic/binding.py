@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -64,8 +65,10 @@ class BindingPorts:
                 )
             except OSError as err:
                 self.close()
+                # asyncio's strerror repeats the address; the errno's own text suffices.
+                why = os.strerror(err.errno) if err.errno else str(err)
                 raise CoordinatorError(
-                    f"cannot listen on {LOOPBACK}:{port}: {err.strerror or err}"
+                    f"cannot listen on {LOOPBACK}:{port} (the {side} port): {why}"
                 ) from None
             self._servers.append(server)
 
