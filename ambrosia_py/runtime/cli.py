@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import fcntl
 import importlib
 import logging
 import os
@@ -19,22 +17,23 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
-from ..errors import AmbrosiaError, CoordinatorError
+from ..errors import AmbrosiaError
 from ..immortal import Immortal
+from . import local_coordinator
 from .engine import Engine
 from .runner import ImmortalRunner
+from .stops import StopSignals
 
 __all__ = ["free_ports", "load_class", "run_main"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
-# How long a start waits for the previous run's coordinator to let go of the log lock.
-_LOCK_WAIT_SECONDS = 5.0
+# After a stop signal, how long the coordinator has to stop and close the connection
+# before the immortal stops on its own.
+_STOP_GRACE_SECONDS = 10.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of starting one")
     p.add_argument("--ic-send-port", type=int, default=None,
                    help="that coordinator's send port (with --ic-receive-port)")
+    p.add_argument("--debug-replay", action="store_true",
+                   help="the coordinator at --ic-receive-port is `ambrosia debug-instance`: "
+                        "its closing the connection after the replay is the normal end")
     p.add_argument("--upgrade-to", metavar="MODULE:CLASS", default=None,
                    help="the next version's class, switched to when the coordinator upgrades")
     # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
@@ -103,30 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _ensure_registered(name: str, home: Path, log: logging.Logger) -> Any:
-    from ambrosia_ic import registry
-
-    from ..errors import RegistryError
-
-    try:
-        return registry.load(name, home)
-    except RegistryError:
-        if (home / "instances" / f"{name}.json").exists():
-            raise
-    rp, sp, icp = registry.unregistered_free_ports(3, home)
-    reg = registry.register(instance_name=name, receive_port=rp, send_port=sp, ic_port=icp,
-                            log_dir=str(home / "logs"), home=home)
-    log.info("registered %s (receive port %d, send port %d, logs in %s)", name, rp, sp,
-             home / "logs")
-    return reg
-
-
-async def _run(runner: ImmortalRunner) -> None:
+async def _run(runner: ImmortalRunner, stops: StopSignals,
+               proc: subprocess.Popen[str] | None) -> None:
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, runner.stop)
-    await runner.run()
+
+    def on_stop() -> None:
+        if proc is not None and proc.poll() is None:
+            # The coordinator stops first (finishing the write in progress) and closes the
+            # connection, which ends the runner; the binding never sees a surprise.
+            proc.send_signal(signal.SIGTERM)
+            loop.call_later(_STOP_GRACE_SECONDS, runner.stop)
+        else:
+            runner.stop()
+
+    stops.attach(loop, on_stop)
+    try:
+        await runner.run()
+    finally:
+        stops.detach()
 
 
 def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
@@ -143,6 +139,11 @@ def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s: %(message)s")
     log = logging.getLogger(f"ambrosia.{args.instance_name}")
+    with StopSignals() as stops:
+        return _run_immortal(args, log, stops)
+
+
+def _run_immortal(args: argparse.Namespace, log: logging.Logger, stops: StopSignals) -> int:
     proc: subprocess.Popen[str] | None = None
     estimate: int | None = None
     try:
@@ -153,103 +154,65 @@ def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
         if args.ic_receive_port is not None:
             rp, sp = args.ic_receive_port, args.ic_send_port
         else:
-            from ambrosia_ic import launch, registry
+            if args.debug_replay:
+                raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
+                                 "(the ports `ambrosia debug-instance` listens on)")
+            from ambrosia_ic import registry
             from ambrosia_ic.logdir import check_log_dir
 
             home = registry.ambrosia_home(args.home)
-            reg = _ensure_registered(args.instance_name, home, log)
+            reg = local_coordinator.ensure_registered(args.instance_name, home, log)
             check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-            estimate = _replay_estimate(reg, log)
-            proc = _start_coordinator(launch, reg, home, log)
+            estimate = local_coordinator.replay_estimate(reg, log)
+            proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)
             log.info("started the coordinator (pid %d)", proc.pid)
             rp, sp = reg.receive_port, reg.send_port
+        if stops.signum is not None:
+            return _stopped(args.instance_name, stops)
         engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
         runner = ImmortalRunner(engine, rp, sp, replay_estimate=estimate)
-        asyncio.run(_run(runner))
-        if runner.closed_by_coordinator:
-            print(f"ambrosia run: error: the coordinator of {args.instance_name} closed the "
-                  "connection", file=sys.stderr)
-            return EXIT_ERROR
-        return 0
+        asyncio.run(_run(runner, stops, proc))
+        return _outcome(args, runner, stops, proc)
     except AmbrosiaError as e:
+        if stops.signum is not None:  # e.g. the coordinator got the signal while starting
+            return _stopped(args.instance_name, stops)
         print(f"ambrosia run: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        return 130
     finally:
         if proc is not None:
-            _stop(proc)
+            local_coordinator.stop(proc)
 
 
-def _replay_estimate(reg: Any, log: logging.Logger) -> int | None:
-    """About how many records the coordinator we are about to start will replay, from its
-    log files (read before it starts: its recovery ends by removing them)."""
-    from ambrosia_ic import recovery, registry
-
-    try:
-        est = recovery.estimate_replay(registry.instance_dir(reg))
-    except OSError:
-        return None
-    if est is None:
-        return None
-    log.info("the log to replay holds %s%d records (%d bytes)", "" if est.exact else "about ",
-             est.records, est.log_bytes)
-    return est.records
-
-
-def _start_coordinator(launch: Any, reg: Any, home: Path,
-                       log: logging.Logger) -> subprocess.Popen[str]:
-    """Start the coordinator; a failure is its own one-line reason, at once.
-
-    One case is waited out: after a crash the previous run's coordinator holds the log
-    lock until it notices that its binding is gone and exits, which takes a moment. If the
-    lock is still held after that, another coordinator is running the instance.
-    """
-    from ambrosia_ic.logstore import LOCK_NAME
-    from ambrosia_ic.registry import instance_dir
-
-    name = reg.instance_name
-    try:
-        proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
-        return proc
-    except CoordinatorError:
-        lock = instance_dir(reg) / LOCK_NAME
-        if not _lock_held(lock):
-            raise
-    log.warning("the log of %s is locked by another coordinator (the previous run's may "
-                "still be exiting); waiting up to %g s for it", name, _LOCK_WAIT_SECONDS)
-    deadline = time.monotonic() + _LOCK_WAIT_SECONDS
-    while _lock_held(lock) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        proc = launch.start_coordinator(name, home=home)
-        return proc
-    except CoordinatorError as err:
-        if _lock_held(lock):
-            raise CoordinatorError(f"{err} (is {name} already running?)") from None
-        raise
+def _outcome(args: argparse.Namespace, runner: ImmortalRunner, stops: StopSignals,
+             proc: subprocess.Popen[str] | None) -> int:
+    """The one line and the exit code once the runner has ended."""
+    name = args.instance_name
+    if stops.signum is None and runner.closed_by_coordinator and proc is not None:
+        # The signal may have reached the coordinator first (sent to the process group):
+        # then it says it was stopped, and our own signal is usually on its way.
+        if local_coordinator.was_stopped(proc) and stops.signum is None:
+            print(f"ambrosia run: {name} stopped (its coordinator was stopped)",
+                  file=sys.stderr)
+            return 0
+    if stops.signum is not None:
+        return _stopped(name, stops)
+    conn = runner.engine.conn
+    if runner.closed_by_coordinator and args.debug_replay and not conn.is_primary:
+        print(f"ambrosia run: {name}: the replay ended after {conn.records_replayed} records",
+              file=sys.stderr)
+        return 0
+    if runner.closed_by_coordinator:
+        hint = ""
+        if proc is None and not conn.is_primary:
+            hint = (f" while the instance was recovering (after {conn.records_replayed} "
+                    "records); if it was `ambrosia debug-instance`, that is the end of its "
+                    "replay: pass --debug-replay")
+        print(f"ambrosia run: error: the coordinator of {name} closed the connection{hint}",
+              file=sys.stderr)
+        return EXIT_ERROR
+    return 0
 
 
-def _lock_held(path: Path) -> bool:
-    """Whether a process holds the flock on ``path`` (probed without waiting)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases a lock we got
-    return False
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def _stopped(name: str, stops: StopSignals) -> int:
+    print(f"ambrosia run: {name} stopped ({stops.name})", file=sys.stderr)
+    return stops.exit_code

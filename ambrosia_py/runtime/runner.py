@@ -153,8 +153,9 @@ class ImmortalRunner:
                 break
             if data is not _KICK:
                 if not data:
+                    # Whoever started the runner says what that means (a stop, an error,
+                    # the end of a debug replay).
                     self.closed_by_coordinator = True
-                    self.log.info("the coordinator closed the connection")
                     break
                 conn.receive_data(data)
                 await self._dispatch()

@@ -14,19 +14,22 @@ import importlib
 import json
 import os
 import select
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 from ambrosia_py.errors import AmbrosiaError
 
 from . import registry
+from .launch import STOPPED_PREFIX
 from .logdir import check_log_dir
 
 __all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
+EXIT_SIGINT = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader left
 
 
@@ -160,7 +163,36 @@ def _ic(args: argparse.Namespace) -> int:
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
     cls = ReplicaCoordinator if reg.active_active else Coordinator
     coordinator = cls(reg, home, replica=args.replica)
-    return asyncio.run(coordinator.run())
+    code, signum = asyncio.run(_serve_until_stopped(coordinator.run()))
+    if signum is None:
+        return code
+    # On stdout, beside the readiness line: whoever started us reads both there.
+    print(f"{STOPPED_PREFIX} instance={reg.instance_name} signal={signal.Signals(signum).name}",
+          flush=True)
+    return EXIT_SIGINT if signum == signal.SIGINT else 0
+
+
+async def _serve_until_stopped(run: Coroutine[Any, Any, int]) -> tuple[int, int | None]:
+    """Run the coordinator; SIGTERM or SIGINT stops it as an ordinary stop (the write in
+    progress finishes, everything acknowledged is durable). Returns its exit code, or the
+    signal that stopped it."""
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(run)
+    got: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if not got:  # a second signal must not cut the stop short
+            got.append(signum)
+            task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return await task, None
+    except asyncio.CancelledError:
+        if not got:
+            raise
+        return 0, got[0]
 
 
 def _add_ic(sub: Any) -> None:

@@ -17,9 +17,11 @@ from typing import Any
 
 from ambrosia_py.errors import CoordinatorError
 
-__all__ = ["READY_PREFIX", "CoordinatorProcess", "start_coordinator", "start_process"]
+__all__ = ["READY_PREFIX", "STOPPED_PREFIX", "CoordinatorProcess", "start_coordinator",
+           "start_process"]
 
 READY_PREFIX = "ambrosia-ic ready:"
+STOPPED_PREFIX = "ambrosia-ic stopped:"  # on stdout when SIGTERM or SIGINT stopped it
 ERROR_PREFIX = "ambrosia: error: "
 _COPY_JOIN_SECONDS = 5.0
 

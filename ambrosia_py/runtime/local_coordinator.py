@@ -1,0 +1,144 @@
+"""The coordinator ``ambrosia run`` starts beside the immortal: registration on first use,
+start-up (with its one wait), and the stop.
+
+Only ``ambrosia run`` uses this module, and it imports the coordinator package lazily: the
+binding itself never needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import CoordinatorError, RegistryError
+
+__all__ = ["ensure_registered", "lock_held", "replay_estimate", "start", "stop",
+           "STOPPED_PREFIX"]
+
+# How long a start waits for the previous run's coordinator to let go of the log lock.
+LOCK_WAIT_SECONDS = 5.0
+# What ``ambrosia ic`` prints on stdout when a signal stopped it (ambrosia_ic.launch's).
+STOPPED_PREFIX = "ambrosia-ic stopped:"
+
+
+def ensure_registered(name: str, home: Path, log: logging.Logger,
+                      version: int = 0) -> Any:
+    """The registration of ``name``; registered now (free ports no other registration
+    holds, logs under ``home/logs``, current version ``version``) if there is none."""
+    from ambrosia_ic import registry
+
+    try:
+        return registry.load(name, home)
+    except RegistryError:
+        if (home / "instances" / f"{name}.json").exists():
+            raise
+    rp, sp, icp = registry.unregistered_free_ports(3, home)
+    reg = registry.register(instance_name=name, receive_port=rp, send_port=sp, ic_port=icp,
+                            log_dir=str(home / "logs"), current_version=version, home=home)
+    log.info("registered %s (receive port %d, send port %d, logs in %s)", name, rp, sp,
+             home / "logs")
+    return reg
+
+
+def replay_estimate(reg: Any, log: logging.Logger) -> int | None:
+    """About how many records the coordinator we are about to start will replay, from its
+    log files (read before it starts: its recovery ends by removing them)."""
+    from ambrosia_ic import recovery, registry
+
+    try:
+        est = recovery.estimate_replay(registry.instance_dir(reg))
+    except OSError:
+        return None
+    if est is None:
+        return None
+    log.info("the log to replay holds %s%d records (%d bytes)", "" if est.exact else "about ",
+             est.records, est.log_bytes)
+    return est.records
+
+
+def start(reg: Any, home: Path, log: logging.Logger,
+          stopping: Callable[[], bool] = lambda: False) -> subprocess.Popen[str]:
+    """Start the coordinator; a failure is its own one-line reason, at once.
+
+    One case is waited out: after a crash the previous run's coordinator holds the log
+    lock until it notices that its binding is gone and exits, which takes a moment. If the
+    lock is still held after that, another coordinator is running the instance.
+
+    Args:
+        stopping: says whether a stop was asked for meanwhile (ends the wait).
+
+    Raises:
+        CoordinatorError: the coordinator could not start.
+    """
+    from ambrosia_ic import launch
+    from ambrosia_ic.logstore import LOCK_NAME
+    from ambrosia_ic.registry import instance_dir
+
+    name = reg.instance_name
+    try:
+        proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
+        return proc
+    except CoordinatorError:
+        lock = instance_dir(reg) / LOCK_NAME
+        if not lock_held(lock):
+            raise
+    log.warning("the log of %s is locked by another coordinator (the previous run's may "
+                "still be exiting); waiting up to %g s for it", name, LOCK_WAIT_SECONDS)
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while lock_held(lock) and time.monotonic() < deadline and not stopping():
+        time.sleep(0.05)
+    try:
+        proc = launch.start_coordinator(name, home=home)
+        return proc
+    except CoordinatorError as err:
+        if lock_held(lock):
+            raise CoordinatorError(f"{err} (is {name} already running?)") from None
+        raise
+
+
+def lock_held(path: Path) -> bool:
+    """Whether a process holds the flock on ``path`` (probed without waiting)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we got
+    return False
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
+    """Stop the coordinator as an ordinary stop (SIGTERM: it finishes the write in
+    progress); ``kill -9`` only if it has not exited within ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def was_stopped(proc: subprocess.Popen[str], timeout: float = 5.0) -> bool:
+    """Whether the coordinator exited because a signal stopped it (it says so on stdout).
+    Waits up to ``timeout`` seconds for it to exit."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    if proc.stdout is None:
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        return any(line.startswith(STOPPED_PREFIX) for line in proc.stdout.read().splitlines())
+    return False
