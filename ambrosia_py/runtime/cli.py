@@ -1,8 +1,10 @@
 """``ambrosia run MODULE:CLASS --instance-name NAME``: run an immortal.
 
 By default the instance is registered on first use (free ports, logs under
-``$AMBROSIA_HOME/logs``) and its coordinator is started here and stopped with the immortal,
-so one command runs a service on one machine. ``--ic-receive-port/--ic-send-port``
+``$AMBROSIA_HOME/logs``, at the version of the class it runs; ``--upgrade-to`` registers an
+upgrade to the next class's version) and its coordinator is started here and stopped with
+the immortal, so one command runs a service on one machine. SIGTERM and SIGINT stop both
+as an ordinary stop. ``--ic-receive-port/--ic-send-port``
 connect to an already-running coordinator instead.
 """
 
@@ -95,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the coordinator at --ic-receive-port is `ambrosia debug-instance`: "
                         "its closing the connection after the replay is the normal end")
     p.add_argument("--upgrade-to", metavar="MODULE:CLASS", default=None,
-                   help="the next version's class, switched to when the coordinator upgrades")
+                   help="upgrade live to this class: registers the upgrade to its `version` "
+                        "(if the instance runs an older one) and switches to it when the "
+                        "coordinator upgrades")
     # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
     p.add_argument("--home", default=None,
                    help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
@@ -161,7 +165,10 @@ def _run_immortal(args: argparse.Namespace, log: logging.Logger, stops: StopSign
             from ambrosia_ic.logdir import check_log_dir
 
             home = registry.ambrosia_home(args.home)
-            reg = local_coordinator.ensure_registered(args.instance_name, home, log)
+            reg = local_coordinator.ensure_registered(args.instance_name, home, log,
+                                                      version=cls.version)
+            if upgrade_to is not None:
+                reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
             check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
             estimate = local_coordinator.replay_estimate(reg, log)
             proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)

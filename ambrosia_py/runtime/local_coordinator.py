@@ -19,8 +19,8 @@ from typing import Any
 
 from ..errors import CoordinatorError, RegistryError
 
-__all__ = ["ensure_registered", "lock_held", "replay_estimate", "start", "stop",
-           "STOPPED_PREFIX"]
+__all__ = ["ensure_registered", "lock_held", "register_upgrade", "replay_estimate", "start",
+           "stop", "was_stopped", "STOPPED_PREFIX"]
 
 # How long a start waits for the previous run's coordinator to let go of the log lock.
 LOCK_WAIT_SECONDS = 5.0
@@ -31,7 +31,8 @@ STOPPED_PREFIX = "ambrosia-ic stopped:"
 def ensure_registered(name: str, home: Path, log: logging.Logger,
                       version: int = 0) -> Any:
     """The registration of ``name``; registered now (free ports no other registration
-    holds, logs under ``home/logs``, current version ``version``) if there is none."""
+    holds, logs under ``home/logs``, current version ``version``: the class's, so that the
+    registry and the classes count versions alike) if there is none."""
     from ambrosia_ic import registry
 
     try:
@@ -44,6 +45,23 @@ def ensure_registered(name: str, home: Path, log: logging.Logger,
                             log_dir=str(home / "logs"), current_version=version, home=home)
     log.info("registered %s (receive port %d, send port %d, logs in %s)", name, rp, sp,
              home / "logs")
+    return reg
+
+
+def register_upgrade(reg: Any, version: int, home: Path, log: logging.Logger) -> Any:
+    """Register the upgrade of ``reg`` to ``version`` (the ``--upgrade-to`` class's), unless
+    there is nothing to do: an upgrade is registered already (the user chose it), the
+    instance runs that version or a newer one, it has no checkpoint yet to upgrade from,
+    or it is active/active (a replica performs the upgrade: ``add-replica -uv``)."""
+    from ambrosia_ic import logstore, registry
+
+    if reg.active_active or reg.upgrading or version <= reg.current_version:
+        return reg
+    if not logstore.file_numbers(registry.instance_dir(reg), "serverchkpt"):
+        return reg
+    reg = registry.set_versions(reg.instance_name, reg.current_version, version, home)
+    log.info("registered the upgrade of %s from version %d to version %d", reg.instance_name,
+             reg.current_version, version)
     return reg
 
 

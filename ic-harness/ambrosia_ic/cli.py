@@ -19,7 +19,9 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
-from ambrosia_py.errors import AmbrosiaError
+import attrs
+
+from ambrosia_py.errors import AmbrosiaError, RegistryError
 
 from . import registry
 from .launch import STOPPED_PREFIX
@@ -31,6 +33,10 @@ EXIT_USAGE = 2
 EXIT_DIVERGED = 3
 EXIT_SIGINT = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader left
+
+
+class _UsageError(AmbrosiaError):
+    """Arguments that only turn out wrong once the registry is read (exit code 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,7 +78,48 @@ def _bool(value: str) -> bool:
 # ------------------------------------------------------------------ register-instance
 
 
+# Options register-instance needs for a new instance; an existing one keeps its own.
+_NEW_INSTANCE_NEEDS = {"receive_port": "-rp/--receive-port", "send_port": "-sp/--send-port",
+                       "ic_port": "-p/--ic-port", "log_dir": "-l/--log-dir"}
+_REGISTER_DEFAULTS = {"current_version": 0, "active_active": False,
+                      "log_trigger_size_mb": 1000, "create_service": "auto"}
+
+
+def _fill_from_registration(args: argparse.Namespace) -> None:
+    """Options not given keep the registered values (so `register-instance -i NAME -uv 2`
+    updates a registration in place), or take their defaults for a new instance.
+
+    Raises:
+        _UsageError: a new instance lacks one of its ports or its log directory.
+    """
+    try:
+        old: registry.Registration | None = registry.load(args.instance_name, args.home)
+    except RegistryError:
+        if registry.registration_exists(args.instance_name, args.home):
+            raise  # damaged: say so rather than overwrite it
+        old = None
+    if old is None:
+        missing = [flag for field, flag in _NEW_INSTANCE_NEEDS.items()
+                   if getattr(args, field) is None]
+        if missing:
+            raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
+                              f"({args.instance_name!r} is not registered yet)")
+        for field, value in _REGISTER_DEFAULTS.items():
+            if getattr(args, field) is None:
+                setattr(args, field, value)
+        return
+    # A new current version means no upgrade unless one is asked for too; otherwise a
+    # pending upgrade stays registered.
+    new_current_only = args.current_version is not None and args.upgrade_version is None
+    for field in attrs.fields_dict(registry.Registration):
+        if getattr(args, field, False) is None:
+            setattr(args, field, getattr(old, field))
+    if new_current_only:
+        args.upgrade_version = None
+
+
 def _register(args: argparse.Namespace) -> int:
+    _fill_from_registration(args)
     reg = registry.register(
         instance_name=args.instance_name,
         receive_port=args.receive_port,
@@ -86,35 +133,39 @@ def _register(args: argparse.Namespace) -> int:
         create_service=args.create_service,
         home=args.home,
     )
+    upgrade = f", upgrading to {reg.upgrade_version} at its next start" if reg.upgrading else ""
     print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
-          f"ic {reg.ic_port}, logs {registry.instance_dir(reg)}")
+          f"ic {reg.ic_port}, logs {registry.instance_dir(reg)}, version "
+          f"{reg.current_version}{upgrade}")
     return 0
 
 
 def _add_register(sub: Any) -> None:
     p = sub.add_parser("register-instance", aliases=["RegisterInstance"],
-                       help="register an instance in the local registry")
+                       help="register an instance in the local registry, or change a "
+                            "registration (options not given keep their registered values)")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True, help=_NAME_HELP)
-    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True,
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int,
                    help="the port the binding writes to (the coordinator's receive port)")
-    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True,
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int,
                    help="the port the binding reads from (the coordinator's send port)")
-    p.add_argument("-p", "--ic-port", "--port", type=int, required=True,
+    p.add_argument("-p", "--ic-port", "--port", type=int,
                    help="the port other coordinators connect to")
-    p.add_argument("-l", "--log-dir", "--log", required=True,
+    p.add_argument("-l", "--log-dir", "--log",
                    help="where the logs and checkpoints go (in DIR/<instance>_<version>/); "
                         "created if missing, and refused unless a file can be created in it")
-    p.add_argument("-cv", "--current-version", "--currentVersion", type=int, default=0,
-                   help="the version the instance runs now (default 0)")
+    p.add_argument("-cv", "--current-version", "--currentVersion", type=int,
+                   help="the version the instance runs now (default 0); the number is the "
+                        "immortal class's `version`")
     p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
                    help="upgrade to this version at the next start (default: no upgrade)")
-    p.add_argument("-aa", "--active-active", "--activeActive", action="store_true",
+    p.add_argument("-aa", "--active-active", "--activeActive", action="store_true", default=None,
                    help="an active/active instance: this is replica 0, add-replica adds more")
-    p.add_argument("-lts", "--log-trigger-size-mb", "--logTriggerSize", type=int, default=1000,
+    p.add_argument("-lts", "--log-trigger-size-mb", "--logTriggerSize", type=int,
                    help="take a checkpoint and start a new log when the log reaches this "
                         "many MB (default 1000)")
     p.add_argument("-cs", "--create-service", "--createService", type=_create_service,
-                   default="auto", metavar="{auto,no-recovery,always-recover}",
+                   metavar="{auto,no-recovery,always-recover}",
                    help=_CREATE_SERVICE_HELP)
     p.set_defaults(handler=_register)
 
@@ -342,6 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.handler(args))
         sys.stdout.flush()  # here, not at exit, where a closed pipe could not be caught
         return code
+    except _UsageError as err:
+        print(f"ambrosia {args.command}: error: {err}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     except AmbrosiaError as err:
         print(f"ambrosia: error: {err}", file=sys.stderr, flush=True)
         return 1

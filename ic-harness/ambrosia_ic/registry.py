@@ -44,6 +44,7 @@ __all__ = [
     "add_replica",
     "register",
     "registered_ports",
+    "registration_exists",
     "unregistered_free_ports",
     "replica",
     "set_versions",
@@ -302,6 +303,11 @@ def load(name: str, home: str | os.PathLike[str] | None = None) -> Registration:
     if reg.instance_name != name:
         raise RegistryError(f"{path}: registers {reg.instance_name!r}, not {name!r}")
     return reg
+
+
+def registration_exists(name: str, home: str | os.PathLike[str] | None = None) -> bool:
+    """Whether ``name`` has a registration file (readable or not)."""
+    return (_instances(ambrosia_home(home)) / f"{check_instance_name(name)}.json").exists()
 
 
 def set_versions(name: str, current: int, upgrade: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 from ambrosia_ic import registry
 
 from .conftest import Harness, free_ports
@@ -43,7 +44,7 @@ def _one_line_error(r, code: int) -> str:  # type: ignore[no-untyped-def]
 def test_argument_and_registration_errors_are_one_line(harness: Harness) -> None:
     line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "1"), 2)
     assert line == ("ambrosia register-instance: error: the following arguments are required: "
-                    "-sp/--send-port/--sendPort, -p/--ic-port/--port, -l/--log-dir/--log")
+                    "-sp/--send-port, -p/--ic-port, -l/--log-dir ('x' is not registered yet)")
     line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "5000", "-sp",
                                        "5000", "-p", "5001", "-l", "logs"), 1)
     assert line == ("ambrosia: error: receive port, send port and ic port must be three "
@@ -151,3 +152,35 @@ def test_ports_registered_to_another_instance_are_refused(harness: Harness) -> N
     line = _one_line_error(register("c", a_rp + 3, a_rp + 3, a_rp + 4), 1)
     assert line.startswith("ambrosia: error: receive port, send port and ic port must be three")
 
+
+
+def test_register_instance_updates_a_registration_in_place(harness: Harness) -> None:
+    rp, sp, ip = free_ports(3)
+    r = harness.cli("register-instance", "-i", "svc", "-rp", str(rp), "-sp", str(sp), "-p",
+                    str(ip), "-l", str(harness.logs), "-cv", "1", "-lts", "7", "-cs", "N")
+    assert r.returncode == 0, r.stderr
+    first = registry.load("svc", harness.home)
+
+    def update(*args: str) -> registry.Registration:
+        r = harness.cli("register-instance", "-i", "svc", *args)
+        assert (r.returncode, r.stderr) == (0, "")
+        return registry.load("svc", harness.home)
+
+    # Only the upgrade version changes; the ports, log dir, flags and committer id stay.
+    reg = update("--upgrade-version", "2")
+    assert reg == attrs.evolve(first, upgrade_version=2)
+    # Changing something else keeps the pending upgrade.
+    reg = update("-lts", "9")
+    assert reg == attrs.evolve(first, upgrade_version=2, log_trigger_size_mb=9)
+    # A new current version alone means no upgrade is pending any more.
+    reg = update("-cv", "2")
+    assert reg == attrs.evolve(first, current_version=2, upgrade_version=2,
+                               log_trigger_size_mb=9)
+    # Moving the ports is still possible, one at a time.
+    new_rp = free_ports(1)[0]
+    reg = update("-rp", str(new_rp))
+    assert (reg.receive_port, reg.send_port, reg.ic_port) == (new_rp, sp, ip)
+    # An upgrade below the current version is refused, and the registration kept.
+    line = _one_line_error(harness.cli("register-instance", "-i", "svc", "-uv", "1"), 1)
+    assert line == "ambrosia: error: upgrade version 1 is below current version 2"
+    assert registry.load("svc", harness.home) == reg
