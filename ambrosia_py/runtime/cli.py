@@ -208,9 +208,13 @@ def _outcome(args: argparse.Namespace, runner: ImmortalRunner, stops: StopSignal
         print(f"ambrosia run: {name}: the replay ended after {conn.records_replayed} records",
               file=sys.stderr)
         return 0
+    if runner.closed_by_coordinator and proc is not None:
+        print(f"ambrosia run: error: the coordinator of {name} stopped "
+              f"({local_coordinator.how_it_ended(proc)})", file=sys.stderr)
+        return EXIT_ERROR
     if runner.closed_by_coordinator:
         hint = ""
-        if proc is None and not conn.is_primary:
+        if not conn.is_primary:
             hint = (f" while the instance was recovering (after {conn.records_replayed} "
                     "records); if it was `ambrosia debug-instance`, that is the end of its "
                     "replay: pass --debug-replay")

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,8 +20,8 @@ from typing import Any
 
 from ..errors import CoordinatorError, RegistryError
 
-__all__ = ["ensure_registered", "lock_held", "register_upgrade", "replay_estimate", "start",
-           "stop", "was_stopped", "STOPPED_PREFIX"]
+__all__ = ["ensure_registered", "how_it_ended", "lock_held", "register_upgrade",
+           "replay_estimate", "start", "stop", "was_stopped", "STOPPED_PREFIX"]
 
 # How long a start waits for the previous run's coordinator to let go of the log lock.
 LOCK_WAIT_SECONDS = 5.0
@@ -160,3 +161,17 @@ def was_stopped(proc: subprocess.Popen[str], timeout: float = 5.0) -> bool:
     with contextlib.suppress(OSError, ValueError):
         return any(line.startswith(STOPPED_PREFIX) for line in proc.stdout.read().splitlines())
     return False
+
+
+def how_it_ended(proc: subprocess.Popen[str]) -> str:
+    """How the coordinator ended, for one line: its exit code or signal, and the last line
+    it wrote (its reason, if it gave one)."""
+    code = proc.poll()
+    if code is None:
+        return "still running"
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    last = getattr(proc, "last_stderr_line", "")
+    prefix = "ambrosia-ic: "
+    if last.startswith(prefix):  # "ambrosia-ic: NAME: reason" -> "reason"
+        last = last[len(prefix):].partition(": ")[2] or last
+    return f"{how}: {last}" if last else how

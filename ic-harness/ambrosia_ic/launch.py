@@ -35,6 +35,12 @@ class CoordinatorProcess(subprocess.Popen[str]):
     """
 
     _copier: threading.Thread | None = None
+    _copy: _StderrCopy | None = None
+
+    @property
+    def last_stderr_line(self) -> str:
+        """The last non-empty line the process wrote on stderr ("" if none)."""
+        return self._copy.last_line if self._copy is not None else ""
 
     def wait(self, timeout: float | None = None) -> int:
         code = super().wait(timeout)
@@ -94,16 +100,17 @@ def start_process(
     *,
     env: Mapping[str, str] | None = None,
     home: str | os.PathLike[str] | None = None,
-    timeout: float = 30.0,
+    timeout: float = 90.0,
     stderr: Any = None,
     what: str | None = None,
 ) -> CoordinatorProcess:
     """Run ``python -m ambrosia_ic ARGS`` and return once it prints its readiness line.
 
-    ``home`` sets ``AMBROSIA_HOME`` for the child. The child's stdout stays a pipe (the
-    caller may read what follows the readiness line); its stderr is copied, line by line,
-    to ``stderr``: ``None`` (this process's stderr), ``subprocess.DEVNULL``, a file
-    descriptor or a text file.
+    ``home`` sets ``AMBROSIA_HOME`` for the child. The default ``timeout`` outlasts the
+    coordinator's wait for a port that a connection in TIME_WAIT still holds. The child's
+    stdout stays a pipe (the caller may read what follows the readiness line); its stderr
+    is copied, line by line, to ``stderr``: ``None`` (this process's stderr),
+    ``subprocess.DEVNULL``, a file descriptor or a text file.
 
     Raises:
         CoordinatorError: the process exited before it was ready (the message is its own
@@ -123,6 +130,7 @@ def start_process(
     )
     assert proc.stdout is not None and proc.stderr is not None
     copy = _StderrCopy(stderr)
+    proc._copy = copy
     proc._copier = threading.Thread(target=copy.run, args=(proc.stderr,), daemon=True)
     proc._copier.start()
     lines: list[str] = []
@@ -161,7 +169,7 @@ def start_coordinator(
     *,
     env: Mapping[str, str] | None = None,
     home: str | os.PathLike[str] | None = None,
-    timeout: float = 30.0,
+    timeout: float = 90.0,
     stderr: Any = None,
 ) -> CoordinatorProcess:
     """Start ``ambrosia ic`` for a registered instance; returns once it is listening

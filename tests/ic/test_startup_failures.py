@@ -49,6 +49,39 @@ def test_a_busy_port_is_one_line_at_once(harness: Harness) -> None:
                         "port): Address already in use")
 
 
+def test_a_port_held_by_a_connection_is_waited_for_once(harness: Harness) -> None:
+    # Another program's outgoing connection got the receive port as its local port: no one
+    # listens there, and the port frees itself when that connection ends.
+    import socket
+
+    reg = harness.register("svc")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    client = socket.socket()
+    client.bind(("127.0.0.1", reg.receive_port))
+    client.connect(server.getsockname())
+    accepted, _ = server.accept()
+
+    def end_the_connection() -> None:
+        accepted.close()  # the far side closes first: no TIME_WAIT on the receive port
+        client.close()
+
+    timer = threading.Timer(1.0, end_the_connection)
+    timer.start()
+    started = time.monotonic()
+    try:
+        proc = harness.start("svc")
+    finally:
+        timer.join()
+        server.close()
+    assert 1 <= time.monotonic() - started < 10
+    assert proc.poll() is None
+    assert harness.stderr_of(proc) == (
+        f"ambrosia-ic: svc: the receive port {reg.receive_port} is held by a connection (or one "
+        "in TIME_WAIT), not a listener; waiting up to 65 s for it\n")
+
+
 def test_a_damaged_log_is_one_line_at_once(harness: Harness) -> None:
     harness.register("alpha")
     proc = harness.start("alpha")

@@ -100,3 +100,14 @@ def test_a_debug_instance_replay_ends_its_binding_without_an_error(harness: Harn
         assert debug.wait(30) == 0
         assert (r.returncode, r.stderr.splitlines()[-1]) == (code, last)
         assert "count is 1 (replay)" in r.stderr
+
+
+def test_a_coordinator_that_dies_under_ambrosia_run_is_one_error_line(harness: Harness) -> None:
+    p = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
+    line = p.wait_for("started the coordinator (pid ")
+    os.kill(int(line.rsplit("pid ", 1)[1].rstrip(")")), signal.SIGKILL)
+    assert p.proc.wait(30) == 1
+    p.stop()
+    assert p.lines[-1] == ("ambrosia run: error: the coordinator of counter stopped (killed by "
+                           "SIGKILL)")
+    assert [ln for ln in p.lines if "error" in ln] == [p.lines[-1]]
