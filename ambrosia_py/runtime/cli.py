@@ -148,82 +148,88 @@ def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
 
 
 def _run_immortal(args: argparse.Namespace, log: logging.Logger, stops: StopSignals) -> int:
-    proc: subprocess.Popen[str] | None = None
-    estimate: int | None = None
+    started: list[subprocess.Popen[str]] = []
     try:
-        cls = load_class(args.target)
-        upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
-        if (args.ic_receive_port is None) != (args.ic_send_port is None):
-            raise UsageError("--ic-receive-port and --ic-send-port go together")
-        if args.ic_receive_port is not None:
-            rp, sp = args.ic_receive_port, args.ic_send_port
-        else:
-            if args.debug_replay:
-                raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
-                                 "(the ports `ambrosia debug-instance` listens on)")
-            from ambrosia_ic import registry
-            from ambrosia_ic.logdir import check_log_dir
-
-            home = registry.ambrosia_home(args.home)
-            reg = local_coordinator.ensure_registered(args.instance_name, home, log,
-                                                      version=cls.version)
-            if upgrade_to is not None:
-                reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
-            check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-            estimate = local_coordinator.replay_estimate(reg, log)
-            proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)
-            log.info("started the coordinator (pid %d)", proc.pid)
-            rp, sp = reg.receive_port, reg.send_port
-        if stops.signum is not None:
-            return _stopped(args.instance_name, stops)
-        engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
-        runner = ImmortalRunner(engine, rp, sp, replay_estimate=estimate)
-        asyncio.run(_run(runner, stops, proc))
-        return _outcome(args, runner, stops, proc)
+        code, line = _start_and_run(args, log, stops, started)
     except AmbrosiaError as e:
         if stops.signum is not None:  # e.g. the coordinator got the signal while starting
-            return _stopped(args.instance_name, stops)
-        print(f"ambrosia run: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+            code, line = _stopped(args.instance_name, stops)
+        else:
+            code, line = EXIT_ERROR, f"ambrosia run: error: {e}"
     finally:
-        if proc is not None:
+        # Before the last line: whatever the coordinator says while it stops comes first.
+        for proc in started:
             local_coordinator.stop(proc)
+    print(line, file=sys.stderr, flush=True)
+    return code
+
+
+def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSignals,
+                   started: list[subprocess.Popen[str]]) -> tuple[int, str]:
+    """Start the coordinator (unless one is given by its ports; its process goes to
+    ``started``) and run the immortal until it stops; returns the exit code and the last
+    line to print."""
+    proc: subprocess.Popen[str] | None = None
+    estimate: int | None = None
+    cls = load_class(args.target)
+    upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
+    if (args.ic_receive_port is None) != (args.ic_send_port is None):
+        raise UsageError("--ic-receive-port and --ic-send-port go together")
+    if args.ic_receive_port is not None:
+        rp, sp = args.ic_receive_port, args.ic_send_port
+    else:
+        if args.debug_replay:
+            raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
+                             "(the ports `ambrosia debug-instance` listens on)")
+        from ambrosia_ic import registry
+        from ambrosia_ic.logdir import check_log_dir
+
+        home = registry.ambrosia_home(args.home)
+        reg = local_coordinator.ensure_registered(args.instance_name, home, log,
+                                                  version=cls.version)
+        if upgrade_to is not None:
+            reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
+        check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
+        estimate = local_coordinator.replay_estimate(reg, log)
+        proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)
+        started.append(proc)
+        log.info("started the coordinator (pid %d)", proc.pid)
+        rp, sp = reg.receive_port, reg.send_port
+    if stops.signum is not None:
+        return _stopped(args.instance_name, stops)
+    engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
+    runner = ImmortalRunner(engine, rp, sp, replay_estimate=estimate)
+    asyncio.run(_run(runner, stops, proc))
+    return _outcome(args, runner, stops, proc)
 
 
 def _outcome(args: argparse.Namespace, runner: ImmortalRunner, stops: StopSignals,
-             proc: subprocess.Popen[str] | None) -> int:
-    """The one line and the exit code once the runner has ended."""
+             proc: subprocess.Popen[str] | None) -> tuple[int, str]:
+    """The exit code and the one line to end with, once the runner has ended."""
     name = args.instance_name
     if stops.signum is None and runner.closed_by_coordinator and proc is not None:
         # The signal may have reached the coordinator first (sent to the process group):
         # then it says it was stopped, and our own signal is usually on its way.
         if local_coordinator.was_stopped(proc) and stops.signum is None:
-            print(f"ambrosia run: {name} stopped (its coordinator was stopped)",
-                  file=sys.stderr)
-            return 0
+            return 0, f"ambrosia run: {name} stopped (its coordinator was stopped)"
     if stops.signum is not None:
         return _stopped(name, stops)
     conn = runner.engine.conn
     if runner.closed_by_coordinator and args.debug_replay and not conn.is_primary:
-        print(f"ambrosia run: {name}: the replay ended after {conn.records_replayed} records",
-              file=sys.stderr)
-        return 0
+        return 0, f"ambrosia run: {name}: the replay ended after {conn.records_replayed} records"
     if runner.closed_by_coordinator and proc is not None:
-        print(f"ambrosia run: error: the coordinator of {name} stopped "
-              f"({local_coordinator.how_it_ended(proc)})", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_ERROR, (f"ambrosia run: error: the coordinator of {name} stopped "
+                            f"({local_coordinator.how_it_ended(proc)})")
     if runner.closed_by_coordinator:
         hint = ""
         if not conn.is_primary:
             hint = (f" while the instance was recovering (after {conn.records_replayed} "
                     "records); if it was `ambrosia debug-instance`, that is the end of its "
                     "replay: pass --debug-replay")
-        print(f"ambrosia run: error: the coordinator of {name} closed the connection{hint}",
-              file=sys.stderr)
-        return EXIT_ERROR
-    return 0
+        return EXIT_ERROR, (f"ambrosia run: error: the coordinator of {name} closed the "
+                            f"connection{hint}")
+    return 0, f"ambrosia run: {name} stopped"
 
 
-def _stopped(name: str, stops: StopSignals) -> int:
-    print(f"ambrosia run: {name} stopped ({stops.name})", file=sys.stderr)
-    return stops.exit_code
+def _stopped(name: str, stops: StopSignals) -> tuple[int, str]:
+    return stops.exit_code, f"ambrosia run: {name} stopped ({stops.name})"
