@@ -157,3 +157,19 @@ class socket_listening:  # noqa: N801 - used as a context manager, like contextl
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
+
+
+def test_repro_of_a_missing_checkpoint_is_the_coordinators_reason(harness: Harness) -> None:
+    from ambrosia_py.errors import CoordinatorError
+    from ambrosia_py.testing import repro
+    from samples.counter.counter import Counter
+
+    p = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
+    p.stop()
+    path = harness.home / "logs" / "counter_0" / "serverchkpt7"
+    with pytest.raises(CoordinatorError) as info:
+        repro("counter", Counter, checkpoint=7, home=harness.home)
+    # The coordinator's own reason, once, with nothing tacked on (its wording is its own).
+    message = str(info.value)
+    assert message.startswith(f"ambrosia debug-instance did not start: {path}")
+    assert not message.endswith(": ") and message.count(str(path)) == 1
