@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _run(runner: ImmortalRunner, stops: StopSignals,
                proc: subprocess.Popen[str] | None) -> None:
+    """Run the immortal until its coordinator closes the connection; a stop signal stops
+    the coordinator started here (``proc``), or the runner itself if there is none."""
     loop = asyncio.get_running_loop()
 
     def on_stop() -> None:
