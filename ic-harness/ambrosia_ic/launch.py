@@ -70,13 +70,14 @@ class _StderrCopy:
         self.last_line = ""
 
     def run(self, stream: Any) -> None:
-        for line in stream:
-            if line.strip():
-                self.last_line = line.strip()
-            if not self.ready and line.startswith(ERROR_PREFIX):
-                self.reason = line[len(ERROR_PREFIX):].strip()
-                continue
-            self._write(line)
+        with stream:
+            for line in stream:
+                if line.strip():
+                    self.last_line = line.strip()
+                if not self.ready and line.startswith(ERROR_PREFIX):
+                    self.reason = line[len(ERROR_PREFIX):].strip()
+                    continue
+                self._write(line)
 
     def _write(self, line: str) -> None:
         dest = self.dest
@@ -131,7 +132,9 @@ def start_process(
     assert proc.stdout is not None and proc.stderr is not None
     copy = _StderrCopy(stderr)
     proc._copy = copy
-    proc._copier = threading.Thread(target=copy.run, args=(proc.stderr,), daemon=True)
+    # The copy owns the pipe: communicate() must not read it too.
+    stream, proc.stderr = proc.stderr, None
+    proc._copier = threading.Thread(target=copy.run, args=(stream,), daemon=True)
     proc._copier.start()
     lines: list[str] = []
     # A thread reads, so a child that hangs before printing cannot hang the caller.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -173,3 +174,27 @@ def test_repro_of_a_missing_checkpoint_is_the_coordinators_reason(harness: Harne
     message = str(info.value)
     assert message.startswith(f"ambrosia debug-instance did not start: {path}")
     assert not message.endswith(": ") and message.count(str(path)) == 1
+
+
+def test_the_coordinators_stderr_reaches_the_callers_file_whole(harness: Harness) -> None:
+    from ambrosia_ic import launch
+
+    harness.register("alpha")
+    proc = harness.start("alpha")
+    d = harness.drive("alpha")
+    wait_until(d.primary.is_set, "primary")
+    _run_chain(d, 0, 2)
+    harness.kill9(proc)
+    path = log_path(harness.instance_dir("alpha"), 1)
+    os.truncate(path, path.stat().st_size - 3)  # a torn tail: said on stderr before ready
+    err = harness.tmp / "alpha.err"
+    with open(err, "w") as f:
+        proc = launch.start_coordinator("alpha", home=harness.home, stderr=f)
+        proc.send_signal(signal.SIGTERM)
+        out, rest = proc.communicate(timeout=30)
+    # communicate() leaves stderr to the copy, which has finished once it returns.
+    assert (proc.returncode, out, rest) == (
+        0, "ambrosia-ic stopped: instance=alpha signal=SIGTERM\n", None)
+    lines = err.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"ambrosia-ic: alpha: cutting a torn record off {path} at offset ")
