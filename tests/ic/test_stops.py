@@ -28,7 +28,7 @@ def _stopped_run(p: ImmortalProcess, code: int, line: str) -> None:
     assert p.proc.wait(30) == code
     p.stop()  # joins the stderr reader
     assert p.lines[-1] == line
-    assert not [ln for ln in p.lines if "error" in ln or "Traceback" in ln]
+    assert not [ln for ln in p.lines if "error" in ln or "Traceback" in ln], "\n".join(p.lines)
 
 
 @pytest.mark.parametrize(("sig", "to_group", "code"), [
@@ -111,3 +111,50 @@ def test_a_coordinator_that_dies_under_ambrosia_run_is_one_error_line(harness: H
     assert p.lines[-1] == ("ambrosia run: error: the coordinator of counter stopped (killed by "
                            "SIGKILL)")
     assert [ln for ln in p.lines if "error" in ln] == [p.lines[-1]]
+
+
+def test_a_coordinator_resetting_the_connection_while_the_immortal_writes_is_a_close(
+        ) -> None:
+    """A coordinator that stops (or dies) while the binding writes resets the connection;
+    the runner ends as when the connection closes, not with a traceback."""
+    import asyncio
+    import logging
+    import socket
+    import struct
+
+    from ambrosia_py.runtime.engine import Engine
+    from ambrosia_py.runtime.runner import ImmortalRunner
+    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
+
+    async def scenario() -> ImmortalRunner:
+        accepted: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        both = asyncio.Event()
+
+        async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            accepted.append((r, w))
+            if len(accepted) == 2:
+                both.set()
+
+        recv = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        send = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        rp, sp = (srv.sockets[0].getsockname()[1] for srv in (recv, send))
+        engine = Engine(Counter, "counter", logger=logging.getLogger("test.reset"))
+        runner = ImmortalRunner(engine, rp, sp, progress=False)
+        task = asyncio.create_task(runner.run())
+        await asyncio.wait_for(both.wait(), 10)
+        (_, to_binding_r), (_, to_binding_s) = accepted  # receive port first, then send port
+        # Reset the binding's receive-port connection (RST, not FIN), then ask for the
+        # first start's InitialMessage and checkpoint: the binding writes into the reset.
+        sock = to_binding_r.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        to_binding_r.transport.abort()
+        await asyncio.sleep(0.2)
+        to_binding_s.write(encode_control_record(1, TakeBecomingPrimaryCheckpoint()))
+        await asyncio.wait_for(task, 10)
+        to_binding_s.close()
+        recv.close()
+        send.close()
+        return runner
+
+    runner = asyncio.run(scenario())
+    assert runner.closed_by_coordinator
