@@ -244,6 +244,24 @@ async def _serve_until_stopped(run: Coroutine[Any, Any, int]) -> tuple[int, int 
         if not got:
             raise
         return 0, got[0]
+    finally:
+        _drop_signal_handlers(loop, ignore=bool(got))
+
+
+def _drop_signal_handlers(loop: asyncio.AbstractEventLoop, *, ignore: bool) -> None:
+    """Remove our handlers while the loop is still whole: closing the loop closes its
+    wakeup pipe before it removes them, and a signal in between (the starter's stop, after
+    the process group's) would be reported as a failed write. With ``ignore``, further stop
+    signals are ignored (blocked meanwhile, so none meets the default action)."""
+    sigs = {signal.SIGTERM, signal.SIGINT}
+    if ignore:
+        signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    for sig in sigs:
+        loop.remove_signal_handler(sig)
+        if ignore:
+            signal.signal(sig, signal.SIG_IGN)  # also discards one pending meanwhile
+    if ignore:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
 
 
 def _add_ic(sub: Any) -> None:
