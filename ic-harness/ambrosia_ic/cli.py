@@ -143,7 +143,11 @@ def _register(args: argparse.Namespace) -> int:
 def _add_register(sub: Any) -> None:
     p = sub.add_parser("register-instance", aliases=["RegisterInstance"],
                        help="register an instance in the local registry, or change a "
-                            "registration (options not given keep their registered values)")
+                            "registration (options not given keep their registered values)",
+                       description="Register an instance (-i, -rp, -sp, -p and -l required), "
+                                   "or change a registration: options not given keep their "
+                                   "registered values (e.g. `-i NAME -uv 2` registers an "
+                                   "upgrade to version 2).")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True, help=_NAME_HELP)
     p.add_argument("-rp", "--receive-port", "--receivePort", type=int,
                    help="the port the binding writes to (the coordinator's receive port)")
