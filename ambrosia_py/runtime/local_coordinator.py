@@ -21,12 +21,10 @@ from typing import Any
 from ..errors import CoordinatorError, RegistryError
 
 __all__ = ["ensure_registered", "how_it_ended", "lock_held", "register_upgrade",
-           "replay_estimate", "start", "stop", "was_stopped", "STOPPED_PREFIX"]
+           "replay_estimate", "start", "stop", "was_stopped"]
 
 # How long a start waits for the previous run's coordinator to let go of the log lock.
 LOCK_WAIT_SECONDS = 5.0
-# What ``ambrosia ic`` prints on stdout when a signal stopped it (ambrosia_ic.launch's).
-STOPPED_PREFIX = "ambrosia-ic stopped:"
 
 
 def ensure_registered(name: str, home: Path, log: logging.Logger,
@@ -152,6 +150,8 @@ def stop(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
 def was_stopped(proc: subprocess.Popen[str], timeout: float = 5.0) -> bool:
     """Whether the coordinator exited because a signal stopped it (it says so on stdout).
     Waits up to ``timeout`` seconds for it to exit."""
+    from ambrosia_ic.launch import STOPPED_PREFIX
+
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:

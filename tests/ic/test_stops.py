@@ -102,6 +102,15 @@ def test_a_debug_instance_replay_ends_its_binding_without_an_error(harness: Harn
         assert "count is 1 (replay)" in r.stderr
 
 
+def test_a_coordinator_stopped_alone_is_an_ordinary_stop_of_ambrosia_run(
+        harness: Harness) -> None:
+    p = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
+    line = p.wait_for("started the coordinator (pid ")
+    p.wait_for("count is 1")
+    os.kill(int(line.rsplit("pid ", 1)[1].rstrip(")")), signal.SIGTERM)
+    _stopped_run(p, 0, "ambrosia run: counter stopped (its coordinator was stopped)")
+
+
 def test_a_coordinator_that_dies_under_ambrosia_run_is_one_error_line(harness: Harness) -> None:
     p = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
     line = p.wait_for("started the coordinator (pid ")
