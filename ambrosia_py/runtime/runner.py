@@ -124,6 +124,10 @@ class ImmortalRunner:
         read_task = loop.create_task(self._read_loop(reader))
         try:
             await self._main_loop()
+        except ConnectionError:
+            # The coordinator went away while we wrote to it (it stopped, or died): the
+            # same end as its closing the connection while we read.
+            self.closed_by_coordinator = True
         finally:
             read_task.cancel()
             with contextlib.suppress(BaseException):
@@ -153,8 +157,9 @@ class ImmortalRunner:
                 break
             if data is not _KICK:
                 if not data:
+                    # Whoever started the runner says what that means (a stop, an error,
+                    # the end of a debug replay).
                     self.closed_by_coordinator = True
-                    self.log.info("the coordinator closed the connection")
                     break
                 conn.receive_data(data)
                 await self._dispatch()

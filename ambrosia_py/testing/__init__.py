@@ -156,7 +156,8 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
         proc = launch.start_process(args, home=home, stderr=errfile, timeout=timeout)
     except CoordinatorError as e:
         errfile.seek(0)
-        raise CoordinatorError(f"{e}: {errfile.read().strip()}") from None
+        more = errfile.read().strip()  # the reason itself is in the error already
+        raise CoordinatorError(f"{e}: {more}" if more else str(e)) from None
     try:
         engine = Engine(cls, name, upgrade_to=cls_next, convert=convert, record_outputs=True,
                         logger=logging.getLogger(f"ambrosia.debug.{name}"))

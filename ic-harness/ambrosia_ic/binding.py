@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 import socket
 from collections.abc import Callable
 from typing import Any
 
 from ambrosia_py.errors import CoordinatorError
 
-__all__ = ["LOOPBACK", "PAIR_TIMEOUT", "BindingPorts", "reserve_port"]
+__all__ = ["BUSY_WAIT", "LOOPBACK", "PAIR_TIMEOUT", "BindingPorts", "reserve_port"]
 
 LOOPBACK = "127.0.0.1"
 PAIR_TIMEOUT = 5.0
+# A port held by a connection frees itself when the connection ends, or, if our side of it
+# closed first, 60 s later (Linux's TIME_WAIT): wait a little longer than that.
+BUSY_WAIT = 65.0
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -60,14 +65,16 @@ class BindingPorts:
         log: takes one line about each connection dropped while waiting for the binding.
         pair_timeout: how long a connection to one port waits for its partner on the
             other port before it is dropped.
+        busy_wait: how long to wait for a port that a connection (not a listener) holds.
     """
 
     def __init__(self, receive_port: int, send_port: int, log: Callable[[str], None], *,
-                 pair_timeout: float = PAIR_TIMEOUT) -> None:
+                 pair_timeout: float = PAIR_TIMEOUT, busy_wait: float = BUSY_WAIT) -> None:
         self.receive_port = receive_port
         self.send_port = send_port
         self.log = log
         self.pair_timeout = pair_timeout
+        self.busy_wait = busy_wait
         self._servers: list[asyncio.Server] = []
         # port name -> the connection waiting there for its partner, and its deadline
         self._waiting: dict[str, tuple[Stream, asyncio.TimerHandle]] = {}
@@ -81,16 +88,36 @@ class BindingPorts:
         """
         self._binding = asyncio.get_running_loop().create_future()
         for port, side in ((self.receive_port, "receive"), (self.send_port, "send")):
+            self._servers.append(await self._listen(port, side))
+
+    async def _listen(self, port: int, side: str) -> asyncio.Server:
+        """Listen on one port. A port in use by a program listening there is refused at
+        once; one held only by a connection (another program's outgoing connection got
+        it as its local port, say, or such a connection is in TIME_WAIT) frees itself, so
+        that is waited out, for a while."""
+        deadline = asyncio.get_running_loop().time() + self.busy_wait
+        said = False
+        while True:
             try:
-                server = await asyncio.start_server(
+                return await asyncio.start_server(
                     self._handler(side), LOOPBACK, port, reuse_address=True
                 )
             except OSError as err:
+                if err.errno == errno.EADDRINUSE and not await _someone_listens(port):
+                    if asyncio.get_running_loop().time() < deadline:
+                        if not said:
+                            self.log(f"the {side} port {port} is held by a connection (or one "
+                                     "in TIME_WAIT), not a listener; waiting up to "
+                                     f"{self.busy_wait:g} s for it")
+                            said = True
+                        await asyncio.sleep(0.1)
+                        continue
                 self.close()
+                # asyncio's strerror repeats the address; the errno's own text suffices.
+                why = os.strerror(err.errno) if err.errno else str(err)
                 raise CoordinatorError(
-                    f"cannot listen on {LOOPBACK}:{port}: {err.strerror or err}"
+                    f"cannot listen on {LOOPBACK}:{port} (the {side} port): {why}"
                 ) from None
-            self._servers.append(server)
 
     def _handler(self, side: str) -> Any:
         other = "send" if side == "receive" else "receive"
@@ -150,3 +177,15 @@ class BindingPorts:
             for _, writer in binding.result():
                 with contextlib.suppress(Exception):
                     writer.close()
+
+
+async def _someone_listens(port: int) -> bool:
+    """Whether a program accepts connections on ``port`` (a connection attempt tells)."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(LOOPBACK, port), 1.0)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True

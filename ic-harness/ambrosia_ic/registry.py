@@ -21,17 +21,21 @@ import json
 import os
 import re
 import secrets
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_py.errors import CoordinatorError, RegistryError
+
+from .logdir import check_log_dir
 
 __all__ = [
     "CREATE_SERVICE_MODES",
     "DEFAULT_KEEP_CHECKPOINTS",
+    "HOME_HELP",
     "Registration",
     "ambrosia_home",
     "find_instances",
@@ -41,6 +45,9 @@ __all__ = [
     "Replica",
     "add_replica",
     "register",
+    "registered_ports",
+    "registration_exists",
+    "unregistered_free_ports",
     "replica",
     "set_versions",
     "record_class",
@@ -49,6 +56,8 @@ __all__ = [
 
 CREATE_SERVICE_MODES = ("auto", "no-recovery", "always-recover")
 DEFAULT_KEEP_CHECKPOINTS = 2
+# Every command that takes --home says the same (``ambrosia run`` repeats it word for word).
+HOME_HELP = "registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -245,8 +254,11 @@ def register(
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
 
+    The log directory is created if missing, and must take a new file.
+
     Raises:
-        RegistryError: an argument is invalid.
+        RegistryError: an argument is invalid, a port is another instance's, or the log
+            directory cannot be used.
     """
     check_instance_name(instance_name)
     home_path = ambrosia_home(home)
@@ -267,6 +279,13 @@ def register(
         create_service=create_service,
         keep_checkpoints=keep_checkpoints,
     ).validate()
+    _refuse_taken_ports(home_path, (instance_name, 0),
+                        {"receive port": receive_port, "send port": send_port,
+                         "ic port": ic_port})
+    try:
+        check_log_dir(reg.log_dir)
+    except CoordinatorError as err:
+        raise RegistryError(str(err)) from None
     link_secret(home_path, create=True)
     path = _instances(home_path) / f"{instance_name}.json"
     _write_atomically(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
@@ -299,6 +318,11 @@ def load(name: str, home: str | os.PathLike[str] | None = None) -> Registration:
     if reg.instance_name != name:
         raise RegistryError(f"{path}: registers {reg.instance_name!r}, not {name!r}")
     return reg
+
+
+def registration_exists(name: str, home: str | os.PathLike[str] | None = None) -> bool:
+    """Whether ``name`` has a registration file (readable or not)."""
+    return (_instances(ambrosia_home(home)) / f"{check_instance_name(name)}.json").exists()
 
 
 def set_versions(name: str, current: int, upgrade: int,
@@ -440,6 +464,9 @@ def add_replica(
         raise RegistryError(
             f"upgrade version {uv} is below current version {reg.current_version}"
         )
+    _refuse_taken_ports(home_path, (instance_name, replica),
+                        {"receive port": receive_port, "send port": send_port,
+                         "ic port": ic_port})
     rep = Replica(replica, receive_port, send_port, ic_port, uv)
     _write_atomically(_replica_path(home_path, instance_name, replica),
                       (json.dumps(attrs.asdict(rep)) + "\n").encode("utf-8"))
@@ -466,3 +493,64 @@ def replica(reg: Registration, n: int, home: str | os.PathLike[str] | None = Non
     except (OSError, ValueError, TypeError) as err:
         raise RegistryError(f"{path}: not a replica registration: {err}") from None
     return rep
+
+
+# ------------------------------------------------------------------ ports in use
+
+
+def registered_ports(home: str | os.PathLike[str] | None = None
+                     ) -> dict[int, tuple[str, int, str]]:
+    """Every port the registry hands out: port -> (instance, replica number, which port).
+
+    Raises:
+        RegistryError: a registration or replica file is damaged.
+    """
+    home_path = ambrosia_home(home)
+    taken: dict[int, tuple[str, int, str]] = {}
+    for name in find_instances(home_path):
+        reg = load(name, home_path)
+        reps = [replica(reg, 0)]
+        if reg.active_active:
+            folder = home_path / "replicas" / name
+            numbers = sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
+            reps += [replica(reg, n, home_path) for n in numbers if n != 0]
+        for rep in reps:
+            for which, port in (("receive port", rep.receive_port),
+                                ("send port", rep.send_port), ("ic port", rep.ic_port)):
+                taken.setdefault(port, (name, rep.number, which))
+    return taken
+
+
+def _refuse_taken_ports(home: Path, me: tuple[str, int], ports: Mapping[str, int]) -> None:
+    """Two coordinators cannot listen on one port: refuse a port that another instance (or
+    another replica) is registered with. ``me`` (instance, replica) may keep its own."""
+    taken = registered_ports(home)
+    for mine, port in ports.items():
+        owner = taken.get(port)
+        if owner is None or owner[:2] == me:
+            continue
+        name, number, which = owner
+        whose = f"instance {name!r}" if number == 0 else f"replica {number} of {name!r}"
+        raise RegistryError(
+            f"{mine} {port} is already registered to {whose} (its {which}); every instance "
+            "and replica needs ports of its own"
+        )
+
+
+def unregistered_free_ports(n: int, home: str | os.PathLike[str] | None = None) -> list[int]:
+    """``n`` distinct TCP ports that are free on 127.0.0.1 now and that no registration in
+    ``home`` holds (a stopped instance's ports are free, yet still its own)."""
+    taken = registered_ports(home)
+    while True:
+        socks = []
+        try:
+            for _ in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", 0))
+            ports = [s.getsockname()[1] for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+        if taken.keys().isdisjoint(ports):
+            return ports

@@ -57,7 +57,7 @@ class Harness:
         self.env = dict(os.environ, AMBROSIA_HOME=str(self.home))
 
     def register(self, name: str, **kw: Any) -> registry.Registration:
-        rp, sp, ip = free_ports(3)
+        rp, sp, ip = registry.unregistered_free_ports(3, self.home)
         return registry.register(instance_name=name, receive_port=rp, send_port=sp,
                                  ic_port=ip, log_dir=self.logs, home=self.home, **kw)
 
@@ -65,7 +65,7 @@ class Harness:
         return registry.load(name, self.home)
 
     def add_replica(self, name: str, n: int, **kw: Any) -> registry.Replica:
-        rp, sp, ip = free_ports(3)
+        rp, sp, ip = registry.unregistered_free_ports(3, self.home)
         return registry.add_replica(instance_name=name, replica=n, receive_port=rp,
                                     send_port=sp, ic_port=ip, home=self.home, **kw)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 from ambrosia_ic import registry
 
 from .conftest import Harness, free_ports
@@ -43,7 +44,7 @@ def _one_line_error(r, code: int) -> str:  # type: ignore[no-untyped-def]
 def test_argument_and_registration_errors_are_one_line(harness: Harness) -> None:
     line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "1"), 2)
     assert line == ("ambrosia register-instance: error: the following arguments are required: "
-                    "-sp/--send-port/--sendPort, -p/--ic-port/--port, -l/--log-dir/--log")
+                    "-sp/--send-port, -p/--ic-port, -l/--log-dir ('x' is not registered yet)")
     line = _one_line_error(harness.cli("register-instance", "-i", "x", "-rp", "5000", "-sp",
                                        "5000", "-p", "5001", "-l", "logs"), 1)
     assert line == ("ambrosia: error: receive port, send port and ic port must be three "
@@ -106,3 +107,80 @@ def test_log_dump_shows_records_and_checkpoints(harness: Harness) -> None:
     assert [e["seq_id"] for e in records] == list(range(len(d.records)))
     first_call = next(e for e in records if e["messages"][0].get("method_id") == 1)
     assert first_call["inputs"] == {"alpha": 1}  # the watermark of the first self-call
+
+
+def test_ports_registered_to_another_instance_are_refused(harness: Harness) -> None:
+    a_rp, a_sp, a_ip, b_rp, b_sp, b_ip, r_rp, r_sp, r_ip = free_ports(9)
+    logs = str(harness.logs)
+
+    def register(name: str, rp: int, sp: int, ip: int, *extra: str):  # type: ignore[no-untyped-def]
+        return harness.cli("register-instance", "-i", name, "-rp", str(rp), "-sp", str(sp),
+                           "-p", str(ip), "-l", logs, *extra)
+
+    assert register("a", a_rp, a_sp, a_ip, "--active-active").returncode == 0
+    r = harness.cli("add-replica", "-i", "a", "-r", "1", "-rp", str(r_rp), "-sp", str(r_sp),
+                    "-p", str(r_ip))
+    assert r.returncode == 0, r.stderr
+    # Any of b's three ports equal to any of a's (or of a's replica) is refused.
+    for (rp, sp, ip), mine, port, theirs in (
+            ((a_rp, b_sp, b_ip), "receive port", a_rp, "instance 'a' (its receive port)"),
+            ((b_rp, a_ip, b_ip), "send port", a_ip, "instance 'a' (its ic port)"),
+            ((b_rp, b_sp, a_sp), "ic port", a_sp, "instance 'a' (its send port)"),
+            ((b_rp, b_sp, r_sp), "ic port", r_sp, "replica 1 of 'a' (its send port)")):
+        line = _one_line_error(register("b", rp, sp, ip), 1)
+        assert line == (f"ambrosia: error: {mine} {port} is already registered to {theirs}; "
+                        "every instance and replica needs ports of its own")
+    assert not (harness.home / "instances" / "b.json").exists()
+    # A replica may not take another instance's port, nor another replica's.
+    assert register("b", b_rp, b_sp, b_ip).returncode == 0
+    line = _one_line_error(harness.cli("add-replica", "-i", "a", "-r", "2", "-rp", str(b_ip),
+                                       "-sp", str(a_rp + 1), "-p", str(r_ip)), 1)
+    assert line == (f"ambrosia: error: receive port {b_ip} is already registered to "
+                    "instance 'b' (its ic port); every instance and replica needs ports of "
+                    "its own")
+    line = _one_line_error(harness.cli("add-replica", "-i", "a", "-r", "2", "-rp", str(a_rp + 2),
+                                       "-sp", str(a_rp + 1), "-p", str(r_ip)), 1)
+    assert line == (f"ambrosia: error: ic port {r_ip} is already registered to replica 1 of "
+                    "'a' (its ic port); every instance and replica needs ports of its own")
+    # Re-registering an instance (or a replica) with its own ports, even shuffled, is fine.
+    assert register("b", b_ip, b_rp, b_sp).returncode == 0
+    assert register("a", a_rp, a_sp, a_ip, "--active-active").returncode == 0
+    r = harness.cli("add-replica", "-i", "a", "-r", "1", "-rp", str(r_rp), "-sp", str(r_sp),
+                    "-p", str(r_ip))
+    assert r.returncode == 0, r.stderr
+    # Within one registration, the three ports must differ (as before).
+    line = _one_line_error(register("c", a_rp + 3, a_rp + 3, a_rp + 4), 1)
+    assert line.startswith("ambrosia: error: receive port, send port and ic port must be three")
+
+
+
+def test_register_instance_updates_a_registration_in_place(harness: Harness) -> None:
+    rp, sp, ip = free_ports(3)
+    r = harness.cli("register-instance", "-i", "svc", "-rp", str(rp), "-sp", str(sp), "-p",
+                    str(ip), "-l", str(harness.logs), "-cv", "1", "-lts", "7", "-cs", "N")
+    assert r.returncode == 0, r.stderr
+    first = registry.load("svc", harness.home)
+
+    def update(*args: str) -> registry.Registration:
+        r = harness.cli("register-instance", "-i", "svc", *args)
+        assert (r.returncode, r.stderr) == (0, "")
+        return registry.load("svc", harness.home)
+
+    # Only the upgrade version changes; the ports, log dir, flags and committer id stay.
+    reg = update("--upgrade-version", "2")
+    assert reg == attrs.evolve(first, upgrade_version=2)
+    # Changing something else keeps the pending upgrade.
+    reg = update("-lts", "9")
+    assert reg == attrs.evolve(first, upgrade_version=2, log_trigger_size_mb=9)
+    # A new current version alone means no upgrade is pending any more.
+    reg = update("-cv", "2")
+    assert reg == attrs.evolve(first, current_version=2, upgrade_version=2,
+                               log_trigger_size_mb=9)
+    # Moving the ports is still possible, one at a time.
+    new_rp = free_ports(1)[0]
+    reg = update("-rp", str(new_rp))
+    assert (reg.receive_port, reg.send_port, reg.ic_port) == (new_rp, sp, ip)
+    # An upgrade below the current version is refused, and the registration kept.
+    line = _one_line_error(harness.cli("register-instance", "-i", "svc", "-uv", "1"), 1)
+    assert line == "ambrosia: error: upgrade version 1 is below current version 2"
+    assert registry.load("svc", harness.home) == reg

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import attrs
 import pytest
 
 from ambrosia_py.testing import repro, upgrade_test
@@ -68,6 +69,33 @@ def test_demo_runs_and_checks_exactly_once() -> None:
     assert "demo: 200 requests, 200 applied exactly once, in order" in out.stdout
 
 
+def test_upgrade_v1_to_v2_live_with_one_command(launcher: Launcher) -> None:
+    from ambrosia_ic import registry
+
+    p = launcher.start("samples.upgrade.v1:GuestBook", "guests")
+    p.wait_for("(3 signatures)")
+    p.stop()
+    # The registry counts versions as the classes do: v1.GuestBook.version is 1.
+    before = registry.load("guests", launcher.home)
+    assert (before.current_version, before.upgrade_version) == (v1.GuestBook.version, 1)
+    p = launcher.start("samples.upgrade.v1:GuestBook", "guests",
+                       args=["--upgrade-to", "samples.upgrade.v2:GuestBook"])
+    assert "(live)" in p.wait_for("upgraded to GuestBook version 2")
+    assert any("registered the upgrade of guests from version 1 to version 2" in line
+               for line in p.lines)
+    # The coordinator records the new version once the upgraded checkpoint is durable.
+    wait_until(lambda: registry.load("guests", launcher.home).current_version == 2)
+    p.stop()
+    after = registry.load("guests", launcher.home)
+    assert (after.receive_port, after.send_port, after.ic_port, after.upgrade_version) == (
+        before.receive_port, before.send_port, before.ic_port, 2)
+    assert registry.instance_dir(after).name == "guests_2"
+    p = launcher.start("samples.upgrade.v2:GuestBook", "guests")  # now plain v2
+    p.stop()
+    state = repro("guests", v2.GuestBook, home=launcher.home).state
+    assert state.counts == {"Ada": 2, "Grace": 1}
+
+
 def test_upgrade_v1_to_v2_live_with_register_instance_and_a_restart(
         launcher: Launcher) -> None:
     from ambrosia_ic import registry
@@ -75,20 +103,22 @@ def test_upgrade_v1_to_v2_live_with_register_instance_and_a_restart(
     p = launcher.start("samples.upgrade.v1:GuestBook", "guests")
     p.wait_for("(3 signatures)")
     p.stop()
-    reg = registry.load("guests", launcher.home)
+    before = registry.load("guests", launcher.home)
+    # Only the name and the new version: the ports `run` chose stay as registered.
     out = subprocess.run(
         [sys.executable, "-m", "ambrosia_ic", "--home", str(launcher.home), "register-instance",
-         "-i", "guests", "-rp", str(reg.receive_port), "-sp", str(reg.send_port),
-         "-p", str(reg.ic_port), "-l", reg.log_dir, "--current-version", "0",
-         "--upgrade-version", "1"], capture_output=True, text=True, timeout=60)
+         "-i", "guests", "--upgrade-version", "2"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+    assert out.stdout.endswith("version 1, upgrading to 2 at its next start\n")
+    mid = registry.load("guests", launcher.home)
+    assert mid == attrs.evolve(before, upgrade_version=2)
     p = launcher.start("samples.upgrade.v1:GuestBook", "guests",
                        args=["--upgrade-to", "samples.upgrade.v2:GuestBook"])
     assert "(live)" in p.wait_for("upgraded to GuestBook version 2")
-    # The coordinator records the new version once the upgraded checkpoint is durable.
-    wait_until(lambda: registry.load("guests", launcher.home).current_version == 1)
+    assert not any("registered the upgrade" in line for line in p.lines)  # done already
+    wait_until(lambda: registry.load("guests", launcher.home).current_version == 2)
     p.stop()
-    p = launcher.start("samples.upgrade.v2:GuestBook", "guests")  # now plain v2
+    p = launcher.start("samples.upgrade.v2:GuestBook", "guests")
     p.stop()
     state = repro("guests", v2.GuestBook, home=launcher.home).state
     assert state.counts == {"Ada": 2, "Grace": 1}

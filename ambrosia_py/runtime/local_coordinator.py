@@ -1,0 +1,177 @@
+"""The coordinator ``ambrosia run`` starts beside the immortal: registration on first use,
+start-up (with its one wait), and the stop.
+
+Only ``ambrosia run`` uses this module, and it imports the coordinator package lazily: the
+binding itself never needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import CoordinatorError, RegistryError
+
+__all__ = ["ensure_registered", "how_it_ended", "lock_held", "register_upgrade",
+           "replay_estimate", "start", "stop", "was_stopped"]
+
+# How long a start waits for the previous run's coordinator to let go of the log lock.
+LOCK_WAIT_SECONDS = 5.0
+
+
+def ensure_registered(name: str, home: Path, log: logging.Logger,
+                      version: int = 0) -> Any:
+    """The registration of ``name``; registered now (free ports no other registration
+    holds, logs under ``home/logs``, current version ``version``: the class's, so that the
+    registry and the classes count versions alike) if there is none."""
+    from ambrosia_ic import registry
+
+    try:
+        return registry.load(name, home)
+    except RegistryError:
+        if (home / "instances" / f"{name}.json").exists():
+            raise
+    rp, sp, icp = registry.unregistered_free_ports(3, home)
+    reg = registry.register(instance_name=name, receive_port=rp, send_port=sp, ic_port=icp,
+                            log_dir=str(home / "logs"), current_version=version, home=home)
+    log.info("registered %s (receive port %d, send port %d, logs in %s)", name, rp, sp,
+             home / "logs")
+    return reg
+
+
+def register_upgrade(reg: Any, version: int, home: Path, log: logging.Logger) -> Any:
+    """Register the upgrade of ``reg`` to ``version`` (the ``--upgrade-to`` class's), unless
+    there is nothing to do: an upgrade is registered already (the user chose it), the
+    instance runs that version or a newer one, it has no checkpoint yet to upgrade from,
+    or it is active/active (a replica performs the upgrade: ``add-replica -uv``)."""
+    from ambrosia_ic import logstore, registry
+
+    if reg.active_active or reg.upgrading or version <= reg.current_version:
+        return reg
+    if not logstore.file_numbers(registry.instance_dir(reg), "serverchkpt"):
+        return reg
+    reg = registry.set_versions(reg.instance_name, reg.current_version, version, home)
+    log.info("registered the upgrade of %s from version %d to version %d", reg.instance_name,
+             reg.current_version, version)
+    return reg
+
+
+def replay_estimate(reg: Any, log: logging.Logger) -> int | None:
+    """About how many records the coordinator we are about to start will replay, from its
+    log files (read before it starts: its recovery ends by removing them)."""
+    from ambrosia_ic import recovery, registry
+
+    try:
+        est = recovery.estimate_replay(registry.instance_dir(reg))
+    except OSError:
+        return None
+    if est is None:
+        return None
+    log.info("the log to replay holds %s%d records (%d bytes)", "" if est.exact else "about ",
+             est.records, est.log_bytes)
+    return est.records
+
+
+def start(reg: Any, home: Path, log: logging.Logger,
+          stopping: Callable[[], bool] = lambda: False) -> subprocess.Popen[str]:
+    """Start the coordinator; a failure is its own one-line reason, at once.
+
+    One case is waited out: after a crash the previous run's coordinator holds the log
+    lock until it notices that its binding is gone and exits, which takes a moment. If the
+    lock is still held after that, another coordinator is running the instance.
+
+    Args:
+        stopping: says whether a stop was asked for meanwhile (ends the wait).
+
+    Raises:
+        CoordinatorError: the coordinator could not start.
+    """
+    from ambrosia_ic import launch
+    from ambrosia_ic.logstore import LOCK_NAME
+    from ambrosia_ic.registry import instance_dir
+
+    name = reg.instance_name
+    try:
+        proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
+        return proc
+    except CoordinatorError:
+        lock = instance_dir(reg) / LOCK_NAME
+        if not lock_held(lock):
+            raise
+    log.warning("the log of %s is locked by another coordinator (the previous run's may "
+                "still be exiting); waiting up to %g s for it", name, LOCK_WAIT_SECONDS)
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while lock_held(lock) and time.monotonic() < deadline and not stopping():
+        time.sleep(0.05)
+    try:
+        proc = launch.start_coordinator(name, home=home)
+        return proc
+    except CoordinatorError as err:
+        if lock_held(lock):
+            raise CoordinatorError(f"{err} (is {name} already running?)") from None
+        raise
+
+
+def lock_held(path: Path) -> bool:
+    """Whether a process holds the flock on ``path`` (probed without waiting)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we got
+    return False
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
+    """Stop the coordinator as an ordinary stop (SIGTERM: it finishes the write in
+    progress); ``kill -9`` only if it has not exited within ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def was_stopped(proc: subprocess.Popen[str], timeout: float = 5.0) -> bool:
+    """Whether the coordinator exited because a signal stopped it (it says so on stdout).
+    Waits up to ``timeout`` seconds for it to exit."""
+    from ambrosia_ic.launch import STOPPED_PREFIX
+
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    if proc.stdout is None:
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        return any(line.startswith(STOPPED_PREFIX) for line in proc.stdout.read().splitlines())
+    return False
+
+
+def how_it_ended(proc: subprocess.Popen[str]) -> str:
+    """How the coordinator ended, for one line: its exit code or signal, and the last line
+    it wrote (its reason, if it gave one)."""
+    code = proc.poll()
+    if code is None:
+        return "still running"
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    last = getattr(proc, "last_stderr_line", "")
+    prefix = "ambrosia-ic: "
+    if last.startswith(prefix):  # "ambrosia-ic: NAME: reason" -> "reason"
+        last = last[len(prefix):].partition(": ")[2] or last
+    return f"{how}: {last}" if last else how

@@ -1,0 +1,200 @@
+"""A coordinator that cannot start: `ambrosia run` says why in one line, at once, and waits
+only where waiting helps (the previous run's coordinator still holding the log lock)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from ambrosia_ic.logstore import LOCK_NAME, LogScan, log_path
+
+from ambrosia_py.testing import start_immortal
+from tests.framework.conftest import ROOT
+
+from .conftest import Harness, wait_until
+from .test_cli import _one_line_error
+from .test_first_start import _run_chain
+
+pytestmark = pytest.mark.integration
+
+COUNTER = "samples.counter.counter:Counter"
+
+
+def _run(harness: Harness, name: str, *extra: str) -> tuple[subprocess.CompletedProcess[str],
+                                                             float]:
+    env = dict(harness.env, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    started = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", COUNTER, "-i", name, *extra],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return r, time.monotonic() - started
+
+
+def test_a_busy_port_is_one_line_at_once(harness: Harness) -> None:
+    reg = harness.register("svc")
+    with socket_listening(reg.send_port):
+        r, took = _run(harness, "svc")
+        assert (r.returncode, r.stdout) == (1, "")
+        assert r.stderr.splitlines() == [
+            f"ambrosia run: error: the coordinator of svc did not start: cannot listen on "
+            f"127.0.0.1:{reg.send_port} (the send port): Address already in use"]
+        assert took < 5  # no retrying
+        line = _one_line_error(harness.cli("ic", "-i", "svc"), 1)
+        assert line == (f"ambrosia: error: cannot listen on 127.0.0.1:{reg.send_port} (the send "
+                        "port): Address already in use")
+
+
+def test_a_port_held_by_a_connection_is_waited_for_once(harness: Harness) -> None:
+    # Another program's outgoing connection got the receive port as its local port: no one
+    # listens there, and the port frees itself when that connection ends.
+    import socket
+
+    reg = harness.register("svc")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    client = socket.socket()
+    client.bind(("127.0.0.1", reg.receive_port))
+    client.connect(server.getsockname())
+    accepted, _ = server.accept()
+
+    def end_the_connection() -> None:
+        accepted.close()  # the far side closes first: no TIME_WAIT on the receive port
+        client.close()
+
+    timer = threading.Timer(1.0, end_the_connection)
+    timer.start()
+    started = time.monotonic()
+    try:
+        proc = harness.start("svc")
+    finally:
+        timer.join()
+        server.close()
+    assert 1 <= time.monotonic() - started < 10
+    assert proc.poll() is None
+    assert harness.stderr_of(proc) == (
+        f"ambrosia-ic: svc: the receive port {reg.receive_port} is held by a connection (or one "
+        "in TIME_WAIT), not a listener; waiting up to 65 s for it\n")
+
+
+def test_a_damaged_log_is_one_line_at_once(harness: Harness) -> None:
+    harness.register("alpha")
+    proc = harness.start("alpha")
+    d = harness.drive("alpha")
+    wait_until(d.primary.is_set, "primary")
+    _run_chain(d, 0, 4)
+    harness.kill9(proc)
+    path = log_path(harness.instance_dir("alpha"), 1)
+    victim = list(LogScan(path))[2]
+    data = bytearray(path.read_bytes())
+    data[victim.offset + 25] ^= 0x55
+    path.write_bytes(bytes(data))
+    r, took = _run(harness, "alpha", "--log-level", "WARNING")
+    assert (r.returncode, r.stdout) == (1, "")
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"ambrosia run: error: the coordinator of alpha did not start: "
+                               f"{path}: damaged at offset {victim.offset}: ")
+    assert took < 5
+
+
+def test_an_instance_already_running_is_refused_after_one_short_wait(harness: Harness) -> None:
+    first = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
+    try:
+        r, took = _run(harness, "counter", "--log-level", "WARNING")
+        assert (r.returncode, r.stdout) == (1, "")
+        lock = harness.home / "logs" / "counter_0" / LOCK_NAME
+        lines = r.stderr.splitlines()
+        assert len(lines) == 2, r.stderr
+        assert lines[0].endswith(
+            "ambrosia.counter: the log of counter is locked by another coordinator (the "
+            "previous run's may still be exiting); waiting up to 5 s for it")
+        assert lines[1].startswith("ambrosia run: error: the coordinator of counter did not "
+                                   "start: ")
+        assert str(lock) in lines[1] and lines[1].endswith("(is counter already running?)")
+        assert 5 <= took < 10
+    finally:
+        first.stop()
+
+
+def test_a_lock_let_go_of_while_waiting_is_a_normal_start(harness: Harness) -> None:
+    # The previous run's coordinator, still exiting: here a real flock on the log lock,
+    # released after a second.
+    first = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
+    first.stop()
+    lock = harness.home / "logs" / "counter_0" / LOCK_NAME
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    timer = threading.Timer(1.0, os.close, (fd,))
+    timer.start()
+    try:
+        second = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
+        second.stop()
+    finally:
+        timer.join()
+    waits = [ln for ln in second.lines if "is locked by another coordinator" in ln]
+    assert len(waits) == 1
+    assert any("became primary" in ln for ln in second.lines)
+
+
+class socket_listening:  # noqa: N801 - used as a context manager, like contextlib's
+    """Hold ``port`` with a listening socket (another program on the coordinator's port)."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def test_repro_of_a_missing_checkpoint_is_the_coordinators_reason(harness: Harness) -> None:
+    from ambrosia_py.errors import CoordinatorError
+    from ambrosia_py.testing import repro
+    from samples.counter.counter import Counter
+
+    p = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
+    p.stop()
+    path = harness.home / "logs" / "counter_0" / "serverchkpt7"
+    with pytest.raises(CoordinatorError) as info:
+        repro("counter", Counter, checkpoint=7, home=harness.home)
+    # The coordinator's own reason, once, with nothing tacked on (its wording is its own).
+    message = str(info.value)
+    assert message.startswith(f"ambrosia debug-instance did not start: {path}")
+    assert not message.endswith(": ") and message.count(str(path)) == 1
+
+
+def test_the_coordinators_stderr_reaches_the_callers_file_whole(harness: Harness) -> None:
+    from ambrosia_ic import launch
+
+    harness.register("alpha")
+    proc = harness.start("alpha")
+    d = harness.drive("alpha")
+    wait_until(d.primary.is_set, "primary")
+    _run_chain(d, 0, 2)
+    harness.kill9(proc)
+    path = log_path(harness.instance_dir("alpha"), 1)
+    os.truncate(path, path.stat().st_size - 3)  # a torn tail: said on stderr before ready
+    err = harness.tmp / "alpha.err"
+    with open(err, "w") as f:
+        proc = launch.start_coordinator("alpha", home=harness.home, stderr=f)
+        proc.send_signal(signal.SIGTERM)
+        out, rest = proc.communicate(timeout=30)
+    # communicate() leaves stderr to the copy, which has finished once it returns.
+    assert (proc.returncode, out, rest) == (
+        0, "ambrosia-ic stopped: instance=alpha signal=SIGTERM\n", None)
+    lines = err.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"ambrosia-ic: alpha: cutting a torn record off {path} at offset ")
