@@ -93,7 +93,7 @@ def test_every_sub_command_uses_the_top_level_home(tmp_path: Path) -> None:
     assert not (tmp_path / "env-home").exists()
     assert not (tmp_path / "user").exists()
     assert sorted(p.name for p in home.iterdir()) == [
-        "instances", "link-secret", "logs", "replicas"]
+        "classes", "instances", "link-secret", "logs", "replicas"]
 
 
 def test_run_home_overrides_the_top_level_home(tmp_path: Path) -> None:

@@ -245,14 +245,14 @@ def test_a_live_upgrade_records_each_versions_class(launcher: Launcher) -> None:
     p = launcher.start("samples.upgrade.v1:GuestBook", "guests")
     p.wait_for("(3 signatures)")
     p.kill()
-    registry.set_versions("guests", 0, 1, launcher.home)  # upgrade to registry version 1
+    # ambrosia run registered version 1 (v1's class version); --upgrade-to registers 2.
     p = launcher.start("samples.upgrade.v1:GuestBook", "guests",
                        args=["--upgrade-to", "samples.upgrade.v2:GuestBook"])
     p.wait_for("upgraded to GuestBook version 2")
     p.kill()
-    assert [registry.recorded_class("guests", v, launcher.home) for v in (0, 1)] == [
+    assert [registry.recorded_class("guests", v, launcher.home) for v in (1, 2)] == [
         ("samples.upgrade.v1:GuestBook", str(ROOT)), ("samples.upgrade.v2:GuestBook", str(ROOT))]
-    r = _dump(launcher.home, "-i", "guests", "--version", "0")
+    r = _dump(launcher.home, "-i", "guests", "--version", "1")
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout.splitlines()[1] == (
         "methods, senders and arguments as samples.upgrade.v1:GuestBook sees them")

@@ -97,8 +97,9 @@ def test_register_instance_stores_keep_checkpoints_and_refuses_0(harness: Harnes
     assert r.stderr == "ambrosia: error: keep-checkpoints must be at least 1, got 0\n"
     assert harness.cli(*base, "--keep-checkpoints", "5").returncode == 0
     assert registry.load("svc", harness.home).keep_checkpoints == 5
+    # An update that does not name the option keeps the registered value.
     assert harness.cli(*base).returncode == 0
-    assert registry.load("svc", harness.home).keep_checkpoints == 2
+    assert registry.load("svc", harness.home).keep_checkpoints == 5
     # A registration written before the option existed loads with the default.
     path = harness.home / "instances" / "svc.json"
     data = json.loads(path.read_text())

@@ -160,19 +160,27 @@ class socket_listening:  # noqa: N801 - used as a context manager, like contextl
         self.sock.close()
 
 
-def test_repro_of_a_missing_checkpoint_is_the_coordinators_reason(harness: Harness) -> None:
+def test_repro_of_a_damaged_checkpoint_is_the_coordinators_reason(harness: Harness) -> None:
     from ambrosia_py.errors import CoordinatorError
     from ambrosia_py.testing import repro
     from samples.counter.counter import Counter
 
     p = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
     p.stop()
-    path = harness.home / "logs" / "counter_0" / "serverchkpt7"
+    # A checkpoint that is not kept never reaches the coordinator: repro names the kept ones.
     with pytest.raises(CoordinatorError) as info:
         repro("counter", Counter, checkpoint=7, home=harness.home)
+    assert str(info.value) == "counter has no checkpoint 7 to replay from (kept: 1)"
+    # A kept one that is damaged: debug-instance refuses it, and that reason comes through.
+    path = harness.home / "logs" / "counter_0" / "serverchkpt1"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CoordinatorError) as info:
+        repro("counter", Counter, checkpoint=1, home=harness.home)
     # The coordinator's own reason, once, with nothing tacked on (its wording is its own).
     message = str(info.value)
-    assert message.startswith(f"ambrosia debug-instance did not start: {path}")
+    assert message.startswith(f"ambrosia debug-instance did not start: {path}: damaged at ")
     assert not message.endswith(": ") and message.count(str(path)) == 1
 
 
