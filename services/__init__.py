@@ -1,0 +1,1 @@
+"""Immortal services and the protocol endpoints they speak."""
