@@ -174,10 +174,15 @@ class _Reader:
 def _decode_params(raw: bytes) -> dict[str, Any]:
     try:
         value = msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
-    # msgpack reports bad input with several unrelated classes (ValueError, ExtraData,
-    # FormatError, StackError, TypeError for an unhashable key): all mean bad bytes here.
-    except Exception as err:
-        raise JobWireError(f"start: params are not one msgpack value ({err})") from None
+    except msgpack.ExtraData as extra:
+        raise JobWireError(
+            f"start: {len(extra.extra)} bytes follow the params value"
+        ) from None
+    # msgpack reports bad input with several unrelated classes (ValueError, FormatError,
+    # StackError, TypeError for an unhashable key) whose wording changes between versions:
+    # all mean bad bytes here.
+    except Exception:
+        raise JobWireError("start: params are not valid msgpack (or have a non-str key)") from None
     try:
         return check_params(value)
     except (TypeError, ValueError) as err:
@@ -278,6 +283,7 @@ class FrameDecoder:
         self._pos = 0
         self._offset = 0  # stream offset of self._buf[0]
         self._error: JobRemoteError | None = None
+        self.frame_offset = 0  # stream offset of the last frame decoded
 
     @property
     def offset(self) -> int:
@@ -333,6 +339,7 @@ class FrameDecoder:
         end = pos + 4 + length
         if len(buf) < end:
             return NEED_DATA
+        self.frame_offset = self.offset
         type_byte = buf[pos + 4]
         body = bytes(buf[pos + 5 : end])
         try:

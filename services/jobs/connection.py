@@ -47,7 +47,6 @@ from .errors import (
     JobMessageDirectionError,
     JobRemoteError,
     StreamClosedError,
-    UnexpectedJobMessageError,
 )
 from .messages import MAX_U64, TYPE_OF, Batch, FlowControl, JobId, JobMessage
 
@@ -173,7 +172,11 @@ class JobConnection:
             if msg is NEED_DATA:
                 return msg
             assert not isinstance(msg, NeedData)
-            self._accept(msg)
+            try:
+                self._accept(msg)
+            except JobRemoteError as err:
+                where = self._decoder.frame_offset
+                raise type(err)(err.reason, offset=where, message_type=err.message_type) from None
         except JobRemoteError:
             self._state = ConnectionState.ERROR
             raise
@@ -231,11 +234,8 @@ class JobConnection:
         stream = self._stream(self._outbound, (grant.job_id, grant.edge))
         if stream.closed:
             return  # granted before the receiver saw our last batch
-        if stream.credit + grant.credits > MAX_U64:
-            raise UnexpectedJobMessageError(
-                f"flow control on stream {grant.job_id} edge {grant.edge} raises the credit "
-                f"past 2**64-1"
-            )
+        # Credits add up without a cap: a grant is at most 2**64-1 and Python's ints
+        # do not wrap, so no number of grants can make the count lie.
         stream.credit += grant.credits
 
     # ------------------------------------------------------------ sending
@@ -293,10 +293,7 @@ class JobConnection:
         stream = self._stream(self._inbound, (grant.job_id, grant.edge))
         if stream.closed:
             return
-        if stream.credit + grant.credits > MAX_U64:
-            raise JobLocalError(
-                f"granting {grant.credits} on stream {grant.job_id} edge {grant.edge} "
-                f"raises its credit past 2**64-1"
-            )
+        # Credits add up without a cap: a grant is at most 2**64-1 and Python's ints
+        # do not wrap, so no number of grants can make the count lie.
         stream.credit += grant.credits
 
