@@ -176,7 +176,8 @@ class JobConnection:
                 self._accept(msg)
             except JobRemoteError as err:
                 where = self._decoder.frame_offset
-                raise type(err)(err.reason, offset=where, message_type=err.message_type) from None
+                kind = int(TYPE_OF[type(msg)])
+                raise type(err)(err.reason, offset=where, message_type=kind) from None
         except JobRemoteError:
             self._state = ConnectionState.ERROR
             raise
