@@ -123,10 +123,10 @@ class InitiatorJobs:
         state = self.state(job_id)
         nxt = INITIATOR_TRANSITIONS[state].get(inp)
         if nxt is None:
-            what = f"{inp.value} for job {job_id} in state {state.name} ({state.value})"
+            what = f"job {job_id} in state {state.name} ({state.value}) does not allow: {inp.value}"
             if inp in INITIATOR_REMOTE_INPUTS:
-                raise UnexpectedJobMessageError(f"unexpected: {what}")
-            raise IllegalJobTransitionError(f"cannot: {what}")
+                raise UnexpectedJobMessageError(what)
+            raise IllegalJobTransitionError(what)
         return nxt
 
     def _set(self, job_id: JobId, state: InitiatorState, **changes: Any) -> None:

@@ -113,10 +113,10 @@ class ParticipantJobs:
         state = self.state(job_id)
         nxt = PARTICIPANT_TRANSITIONS[state].get(inp)
         if nxt is None:
-            what = f"{inp.value} for job {job_id} in state {state.name} ({state.value})"
+            what = f"job {job_id} in state {state.name} ({state.value}) does not allow: {inp.value}"
             if inp in PARTICIPANT_REMOTE_INPUTS:
-                raise UnexpectedJobMessageError(f"unexpected: {what}")
-            raise IllegalJobTransitionError(f"cannot: {what}")
+                raise UnexpectedJobMessageError(what)
+            raise IllegalJobTransitionError(what)
         return nxt
 
     def _enter(self, job_id: JobId, state: JobState) -> None:
