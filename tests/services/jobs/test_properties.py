@@ -83,6 +83,24 @@ def test_mutated_streams_give_messages_or_a_typed_error(
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), st.lists(js.messages, min_size=1, max_size=4))
+def test_mutated_bodies_in_whole_frames_give_messages_or_a_typed_error(
+    data: st.DataObject, msgs: list[JobMessage]
+) -> None:
+    stream = data.draw(js.mutated_bodies(msgs))
+    for msg in decode_hostile(data.draw(js.splits(stream))):
+        assert decode_all([encode(msg)]) == [msg]
+
+
+@given(st.data(), st.lists(js.raw_frames, min_size=1, max_size=4))
+def test_frames_with_edge_values_give_messages_or_a_typed_error(
+    data: st.DataObject, frames: list[bytes]
+) -> None:
+    for msg in decode_hostile(data.draw(js.splits(b"".join(frames)))):
+        assert decode_all([encode(msg)]) == [msg]
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), st.sampled_from(ROLE_PAIRS), st.lists(js.messages, min_size=1, max_size=6))
 def test_connections_meet_hostile_streams_with_typed_errors_only(
     data: st.DataObject, roles: tuple[Role, Role], msgs: list[JobMessage]
@@ -103,17 +121,19 @@ def test_connections_meet_hostile_streams_with_typed_errors_only(
         raise AssertionError("a broken connection went on") from None
 
 
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=40), st.integers(0, 40))
+@given(st.lists(st.tuples(st.booleans(), st.integers(-3, 40)), max_size=40), st.integers(0, 40))
 def test_a_sender_that_obeys_its_connection_never_overruns_the_receiver(
     steps: list[tuple[bool, int]], initial: int
 ) -> None:
-    """Random batches and grants: the sender's connection refuses what the credit does not
-    cover, so the receiver never sees an overrun, and both ends agree on the credit."""
+    """Random batches (sized around the credit left, where off-by-one mistakes live) and
+    grants: the sender's connection refuses what the credit does not cover, so the
+    receiver never sees an overrun, and both ends agree on the credit."""
     sender = JobConnection(Role.PARTICIPANT, Role.INITIATOR, initial_credits=initial)
     receiver = JobConnection(Role.INITIATOR, Role.PARTICIPANT, initial_credits=initial)
     number = 0
-    for is_batch, size in steps:
+    for is_batch, n in steps:
         if is_batch:
+            size = max(0, sender.send_credit(JOB, 0) + min(n, 3))
             try:
                 wire = sender.send(Batch(JOB, 0, number, bytes(size)))
             except CreditExhaustedError:
@@ -123,7 +143,7 @@ def test_a_sender_that_obeys_its_connection_never_overruns_the_receiver(
             assert list(receiver.events()) == []
             receiver.receive_data(wire)
             assert list(receiver.events()) == [Batch(JOB, 0, number - 1, bytes(size))]
-        elif size:
-            sender.receive_data(receiver.send(FlowControl(JOB, 0, size)))
-            assert list(sender.events()) == [FlowControl(JOB, 0, size)]
+        elif n > 0:
+            sender.receive_data(receiver.send(FlowControl(JOB, 0, n)))
+            assert list(sender.events()) == [FlowControl(JOB, 0, n)]
         assert sender.send_credit(JOB, 0) == receiver.receive_credit(JOB, 0) >= 0
