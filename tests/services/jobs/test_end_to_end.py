@@ -213,69 +213,78 @@ def test_a_batch_after_the_cancel_is_discarded() -> None:
 
 def test_check_after_a_failover_reports_exactly_what_the_new_primary_knows() -> None:
     cluster, old, p1, p2 = make(credits=64)
-    # j0 runs on both runners.
-    j0, _ = start_everywhere(cluster)
+    # `running` runs on both runners.
+    running, _ = start_everywhere(cluster)
     cluster.deliver(INITIATOR, P1)
     cluster.deliver(INITIATOR, P2)
-    p1.running(j0)
-    p2.running(j0)
-    # j1 is cancelled by the initiator, but the broadcast to P1 is lost in the failover.
-    j1, _ = start_everywhere(cluster)
+    p1.running(running)
+    p2.running(running)
+    # `forgotten` runs on P1 only; P1 ends its results, the initiator records the job done
+    # and forgets it, while P1 has not yet marked it finished.
+    forgotten, sends = old.start("wordcount", {}, [P1])
+    cluster.apply(INITIATOR, sends)
+    cluster.deliver(INITIATOR, P1)
+    p1.running(forgotten)
+    cluster.send(P1, INITIATOR, Batch(forgotten, RESULT_EDGE, 0, b"", last=True))
+    assert cluster.deliver(P1, INITIATOR)[-1] == JobDone(forgotten)
+    old.forget(forgotten)
+    # `cancelled` runs on both; P2 sends P1 a batch that is still in flight when the
+    # initiator cancels the job.
+    cancelled, _ = start_everywhere(cluster)
     cluster.deliver(INITIATOR, P1)
     cluster.deliver(INITIATOR, P2)
-    p1.running(j1)
-    cluster.apply(INITIATOR, old.cancel(j1, 2, "superseded"))
+    p1.running(cancelled)
+    p2.running(cancelled)
+    # `early`'s start reaches P2 only; P2's first batch reaches P1 before it.
+    early, _ = start_everywhere(cluster)
     cluster.deliver(INITIATOR, P2)
-    # j2's start reaches P2 only; P1 holds nothing but P2's early batch.
-    j2, _ = start_everywhere(cluster)
+    p2.running(early)
+    first = Batch(early, 1, 0, b"early")
+    cluster.send(P2, P1, first)
+    assert cluster.deliver(P2, P1) == [Retained(P2, first)]
+    in_flight = Batch(cancelled, 1, 0, b"stale")
+    cluster.send(P2, P1, in_flight)
+    cluster.apply(INITIATOR, old.cancel(cancelled, 2, "superseded"))
     cluster.deliver(INITIATOR, P2)
-    p2.running(j2)
-    early = Batch(j2, 1, 0, b"early")
-    cluster.send(P2, P1, early)
-    assert cluster.deliver(P2, P1) == [Retained(P2, early)]
-    # The old primary crashes with j1's cancel and j2's start to P1 still unsent.
+    # The old primary crashes before `early`'s start and `cancelled`'s cancel reach P1.
     cluster.lose(INITIATOR, P1)
-    # What the new primary recovers: the old one's records up to here.
-    records = old.records()
-    next_local_id = old.next_local_id
-    # j3 reaches P1, but (the simulated fault) its decision never reached the new primary.
-    j3, _ = start_everywhere(cluster)
-    cluster.deliver(INITIATOR, P1)
-    p1.running(j3)
-    assert j3 == JobId(INITIATOR, 3)
-    new = InitiatorJobs(INITIATOR, next_local_id=next_local_id, records=records)
+    # The new primary recovers the old one's state from the log, and nothing else.
+    new = InitiatorJobs(INITIATOR, next_local_id=old.next_local_id, records=old.records())
     cluster.fail_over(new)
-    assert [new.state(j) for j in (j0, j1, j2, j3)] == [
-        InitiatorState.RUNNING,
-        InitiatorState.CANCELLED,
+    assert [new.state(j) for j in (running, forgotten, cancelled, early)] == [
         InitiatorState.RUNNING,
         InitiatorState.UNKNOWN,
+        InitiatorState.CANCELLED,
+        InitiatorState.RUNNING,
     ]
 
+    # P1 holds every one of them: three started, one with a batch kept.
     check = p1.check(INITIATOR)
-    assert check == Check([j0, j1, j2, j3])
+    assert check == Check([running, forgotten, cancelled, early])
     cluster.send(P1, INITIATOR, check)
     assert cluster.deliver(P1, INITIATOR, one_byte_at_a_time=True) == [
-        HeldJobs(P1, active=(j0, j2), ended=(j1,), unknown=(j3,))
+        HeldJobs(P1, active=(running, early), ended=(cancelled,), unknown=(forgotten,))
     ]
-    assert cluster.sent[-1] == (INITIATOR, P1, CheckResponse([j0, j2], [j1, j3]))
-    assert cluster.deliver(INITIATOR, P1) == [Released((j1, j3))]
-    assert [p1.state(j) for j in (j0, j1, j2, j3)] == [
+    assert cluster.sent[-1] == (
+        INITIATOR, P1, CheckResponse([running, early], [cancelled, forgotten])
+    )
+    assert cluster.deliver(INITIATOR, P1) == [Released((cancelled, forgotten))]
+    assert [p1.state(j) for j in (running, forgotten, cancelled, early)] == [
         JobState.RUNNING,
         JobState.CANCELLED,
-        JobState.UNKNOWN,  # still waiting for its start, batch kept
         JobState.CANCELLED,
+        JobState.UNKNOWN,  # still waiting for its start, its batch kept
     ]
-    assert p1.retained_jobs() == (j2,)
-    assert p1.held() == (j0,)
-    # A late batch of a released job is discarded, not retained.
-    late = Batch(j3, 1, 0, b"late")
-    cluster.send(P2, P1, late)
-    assert cluster.deliver(P2, P1) == [Discarded(P2, late)]
-    # P2 holds j0 and j2 (j1 ended there): both active, nothing to release.
+    assert p1.held() == (running,)
+    assert p1.retained_jobs() == (early,)
+    # The batch that was in flight arrives after the release: discarded, not retained.
+    assert cluster.deliver(P2, P1) == [Discarded(P2, in_flight)]
+    assert p1.retained_jobs() == (early,)
+    # P2 holds `running` and `early` (it heard of the cancel): nothing to release.
     cluster.send(P2, INITIATOR, p2.check(INITIATOR))
-    assert cluster.deliver(P2, INITIATOR) == [HeldJobs(P2, active=(j0, j2), ended=(), unknown=())]
+    assert cluster.deliver(P2, INITIATOR) == [
+        HeldJobs(P2, active=(running, early), ended=(), unknown=())
+    ]
     assert cluster.deliver(INITIATOR, P2) == []
-    # The new primary's next job id follows the recovered counter, not the lost j3.
-    j_next, _ = new.start("wordcount", {}, [P1])
-    assert j_next == JobId(INITIATOR, 3)
+    # The recovered counter goes on past every id the old primary handed out.
+    assert new.start("wordcount", {}, [P1])[0] == JobId(INITIATOR, 4)
