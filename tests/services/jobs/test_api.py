@@ -1,0 +1,50 @@
+"""The package's public names are pinned: adding or removing one is a reviewed change."""
+
+from __future__ import annotations
+
+import services.jobs
+from ambrosia_py.errors import LocalProtocolError, RemoteProtocolError
+
+PUBLIC = {
+    # messages and their bytes
+    "JobId", "Start", "Cancel", "Batch", "FlowControl", "Check", "CheckResponse",
+    "JobMessage", "MessageType", "encode", "decode_body", "FrameDecoder",
+    "DEFAULT_MAX_FRAME_SIZE", "NEED_DATA", "NeedData",
+    # one link
+    "JobConnection", "ConnectionState", "DEFAULT_INITIAL_CREDITS", "Role", "LINK_MESSAGES",
+    # job tables
+    "ParticipantJobs", "InitiatorJobs", "JobRecord", "RESULT_EDGE", "JobState", "JobInput",
+    "InitiatorState", "InitiatorInput", "Disposition", "PARTICIPANT_TRANSITIONS",
+    "PARTICIPANT_BATCH", "HELD_STATES", "INITIATOR_TRANSITIONS", "INITIATOR_BATCH",
+    # effects
+    "Effect", "Send", "JobStarted", "Deliver", "Retained", "Discarded", "JobCancelled",
+    "JobDone", "Released", "HeldJobs",
+    # errors
+    "JobProtocolError", "JobRemoteError", "JobWireError", "JobFrameTooLargeError",
+    "UnknownJobMessageTypeError", "JobMessageDirectionError", "BatchOrderError",
+    "DataAfterLastError", "CreditExceededError", "UnexpectedJobMessageError",
+    "RetentionLimitError", "JobLocalError", "CreditExhaustedError", "StreamClosedError",
+    "BatchNumberError", "IllegalJobTransitionError",
+}
+
+
+def test_all_is_pinned_and_every_name_exists() -> None:
+    assert len(services.jobs.__all__) == len(set(services.jobs.__all__))
+    assert set(services.jobs.__all__) == PUBLIC
+    for name in services.jobs.__all__:
+        assert getattr(services.jobs, name) is not None
+
+
+def test_every_error_says_whose_fault_it_is() -> None:
+    errors = [
+        getattr(services.jobs, n) for n in PUBLIC
+        if isinstance(getattr(services.jobs, n), type)
+        and issubclass(getattr(services.jobs, n), services.jobs.JobProtocolError)
+    ]
+    assert len(errors) == 16
+    for cls in errors:
+        if cls is services.jobs.JobProtocolError:
+            continue
+        remote = issubclass(cls, RemoteProtocolError)
+        local = issubclass(cls, LocalProtocolError)
+        assert remote != local, cls.__name__
