@@ -60,6 +60,12 @@ def load_class(target: str) -> type[Immortal]:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise UsageError(f"cannot import {module_name!r}: {e}") from None
+    except AmbrosiaError:
+        raise  # an invalid Immortal class, found at definition: its own message lists why
+    except Exception as e:  # the module itself fails: a SyntaxError, its own import code
+        raise UsageError(f"cannot import {module_name!r}: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())} (`python -c 'import {module_name}'` "
+                         "shows the traceback)") from None
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from ambrosia_py import serialization as ser
-from ambrosia_py.errors import AmbrosiaError, SerializationError
+from ambrosia_py.errors import SerializationError
 from ambrosia_py.immortal import (
     POST_BY_IMPULSE_METHOD_ID,
     POST_METHOD_ID,
@@ -35,19 +35,11 @@ def load_class(target: str, directory: str | None = None) -> type[Immortal]:
         AmbrosiaError: ``target`` is not MODULE:CLASS, cannot be imported, or is not an
             Immortal subclass (one line naming it).
     """
-    from ambrosia_py.runtime.cli import UsageError
     from ambrosia_py.runtime.cli import load_class as runtime_load_class
 
     if directory and directory not in sys.path and os.path.isdir(directory):
         sys.path.append(directory)
-    try:
-        return runtime_load_class(target)
-    except AmbrosiaError:
-        raise
-    except Exception as err:  # the module itself fails: a SyntaxError, its own import code
-        module = target.partition(":")[0]
-        raise UsageError(f"cannot import {module!r}: {type(err).__name__}: "
-                         f"{' '.join(str(err).split())}") from None
+    return runtime_load_class(target)
 
 
 def describe_call(cls: type[Immortal], rpc: Rpc) -> dict[str, Any]:

@@ -166,7 +166,7 @@ def test_dump_class_errors_are_one_line(hello_run: Path, tmp_path: Path) -> None
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr.splitlines() == [
         "ambrosia: error: cannot import 'broken_module': SyntaxError: '(' was never closed "
-        "(broken_module.py, line 1)"]
+        "(broken_module.py, line 1) (`python -c 'import broken_module'` shows the traceback)"]
     # A recorded class that no longer imports: said once, and the dump goes on with ids.
     registry.record_class("hello-server", 0, "gone_module:Server", tmp_path, hello_run)
     r = _dump(hello_run, "-i", "hello-server", cwd=tmp_path)
