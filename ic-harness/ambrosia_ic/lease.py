@@ -30,7 +30,8 @@ from typing import Any
 
 from ambrosia_py.errors import LockLostError
 
-from .logstore import file_numbers, fsync_dir
+from .durable import fsync_dir, replace_durably
+from .logstore import file_numbers
 
 __all__ = ["HEARTBEAT", "LEASE", "Epochs", "current_primary"]
 
@@ -170,9 +171,7 @@ class Epochs:
 
     # ------------------------------------------------------------------ upgrade
     def mark_upgraded(self, version: int) -> None:
-        path = self.dir / UPGRADED_MARK
-        path.write_text(str(version))
-        fsync_dir(self.dir)
+        replace_durably(self.dir / UPGRADED_MARK, str(version).encode())
 
     def upgraded_to(self) -> int | None:
         try:

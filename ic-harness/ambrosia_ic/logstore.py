@@ -39,7 +39,7 @@ import fcntl
 import mmap
 import os
 import struct
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -54,6 +54,8 @@ from ambrosia_py.errors import (
 )
 from ambrosia_py.wire import HEADER_SIZE, check_bytes, decode_zz32, decode_zz64, encode_zz32
 from ambrosia_py.wire.varint import Incomplete
+
+from .durable import fsync_dir, replace_durably
 
 __all__ = [
     "CHECKPOINT_MAGIC",
@@ -116,14 +118,6 @@ def file_numbers(d: Path, prefix: str) -> list[int]:
     return sorted(out)
 
 
-def fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
                   ignore: Collection[int] = ()) -> int | None:
     """Keep the newest ``keep`` checkpoints (not counting ``ignore``: checkpoints known
@@ -162,8 +156,9 @@ def remove_first_start_leftovers(d: Path) -> None:
             (d / f"{prefix}{k}").unlink()
     # Checkpoint 1 goes last: while it exists the leftovers are recognised as such (a
     # log without any checkpoint is refused, never overwritten).
-    for name in (f".{CHECKPOINT_PREFIX}1.tmp", f"{CHECKPOINT_PREFIX}1"):
-        (d / name).unlink(missing_ok=True)
+    for tmp in d.glob(f".{CHECKPOINT_PREFIX}1.*tmp"):
+        tmp.unlink(missing_ok=True)
+    (d / f"{CHECKPOINT_PREFIX}1").unlink(missing_ok=True)
     fsync_dir(d)
 
 
@@ -497,14 +492,7 @@ def read_seal(d: Path, n: int) -> int | None:
 def write_seal(d: Path, n: int, offset: int) -> None:
     """Seal log ``n`` at ``offset`` (durably, by rename): bytes after it never count,
     whoever writes them."""
-    path = seal_path(d, n)
-    tmp = d / f".{path.name}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(_I64.pack(offset))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(d)
+    replace_durably(seal_path(d, n), _I64.pack(offset))
 
 
 # ------------------------------------------------------------------ checkpoints
@@ -515,22 +503,22 @@ def write_checkpoint(d: Path, n: int, state: Mapping[str, Any], message: bytes,
     """Write ``serverchkpt<n>`` with its check bytes, durably (temporary file, fsync,
     rename, fsync the directory)."""
     path = checkpoint_path(d, n)
-    tmp = d / f".{path.name}.tmp"
+    replace_durably(path, _checkpoint_pieces(state, message, chunks))
+    return path
+
+
+def _checkpoint_pieces(state: Mapping[str, Any], message: bytes,
+                       chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The pieces of a checkpoint file in order, the check bytes computed as they pass."""
     packed = msgpack.packb(dict(state), use_bin_type=True)
     digest = xxhash.xxh64()
-    with open(tmp, "wb") as f:
-        head = CHECKPOINT_MAGIC + _I32.pack(len(packed)) + packed + message
-        f.write(head)
-        digest.update(head)
-        for c in chunks:
-            f.write(c)
-            digest.update(c)
-        f.write(_TRAILER.pack(digest.intdigest()))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(d)
-    return path
+    head = CHECKPOINT_MAGIC + _I32.pack(len(packed)) + packed + message
+    digest.update(head)
+    yield head
+    for c in chunks:
+        digest.update(c)
+        yield c
+    yield _TRAILER.pack(digest.intdigest())
 
 
 def _verify_checkpoint(path: Path, f: Any, total: int) -> None:

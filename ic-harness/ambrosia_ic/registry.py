@@ -30,6 +30,7 @@ import attrs
 
 from ambrosia_py.errors import CoordinatorError, RegistryError
 
+from .durable import replace_durably
 from .logdir import check_log_dir
 
 __all__ = [
@@ -189,14 +190,7 @@ def _instances(home: Path) -> Path:
 
 def _write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    replace_durably(path, data, mode=mode)
 
 
 def link_secret(home: str | os.PathLike[str] | None = None, *, create: bool = False) -> bytes:
@@ -222,19 +216,9 @@ def link_secret(home: str | os.PathLike[str] | None = None, *, create: bool = Fa
 
 
 def _write_atomically_exclusive(path: Path, data: bytes) -> None:
-    # Two registrations racing must agree on one secret: link() fails if it exists.
+    # Two registrations racing must agree on one secret: the second finds it there.
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
+    replace_durably(path, data, mode=0o600, exclusive=True)
 
 
 def register(
