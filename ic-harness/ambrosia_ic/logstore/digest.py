@@ -1,0 +1,42 @@
+"""Replay digests: ``serverdigest<N>`` holds, per binding output since checkpoint N, the
+XXH64 of the output message and the sequence id last delivered when it came."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+__all__ = ["DIGEST_ENTRY", "DigestWriter", "read_digest"]
+
+DIGEST_ENTRY = struct.Struct("<Qq")
+
+
+def read_digest(path: Path) -> list[tuple[int, int]]:
+    """``(output hash, seq id)`` entries of a digest file; a torn final entry is ignored."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    whole = len(data) - len(data) % DIGEST_ENTRY.size
+    return [(int(h), int(s)) for h, s in DIGEST_ENTRY.iter_unpack(data[:whole])]
+
+
+class DigestWriter:
+    """Appends digest entries with plain writes: they survive the process being killed
+    (the page cache keeps them); a power loss may cost the newest, which is harmless."""
+
+    def __init__(self, path: Path, keep: int | None = None) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        if keep is not None:
+            os.ftruncate(self._fd, keep * DIGEST_ENTRY.size)
+        os.lseek(self._fd, 0, os.SEEK_END)
+
+    def add(self, output_hash: int, seq_id: int) -> None:
+        os.write(self._fd, DIGEST_ENTRY.pack(output_hash, seq_id))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

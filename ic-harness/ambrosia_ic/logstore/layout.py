@@ -1,0 +1,106 @@
+"""File names of an instance directory, and which files a new checkpoint lets go.
+
+See the package docstring for what each file holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+from ambrosia_py.errors import CoordinatorError
+
+from ..durable import fsync_dir
+
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "DIGEST_PREFIX",
+    "LOCK_NAME",
+    "LOG_PREFIX",
+    "SEAL_PREFIX",
+    "checkpoint_path",
+    "digest_path",
+    "file_numbers",
+    "log_path",
+    "remove_first_start_leftovers",
+    "remove_unkept",
+    "seal_path",
+]
+
+LOG_PREFIX = "serverlog"
+CHECKPOINT_PREFIX = "serverchkpt"
+DIGEST_PREFIX = "serverdigest"
+SEAL_PREFIX = "serverseal"
+LOCK_NAME = "serverlock"
+
+
+def log_path(d: Path, n: int) -> Path:
+    return d / f"{LOG_PREFIX}{n}"
+
+
+def checkpoint_path(d: Path, n: int) -> Path:
+    return d / f"{CHECKPOINT_PREFIX}{n}"
+
+
+def digest_path(d: Path, n: int) -> Path:
+    return d / f"{DIGEST_PREFIX}{n}"
+
+
+def file_numbers(d: Path, prefix: str) -> list[int]:
+    """The N of every ``<prefix><N>`` in ``d``, ascending."""
+    if not d.is_dir():
+        return []
+    out = []
+    for p in d.iterdir():
+        rest = p.name[len(prefix):]
+        if p.name.startswith(prefix) and rest.isdigit():
+            out.append(int(rest))
+    return sorted(out)
+
+
+def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
+                  ignore: Collection[int] = ()) -> int | None:
+    """Keep the newest ``keep`` checkpoints (not counting ``ignore``: checkpoints known
+    to be damaged) and every file from the oldest of them on; remove the ``<prefix><N>``
+    files before it. Call only once the newest checkpoint is durable. Returns the
+    number of the oldest checkpoint kept (None when there is none).
+
+    Checkpoint N pairs with log N and replay goes on through N+1, ..., so the logs from
+    the oldest kept checkpoint on are exactly what a replay from any kept one reads.
+    """
+    counted = [k for k in file_numbers(d, CHECKPOINT_PREFIX) if k not in ignore]
+    if not counted:
+        return None
+    oldest = counted[-max(1, keep):][0]
+    for prefix in prefixes:
+        for k in file_numbers(d, prefix):
+            if k < oldest:
+                (d / f"{prefix}{k}").unlink(missing_ok=True)
+    fsync_dir(d)
+    return oldest
+
+
+def remove_first_start_leftovers(d: Path) -> None:
+    """Remove what a first start that died before its record 0 was durable left behind
+    (see ``recovery.interrupted_first_start``).
+
+    Raises:
+        CoordinatorError: ``d`` holds a checkpoint after 1: a history, not leftovers.
+    """
+    later = [k for k in file_numbers(d, CHECKPOINT_PREFIX) if k != 1]
+    if later:
+        raise CoordinatorError(f"{d}: holds checkpoint {later[-1]}, so it is not the "
+                               "leftovers of a first start; refusing to start afresh")
+    for prefix in (LOG_PREFIX, DIGEST_PREFIX, SEAL_PREFIX):
+        for k in file_numbers(d, prefix):
+            (d / f"{prefix}{k}").unlink()
+    # Checkpoint 1 goes last: while it exists the leftovers are recognised as such (a
+    # log without any checkpoint is refused, never overwritten).
+    for tmp in d.glob(f".{CHECKPOINT_PREFIX}1.*tmp"):
+        tmp.unlink(missing_ok=True)
+    (d / f"{CHECKPOINT_PREFIX}1").unlink(missing_ok=True)
+    fsync_dir(d)
+
+
+def seal_path(d: Path, n: int) -> Path:
+    return d / f"{SEAL_PREFIX}{n}"

@@ -1,0 +1,41 @@
+"""The flock that keeps a second coordinator from writing an instance directory."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+from ambrosia_py.errors import LockLostError
+
+from .layout import LOCK_NAME
+
+__all__ = ["InstanceLock"]
+
+
+class InstanceLock:
+    """The exclusive lock of an instance directory. Standalone, it keeps a second
+    coordinator from writing the same log; in active/active it will mark the primary."""
+
+    def __init__(self, d: Path) -> None:
+        self.path = d / LOCK_NAME
+        self._fd = -1
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockLostError(
+                f"another coordinator holds the log lock {self.path}"
+            ) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
