@@ -27,9 +27,11 @@ from .logstore import (
     wire_batches,
 )
 
-__all__ = ["RecoveryPlan", "ReplayEstimate", "check_no_orphan_logs", "estimate_replay",
+__all__ = ["RecoveryPlan", "ReplayEstimate", "check_no_orphan_logs", "coordinator_state",
+           "estimate_replay",
            "first_start_pending", "interrupted_first_start", "newest_intact_checkpoint",
-           "plan_recovery", "replay_records", "replay_wire"]
+           "plan_recovery", "read_state", "replay_records",
+           "replay_wire"]
 
 STATE_FORMAT = 1
 
@@ -122,7 +124,20 @@ def first_start_pending(d: Path, committer_id: int | None = None) -> bool:
     return interrupted_first_start(d, committer_id)
 
 
-def _state(cf: CheckpointFile) -> tuple[int, dict[str, int], dict[str, dict[str, Any]]]:
+def coordinator_state(next_seq: int, inputs: dict[str, int],
+                      outputs: dict[str, Any]) -> dict[str, Any]:
+    """The coordinator's part of a checkpoint: where the log stands when the binding's
+    state was taken, and the outputs not yet acknowledged (``read_state`` reads it)."""
+    return {"format": STATE_FORMAT, "next_seq": next_seq, "inputs": dict(inputs),
+            "outputs": outputs}
+
+
+def read_state(cf: CheckpointFile) -> tuple[int, dict[str, int], dict[str, dict[str, Any]]]:
+    """``(next_seq, inputs, outputs)`` of a checkpoint's coordinator state.
+
+    Raises:
+        LogCorruptionError: the state is of an unknown format or misses fields.
+    """
     s = cf.state
     bad = LogCorruptionError(str(cf.path), 12, "coordinator state is missing fields")
     if s.get("format") != STATE_FORMAT:
@@ -192,7 +207,7 @@ def newest_intact_checkpoint(
         path = checkpoint_path(d, n)
         try:
             cf = CheckpointFile(path)
-            _state(cf)
+            read_state(cf)
         except LogCorruptionError as err:
             if not path.exists():
                 continue
@@ -212,7 +227,7 @@ def _chain_kept(d: Path, n: int) -> bool:
 
 
 def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> RecoveryPlan:
-    next_seq, inputs, outputs = _state(cf)
+    next_seq, inputs, outputs = read_state(cf)
     logs = [k for k in file_numbers(d, LOG_PREFIX) if k >= n]
     for i, k in enumerate(logs):
         if k != n + i:

@@ -46,31 +46,27 @@ from ambrosia_py.wire import (
 )
 
 from . import registry
-from .binding import BindingPorts, reserve_port
-from .coordinator import Coordinator, Input
+from .coordinator import Coordinator, checkpoints, outputs, startup
+from .coordinator.lifecycle import MainFlow
+from .coordinator.phase import Phase
+from .coordinator.sink import FencedSink
 from .lease import HEARTBEAT, Epochs
 from .logstore import (
-    CHECKPOINT_PREFIX,
     LOG_PREFIX,
-    SEAL_PREFIX,
     DiskRecord,
     LogScan,
-    LogWriter,
     checkpoint_path,
     file_numbers,
-    fsync_dir,
     log_path,
     read_seal,
-    remove_unkept,
-    write_checkpoint,
     write_seal,
 )
-from .recovery import _state as checkpoint_state
 from .recovery import (
     first_start_pending,
     interrupted_first_start,
     latest_checkpoint,
     newest_intact_checkpoint,
+    read_state,
 )
 
 __all__ = ["ReplicaCoordinator"]
@@ -127,9 +123,8 @@ class LogTail:
 
 
 class ReplicaCoordinator(Coordinator):
-    """The coordinator of replica ``replica`` of an active/active instance."""
-
-    replicated = True
+    """The coordinator of replica ``replica`` of an active/active instance: the shared
+    coordinator with a fenced log sink, and the roles above as its start-up flow."""
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
@@ -138,48 +133,37 @@ class ReplicaCoordinator(Coordinator):
                 f"{reg.instance_name} is not registered with --active-active; run it "
                 "without --replica"
             )
-        super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr)
+        self.fenced = FencedSink(Epochs(registry.instance_dir(reg)))
+        super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
+                         sink=self.fenced)
         self.replica = registry.replica(reg, replica, home)
         self.number = replica
+        self.who = f"{self.name}: replica {replica}"
         self.receive_port = self.replica.receive_port
         self.send_port = self.replica.send_port
-        self.ic_port = self.replica.ic_port
+        self.ic_port = self.link_server.port = self.replica.ic_port
         self.links_active = False
-        self.digests = False
-        self.epochs = Epochs(self.dir)
         self.role = "starting"
         self.tail: LogTail | None = None
         self.upgrading_to = (self.replica.upgrade_version
                              if self.replica.upgrade_version > reg.current_version else None)
         self._new_epochs: Epochs | None = None
 
-    def log(self, text: str) -> None:
-        super().log(f"replica {self.number}: {text}")
+    @property
+    def epochs(self) -> Epochs:
+        """The epochs of the directory this replica writes (or would)."""
+        return self.fenced.epochs
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        self._done = loop.create_future()
-        self._pending_event = asyncio.Event()
         self.dir.mkdir(parents=True, exist_ok=True)
-        ports = BindingPorts(self.receive_port, self.send_port, self.log)
         try:
-            # Every port first: a busy link port must stop this replica before it
-            # claims an epoch or writes anything (it listens there once primary).
-            self._link_sock = reserve_port(self.ic_port, "links")
-            await ports.open()
-            print(
-                f"ambrosia-ic ready: instance={self.name} replica={self.number} "
-                f"receive={self.receive_port} send={self.send_port} ic={self.ic_port}",
-                file=self.stdout, flush=True,
-            )
-            reader, self.send = await ports.accept()
-            self._spawn(self._read_binding(reader))
-            self._spawn(self._main())
-            code, message = await self._done
+            # The link port is reserved with the others: a busy one must stop this
+            # replica before it claims an epoch or writes anything.
+            code, message = await self.serve(
+                f"replica={self.number} receive={self.receive_port} send={self.send_port} "
+                f"ic={self.ic_port}", self._choose)
         finally:
-            await self._shutdown()
-            ports.close()
             self.epochs.close()
             if self._new_epochs is not None:
                 self._new_epochs.close()
@@ -187,18 +171,20 @@ class ReplicaCoordinator(Coordinator):
             self.log(message)
         return code
 
+    def _choose(self) -> MainFlow:
+        return self._main
+
     def _info(self, **extra: Any) -> dict[str, Any]:
         return {"replica": self.number, "ic_port": self.ic_port, **extra}
 
     async def _main(self) -> None:
         if (self.upgrading_to is None and first_start_pending(self.dir, self.cid)
                 and self.epochs.current() == 0 and self.epochs.claim(1, self._info())):
-            self.epoch = 1
             self.role = "primary"
             self.log("first start: primary of epoch 1")
-            self._spawn(self._heartbeat())
-            await self._first_start()
-            await self._go_live()
+            self.spawn(self._heartbeat())
+            await startup.first_start(self)
+            await startup.go_live(self)
             return
         if self.upgrading_to is not None:
             self.role = "upgrader"
@@ -206,6 +192,7 @@ class ReplicaCoordinator(Coordinator):
             self.role = "checkpointer"
         else:
             self.role = "standby"
+        self.set_phase(Phase.FOLLOWING)
         self.log(f"following the log as the {self.role}")
         await self._follow()
 
@@ -250,12 +237,12 @@ class ReplicaCoordinator(Coordinator):
             if n not in self.damaged:
                 self.damaged.add(n)
                 self.log(f"{err}; following from checkpoint {c} and its logs instead")
-        next_seq, inputs, outputs = checkpoint_state(cf)
+        next_seq, inputs, outs = read_state(cf)
         chunks = list(cf.chunks())  # read whole before the checkpointer may delete it
         self.next_seq = next_seq
         self.inputs = dict(inputs)
         self.last_delivered = next_seq - 1
-        self._restore_outputs(outputs)
+        outputs.restore(self, outs)
         self.send.write(encode_checkpoint_record(self.cid, cf.size))
         for chunk in chunks:
             self.send.write(chunk)
@@ -287,40 +274,23 @@ class ReplicaCoordinator(Coordinator):
 
     def _deliver_records(self, recs: list[DiskRecord]) -> None:
         for rec in recs:
-            self.send.write(rec.wire)  # type: ignore[union-attr]
+            self.deliver(rec.wire)
             self.last_delivered = rec.seq_id
             self.next_seq = rec.seq_id + 1
             self.inputs.update(rec.inputs)
         if recs:
+            outputs.trim_self(self)
             done = self.inputs.get(self.name, 0)
-            while self.self_unacked and self.self_unacked[0][0] <= done:
-                self.self_unacked.popleft()
             kept = [p for p in self.pending
                     if not (p[0] == self.name and p[1] is not None and p[1] <= done)]
             self.pending.clear()
             self.pending.extend(kept)
 
-    def _submit(self, item: Input) -> None:
-        if self.phase != "live" and item[0] is None:
-            self.log("dropped an Impulse the binding sent while recovering")
-            return
-        super()._submit(item)
-
     async def _checkpoint(self, n: int) -> None:
         """The checkpointing secondary: the state at the start of log ``n``."""
-        fut = self._expect_checkpoint(n)
-        self._deliver(encode_control_record(self.cid, TakeCheckpoint()))
-        await self.send.drain()  # type: ignore[union-attr]
-        message, chunks, outputs = await fut
-        state = self._state(self.next_seq, self.inputs, outputs)
-        await asyncio.to_thread(write_checkpoint, self.dir, n, state, message, chunks)
-        await asyncio.to_thread(self._remove_unkept)
-
-    def _remove_unkept(self) -> None:
-        # The registration's last K checkpoints with their logs and seals, and at least
-        # the previous one: a standby just starting may be reading it.
-        remove_unkept(self.dir, max(2, self.reg.keep_checkpoints),
-                      (LOG_PREFIX, CHECKPOINT_PREFIX, SEAL_PREFIX), self.damaged)
+        data = await checkpoints.collect(self, n, TakeCheckpoint())
+        await checkpoints.save(self, self.dir, n, data)
+        await checkpoints.remove_unkept(self)
 
     # ------------------------------------------------------------------ taking over
     async def _seal_and_finish(self) -> int:
@@ -340,40 +310,21 @@ class ReplicaCoordinator(Coordinator):
         return n + 1
 
     async def _take_over(self, epoch: int) -> None:
-        self.epoch = epoch
         self.role = "primary"
-        self._spawn(self._heartbeat())
+        self.spawn(self._heartbeat())
         if self.tail is None and latest_checkpoint(self.dir) is not None:
             await self._load_checkpoint()  # the first start may have finished meanwhile
         if self.tail is None:
             self.log(f"primary of epoch {epoch}: no checkpoint yet, first start")
-            await self._first_start()
-            await self._go_live()
+            await startup.first_start(self)
+            await startup.go_live(self)
             return
         n = await self._seal_and_finish()
-        self.writer = await asyncio.to_thread(self._new_log, self.dir, n)
+        self.writer = await asyncio.to_thread(self.sink.next_log, self.dir, n)
         self.log_n = n
-        self._deliver(encode_control_record(self.cid, BecomingPrimary()))
+        self.deliver(encode_control_record(self.cid, BecomingPrimary()))
         self.log(f"primary of epoch {epoch}, writing log {n} from sequence id {self.next_seq}")
-        await self._go_live()
-
-    def _new_log(self, d: Path, n: int) -> LogWriter:
-        self.epochs.check()
-        try:
-            writer = LogWriter(log_path(d, n), exclusive=True)
-        except FileExistsError:
-            raise LockLostError(f"{log_path(d, n)} was created by another primary") from None
-        fsync_dir(d)
-        return writer
-
-    async def _go_live(self) -> None:
-        self.phase = "live"
-        self.links_active = True
-        for link in self.links.values():
-            link.start()
-        self._spawn(self._committer())
-        self._link_server = await self._open_link_server()
-        self._pending_event.set()  # type: ignore[union-attr]
+        await startup.go_live(self)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -382,55 +333,31 @@ class ReplicaCoordinator(Coordinator):
                 self._new_epochs.beat()
             await asyncio.sleep(HEARTBEAT)
 
-    # ------------------------------------------------------------------ the primary's writes
-    def _write_sync(self, writer: LogWriter, data: bytes) -> None:
-        self.epochs.check()
-        writer.write(data)
-        writer.sync()
-        # Claimed meanwhile? Then this record may lie past the seal: say nothing.
-        self.epochs.check()
-
-    def _switch_log(self) -> None:
-        """The primary moves to the next log; the checkpointing secondary checkpoints
-        when it has read the finished one."""
-        self.switch_requested = False
-        n = self.log_n + 1
-        new = self._new_log(self.dir, n)
-        old, self.writer, self.log_n = self.writer, new, n
-        if old is not None:
-            old.close()
-
     # ------------------------------------------------------------------ live upgrade
     async def _upgrade_replica(self, epoch: int) -> None:
         m = self.upgrading_to
-        assert m is not None and self.send is not None
-        self.epoch = epoch
+        assert m is not None
         self.role = "primary"
-        self._spawn(self._heartbeat())
+        self.spawn(self._heartbeat())
         self.log(f"upgrading to version {m}: holding epoch {epoch}")
         n = await self._seal_and_finish()
         new_dir = registry.instance_dir(self.reg, m)
         new_dir.mkdir(parents=True, exist_ok=True)
-        fut = self._expect_checkpoint(n)
-        self._deliver(encode_control_record(self.cid, UpgradeTakeCheckpoint()))
-        await self.send.drain()
-        message, chunks, outputs = await fut
+        data = await checkpoints.collect(self, n, UpgradeTakeCheckpoint())
         self.epochs.check()
         new_epochs = Epochs(new_dir)
         if not new_epochs.claim(new_epochs.current() + 1, self._info()):
             raise LockLostError(f"{new_dir}: another replica is writing version {m}")
         self._new_epochs = new_epochs
-        state = self._state(self.next_seq, self.inputs, outputs)
-        await asyncio.to_thread(write_checkpoint, new_dir, n, state, message, chunks)
+        await checkpoints.save(self, new_dir, n, data)
         # Version m is committed: from here on this replica writes only there.
         old_epochs = self.epochs
-        self.epochs, self._new_epochs = new_epochs, None
-        self.epoch = new_epochs.held
+        self.fenced.epochs, self._new_epochs = new_epochs, None
         self.dir = new_dir
-        self.writer = await asyncio.to_thread(self._new_log, new_dir, n)
+        self.writer = await asyncio.to_thread(self.sink.next_log, new_dir, n)
         self.log_n = n
         self.reg = registry.set_versions(self.name, m, m, self.home)
         old_epochs.mark_upgraded(m)
         old_epochs.close()
-        self.log(f"upgraded to version {m}; primary of epoch {self.epoch} there")
-        await self._go_live()
+        self.log(f"upgraded to version {m}; primary of epoch {self.sink.epoch} there")
+        await startup.go_live(self)

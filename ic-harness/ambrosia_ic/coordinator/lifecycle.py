@@ -1,0 +1,220 @@
+"""The live coordinator of one registered instance: its state, and its process
+lifecycle (open the ports, run the start-up flow and the binding reader as tasks, stop
+cleanly). One ``Coordinator`` object holds all of its state, so several can run in one
+process (tests do).
+
+The jobs it runs live beside this module, each in its own: ``startup`` (first start,
+recovery, upgrade), ``reading`` (the binding's messages), ``outputs`` (routing and
+self-call numbering), ``commit`` (group commit), ``checkpoints`` (asking for, collecting
+and writing checkpoints), ``link_server`` (calls from other instances), and ``sink``
+(how the log is written: standalone, or fenced for active/active replicas).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TextIO
+
+from ambrosia_py.errors import AmbrosiaError, CoordinatorError
+from ambrosia_py.wire import InitialMessage
+
+from .. import registry
+from ..binding import BindingPorts, reserve_port
+from ..links import OutboundLink
+from ..logstore import DigestWriter, InstanceLock, LogWriter
+from . import outputs, reading, startup
+from .checkpoints import CheckpointCollector
+from .link_server import LinkServer
+from .phase import Phase, next_phase
+from .sink import FencedSink, LogSink, StandaloneSink
+
+__all__ = ["Coordinator", "Input"]
+
+# (input key, link sequence number, message bytes): key is the sender's instance name
+# (our own for self-calls) or None for inputs that carry no number (Impulses).
+Input = tuple[str | None, int | None, bytes]
+# The flow a coordinator runs once its binding connected.
+MainFlow = Callable[[], Coroutine[Any, Any, None]]
+
+
+class Coordinator:
+    """The coordinator of one registered instance.
+
+    Args:
+        sink: how the log is written; a standalone writer unless given (replicas of an
+            active/active instance pass a fenced one, see ``replica.py``).
+
+    Raises:
+        CoordinatorError: the instance is active/active but ``sink`` is not fenced.
+    """
+
+    def __init__(
+        self,
+        reg: registry.Registration,
+        home: Path,
+        *,
+        replica: int = 0,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        sink: LogSink | None = None,
+    ) -> None:
+        self.sink: LogSink = sink if sink is not None else StandaloneSink()
+        if (reg.active_active or replica) and not isinstance(self.sink, FencedSink):
+            raise CoordinatorError(
+                f"{reg.instance_name}: active/active instances run as replicas "
+                "(ReplicaCoordinator); register with --active-active to use --replica"
+            )
+        self.reg = reg
+        self.name = reg.instance_name
+        self.who = self.name  # how log lines name this coordinator
+        self.home = home
+        self.cid = reg.committer_id
+        self.dir = registry.instance_dir(reg)
+        self.secret = registry.link_secret(home)
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        self.trigger_bytes = reg.log_trigger_size_mb * 1024 * 1024
+        self.receive_port, self.send_port, self.ic_port = (
+            reg.receive_port, reg.send_port, reg.ic_port)
+        self.phase = Phase.STARTING
+        # Whether outbound links may connect yet: nothing of a first start may reach
+        # another instance before its record 0 is durable, and a follower only keeps
+        # their numbering.
+        self.links_active = True
+        # durable log state
+        self.next_seq = 0
+        self.inputs: dict[str, int] = {}
+        self.log_n = 0
+        self.writer: LogWriter | None = None
+        self.write_lock = asyncio.Lock()
+        # delivery and outputs
+        self.send: asyncio.StreamWriter | None = None
+        self.last_delivered = -1
+        self.pending: collections.deque[Input] = collections.deque()
+        self.wake = asyncio.Event()  # something to commit, or a checkpoint to take
+        self.self_next = 1
+        self.self_unacked: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.links: dict[str, OutboundLink] = {}
+        self.link_server = LinkServer(
+            self.name, home, self.secret, self.ic_port, lambda s: self.inputs.get(s, 0),
+            lambda item: outputs.submit(self, item), self.log)
+        # checkpoints and the replay digest
+        self.checkpoints = CheckpointCollector()
+        self.digest: DigestWriter | None = None
+        self.digest_skip = 0
+        self.ckpt_in_flight = False
+        self.switch_requested = False
+        self.initial: asyncio.Future[InitialMessage] | None = None
+        # Checkpoints this recovery passed over as damaged: not counted as kept.
+        self.damaged: set[int] = set()
+        self.lock = InstanceLock(self.dir)
+        # A live upgrade recovers version N's files with the old code, then moves to
+        # version M's directory; ``upgrade_to`` is M while that is owed.
+        self.upgrade_to: int | None = None
+        self.new_lock: InstanceLock | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._done: asyncio.Future[tuple[int, str]] | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    def log(self, text: str) -> None:
+        print(f"ambrosia-ic: {self.who}: {text}", file=self.stderr, flush=True)
+
+    def set_phase(self, new: Phase) -> None:
+        self.phase = next_phase(self.who, self.phase, new)
+
+    def finish(self, code: int, message: str) -> None:
+        """Stop with exit code ``code``, logging ``message`` (the first call wins)."""
+        if self._done is not None and not self._done.done():
+            self._done.set_result((code, message))
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task; its error stops the coordinator with one line."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        # A checkpoint spawns a task each time: forget finished ones, or a long-running
+        # coordinator keeps every one it ever ran.
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+        if task.cancelled():
+            return
+        err = task.exception()
+        if err is not None:
+            if isinstance(err, AmbrosiaError):
+                self.finish(1, str(err))
+            else:
+                self.finish(1, f"internal error: {type(err).__name__}: {err}")
+
+    def deliver(self, data: bytes) -> None:
+        assert self.send is not None
+        self.send.write(data)
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> int:
+        """Run until the binding goes away or something fails; returns the exit code."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            code, message = await self.serve(
+                f"receive={self.reg.receive_port} send={self.reg.send_port} "
+                f"ic={self.reg.ic_port}", self._choose)
+        finally:
+            self.lock.release()
+            if self.new_lock is not None:
+                self.new_lock.release()
+        if message:
+            self.log(message)
+        return code
+
+    def _choose(self) -> MainFlow:
+        plan = startup.choose_flow(self)
+        return lambda: startup.start(self, plan)
+
+    async def serve(self, ready_fields: str, choose: Callable[[], MainFlow]) -> tuple[int, str]:
+        """Open every port, print the ready line, accept the binding and run the flow
+        ``choose`` picks (after the ports are open) until the coordinator stops.
+        Returns ``(exit code, last message)``."""
+        self._done = asyncio.get_running_loop().create_future()
+        ports = BindingPorts(self.receive_port, self.send_port, self.log)
+        try:
+            # Every port first: a busy one must stop the start before anything is
+            # written (or, for a replica, before it claims an epoch).
+            self.link_server.sock = reserve_port(self.ic_port, "links")
+            await ports.open()
+            main = choose()
+            print(f"ambrosia-ic ready: instance={self.name} {ready_fields}",
+                  file=self.stdout, flush=True)
+            reader, self.send = await ports.accept()
+            self.spawn(reading.read_binding(self, reader))
+            self.spawn(main())
+            return await self._done
+        finally:
+            await self.shutdown()
+            ports.close()
+
+    async def shutdown(self) -> None:
+        # Let a write in progress finish: what is durable must stay whole.
+        async with self.write_lock:
+            tasks = list(self._tasks)  # finishing tasks remove themselves from the list
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+        for link in self.links.values():
+            await link.stop()
+        self.link_server.close()
+        if self.send is not None:
+            self.send.close()
+        if self.writer is not None:
+            self.writer.close()
+        if self.digest is not None:
+            self.digest.close()

@@ -1,0 +1,134 @@
+"""Routing the binding's outputs: self-calls into the commit queue, calls to other
+instances onto outbound links, and the numbering that lets a replay drop what was
+already logged.
+
+Replayable outputs are numbered per destination, the instance itself included: a replay
+that regenerates them can then tell which ones were already logged (by us, for
+self-calls, or by the destination, for links). Impulses carry no number: at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ambrosia_py.errors import RegistryError
+from ambrosia_py.wire import OutgoingRpc, Rpc, RpcType, check_bytes
+
+from .. import registry
+from ..binding import LOOPBACK
+from ..lease import current_primary
+from ..links import OutboundLink
+from .phase import Phase
+
+if TYPE_CHECKING:
+    from .lifecycle import Coordinator, Input
+
+__all__ = ["link_to", "restore", "route", "snapshot", "submit", "trim_self"]
+
+_IMPULSE = int(RpcType.IMPULSE)
+
+
+def route(c: Coordinator, rpc: OutgoingRpc) -> None:
+    """One output of the binding (the hot path: one call per RPC it sends)."""
+    impulse = rpc.reserved == 0 and rpc.rpc_type == _IMPULSE
+    incoming = Rpc(rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved).encode()
+    if not impulse and c.digest is not None:
+        if c.digest_skip:
+            c.digest_skip -= 1
+        else:
+            c.digest.add(check_bytes(rpc.encode()), c.last_delivered)
+    if rpc.destination in ("", c.name):
+        if impulse:
+            submit(c, (None, None, incoming))
+            return
+        seq = c.self_next
+        c.self_next += 1
+        if seq <= c.inputs.get(c.name, 0):
+            return  # replay regenerated a self-call that is already in the log
+        c.self_unacked.append((seq, incoming))
+        submit(c, (c.name, seq, incoming))
+    else:
+        link = link_to(c, rpc.destination)
+        if impulse:
+            link.add_impulse(incoming)
+        else:
+            link.add(incoming)
+
+
+def submit(c: Coordinator, item: Input) -> None:
+    """Queue an input for the committer (it commits only once live)."""
+    if item[0] is None and c.phase is not Phase.LIVE and not c.sink.keeps_early_impulses:
+        c.log("dropped an Impulse the binding sent while recovering")
+        return
+    c.pending.append(item)
+    if c.phase is Phase.LIVE:
+        c.wake.set()
+
+
+def trim_self(c: Coordinator) -> None:
+    """Forget self-calls the log now holds."""
+    done = c.inputs.get(c.name, 0)
+    while c.self_unacked and c.self_unacked[0][0] <= done:
+        c.self_unacked.popleft()
+
+
+def snapshot(c: Coordinator) -> dict[str, Any]:
+    """Per destination, the next number and the outputs not yet acknowledged."""
+    out: dict[str, Any] = {d: link.snapshot() for d, link in c.links.items()}
+    out[c.name] = {"next": c.self_next, "unacked": [[s, b] for s, b in c.self_unacked]}
+    return out
+
+
+def restore(c: Coordinator, outputs: dict[str, dict[str, Any]]) -> None:
+    """Take back a checkpoint's outputs snapshot (``c.inputs`` already restored)."""
+    for dest, out in outputs.items():
+        unacked = [(int(s), bytes(b)) for s, b in out["unacked"]]
+        if dest == c.name:
+            c.self_next = out["next"]
+            done = c.inputs.get(c.name, 0)
+            for seq, body in unacked:
+                if seq > done:  # made before the checkpoint, never logged: log it now
+                    c.self_unacked.append((seq, body))
+                    c.pending.append((c.name, seq, body))
+        else:
+            link = _make_link(c, dest, out["next"], unacked)
+            if c.links_active:
+                link.start()
+
+
+# ------------------------------------------------------------------ outbound links
+def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
+    home = c.home
+
+    def address() -> tuple[str, int]:
+        reg = registry.load(dest, home)
+        if reg.active_active:
+            # The newest epoch file names the replica holding the log.
+            port = current_primary(registry.instance_dir(reg)).get("ic_port")
+            if isinstance(port, int):
+                return LOOPBACK, port
+        return LOOPBACK, reg.ic_port
+
+    return address
+
+
+def _make_link(c: Coordinator, dest: str, next_seq: int = 1,
+               unacked: list[tuple[int, bytes]] | None = None) -> OutboundLink:
+    link = OutboundLink(c.name, dest, c.secret, _address(c, dest), c.log, next_seq, unacked)
+    c.links[dest] = link
+    return link
+
+
+def link_to(c: Coordinator, dest: str) -> OutboundLink:
+    """The outbound link to ``dest``, made (and started, if links may run) on first use."""
+    link = c.links.get(dest)
+    if link is None:
+        try:
+            registry.load(dest, c.home)
+        except RegistryError as err:
+            c.log(f"calls to {dest!r} will wait: {err}")
+        link = _make_link(c, dest)
+        if c.links_active:
+            link.start()
+    return link

@@ -1,0 +1,123 @@
+"""Where the log goes: the one thing a standalone coordinator and an active/active
+primary do differently when they write.
+
+A standalone coordinator is the only writer of its directory (its flock says so): it
+appends, fsyncs, and checkpoints each time it moves to a new log file. An active/active
+primary shares the directory with replicas that may claim a newer epoch at any moment:
+it checks before and after each write that nobody did (a claimed epoch means the seal
+may already lie before this record), creates each log file exclusively, stamps its epoch
+on every record, and leaves checkpoints to the checkpointing secondary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from typing import Protocol
+
+from ambrosia_py.errors import LockLostError
+
+from ..durable import fsync_dir
+from ..lease import Epochs
+from ..logstore import (
+    CHECKPOINT_PREFIX,
+    DIGEST_PREFIX,
+    LOG_PREFIX,
+    SEAL_PREFIX,
+    LogWriter,
+    log_path,
+    remove_unkept,
+)
+
+__all__ = ["FencedSink", "LogSink", "StandaloneSink"]
+
+
+class LogSink(Protocol):
+    """How a coordinator writes its log (see the module docstring)."""
+
+    #: Standalone only: replicas share the directory, so none of them owns the digests.
+    writes_digests: bool
+    #: Whether moving to the next log asks the binding for a checkpoint right away.
+    checkpoints_on_switch: bool
+    #: Whether Impulses the binding sends before the coordinator is live are kept. A
+    #: replica's binding replays a log another replica wrote: an Impulse from it then is
+    #: a stray, not an input.
+    keeps_early_impulses: bool
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch stamped on each record written (None: none is stamped)."""
+
+    def write(self, writer: LogWriter, data: bytes) -> None:
+        """Append ``data`` durably (blocking: call it off the event loop)."""
+
+    def next_log(self, d: Path, n: int) -> LogWriter:
+        """Open log ``n`` of ``d`` to move on to it (blocking)."""
+
+    def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
+        """Once a new checkpoint is durable: remove what no kept checkpoint needs."""
+
+
+class StandaloneSink:
+    """The only writer of its directory."""
+
+    writes_digests = True
+    checkpoints_on_switch = True
+    keeps_early_impulses = True
+
+    @property
+    def epoch(self) -> int | None:
+        return None
+
+    def write(self, writer: LogWriter, data: bytes) -> None:
+        writer.write(data)
+        writer.sync()
+
+    def next_log(self, d: Path, n: int) -> LogWriter:
+        return LogWriter(log_path(d, n))
+
+    def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
+        # The last K checkpoints with their logs and digests: what a repro from any needs.
+        remove_unkept(d, keep, (LOG_PREFIX, CHECKPOINT_PREFIX, DIGEST_PREFIX), damaged)
+
+
+class FencedSink:
+    """An active/active replica's writer, fenced by the epochs of ``epochs``' directory.
+
+    ``epochs`` is replaced when a live upgrade moves the replica to the new version's
+    directory.
+    """
+
+    writes_digests = False
+    checkpoints_on_switch = False
+    keeps_early_impulses = False
+
+    def __init__(self, epochs: Epochs) -> None:
+        self.epochs = epochs
+
+    @property
+    def epoch(self) -> int | None:
+        return self.epochs.held
+
+    def write(self, writer: LogWriter, data: bytes) -> None:
+        self.epochs.check()
+        writer.write(data)
+        writer.sync()
+        # Claimed meanwhile? Then this record may lie past the seal: say nothing.
+        self.epochs.check()
+
+    def next_log(self, d: Path, n: int) -> LogWriter:
+        """Raises LockLostError if another replica claimed a newer epoch or created the
+        log first."""
+        self.epochs.check()
+        try:
+            writer = LogWriter(log_path(d, n), exclusive=True)
+        except FileExistsError:
+            raise LockLostError(f"{log_path(d, n)} was created by another primary") from None
+        fsync_dir(d)
+        return writer
+
+    def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
+        # With their seals, and at least the previous checkpoint: a standby just
+        # starting may be reading it.
+        remove_unkept(d, max(2, keep), (LOG_PREFIX, CHECKPOINT_PREFIX, SEAL_PREFIX), damaged)

@@ -1,0 +1,233 @@
+"""Start-up flows of a standalone coordinator: a first start, a recovery, and a live
+upgrade (a recovery with the old code, then the new version's first checkpoint); and
+going live, which every flow ends with (active/active replicas too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ambrosia_py.errors import CoordinatorError
+from ambrosia_py.wire import (
+    TakeBecomingPrimaryCheckpoint,
+    UpgradeTakeCheckpoint,
+    encode_checkpoint_record,
+)
+
+from .. import registry
+from ..durable import fsync_dir
+from ..logstore import (
+    DIGEST_PREFIX,
+    LOG_PREFIX,
+    DigestWriter,
+    InstanceLock,
+    LogWriter,
+    digest_path,
+    file_numbers,
+    log_path,
+    read_digest,
+    remove_first_start_leftovers,
+)
+from ..recovery import (
+    RecoveryPlan,
+    check_no_orphan_logs,
+    first_start_pending,
+    latest_checkpoint,
+    plan_recovery,
+    replay_wire,
+)
+from . import checkpoints, commit, outputs
+from .phase import Phase
+
+if TYPE_CHECKING:
+    from .lifecycle import Coordinator
+
+__all__ = ["choose_flow", "first_start", "go_live", "start"]
+
+
+def choose_flow(c: Coordinator) -> RecoveryPlan | None:
+    """The recovery plan, or None for a first start.
+
+    Raises:
+        CoordinatorError: ``--create-service`` forbids the flow the directory needs.
+    """
+    if c.reg.upgrading:
+        _prepare_upgrade(c)
+    mode = c.reg.create_service
+    if first_start_pending(c.dir, c.cid):
+        leftovers = latest_checkpoint(c.dir) is not None
+        if mode == "always-recover":
+            raise CoordinatorError(
+                f"{c.name}: --create-service always-recover, but {c.dir} holds no "
+                "checkpoint to recover from"
+                + (" (only the leftovers of an interrupted first start)" if leftovers
+                   else "")
+            )
+        if leftovers:
+            c.log("the first start was interrupted before its InitialMessage was "
+                  "logged; starting afresh")
+        return None
+    have = latest_checkpoint(c.dir)
+    if mode == "no-recovery":
+        raise CoordinatorError(
+            f"{c.name}: --create-service no-recovery, but {c.dir} already holds "
+            f"checkpoint {have}; remove that directory to start afresh"
+        )
+    plan = plan_recovery(c.dir, c.cid)
+    if plan is not None:
+        for _, err in plan.damaged:
+            c.log(f"{err}; recovering from checkpoint {plan.number} and its logs instead")
+        c.damaged = {n for n, _ in plan.damaged}
+    if plan is not None and plan.torn is not None:
+        path, offset = plan.torn
+        c.log(f"cutting a torn record off {path} at offset {offset}")
+        LogWriter(path, truncate_at=offset).close()
+    return plan
+
+
+def _prepare_upgrade(c: Coordinator) -> None:
+    """Decide between finishing, retrying or skipping a standalone live upgrade.
+
+    The upgrade is done exactly when version M's directory holds a checkpoint: that
+    checkpoint is written (durably, by rename) before anything else there counts.
+    If it exists, only the registration update was missed: record it and recover M.
+    Otherwise M's directory holds at most leftovers of an attempt that died, which
+    are removed, and version N's files (never touched by an upgrade) are recovered
+    again with the old code and the upgrade retried.
+    """
+    m = c.reg.upgrade_version
+    new_dir = registry.instance_dir(c.reg, m)
+    if latest_checkpoint(new_dir) is not None:
+        _move_to_version(c, m)
+        c.log(f"the upgrade to version {m} had finished; running version {m}")
+        return
+    if new_dir.is_dir():
+        for prefix in (LOG_PREFIX, DIGEST_PREFIX):
+            for k in file_numbers(new_dir, prefix):
+                (new_dir / f"{prefix}{k}").unlink()
+    if first_start_pending(c.dir, c.cid):
+        # Nothing to upgrade from: version M simply starts afresh.
+        _move_to_version(c, m)
+        return
+    c.upgrade_to = m
+
+
+def _move_to_version(c: Coordinator, m: int) -> None:
+    c.reg = registry.set_versions(c.name, m, m, c.home)
+    c.lock.release()
+    c.dir = registry.instance_dir(c.reg)
+    c.dir.mkdir(parents=True, exist_ok=True)
+    c.lock = InstanceLock(c.dir)
+    c.lock.acquire()
+
+
+async def start(c: Coordinator, plan: RecoveryPlan | None) -> None:
+    if plan is None:
+        # Nothing of a first start may reach another instance before its record 0
+        # is durable: until then a restart does the first start again.
+        c.links_active = False
+        await first_start(c)
+    else:
+        await _recover(c, plan)
+    await go_live(c)
+
+
+async def go_live(c: Coordinator) -> None:
+    """Links may connect, the committer runs, and other instances may call in."""
+    c.set_phase(Phase.LIVE)
+    if not c.links_active:
+        c.links_active = True
+        for link in c.links.values():
+            link.start()
+    c.spawn(commit.committer(c))
+    await c.link_server.open()
+    c.wake.set()
+
+
+async def first_start(c: Coordinator) -> None:
+    """Checkpoint 1, log 1, then the InitialMessage as record 0, durably, before
+    anything else happens: until record 0 is on disk the next start is a first
+    start again (``recovery.interrupted_first_start``)."""
+    c.set_phase(Phase.FIRST_START)
+    check_no_orphan_logs(c.dir)  # never start afresh over a history that happened
+    remove_first_start_leftovers(c.dir)
+    c.initial = asyncio.get_running_loop().create_future()
+    fut = checkpoints.ask(c, 1, TakeBecomingPrimaryCheckpoint())
+    assert c.send is not None
+    await c.send.drain()
+    initial = await c.initial
+    await checkpoints.save(c, c.dir, 1, await fut, (0, {}))
+    c.writer = LogWriter(log_path(c.dir, 1))
+    c.log_n = 1
+    await asyncio.to_thread(fsync_dir, c.dir)
+    # The InitialMessage, echoed whole, is the first data record (with the self-calls
+    # the binding made while starting, as the committer would batch them).
+    c.pending.appendleft((None, None, initial.encode()))
+    await commit.commit_batch(c)
+
+
+async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
+    c.set_phase(Phase.RECOVERING)
+    c.next_seq = plan.next_seq
+    c.inputs = dict(plan.inputs)
+    c.last_delivered = plan.start_seq - 1
+    outputs.restore(c, plan.outputs)
+    for k in file_numbers(c.dir, DIGEST_PREFIX):  # digests of checkpoints never made
+        if k > plan.number:
+            (c.dir / f"{DIGEST_PREFIX}{k}").unlink()
+    dpath = digest_path(c.dir, plan.number)
+    c.digest_skip = len(read_digest(dpath))
+    c.digest = DigestWriter(dpath, keep=c.digest_skip)
+    send = c.send
+    assert send is not None
+    send.write(encode_checkpoint_record(c.cid, plan.checkpoint.size))
+    for chunk in plan.checkpoint.chunks():
+        send.write(chunk)
+        await send.drain()
+    # Replayed records go out about 1 MiB per write (a write per record costs the
+    # transport a send() call each time its buffer has just drained), cut from the
+    # spans the plan's scan found: the logs are checked and parsed once per recovery.
+    for wire, last in replay_wire(plan):
+        send.write(wire)
+        c.last_delivered = last
+        await send.drain()
+    new_n = plan.last_log + 1
+    if c.upgrade_to is not None:
+        await _upgrade(c, new_n)
+        return
+    data = await checkpoints.collect(c, new_n, TakeBecomingPrimaryCheckpoint())
+    c.writer = LogWriter(log_path(c.dir, new_n))
+    c.log_n = new_n
+    await checkpoints.save(c, c.dir, new_n, data)
+    await checkpoints.remove_unkept(c)
+
+
+async def _upgrade(c: Coordinator, new_n: int) -> None:
+    """Recovery with the old code is complete: switch to version M.
+
+    Version N's files stay as they are; version M's directory gets checkpoint
+    ``new_n`` (numbers go on from N's logs, as do sequence ids) and then its log.
+    Until that checkpoint is durable nothing in M's directory counts, so a binding
+    that dies first leaves the upgrade to be retried from version N.
+    """
+    m = c.upgrade_to
+    assert m is not None
+    c.set_phase(Phase.UPGRADING)
+    old_version = c.reg.current_version
+    new_dir = registry.instance_dir(c.reg, m)
+    new_dir.mkdir(parents=True, exist_ok=True)
+    c.new_lock = InstanceLock(new_dir)
+    c.new_lock.acquire()
+    if c.digest is not None:
+        c.digest.close()
+        c.digest = None
+    c.dir = new_dir  # the new version's digest starts with its checkpoint
+    data = await checkpoints.collect(c, new_n, UpgradeTakeCheckpoint())
+    await checkpoints.save(c, new_dir, new_n, data)
+    c.writer = LogWriter(log_path(new_dir, new_n))
+    c.log_n = new_n
+    await asyncio.to_thread(fsync_dir, new_dir)
+    c.reg = registry.set_versions(c.name, m, m, c.home)
+    c.upgrade_to = None
+    c.log(f"upgraded from version {old_version} to version {m}")
