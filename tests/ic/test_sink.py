@@ -1,0 +1,80 @@
+"""The two log sinks, on real files: a standalone writer, and an active/active primary's
+writer fenced by epochs (it writes nothing once another replica claimed a newer epoch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ambrosia_ic.coordinator import FencedSink, StandaloneSink
+from ambrosia_ic.lease import Epochs
+from ambrosia_ic.logstore import log_path
+
+from ambrosia_py.errors import LockLostError
+
+
+def test_a_fenced_primary_stops_writing_once_a_newer_epoch_is_claimed(tmp_path: Path) -> None:
+    mine = Epochs(tmp_path)
+    assert mine.claim(1, {"replica": 0})
+    sink = FencedSink(mine)
+    assert sink.epoch == 1
+    writer = sink.next_log(tmp_path, 1)
+    sink.write(writer, b"record one")
+    other = Epochs(tmp_path)
+    assert other.claim(2, {"replica": 1})
+    fenced = (f"{tmp_path}: epoch 2 was claimed by another replica; this primary "
+              "(epoch 1) was fenced off and stops without writing")
+    with pytest.raises(LockLostError) as err:
+        sink.write(writer, b"record two")
+    assert str(err.value) == fenced
+    assert log_path(tmp_path, 1).read_bytes() == b"record one"
+    with pytest.raises(LockLostError) as err:
+        sink.next_log(tmp_path, 2)
+    assert str(err.value) == fenced
+    assert not log_path(tmp_path, 2).exists()
+    writer.close()
+    mine.close()
+    other.close()
+
+
+def test_a_fenced_primary_never_appends_to_a_log_another_created(tmp_path: Path) -> None:
+    epochs = Epochs(tmp_path)
+    assert epochs.claim(1, {"replica": 0})
+    log_path(tmp_path, 4).write_bytes(b"theirs")
+    with pytest.raises(LockLostError) as err:
+        FencedSink(epochs).next_log(tmp_path, 4)
+    assert str(err.value) == f"{log_path(tmp_path, 4)} was created by another primary"
+    assert log_path(tmp_path, 4).read_bytes() == b"theirs"
+    epochs.close()
+
+
+def test_a_standalone_writer_stamps_no_epoch_and_appends(tmp_path: Path) -> None:
+    sink = StandaloneSink()
+    assert sink.epoch is None
+    log_path(tmp_path, 2).write_bytes(b"cut-off tail kept by the recovery ")
+    writer = sink.next_log(tmp_path, 2)
+    sink.write(writer, b"then this")
+    writer.close()
+    assert log_path(tmp_path, 2).read_bytes() == b"cut-off tail kept by the recovery then this"
+
+
+def _files(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir())
+
+
+@pytest.mark.parametrize(("sink", "kept"), [
+    # Standalone: the newest checkpoint with its log and digest (seals are not its own).
+    (StandaloneSink(), ["serverchkpt3", "serverdigest3", "serverlog3",
+                        "serverseal1", "serverseal2", "serverseal3"]),
+    # Fenced: at least two checkpoints with their logs and seals (no digests of its own).
+    (FencedSink(Epochs(Path("/nonexistent"))),
+     ["serverchkpt2", "serverchkpt3", "serverdigest1", "serverdigest2", "serverdigest3",
+      "serverlog2", "serverlog3", "serverseal2", "serverseal3"]),
+])
+def test_what_each_sink_keeps_after_a_checkpoint(
+        tmp_path: Path, sink: StandaloneSink | FencedSink, kept: list[str]) -> None:
+    for n in (1, 2, 3):
+        for prefix in ("serverchkpt", "serverlog", "serverdigest", "serverseal"):
+            (tmp_path / f"{prefix}{n}").write_bytes(b"")
+    sink.remove_unkept(tmp_path, 1, ())
+    assert _files(tmp_path) == kept
