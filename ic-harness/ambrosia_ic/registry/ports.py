@@ -1,0 +1,74 @@
+"""Ports in use: no two instances (or replicas) may be registered with one port."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+
+from ambrosia_py.errors import RegistryError
+
+from .home import ambrosia_home
+from .instances import find_instances, load
+from .replicas import replica
+
+__all__ = ["refuse_taken_ports", "registered_ports", "unregistered_free_ports"]
+
+
+def registered_ports(home: str | os.PathLike[str] | None = None
+                     ) -> dict[int, tuple[str, int, str]]:
+    """Every port the registry hands out: port -> (instance, replica number, which port).
+
+    Raises:
+        RegistryError: a registration or replica file is damaged.
+    """
+    home_path = ambrosia_home(home)
+    taken: dict[int, tuple[str, int, str]] = {}
+    for name in find_instances(home_path):
+        reg = load(name, home_path)
+        reps = [replica(reg, 0)]
+        if reg.active_active:
+            folder = home_path / "replicas" / name
+            numbers = sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
+            reps += [replica(reg, n, home_path) for n in numbers if n != 0]
+        for rep in reps:
+            for which, port in (("receive port", rep.receive_port),
+                                ("send port", rep.send_port), ("ic port", rep.ic_port)):
+                taken.setdefault(port, (name, rep.number, which))
+    return taken
+
+
+def refuse_taken_ports(home: Path, me: tuple[str, int], ports: Mapping[str, int]) -> None:
+    """Two coordinators cannot listen on one port: refuse a port that another instance (or
+    another replica) is registered with. ``me`` (instance, replica) may keep its own."""
+    taken = registered_ports(home)
+    for mine, port in ports.items():
+        owner = taken.get(port)
+        if owner is None or owner[:2] == me:
+            continue
+        name, number, which = owner
+        whose = f"instance {name!r}" if number == 0 else f"replica {number} of {name!r}"
+        raise RegistryError(
+            f"{mine} {port} is already registered to {whose} (its {which}); every instance "
+            "and replica needs ports of its own"
+        )
+
+
+def unregistered_free_ports(n: int, home: str | os.PathLike[str] | None = None) -> list[int]:
+    """``n`` distinct TCP ports that are free on 127.0.0.1 now and that no registration in
+    ``home`` holds (a stopped instance's ports are free, yet still its own)."""
+    taken = registered_ports(home)
+    while True:
+        socks = []
+        try:
+            for _ in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", 0))
+            ports = [s.getsockname()[1] for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+        if taken.keys().isdisjoint(ports):
+            return ports

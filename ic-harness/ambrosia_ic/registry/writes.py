@@ -1,0 +1,118 @@
+"""Registering an instance and adding a replica (both refuse ports already taken)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+
+import attrs
+
+from ambrosia_py.errors import CoordinatorError, RegistryError
+
+from ..logdir import check_log_dir
+from .home import ambrosia_home, link_secret, write_durably
+from .instances import instances_dir, load
+from .ports import refuse_taken_ports
+from .registration import DEFAULT_KEEP_CHECKPOINTS, Registration, check_instance_name, check_port
+from .replicas import Replica, replica_path
+
+__all__ = ["add_replica", "register"]
+
+
+def register(
+    *,
+    instance_name: str,
+    receive_port: int,
+    send_port: int,
+    ic_port: int,
+    log_dir: str | os.PathLike[str],
+    current_version: int = 0,
+    upgrade_version: int | None = None,
+    active_active: bool = False,
+    log_trigger_size_mb: int = 1000,
+    create_service: str = "auto",
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+    home: str | os.PathLike[str] | None = None,
+) -> Registration:
+    """Register (or re-register) an instance. Returns the stored registration.
+
+    The log directory is created if missing, and must take a new file.
+
+    Raises:
+        RegistryError: an argument is invalid, a port is another instance's, or the log
+            directory cannot be used.
+    """
+    check_instance_name(instance_name)
+    home_path = ambrosia_home(home)
+    committer_id = secrets.randbits(32) - (1 << 31)
+    with contextlib.suppress(RegistryError):
+        committer_id = load(instance_name, home_path).committer_id
+    reg = Registration(
+        instance_name=instance_name,
+        receive_port=receive_port,
+        send_port=send_port,
+        ic_port=ic_port,
+        log_dir=os.path.abspath(os.fspath(log_dir)) if os.fspath(log_dir) else "",
+        committer_id=committer_id,
+        current_version=current_version,
+        upgrade_version=current_version if upgrade_version is None else upgrade_version,
+        active_active=active_active,
+        log_trigger_size_mb=log_trigger_size_mb,
+        create_service=create_service,
+        keep_checkpoints=keep_checkpoints,
+    ).validate()
+    refuse_taken_ports(home_path, (instance_name, 0),
+                        {"receive port": receive_port, "send port": send_port,
+                         "ic port": ic_port})
+    try:
+        check_log_dir(reg.log_dir)
+    except CoordinatorError as err:
+        raise RegistryError(str(err)) from None
+    link_secret(home_path, create=True)
+    path = instances_dir(home_path) / f"{instance_name}.json"
+    write_durably(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
+    return reg
+
+
+def add_replica(
+    *,
+    instance_name: str,
+    replica: int,
+    receive_port: int,
+    send_port: int,
+    ic_port: int,
+    upgrade_version: int | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> Replica:
+    """Register replica ``replica`` (>= 1) of an active/active instance.
+
+    Raises:
+        RegistryError: the instance is not registered as active/active, or a port is bad.
+    """
+    home_path = ambrosia_home(home)
+    reg = load(instance_name, home_path)
+    if not reg.active_active:
+        raise RegistryError(
+            f"instance {instance_name!r} is not active/active: register it with "
+            "--active-active before adding replicas"
+        )
+    if not isinstance(replica, int) or not 1 <= replica < 1 << 16:
+        raise RegistryError(f"replica number must be 1..65535, got {replica!r}")
+    ports = [check_port(w, p) for w, p in (("receive port", receive_port),
+                                            ("send port", send_port), ("ic port", ic_port))]
+    if len(set(ports)) != 3:
+        raise RegistryError("receive port, send port and ic port must be three different ports")
+    uv = reg.current_version if upgrade_version is None else upgrade_version
+    if uv < reg.current_version:
+        raise RegistryError(
+            f"upgrade version {uv} is below current version {reg.current_version}"
+        )
+    refuse_taken_ports(home_path, (instance_name, replica),
+                        {"receive port": receive_port, "send port": send_port,
+                         "ic port": ic_port})
+    rep = Replica(replica, receive_port, send_port, ic_port, uv)
+    write_durably(replica_path(home_path, instance_name, replica),
+                      (json.dumps(attrs.asdict(rep)) + "\n").encode("utf-8"))
+    return rep
