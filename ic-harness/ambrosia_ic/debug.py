@@ -37,7 +37,7 @@ from ambrosia_py.wire import (
 
 from . import registry
 from .binding import BindingPorts
-from .logstore import DIGEST_PREFIX, digest_path, file_numbers, read_digest
+from .logstore import DIGEST_PREFIX, digest_path, file_numbers, is_impulse, read_digest
 from .recovery import plan_recovery, replay_records
 
 __all__ = ["DebugResult", "run_debug_instance"]
@@ -68,8 +68,8 @@ class _Replay:
         self.activity = asyncio.Event()
 
     def output(self, rpc: OutgoingRpc) -> None:
-        if rpc.reserved == 0 and rpc.rpc_type == 2:
-            return  # Impulses come from the outside world, not from replay
+        if is_impulse(rpc):
+            return
         i = self.outputs
         self.outputs += 1
         if self.recorded is None or self.divergence is not None:

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ambrosia_py.errors import RegistryError
-from ambrosia_py.wire import OutgoingRpc, Rpc, RpcType, check_bytes
+from ambrosia_py.wire import OutgoingRpc, Rpc, check_bytes
 
 from .. import registry
 from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..links import OutboundLink
+from ..logstore import is_impulse
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -26,12 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["link_to", "restore", "route", "snapshot", "submit", "trim_self"]
 
-_IMPULSE = int(RpcType.IMPULSE)
-
-
 def route(c: Coordinator, rpc: OutgoingRpc) -> None:
     """One output of the binding (the hot path: one call per RPC it sends)."""
-    impulse = rpc.reserved == 0 and rpc.rpc_type == _IMPULSE
+    impulse = is_impulse(rpc)
     incoming = Rpc(rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved).encode()
     if not impulse and c.digest is not None:
         if c.digest_skip:

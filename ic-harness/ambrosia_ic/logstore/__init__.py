@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from ..durable import fsync_dir
 from .checkpoint import CHECKPOINT_MAGIC, CheckpointFile, write_checkpoint
-from .digest import DIGEST_ENTRY, DigestWriter, read_digest
+from .digest import DIGEST_ENTRY, DigestWriter, is_impulse, read_digest
 from .layout import (
     CHECKPOINT_PREFIX,
     DIGEST_PREFIX,
@@ -75,6 +75,7 @@ __all__ = [
     "digest_path",
     "encode_disk_record",
     "file_numbers",
+    "is_impulse",
     "fsync_dir",
     "log_path",
     "read_digest",

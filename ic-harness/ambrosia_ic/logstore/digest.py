@@ -7,9 +7,18 @@ import os
 import struct
 from pathlib import Path
 
-__all__ = ["DIGEST_ENTRY", "DigestWriter", "read_digest"]
+from ambrosia_py.wire import OutgoingRpc, RpcType
+
+__all__ = ["DIGEST_ENTRY", "DigestWriter", "is_impulse", "read_digest"]
 
 DIGEST_ENTRY = struct.Struct("<Qq")
+_IMPULSE = int(RpcType.IMPULSE)
+
+
+def is_impulse(rpc: OutgoingRpc) -> bool:
+    """Whether an output is an Impulse: it comes from the outside world, not from the
+    logged inputs, so a replay does not regenerate it and the digest leaves it out."""
+    return rpc.reserved == 0 and rpc.rpc_type == _IMPULSE
 
 
 def read_digest(path: Path) -> list[tuple[int, int]]:

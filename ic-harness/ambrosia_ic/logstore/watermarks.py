@@ -54,8 +54,9 @@ def decode_watermarks(buf: Any, pos: int, size: int,
                        ) -> tuple[dict[str, int], int, int]:
     """``(input watermarks, end, epoch)`` of the watermarks at ``pos``. ``names`` caches
     decoded names across the records of a scan (the same few senders recur)."""
+    # The usual record: one input watermark (zz32 count 1 is the byte 2) whose name, of
+    # a one-byte zz32 length, was seen before, and no trims (zz32 count 0).
     if names and pos + 2 <= size and buf[pos] == 2 and not buf[pos + 1] & 0x81:
-        # The usual record: one input watermark whose name was seen before, no trims.
         ln = buf[pos + 1] >> 1
         p = pos + 2 + ln
         if p + 17 <= size and buf[p + 16] == 0:
