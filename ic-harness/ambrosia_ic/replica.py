@@ -47,7 +47,6 @@ from ambrosia_py.wire import (
 
 from . import registry
 from .coordinator import Coordinator, checkpoints, outputs, startup
-from .coordinator.lifecycle import MainFlow
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
 from .lease import HEARTBEAT, Epochs
@@ -162,7 +161,7 @@ class ReplicaCoordinator(Coordinator):
             # replica before it claims an epoch or writes anything.
             code, message = await self.serve(
                 f"replica={self.number} receive={self.receive_port} send={self.send_port} "
-                f"ic={self.ic_port}", self._choose)
+                f"ic={self.ic_port}", lambda: self._main)
         finally:
             self.epochs.close()
             if self._new_epochs is not None:
@@ -170,9 +169,6 @@ class ReplicaCoordinator(Coordinator):
         if message:
             self.log(message)
         return code
-
-    def _choose(self) -> MainFlow:
-        return self._main
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         return {"replica": self.number, "ic_port": self.ic_port, **extra}

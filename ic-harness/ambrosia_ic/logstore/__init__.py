@@ -34,7 +34,6 @@ from the oldest of them on (``remove_unkept``), so a replay can start from any o
 
 from __future__ import annotations
 
-from ..durable import fsync_dir
 from .checkpoint import CHECKPOINT_MAGIC, CheckpointFile, write_checkpoint
 from .digest import DIGEST_ENTRY, DigestWriter, is_impulse, read_digest
 from .layout import (
@@ -76,7 +75,6 @@ __all__ = [
     "encode_disk_record",
     "file_numbers",
     "is_impulse",
-    "fsync_dir",
     "log_path",
     "read_digest",
     "read_seal",
