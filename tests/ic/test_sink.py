@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ambrosia_ic.coordinator import FencedSink, StandaloneSink
+from ambrosia_ic import registry
+from ambrosia_ic.coordinator import Coordinator, FencedSink, StandaloneSink
 from ambrosia_ic.lease import Epochs
 from ambrosia_ic.logstore import log_path
+from ambrosia_ic.replica import ReplicaCoordinator
 
-from ambrosia_py.errors import LockLostError
+from ambrosia_py.errors import CoordinatorError, LockLostError
 
 
 def test_a_fenced_primary_stops_writing_once_a_newer_epoch_is_claimed(tmp_path: Path) -> None:
@@ -78,3 +80,27 @@ def test_what_each_sink_keeps_after_a_checkpoint(
             (tmp_path / f"{prefix}{n}").write_bytes(b"")
     sink.remove_unkept(tmp_path, 1, ())
     assert _files(tmp_path) == kept
+
+
+def test_only_a_fenced_sink_runs_an_active_active_instance(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    solo = registry.register(instance_name="solo", receive_port=42001, send_port=42002,
+                             ic_port=42003, log_dir=tmp_path / "logs", home=home)
+    pair = registry.register(instance_name="pair", receive_port=42011, send_port=42012,
+                             ic_port=42013, log_dir=tmp_path / "logs", active_active=True,
+                             home=home)
+    refused = ("{}: active/active instances run as replicas (ReplicaCoordinator); register "
+               "with --active-active to use --replica")
+    with pytest.raises(CoordinatorError) as err:
+        Coordinator(solo, home, replica=1)
+    assert str(err.value) == refused.format("solo")
+    with pytest.raises(CoordinatorError) as err:
+        Coordinator(pair, home)
+    assert str(err.value) == refused.format("pair")
+    assert isinstance(Coordinator(solo, home).sink, StandaloneSink)
+    replica = ReplicaCoordinator(pair, home)
+    assert replica.sink is replica.fenced and isinstance(replica.sink, FencedSink)
+    with pytest.raises(CoordinatorError) as err:
+        ReplicaCoordinator(solo, home)
+    assert str(err.value) == ("solo is not registered with --active-active; run it "
+                              "without --replica")

@@ -24,8 +24,8 @@ from .phase import Phase
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
 
-__all__ = ["CheckpointCollector", "CheckpointData", "collect", "request_checkpoint",
-           "save", "switch_log"]
+__all__ = ["CheckpointCollector", "CheckpointData", "ask", "begin", "collect", "remove_unkept",
+           "request_checkpoint", "save", "switch_log"]
 
 # (the binding's Checkpoint message, its raw chunks, the outputs snapshot)
 CheckpointData = tuple[bytes, list[bytes], dict[str, Any]]
