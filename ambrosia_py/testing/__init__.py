@@ -261,7 +261,7 @@ def start_immortal(target: str, instance_name: str, *,
     child_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (cwd, child_env.get("PYTHONPATH", "")) if p)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ambrosia_ic", "run", target, "-i", instance_name, *args],
+        [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", instance_name, *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env=child_env, cwd=cwd, text=True, start_new_session=True,
     )

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from ambrosia_ic import registry
-from ambrosia_ic.calls import describe_call, format_call
 
+from ambrosia_cli.calls import describe_call, format_call
 from ambrosia_py import serialization as ser
 from ambrosia_py.immortal import POST_METHOD_ID, default_method_id
 from ambrosia_py.wire import Rpc, RpcType
@@ -28,7 +28,7 @@ NOTE = default_method_id("note")
 
 
 def _dump(home: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ambrosia_ic", "--home", str(home), "log",
+    return subprocess.run([sys.executable, "-m", "ambrosia_cli", "--home", str(home), "log",
                            "dump", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
