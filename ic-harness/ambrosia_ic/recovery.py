@@ -27,7 +27,8 @@ from .logstore import (
     wire_batches,
 )
 
-__all__ = ["RecoveryPlan", "ReplayEstimate", "check_no_orphan_logs", "estimate_replay",
+__all__ = ["RecoveryPlan", "ReplayEstimate", "check_no_orphan_logs", "checkpoint_state",
+           "estimate_replay",
            "first_start_pending", "interrupted_first_start", "newest_intact_checkpoint",
            "plan_recovery", "replay_records", "replay_wire"]
 
@@ -122,7 +123,13 @@ def first_start_pending(d: Path, committer_id: int | None = None) -> bool:
     return interrupted_first_start(d, committer_id)
 
 
-def _state(cf: CheckpointFile) -> tuple[int, dict[str, int], dict[str, dict[str, Any]]]:
+def checkpoint_state(cf: CheckpointFile
+                     ) -> tuple[int, dict[str, int], dict[str, dict[str, Any]]]:
+    """The coordinator's state in a checkpoint: next sequence id, inputs, outputs.
+
+    Raises:
+        LogCorruptionError: the state is in an unknown format or lacks fields.
+    """
     s = cf.state
     bad = LogCorruptionError(str(cf.path), 12, "coordinator state is missing fields")
     if s.get("format") != STATE_FORMAT:
@@ -192,7 +199,7 @@ def newest_intact_checkpoint(
         path = checkpoint_path(d, n)
         try:
             cf = CheckpointFile(path)
-            _state(cf)
+            checkpoint_state(cf)
         except LogCorruptionError as err:
             if not path.exists():
                 continue
@@ -212,7 +219,7 @@ def _chain_kept(d: Path, n: int) -> bool:
 
 
 def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> RecoveryPlan:
-    next_seq, inputs, outputs = _state(cf)
+    next_seq, inputs, outputs = checkpoint_state(cf)
     logs = [k for k in file_numbers(d, LOG_PREFIX) if k >= n]
     for i, k in enumerate(logs):
         if k != n + i:

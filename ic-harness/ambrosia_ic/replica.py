@@ -65,8 +65,8 @@ from .logstore import (
     write_checkpoint,
     write_seal,
 )
-from .recovery import _state as checkpoint_state
 from .recovery import (
+    checkpoint_state,
     first_start_pending,
     interrupted_first_start,
     latest_checkpoint,
