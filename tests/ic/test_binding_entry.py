@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from ambrosia_py.errors import AmbrosiaError, UsageError
+from ambrosia_py.runtime.cli import load_class
 from ambrosia_py.testing import ImmortalProcess
 from tests.framework.conftest import ROOT
 
@@ -65,3 +67,10 @@ def test_the_binding_entry_names_a_class_that_is_no_immortal(harness: Harness) -
     assert (r.returncode, r.stdout, r.stderr.splitlines()[-1]) == (
         1, "", f"{PROG}: error: samples.counter.counter:Immortal is not an ambrosia_py.Immortal "
                "subclass")
+
+
+def test_a_target_that_cannot_be_used_is_the_one_hierarchys_usage_error() -> None:
+    with pytest.raises(UsageError) as err:
+        load_class("samples.counter.counter")
+    assert str(err.value) == "'samples.counter.counter' is not MODULE:CLASS"
+    assert UsageError.__mro__[1:3] == (AmbrosiaError, Exception)

@@ -118,6 +118,27 @@ def test_dump_json_carries_the_decoded_calls(hello_run: Path) -> None:
     ]
 
 
+def test_the_coordinators_own_dump_shows_method_ids(hello_run: Path) -> None:
+    """``python -m ambrosia_ic`` never imports the binding's classes: even with a class
+    recorded, its dump shows ids; names are the ``ambrosia`` command's (ambrosia_cli)."""
+    r = subprocess.run([sys.executable, "-m", "ambrosia_ic", "--home", str(hello_run), "log",
+                        "dump", "-i", "hello-server"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert [ln for ln in r.stdout.splitlines() if "sees them" in ln] == []
+    assert _records(r.stdout)[1] == (
+        f"  seq 1: RPC method {GREET} fork 49B  inputs {{'hello-client': 1}}")
+    for args, last in ((["log", "dump", "-i", "hello-server", "--class", "x:Y"],
+                        "ambrosia: error: unrecognized arguments: --class x:Y"),
+                       (["run", "x:Y", "-i", "z"],
+                        "ambrosia: error: argument COMMAND: invalid choice: 'run' (choose from "
+                        "'register-instance', 'RegisterInstance', 'add-replica', 'AddReplica', "
+                        "'ic', 'debug-instance', 'DebugInstance', 'log')")):
+        r = subprocess.run([sys.executable, "-m", "ambrosia_ic", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr.splitlines()[-1]) == (2, "", last)
+
+
 def test_dump_with_a_class_that_lacks_the_methods_shows_ids_and_a_note(hello_run: Path
                                                                         ) -> None:
     r = _dump(hello_run, "-i", "hello-server", "--class", "samples.counter.counter:Counter")
