@@ -33,3 +33,25 @@ def test_no_module_imports_a_private_name_of_another() -> None:
              for hit in _private_imports(path)]
     assert found == []
 
+
+
+def _hidden_imports(path: Path) -> list[str]:
+    """``importlib.import_module("pkg...")`` / ``__import__("pkg...")`` of one of the
+    project's packages: an import the contracts cannot see."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            arg = node.args[0]
+            if (name in ("import_module", "__import__") and isinstance(arg, ast.Constant)
+                    and str(arg.value).startswith(("ambrosia_py", "ambrosia_ic",
+                                                   "ambrosia_cli", "services"))):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {arg.value}")
+    return found
+
+
+def test_no_module_imports_a_package_of_the_project_behind_the_linters_back() -> None:
+    found = [hit for pkg in PACKAGES for path in sorted(pkg.rglob("*.py"))
+             for hit in _hidden_imports(path)]
+    assert found == []
