@@ -16,6 +16,7 @@ from ambrosia_ic import cli, registry
 
 from ambrosia_cli import main as ambrosia_main
 from ambrosia_cli import run as run_cli
+from ambrosia_py.runtime import cli as binding_cli
 
 from .conftest import Harness, wait_until
 from .test_first_start import _run_chain
@@ -44,7 +45,8 @@ def test_every_option_of_every_sub_command_has_help() -> None:
                      "ambrosia ic", "ambrosia debug-instance", "ambrosia log",
                      "ambrosia log dump", "ambrosia run", "ambrosia run"]
     missing = []
-    for name, parser in _all_parsers():
+    binding = ("python -m ambrosia_py.runtime", binding_cli.build_parser())
+    for name, parser in [*_all_parsers(), binding]:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 missing += [f"{name} {a.dest}" for a in action._choices_actions
