@@ -131,6 +131,16 @@ class UnknownMethodError(AmbrosiaError, LookupError):
     """An RPC named a method id the immortal does not publish."""
 
 
+class UsageError(AmbrosiaError):
+    """A command line asks for something that cannot be used: a class that does not
+    import, options that only work together given apart."""
+
+
+class ArgumentError(UsageError):
+    """A command's arguments do not fit what is registered (a new instance without its
+    ports): the command's own usage error, exit code 2 as for argparse's."""
+
+
 class CoordinatorError(AmbrosiaError):
     """The coordinator cannot go on (bad registration, lost lock, broken peer)."""
 

@@ -124,7 +124,7 @@ class _Pair:
         self.lines: list[str] = []
         self.cond = threading.Condition()
         self.binding = subprocess.Popen(
-            [sys.executable, "-m", "ambrosia_ic", "run", target, "-i", name,
+            [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", name,
              "--ic-receive-port", str(reg.receive_port), "--ic-send-port",
              str(reg.send_port)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -181,7 +181,7 @@ class _Instance:
                 time.sleep(0.2)
         self.coordinator = _Proc(proc, path, out=err)
         binding = subprocess.Popen(
-            [sys.executable, "-m", "ambrosia_ic", "run", self.target, "-i", self.name,
+            [sys.executable, "-m", "ambrosia_cli", "run", self.target, "-i", self.name,
              "--ic-receive-port", str(reg.receive_port), "--ic-send-port", str(reg.send_port)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env=run.env, cwd=HERE, text=True)

@@ -1,11 +1,13 @@
-"""``ambrosia run MODULE:CLASS --instance-name NAME``: run an immortal.
+"""The binding's own entry point: run an immortal against a coordinator that is already
+listening, given its two ports::
 
-By default the instance is registered on first use (free ports, logs under
-``$AMBROSIA_HOME/logs``, at the version of the class it runs; ``--upgrade-to`` registers an
-upgrade to the next class's version) and its coordinator is started here and stopped with
-the immortal, so one command runs a service on one machine. SIGTERM and SIGINT stop both
-as an ordinary stop. ``--ic-receive-port/--ic-send-port``
-connect to an already-running coordinator instead.
+    python -m ambrosia_py.runtime MODULE:CLASS -i NAME --ic-receive-port P --ic-send-port Q
+
+The binding knows no coordinator implementation: it speaks the protocol to whatever listens
+on those ports (the real ``ImmortalCoordinator``, this project's, or ``ambrosia
+debug-instance``). ``ambrosia run`` (the ``ambrosia_cli`` package) registers the instance,
+starts a local coordinator and then runs the binding through the functions here.
+SIGTERM and SIGINT stop the immortal as an ordinary stop.
 """
 
 from __future__ import annotations
@@ -15,42 +17,43 @@ import asyncio
 import importlib
 import logging
 import os
-import signal
 import socket
-import subprocess
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ..errors import AmbrosiaError
-from ..immortal import Immortal
-from . import local_coordinator
+from ..errors import AmbrosiaError, UsageError
 from .engine import Engine
 from .runner import ImmortalRunner
 from .stops import StopSignals
 
-__all__ = ["free_ports", "load_class", "run_main"]
+__all__ = ["EXIT_ERROR", "EXIT_USAGE", "add_arguments", "build_parser", "free_ports",
+           "load_class", "main", "outcome", "run_immortal", "stopped"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
-# After a stop signal, how long the coordinator has to stop and close the connection
-# before the immortal stops on its own.
-_STOP_GRACE_SECONDS = 10.0
+PROG = "python -m ambrosia_py.runtime"
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """Argument errors are one line (``PROG: error: ...``) and exit code 2."""
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"ambrosia run: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-class UsageError(AmbrosiaError):
-    """The command line names something that cannot be used."""
+def load_class(target: str) -> type[Any]:
+    """``package.module:ClassName`` -> the immortal class (the current directory is on
+    the import path, as for ``python -m``).
 
+    The runtime sits below the programming model, so it knows an immortal class by what
+    the ``Immortal`` base class gives every subclass (its method table and serializer)
+    rather than by importing ``Immortal``.
 
-def load_class(target: str) -> type[Immortal]:
-    """``package.module:ClassName`` -> the Immortal subclass (the current directory is on
-    the import path, as for ``python -m``)."""
+    Raises:
+        UsageError: ``target`` is not MODULE:CLASS, does not import, or is not an
+            ``ambrosia_py.Immortal`` subclass (one line naming it).
+    """
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"{target!r} is not MODULE:CLASS")
@@ -71,9 +74,17 @@ def load_class(target: str) -> type[Immortal]:
         obj = getattr(obj, part, None)
         if obj is None:
             raise UsageError(f"{module_name} has no {attr!r}")
-    if not (isinstance(obj, type) and issubclass(obj, Immortal)):
+    if not _is_immortal_class(obj):
         raise UsageError(f"{target} is not an ambrosia_py.Immortal subclass")
     return obj
+
+
+def _is_immortal_class(obj: Any) -> bool:
+    # Every subclass of Immortal gets its own method table and serializer when it is
+    # defined; the base class itself has no serializer, so it is refused as well.
+    return (isinstance(obj, type)
+            and isinstance(obj.__dict__.get("__ambrosia_by_id__"), dict)
+            and "__ambrosia_serializer__" in obj.__dict__)
 
 
 def free_ports(n: int) -> list[int]:
@@ -90,16 +101,17 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ambrosia run", description="Run an immortal.")
+def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_port_help: str,
+                  ports_required: bool) -> None:
+    """The options of running an immortal, shared by this entry point and ``ambrosia run``
+    (which also starts a coordinator, so the ports are optional there)."""
     p.add_argument("target", metavar="MODULE:CLASS", help="the Immortal subclass to run")
     p.add_argument("-i", "--instance-name", required=True,
                    help="the instance's name (registered on first use)")
-    p.add_argument("--ic-receive-port", type=int, default=None,
-                   help="connect to a running coordinator's receive port (with --ic-send-port) "
-                        "instead of starting one")
-    p.add_argument("--ic-send-port", type=int, default=None,
-                   help="that coordinator's send port (with --ic-receive-port)")
+    p.add_argument("--ic-receive-port", type=int, default=None, required=ports_required,
+                   help=receive_port_help)
+    p.add_argument("--ic-send-port", type=int, default=None, required=ports_required,
+                   help=send_port_help)
     p.add_argument("--debug-replay", action="store_true",
                    help="the coordinator at --ic-receive-port is `ambrosia debug-instance`: "
                         "its closing the connection after the replay is the normal end")
@@ -107,155 +119,95 @@ def build_parser() -> argparse.ArgumentParser:
                    help="upgrade live to this class: registers the upgrade to its `version` "
                         "(if the instance runs an older one) and switches to it when the "
                         "coordinator upgrades")
-    # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
-    p.add_argument("--home", default=None,
-                   help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
+
+
+def add_log_level(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="the lowest level of log line printed on stderr (default INFO)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog=PROG, description="Run an immortal against a coordinator that listens "
+                                      "on the given ports.")
+    add_arguments(p, receive_port_help="the coordinator's receive port (the binding writes "
+                                       "to it)",
+                  send_port_help="the coordinator's send port (the binding reads from it)",
+                  ports_required=True)
+    add_log_level(p)
     return p
 
 
+def setup_logging(level: str, instance_name: str) -> logging.Logger:
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s: %(message)s")
+    return logging.getLogger(f"ambrosia.{instance_name}")
+
+
+def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
+                 ports: tuple[int, int], stops: StopSignals, log: logging.Logger, *,
+                 replay_estimate: int | None = None,
+                 on_stop: Callable[[ImmortalRunner], None] | None = None) -> ImmortalRunner:
+    """Run the immortal until its coordinator closes the connection or a stop signal
+    stops it; returns the runner, which says how it ended.
+
+    Args:
+        ports: the coordinator's receive port and send port.
+        on_stop: what a stop signal does (default: stop the runner at once); ``ambrosia
+            run`` stops the coordinator it started first instead.
+    """
+    engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log)
+    runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate)
+    asyncio.run(_run(runner, stops, on_stop))
+    return runner
+
+
 async def _run(runner: ImmortalRunner, stops: StopSignals,
-               proc: subprocess.Popen[str] | None) -> None:
-    """Run the immortal until its coordinator closes the connection; a stop signal stops
-    the coordinator started here (``proc``), or the runner itself if there is none."""
-    loop = asyncio.get_running_loop()
-
-    def on_stop() -> None:
-        if proc is not None and proc.poll() is None:
-            # The coordinator stops first (finishing the write in progress) and closes the
-            # connection, which ends the runner; the binding never sees a surprise.
-            proc.send_signal(signal.SIGTERM)
-            loop.call_later(_STOP_GRACE_SECONDS, runner.stop)
-        else:
-            runner.stop()
-
-    stops.attach(loop, on_stop)
+               on_stop: Callable[[ImmortalRunner], None] | None) -> None:
+    stops.attach(asyncio.get_running_loop(),
+                 runner.stop if on_stop is None else lambda: on_stop(runner))
     try:
         await runner.run()
     finally:
         stops.detach()
 
 
-def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
-    """Entry point of ``ambrosia run``; returns the exit code.
-
-    Args:
-        argv: the arguments after ``run``.
-        default_home: the registry directory given before the sub-command (``ambrosia --home DIR
-            run ...``); ``run --home`` overrides it.
-    """
-    args = build_parser().parse_args(list(argv))
-    if args.home is None:
-        args.home = default_home
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(name)s: %(message)s")
-    log = logging.getLogger(f"ambrosia.{args.instance_name}")
-    with StopSignals() as stops:
-        return _run_immortal(args, log, stops)
-
-
-def _run_immortal(args: argparse.Namespace, log: logging.Logger, stops: StopSignals) -> int:
-    started: list[subprocess.Popen[str]] = []
-    try:
-        code, line = _start_and_run(args, log, stops, started)
-    except AmbrosiaError as e:
-        if stops.signum is not None:  # e.g. the coordinator got the signal while starting
-            code, line = _stopped(args.instance_name, stops)
-        else:
-            code, line = EXIT_ERROR, f"ambrosia run: error: {e}"
-    finally:
-        # Before the last line: whatever the coordinator says while it stops comes first.
-        for proc in started:
-            local_coordinator.stop(proc)
-    print(line, file=sys.stderr, flush=True)
-    return code
-
-
-def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSignals,
-                   started: list[subprocess.Popen[str]]) -> tuple[int, str]:
-    """Start the coordinator (unless one is given by its ports; its process goes to
-    ``started``) and run the immortal until it stops; returns the exit code and the last
-    line to print."""
-    proc: subprocess.Popen[str] | None = None
-    estimate: int | None = None
-    cls = load_class(args.target)
-    upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
-    if (args.ic_receive_port is None) != (args.ic_send_port is None):
-        raise UsageError("--ic-receive-port and --ic-send-port go together")
-    if args.ic_receive_port is not None:
-        rp, sp = args.ic_receive_port, args.ic_send_port
-    else:
-        if args.debug_replay:
-            raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
-                             "(the ports `ambrosia debug-instance` listens on)")
-        from ambrosia_ic import registry
-        from ambrosia_ic.logdir import check_log_dir
-
-        home = registry.ambrosia_home(args.home)
-        reg = local_coordinator.ensure_registered(args.instance_name, home, log,
-                                                  version=cls.version)
-        if upgrade_to is not None:
-            reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
-        _record_classes(registry, reg, args, home, log)
-        check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-        estimate = local_coordinator.replay_estimate(reg, log)
-        proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)
-        started.append(proc)
-        log.info("started the coordinator (pid %d)", proc.pid)
-        rp, sp = reg.receive_port, reg.send_port
+def outcome(name: str, runner: ImmortalRunner, stops: StopSignals,
+            debug_replay: bool) -> tuple[int, str]:
+    """The exit code and the last line (after the command's name) once the runner ended."""
     if stops.signum is not None:
-        return _stopped(args.instance_name, stops)
-    engine = Engine(cls, args.instance_name, upgrade_to=upgrade_to, logger=log)
-    runner = ImmortalRunner(engine, rp, sp, replay_estimate=estimate)
-    asyncio.run(_run(runner, stops, proc))
-    return _outcome(args, runner, stops, proc)
-
-
-def _outcome(args: argparse.Namespace, runner: ImmortalRunner, stops: StopSignals,
-             proc: subprocess.Popen[str] | None) -> tuple[int, str]:
-    """The exit code and the one line to end with, once the runner has ended."""
-    name = args.instance_name
-    if stops.signum is None and runner.closed_by_coordinator and proc is not None:
-        # The signal may have reached the coordinator first (sent to the process group):
-        # then it says it was stopped, and our own signal is usually on its way.
-        if local_coordinator.was_stopped(proc) and stops.signum is None:
-            return 0, f"ambrosia run: {name} stopped (its coordinator was stopped)"
-    if stops.signum is not None:
-        return _stopped(name, stops)
+        return stopped(name, stops)
     conn = runner.engine.conn
-    if runner.closed_by_coordinator and args.debug_replay and not conn.is_primary:
-        return 0, f"ambrosia run: {name}: the replay ended after {conn.records_replayed} records"
-    if runner.closed_by_coordinator and proc is not None:
-        return EXIT_ERROR, (f"ambrosia run: error: the coordinator of {name} stopped "
-                            f"({local_coordinator.how_it_ended(proc)})")
+    if runner.closed_by_coordinator and debug_replay and not conn.is_primary:
+        return 0, f"{name}: the replay ended after {conn.records_replayed} records"
     if runner.closed_by_coordinator:
         hint = ""
         if not conn.is_primary:
             hint = (f" while the instance was recovering (after {conn.records_replayed} "
                     "records); if it was `ambrosia debug-instance`, that is the end of its "
                     "replay: pass --debug-replay")
-        return EXIT_ERROR, (f"ambrosia run: error: the coordinator of {name} closed the "
-                            f"connection{hint}")
-    return 0, f"ambrosia run: {name} stopped"
+        return EXIT_ERROR, f"error: the coordinator of {name} closed the connection{hint}"
+    return 0, f"{name} stopped"
 
 
-def _record_classes(registry: Any, reg: Any, args: argparse.Namespace, home: Path,
-                    log: logging.Logger) -> None:
-    """Remember which class runs which version, so that ``ambrosia log dump`` can show
-    method names and arguments without being told the class. Only a convenience: if it
-    cannot be written, the instance still runs and the dump needs ``--class``."""
-    try:
-        registry.record_class(reg.instance_name, reg.current_version, args.target,
-                              os.getcwd(), home)
-        if args.upgrade_to and reg.upgrading:
-            registry.record_class(reg.instance_name, reg.upgrade_version, args.upgrade_to,
-                                  os.getcwd(), home)
-    except AmbrosiaError as err:
-        log.warning("the class was not recorded for `ambrosia log dump` (give it --class): "
-                    "%s", err)
+def stopped(name: str, stops: StopSignals) -> tuple[int, str]:
+    return stops.exit_code, f"{name} stopped ({stops.name})"
 
 
-def _stopped(name: str, stops: StopSignals) -> tuple[int, str]:
-    return stops.exit_code, f"ambrosia run: {name} stopped ({stops.name})"
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m ambrosia_py.runtime``; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    log = setup_logging(args.log_level, args.instance_name)
+    name = args.instance_name
+    with StopSignals() as stops:
+        try:
+            cls = load_class(args.target)
+            upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
+            runner = run_immortal(cls, upgrade_to, name,
+                                  (args.ic_receive_port, args.ic_send_port), stops, log)
+            code, line = outcome(name, runner, stops, args.debug_replay)
+        except AmbrosiaError as e:
+            code, line = (stopped(name, stops) if stops.signum is not None
+                          else (EXIT_ERROR, f"error: {e}"))
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+    return code

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import attrs
+from ambrosia_ic import api as coordinator
 
 from ..errors import AlreadyUpgradedError, CoordinatorError, ReplayDivergenceError
 from ..immortal import Immortal
@@ -123,18 +124,13 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
 def checkpoints(instance_name: str, home: str | os.PathLike[str] | None = None,
                 version: int | None = None) -> list[int]:
     """The numbers of the checkpoints kept for ``instance_name``, oldest first."""
-    from ambrosia_ic import logstore, registry
-
-    reg = registry.load(instance_name, home)
-    return logstore.file_numbers(registry.instance_dir(reg, version), "serverchkpt")
+    return coordinator.kept_checkpoints(instance_name, home, version)
 
 
 def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
            convert: Callable[[Any], Any] | None, checkpoint: int | None,
            home: str | os.PathLike[str] | None, idle_timeout: float, timeout: float,
            version: int | None = None) -> Any:
-    from ambrosia_ic import launch
-
     kept = checkpoints(name, home, version)
     if not kept:
         raise CoordinatorError(f"{name} has no checkpoint to replay from")
@@ -145,15 +141,12 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
                                f"{', '.join(map(str, kept))})")
 
     rp, sp = free_ports(2)
-    args = ["debug-instance", "-i", name, "-c", str(checkpoint), "-rp", str(rp), "-sp", str(sp),
-            "--json", "--idle-timeout", str(idle_timeout)]
-    if cls_next is not None:
-        args.append("--testing-upgrade")
-    if version is not None:
-        args += ["-cv", str(version)]
     errfile = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed below
     try:
-        proc = launch.start_process(args, home=home, stderr=errfile, timeout=timeout)
+        proc = coordinator.start_debug_instance(
+            name, checkpoint, receive_port=rp, send_port=sp, idle_timeout=idle_timeout,
+            testing_upgrade=cls_next is not None, version=version, home=home,
+            stderr=errfile, timeout=timeout)
     except CoordinatorError as e:
         errfile.seek(0)
         more = errfile.read().strip()  # the reason itself is in the error already
@@ -261,7 +254,7 @@ def start_immortal(target: str, instance_name: str, *,
     child_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (cwd, child_env.get("PYTHONPATH", "")) if p)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ambrosia_ic", "run", target, "-i", instance_name, *args],
+        [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", instance_name, *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env=child_env, cwd=cwd, text=True, start_new_session=True,
     )

@@ -15,10 +15,10 @@ A checkpoint number names its version: the number alone says which directory hol
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import attrs
+from ambrosia_ic import api as coordinator
 
 from ..errors import AlreadyUpgradedError
 
@@ -42,36 +42,14 @@ class UpgradeHistory:
     new_checkpoint: int
 
 
-def _checkpoints_by_version(name: str, home: str | os.PathLike[str] | None
-                            ) -> dict[int, list[int]]:
-    """Every registered version of ``name`` whose directory keeps a checkpoint."""
-    from ambrosia_ic import logstore, registry
-
-    reg = registry.load(name, home)
-    found: dict[int, list[int]] = {}
-    prefix = f"{name}_"
-    root = Path(reg.log_dir)
-    if not root.is_dir():
-        return found
-    for d in root.iterdir():
-        rest = d.name[len(prefix):]
-        if d.name.startswith(prefix) and rest.isdigit():
-            kept = logstore.file_numbers(d, "serverchkpt")
-            if kept:
-                found[int(rest)] = kept
-    return found
-
-
 def current_version(name: str, home: str | os.PathLike[str] | None) -> int:
-    from ambrosia_ic import registry
-
-    return registry.load(name, home).current_version
+    return coordinator.current_version(name, home)
 
 
 def version_of_checkpoint(name: str, checkpoint: int,
                           home: str | os.PathLike[str] | None) -> int | None:
     """The registered version whose directory keeps checkpoint ``checkpoint``."""
-    for version, kept in _checkpoints_by_version(name, home).items():
+    for version, kept in coordinator.kept_checkpoints_by_version(name, home).items():
         if checkpoint in kept:
             return version
     return None
@@ -89,7 +67,7 @@ def history(name: str, old_version: int | None, old_checkpoint: int | None,
         AlreadyUpgradedError: no earlier version's files are kept, so there is nothing
             the old code recorded left to replay.
     """
-    by_version = _checkpoints_by_version(name, home)
+    by_version = coordinator.kept_checkpoints_by_version(name, home)
     current = current_version(name, home)
     if old_version is None:
         older = [v for v in by_version if v < current]

@@ -48,6 +48,7 @@ from .stream import (
     NeedData,
 )
 from .varint import (
+    Incomplete,
     decode_zz32,
     decode_zz64,
     encode_zz32,
@@ -64,6 +65,9 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "HEADER_SIZE",
     "NEED_DATA",
+    # The signal of the one-shot decoders (varints, fixed integers, packed messages) that
+    # the bytes given end inside a field: callers with their own buffers catch it.
+    "Incomplete",
     "AttachTo",
     "BecomingPrimary",
     "Checkpoint",

@@ -1,4 +1,5 @@
-"""``python -m ambrosia_ic`` is the ``ambrosia`` command."""
+"""``python -m ambrosia_ic``: the coordinator's own commands (``ambrosia`` without ``run``
+and without method names in ``log dump``; those need the binding, see ``ambrosia_cli``)."""
 
 import sys
 

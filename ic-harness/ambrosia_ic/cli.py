@@ -1,16 +1,17 @@
-"""The ``ambrosia`` command. Sub-commands mirror the real ``Ambrosia.exe``.
+"""The coordinator's commands (``python -m ambrosia_ic``). Sub-commands mirror the real
+``Ambrosia.exe``.
 
-Adding a sub-command: write ``_add_<name>(subparsers)`` that registers a parser whose
-``handler`` default is a function ``(args) -> int``, and list it in ``_COMMANDS``. The
-``run`` command is the extension point for running an immortal: it hands its arguments
-to ``ambrosia_py.runtime.cli.run_main(argv)`` when that module exists.
+Adding a sub-command: write ``add_<name>(subparsers)`` that registers a parser whose
+``handler`` default is a function ``(args) -> int``, and list it in ``COMMANDS``. The
+``ambrosia`` command (the ``ambrosia_cli`` package) is these commands plus the ones that
+need the binding: ``run``, and ``log dump`` with method names; this package never imports
+the binding's runtime or programming model.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import select
@@ -21,13 +22,15 @@ from typing import Any, NoReturn
 
 import attrs
 
-from ambrosia_py.errors import AmbrosiaError, RegistryError
+from ambrosia_py.errors import AmbrosiaError, ArgumentError, RegistryError
 
 from . import registry
+from .dump import Describe, FormatRpc, dump_entries, format_entry, format_rpc_ids
 from .launch import STOPPED_PREFIX
 from .logdir import check_log_dir
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_USAGE", "Parser", "add_log", "build_parser", "dump_log",
+           "execute", "main"]
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
@@ -35,11 +38,7 @@ EXIT_SIGINT = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool its reader left
 
 
-class _UsageError(AmbrosiaError):
-    """Arguments that only turn out wrong once the registry is read (exit code 2)."""
-
-
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """Argument errors are one line and exit code 2, with no usage dump."""
 
     def error(self, message: str) -> NoReturn:
@@ -91,7 +90,7 @@ def _fill_from_registration(args: argparse.Namespace) -> None:
     updates a registration in place), or take their defaults for a new instance.
 
     Raises:
-        _UsageError: a new instance lacks one of its ports or its log directory.
+        ArgumentError: a new instance lacks one of its ports or its log directory.
     """
     try:
         old: registry.Registration | None = registry.load(args.instance_name, args.home)
@@ -103,7 +102,7 @@ def _fill_from_registration(args: argparse.Namespace) -> None:
         missing = [flag for field, flag in _NEW_INSTANCE_NEEDS.items()
                    if getattr(args, field) is None]
         if missing:
-            raise _UsageError(f"the following arguments are required: {', '.join(missing)} "
+            raise ArgumentError(f"the following arguments are required: {', '.join(missing)} "
                               f"({args.instance_name!r} is not registered yet)")
         for field, value in _REGISTER_DEFAULTS.items():
             if getattr(args, field) is None:
@@ -142,7 +141,7 @@ def _register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_register(sub: Any) -> None:
+def add_register(sub: Any) -> None:
     p = sub.add_parser("register-instance", aliases=["RegisterInstance"],
                        help="register an instance in the local registry, or change a "
                             "registration (options not given keep their registered values)",
@@ -195,7 +194,7 @@ def _add_replica_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_add_replica(sub: Any) -> None:
+def add_add_replica(sub: Any) -> None:
     p = sub.add_parser("add-replica", aliases=["AddReplica"],
                        help="add a replica to an active/active instance")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
@@ -275,7 +274,7 @@ def _drop_signal_handlers(loop: asyncio.AbstractEventLoop, *, ignore: bool) -> N
         signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
 
 
-def _add_ic(sub: Any) -> None:
+def add_ic(sub: Any) -> None:
     p = sub.add_parser("ic", help="run the coordinator of a registered instance")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
                    help="the registered instance")
@@ -316,7 +315,7 @@ def _debug(args: argparse.Namespace) -> int:
     return EXIT_DIVERGED if result.status == "diverged" else 0
 
 
-def _add_debug(sub: Any) -> None:
+def add_debug(sub: Any) -> None:
     p = sub.add_parser("debug-instance", aliases=["DebugInstance"],
                        help="replay a checkpoint and its logs to a binding (repro / upgrade test)")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
@@ -343,43 +342,35 @@ def _add_debug(sub: Any) -> None:
 
 
 def _dump(args: argparse.Namespace) -> int:
-    from .dump import dump_entries, format_entry
+    return dump_log(args)
 
+
+def dump_log(args: argparse.Namespace, describe: Describe | None = None,
+             format_rpc: FormatRpc = format_rpc_ids, class_line: str | None = None) -> int:
+    """``log dump``: print every entry of the instance's directory; 1 if any is a problem.
+
+    Args:
+        describe: what an RPC means to the class that ran the instance (``ambrosia_cli``
+            passes it; without it the dump shows method ids).
+        format_rpc: how an RPC entry is printed.
+        class_line: said under the header, naming the class (text output only).
+    """
     reg = registry.load(args.instance_name, args.home)
     version = reg.current_version if args.version is None else args.version
     d = registry.instance_dir(reg, version)
-    target, cls = _dump_class(args, version)
     problems = 0
     if not args.json:
         print(f"instance {reg.instance_name}: {d}")
-        if cls is not None:
-            print(f"methods, senders and arguments as {target} sees them")
-    for entry in dump_entries(d, reg.committer_id, cls):
+        if class_line is not None:
+            print(class_line)
+    for entry in dump_entries(d, reg.committer_id, describe):
         problems += entry["kind"] == "problem"
-        print(format_entry(entry, args.json))
+        print(format_entry(entry, args.json, format_rpc))
     return 1 if problems else 0
 
 
-def _dump_class(args: argparse.Namespace, version: int) -> tuple[str | None, Any]:
-    """The class whose methods ``log dump`` names: ``--class``, else the one ``ambrosia
-    run`` recorded for this version (a recorded class that no longer imports is said
-    in one line and the dump goes on with method ids), else none."""
-    from .calls import load_class
-
-    if args.immortal_class:
-        return args.immortal_class, load_class(args.immortal_class)
-    try:
-        recorded = registry.recorded_class(args.instance_name, version, args.home)
-        if recorded is None:
-            return None, None
-        return recorded[0], load_class(*recorded)
-    except AmbrosiaError as err:
-        print(f"ambrosia log dump: note: showing method ids: the recorded class cannot be "
-              f"used: {err}", file=sys.stderr, flush=True)
-        return None, None
-
-
-def _add_log(sub: Any) -> None:
+def add_log(sub: Any) -> argparse.ArgumentParser:
+    """The ``log`` command; returns its ``dump`` parser (``ambrosia_cli`` adds ``--class``)."""
     p = sub.add_parser("log", help="inspect an instance's log")
     logsub = p.add_subparsers(dest="log_command", required=True, metavar="{dump}")
     d = logsub.add_parser("dump", help="every record and checkpoint, with integrity problems")
@@ -388,68 +379,45 @@ def _add_log(sub: Any) -> None:
     d.add_argument("-v", "--version", type=int, default=None,
                    help="which version's directory (default: the registered current version)")
     d.add_argument("--json", action="store_true", help="one JSON object per line")
-    d.add_argument("--class", dest="immortal_class", metavar="MODULE:CLASS", default=None,
-                   help="show method names, senders and decoded arguments as this Immortal "
-                        "class sees them (default: the class `ambrosia run` recorded for "
-                        "this version, if any; without one, method ids)")
     d.set_defaults(handler=_dump)
+    return d
 
 
-# ------------------------------------------------------------------ run (extension point)
+COMMANDS: tuple[Callable[[Any], Any], ...] = (
+    add_register, add_add_replica, add_ic, add_debug, add_log)
 
 
-def _run(args: argparse.Namespace) -> int:
-    try:
-        module = importlib.import_module("ambrosia_py.runtime.cli")
-    except ModuleNotFoundError as err:
-        if err.name not in ("ambrosia_py.runtime.cli", "ambrosia_py.runtime"):
-            raise
-        print("ambrosia: error: the run command is not available in this installation "
-              "(ambrosia_py.runtime.cli is missing)", file=sys.stderr)
-        return 1
-    # The top-level --home reaches the runtime as its default; `run --home` still wins.
-    return int(module.run_main(list(args.run_args), default_home=args.home) or 0)
-
-
-def _add_run(sub: Any) -> None:
-    p = sub.add_parser("run", help="run an immortal: `ambrosia run --help` lists its options",
-                       add_help=False)
-    p.add_argument("run_args", nargs=argparse.REMAINDER, metavar="...",
-                   help="MODULE:CLASS -i NAME and the options `ambrosia run --help` lists")
-    p.set_defaults(handler=_run)
-
-
-_COMMANDS: list[Callable[[Any], None]] = [
-    _add_register, _add_add_replica, _add_ic, _add_debug, _add_log, _add_run]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ambrosia", description="AMBROSIA immortal coordinator and tools")
+def build_parser(commands: Sequence[Callable[[Any], Any]] = COMMANDS
+                 ) -> argparse.ArgumentParser:
+    parser = Parser(prog="ambrosia", description="AMBROSIA immortal coordinator and tools")
     parser.add_argument("--home", default=None, help=registry.HOME_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in _COMMANDS:
+    for add in commands:
         add(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    # argparse's REMAINDER cannot start with an option (``ambrosia run --help``), so the
-    # run command's arguments are split off before parsing.
-    argv = list(sys.argv[1:] if argv is None else argv)
-    run_args: list[str] | None = None
-    if "run" in argv:
-        i = argv.index("run")
-        if all(a.startswith("--home") or argv[j - 1] == "--home" for j, a in enumerate(argv[:i])):
-            argv, run_args = argv[: i + 1], argv[i + 1 :]
+    return execute(build_parser(), list(sys.argv[1:] if argv is None else argv))
+
+
+def execute(parser: argparse.ArgumentParser, argv: list[str],
+            extra: dict[str, Any] | None = None) -> int:
+    """Parse ``argv``, run the command's handler and return its exit code; errors are one
+    line on stderr.
+
+    Args:
+        extra: attributes set on the parsed arguments before the handler runs (arguments
+            split off before parsing, such as ``run``'s).
+    """
     try:
         args = parser.parse_args(argv)
-        if run_args is not None:
-            args.run_args = run_args
+        for key, value in (extra or {}).items():
+            setattr(args, key, value)
         code = int(args.handler(args))
         sys.stdout.flush()  # here, not at exit, where a closed pipe could not be caught
         return code
-    except _UsageError as err:
+    except ArgumentError as err:
         print(f"ambrosia {args.command}: error: {err}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except AmbrosiaError as err:

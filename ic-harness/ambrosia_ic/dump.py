@@ -1,16 +1,20 @@
-"""``log dump``: every checkpoint and record of an instance, readable or as JSON lines."""
+"""``log dump``: every checkpoint and record of an instance, readable or as JSON lines.
+
+RPCs are shown by method id. What an id means belongs to the immortal class, which the
+coordinator never imports: the ``ambrosia`` command passes ``describe`` and ``format_rpc``
+(``ambrosia_cli.calls``) to add method names, senders and arguments.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ambrosia_py.errors import CoordinatorError, LogCorruptionError, RemoteProtocolError
-from ambrosia_py.wire import Direction, MessageType, Rpc, decode_messages
+from ambrosia_py.wire import Direction, MessageType, Rpc, decode_messages, message_type_of
 
-from .calls import describe_call, format_call, jsonable
 from .logstore import (
     CHECKPOINT_PREFIX,
     DIGEST_PREFIX,
@@ -24,14 +28,17 @@ from .logstore import (
     read_digest,
 )
 
-if TYPE_CHECKING:
-    from ambrosia_py.immortal import Immortal
+__all__ = ["Describe", "FormatRpc", "dump_entries", "format_entry", "format_rpc_ids",
+           "jsonable"]
 
-__all__ = ["dump_entries", "format_entry"]
+#: What an RPC means to the class that ran the instance: keys added to its entry.
+Describe = Callable[[Rpc], dict[str, Any]]
+#: One RPC entry of a record as one piece of its line.
+FormatRpc = Callable[[dict[str, Any]], str]
 
 
-def _describe(body: bytes, cls: type[Immortal] | None = None) -> list[dict[str, Any]]:
-    """The messages of a record body; with ``cls``, RPCs also say what they mean to it."""
+def _describe(body: bytes, describe: Describe | None = None) -> list[dict[str, Any]]:
+    """The messages of a record body; with ``describe``, RPCs also say what they mean."""
     out: list[dict[str, Any]] = []
     for m in decode_messages(body, 0, len(body), Direction.TO_BINDING):
         size = len(m.encode())
@@ -41,20 +48,18 @@ def _describe(body: bytes, cls: type[Immortal] | None = None) -> list[dict[str, 
             else:
                 entry = {"type": "RPC", "method_id": m.method_id,
                          "rpc_type": ("async", "fork", "impulse")[m.rpc_type], "size": size}
-                if cls is not None:
-                    entry.update(describe_call(cls, m))
+                if describe is not None:
+                    entry.update(describe(m))
                 out.append(entry)
         else:
-            from ambrosia_py.wire import message_type_of
-
             out.append({"type": MessageType(message_type_of(m)).name, "size": size})
     return out
 
 
 def dump_entries(d: Path, committer_id: int | None = None,
-                 cls: type[Immortal] | None = None) -> Iterator[dict[str, Any]]:
+                 describe: Describe | None = None) -> Iterator[dict[str, Any]]:
     """One dict per checkpoint, record, digest and problem found in instance directory ``d``
-    (with ``cls``, the class that ran it: method names, senders and decoded arguments)."""
+    (with ``describe``, what each RPC means to the class that ran it)."""
     if not d.is_dir():
         yield {"kind": "problem", "file": str(d), "offset": 0, "reason": "no such directory"}
         return
@@ -89,7 +94,7 @@ def dump_entries(d: Path, committer_id: int | None = None,
                     "seq_id": rec.seq_id, "length": len(rec.wire), "inputs": rec.inputs,
                 }
                 try:
-                    entry["messages"] = _describe(rec.body, cls)
+                    entry["messages"] = _describe(rec.body, describe)
                 except RemoteProtocolError as err:
                     entry["messages"] = []
                     yield entry
@@ -109,7 +114,13 @@ def dump_entries(d: Path, committer_id: int | None = None,
                "outputs": len(read_digest(digest_path(d, n)))}
 
 
-def format_entry(e: dict[str, Any], as_json: bool) -> str:
+def format_rpc_ids(m: dict[str, Any]) -> str:
+    """An RPC as the log holds it: method id, kind and size."""
+    return f"RPC method {m['method_id']} {m['rpc_type']} {m['size']}B"
+
+
+def format_entry(e: dict[str, Any], as_json: bool,
+                 format_rpc: FormatRpc = format_rpc_ids) -> str:
     if as_json:
         return json.dumps(jsonable(e), sort_keys=True)
     kind = e["kind"]
@@ -120,7 +131,7 @@ def format_entry(e: dict[str, Any], as_json: bool) -> str:
                 f"inputs {e['inputs']}, outputs [{outs}], {e['binding_bytes']} binding bytes")
     if kind == "record":
         msgs = "; ".join(
-            (format_call(m) if "method_id" in m else f"{m['type']} {m['size']}B")
+            (format_rpc(m) if "method_id" in m else f"{m['type']} {m['size']}B")
             for m in e["messages"]
         )
         return (f"  seq {e['seq_id']} @{e['offset']} len {e['length']}: {msgs}"
@@ -128,3 +139,19 @@ def format_entry(e: dict[str, Any], as_json: bool) -> str:
     if kind == "digest":
         return f"digest {e['number']} ({e['file']}): {e['outputs']} outputs"
     return f"PROBLEM {e['file']} at offset {e['offset']}: {e['reason']}"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with what JSON cannot hold made plain: bytes as ``{"hex": ...}``, map
+    keys as strings, tuples and sets as lists."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else _key(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return {"hex": bytes(value).hex()}
+    return value
+
+
+def _key(key: Any) -> str:
+    return bytes(key).hex() if isinstance(key, (bytes, bytearray)) else str(key)

@@ -41,13 +41,13 @@ from ambrosia_py.errors import (
 from ambrosia_py.wire import (
     CONTROL_SEQ,
     Direction,
+    Incomplete,
     MessageStreamDecoder,
     TrimTo,
     decode_zz32,
     encode_record,
     encode_zz32,
 )
-from ambrosia_py.wire.varint import Incomplete
 
 __all__ = ["LINK_MAGIC", "OutboundLink", "accept_link", "open_link"]
 

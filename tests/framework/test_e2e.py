@@ -121,19 +121,19 @@ def test_a_nondeterministic_immortal_is_caught_by_repro(launcher: Launcher) -> N
 
 def test_ambrosia_run_reports_bad_targets_in_one_line(tmp_path: Path) -> None:
     env = dict(os.environ, AMBROSIA_HOME=str(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", "no.such.module:X",
+    out = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", "no.such.module:X",
                           "-i", "x"], capture_output=True, text=True, env=env, cwd=ROOT,
                          timeout=60)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         "ambrosia run: error: cannot import 'no.such.module': No module named 'no'"]
-    out = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run",
+    out = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run",
                           "samples.demo.services:SERVER", "-i", "x"],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert out.returncode == 1 and "is not an ambrosia_py.Immortal subclass" in out.stderr
     # A module that fails as it is imported: one line naming it and why, no traceback.
     (tmp_path / "broken_module.py").write_text("def f(:\n")
-    out = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", "broken_module:X",
+    out = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", "broken_module:X",
                           "-i", "x"], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=60)
     assert (out.returncode, out.stdout) == (1, "")

@@ -89,11 +89,11 @@ class Harness:
         proc.wait()
 
     def cli(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "ambrosia_ic", *args], env=self.env,
+        return subprocess.run([sys.executable, "-m", "ambrosia_cli", *args], env=self.env,
                               capture_output=True, text=True, timeout=120, **kw)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-m", "ambrosia_ic", *args], env=self.env,
+        proc = subprocess.Popen([sys.executable, "-m", "ambrosia_cli", *args], env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc

@@ -27,13 +27,13 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ambrosia_ic", *args], env=env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "ambrosia_cli", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
 def _ready_line(env: dict[str, str], *args: str) -> str:
     """Start a long-running sub-command, return its readiness line, stop it."""
-    proc = subprocess.Popen([sys.executable, "-m", "ambrosia_ic", *args], env=env, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "ambrosia_cli", *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -50,7 +50,7 @@ def test_every_sub_command_uses_the_top_level_home(tmp_path: Path) -> None:
 
     # run: registers on first use and keeps its logs under --home.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ambrosia_ic", "--home", str(home), "run",
+        [sys.executable, "-m", "ambrosia_cli", "--home", str(home), "run",
          "samples.counter.counter:Counter", "-i", "counter"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
         cwd=ROOT, text=True, start_new_session=True)
@@ -99,7 +99,7 @@ def test_every_sub_command_uses_the_top_level_home(tmp_path: Path) -> None:
 def test_run_home_overrides_the_top_level_home(tmp_path: Path) -> None:
     env = _env(tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ambrosia_ic", "--home", str(tmp_path / "outer"), "run",
+        [sys.executable, "-m", "ambrosia_cli", "--home", str(tmp_path / "outer"), "run",
          "samples.counter.counter:Counter", "-i", "counter", "--home", str(tmp_path / "inner")],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
         cwd=ROOT, text=True, start_new_session=True)

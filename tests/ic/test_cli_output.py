@@ -14,7 +14,9 @@ from collections.abc import Iterator
 import ambrosia_ic
 from ambrosia_ic import cli, registry
 
-from ambrosia_py.runtime import cli as run_cli
+from ambrosia_cli import main as ambrosia_main
+from ambrosia_cli import run as run_cli
+from ambrosia_py.runtime import cli as binding_cli
 
 from .conftest import Harness, wait_until
 from .test_first_start import _run_chain
@@ -33,7 +35,7 @@ def _parsers(parser: argparse.ArgumentParser, name: str
 
 
 def _all_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
-    return [*_parsers(cli.build_parser(), "ambrosia"),
+    return [*_parsers(ambrosia_main.build_parser(), "ambrosia"),
             ("ambrosia run", run_cli.build_parser())]
 
 
@@ -43,7 +45,8 @@ def test_every_option_of_every_sub_command_has_help() -> None:
                      "ambrosia ic", "ambrosia debug-instance", "ambrosia log",
                      "ambrosia log dump", "ambrosia run", "ambrosia run"]
     missing = []
-    for name, parser in _all_parsers():
+    binding = ("python -m ambrosia_py.runtime", binding_cli.build_parser())
+    for name, parser in [*_all_parsers(), binding]:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 missing += [f"{name} {a.dest}" for a in action._choices_actions
@@ -87,7 +90,7 @@ def _closed_pipe_run(harness: Harness, *args: str) -> subprocess.CompletedProces
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "ambrosia_ic", *args], env=harness.env,
+        return subprocess.run([sys.executable, "-m", "ambrosia_cli", *args], env=harness.env,
                               stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
         os.close(write_end)

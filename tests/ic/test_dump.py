@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from ambrosia_ic import registry
-from ambrosia_ic.calls import describe_call, format_call
 
+from ambrosia_cli.calls import describe_call, format_call
 from ambrosia_py import serialization as ser
 from ambrosia_py.immortal import POST_METHOD_ID, default_method_id
 from ambrosia_py.wire import Rpc, RpcType
@@ -28,7 +28,7 @@ NOTE = default_method_id("note")
 
 
 def _dump(home: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ambrosia_ic", "--home", str(home), "log",
+    return subprocess.run([sys.executable, "-m", "ambrosia_cli", "--home", str(home), "log",
                            "dump", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
@@ -116,6 +116,27 @@ def test_dump_json_carries_the_decoded_calls(hello_run: Path) -> None:
           "kind": "fork", "sender": "hello-client",
           "args": {"text": "the client is done: 2 replies"}}],
     ]
+
+
+def test_the_coordinators_own_dump_shows_method_ids(hello_run: Path) -> None:
+    """``python -m ambrosia_ic`` never imports the binding's classes: even with a class
+    recorded, its dump shows ids; names are the ``ambrosia`` command's (ambrosia_cli)."""
+    r = subprocess.run([sys.executable, "-m", "ambrosia_ic", "--home", str(hello_run), "log",
+                        "dump", "-i", "hello-server"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert [ln for ln in r.stdout.splitlines() if "sees them" in ln] == []
+    assert _records(r.stdout)[1] == (
+        f"  seq 1: RPC method {GREET} fork 49B  inputs {{'hello-client': 1}}")
+    for args, last in ((["log", "dump", "-i", "hello-server", "--class", "x:Y"],
+                        "ambrosia: error: unrecognized arguments: --class x:Y"),
+                       (["run", "x:Y", "-i", "z"],
+                        "ambrosia: error: argument COMMAND: invalid choice: 'run' (choose from "
+                        "'register-instance', 'RegisterInstance', 'add-replica', 'AddReplica', "
+                        "'ic', 'debug-instance', 'DebugInstance', 'log')")):
+        r = subprocess.run([sys.executable, "-m", "ambrosia_ic", *args], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr.splitlines()[-1]) == (2, "", last)
 
 
 def test_dump_with_a_class_that_lacks_the_methods_shows_ids_and_a_note(hello_run: Path

@@ -93,7 +93,7 @@ def test_ic_and_run_refuse_a_log_dir_that_became_unusable(harness: Harness) -> N
     env = dict(harness.env, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     started = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run",
+    r = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run",
                         "samples.counter.counter:Counter", "-i", "svc"], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert time.monotonic() - started < 10  # no retrying

@@ -31,7 +31,7 @@ def _run(harness: Harness, name: str, *extra: str) -> tuple[subprocess.Completed
     env = dict(harness.env, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     started = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", COUNTER, "-i", name, *extra],
+    r = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", COUNTER, "-i", name, *extra],
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     return r, time.monotonic() - started
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 from ambrosia_ic.logstore import LOCK_NAME
 
-from ambrosia_py.runtime.local_coordinator import lock_held
+from ambrosia_cli.local_coordinator import lock_held
 from ambrosia_py.testing import ImmortalProcess, repro, start_immortal
 from samples.counter.counter import Counter
 from tests.framework.conftest import ROOT
@@ -95,7 +95,7 @@ def test_a_debug_instance_replay_ends_its_binding_without_an_error(harness: Harn
                               "-sp", str(sp), "--idle-timeout", "0.5")
         assert debug.stdout is not None
         assert debug.stdout.readline().startswith("ambrosia-ic ready:")
-        r = subprocess.run([sys.executable, "-m", "ambrosia_ic", "run", COUNTER, "-i", "counter",
+        r = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", COUNTER, "-i", "counter",
                             "--ic-receive-port", str(rp), "--ic-send-port", str(sp), *flag],
                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert debug.wait(30) == 0

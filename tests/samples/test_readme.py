@@ -156,9 +156,9 @@ def _argv(command: str) -> list[str]:
 
 @pytest.mark.parametrize("doc", _DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_ambrosia_command_in_the_docs_parses_and_its_class_imports(doc: Path) -> None:
-    from ambrosia_ic.cli import build_parser
-
-    from ambrosia_py.runtime import cli as run_cli
+    from ambrosia_cli import run as run_cli
+    from ambrosia_cli.main import build_parser
+    from ambrosia_py.runtime.cli import load_class
 
     commands = _commands(doc)
     assert commands, f"{doc} shows no ambrosia command"
@@ -168,7 +168,7 @@ def test_every_ambrosia_command_in_the_docs_parses_and_its_class_imports(doc: Pa
             if argv[0] == "run":
                 args = run_cli.build_parser().parse_args(argv[1:])
                 for target in filter(None, (args.target, args.upgrade_to)):
-                    run_cli.load_class(target)
+                    load_class(target)
             else:
                 build_parser().parse_args(argv)
         except SystemExit as exit_:

@@ -106,7 +106,7 @@ def test_upgrade_v1_to_v2_live_with_register_instance_and_a_restart(
     before = registry.load("guests", launcher.home)
     # Only the name and the new version: the ports `run` chose stay as registered.
     out = subprocess.run(
-        [sys.executable, "-m", "ambrosia_ic", "--home", str(launcher.home), "register-instance",
+        [sys.executable, "-m", "ambrosia_cli", "--home", str(launcher.home), "register-instance",
          "-i", "guests", "--upgrade-version", "2"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.endswith("version 1, upgrading to 2 at its next start\n")

@@ -13,8 +13,7 @@ import msgpack
 import xxhash
 
 from ambrosia_py.errors import CoordinatorError, LogCorruptionError, WireFormatError
-from ambrosia_py.wire import MessageType, decode_zz32, decode_zz64
-from ambrosia_py.wire.varint import Incomplete
+from ambrosia_py.wire import Incomplete, MessageType, decode_zz32, decode_zz64
 
 from ..durable import replace_durably
 from .layout import checkpoint_path

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ambrosia_py.errors import LogCorruptionError, WireFormatError
-from ambrosia_py.wire import HEADER_SIZE, check_bytes
+from ambrosia_py.wire import HEADER_SIZE, Incomplete, check_bytes
 from ambrosia_py.wire.records import HEADER as _HEADER
-from ambrosia_py.wire.varint import Incomplete
 
 from .watermarks import decode_watermarks as _decode_watermarks
 from .watermarks import encode_watermarks as _encode_watermarks

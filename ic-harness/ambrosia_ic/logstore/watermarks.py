@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ambrosia_py.errors import WireFormatError
-from ambrosia_py.wire import decode_zz32, encode_zz32
-from ambrosia_py.wire.varint import Incomplete
+from ambrosia_py.wire import Incomplete, decode_zz32, encode_zz32
 
 __all__ = ["EPOCH_KEY", "decode_watermarks", "encode_watermarks"]
 

@@ -5,6 +5,9 @@ names the method (the class's own id table, ``__ambrosia_by_id__``), the sender 
 arguments, decoded with the framework's own codecs (``ambrosia_py.serialization``): the
 envelope of a Python caller, the JSON object or raw bytes of an AmbrosiaJS caller, the
 JSON of an AmbrosiaJS "post", and the results of awaited calls. Nothing is executed.
+
+The coordinator's dump (``ambrosia_ic.dump``) knows only ids; this module, which may import
+the binding's programming model, is what ``log dump`` hands it to add the meaning.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any
+
+from ambrosia_ic.dump import format_rpc_ids
 
 from ambrosia_py import serialization as ser
 from ambrosia_py.errors import SerializationError
@@ -22,9 +27,10 @@ from ambrosia_py.immortal import (
     Immortal,
     MethodSpec,
 )
+from ambrosia_py.runtime.cli import load_class as runtime_load_class
 from ambrosia_py.wire import Rpc
 
-__all__ = ["describe_call", "format_call", "jsonable", "load_class"]
+__all__ = ["describe_call", "format_call", "load_class"]
 
 
 def load_class(target: str, directory: str | None = None) -> type[Immortal]:
@@ -35,8 +41,6 @@ def load_class(target: str, directory: str | None = None) -> type[Immortal]:
         AmbrosiaError: ``target`` is not MODULE:CLASS, cannot be imported, or is not an
             Immortal subclass (one line naming it).
     """
-    from ambrosia_py.runtime.cli import load_class as runtime_load_class
-
     if directory and directory not in sys.path and os.path.isdir(directory):
         sys.path.append(directory)
     return runtime_load_class(target)
@@ -174,27 +178,10 @@ def format_call(m: dict[str, Any]) -> str:
         sender = f" from {m['sender']}" if m.get("sender") else ""
         text = f"{m['method']}({args}) {how}{sender} {size}"
     else:
-        text = f"RPC method {m['method_id']} {m['rpc_type']} {size}"
+        text = format_rpc_ids(m)
     return f"{text} ({m['note']})" if "note" in m else text
 
 
 def _repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with what JSON cannot hold made plain: bytes as ``{"hex": ...}``, map
-    keys as strings, tuples and sets as lists."""
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else _key(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return {"hex": bytes(value).hex()}
-    return value
-
-
-def _key(key: Any) -> str:
-    return bytes(key).hex() if isinstance(key, (bytes, bytearray)) else str(key)
-

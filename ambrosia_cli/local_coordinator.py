@@ -1,8 +1,8 @@
 """The coordinator ``ambrosia run`` starts beside the immortal: registration on first use,
 start-up (with its one wait), and the stop.
 
-Only ``ambrosia run`` uses this module, and it imports the coordinator package lazily: the
-binding itself never needs it.
+The command package is the one place that knows both the binding and this project's
+coordinator; the binding itself only ever sees two ports.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from ..errors import CoordinatorError, RegistryError
+from ambrosia_ic import launch, logstore, recovery, registry
+from ambrosia_ic.launch import STOPPED_PREFIX
+from ambrosia_ic.logstore import LOCK_NAME
+
+from ambrosia_py.errors import CoordinatorError, RegistryError
 
 __all__ = ["ensure_registered", "how_it_ended", "lock_held", "register_upgrade",
            "replay_estimate", "start", "stop", "was_stopped"]
@@ -28,12 +31,10 @@ LOCK_WAIT_SECONDS = 5.0
 
 
 def ensure_registered(name: str, home: Path, log: logging.Logger,
-                      version: int = 0) -> Any:
+                      version: int = 0) -> registry.Registration:
     """The registration of ``name``; registered now (free ports no other registration
     holds, logs under ``home/logs``, current version ``version``: the class's, so that the
     registry and the classes count versions alike) if there is none."""
-    from ambrosia_ic import registry
-
     try:
         return registry.load(name, home)
     except RegistryError:
@@ -47,13 +48,12 @@ def ensure_registered(name: str, home: Path, log: logging.Logger,
     return reg
 
 
-def register_upgrade(reg: Any, version: int, home: Path, log: logging.Logger) -> Any:
+def register_upgrade(reg: registry.Registration, version: int, home: Path,
+                     log: logging.Logger) -> registry.Registration:
     """Register the upgrade of ``reg`` to ``version`` (the ``--upgrade-to`` class's), unless
     there is nothing to do: an upgrade is registered already (the user chose it), the
     instance runs that version or a newer one, it has no checkpoint yet to upgrade from,
     or it is active/active (a replica performs the upgrade: ``add-replica -uv``)."""
-    from ambrosia_ic import logstore, registry
-
     if reg.active_active or reg.upgrading or version <= reg.current_version:
         return reg
     if not logstore.file_numbers(registry.instance_dir(reg), "serverchkpt"):
@@ -64,11 +64,9 @@ def register_upgrade(reg: Any, version: int, home: Path, log: logging.Logger) ->
     return reg
 
 
-def replay_estimate(reg: Any, log: logging.Logger) -> int | None:
+def replay_estimate(reg: registry.Registration, log: logging.Logger) -> int | None:
     """About how many records the coordinator we are about to start will replay, from its
     log files (read before it starts: its recovery ends by removing them)."""
-    from ambrosia_ic import recovery, registry
-
     try:
         est = recovery.estimate_replay(registry.instance_dir(reg))
     except OSError:
@@ -80,7 +78,7 @@ def replay_estimate(reg: Any, log: logging.Logger) -> int | None:
     return est.records
 
 
-def start(reg: Any, home: Path, log: logging.Logger,
+def start(reg: registry.Registration, home: Path, log: logging.Logger,
           stopping: Callable[[], bool] = lambda: False) -> subprocess.Popen[str]:
     """Start the coordinator; a failure is its own one-line reason, at once.
 
@@ -94,16 +92,12 @@ def start(reg: Any, home: Path, log: logging.Logger,
     Raises:
         CoordinatorError: the coordinator could not start.
     """
-    from ambrosia_ic import launch
-    from ambrosia_ic.logstore import LOCK_NAME
-    from ambrosia_ic.registry import instance_dir
-
     name = reg.instance_name
     try:
         proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
         return proc
     except CoordinatorError:
-        lock = instance_dir(reg) / LOCK_NAME
+        lock = registry.instance_dir(reg) / LOCK_NAME
         if not lock_held(lock):
             raise
     log.warning("the log of %s is locked by another coordinator (the previous run's may "
@@ -150,8 +144,6 @@ def stop(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
 def was_stopped(proc: subprocess.Popen[str], timeout: float = 5.0) -> bool:
     """Whether the coordinator exited because a signal stopped it (it says so on stdout).
     Waits up to ``timeout`` seconds for it to exit."""
-    from ambrosia_ic.launch import STOPPED_PREFIX
-
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:

@@ -1,0 +1,169 @@
+"""``ambrosia run MODULE:CLASS --instance-name NAME``: run an immortal.
+
+By default the instance is registered on first use (free ports, logs under
+``$AMBROSIA_HOME/logs``, at the version of the class it runs; ``--upgrade-to`` registers an
+upgrade to the next class's version) and its coordinator is started here and stopped with
+the immortal, so one command runs a service on one machine. SIGTERM and SIGINT stop both
+as an ordinary stop. ``--ic-receive-port/--ic-send-port`` connect to an already-running
+coordinator instead.
+
+This is the one place that puts the two together: the coordinator package registers and
+starts, the binding (``ambrosia_py.runtime.cli``) runs on the two ports it is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ambrosia_ic import registry
+from ambrosia_ic.logdir import check_log_dir
+
+from ambrosia_py.errors import AmbrosiaError, UsageError
+from ambrosia_py.runtime import cli as binding
+from ambrosia_py.runtime.runner import ImmortalRunner
+from ambrosia_py.runtime.stops import StopSignals
+
+from . import local_coordinator
+
+__all__ = ["build_parser", "run_main"]
+
+EXIT_ERROR = binding.EXIT_ERROR
+PREFIX = "ambrosia run: "
+# After a stop signal, how long the coordinator has to stop and close the connection
+# before the immortal stops on its own.
+_STOP_GRACE_SECONDS = 10.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = binding.Parser(prog="ambrosia run", description="Run an immortal.")
+    binding.add_arguments(
+        p, ports_required=False,
+        receive_port_help="connect to a running coordinator's receive port (with "
+                          "--ic-send-port) instead of starting one",
+        send_port_help="that coordinator's send port (with --ic-receive-port)")
+    # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
+    p.add_argument("--home", default=None,
+                   help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
+    binding.add_log_level(p)
+    return p
+
+
+def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
+    """Entry point of ``ambrosia run``; returns the exit code.
+
+    Args:
+        argv: the arguments after ``run``.
+        default_home: the registry directory given before the sub-command (``ambrosia --home DIR
+            run ...``); ``run --home`` overrides it.
+    """
+    args = build_parser().parse_args(list(argv))
+    if args.home is None:
+        args.home = default_home
+    log = binding.setup_logging(args.log_level, args.instance_name)
+    with StopSignals() as stops:
+        return _run_immortal(args, log, stops)
+
+
+def _run_immortal(args: argparse.Namespace, log: logging.Logger, stops: StopSignals) -> int:
+    started: list[subprocess.Popen[str]] = []
+    try:
+        code, line = _start_and_run(args, log, stops, started)
+    except AmbrosiaError as e:
+        if stops.signum is not None:  # e.g. the coordinator got the signal while starting
+            code, line = binding.stopped(args.instance_name, stops)
+        else:
+            code, line = EXIT_ERROR, f"error: {e}"
+    finally:
+        # Before the last line: whatever the coordinator says while it stops comes first.
+        for proc in started:
+            local_coordinator.stop(proc)
+    print(PREFIX + line, file=sys.stderr, flush=True)
+    return code
+
+
+def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSignals,
+                   started: list[subprocess.Popen[str]]) -> tuple[int, str]:
+    """Start the coordinator (unless one is given by its ports; its process goes to
+    ``started``) and run the immortal until it stops; returns the exit code and the last
+    line to print (after ``ambrosia run: ``)."""
+    proc: subprocess.Popen[str] | None = None
+    estimate: int | None = None
+    cls = binding.load_class(args.target)
+    upgrade_to = binding.load_class(args.upgrade_to) if args.upgrade_to else None
+    if (args.ic_receive_port is None) != (args.ic_send_port is None):
+        raise UsageError("--ic-receive-port and --ic-send-port go together")
+    if args.ic_receive_port is not None:
+        rp, sp = args.ic_receive_port, args.ic_send_port
+    else:
+        if args.debug_replay:
+            raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
+                             "(the ports `ambrosia debug-instance` listens on)")
+        home = registry.ambrosia_home(args.home)
+        reg = local_coordinator.ensure_registered(args.instance_name, home, log,
+                                                  version=cls.version)
+        if upgrade_to is not None:
+            reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
+        _record_classes(reg, args, home, log)
+        check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
+        estimate = local_coordinator.replay_estimate(reg, log)
+        proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)
+        started.append(proc)
+        log.info("started the coordinator (pid %d)", proc.pid)
+        rp, sp = reg.receive_port, reg.send_port
+    if stops.signum is not None:
+        return binding.stopped(args.instance_name, stops)
+    runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops, log,
+                                  replay_estimate=estimate, on_stop=_stop_with(proc))
+    return _outcome(args, runner, stops, proc)
+
+
+def _stop_with(proc: subprocess.Popen[str] | None) -> Callable[[ImmortalRunner], None]:
+    """What a stop signal does while the immortal runs (called on its event loop)."""
+    def on_stop(runner: ImmortalRunner) -> None:
+        if proc is not None and proc.poll() is None:
+            # The coordinator stops first (finishing the write in progress) and closes the
+            # connection, which ends the runner; the binding never sees a surprise.
+            proc.send_signal(signal.SIGTERM)
+            asyncio.get_running_loop().call_later(_STOP_GRACE_SECONDS, runner.stop)
+        else:
+            runner.stop()
+    return on_stop
+
+
+def _outcome(args: argparse.Namespace, runner: ImmortalRunner, stops: StopSignals,
+             proc: subprocess.Popen[str] | None) -> tuple[int, str]:
+    """The exit code and the one line to end with, once the runner has ended."""
+    name = args.instance_name
+    if stops.signum is None and runner.closed_by_coordinator and proc is not None:
+        # The signal may have reached the coordinator first (sent to the process group):
+        # then it says it was stopped, and our own signal is usually on its way.
+        if local_coordinator.was_stopped(proc) and stops.signum is None:
+            return 0, f"{name} stopped (its coordinator was stopped)"
+        if stops.signum is None:
+            return EXIT_ERROR, (f"error: the coordinator of {name} stopped "
+                                f"({local_coordinator.how_it_ended(proc)})")
+    return binding.outcome(name, runner, stops, args.debug_replay)
+
+
+def _record_classes(reg: registry.Registration, args: argparse.Namespace, home: Path,
+                    log: logging.Logger) -> None:
+    """Remember which class runs which version, so that ``ambrosia log dump`` can show
+    method names and arguments without being told the class. Only a convenience: if it
+    cannot be written, the instance still runs and the dump needs ``--class``."""
+    try:
+        registry.record_class(reg.instance_name, reg.current_version, args.target,
+                              os.getcwd(), home)
+        if args.upgrade_to and reg.upgrading:
+            registry.record_class(reg.instance_name, reg.upgrade_version, args.upgrade_to,
+                                  os.getcwd(), home)
+    except AmbrosiaError as err:
+        log.warning("the class was not recorded for `ambrosia log dump` (give it --class): "
+                    "%s", err)

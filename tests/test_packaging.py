@@ -1,0 +1,23 @@
+"""What the distribution installs beyond the code: type information, the command."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_every_package_ships_py_typed() -> None:
+    # PEP 561: without the marker, type checkers of the users' code ignore our annotations.
+    data = PYPROJECT["tool"]["setuptools"]["package-data"]
+    packages = {"ambrosia_py": ROOT, "ambrosia_ic": ROOT / "ic-harness", "ambrosia_cli": ROOT}
+    assert data == {name: ["py.typed"] for name in packages}
+    assert [(p / name / "py.typed").is_file() for name, p in packages.items()] == [True] * 3
+
+
+def test_the_ambrosia_command_is_the_command_package() -> None:
+    assert PYPROJECT["project"]["scripts"] == {"ambrosia": "ambrosia_cli.main:main"}
+    assert "ambrosia_cli" in PYPROJECT["tool"]["mypy"]["packages"]
+    assert "import-linter>=2.0" in PYPROJECT["project"]["optional-dependencies"]["dev"]
