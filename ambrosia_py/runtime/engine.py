@@ -19,14 +19,11 @@ and memory for the inputs handled while any is.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import os
 import tempfile
-import threading
 import time
-import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from typing import IO, Any
 
@@ -37,7 +34,6 @@ from .. import serialization as ser
 from ..context import ImmortalContext
 from ..errors import (
     AlreadyUpgradedError,
-    AmbrosiaError,
     ImpulseDuringRecoveryError,
     LocalProtocolError,
     RemoteCallError,
@@ -55,18 +51,23 @@ from ..immortal import (
 )
 from ..protocol import BindingConnection
 from ..protocol import events as ev
-from ..wire import OutgoingRpc, Rpc, RpcType
+from ..wire import NEED_DATA, OutgoingRpc, Rpc, RpcType
 from . import checkpoint as ckpt
 from . import jsconv, replaylog
-from .handling import CurrentInput, Task
+from .handling import CurrentInput
 from .journal import Journal
+from .outbox import IMPULSE_QUEUE_LIMIT, Outbox
+from .outputs import Output, SendBytes, SendCheckpoint
+from .stepping import Done, Handlers
 
-__all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
+__all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine", "Output",
+           "SendBytes", "SendCheckpoint"]
 
 CHECKPOINT_FORMAT = ckpt.CHECKPOINT_FORMAT
 
 _INITIAL_MAGIC = "ambrosia-py"
-IMPULSE_QUEUE_LIMIT = 1 << 20  # bytes of queued Impulses before outside-world threads wait
+# RPC bytes gathered into one output before it is handed out (a long replay's results).
+_BATCH_BYTES = 1 << 20
 
 
 class Engine:
@@ -112,8 +113,7 @@ class Engine:
         self.instance: Immortal | None = None
         self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
         self.current_input: CurrentInput | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.wakeup: Callable[[], None] = lambda: None
+        self.outbox = Outbox(self.outputs)
         self.checkpoints_taken = 0
         self.last_checkpoint_size = 0
         # Checkpointed framework state.
@@ -121,24 +121,13 @@ class Engine:
         self._last_ts = 0
         self._inputs_seen = 0
         # Volatile: rebuilt from checkpoints and replay.
-        self._pending: dict[int, PendingCall[Any]] = {}
-        self._waiters: dict[int, list[Task]] = {}
-        self._suspended = 0
+        self.handlers = Handlers(self.user_log)
         self._journal = Journal()  # what checkpoints carry while handlers are suspended
         self._suppress = False
         self._batch: list[OutgoingRpc] = []
-        self._impulses: list[OutgoingRpc] = []
-        self._raw_out: list[bytes] = []
-        self._lock = threading.Lock()
-        # Outside-world threads wait here while the queued Impulses fill IMPULSE_QUEUE_LIMIT.
-        self._room = threading.Condition(self._lock)
-        self._queued_bytes = 0
-        self._closed = False
-        self.peak_queued_bytes = 0  # the most Impulse bytes ever queued at once
-        self.blocked_senders = 0  # outside-world threads waiting for room now
-        self._loop_thread = threading.get_ident()
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._ckpt_in: IO[bytes] | None = None
+        self._ckpt_out: SendCheckpoint | None = None  # handed out, maybe not yet all sent
+        self._held: SendCheckpoint | None = None  # taken, to hand out after earlier bytes
         self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
         # Each method's positional parameter types, looked up once rather than per call.
         self._positional_types: dict[Callable[..., Any], list[Any]] = {}
@@ -155,11 +144,25 @@ class Engine:
     @property
     def quiescent(self) -> bool:
         """No handler is suspended on an awaited call."""
-        return self._suspended == 0
+        return self.handlers.suspended == 0
 
     @property
     def pending_calls(self) -> int:
-        return len(self._pending)
+        return len(self.handlers.pending)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.outbox.loop
+
+    @property
+    def peak_queued_bytes(self) -> int:
+        """The most Impulse bytes ever queued at once."""
+        return self.outbox.peak_queued_bytes
+
+    @property
+    def blocked_senders(self) -> int:
+        """Outside-world threads waiting for room in the Impulse queue now."""
+        return self.outbox.blocked_senders
 
     @property
     def serializer(self) -> ser.Serializer:
@@ -170,12 +173,66 @@ class Engine:
                                                                    self.user_log))
         return inst
 
-    # ------------------------------------------------------------ events
-    def handle(self, event: ev.ProtocolEvent) -> bytes:
-        """Handle one protocol event (but not ``TakeCheckpoint``: see ``write_checkpoint``).
+    # ------------------------------------------------------------ the I/O surface
+    def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None]
+               ) -> None:
+        """Drive the engine from the calling thread (handlers run on it).
 
-        Returns the bytes to send the coordinator now (the InitialMessage, or the RPCs the
-        event's handlers sent, as one RPCBatch)."""
+        Args:
+            loop: the event loop side effects (``ctx.spawn``) run on, if any.
+            wakeup: called on this thread when outside-world code queued something to
+                send: call ``next_output`` then.
+        """
+        self.outbox.attach(loop, wakeup)
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes read from the coordinator's send port; act on them with ``next_output``."""
+        self.conn.receive_data(data)
+
+    def next_output(self) -> Output | None:
+        """Handle the events received so far and return the next thing to send: bytes, or a
+        checkpoint to stream (all of it, before calling again). None: nothing until more
+        data is received or ``wakeup`` is called."""
+        if self._ckpt_out is not None and not self._ckpt_out.done:
+            raise LocalProtocolError("the checkpoint handed out was not sent to its end")
+        if self._held is not None:
+            self._ckpt_out, self._held = self._held, None
+            return self._ckpt_out
+        pending = bytearray()
+        conn = self.conn
+        while True:
+            event = conn.next_event()
+            if event is NEED_DATA:
+                break
+            if type(event) is ev.TakeCheckpoint:
+                taken = self._take_checkpoint(event.reason)
+                if pending:  # what came before the checkpoint goes first
+                    self._held = taken
+                    return SendBytes(bytes(pending))
+                self._ckpt_out = taken
+                return taken
+            out = self._handle(event)  # type: ignore[arg-type]
+            if out:
+                pending += out
+                if len(pending) >= _BATCH_BYTES:
+                    return SendBytes(bytes(pending))
+        if not conn.owes_checkpoint and conn.is_primary:
+            pending += self._take_outbox()
+        return SendBytes(bytes(pending)) if pending else None
+
+    def _take_outbox(self) -> bytes:
+        """Impulses and checkpoint requests queued by outside-world code, encoded."""
+        impulses, raw = self.outbox.take()
+        out = self.conn.send_rpcs(impulses) if impulses else b""
+        return out + b"".join(raw)
+
+    def _take_checkpoint(self, reason: ev.CheckpointReason) -> SendCheckpoint:
+        f, size = self._write_checkpoint()
+        return SendCheckpoint(self.conn, f, size, reason, self.log)
+
+    # ------------------------------------------------------------ events
+    def _handle(self, event: ev.ProtocolEvent) -> bytes:
+        """Handle one protocol event other than ``TakeCheckpoint``; the bytes to send."""
         kind = type(event)
         if kind is ev.IncomingRpc:
             self._input(("r", event.rpc.method_id, event.rpc.rpc_type,  # type: ignore[union-attr]
@@ -225,8 +282,6 @@ class Engine:
             assert self.instance is not None
             self.instance.on_become_primary()
             return b""
-        if kind is ev.TakeCheckpoint:
-            raise LocalProtocolError("TakeCheckpoint is answered with write_checkpoint()")
         raise LocalProtocolError(f"unexpected protocol event {event!r}")
 
     def _encode_batch(self) -> bytes:
@@ -235,26 +290,14 @@ class Engine:
         batch, self._batch = self._batch, []
         return self.conn.send_rpcs(batch)
 
-    def take_outgoing(self) -> bytes:
-        """Impulses and checkpoint requests queued by outside-world code, encoded.
-
-        Call only when no checkpoint is owed."""
-        with self._room:
-            impulses, self._impulses = self._impulses, []
-            raw, self._raw_out = self._raw_out, []
-            self._queued_bytes = 0
-            self._room.notify_all()
-        out = self.conn.send_rpcs(impulses) if impulses else b""
-        return out + b"".join(raw)
-
     # ------------------------------------------------------------ inputs
     def _input(self, record: tuple[Any, ...]) -> None:
-        if self._suspended == 0 and self._may_suspend(record):
+        if self.handlers.suspended == 0 and self._may_suspend(record):
             self._journal.begin(self._state_bytes())
         if self._journal.active:
             self._journal.add(record)
         self._apply(record)
-        if self._suspended == 0:
+        if self.handlers.suspended == 0:
             self._journal.clear()
 
     def _may_suspend(self, record: tuple[Any, ...]) -> bool:
@@ -277,7 +320,7 @@ class Engine:
                 self._apply_initial(record[1])
             else:
                 self._apply_rpc(Rpc(record[1], record[2], record[3], record[4]))
-            if self._suspended:
+            if self.handlers.suspended:
                 self._check_journal()
         finally:
             self.current_input = None
@@ -288,23 +331,11 @@ class Engine:
         A function of the log: a replay does the same at the same input."""
         j, cls = self._journal, self.cls
         if j.warning_due(cls.journal_warning_bytes):
-            self.user_log.warning("%s", j.warning(self._suspended_names(),
+            self.user_log.warning("%s", j.warning(self.handlers.suspended_names(),
                                                   cls.journal_warning_bytes))
         if not j.over(cls.journal_limit_bytes):
             return
-        for call_id in sorted(self._waiters):
-            if self._suspended == 0:
-                break
-            if call_id not in self._waiters:
-                continue  # an earlier failure's handler resolved it meanwhile
-            pc = self._pending.pop(call_id)
-            pc.resolve(error=j.limit_error(f"{pc.method} (call {call_id})",
-                                           cls.journal_limit_bytes))
-            self._resume(pc)
-
-    def _suspended_names(self) -> str:
-        return ", ".join(f"{t.name} awaiting {self._pending[cid].method} (call {cid})"
-                         for cid in sorted(self._waiters) for t in self._waiters[cid])
+        self.handlers.abandon_oldest(lambda call: j.limit_error(call, cls.journal_limit_bytes))
 
     def _apply_initial(self, data: bytes) -> None:
         try:
@@ -317,7 +348,8 @@ class Engine:
         self.log.info("first start: running on_first_start%s",
                       " (replayed)" if self.is_replaying else "")
         assert self.instance is not None
-        self._start(self.instance.on_first_start, (), {}, "on_first_start", self._log_failure)
+        self.handlers.start(self.instance.on_first_start, (), {}, "on_first_start",
+                            self.handlers.log_failure)
 
     def _enter(self, ts: int, entropy: int) -> CurrentInput:
         self._last_ts = max(self._last_ts, ts)
@@ -344,10 +376,10 @@ class Engine:
         spec = self.cls.__ambrosia_by_id__.get(mid)
         if spec is None:
             self._enter_derived(args)
-            self._log_failure(None, UnknownMethodError(
+            self.handlers.log_failure(None, UnknownMethodError(
                 f"{self.cls.__qualname__} publishes no method with id {mid}"))
             return
-        on_done: Callable[[Any, BaseException | None], None] = self._log_failure
+        on_done: Done = self.handlers.log_failure
         try:
             if ser.is_envelope(args):
                 env = ser.Envelope.decode(args)
@@ -368,7 +400,7 @@ class Engine:
         except SerializationError as e:
             on_done(None, e)
             return
-        self._start(getattr(self.instance, spec.name), pos, kw, spec.name, on_done)
+        self.handlers.start(getattr(self.instance, spec.name), pos, kw, spec.name, on_done)
 
     def _load_json_kwargs(self, spec: MethodSpec, kw: dict[str, Any]) -> dict[str, Any]:
         """JSON arguments (AmbrosiaJS's) as the parameters' annotated types."""
@@ -399,7 +431,7 @@ class Engine:
     def _apply_result(self, args: bytes) -> None:
         env = ser.Envelope.decode(args)
         self._enter(env.timestamp_ns, env.entropy)
-        pc = self._pending.pop(env.call_id, None)
+        pc = self.handlers.take(env.call_id)
         if pc is None:
             self.log.warning("a result for call %d, which is not pending, was ignored",
                              env.call_id)
@@ -413,7 +445,7 @@ class Engine:
         except (SerializationError, ValueError, TypeError) as e:
             pc.resolve(error=e if isinstance(e, SerializationError) else
                        SerializationError(f"malformed result of {pc.method}: {e}"))
-        self._resume(pc)
+        self.handlers.resume(pc)
 
     def _remote_error(self, pc: PendingCall[Any], value: Any) -> BaseException:
         type_name, message = str(value[0]), str(value[1])
@@ -425,11 +457,6 @@ class Engine:
                     break
         return RemoteCallError(message, type_name)
 
-    def _resume(self, pc: PendingCall[Any]) -> None:
-        for task in self._waiters.pop(pc.call_id, []):
-            self._suspended -= 1
-            self._step(task)
-
     # ------------------------------------------------------------ AmbrosiaJS posts
     def _apply_post(self, args: bytes) -> None:
         self._enter_derived(args)
@@ -438,11 +465,11 @@ class Engine:
             name = obj["methodName"]
             call_id = obj.get("callID", -1)
         except (SerializationError, KeyError) as e:
-            self._log_failure(None, SerializationError(f"malformed post call: {e}"))
+            self.handlers.log_failure(None, SerializationError(f"malformed post call: {e}"))
             return
         spec = self.cls.__ambrosia_methods__.get(name)
         if spec is None and isinstance(name, str) and name.endswith("_Result"):
-            pc = self._pending.pop(call_id, None)
+            pc = self.handlers.take(call_id)
             if pc is None:
                 self.log.warning("a post result for call %r, which is not pending, was ignored",
                                  call_id)
@@ -451,10 +478,10 @@ class Engine:
                 pc.resolve(error=RemoteCallError(str(obj["errorMsg"]), "Error"))
             else:
                 pc.resolve(jsconv.post_result(obj))
-            self._resume(pc)
+            self.handlers.resume(pc)
             return
         sender = obj.get("senderInstanceName", "")
-        on_done: Callable[[Any, BaseException | None], None] = self._log_failure
+        on_done: Done = self.handlers.log_failure
         if obj.get("resultRequired", True) and sender:
             on_done = self._post_result_sender(sender, name, call_id,
                                                spec.return_type if spec else None)
@@ -467,10 +494,10 @@ class Engine:
         except SerializationError as e:
             on_done(None, e)
             return
-        self._start(getattr(self.instance, spec.name), (), kwargs, spec.name, on_done)
+        self.handlers.start(getattr(self.instance, spec.name), (), kwargs, spec.name, on_done)
 
     def _post_result_sender(self, sender: str, name: str, call_id: Any, return_type: Any
-                            ) -> Callable[[Any, BaseException | None], None]:
+                            ) -> Done:
         def send(value: Any, error: BaseException | None) -> None:
             body = jsconv.result_body(self.instance_name, sender, name, call_id)
             if error is None:
@@ -490,49 +517,9 @@ class Engine:
 
         return send
 
-    # ------------------------------------------------------------ running handlers
-    def _start(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               name: str, on_done: Callable[[Any, BaseException | None], None]) -> None:
-        try:
-            result = func(*args, **kwargs)
-        except Exception as e:
-            on_done(None, e)
-            return
-        if inspect.iscoroutine(result):
-            self._step(Task(result, name, on_done))
-        else:
-            on_done(result, None)
-
-    def _step(self, task: Task) -> None:
-        try:
-            awaited = task.coro.send(None)
-        except StopIteration as stop:
-            task.on_done(stop.value, None)
-            return
-        except Exception as e:
-            task.on_done(None, e)
-            return
-        if not isinstance(awaited, PendingCall):
-            task.coro.close()
-            task.on_done(None, LocalProtocolError(
-                f"{task.name} awaited {awaited!r}: handlers may only await calls to immortals "
-                "(run other asyncio work with ctx.spawn() when primary and feed its results "
-                "back as Impulses)"))
-            return
-        self._suspended += 1
-        self._waiters.setdefault(awaited.call_id, []).append(task)
-
-    def _log_failure(self, value: Any, error: BaseException | None) -> None:
-        if error is None:
-            return
-        if isinstance(error, AmbrosiaError):
-            self.user_log.error("handler failed: %s", error)
-        else:
-            self.user_log.error("handler failed: %s", "".join(
-                traceback.format_exception(error)).rstrip())
-
+    # ------------------------------------------------------------ result senders
     def _result_sender(self, method: str, caller: str, call_id: int
-                       ) -> Callable[[Any, BaseException | None], None]:
+                       ) -> Done:
         def send(value: Any, error: BaseException | None) -> None:
             if error is None:
                 try:
@@ -552,7 +539,7 @@ class Engine:
     # ------------------------------------------------------------ sending
     def _require_handler(self, what: str) -> CurrentInput:
         cur = self.current_input
-        if cur is None or threading.get_ident() != self._loop_thread:
+        if cur is None or not self.outbox.on_engine_thread():
             raise LocalProtocolError(
                 f"{what} is only possible while handling a logged input (in a published method "
                 "or on_first_start); outside-world code sends Impulses: proxy.method.impulse()"
@@ -591,7 +578,7 @@ class Engine:
         self._next_call_id += 1
         pc: PendingCall[Any] = PendingCall(call_id, spec.name, spec.return_type,
                                            cls.remote_errors)
-        self._pending[call_id] = pc
+        self.handlers.add(pc)
         self._send_envelope(dest, spec.method_id, RpcType.FORK, call_id, payload)
         return pc
 
@@ -608,7 +595,7 @@ class Engine:
                 "(it would not be a logged input on replay); start outside-world code in "
                 "on_become_primary()"
             )
-        if self.current_input is not None and threading.get_ident() == self._loop_thread:
+        if self.current_input is not None and self.outbox.on_engine_thread():
             raise LocalProtocolError(
                 f"{what}: a handler cannot send an Impulse (Impulses come from the outside "
                 "world); use proxy.method(...) or .fork(...)"
@@ -620,36 +607,7 @@ class Engine:
         self._check_impulse(f"impulse {spec.name}")
         body = ser.Envelope(time.time_ns(), int.from_bytes(os.urandom(8)) >> 1, -1,
                             self.instance_name, self._payload(spec, args, kwargs)).encode()
-        self._queue_impulse(OutgoingRpc(dest, spec.method_id, RpcType.IMPULSE, body))
-
-    def _queue_impulse(self, rpc: OutgoingRpc) -> None:
-        size = len(rpc.args) + len(rpc.destination) + 16
-        with self._room:
-            # Back-pressure: a thread outside the loop waits while the coordinator is not
-            # taking what was queued. Code on the loop cannot wait here (it would stop the
-            # loop that empties the queue); it is bounded by the runner's drain().
-            if self.loop is not None and threading.get_ident() != self._loop_thread:
-                self.blocked_senders += 1
-                try:
-                    self._room.wait_for(lambda: self._queued_bytes < IMPULSE_QUEUE_LIMIT
-                                        or self._closed)
-                finally:
-                    self.blocked_senders -= 1
-            if self._closed:
-                raise LocalProtocolError("the immortal has stopped: the Impulse was not sent")
-            self._queued_bytes += size
-            self.peak_queued_bytes = max(self.peak_queued_bytes, self._queued_bytes)
-            self._impulses.append(rpc)
-            if self.outputs is not None:
-                self.outputs.append(rpc)
-        self._wake()
-
-    def _wake(self) -> None:
-        loop = self.loop
-        if loop is not None and threading.get_ident() != self._loop_thread:
-            loop.call_soon_threadsafe(self.wakeup)
-        else:
-            self.wakeup()
+        self.outbox.queue_impulse(OutgoingRpc(dest, spec.method_id, RpcType.IMPULSE, body))
 
     @staticmethod
     def _raw_args(args: dict[str, Any] | bytes) -> bytes:
@@ -664,7 +622,7 @@ class Engine:
         body = jsconv.call_body(self.instance_name, dest, method_name, call_id,
                                 {k: self.serializer.dump(v) for k, v in args.items()})
         pc: PendingCall[Any] = PendingCall(call_id, method_name)
-        self._pending[call_id] = pc
+        self.handlers.add(pc)
         self._send(dest, POST_METHOD_ID, RpcType.FORK, ser.encode_json_args(body))
         return pc
 
@@ -674,34 +632,23 @@ class Engine:
 
     def impulse_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None:
         self._check_impulse(f"impulse to method {method_id}")
-        self._queue_impulse(OutgoingRpc(dest, method_id, RpcType.IMPULSE, self._raw_args(args)))
+        self.outbox.queue_impulse(OutgoingRpc(dest, method_id, RpcType.IMPULSE,
+                                              self._raw_args(args)))
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        if not self.conn.is_primary or self.loop is None:
+        if not self.conn.is_primary:
             coro.close()
             raise LocalProtocolError(
                 "side effects (ctx.spawn) may only start when primary, with a running runtime"
             )
-        task = self.loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self.outbox.spawn(coro)
 
     def request_checkpoint(self) -> None:
-        data = self.conn.request_checkpoint()
-        with self._lock:
-            self._raw_out.append(data)
-        self._wake()
+        self.outbox.queue_raw(self.conn.request_checkpoint())
 
     async def stop_tasks(self) -> None:
-        with self._room:
-            self._closed = True
-            self._room.notify_all()
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(BaseException):  # cancelled side effects end here
-                await t
+        """Refuse further Impulses and cancel the side-effect tasks (the runner stops)."""
+        await self.outbox.close()
 
     # ------------------------------------------------------------ checkpoints
     def _framework_state(self) -> dict[str, Any]:
@@ -712,12 +659,12 @@ class Engine:
         assert self.instance is not None
         return ckpt.state_bytes(self.instance, self._framework_state())
 
-    def write_checkpoint(self) -> tuple[IO[bytes], int]:
+    def _write_checkpoint(self) -> tuple[IO[bytes], int]:
         """The checkpoint, in a (spooled) temporary file positioned at 0, and its size."""
         f = tempfile.SpooledTemporaryFile(max_size=ckpt.SPOOL_MAX)  # noqa: SIM115 - caller closes
         assert self.instance is not None
         try:
-            if self._suspended == 0:
+            if self.handlers.suspended == 0:
                 f.write(ckpt.header(self.instance, "q"))
                 ckpt.write_state(self.instance, self._framework_state(), f)
             else:
@@ -768,7 +715,7 @@ class Engine:
                     self._apply(tuple(record))
             finally:
                 self._suppress = False
-            if self._suspended == 0:
+            if self.handlers.suspended == 0:
                 self._journal.clear()
 
     def _read_state(self, objects: Iterator[Any]) -> None:

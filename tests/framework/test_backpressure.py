@@ -29,6 +29,7 @@ from ambrosia_py.wire import (
 from .apps import FLOOD, FLOOD_PAD, Flooder
 
 CID = 11
+_RECV_TIMEOUT = 10.0  # seconds without bytes before the test says what is stuck
 
 
 def _wait(cond: Callable[[], Any], what: str, limit: float = 60.0) -> None:
@@ -78,8 +79,15 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
         assert stalled_at < FLOOD and total > 10 * (IMPULSE_QUEUE_LIMIT + _WRITE_HIGH_WATER)
         # Reading resumes: everything arrives, in order.
         seen: list[int] = []
+        receive.settimeout(_RECV_TIMEOUT)
         while len(seen) < FLOOD:
-            data = receive.recv(1 << 20)
+            try:
+                data = receive.recv(1 << 20)
+            except TimeoutError:
+                raise AssertionError(
+                    f"no bytes for {_RECV_TIMEOUT}s after {len(seen)} of {FLOOD} Impulses: "
+                    f"{inst._accepted} accepted, {len(engine.outbox._impulses)} still queued, "
+                    f"{runner._inbox.qsize()} in the runner's inbox") from None
             assert data, "the binding closed its connection"
             decoder.receive_data(data)
             for m in decoder.events():
