@@ -498,19 +498,19 @@ class MethodRef:
         if self._impulse:
             return self.impulse(*args, **kwargs)
         if self._spec.kind is MethodKind.RPC:
-            return self._ctx._engine.call(self._dest, self._cls, self._spec, args, kwargs)
+            return self._ctx.runtime.call(self._dest, self._cls, self._spec, args, kwargs)
         return self.fork(*args, **kwargs)
 
     def fork(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget (from a handler)."""
-        self._ctx._engine.fork(self._dest, self._spec, args, kwargs)
+        self._ctx.runtime.fork(self._dest, self._spec, args, kwargs)
 
     def impulse(self, *args: Any, **kwargs: Any) -> None:
         """Send as an Impulse (from outside-world code, when primary; thread-safe).
 
         From a thread, this waits while about 1 MiB of Impulses is queued and the
         coordinator is not taking them (back-pressure instead of unbounded memory)."""
-        self._ctx._engine.impulse(self._dest, self._spec, args, kwargs)
+        self._ctx.runtime.impulse(self._dest, self._spec, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<{self._spec.kind.value} {self._dest or 'self'}.{self._spec.name}>"
@@ -570,10 +570,10 @@ class JsProxy:
 
     def post(self, method_name: str, /, **args: Any) -> PendingCall[Any]:
         """AmbrosiaJS "post": an awaited call by name; the result is JSON."""
-        return self._ctx._engine.post(self._dest, method_name, args)
+        return self._ctx.runtime.post(self._dest, method_name, args)
 
     def fork(self, method_id: int, args: dict[str, Any] | bytes) -> None:
-        self._ctx._engine.fork_raw(self._dest, method_id, args)
+        self._ctx.runtime.fork_raw(self._dest, method_id, args)
 
     def impulse(self, method_id: int, args: dict[str, Any] | bytes) -> None:
-        self._ctx._engine.impulse_raw(self._dest, method_id, args)
+        self._ctx.runtime.impulse_raw(self._dest, method_id, args)
