@@ -22,7 +22,8 @@ from typing import Any, Protocol
 if typing.TYPE_CHECKING:
     import asyncio
 
-    from .immortal import Immortal, MethodSpec, PendingCall
+    from .immortal import Immortal
+    from .methods import MethodSpec, PendingCall
 
 __all__ = ["ImmortalContext", "InputHeader", "Runtime"]
 

@@ -21,12 +21,7 @@ from ..errors import (
     SerializationError,
     UnknownMethodError,
 )
-from ..immortal import (
-    RESULT_METHOD_ID,
-    MethodKind,
-    MethodSpec,
-    PendingCall,
-)
+from ..methods import RESULT_METHOD_ID, MethodKind, MethodSpec, PendingCall
 from ..wire import RpcType
 from . import jsconv, replaylog
 from .core import INITIAL_MAGIC, EngineCore

@@ -21,10 +21,8 @@ from ..context import ImmortalContext, Runtime
 from ..errors import (
     LocalProtocolError,
 )
-from ..immortal import (
-    Immortal,
-    MethodSpec,
-)
+from ..immortal import Immortal
+from ..methods import MethodSpec
 from ..protocol import BindingConnection
 from ..wire import OutgoingRpc
 from . import replaylog

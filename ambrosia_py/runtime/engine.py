@@ -48,11 +48,7 @@ import msgpack
 from ..errors import (
     LocalProtocolError,
 )
-from ..immortal import (
-    POST_BY_IMPULSE_METHOD_ID,
-    POST_METHOD_ID,
-    RESULT_METHOD_ID,
-)
+from ..methods import POST_BY_IMPULSE_METHOD_ID, POST_METHOD_ID, RESULT_METHOD_ID
 from ..protocol import events as ev
 from ..wire import NEED_DATA
 from . import checkpoint as ckpt

@@ -12,10 +12,7 @@ from ..errors import (
     SerializationError,
     UnknownMethodError,
 )
-from ..immortal import (
-    POST_METHOD_ID,
-    PendingCall,
-)
+from ..methods import POST_METHOD_ID, PendingCall
 from ..wire import RpcType
 from . import jsconv, replaylog
 from .core import EngineCore

@@ -15,11 +15,8 @@ from ..errors import (
     ImpulseDuringRecoveryError,
     LocalProtocolError,
 )
-from ..immortal import (
-    Immortal,
-    MethodSpec,
-    PendingCall,
-)
+from ..immortal import Immortal
+from ..methods import MethodSpec, PendingCall
 from ..wire import OutgoingRpc, RpcType
 from .core import EngineCore
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import AmbrosiaError, LocalProtocolError
-from ..immortal import PendingCall
+from ..methods import PendingCall
 from .handling import Task
 from .replaylog import ReplayAwareLogger
 
