@@ -60,11 +60,6 @@ class Outbox:
     def on_engine_thread(self) -> bool:
         return threading.get_ident() == self.loop_thread
 
-    @property
-    def empty(self) -> bool:
-        with self._room:
-            return not self._impulses and not self._raw
-
     def queue_impulse(self, rpc: OutgoingRpc) -> None:
         """Queue one Impulse (any thread); waits for room when called off the engine's."""
         size = len(rpc.args) + len(rpc.destination) + 16

@@ -79,7 +79,6 @@ class InMemoryCoordinator:
         self.checkpoints: list[bytes] = []
         self.log: list[bytes] = []
         self._ckpt = bytearray()
-        self._woken = False
 
     @property
     def instance(self) -> Any:
@@ -94,7 +93,6 @@ class InMemoryCoordinator:
 
     def pump(self) -> None:
         """Take in everything the engine has to send now (queued Impulses too)."""
-        self._woken = False
         while (out := self.engine.next_output()) is not None:
             if isinstance(out, SendCheckpoint):
                 self._from_binding(b"".join(out.chunks()))
@@ -149,7 +147,8 @@ class InMemoryCoordinator:
 
     # -- binding -> coordinator
     def _wake(self) -> None:
-        self._woken = True  # an Impulse or request was queued: taken at the next pump
+        """An Impulse or a checkpoint request was queued: it waits for the next ``pump``
+        (a test decides when outside-world code's messages reach the coordinator)."""
 
     def _from_binding(self, data: bytes) -> None:
         self.decoder.receive_data(data)
