@@ -206,3 +206,18 @@ def test_a_real_run_gives_up_past_the_limit_and_stays_small(launcher: Launcher) 
     state = repro("patient", ImpulsedBoundedPatient, home=launcher.home).state
     assert state.padded == 20 and state.outcome == "JournalLimitError: " + line.split(
         "patient gave up: ")[1]
+
+
+def test_a_checkpoint_keeps_the_journal_form_earlier_versions_wrote_and_loads_it() -> None:
+    """Typed records in memory, the same msgpack lists and mode letters in the checkpoint:
+    a checkpoint written before the records were typed is the same bytes, and loads."""
+    ic = FakeCoordinator(Engine(Patient, "patient"))
+    ic.first_start()
+    _pad(ic, 0)
+    mode, journal = _checkpoint(ic)
+    assert mode == "p"
+    assert journal == [["i", ic.log[0][2:]], ["r", PAD, int(RpcType.FORK), _pad_args(0), 0]]
+    again = FakeCoordinator(Engine(Patient, "patient"))
+    again.recover(ic.checkpoint, [])
+    assert not again.engine.quiescent and again.engine.pending_calls == 1
+    assert again.engine.instance.padded == 1  # type: ignore[union-attr]
