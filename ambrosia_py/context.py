@@ -3,6 +3,11 @@
 ``now()`` and ``random()`` are replay-safe: their values come from the input being handled
 (its logged header), so a replay sees the same ones. Outside a handler they fall back to
 the real clock and ``os.urandom``; that is only legal in outside-world code.
+
+The arrow between the API and the runtime: the API (``immortal``, ``context``) says what it
+needs from a runtime in the ``Runtime`` protocol below and never names the runtime's
+classes; the runtime's engine provides it and attaches a context to each instance it
+creates. Proxies send through ``ctx.runtime``.
 """
 
 from __future__ import annotations
@@ -12,22 +17,67 @@ import logging
 import random as _random
 import typing
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 if typing.TYPE_CHECKING:
     import asyncio
 
-    from .runtime.engine import Engine
+    from .immortal import Immortal
+    from .methods import MethodSpec, PendingCall
 
-__all__ = ["ImmortalContext"]
+__all__ = ["ImmortalContext", "InputHeader", "Runtime"]
+
+
+class InputHeader(Protocol):
+    """The logged input being handled, as the context reads it."""
+
+    timestamp_ns: int
+
+    @property
+    def rng(self) -> _random.Random: ...
+
+
+class Runtime(Protocol):
+    """What the API asks of the runtime that runs an instance (the engine provides it)."""
+
+    log_replay: bool
+
+    @property
+    def is_primary(self) -> bool: ...
+
+    @property
+    def is_replaying(self) -> bool: ...
+
+    @property
+    def current_input(self) -> InputHeader | None: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+    def request_checkpoint(self) -> None: ...
+
+    def call(self, dest: str, cls: type[Immortal], spec: MethodSpec, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> PendingCall[Any]: ...
+
+    def fork(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> None: ...
+
+    def impulse(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> None: ...
+
+    def post(self, dest: str, method_name: str, args: dict[str, Any]) -> PendingCall[Any]: ...
+
+    def fork_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None: ...
+
+    def impulse_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None: ...
 
 
 class ImmortalContext:
     """The runtime's face towards one immortal instance."""
 
-    def __init__(self, engine: Engine, instance_name: str,
+    def __init__(self, runtime: Runtime, instance_name: str,
                  logger: logging.LoggerAdapter[logging.Logger]) -> None:
-        self._engine = engine
+        #: The runtime running this instance; the proxies send through it.
+        self.runtime = runtime
         self.instance_name = instance_name
         #: The instance's logger. Lines logged while handling a replayed input are dropped
         #: (they were printed when the input was first handled), or shown with a ``[replay] ``
@@ -38,30 +88,30 @@ class ImmortalContext:
     @property
     def is_primary(self) -> bool:
         """True once the instance is primary: Impulses and side effects are allowed."""
-        return self._engine.is_primary
+        return self.runtime.is_primary
 
     @property
     def is_replaying(self) -> bool:
         """True while the inputs being handled are replays of an earlier life's."""
-        return self._engine.is_replaying
+        return self.runtime.is_replaying
 
     @property
     def log_replay(self) -> bool:
         """Whether lines logged during replay are shown (marked ``[replay] ``)."""
-        return self._engine.log_replay
+        return self.runtime.log_replay
 
     @log_replay.setter
     def log_replay(self, on: bool) -> None:
-        self._engine.log_replay = on
+        self.runtime.log_replay = on
 
     @property
     def in_handler(self) -> bool:
         """True while a logged input is being handled (deterministic code)."""
-        return self._engine.current_input is not None
+        return self.runtime.current_input is not None
 
     def now(self) -> datetime.datetime:
         """The logged time of the input being handled (UTC); the wall clock outside one."""
-        cur = self._engine.current_input
+        cur = self.runtime.current_input
         if cur is None:
             return datetime.datetime.now(datetime.UTC)
         return datetime.datetime.fromtimestamp(cur.timestamp_ns / 1e9, datetime.UTC)
@@ -73,7 +123,7 @@ class ImmortalContext:
     @property
     def rng(self) -> _random.Random:
         """The replay-safe PRNG of the input being handled."""
-        cur = self._engine.current_input
+        cur = self.runtime.current_input
         if cur is None:
             return _random.Random()  # seeded from os.urandom: outside-world code only
         return cur.rng
@@ -81,8 +131,8 @@ class ImmortalContext:
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run outside-world code (a side effect) as an asyncio task, only when primary;
         it is cancelled when the immortal stops."""
-        return self._engine.spawn(coro)
+        return self.runtime.spawn(coro)
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint now (when primary)."""
-        self._engine.request_checkpoint()
+        self.runtime.request_checkpoint()

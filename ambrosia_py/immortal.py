@@ -2,30 +2,42 @@
 
 A user subclasses ``Immortal``; its state is its ordinary attributes. Decorators only mark
 methods; ``Immortal.__init_subclass__`` validates the whole class and raises one
-``ImmortalDefinitionError`` listing every problem. The runtime (``ambrosia_py.runtime``)
-drives instances; nothing here touches a socket.
+``ImmortalDefinitionError`` listing every problem (the decorators, method specs and the
+checks of one method live in ``methods``; their names are importable from here too). The
+runtime (``ambrosia_py.runtime``) drives instances through ``context.Runtime``; nothing
+here imports it or touches a socket.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import dis
-import enum
 import inspect
-import textwrap
 import typing
-import zlib
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
-
-import attrs
 
 from .errors import (
     ImmortalDefinitionError,
     LocalProtocolError,
 )
-from .serialization import Serializer, check_serializable, inspect_empty
+from .methods import (
+    METHOD_MARK,
+    MethodKind,
+    MethodMark,
+    MethodSpec,
+    PendingCall,
+    state_types,
+    validate_method,
+)
+from .methods import POST_BY_IMPULSE_METHOD_ID as POST_BY_IMPULSE_METHOD_ID
+from .methods import POST_METHOD_ID as POST_METHOD_ID
+from .methods import RESERVED_METHOD_IDS as RESERVED_METHOD_IDS
+from .methods import RESULT_METHOD_ID as RESULT_METHOD_ID
+from .methods import default_method_id as default_method_id
+from .methods import fork as fork
+from .methods import gather as gather
+from .methods import impulse as impulse
+from .methods import rpc as rpc
+from .serialization import Serializer
 
 if typing.TYPE_CHECKING:
     from .context import ImmortalContext
@@ -46,17 +58,7 @@ __all__ = [
     "rpc",
 ]
 
-T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 IM = TypeVar("IM", bound="Immortal")
-
-# Method ids below zero belong to the system: AmbrosiaJS uses -1 for "post" calls and
-# their results and -2 for post-by-impulse; ambrosia-py sends awaited results to -3.
-POST_METHOD_ID = -1
-POST_BY_IMPULSE_METHOD_ID = -2
-RESULT_METHOD_ID = -3
-RESERVED_METHOD_IDS = frozenset({POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID, RESULT_METHOD_ID})
-_MARK = "__ambrosia_method__"
 _HOOKS = (
     "on_first_start",
     "on_checkpoint_loaded",
@@ -65,188 +67,6 @@ _HOOKS = (
     "on_upgrade",
 )
 
-
-class MethodKind(enum.Enum):
-    RPC = "rpc"  # async/await: the caller awaits the result
-    FORK = "fork"  # fire and forget
-    IMPULSE = "impulse"  # input from the outside world, sent only when primary
-
-
-def default_method_id(name: str) -> int:
-    """A stable id from a method's name: CRC-32 masked to a positive 30-bit int."""
-    return zlib.crc32(name.encode("utf-8")) & 0x3FFFFFFF
-
-
-@attrs.frozen
-class _Mark:
-    kind: MethodKind
-    method_id: int | None
-
-
-def _decorator(kind: MethodKind) -> Any:
-    def decorate(func: Any = None, *, method_id: int | None = None) -> Any:
-        def mark(f: F) -> F:
-            # Not a function: __init_subclass__ reports it.
-            with contextlib.suppress(AttributeError, TypeError):
-                setattr(f, _MARK, _Mark(kind, method_id))
-            return f
-
-        if func is None:
-            return mark
-        return mark(func)
-
-    decorate.__name__ = kind.value
-    decorate.__doc__ = f"Publish a method as an immortal's {kind.value} method."
-    return decorate
-
-
-rpc = _decorator(MethodKind.RPC)
-rpc.__doc__ = """Publish an ``async def`` method; callers ``await proxy.method(...)`` its result.
-
-Exceptions raised by the method travel back to the caller as ``RemoteCallError`` (or as
-the original type when it is listed in the callee class's ``remote_errors``).
-Use as ``@rpc`` or ``@rpc(method_id=N)``."""
-fork = _decorator(MethodKind.FORK)
-fork.__doc__ = """Publish a fire-and-forget method (``def`` or ``async def``)."""
-impulse = _decorator(MethodKind.IMPULSE)
-impulse.__doc__ = """Publish a method the outside world calls (as an Impulse) when primary."""
-
-
-@attrs.frozen
-class MethodSpec:
-    """A published method as the runtime sees it."""
-
-    name: str
-    kind: MethodKind
-    method_id: int
-    func: Callable[..., Any]
-    is_coroutine: bool
-    may_suspend: bool  # contains an await: a handler may be left suspended
-    signature: inspect.Signature
-    hints: dict[str, Any]
-
-    @property
-    def return_type(self) -> Any:
-        return self.hints.get("return", inspect_empty)
-
-    def param_type(self, name: str) -> Any:
-        return self.hints.get(name, inspect_empty)
-
-
-_AWAIT_OPS = frozenset({"GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "BEFORE_ASYNC_WITH",
-                        "SEND", "YIELD_FROM"})
-
-
-def _may_suspend(func: Callable[..., Any]) -> bool:
-    """Whether a coroutine function's body awaits anything (statically, from its bytecode)."""
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return True
-    return any(ins.opname in _AWAIT_OPS for ins in dis.get_instructions(code))
-
-
-def _resolve_hints(func: Callable[..., Any], cls: type) -> tuple[dict[str, Any], list[str]]:
-    problems = []
-    try:
-        hints = typing.get_type_hints(func, include_extras=False)
-    except Exception as e:  # NameError for forward references, TypeError for bad ones
-        problems.append(f"{func.__name__}: type annotations cannot be resolved ({e})")
-        hints = {}
-    return hints, problems
-
-
-def _validate_method(cls: type, name: str, attr: Any, mark: _Mark) -> tuple[
-    MethodSpec | None, list[str]
-]:
-    problems: list[str] = []
-    func = attr
-    if not inspect.isfunction(func):
-        return None, [f"{name}: @{mark.kind.value} must decorate a plain method (got "
-                      f"{type(attr).__name__})"]
-    is_coro = inspect.iscoroutinefunction(func)
-    if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
-        problems.append(f"{name}: @{mark.kind.value} cannot be a generator")
-    elif mark.kind is MethodKind.RPC and not is_coro:
-        problems.append(
-            f"{name}: @rpc methods must be 'async def' (callers await their result)"
-        )
-    if mark.method_id is not None:
-        mid = mark.method_id
-        if not isinstance(mid, int) or isinstance(mid, bool):
-            problems.append(f"{name}: method_id must be an int, got {mid!r}")
-            mid = default_method_id(name)
-        elif mid < 0:
-            problems.append(f"{name}: method_id {mid} is negative; ids below 0 are reserved "
-                            "for the system")
-        elif mid > 0x7FFFFFFF:
-            problems.append(f"{name}: method_id {mid} does not fit in 32 bits")
-    else:
-        mid = default_method_id(name)
-    sig = inspect.signature(func)
-    params = list(sig.parameters.values())
-    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY,
-                                            params[0].POSITIONAL_OR_KEYWORD):
-        problems.append(f"{name}: a published method needs 'self' as its first parameter")
-    hints, hint_problems = _resolve_hints(func, cls)
-    problems.extend(hint_problems)
-    for p in params[1:]:
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            problems.append(f"{name}: parameter {p.name!r}: *args/**kwargs are not allowed in "
-                            "a published method (its signature is its wire contract)")
-            continue
-        if p.name in hints:
-            why = check_serializable(hints[p.name])
-            if why:
-                problems.append(f"{name}: parameter {p.name!r} is not serializable: {why}")
-    if "return" in hints and mark.kind is MethodKind.RPC:
-        why = check_serializable(hints["return"])
-        if why:
-            problems.append(f"{name}: its return type is not serializable: {why}")
-    spec = MethodSpec(
-        name=name,
-        kind=mark.kind,
-        method_id=mid,
-        func=func,
-        is_coroutine=is_coro,
-        may_suspend=is_coro and _may_suspend(func),
-        signature=sig,
-        hints=hints,
-    )
-    return spec, problems
-
-
-def _state_types(cls: type) -> dict[str, Any]:
-    """The types of the state attributes: class annotations, and ``self.x: T = ...`` in
-    ``__init__`` (read from its source), so that checkpointed attrs classes, enums and
-    dataclasses come back as themselves however the user declared them."""
-    types: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        init = vars(klass).get("__init__")
-        if klass is object or not inspect.isfunction(init):
-            continue
-        try:
-            source = textwrap.dedent(inspect.getsource(init))
-            tree = ast.parse(source)
-        except (OSError, TypeError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Attribute)
-                    and isinstance(node.target.value, ast.Name)
-                    and node.target.value.id == "self"):
-                try:
-                    types[node.target.attr] = eval(
-                        compile(ast.Expression(node.annotation), "<annotation>", "eval"),
-                        init.__globals__, dict(vars(klass)))
-                except Exception:
-                    continue
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:
-        hints = {}
-    for name, tp in hints.items():
-        if typing.get_origin(tp) is not ClassVar and tp is not ClassVar:
-            types.setdefault(name, tp)
-    return types
 
 
 class Immortal:
@@ -297,16 +117,16 @@ class Immortal:
         for base in reversed(cls.__mro__[1:]):
             methods.update(getattr(base, "__ambrosia_methods__", {}))
         for name, attr in list(vars(cls).items()):
-            mark = getattr(attr, _MARK, None)
-            if not isinstance(mark, _Mark):
+            mark = getattr(attr, METHOD_MARK, None)
+            if not isinstance(mark, MethodMark):
                 inner = getattr(attr, "__func__", None)
-                if isinstance(getattr(inner, _MARK, None), _Mark):
+                if isinstance(getattr(inner, METHOD_MARK, None), MethodMark):
                     problems.append(f"{name}: published methods must be plain instance methods, "
                                     f"not {type(attr).__name__}")
                 elif name in methods and callable(attr):
                     methods.pop(name)  # overridden without a decorator: no longer published
                 continue
-            spec, more = _validate_method(cls, name, attr, mark)
+            spec, more = validate_method(cls, name, attr, mark)
             problems.extend(more)
             if spec is not None:
                 methods[name] = spec
@@ -348,7 +168,7 @@ class Immortal:
         cls.__ambrosia_methods__ = methods
         cls.__ambrosia_by_id__ = by_id
         cls.__ambrosia_serializer__ = Serializer()
-        cls.__ambrosia_state_types__ = _state_types(cls)
+        cls.__ambrosia_state_types__ = state_types(cls)
 
     # ------------------------------------------------------------ runtime access
     @property
@@ -434,52 +254,6 @@ class Immortal:
         raise NotImplementedError
 
 
-# ---------------------------------------------------------------- awaiting calls
-class PendingCall(Generic[T]):
-    """An awaited call in flight; resolved by a result input, which the log records."""
-
-    __slots__ = ("_done", "_error", "_result", "call_id", "method", "remote_errors",
-                 "result_type")
-
-    def __init__(self, call_id: int, method: str, result_type: Any = inspect_empty,
-                 remote_errors: tuple[type[BaseException], ...] = ()) -> None:
-        self.call_id = call_id
-        self.method = method
-        self.result_type = result_type
-        self.remote_errors = remote_errors
-        self._done = False
-        self._result: Any = None
-        self._error: BaseException | None = None
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def resolve(self, result: Any = None, error: BaseException | None = None) -> None:
-        self._done = True
-        self._result = result
-        self._error = error
-
-    def outcome(self) -> T:
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-    def __await__(self) -> Generator[Any, Any, T]:
-        if not self._done:
-            yield self
-        return self.outcome()
-
-    def __repr__(self) -> str:
-        state = "done" if self._done else "pending"
-        return f"<PendingCall {self.method} #{self.call_id} {state}>"
-
-
-async def gather(*calls: Any) -> list[Any]:
-    """Await several calls; they are all in flight already, so this is their join."""
-    return [await c for c in calls]
-
-
 # ---------------------------------------------------------------- proxies
 class MethodRef:
     """``proxy.method``: call it, ``.fork(...)`` it, or ``.impulse(...)`` it."""
@@ -498,19 +272,19 @@ class MethodRef:
         if self._impulse:
             return self.impulse(*args, **kwargs)
         if self._spec.kind is MethodKind.RPC:
-            return self._ctx._engine.call(self._dest, self._cls, self._spec, args, kwargs)
+            return self._ctx.runtime.call(self._dest, self._cls, self._spec, args, kwargs)
         return self.fork(*args, **kwargs)
 
     def fork(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget (from a handler)."""
-        self._ctx._engine.fork(self._dest, self._spec, args, kwargs)
+        self._ctx.runtime.fork(self._dest, self._spec, args, kwargs)
 
     def impulse(self, *args: Any, **kwargs: Any) -> None:
         """Send as an Impulse (from outside-world code, when primary; thread-safe).
 
         From a thread, this waits while about 1 MiB of Impulses is queued and the
         coordinator is not taking them (back-pressure instead of unbounded memory)."""
-        self._ctx._engine.impulse(self._dest, self._spec, args, kwargs)
+        self._ctx.runtime.impulse(self._dest, self._spec, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<{self._spec.kind.value} {self._dest or 'self'}.{self._spec.name}>"
@@ -570,10 +344,10 @@ class JsProxy:
 
     def post(self, method_name: str, /, **args: Any) -> PendingCall[Any]:
         """AmbrosiaJS "post": an awaited call by name; the result is JSON."""
-        return self._ctx._engine.post(self._dest, method_name, args)
+        return self._ctx.runtime.post(self._dest, method_name, args)
 
     def fork(self, method_id: int, args: dict[str, Any] | bytes) -> None:
-        self._ctx._engine.fork_raw(self._dest, method_id, args)
+        self._ctx.runtime.fork_raw(self._dest, method_id, args)
 
     def impulse(self, method_id: int, args: dict[str, Any] | bytes) -> None:
-        self._ctx._engine.impulse_raw(self._dest, method_id, args)
+        self._ctx.runtime.impulse_raw(self._dest, method_id, args)

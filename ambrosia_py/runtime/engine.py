@@ -1,5 +1,20 @@
-"""The deterministic core: protocol events in, user code run, outgoing RPCs and
-checkpoints out. No sockets (``runner`` owns them); everything here runs on one thread.
+"""The deterministic core, as a sans-IO session: bytes from the coordinator in
+(``receive_data``), outputs out (``next_output``: bytes to write, or a checkpoint to
+stream). It answers TakeCheckpoint itself and decides when queued Impulses may go; its
+driver (``runner`` over sockets, ``ambrosia_py.testing.inmemory`` in tests) only moves
+bytes. Handlers run on the driver's thread.
+
+The engine is one class put together from rooms, each one job:
+
+- ``engine`` (here): the I/O surface and the dispatch of protocol events and inputs;
+- ``core``: the shared state, the input being handled, the one way RPCs are sent;
+- ``journal``: the typed inputs a checkpoint carries while handlers are suspended;
+- ``stepping``: handlers' coroutines stepped by hand, and the pending-call table;
+- ``arguments``: the three argument forms, results, and the senders of results;
+- ``posts`` (with ``jsconv``): AmbrosiaJS's "post" convention;
+- ``sending``: calls, forks and Impulses handlers and outside-world code send;
+- ``outbox``: the thread-safe Impulse queue and side-effect tasks;
+- ``lifecycle`` (with ``checkpoint``): checkpoints written and loaded, and upgrades.
 
 Handlers' coroutines are driven by hand rather than by asyncio: a handler may only await
 calls to immortals (``PendingCall``), and it resumes synchronously while the input that
@@ -14,62 +29,49 @@ rebuilds the same suspended coroutines. A checkpoint taken while quiescent is ju
 state. The cost: one serialization of the state each time a handler that can suspend (an
 ``async def`` whose body awaits, found from its bytecode) starts while none is suspended,
 and memory for the inputs handled while any is.
+
+The arrow to the API: ``immortal`` and ``context`` describe what they need from a
+runtime as ``context.Runtime`` and never import this package; the engine provides that
+protocol and uses the API's definitions (``Immortal``, method specs, ``PendingCall``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
-import logging
 import os
-import tempfile
-import threading
 import time
-import traceback
-from collections.abc import Callable, Coroutine, Iterator
-from typing import IO, Any
+from collections.abc import Callable
 
 import msgpack
-import xxhash
 
-from .. import serialization as ser
-from ..context import ImmortalContext
 from ..errors import (
-    AlreadyUpgradedError,
-    AmbrosiaError,
-    ImpulseDuringRecoveryError,
     LocalProtocolError,
-    RemoteCallError,
-    SerializationError,
-    UnknownMethodError,
 )
-from ..immortal import (
-    POST_BY_IMPULSE_METHOD_ID,
-    POST_METHOD_ID,
-    RESULT_METHOD_ID,
-    Immortal,
-    MethodKind,
-    MethodSpec,
-    PendingCall,
-)
-from ..protocol import BindingConnection
+from ..methods import POST_BY_IMPULSE_METHOD_ID, POST_METHOD_ID, RESULT_METHOD_ID
 from ..protocol import events as ev
-from ..wire import OutgoingRpc, Rpc, RpcType
+from ..wire import NEED_DATA
 from . import checkpoint as ckpt
-from . import jsconv, replaylog
-from .handling import CurrentInput, Task
-from .journal import Journal
+from .arguments import ArgumentForms
+from .core import INITIAL_MAGIC
+from .handling import CurrentInput
+from .journal import InitialInput, Input, RpcInput
+from .lifecycle import Lifecycle
+from .outbox import IMPULSE_QUEUE_LIMIT
+from .outputs import Output, SendBytes, SendCheckpoint
+from .posts import JsPosts
+from .sending import Sending
 
-__all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine"]
+__all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine", "Output",
+           "SendBytes", "SendCheckpoint"]
 
 CHECKPOINT_FORMAT = ckpt.CHECKPOINT_FORMAT
 
-_INITIAL_MAGIC = "ambrosia-py"
-IMPULSE_QUEUE_LIMIT = 1 << 20  # bytes of queued Impulses before outside-world threads wait
+# RPC bytes gathered into one output before it is handed out (a long replay's results).
+_BATCH_BYTES = 1 << 20
 
 
-class Engine:
+class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
     """Runs one immortal instance against a ``BindingConnection``.
 
     Args:
@@ -83,130 +85,86 @@ class Engine:
             variable ``AMBROSIA_LOG_REPLAY``.
     """
 
-    def __init__(
-        self,
-        cls: type[Immortal],
-        instance_name: str,
-        *,
-        upgrade_to: type[Immortal] | None = None,
-        convert: Callable[[Any], Immortal] | None = None,
-        record_outputs: bool = False,
-        logger: logging.Logger | None = None,
-        log_replay: bool | None = None,
-    ) -> None:
-        for c in (cls, upgrade_to):
-            if c is not None and not (isinstance(c, type) and issubclass(c, Immortal)):
-                raise TypeError(f"{c!r} is not an Immortal subclass")
-        self.cls = cls
-        self.instance_name = instance_name
-        self.upgrade_to = upgrade_to
-        self.convert = convert
-        self.log = logger or logging.getLogger(f"ambrosia.{instance_name}")
-        self.log_replay = replaylog.log_replay_from_env() if log_replay is None else log_replay
-        # What handlers log (ctx.log, their failures): quiet or marked while they handle a
-        # replayed input. Lifecycle hooks (loading a checkpoint, ...) run once per life.
-        self.user_log = replaylog.ReplayAwareLogger(
-            self.log, lambda: self.is_replaying and self.current_input is not None,
-            lambda: self.log_replay)
-        self.conn = BindingConnection(instance_name)
-        self.instance: Immortal | None = None
-        self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
-        self.current_input: CurrentInput | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.wakeup: Callable[[], None] = lambda: None
-        self.checkpoints_taken = 0
-        self.last_checkpoint_size = 0
-        # Checkpointed framework state.
-        self._next_call_id = 1
-        self._last_ts = 0
-        self._inputs_seen = 0
-        # Volatile: rebuilt from checkpoints and replay.
-        self._pending: dict[int, PendingCall[Any]] = {}
-        self._waiters: dict[int, list[Task]] = {}
-        self._suspended = 0
-        self._journal = Journal()  # what checkpoints carry while handlers are suspended
-        self._suppress = False
-        self._batch: list[OutgoingRpc] = []
-        self._impulses: list[OutgoingRpc] = []
-        self._raw_out: list[bytes] = []
-        self._lock = threading.Lock()
-        # Outside-world threads wait here while the queued Impulses fill IMPULSE_QUEUE_LIMIT.
-        self._room = threading.Condition(self._lock)
-        self._queued_bytes = 0
-        self._closed = False
-        self.peak_queued_bytes = 0  # the most Impulse bytes ever queued at once
-        self.blocked_senders = 0  # outside-world threads waiting for room now
-        self._loop_thread = threading.get_ident()
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._ckpt_in: IO[bytes] | None = None
-        self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
-        # Each method's positional parameter types, looked up once rather than per call.
-        self._positional_types: dict[Callable[..., Any], list[Any]] = {}
+    def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None]
+               ) -> None:
+        """Drive the engine from the calling thread (handlers run on it).
 
-    # ------------------------------------------------------------ properties
-    @property
-    def is_primary(self) -> bool:
-        return self.conn.is_primary
+        Args:
+            loop: the event loop side effects (``ctx.spawn``) run on, if any.
+            wakeup: called on this thread when outside-world code queued something to
+                send: call ``next_output`` then.
+        """
+        self.outbox.attach(loop, wakeup)
 
-    @property
-    def is_replaying(self) -> bool:
-        return self.conn.is_replaying or self._suppress
+    def receive_data(self, data: bytes) -> None:
+        """Bytes read from the coordinator's send port; act on them with ``next_output``."""
+        self.conn.receive_data(data)
 
-    @property
-    def quiescent(self) -> bool:
-        """No handler is suspended on an awaited call."""
-        return self._suspended == 0
+    def next_output(self) -> Output | None:
+        """Handle the events received so far and return the next thing to send: bytes, or a
+        checkpoint to stream (all of it, before calling again). None: nothing until more
+        data is received or ``wakeup`` is called."""
+        if self._ckpt_out is not None and not self._ckpt_out.done:
+            raise LocalProtocolError("the checkpoint handed out was not sent to its end")
+        if self._held is not None:
+            self._ckpt_out, self._held = self._held, None
+            return self._ckpt_out
+        pending = bytearray()
+        conn = self.conn
+        while True:
+            event = conn.next_event()
+            if event is NEED_DATA:
+                break
+            if type(event) is ev.TakeCheckpoint:
+                taken = self._take_checkpoint(event.reason)
+                if pending:  # what came before the checkpoint goes first
+                    self._held = taken
+                    return SendBytes(bytes(pending))
+                self._ckpt_out = taken
+                return taken
+            out = self._handle(event)  # type: ignore[arg-type]
+            if out:
+                pending += out
+                if len(pending) >= _BATCH_BYTES:
+                    return SendBytes(bytes(pending))
+        if not conn.owes_checkpoint and conn.is_primary:
+            pending += self._take_outbox()
+        return SendBytes(bytes(pending)) if pending else None
 
-    @property
-    def pending_calls(self) -> int:
-        return len(self._pending)
+    def _take_outbox(self) -> bytes:
+        """Impulses and checkpoint requests queued by outside-world code, encoded."""
+        impulses, raw = self.outbox.take()
+        out = self.conn.send_rpcs(impulses) if impulses else b""
+        return out + b"".join(raw)
 
-    @property
-    def serializer(self) -> ser.Serializer:
-        return self.cls.__ambrosia_serializer__
+    def _take_checkpoint(self, reason: ev.CheckpointReason) -> SendCheckpoint:
+        f, size = self.write_checkpoint()
+        return SendCheckpoint(self.conn, f, size, reason, self.log)
 
-    def _attach(self, inst: Immortal) -> Immortal:
-        object.__setattr__(inst, "_ambrosia_ctx", ImmortalContext(self, self.instance_name,
-                                                                   self.user_log))
-        return inst
-
-    # ------------------------------------------------------------ events
-    def handle(self, event: ev.ProtocolEvent) -> bytes:
-        """Handle one protocol event (but not ``TakeCheckpoint``: see ``write_checkpoint``).
-
-        Returns the bytes to send the coordinator now (the InitialMessage, or the RPCs the
-        event's handlers sent, as one RPCBatch)."""
+    def _handle(self, event: ev.ProtocolEvent) -> bytes:
+        """Handle one protocol event other than ``TakeCheckpoint``; the bytes to send."""
         kind = type(event)
         if kind is ev.IncomingRpc:
-            self._input(("r", event.rpc.method_id, event.rpc.rpc_type,  # type: ignore[union-attr]
-                         event.rpc.args, event.rpc.reserved))  # type: ignore[union-attr]
+            rpc = event.rpc  # type: ignore[union-attr]
+            self._input(RpcInput(rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved))
             return self._encode_batch()
         if kind is ev.InitialMessageReceived:
-            self._input(("i", event.data))  # type: ignore[union-attr]
+            self._input(InitialInput(event.data))  # type: ignore[union-attr]
             return self._encode_batch()
         if kind is ev.FirstStart:
             self.log.info("first start: sending the InitialMessage")
             self.instance = self._attach(self.cls())
-            header = [_INITIAL_MAGIC, time.time_ns(), int.from_bytes(os.urandom(8)) >> 1]
+            header = [INITIAL_MAGIC, time.time_ns(), int.from_bytes(os.urandom(8)) >> 1]
             return self.conn.send_initial_message(msgpack.packb(header))
         if kind is ev.CheckpointLoadStarted:
-            self.log.info("recovering: loading a checkpoint of %d bytes",
-                          event.size)  # type: ignore[union-attr]
-            # Closed once the checkpoint is loaded.
-            self._ckpt_in = tempfile.SpooledTemporaryFile(max_size=ckpt.SPOOL_MAX)  # noqa: SIM115
+            self._begin_load(event.size)  # type: ignore[union-attr]
             return b""
         if kind is ev.CheckpointLoadChunk:
             assert self._ckpt_in is not None
             self._ckpt_in.write(event.data)  # type: ignore[union-attr]
             return b""
         if kind is ev.CheckpointLoaded:
-            assert self._ckpt_in is not None
-            f, self._ckpt_in = self._ckpt_in, None
-            try:
-                f.seek(0)
-                self._load_checkpoint(f)
-            finally:
-                f.close()
+            self._finish_load()
             out = self._encode_batch()
             assert self.instance is not None
             self.instance.on_checkpoint_loaded()
@@ -225,8 +183,6 @@ class Engine:
             assert self.instance is not None
             self.instance.on_become_primary()
             return b""
-        if kind is ev.TakeCheckpoint:
-            raise LocalProtocolError("TakeCheckpoint is answered with write_checkpoint()")
         raise LocalProtocolError(f"unexpected protocol event {event!r}")
 
     def _encode_batch(self) -> bytes:
@@ -235,34 +191,22 @@ class Engine:
         batch, self._batch = self._batch, []
         return self.conn.send_rpcs(batch)
 
-    def take_outgoing(self) -> bytes:
-        """Impulses and checkpoint requests queued by outside-world code, encoded.
-
-        Call only when no checkpoint is owed."""
-        with self._room:
-            impulses, self._impulses = self._impulses, []
-            raw, self._raw_out = self._raw_out, []
-            self._queued_bytes = 0
-            self._room.notify_all()
-        out = self.conn.send_rpcs(impulses) if impulses else b""
-        return out + b"".join(raw)
-
-    # ------------------------------------------------------------ inputs
-    def _input(self, record: tuple[Any, ...]) -> None:
-        if self._suspended == 0 and self._may_suspend(record):
+    def _input(self, record: Input) -> None:
+        """Handle one logged input, journaled while a handler may be suspended."""
+        if self.handlers.suspended == 0 and self._may_suspend(record):
             self._journal.begin(self._state_bytes())
         if self._journal.active:
             self._journal.add(record)
         self._apply(record)
-        if self._suspended == 0:
+        if self.handlers.suspended == 0:
             self._journal.clear()
 
-    def _may_suspend(self, record: tuple[Any, ...]) -> bool:
-        if record[0] == "i":
+    def _may_suspend(self, record: Input) -> bool:
+        if type(record) is InitialInput:
             assert self.instance is not None
             hook = type(self.instance).on_first_start
             return inspect.iscoroutinefunction(hook)
-        method_id = record[1]
+        method_id = record.method_id  # type: ignore[union-attr]
         if method_id == RESULT_METHOD_ID:
             return False
         if method_id in (POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID):
@@ -270,14 +214,24 @@ class Engine:
         spec = self.cls.__ambrosia_by_id__.get(method_id)
         return spec is not None and spec.may_suspend
 
-    def _apply(self, record: tuple[Any, ...]) -> None:
+    def _apply(self, record: Input) -> None:
+        """Dispatch one input to its room: the first start, a result, an AmbrosiaJS post,
+        or a call of a published method."""
         self._inputs_seen += 1
         try:
-            if record[0] == "i":
-                self._apply_initial(record[1])
+            if type(record) is InitialInput:
+                self._apply_initial(record.data)
+            elif record.reserved:  # type: ignore[union-attr]
+                self.log.error("ignoring an RPC in the C# binding's result form (reserved "
+                               "byte %d)", record.reserved)  # type: ignore[union-attr]
+            elif record.method_id == RESULT_METHOD_ID:  # type: ignore[union-attr]
+                self._apply_result(record.args)  # type: ignore[union-attr]
+            elif record.method_id in (POST_METHOD_ID,  # type: ignore[union-attr]
+                                      POST_BY_IMPULSE_METHOD_ID):
+                self._apply_post(record.args)  # type: ignore[union-attr]
             else:
-                self._apply_rpc(Rpc(record[1], record[2], record[3], record[4]))
-            if self._suspended:
+                self._apply_call(record.method_id, record.args)  # type: ignore[union-attr]
+            if self.handlers.suspended:
                 self._check_journal()
         finally:
             self.current_input = None
@@ -288,517 +242,8 @@ class Engine:
         A function of the log: a replay does the same at the same input."""
         j, cls = self._journal, self.cls
         if j.warning_due(cls.journal_warning_bytes):
-            self.user_log.warning("%s", j.warning(self._suspended_names(),
+            self.user_log.warning("%s", j.warning(self.handlers.suspended_names(),
                                                   cls.journal_warning_bytes))
         if not j.over(cls.journal_limit_bytes):
             return
-        for call_id in sorted(self._waiters):
-            if self._suspended == 0:
-                break
-            if call_id not in self._waiters:
-                continue  # an earlier failure's handler resolved it meanwhile
-            pc = self._pending.pop(call_id)
-            pc.resolve(error=j.limit_error(f"{pc.method} (call {call_id})",
-                                           cls.journal_limit_bytes))
-            self._resume(pc)
-
-    def _suspended_names(self) -> str:
-        return ", ".join(f"{t.name} awaiting {self._pending[cid].method} (call {cid})"
-                         for cid in sorted(self._waiters) for t in self._waiters[cid])
-
-    def _apply_initial(self, data: bytes) -> None:
-        try:
-            magic, ts, entropy = msgpack.unpackb(data)
-            if magic != _INITIAL_MAGIC:
-                raise ValueError(magic)
-        except Exception:
-            ts, entropy = self._last_ts, xxhash.xxh64_intdigest(data) >> 1
-        self._enter(ts, entropy)
-        self.log.info("first start: running on_first_start%s",
-                      " (replayed)" if self.is_replaying else "")
-        assert self.instance is not None
-        self._start(self.instance.on_first_start, (), {}, "on_first_start", self._log_failure)
-
-    def _enter(self, ts: int, entropy: int) -> CurrentInput:
-        self._last_ts = max(self._last_ts, ts)
-        self.current_input = CurrentInput(ts, entropy)
-        return self.current_input
-
-    def _enter_derived(self, args: bytes) -> CurrentInput:
-        """Header of an input that carries none (AmbrosiaJS's): a function of the log."""
-        return self._enter(self._last_ts, xxhash.xxh64_intdigest(args, seed=self._inputs_seen)
-                           >> 1)
-
-    def _apply_rpc(self, rpc: Rpc) -> None:
-        if rpc.reserved:
-            self.log.error("ignoring an RPC in the C# binding's result form (reserved byte %d)",
-                           rpc.reserved)
-            return
-        mid, args = rpc.method_id, rpc.args
-        if mid == RESULT_METHOD_ID:
-            self._apply_result(args)
-            return
-        if mid in (POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID):
-            self._apply_post(args)
-            return
-        spec = self.cls.__ambrosia_by_id__.get(mid)
-        if spec is None:
-            self._enter_derived(args)
-            self._log_failure(None, UnknownMethodError(
-                f"{self.cls.__qualname__} publishes no method with id {mid}"))
-            return
-        on_done: Callable[[Any, BaseException | None], None] = self._log_failure
-        try:
-            if ser.is_envelope(args):
-                env = ser.Envelope.decode(args)
-                self._enter(env.timestamp_ns, env.entropy)
-                if env.call_id >= 0 and spec.kind is MethodKind.RPC:
-                    on_done = self._result_sender(spec.name, env.caller, env.call_id)
-                pos, kw = self._decode_payload(spec, env.payload)
-            elif args[:1] == b"{":
-                self._enter_derived(args)
-                pos, kw = (), self._load_json_kwargs(
-                    spec, jsconv.fork_kwargs(ser.decode_json_args(args)))
-            elif args[:1] == bytes([ser.RAW_BYTES_MARKER]):
-                self._enter_derived(args)
-                pos, kw = (ser.decode_raw_args(args),), {}
-            else:
-                self._enter_derived(args)
-                raise SerializationError(f"arguments of {spec.name} are in no known form")
-        except SerializationError as e:
-            on_done(None, e)
-            return
-        self._start(getattr(self.instance, spec.name), pos, kw, spec.name, on_done)
-
-    def _load_json_kwargs(self, spec: MethodSpec, kw: dict[str, Any]) -> dict[str, Any]:
-        """JSON arguments (AmbrosiaJS's) as the parameters' annotated types."""
-        s = self.serializer
-        return {k: s.load(v, spec.param_type(k)) for k, v in kw.items()}
-
-    def _decode_payload(self, spec: MethodSpec, payload: Any) -> tuple[tuple[Any, ...],
-                                                                       dict[str, Any]]:
-        if not (isinstance(payload, list) and len(payload) == 2
-                and isinstance(payload[0], list) and isinstance(payload[1], dict)):
-            raise SerializationError(f"arguments of {spec.name} are not [args, kwargs]")
-        types = self._positional_types.get(spec.func)
-        if types is None:
-            params = list(spec.signature.parameters.values())[1:]
-            types = self._positional_types[spec.func] = [spec.param_type(p.name)
-                                                         for p in params]
-        load = self.serializer.load
-        args, named = payload
-        if len(args) <= len(types):  # the usual case: every argument has its type
-            pos = tuple(map(load, args, types))
-        else:
-            pos = tuple(load(v, types[i] if i < len(types) else ser.inspect_empty)
-                        for i, v in enumerate(args))
-        if not named:
-            return pos, {}
-        return pos, {k: load(v, spec.param_type(k)) for k, v in named.items()}
-
-    def _apply_result(self, args: bytes) -> None:
-        env = ser.Envelope.decode(args)
-        self._enter(env.timestamp_ns, env.entropy)
-        pc = self._pending.pop(env.call_id, None)
-        if pc is None:
-            self.log.warning("a result for call %d, which is not pending, was ignored",
-                             env.call_id)
-            return
-        try:
-            ok, value = env.payload
-            if ok:
-                pc.resolve(self.serializer.load(value, pc.result_type))
-            else:
-                pc.resolve(error=self._remote_error(pc, value))
-        except (SerializationError, ValueError, TypeError) as e:
-            pc.resolve(error=e if isinstance(e, SerializationError) else
-                       SerializationError(f"malformed result of {pc.method}: {e}"))
-        self._resume(pc)
-
-    def _remote_error(self, pc: PendingCall[Any], value: Any) -> BaseException:
-        type_name, message = str(value[0]), str(value[1])
-        for t in pc.remote_errors:
-            if t.__name__ == type_name:
-                try:
-                    return t(message)
-                except Exception:
-                    break
-        return RemoteCallError(message, type_name)
-
-    def _resume(self, pc: PendingCall[Any]) -> None:
-        for task in self._waiters.pop(pc.call_id, []):
-            self._suspended -= 1
-            self._step(task)
-
-    # ------------------------------------------------------------ AmbrosiaJS posts
-    def _apply_post(self, args: bytes) -> None:
-        self._enter_derived(args)
-        try:
-            obj = ser.decode_json_args(args)
-            name = obj["methodName"]
-            call_id = obj.get("callID", -1)
-        except (SerializationError, KeyError) as e:
-            self._log_failure(None, SerializationError(f"malformed post call: {e}"))
-            return
-        spec = self.cls.__ambrosia_methods__.get(name)
-        if spec is None and isinstance(name, str) and name.endswith("_Result"):
-            pc = self._pending.pop(call_id, None)
-            if pc is None:
-                self.log.warning("a post result for call %r, which is not pending, was ignored",
-                                 call_id)
-                return
-            if "errorMsg" in obj:
-                pc.resolve(error=RemoteCallError(str(obj["errorMsg"]), "Error"))
-            else:
-                pc.resolve(jsconv.post_result(obj))
-            self._resume(pc)
-            return
-        sender = obj.get("senderInstanceName", "")
-        on_done: Callable[[Any, BaseException | None], None] = self._log_failure
-        if obj.get("resultRequired", True) and sender:
-            on_done = self._post_result_sender(sender, name, call_id,
-                                               spec.return_type if spec else None)
-        if spec is None:
-            on_done(None, UnknownMethodError(f"{self.cls.__qualname__} publishes no method "
-                                             f"{name!r}"))
-            return
-        try:
-            kwargs = self._load_json_kwargs(spec, jsconv.post_kwargs(obj))
-        except SerializationError as e:
-            on_done(None, e)
-            return
-        self._start(getattr(self.instance, spec.name), (), kwargs, spec.name, on_done)
-
-    def _post_result_sender(self, sender: str, name: str, call_id: Any, return_type: Any
-                            ) -> Callable[[Any, BaseException | None], None]:
-        def send(value: Any, error: BaseException | None) -> None:
-            body = jsconv.result_body(self.instance_name, sender, name, call_id)
-            if error is None:
-                try:
-                    body["result"] = jsconv.result_value(value, self.serializer.dump(value),
-                                                         return_type)
-                    data = ser.encode_json_args(body)
-                except SerializationError as e:
-                    error = e
-            if error is not None:
-                replaylog.log_rpc_failure(self.user_log, name, sender, call_id, error,
-                                          posted=True)
-                body.pop("result", None)
-                body["errorMsg"] = f"{type(error).__name__}: {error}"
-                data = ser.encode_json_args(body)
-            self._send(sender, POST_METHOD_ID, RpcType.FORK, data)
-
-        return send
-
-    # ------------------------------------------------------------ running handlers
-    def _start(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               name: str, on_done: Callable[[Any, BaseException | None], None]) -> None:
-        try:
-            result = func(*args, **kwargs)
-        except Exception as e:
-            on_done(None, e)
-            return
-        if inspect.iscoroutine(result):
-            self._step(Task(result, name, on_done))
-        else:
-            on_done(result, None)
-
-    def _step(self, task: Task) -> None:
-        try:
-            awaited = task.coro.send(None)
-        except StopIteration as stop:
-            task.on_done(stop.value, None)
-            return
-        except Exception as e:
-            task.on_done(None, e)
-            return
-        if not isinstance(awaited, PendingCall):
-            task.coro.close()
-            task.on_done(None, LocalProtocolError(
-                f"{task.name} awaited {awaited!r}: handlers may only await calls to immortals "
-                "(run other asyncio work with ctx.spawn() when primary and feed its results "
-                "back as Impulses)"))
-            return
-        self._suspended += 1
-        self._waiters.setdefault(awaited.call_id, []).append(task)
-
-    def _log_failure(self, value: Any, error: BaseException | None) -> None:
-        if error is None:
-            return
-        if isinstance(error, AmbrosiaError):
-            self.user_log.error("handler failed: %s", error)
-        else:
-            self.user_log.error("handler failed: %s", "".join(
-                traceback.format_exception(error)).rstrip())
-
-    def _result_sender(self, method: str, caller: str, call_id: int
-                       ) -> Callable[[Any, BaseException | None], None]:
-        def send(value: Any, error: BaseException | None) -> None:
-            if error is None:
-                try:
-                    payload: list[Any] = [True, self.serializer.dump(value)]
-                except SerializationError as e:
-                    error = e
-            if error is not None:
-                if not isinstance(error, Exception):
-                    raise error
-                if not replaylog.declared(error, self.cls.remote_errors):
-                    replaylog.log_rpc_failure(self.user_log, method, caller, call_id, error)
-                payload = [False, [type(error).__name__, str(error)]]
-            self._send_envelope(caller, RESULT_METHOD_ID, RpcType.FORK, call_id, payload)
-
-        return send
-
-    # ------------------------------------------------------------ sending
-    def _require_handler(self, what: str) -> CurrentInput:
-        cur = self.current_input
-        if cur is None or threading.get_ident() != self._loop_thread:
-            raise LocalProtocolError(
-                f"{what} is only possible while handling a logged input (in a published method "
-                "or on_first_start); outside-world code sends Impulses: proxy.method.impulse()"
-            )
-        return cur
-
-    def _send(self, dest: str, method_id: int, rpc_type: int, args: bytes) -> None:
-        if self._suppress:
-            return
-        rpc = OutgoingRpc(dest, method_id, int(rpc_type), args)
-        self._batch.append(rpc)
-        if self.outputs is not None:
-            self.outputs.append(rpc)
-
-    def _send_envelope(self, dest: str, method_id: int, rpc_type: int, call_id: int,
-                       payload: Any) -> None:
-        cur = self._require_handler("sending an RPC")
-        ts, entropy = cur.derive()
-        body = ser.Envelope(ts, entropy, call_id, self.instance_name, payload).encode()
-        self._send(dest, method_id, rpc_type, body)
-
-    def _payload(self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
-            spec.signature.bind(None, *args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{spec.name}(): {e}") from None
-        s = self.serializer
-        return [[s.dump(a) for a in args], {k: s.dump(v) for k, v in kwargs.items()}]
-
-    def call(self, dest: str, cls: type[Immortal], spec: MethodSpec, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> PendingCall[Any]:
-        """An awaited call: sends it now, returns what the handler awaits."""
-        self._require_handler(f"calling {spec.name}")
-        payload = self._payload(spec, args, kwargs)
-        call_id = self._next_call_id
-        self._next_call_id += 1
-        pc: PendingCall[Any] = PendingCall(call_id, spec.name, spec.return_type,
-                                           cls.remote_errors)
-        self._pending[call_id] = pc
-        self._send_envelope(dest, spec.method_id, RpcType.FORK, call_id, payload)
-        return pc
-
-    def fork(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> None:
-        self._require_handler(f"forking {spec.name}")
-        self._send_envelope(dest, spec.method_id, RpcType.FORK, -1,
-                            self._payload(spec, args, kwargs))
-
-    def _check_impulse(self, what: str) -> None:
-        if not self.conn.is_primary:
-            raise ImpulseDuringRecoveryError(
-                f"{what}: an Impulse cannot be sent before the instance is primary "
-                "(it would not be a logged input on replay); start outside-world code in "
-                "on_become_primary()"
-            )
-        if self.current_input is not None and threading.get_ident() == self._loop_thread:
-            raise LocalProtocolError(
-                f"{what}: a handler cannot send an Impulse (Impulses come from the outside "
-                "world); use proxy.method(...) or .fork(...)"
-            )
-
-    def impulse(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> None:
-        """Thread-safe: queue an Impulse from outside-world code."""
-        self._check_impulse(f"impulse {spec.name}")
-        body = ser.Envelope(time.time_ns(), int.from_bytes(os.urandom(8)) >> 1, -1,
-                            self.instance_name, self._payload(spec, args, kwargs)).encode()
-        self._queue_impulse(OutgoingRpc(dest, spec.method_id, RpcType.IMPULSE, body))
-
-    def _queue_impulse(self, rpc: OutgoingRpc) -> None:
-        size = len(rpc.args) + len(rpc.destination) + 16
-        with self._room:
-            # Back-pressure: a thread outside the loop waits while the coordinator is not
-            # taking what was queued. Code on the loop cannot wait here (it would stop the
-            # loop that empties the queue); it is bounded by the runner's drain().
-            if self.loop is not None and threading.get_ident() != self._loop_thread:
-                self.blocked_senders += 1
-                try:
-                    self._room.wait_for(lambda: self._queued_bytes < IMPULSE_QUEUE_LIMIT
-                                        or self._closed)
-                finally:
-                    self.blocked_senders -= 1
-            if self._closed:
-                raise LocalProtocolError("the immortal has stopped: the Impulse was not sent")
-            self._queued_bytes += size
-            self.peak_queued_bytes = max(self.peak_queued_bytes, self._queued_bytes)
-            self._impulses.append(rpc)
-            if self.outputs is not None:
-                self.outputs.append(rpc)
-        self._wake()
-
-    def _wake(self) -> None:
-        loop = self.loop
-        if loop is not None and threading.get_ident() != self._loop_thread:
-            loop.call_soon_threadsafe(self.wakeup)
-        else:
-            self.wakeup()
-
-    @staticmethod
-    def _raw_args(args: dict[str, Any] | bytes) -> bytes:
-        if isinstance(args, (bytes, bytearray, memoryview)):
-            return ser.encode_raw_args(bytes(args))
-        return ser.encode_json_args(args)
-
-    def post(self, dest: str, method_name: str, args: dict[str, Any]) -> PendingCall[Any]:
-        self._require_handler(f"posting {method_name}")
-        call_id = self._next_call_id
-        self._next_call_id += 1
-        body = jsconv.call_body(self.instance_name, dest, method_name, call_id,
-                                {k: self.serializer.dump(v) for k, v in args.items()})
-        pc: PendingCall[Any] = PendingCall(call_id, method_name)
-        self._pending[call_id] = pc
-        self._send(dest, POST_METHOD_ID, RpcType.FORK, ser.encode_json_args(body))
-        return pc
-
-    def fork_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None:
-        self._require_handler(f"forking method {method_id}")
-        self._send(dest, method_id, RpcType.FORK, self._raw_args(args))
-
-    def impulse_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None:
-        self._check_impulse(f"impulse to method {method_id}")
-        self._queue_impulse(OutgoingRpc(dest, method_id, RpcType.IMPULSE, self._raw_args(args)))
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        if not self.conn.is_primary or self.loop is None:
-            coro.close()
-            raise LocalProtocolError(
-                "side effects (ctx.spawn) may only start when primary, with a running runtime"
-            )
-        task = self.loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def request_checkpoint(self) -> None:
-        data = self.conn.request_checkpoint()
-        with self._lock:
-            self._raw_out.append(data)
-        self._wake()
-
-    async def stop_tasks(self) -> None:
-        with self._room:
-            self._closed = True
-            self._room.notify_all()
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(BaseException):  # cancelled side effects end here
-                await t
-
-    # ------------------------------------------------------------ checkpoints
-    def _framework_state(self) -> dict[str, Any]:
-        return {"next_call_id": self._next_call_id, "last_ts": self._last_ts,
-                "inputs_seen": self._inputs_seen}
-
-    def _state_bytes(self) -> bytes:
-        assert self.instance is not None
-        return ckpt.state_bytes(self.instance, self._framework_state())
-
-    def write_checkpoint(self) -> tuple[IO[bytes], int]:
-        """The checkpoint, in a (spooled) temporary file positioned at 0, and its size."""
-        f = tempfile.SpooledTemporaryFile(max_size=ckpt.SPOOL_MAX)  # noqa: SIM115 - caller closes
-        assert self.instance is not None
-        try:
-            if self._suspended == 0:
-                f.write(ckpt.header(self.instance, "q"))
-                ckpt.write_state(self.instance, self._framework_state(), f)
-            else:
-                assert self._journal.snapshot is not None
-                f.write(ckpt.header(self.instance, "p"))
-                f.write(self._journal.snapshot)
-                f.write(msgpack.packb(self._journal.records, use_bin_type=True))
-            size = f.tell()
-            f.seek(0)
-        except BaseException:
-            f.close()
-            raise
-        self.checkpoints_taken += 1
-        self.last_checkpoint_size = size
-        return f, size
-
-    def _load_checkpoint(self, f: IO[bytes]) -> None:
-        objects = ckpt.read_objects(f)
-        try:
-            header = next(objects)
-            mode = header["mode"]
-            cls_name, version = header["class"], header["version"]
-        except (StopIteration, KeyError, TypeError, ValueError) as e:
-            raise SerializationError(f"the checkpoint has no valid header ({e})") from e
-        except Exception as e:
-            raise SerializationError(f"the checkpoint is not valid msgpack ({e})") from e
-        target = self.upgrade_to
-        if target is not None and (cls_name, version) == (target.__qualname__, target.version):
-            self.log.info("the checkpoint is already %s version %d: running it", cls_name,
-                          version)
-            self.cls, self.upgrade_to = target, None
-            self._loaded_upgraded = True
-        elif (cls_name, version) != (self.cls.__qualname__, self.cls.version):
-            raise SerializationError(
-                f"the checkpoint holds {cls_name} version {version}, but the code is "
-                f"{self.cls.__qualname__} version {self.cls.version}; to change versions, "
-                "register an upgrade and run with the new class as the upgrade target"
-            )
-        self._read_state(objects)
-        if mode == "p":
-            inputs = next(objects)
-            self._journal.begin(self._state_bytes())
-            self.log.info("re-dispatching %d inputs to rebuild suspended calls", len(inputs))
-            self._suppress = True
-            try:
-                for record in inputs:
-                    self._journal.add(record)
-                    self._apply(tuple(record))
-            finally:
-                self._suppress = False
-            if self._suspended == 0:
-                self._journal.clear()
-
-    def _read_state(self, objects: Iterator[Any]) -> None:
-        fw, self.instance = ckpt.read_state(self.cls, objects, self._attach)
-        self._next_call_id = fw["next_call_id"]
-        self._last_ts = fw["last_ts"]
-        self._inputs_seen = fw["inputs_seen"]
-
-    # ------------------------------------------------------------ upgrade
-    def _upgrade(self, live: bool) -> None:
-        new_cls = self.upgrade_to
-        if new_cls is None and self._loaded_upgraded and not live:
-            raise AlreadyUpgradedError(
-                f"the checkpoint already holds {self.cls.__qualname__} version "
-                f"{self.cls.version} (the instance was upgraded live): an upgrade test "
-                "replays a checkpoint of the version before the upgrade")
-        if new_cls is None:
-            raise LocalProtocolError(
-                "the coordinator asked for an upgrade, but no VNext class was given "
-                "(ambrosia run ... --upgrade-to MODULE:CLASS)"
-            )
-        old = self.instance
-        assert old is not None
-        convert = self.convert or new_cls.upgrade_from
-        new = convert(old)
-        if not isinstance(new, new_cls):
-            raise TypeError(f"the state conversion returned {type(new).__qualname__}, "
-                            f"not {new_cls.__qualname__}")
-        self.instance = self._attach(new)
-        self.cls, self.upgrade_to = new_cls, None
-        self.log.info("upgraded to %s version %d (%s)", new_cls.__qualname__, new_cls.version,
-                      "live" if live else "upgrade test")
-        new.on_upgrade(live)
+        self.handlers.abandon_oldest(lambda call: j.limit_error(call, cls.journal_limit_bytes))

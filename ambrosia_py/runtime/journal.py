@@ -11,22 +11,106 @@ growing is reported a few times, not at every input), and when it passes
 
 Sizes count the bytes of each input's arguments plus a small fixed overhead: a function
 of the log alone, so a replay reaches every threshold at the same input as the live run.
+
+Records are typed (``InitialInput``, ``RpcInput``); inside a checkpoint each is the msgpack
+list it has always been (``["i", data]``, ``["r", method_id, rpc_type, args, reserved]``)
+and the checkpoint's mode is ``JournalMode``'s value ("q" or "p"), so checkpoints written
+before the records were typed load unchanged.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
-from ..errors import JournalLimitError
+from ..errors import JournalLimitError, SerializationError
 
-__all__ = ["INPUT_OVERHEAD", "Journal", "input_size"]
+__all__ = ["INPUT_OVERHEAD", "InitialInput", "Input", "Journal", "JournalMode", "RpcInput",
+           "input_from_wire", "input_size"]
 
 INPUT_OVERHEAD = 16  # bytes per input for its framing in the checkpoint (msgpack, ids)
 
 
-def input_size(record: Any) -> int:
+class JournalMode(enum.Enum):
+    """What a checkpoint holds, as its header's ``mode``."""
+
+    QUIESCENT = "q"  # the state; no handler was suspended
+    PENDING = "p"  # a snapshot and the inputs handled since (handlers were suspended)
+
+
+class InitialInput:
+    """The logged echo of the InitialMessage (the first start's input)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is InitialInput and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash((InitialInput, self.data))
+
+    def __repr__(self) -> str:
+        return f"InitialInput({self.data!r})"
+
+    def to_wire(self) -> list[Any]:
+        return ["i", self.data]
+
+
+class RpcInput:
+    """A logged incoming RPC."""
+
+    __slots__ = ("args", "method_id", "reserved", "rpc_type")
+
+    def __init__(self, method_id: int, rpc_type: int, args: bytes, reserved: int = 0) -> None:
+        self.method_id = method_id
+        self.rpc_type = rpc_type
+        self.args = args
+        self.reserved = reserved
+
+    def _key(self) -> tuple[int, int, bytes, int]:
+        return self.method_id, self.rpc_type, self.args, self.reserved
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is RpcInput and other._key() == self._key()
+
+    def __hash__(self) -> int:
+        return hash((RpcInput, self._key()))
+
+    def __repr__(self) -> str:
+        return (f"RpcInput(method_id={self.method_id}, rpc_type={self.rpc_type}, "
+                f"{len(self.args)} bytes, reserved={self.reserved})")
+
+    def to_wire(self) -> list[Any]:
+        return ["r", self.method_id, self.rpc_type, self.args, self.reserved]
+
+
+Input = InitialInput | RpcInput
+
+
+def input_from_wire(obj: Any) -> Input:
+    """One journal record as a checkpoint stores it, typed.
+
+    Raises:
+        SerializationError: the record is neither form (a damaged checkpoint).
+    """
+    try:
+        if obj[0] == "i" and len(obj) == 2 and isinstance(obj[1], bytes):
+            return InitialInput(obj[1])
+        if obj[0] == "r" and len(obj) == 5 and isinstance(obj[3], bytes):
+            return RpcInput(int(obj[1]), int(obj[2]), obj[3], int(obj[4]))
+    except (TypeError, IndexError, KeyError, ValueError):
+        pass
+    raise SerializationError(f"the checkpoint's journal holds a record in no known form: "
+                             f"{obj!r:.80}")
+
+
+def input_size(record: Input) -> int:
     """The bytes one logged input adds to a checkpoint's journal."""
-    return INPUT_OVERHEAD + sum(len(f) for f in record if isinstance(f, (bytes, bytearray)))
+    return INPUT_OVERHEAD + len(record.data if type(record) is InitialInput
+                                else record.args)  # type: ignore[union-attr]
 
 
 class Journal:
@@ -43,7 +127,7 @@ class Journal:
 
     def __init__(self) -> None:
         self.snapshot: bytes | None = None
-        self.records: list[Any] = []
+        self.records: list[Input] = []
         self.size = 0
         self._warn_at = 0
 
@@ -57,9 +141,13 @@ class Journal:
         self.size = 0
         self._warn_at = 0
 
-    def add(self, record: Any) -> None:
-        self.records.append(list(record))
+    def add(self, record: Input) -> None:
+        self.records.append(record)
         self.size += input_size(record)
+
+    def to_wire(self) -> list[list[Any]]:
+        """The records as a checkpoint stores them."""
+        return [r.to_wire() for r in self.records]
 
     def clear(self) -> None:
         self.snapshot = None

@@ -1,13 +1,17 @@
 """The only place with sockets: connects an ``Engine`` to its coordinator's two ports.
 
-One task reads the coordinator's send port into a bounded queue (so a fast coordinator
-cannot make us buffer without bound); the main task feeds ``BindingConnection``,
-dispatches events in order, writes each input's outgoing RPCs as one RPCBatch, streams
-checkpoints in chunks and waits on ``drain()`` so that a slow coordinator slows us down
-rather than growing our write buffer. Impulses from outside-world threads are bounded
-too: past ``IMPULSE_QUEUE_LIMIT`` queued bytes the sending thread waits (see
-``Engine._queue_impulse``), so a coordinator that stops reading stops the producers
-instead of filling memory.
+Plain I/O, as with any sans-IO session: one task reads the coordinator's send port into
+a bounded queue (so a fast coordinator cannot make us buffer without bound); the main
+task hands what it reads to ``Engine.receive_data`` and writes what ``Engine.next_output``
+returns (bytes, or a checkpoint's chunks), waiting on ``drain()`` so that a slow
+coordinator slows us down rather than growing our write buffer. Impulses from
+outside-world threads are bounded too: past ``IMPULSE_QUEUE_LIMIT`` queued bytes the
+sending thread waits (see ``outbox``), so a coordinator that stops reading stops the
+producers instead of filling memory.
+
+The engine's ``wakeup`` (something was queued by another thread) sets a flag and puts at
+most one wake-up in the queue, beside the data; the data's bound does not apply to it,
+so a wake-up is never dropped, whatever the queue holds.
 """
 
 from __future__ import annotations
@@ -16,18 +20,15 @@ import asyncio
 import contextlib
 import logging
 import sys
-import threading
 import time
-from typing import Any
 
 from ..errors import CoordinatorError
-from ..protocol import events as ev
-from ..wire import NEED_DATA
-from .engine import Engine
+from .engine import Engine, SendCheckpoint
 
 __all__ = ["ImmortalRunner", "connect_with_retry"]
 
 _KICK = b"kick"  # a distinct object, compared by identity
+_INBOX_CHUNKS = 8  # chunks read ahead of the engine before the reader waits
 # Reads and checkpoint sends of up to 1 MiB: at 64 KiB a large checkpoint or a long replay
 # paid a loop turn, a queue hop and a decoder call per 64 KiB. The reader buffers at most
 # two chunks before it stops reading the socket, and the inbox holds at most 8.
@@ -89,7 +90,11 @@ class ImmortalRunner:
         self.log = engine.log
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.closed_by_coordinator = False
-        self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=8)
+        # Unbounded: the reader bounds its data with _room; wake-ups and the stop mark
+        # are never refused.
+        self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._room = asyncio.Semaphore(_INBOX_CHUNKS)
+        self._kicked = False  # a wake-up is in the inbox, not yet taken
         self._writer: asyncio.StreamWriter | None = None
         self._stopping = False
         self._last_progress = time.monotonic()
@@ -100,19 +105,18 @@ class ImmortalRunner:
     def stop(self) -> None:
         """Stop after the event being handled (safe from signal handlers on the loop)."""
         self._stopping = True
-        with contextlib.suppress(asyncio.QueueFull):
-            self._inbox.put_nowait(None)
+        self._inbox.put_nowait(None)
 
     def _kick(self) -> None:
-        with contextlib.suppress(asyncio.QueueFull):
-            self._inbox.put_nowait(_KICK)  # if full, the queued data wakes us anyway
+        """The engine's wakeup: outside-world code queued something to send."""
+        if not self._kicked:
+            self._kicked = True
+            self._inbox.put_nowait(_KICK)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         eng = self.engine
-        eng.loop = loop
-        eng._loop_thread = threading.get_ident()  # handlers run on this loop's thread
-        eng.wakeup = self._kick
+        eng.attach(loop, self._kick)  # handlers run on this loop's thread
         # The receive port first, then the send port (the coordinator expects this order).
         _, writer = await connect_with_retry(self.host, self.receive_port, self.connect_timeout)
         self._writer = writer
@@ -141,32 +145,31 @@ class ImmortalRunner:
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
+                await self._room.acquire()
                 data = await reader.read(_CHUNK)
-                await self._inbox.put(data)
+                self._inbox.put_nowait(data)
                 if not data:
                     return
         except (ConnectionError, OSError):
-            await self._inbox.put(b"")
+            self._inbox.put_nowait(b"")
 
     async def _main_loop(self) -> None:
         eng = self.engine
-        conn = eng.conn
         while not self._stopping:
             data = await self._inbox.get()
             if data is None:
                 break
-            if data is not _KICK:
+            if data is _KICK:
+                self._kicked = False  # a wake-up from now on is a new one
+            else:
+                self._room.release()
                 if not data:
                     # Whoever started the runner says what that means (a stop, an error,
                     # the end of a debug replay).
                     self.closed_by_coordinator = True
                     break
-                conn.receive_data(data)
-                await self._dispatch()
-            if not conn.owes_checkpoint and conn.is_primary:
-                out = eng.take_outgoing()
-                if out:
-                    await self._write(out)
+                eng.receive_data(data)
+            await self._pump()
 
     async def _write(self, data: bytes) -> None:
         assert self._writer is not None
@@ -175,31 +178,18 @@ class ImmortalRunner:
                                      self._writer.transport.get_write_buffer_size())
         await self._writer.drain()
 
-    async def _dispatch(self) -> None:
+    async def _pump(self) -> None:
+        """Write everything the engine has to send now."""
         eng = self.engine
-        conn = eng.conn
-        pending = bytearray()
-        while True:
-            event = conn.next_event()
-            if event is NEED_DATA:
-                break
-            if isinstance(event, ev.TakeCheckpoint):
-                if pending:
-                    await self._write(bytes(pending))
-                    pending.clear()
-                await self._send_checkpoint(event.reason)
-                continue
-            out = eng.handle(event)  # type: ignore[arg-type]
-            if out:
-                pending += out
-                if len(pending) >= _WRITE_HIGH_WATER:
-                    await self._write(bytes(pending))
-                    pending.clear()
+        while (out := eng.next_output()) is not None:
+            if isinstance(out, SendCheckpoint):
+                for chunk in out.chunks(_CHUNK):
+                    await self._write(chunk)
+            else:
+                await self._write(out.data)
         # Once per chunk read, not per record: replay's hot loop stays as it was.
         if self.progress or self.log.isEnabledFor(logging.INFO):
             self._report_progress()
-        if pending:
-            await self._write(bytes(pending))
 
     def _report_progress(self) -> None:
         conn = self.engine.conn
@@ -220,18 +210,3 @@ class ImmortalRunner:
             self._drew_progress = True
         else:
             self.log.info("%s", line)
-
-    async def _send_checkpoint(self, reason: Any) -> None:
-        eng = self.engine
-        conn = eng.conn
-        f, size = eng.write_checkpoint()
-        try:
-            await self._write(conn.begin_checkpoint(size))
-            while True:
-                chunk = f.read(_CHUNK)
-                if not chunk:
-                    break
-                await self._write(conn.checkpoint_data(chunk))
-        finally:
-            f.close()
-        self.log.info("checkpoint of %d bytes sent (%s)", size, reason.value)

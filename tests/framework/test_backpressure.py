@@ -29,6 +29,7 @@ from ambrosia_py.wire import (
 from .apps import FLOOD, FLOOD_PAD, Flooder
 
 CID = 11
+_RECV_TIMEOUT = 10.0  # seconds without bytes before the test says what is stuck
 
 
 def _wait(cond: Callable[[], Any], what: str, limit: float = 60.0) -> None:
@@ -37,6 +38,16 @@ def _wait(cond: Callable[[], Any], what: str, limit: float = 60.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.01)
+
+
+def _flooded(m: object, seen: list[int]) -> None:
+    """Add the flood's numbers that message ``m`` carries to ``seen``."""
+    rpcs = m.rpcs if isinstance(m, RpcBatch) else [m]
+    for r in rpcs:
+        assert isinstance(r, OutgoingRpc) and r.rpc_type == 2, r
+        args, _ = Envelope.decode(r.args).payload
+        assert args[1] == b"p" * FLOOD_PAD
+        seen.append(args[0])
 
 
 def _listen() -> socket.socket:
@@ -61,10 +72,15 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
         send.sendall(encode_control_record(CID, TakeBecomingPrimaryCheckpoint()))
         initial = None
         checkpointed = False
+        # The flood starts as the instance becomes primary, right after the first
+        # checkpoint: its first Impulses may come in the same read as the checkpoint's end.
+        seen: list[int] = []
         while not checkpointed:  # the InitialMessage, then the first checkpoint
             decoder.receive_data(receive.recv(1 << 16))
             for m in decoder.events():
-                if isinstance(m, InitialMessage):
+                if checkpointed:
+                    _flooded(m, seen)
+                elif isinstance(m, InitialMessage):
                     initial = m
                 checkpointed = checkpointed or isinstance(m, CheckpointEnd)
         assert initial is not None
@@ -77,18 +93,20 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
         total = FLOOD * (FLOOD_PAD + 40)
         assert stalled_at < FLOOD and total > 10 * (IMPULSE_QUEUE_LIMIT + _WRITE_HIGH_WATER)
         # Reading resumes: everything arrives, in order.
-        seen: list[int] = []
+        receive.settimeout(_RECV_TIMEOUT)
         while len(seen) < FLOOD:
-            data = receive.recv(1 << 20)
+            try:
+                data = receive.recv(1 << 20)
+            except TimeoutError:
+                raise AssertionError(
+                    f"no bytes for {_RECV_TIMEOUT}s after {len(seen)} of {FLOOD} Impulses: "
+                    f"{inst._accepted} accepted, {len(engine.outbox._impulses)} still queued, "
+                    f"{runner._inbox.qsize()} in the runner's inbox, first missing: "
+                    f"{sorted(set(range(FLOOD)) - set(seen))[:3]}") from None
             assert data, "the binding closed its connection"
             decoder.receive_data(data)
             for m in decoder.events():
-                rpcs = m.rpcs if isinstance(m, RpcBatch) else [m]
-                for r in rpcs:
-                    assert isinstance(r, OutgoingRpc) and r.rpc_type == 2
-                    args, _ = Envelope.decode(r.args).payload
-                    assert args[1] == b"p" * FLOOD_PAD
-                    seen.append(args[0])
+                _flooded(m, seen)
         assert seen == list(range(FLOOD))
         _wait(lambda: inst._accepted == FLOOD, "the flooding thread to finish")
         # The whole time, the buffers held about a megabyte each, never the whole flood.

@@ -145,8 +145,12 @@ def test_impulse_rules() -> None:
     assert eng.conn.is_primary
     inst = eng.instance
     assert isinstance(inst, Pulsed)
-    inst.impulse_self.pulse(5)  # outside-world code, primary: queued
-    assert eng.take_outgoing()
+    before = len(ic.outputs)
+    inst.impulse_self.pulse(5)  # outside-world code, primary: queued, sent at the next pump
+    assert len(ic.outputs) == before
+    ic.pump()
+    assert [(o.method_id, o.rpc_type) for o in ic.outputs[before:]] == [
+        (default_method_id("pulse"), RpcType.IMPULSE)]
     ic2 = FakeCoordinator(Engine(Pulsed, "p"))
     ic2.feed(encode_checkpoint_for(ic.checkpoint))
     with pytest.raises(ImpulseDuringRecoveryError):

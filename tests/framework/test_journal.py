@@ -14,7 +14,7 @@ import pytest
 from ambrosia_py.immortal import RESULT_METHOD_ID, default_method_id
 from ambrosia_py.runtime.cli import free_ports
 from ambrosia_py.runtime.engine import Engine
-from ambrosia_py.runtime.journal import input_size
+from ambrosia_py.runtime.journal import InitialInput, RpcInput, input_from_wire, input_size
 from ambrosia_py.serialization import Envelope
 from ambrosia_py.testing import checkpoints, repro
 from ambrosia_py.wire import RpcType
@@ -68,7 +68,7 @@ def test_a_growing_journal_is_reported_once_per_threshold_crossing(
         _pad(ic, i)
         mode, journal = _checkpoint(ic)
         assert mode == "p"
-        n, size = len(journal), sum(input_size(r) for r in journal)
+        n, size = len(journal), sum(input_size(input_from_wire(r)) for r in journal)
         crossed = [t for t in (1000, 2000, 4000) if (seen[-1][1] if seen else 0) < t <= size]
         if crossed:
             expected.append(WARNING.format(n=n, size=size))
@@ -94,9 +94,9 @@ def test_past_journal_limit_bytes_the_await_fails_and_checkpoints_shrink(
     inst = ic.engine.instance
     assert isinstance(inst, BoundedPatient)
     # The journal: the InitialMessage's echo, then one pad after another until past 3000.
-    sizes = [input_size(["i", ic.log[0][2:]])]
+    sizes = [input_size(InitialInput(ic.log[0][2:]))]
     while sum(sizes) <= 3000:
-        sizes.append(input_size(["r", PAD, RpcType.FORK, _pad_args(len(sizes) - 1), 0]))
+        sizes.append(input_size(RpcInput(PAD, RpcType.FORK, _pad_args(len(sizes) - 1))))
     assert inst.padded == len(sizes) - 1 == 17
     assert inst.outcome == (
         f"JournalLimitError: divide (call 1) was abandoned: the {len(sizes)} inputs "
@@ -206,3 +206,18 @@ def test_a_real_run_gives_up_past_the_limit_and_stays_small(launcher: Launcher) 
     state = repro("patient", ImpulsedBoundedPatient, home=launcher.home).state
     assert state.padded == 20 and state.outcome == "JournalLimitError: " + line.split(
         "patient gave up: ")[1]
+
+
+def test_a_checkpoint_keeps_the_journal_form_earlier_versions_wrote_and_loads_it() -> None:
+    """Typed records in memory, the same msgpack lists and mode letters in the checkpoint:
+    a checkpoint written before the records were typed is the same bytes, and loads."""
+    ic = FakeCoordinator(Engine(Patient, "patient"))
+    ic.first_start()
+    _pad(ic, 0)
+    mode, journal = _checkpoint(ic)
+    assert mode == "p"
+    assert journal == [["i", ic.log[0][2:]], ["r", PAD, int(RpcType.FORK), _pad_args(0), 0]]
+    again = FakeCoordinator(Engine(Patient, "patient"))
+    again.recover(ic.checkpoint, [])
+    assert not again.engine.quiescent and again.engine.pending_calls == 1
+    assert again.engine.instance.padded == 1  # type: ignore[union-attr]

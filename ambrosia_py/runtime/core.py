@@ -1,0 +1,186 @@
+"""The engine's state, shared by its rooms: the class and instance, the connection, the
+input being handled, the counters a checkpoint carries, and the one way RPCs are sent
+(``_send``, which a replay of a checkpoint's journal suppresses).
+
+The rooms (``arguments``, ``posts``, ``sending``, ``lifecycle``) each add one job to this
+state; ``engine.Engine`` puts them together and owns the dispatch and the I/O surface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import typing
+from collections.abc import Callable
+from typing import IO, Any
+
+import xxhash
+
+from .. import serialization as ser
+from ..context import ImmortalContext, Runtime
+from ..errors import (
+    LocalProtocolError,
+)
+from ..immortal import Immortal
+from ..methods import MethodSpec
+from ..protocol import BindingConnection
+from ..wire import OutgoingRpc
+from . import replaylog
+from .handling import CurrentInput
+from .journal import Input, Journal
+from .outbox import Outbox
+from .outputs import SendCheckpoint
+from .stepping import Handlers
+
+__all__ = ["INITIAL_MAGIC", "EngineCore"]
+
+INITIAL_MAGIC = "ambrosia-py"  # the InitialMessage header of this binding
+
+
+class EngineCore:
+    """Runs one immortal instance against a ``BindingConnection``.
+
+    Args:
+        cls: the immortal class (VCurrent).
+        instance_name: the registered instance name.
+        upgrade_to: VNext, used when the coordinator asks for an upgrade.
+        convert: the state conversion VCurrent -> VNext (default ``upgrade_to.upgrade_from``).
+        record_outputs: keep every RPC sent, in order (for repro tests).
+        log_replay: show ``ctx.log`` lines (marked ``[replay] ``) and handler failures
+            logged while replaying, instead of dropping them; default: the environment
+            variable ``AMBROSIA_LOG_REPLAY``.
+    """
+
+    def __init__(
+        self,
+        cls: type[Immortal],
+        instance_name: str,
+        *,
+        upgrade_to: type[Immortal] | None = None,
+        convert: Callable[[Any], Immortal] | None = None,
+        record_outputs: bool = False,
+        logger: logging.Logger | None = None,
+        log_replay: bool | None = None,
+    ) -> None:
+        for c in (cls, upgrade_to):
+            if c is not None and not (isinstance(c, type) and issubclass(c, Immortal)):
+                raise TypeError(f"{c!r} is not an Immortal subclass")
+        self.cls = cls
+        self.instance_name = instance_name
+        self.upgrade_to = upgrade_to
+        self.convert = convert
+        self.log = logger or logging.getLogger(f"ambrosia.{instance_name}")
+        self.log_replay = replaylog.log_replay_from_env() if log_replay is None else log_replay
+        # What handlers log (ctx.log, their failures): quiet or marked while they handle a
+        # replayed input. Lifecycle hooks (loading a checkpoint, ...) run once per life.
+        self.user_log = replaylog.ReplayAwareLogger(
+            self.log, lambda: self.is_replaying and self.current_input is not None,
+            lambda: self.log_replay)
+        self.conn = BindingConnection(instance_name)
+        self.instance: Immortal | None = None
+        self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
+        self.current_input: CurrentInput | None = None
+        self.outbox = Outbox(self.outputs)
+        self.checkpoints_taken = 0
+        self.last_checkpoint_size = 0
+        # Checkpointed framework state.
+        self._next_call_id = 1
+        self._last_ts = 0
+        self._inputs_seen = 0
+        # Volatile: rebuilt from checkpoints and replay.
+        self.handlers = Handlers(self.user_log)
+        self._journal = Journal()  # what checkpoints carry while handlers are suspended
+        self._suppress = False
+        self._batch: list[OutgoingRpc] = []
+        self._ckpt_in: IO[bytes] | None = None
+        self._ckpt_out: SendCheckpoint | None = None  # handed out, maybe not yet all sent
+        self._held: SendCheckpoint | None = None  # taken, to hand out after earlier bytes
+        self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
+        # Each method's positional parameter types, looked up once rather than per call.
+        self._positional_types: dict[Callable[..., Any], list[Any]] = {}
+
+    @property
+    def is_primary(self) -> bool:
+        return self.conn.is_primary
+
+    @property
+    def is_replaying(self) -> bool:
+        return self.conn.is_replaying or self._suppress
+
+    @property
+    def quiescent(self) -> bool:
+        """No handler is suspended on an awaited call."""
+        return self.handlers.suspended == 0
+
+    @property
+    def pending_calls(self) -> int:
+        return len(self.handlers.pending)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.outbox.loop
+
+    @property
+    def peak_queued_bytes(self) -> int:
+        """The most Impulse bytes ever queued at once."""
+        return self.outbox.peak_queued_bytes
+
+    @property
+    def blocked_senders(self) -> int:
+        """Outside-world threads waiting for room in the Impulse queue now."""
+        return self.outbox.blocked_senders
+
+    @property
+    def serializer(self) -> ser.Serializer:
+        return self.cls.__ambrosia_serializer__
+
+    def _attach(self, inst: Immortal) -> Immortal:
+        # The rooms together (``Engine``) provide the API's ``Runtime``; this one alone
+        # does not, hence the cast.
+        runtime = typing.cast(Runtime, self)
+        object.__setattr__(inst, "_ambrosia_ctx", ImmortalContext(runtime, self.instance_name,
+                                                                   self.user_log))
+        return inst
+
+    def _enter(self, ts: int, entropy: int) -> CurrentInput:
+        self._last_ts = max(self._last_ts, ts)
+        self.current_input = CurrentInput(ts, entropy)
+        return self.current_input
+
+    def _enter_derived(self, args: bytes) -> CurrentInput:
+        """Header of an input that carries none (AmbrosiaJS's): a function of the log."""
+        return self._enter(self._last_ts, xxhash.xxh64_intdigest(args, seed=self._inputs_seen)
+                           >> 1)
+
+    def _require_handler(self, what: str) -> CurrentInput:
+        cur = self.current_input
+        if cur is None or not self.outbox.on_engine_thread():
+            raise LocalProtocolError(
+                f"{what} is only possible while handling a logged input (in a published method "
+                "or on_first_start); outside-world code sends Impulses: proxy.method.impulse()"
+            )
+        return cur
+
+    def _send(self, dest: str, method_id: int, rpc_type: int, args: bytes) -> None:
+        if self._suppress:
+            return
+        rpc = OutgoingRpc(dest, method_id, int(rpc_type), args)
+        self._batch.append(rpc)
+        if self.outputs is not None:
+            self.outputs.append(rpc)
+
+    def _apply(self, record: Input) -> None:
+        """Handle one logged input (the facade's dispatch; rooms re-dispatch journals)."""
+        raise NotImplementedError
+
+    def _send_envelope(self, dest: str, method_id: int, rpc_type: int, call_id: int,
+                       payload: Any) -> None:
+        cur = self._require_handler("sending an RPC")
+        ts, entropy = cur.derive()
+        body = ser.Envelope(ts, entropy, call_id, self.instance_name, payload).encode()
+        self._send(dest, method_id, rpc_type, body)
+
+    def _load_json_kwargs(self, spec: MethodSpec, kw: dict[str, Any]) -> dict[str, Any]:
+        """JSON arguments (AmbrosiaJS's) as the parameters' annotated types."""
+        s = self.serializer
+        return {k: s.load(v, spec.param_type(k)) for k, v in kw.items()}

@@ -1,0 +1,105 @@
+"""What handlers and outside-world code send: awaited calls, forks (from a handler, as
+part of the input being handled), Impulses (from outside-world code, queued in the
+outbox), AmbrosiaJS's raw forms, side effects and checkpoint requests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from .. import serialization as ser
+from ..errors import (
+    ImpulseDuringRecoveryError,
+    LocalProtocolError,
+)
+from ..immortal import Immortal
+from ..methods import MethodSpec, PendingCall
+from ..wire import OutgoingRpc, RpcType
+from .core import EngineCore
+
+__all__ = ["Sending"]
+
+
+class Sending(EngineCore):
+    """The engine's sending room (a part of ``Engine``)."""
+
+    def _payload(self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            spec.signature.bind(None, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{spec.name}(): {e}") from None
+        s = self.serializer
+        return [[s.dump(a) for a in args], {k: s.dump(v) for k, v in kwargs.items()}]
+
+    def call(self, dest: str, cls: type[Immortal], spec: MethodSpec, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> PendingCall[Any]:
+        """An awaited call: sends it now, returns what the handler awaits."""
+        self._require_handler(f"calling {spec.name}")
+        payload = self._payload(spec, args, kwargs)
+        call_id = self._next_call_id
+        self._next_call_id += 1
+        pc: PendingCall[Any] = PendingCall(call_id, spec.name, spec.return_type,
+                                           cls.remote_errors)
+        self.handlers.add(pc)
+        self._send_envelope(dest, spec.method_id, RpcType.FORK, call_id, payload)
+        return pc
+
+    def fork(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> None:
+        self._require_handler(f"forking {spec.name}")
+        self._send_envelope(dest, spec.method_id, RpcType.FORK, -1,
+                            self._payload(spec, args, kwargs))
+
+    def _check_impulse(self, what: str) -> None:
+        if not self.conn.is_primary:
+            raise ImpulseDuringRecoveryError(
+                f"{what}: an Impulse cannot be sent before the instance is primary "
+                "(it would not be a logged input on replay); start outside-world code in "
+                "on_become_primary()"
+            )
+        if self.current_input is not None and self.outbox.on_engine_thread():
+            raise LocalProtocolError(
+                f"{what}: a handler cannot send an Impulse (Impulses come from the outside "
+                "world); use proxy.method(...) or .fork(...)"
+            )
+
+    def impulse(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> None:
+        """Thread-safe: queue an Impulse from outside-world code."""
+        self._check_impulse(f"impulse {spec.name}")
+        body = ser.Envelope(time.time_ns(), int.from_bytes(os.urandom(8)) >> 1, -1,
+                            self.instance_name, self._payload(spec, args, kwargs)).encode()
+        self.outbox.queue_impulse(OutgoingRpc(dest, spec.method_id, RpcType.IMPULSE, body))
+
+    @staticmethod
+    def _raw_args(args: dict[str, Any] | bytes) -> bytes:
+        if isinstance(args, (bytes, bytearray, memoryview)):
+            return ser.encode_raw_args(bytes(args))
+        return ser.encode_json_args(args)
+
+    def fork_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None:
+        self._require_handler(f"forking method {method_id}")
+        self._send(dest, method_id, RpcType.FORK, self._raw_args(args))
+
+    def impulse_raw(self, dest: str, method_id: int, args: dict[str, Any] | bytes) -> None:
+        self._check_impulse(f"impulse to method {method_id}")
+        self.outbox.queue_impulse(OutgoingRpc(dest, method_id, RpcType.IMPULSE,
+                                              self._raw_args(args)))
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        if not self.conn.is_primary:
+            coro.close()
+            raise LocalProtocolError(
+                "side effects (ctx.spawn) may only start when primary, with a running runtime"
+            )
+        return self.outbox.spawn(coro)
+
+    def request_checkpoint(self) -> None:
+        self.outbox.queue_raw(self.conn.request_checkpoint())
+
+    async def stop_tasks(self) -> None:
+        """Refuse further Impulses and cancel the side-effect tasks (the runner stops)."""
+        await self.outbox.close()

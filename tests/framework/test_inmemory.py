@@ -1,0 +1,72 @@
+"""The public in-memory coordinator, used as the README shows: a class unit-tested with no
+processes (first start, calls in, results out, a checkpoint, a new life from it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ambrosia_py.immortal import RESULT_METHOD_ID
+from ambrosia_py.serialization import Envelope
+from ambrosia_py.testing.inmemory import InMemoryCoordinator
+from ambrosia_py.wire import RpcType
+from samples.counter.counter import Counter
+
+
+def test_the_readme_example_first_start_calls_checkpoint_and_recovery() -> None:
+    ic = InMemoryCoordinator(Counter, "counter")
+    ic.first_start()  # on_first_start forks increment(1) to itself, logged and applied
+    assert ic.instance.applied == [1]
+    ic.send("increment", 5)
+    checkpoint = ic.take_checkpoint()
+    ic.send("increment", 2)
+    ic.send("read", caller="reader", call_id=9)
+    result = ic.outputs[-1]
+    assert (result.destination, result.method_id) == ("reader", RESULT_METHOD_ID)
+    assert Envelope.decode(result.args).payload == [True, 8]
+    again = InMemoryCoordinator(Counter, "counter")  # a new life: checkpoint, then the log
+    again.recover(checkpoint, ic.log[-2:])
+    assert (again.instance.count, again.instance.applied) == (8, [1, 5, 2])
+    assert again.outputs == ic.outputs[-1:]  # the replay sent the same result again
+
+
+def test_impulses_from_outside_world_code_are_sent_at_the_next_pump() -> None:
+    ic = InMemoryCoordinator(Counter, "counter")
+    ic.first_start()
+    before = len(ic.outputs)
+    ic.instance.impulse_self.poke(4)
+    assert len(ic.outputs) == before  # queued, as a thread's Impulse would be
+    ic.deliver_self()  # pumps, then logs the Impulse back as an input
+    assert [o.rpc_type for o in ic.outputs[before:]] == [RpcType.IMPULSE]
+    assert ic.instance.applied == [1, 4]
+
+
+def test_the_engine_hands_out_a_checkpoint_and_goes_on_only_once_it_is_sent() -> None:
+    from ambrosia_py.errors import LocalProtocolError
+    from ambrosia_py.runtime.engine import Engine, SendBytes, SendCheckpoint
+    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
+
+    eng = Engine(Counter, "counter")
+    eng.receive_data(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
+    first = eng.next_output()
+    assert isinstance(first, SendBytes)  # the InitialMessage
+    ckpt = eng.next_output()
+    assert isinstance(ckpt, SendCheckpoint) and ckpt.size > 0 and not eng.conn.is_primary
+    with pytest.raises(LocalProtocolError) as e:
+        eng.next_output()
+    assert str(e.value) == "the checkpoint handed out was not sent to its end"
+    chunks = list(ckpt.chunks(64))
+    assert len(chunks) == 1 + -(-ckpt.size // 64) and ckpt.done
+    assert eng.next_output() is None and eng.conn.is_primary  # became primary: nothing to send
+
+
+def test_a_journal_record_in_no_known_form_is_refused_by_name() -> None:
+    from ambrosia_py.errors import SerializationError
+    from ambrosia_py.runtime.journal import InitialInput, RpcInput, input_from_wire
+
+    assert input_from_wire(["i", b"x"]) == InitialInput(b"x")
+    assert input_from_wire(["r", 5, 1, b"ab", 0]) == RpcInput(5, 1, b"ab", 0)
+    assert InitialInput(b"x") != RpcInput(5, 1, b"x")
+    with pytest.raises(SerializationError) as e:
+        input_from_wire(["q", 1])
+    assert str(e.value) == ("the checkpoint's journal holds a record in no known form: "
+                            "['q', 1]")
