@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ambrosia_ic import registry
 
 from ambrosia_py.testing import ImmortalProcess
 from tests.framework.conftest import ROOT
@@ -64,7 +65,9 @@ def test_every_sub_command_uses_the_top_level_home(tmp_path: Path) -> None:
     assert (home / "logs" / "counter_0" / "serverchkpt1").is_file()
 
     # register-instance and add-replica write there too.
-    rp, sp, ip, rp1, sp1, ip1 = free_ports(6)
+    # Ports no registration in this home holds (the counter's stopped ports are free yet
+    # still its own, and register-instance refuses them).
+    rp, sp, ip, rp1, sp1, ip1 = registry.unregistered_free_ports(6, home)
     r = _cli(env, "--home", str(home), "register-instance", "-i", "pair", "-rp", str(rp),
              "-sp", str(sp), "-p", str(ip), "-l", str(logs), "--active-active")
     assert r.returncode == 0, r.stderr
