@@ -14,9 +14,9 @@ import pytest
 
 
 def _swap_decoded_take_checkpoint_and_becoming_primary() -> None:
-    from ambrosia_py.wire import messages
+    from ambrosia_py.wire import decoder
 
-    table = messages._EMPTY_MESSAGES
+    table = decoder._EMPTY_MESSAGES
     table[2], table[15] = table[15], table[2]
 
 
