@@ -21,13 +21,13 @@ def _swap_decoded_take_checkpoint_and_becoming_primary() -> None:
 
 
 def _swap_checkpoint_load_started_and_loaded() -> None:
-    from ambrosia_py.protocol import connection, events
+    from ambrosia_py.protocol import _receive_side, events
 
     # Only the state machine sees the swap; the tests keep the true classes.
     swapped = types.SimpleNamespace(**vars(events))
     swapped.CheckpointLoaded = events.CheckpointLoadStarted
     swapped.CheckpointLoadStarted = events.CheckpointLoaded
-    connection.ev = swapped  # type: ignore[assignment]
+    _receive_side.ev = swapped  # type: ignore[assignment]
 
 
 MUTANTS = {
