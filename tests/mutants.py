@@ -14,20 +14,20 @@ import pytest
 
 
 def _swap_decoded_take_checkpoint_and_becoming_primary() -> None:
-    from ambrosia_py.wire import messages
+    from ambrosia_py.wire import decoder
 
-    table = messages._EMPTY_MESSAGES
+    table = decoder._EMPTY_MESSAGES
     table[2], table[15] = table[15], table[2]
 
 
 def _swap_checkpoint_load_started_and_loaded() -> None:
-    from ambrosia_py.protocol import connection, events
+    from ambrosia_py.protocol import _receive_side, events
 
     # Only the state machine sees the swap; the tests keep the true classes.
     swapped = types.SimpleNamespace(**vars(events))
     swapped.CheckpointLoaded = events.CheckpointLoadStarted
     swapped.CheckpointLoadStarted = events.CheckpointLoaded
-    connection.ev = swapped  # type: ignore[assignment]
+    _receive_side.ev = swapped  # type: ignore[assignment]
 
 
 MUTANTS = {

@@ -1,0 +1,85 @@
+"""``ic``: run the coordinator of a registered instance until it ends or is stopped."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import Coroutine
+from typing import Any
+
+from .. import registry
+from ..launch import STOPPED_PREFIX
+from ..logdir import check_log_dir
+
+__all__ = ["EXIT_SIGINT", "add_ic"]
+
+EXIT_SIGINT = 130
+
+
+def _ic(args: argparse.Namespace) -> int:
+    from ..coordinator import Coordinator
+    from ..replica import ReplicaCoordinator
+
+    home = registry.ambrosia_home(args.home)
+    reg = registry.load(args.instance_name, home)
+    check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
+    cls = ReplicaCoordinator if reg.active_active else Coordinator
+    coordinator = cls(reg, home, replica=args.replica)
+    code, signum = asyncio.run(_serve_until_stopped(coordinator.run()))
+    if signum is None:
+        return code
+    # On stdout, beside the readiness line: whoever started us reads both there.
+    print(f"{STOPPED_PREFIX} instance={reg.instance_name} signal={signal.Signals(signum).name}",
+          flush=True)
+    return EXIT_SIGINT if signum == signal.SIGINT else 0
+
+
+async def _serve_until_stopped(run: Coroutine[Any, Any, int]) -> tuple[int, int | None]:
+    """Run the coordinator; SIGTERM or SIGINT stops it as an ordinary stop (the write in
+    progress finishes, everything acknowledged is durable). Returns its exit code, or the
+    signal that stopped it."""
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(run)
+    got: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        if not got:  # a second signal must not cut the stop short
+            got.append(signum)
+            task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return await task, None
+    except asyncio.CancelledError:
+        if not got:
+            raise
+        return 0, got[0]
+    finally:
+        _drop_signal_handlers(loop, ignore=bool(got))
+
+
+def _drop_signal_handlers(loop: asyncio.AbstractEventLoop, *, ignore: bool) -> None:
+    """Remove our handlers while the loop is still whole: closing the loop closes its
+    wakeup pipe before it removes them, and a signal in between (the starter's stop, after
+    the process group's) would be reported as a failed write. With ``ignore``, further stop
+    signals are ignored (blocked meanwhile, so none meets the default action)."""
+    sigs = {signal.SIGTERM, signal.SIGINT}
+    if ignore:
+        signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    for sig in sigs:
+        loop.remove_signal_handler(sig)
+        if ignore:
+            signal.signal(sig, signal.SIG_IGN)  # also discards one pending meanwhile
+    if ignore:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+
+
+def add_ic(sub: Any) -> None:
+    p = sub.add_parser("ic", help="run the coordinator of a registered instance")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True,
+                   help="the registered instance")
+    p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
+                   help="which replica of an active/active instance (default 0)")
+    p.set_defaults(handler=_ic)

@@ -1,0 +1,165 @@
+"""``register-instance`` and ``add-replica``: write an instance's entry in the local registry."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import attrs
+
+from ambrosia_py.errors import ArgumentError, RegistryError
+
+from .. import registry
+
+__all__ = ["add_add_replica", "add_register"]
+
+_NAME_HELP = ("the instance's name: letters, digits, '_', '.', '-' (it names files and "
+              "directories)")
+_CREATE_SERVICE_HELP = (
+    "what a start does: auto recovers if a checkpoint exists, else starts afresh (the "
+    "default); no-recovery refuses to start when a checkpoint exists; always-recover refuses "
+    "to start when there is none to recover from (the real tool's A, N, Y also work)")
+
+_CREATE_SERVICE = {"auto": "auto", "a": "auto", "no-recovery": "no-recovery", "n": "no-recovery",
+                   "always-recover": "always-recover", "y": "always-recover"}
+
+
+def _create_service(value: str) -> str:
+    try:
+        return _CREATE_SERVICE[value.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not one of auto, no-recovery, always-recover (or A, N, Y)"
+        ) from None
+
+
+# Options register-instance needs for a new instance; an existing one keeps its own.
+_NEW_INSTANCE_NEEDS = {"receive_port": "-rp/--receive-port", "send_port": "-sp/--send-port",
+                       "ic_port": "-p/--ic-port", "log_dir": "-l/--log-dir"}
+_REGISTER_DEFAULTS = {"current_version": 0, "active_active": False,
+                      "log_trigger_size_mb": 1000, "create_service": "auto",
+                      "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS}
+
+
+def _fill_from_registration(args: argparse.Namespace) -> None:
+    """Options not given keep the registered values (so `register-instance -i NAME -uv 2`
+    updates a registration in place), or take their defaults for a new instance.
+
+    Raises:
+        ArgumentError: a new instance lacks one of its ports or its log directory.
+    """
+    try:
+        old: registry.Registration | None = registry.load(args.instance_name, args.home)
+    except RegistryError:
+        if registry.registration_exists(args.instance_name, args.home):
+            raise  # damaged: say so rather than overwrite it
+        old = None
+    if old is None:
+        missing = [flag for field, flag in _NEW_INSTANCE_NEEDS.items()
+                   if getattr(args, field) is None]
+        if missing:
+            raise ArgumentError(f"the following arguments are required: {', '.join(missing)} "
+                              f"({args.instance_name!r} is not registered yet)")
+        for field, value in _REGISTER_DEFAULTS.items():
+            if getattr(args, field) is None:
+                setattr(args, field, value)
+        return
+    # A new current version means no upgrade unless one is asked for too; otherwise a
+    # pending upgrade stays registered.
+    new_current_only = args.current_version is not None and args.upgrade_version is None
+    for field in attrs.fields_dict(registry.Registration):
+        if getattr(args, field, False) is None:
+            setattr(args, field, getattr(old, field))
+    if new_current_only:
+        args.upgrade_version = None
+
+
+def _register(args: argparse.Namespace) -> int:
+    _fill_from_registration(args)
+    reg = registry.register(
+        instance_name=args.instance_name,
+        receive_port=args.receive_port,
+        send_port=args.send_port,
+        ic_port=args.ic_port,
+        log_dir=args.log_dir,
+        current_version=args.current_version,
+        upgrade_version=args.upgrade_version,
+        active_active=args.active_active,
+        log_trigger_size_mb=args.log_trigger_size_mb,
+        create_service=args.create_service,
+        keep_checkpoints=args.keep_checkpoints,
+        home=args.home,
+    )
+    upgrade = f", upgrading to {reg.upgrade_version} at its next start" if reg.upgrading else ""
+    print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
+          f"ic {reg.ic_port}, logs {registry.instance_dir(reg)}, version "
+          f"{reg.current_version}{upgrade}")
+    return 0
+
+
+def add_register(sub: Any) -> None:
+    p = sub.add_parser("register-instance", aliases=["RegisterInstance"],
+                       help="register an instance in the local registry, or change a "
+                            "registration (options not given keep their registered values)",
+                       description="Register an instance (-i, -rp, -sp, -p and -l required), "
+                                   "or change a registration: options not given keep their "
+                                   "registered values (e.g. `-i NAME -uv 2` registers an "
+                                   "upgrade to version 2).")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True, help=_NAME_HELP)
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int,
+                   help="the port the binding writes to (the coordinator's receive port)")
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int,
+                   help="the port the binding reads from (the coordinator's send port)")
+    p.add_argument("-p", "--ic-port", "--port", type=int,
+                   help="the port other coordinators connect to")
+    p.add_argument("-l", "--log-dir", "--log",
+                   help="where the logs and checkpoints go (in DIR/<instance>_<version>/); "
+                        "created if missing, and refused unless a file can be created in it")
+    p.add_argument("-cv", "--current-version", "--currentVersion", type=int,
+                   help="the version the instance runs now (default 0); the number is the "
+                        "immortal class's `version`")
+    p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
+                   help="upgrade to this version at the next start (default: no upgrade)")
+    p.add_argument("-aa", "--active-active", "--activeActive", action="store_true", default=None,
+                   help="an active/active instance: this is replica 0, add-replica adds more")
+    p.add_argument("-lts", "--log-trigger-size-mb", "--logTriggerSize", type=int,
+                   help="take a checkpoint and start a new log when the log reaches this "
+                        "many MB (default 1000)")
+    p.add_argument("-cs", "--create-service", "--createService", type=_create_service,
+                   metavar="{auto,no-recovery,always-recover}",
+                   help=_CREATE_SERVICE_HELP)
+    # default None: an update of a registration keeps the registered value
+    p.add_argument("--keep-checkpoints", type=int, default=None, metavar="K",
+                   help="keep the last K checkpoints with their logs, so a repro can start "
+                        "from any of them (at least 1; default "
+                        f"{registry.DEFAULT_KEEP_CHECKPOINTS})")
+    p.set_defaults(handler=_register)
+
+
+def _add_replica_cmd(args: argparse.Namespace) -> int:
+    rep = registry.add_replica(
+        instance_name=args.instance_name, replica=args.replica,
+        receive_port=args.receive_port, send_port=args.send_port, ic_port=args.ic_port,
+        upgrade_version=args.upgrade_version, home=args.home,
+    )
+    print(f"added replica {rep.number} of {args.instance_name}: receive {rep.receive_port}, "
+          f"send {rep.send_port}, ic {rep.ic_port}")
+    return 0
+
+
+def add_add_replica(sub: Any) -> None:
+    p = sub.add_parser("add-replica", aliases=["AddReplica"],
+                       help="add a replica to an active/active instance")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True,
+                   help="the active/active instance (registered with --active-active)")
+    p.add_argument("-r", "--replica", "--replicaNum", type=int, required=True,
+                   help="the replica's number, 1 or more (0 is the registration itself)")
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, required=True,
+                   help="the port this replica's binding writes to")
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, required=True,
+                   help="the port this replica's binding reads from")
+    p.add_argument("-p", "--ic-port", "--port", type=int, required=True,
+                   help="the port other coordinators connect to while this replica is primary")
+    p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
+                   help="this replica upgrades the instance to this version")
+    p.set_defaults(handler=_add_replica_cmd)
