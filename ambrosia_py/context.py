@@ -6,8 +6,10 @@ the real clock and ``os.urandom``; that is only legal in outside-world code.
 
 The arrow between the API and the runtime: the API (``immortal``, ``context``) says what it
 needs from a runtime in the ``Runtime`` protocol below and never names the runtime's
-classes; the runtime's engine provides it and attaches a context to each instance it
-creates. Proxies send through ``ctx.runtime``.
+classes; the runtime's engine provides it. The runtime does not import this module: it
+hands itself to ``Immortal.__ambrosia_attach__`` (part of ``methods.Hosted``), which
+builds an ``ImmortalContext`` for each instance the runtime creates. Proxies send
+through ``ctx.runtime``.
 """
 
 from __future__ import annotations

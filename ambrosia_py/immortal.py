@@ -3,18 +3,24 @@
 A user subclasses ``Immortal``; its state is its ordinary attributes. Decorators only mark
 methods; ``Immortal.__init_subclass__`` validates the whole class and raises one
 ``ImmortalDefinitionError`` listing every problem (the decorators, method specs and the
-checks of one method live in ``methods``; their names are importable from here too). The
-runtime (``ambrosia_py.runtime``) drives instances through ``context.Runtime``; nothing
-here imports it or touches a socket.
+checks of one method live in ``methods``; their names are importable from here too).
+
+The arrow between the API and the runtime points down: the API imports the runtime's
+nothing and the runtime imports nothing of the API. The runtime (``ambrosia_py.runtime``)
+knows an immortal class as ``methods.Hosted``, which ``__init_subclass__`` fills in
+(method tables, serializer, how the state is checkpointed) and ``__ambrosia_attach__``
+completes (it builds the instance's ``context.ImmortalContext``); instances reach the
+runtime only through ``context.Runtime``. Nothing here touches a socket.
 """
 
 from __future__ import annotations
 
 import inspect
-import typing
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
+from .context import ImmortalContext, Runtime
 from .errors import (
     ImmortalDefinitionError,
     LocalProtocolError,
@@ -25,6 +31,7 @@ from .methods import (
     MethodMark,
     MethodSpec,
     PendingCall,
+    StateForm,
     state_types,
     validate_method,
 )
@@ -38,9 +45,6 @@ from .methods import gather as gather
 from .methods import impulse as impulse
 from .methods import rpc as rpc
 from .serialization import Serializer
-
-if typing.TYPE_CHECKING:
-    from .context import ImmortalContext
 
 __all__ = [
     "RESERVED_METHOD_IDS",
@@ -104,6 +108,7 @@ class Immortal:
     __ambrosia_by_id__: ClassVar[dict[int, MethodSpec]] = {}
     __ambrosia_serializer__: ClassVar[Serializer]
     __ambrosia_state_types__: ClassVar[dict[str, Any]] = {}
+    __ambrosia_state_form__: ClassVar[StateForm] = StateForm.ATTRIBUTES
     version: ClassVar[int] = 0
     remote_errors: ClassVar[tuple[type[BaseException], ...]] = ()
     journal_warning_bytes: ClassVar[int | None] = 1 << 20
@@ -169,8 +174,21 @@ class Immortal:
         cls.__ambrosia_by_id__ = by_id
         cls.__ambrosia_serializer__ = Serializer()
         cls.__ambrosia_state_types__ = state_types(cls)
+        # Recorded once, so the runtime's checkpoint code reads the form instead of
+        # comparing the class's methods with this base class's.
+        cls.__ambrosia_state_form__ = (StateForm.STREAM if has_cp else
+                                       StateForm.OBJECT if has_cs else StateForm.ATTRIBUTES)
 
     # ------------------------------------------------------------ runtime access
+    def __ambrosia_attach__(self, runtime: Runtime, instance_name: str,
+                            logger: logging.LoggerAdapter[logging.Logger]) -> None:
+        """Called by the runtime on each instance it creates: builds ``self.ctx``.
+
+        ``object.__setattr__`` because a frozen attrs class refuses plain assignment.
+        """
+        object.__setattr__(self, "_ambrosia_ctx", ImmortalContext(runtime, instance_name,
+                                                                  logger))
+
     @property
     def ctx(self) -> ImmortalContext:
         """The instance's context: is_primary, is_replaying, now(), random(), ..."""

@@ -2,6 +2,12 @@
 kind and id, its spec as the runtime sees it, the checks of its definition, and
 ``PendingCall``, what awaiting a call to an immortal gives. ``immortal`` builds classes
 from these; the names are also importable from there.
+
+``Hosted`` is the other half of the arrow between the API and the runtime: what the
+runtime needs of a class it runs (its method tables, serializer, state form, lifecycle
+hooks, and how to attach a context to an instance), stated here, below both, so the
+runtime never imports ``immortal`` or ``context``. ``Immortal.__init_subclass__`` records
+the class's side of it; ``context.Runtime`` is the runtime's side, seen from the API.
 """
 
 from __future__ import annotations
@@ -11,28 +17,32 @@ import contextlib
 import dis
 import enum
 import inspect
+import logging
 import textwrap
 import typing
 import zlib
-from collections.abc import Callable, Generator
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import attrs
 
-from .serialization import check_serializable, inspect_empty
+from .serialization import Serializer, check_serializable, inspect_empty
 
 __all__ = [
     "POST_BY_IMPULSE_METHOD_ID",
     "POST_METHOD_ID",
     "RESERVED_METHOD_IDS",
     "RESULT_METHOD_ID",
+    "Hosted",
     "MethodKind",
     "MethodSpec",
     "PendingCall",
+    "StateForm",
     "default_method_id",
     "fork",
     "gather",
     "impulse",
+    "is_hosted_class",
     "rpc",
 ]
 
@@ -275,3 +285,62 @@ class PendingCall(Generic[T]):
 async def gather(*calls: Any) -> list[Any]:
     """Await several calls; they are all in flight already, so this is their join."""
     return [await c for c in calls]
+
+
+# ---------------------------------------------------------------- the hosted class
+class StateForm(enum.Enum):
+    """How a class's state goes into a checkpoint (recorded when the class is defined)."""
+
+    ATTRIBUTES = "attributes"  # its public attributes (or attrs fields)
+    OBJECT = "object"  # checkpoint_state() / load_state(value)
+    STREAM = "stream"  # checkpoint_producer() / checkpoint_consumer(chunks)
+
+
+class Hosted(Protocol):
+    """What the runtime needs of the class it runs and of its instances.
+
+    ``Immortal`` provides it: its ``__init_subclass__`` fills the class attributes; the
+    runtime creates instances with no arguments and attaches a context to each through
+    ``__ambrosia_attach__`` before anything else touches them.
+    """
+
+    __ambrosia_methods__: ClassVar[dict[str, MethodSpec]]
+    __ambrosia_by_id__: ClassVar[dict[int, MethodSpec]]
+    __ambrosia_serializer__: ClassVar[Serializer]
+    __ambrosia_state_types__: ClassVar[dict[str, Any]]
+    __ambrosia_state_form__: ClassVar[StateForm]
+    version: ClassVar[int]
+    remote_errors: ClassVar[tuple[type[BaseException], ...]]
+    journal_warning_bytes: ClassVar[int | None]
+    journal_limit_bytes: ClassVar[int | None]
+
+    def __ambrosia_attach__(self, runtime: Any, instance_name: str,
+                            logger: logging.LoggerAdapter[logging.Logger]) -> None:
+        """Give the instance its context; ``runtime`` provides ``context.Runtime``."""
+
+    @classmethod
+    def upgrade_from(cls, previous: Any) -> Any: ...
+
+    def on_first_start(self) -> Any: ...
+
+    def on_checkpoint_loaded(self) -> None: ...
+
+    def on_recovery_complete(self, records_replayed: int) -> None: ...
+
+    def on_become_primary(self) -> None: ...
+
+    def on_upgrade(self, live: bool) -> None: ...
+
+    def checkpoint_state(self) -> Any: ...
+
+    def load_state(self, state: Any) -> None: ...
+
+    def checkpoint_producer(self) -> Iterable[bytes]: ...
+
+    def checkpoint_consumer(self, chunks: Iterator[bytes]) -> None: ...
+
+
+def is_hosted_class(obj: Any) -> bool:
+    """Whether ``obj`` is a class the runtime can run (``Immortal`` or a subclass)."""
+    return isinstance(obj, type) and isinstance(
+        getattr(obj, "__ambrosia_state_form__", None), StateForm)

@@ -5,7 +5,15 @@ dependencies themselves are import-linter's contracts in ``pyproject.toml``, che
 from __future__ import annotations
 
 import ast
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from ambrosia_py.immortal import Immortal
+from ambrosia_py.methods import StateForm
+from ambrosia_py.runtime import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (ROOT / "ambrosia_py", ROOT / "ic-harness" / "ambrosia_ic", ROOT / "ambrosia_cli")
@@ -55,3 +63,77 @@ def test_no_module_imports_a_package_of_the_project_behind_the_linters_back() ->
     found = [hit for pkg in PACKAGES for path in sorted(pkg.rglob("*.py"))
              for hit in _hidden_imports(path)]
     assert found == []
+
+
+# ---------------------------------------------------------------- the API/runtime arrow
+def _runtime_imports_of_the_api(path: Path) -> list[str]:
+    """Imports of ``ambrosia_py.immortal`` or ``ambrosia_py.context`` in a runtime module,
+    under ``TYPE_CHECKING`` too (import-linter counts those as well)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level == 2:  # from the runtime package: `..x` is ambrosia_py.x
+                base = f"ambrosia_py.{base}" if base else "ambrosia_py"
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        if any(n in ("ambrosia_py.immortal", "ambrosia_py.context") for n in names):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_the_runtime_imports_nothing_of_the_api() -> None:
+    runtime = ROOT / "ambrosia_py" / "runtime"
+    found = [hit for path in sorted(runtime.rglob("*.py"))
+             for hit in _runtime_imports_of_the_api(path)]
+    assert found == []
+
+
+def test_the_binding_layers_contract_ignores_no_import() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    layers = [c for c in contracts if c["type"] == "layers"]
+    assert [c.get("ignore_imports", []) for c in layers] == [[]]
+
+
+def test_each_class_records_how_its_state_is_checkpointed() -> None:
+    class Attributes(Immortal):
+        pass
+
+    class AsObject(Immortal):
+        def checkpoint_state(self) -> int:
+            return 1
+
+        def load_state(self, state: int) -> None:
+            pass
+
+    class AsStream(Immortal):
+        def checkpoint_producer(self) -> Iterator[bytes]:
+            yield b""
+
+        def checkpoint_consumer(self, chunks: Iterator[bytes]) -> None:
+            pass
+
+    class StreamChild(AsStream):
+        pass
+
+    forms = [c.__ambrosia_state_form__ for c in (Immortal, Attributes, AsObject, AsStream,
+                                                 StreamChild)]
+    assert forms == [StateForm.ATTRIBUTES, StateForm.ATTRIBUTES, StateForm.OBJECT,
+                     StateForm.STREAM, StateForm.STREAM]
+
+
+def test_the_engine_runs_only_classes_the_api_built() -> None:
+    with pytest.raises(TypeError) as e:
+        Engine(object, "x")  # type: ignore[arg-type]
+    assert str(e.value) == "<class 'object'> is not an Immortal subclass"
+
+    class Fine(Immortal):
+        pass
+
+    with pytest.raises(TypeError) as e:
+        Engine(Fine, "x", upgrade_to=int)  # type: ignore[arg-type]
+    assert str(e.value) == "<class 'int'> is not an Immortal subclass"
+    assert Engine(Fine, "x").cls is Fine

@@ -1,5 +1,7 @@
 """The framework's checkpoint stream: how an immortal's state becomes msgpack objects in a
-file and back. ``Engine`` decides when; this module knows the layout.
+file and back. ``Engine`` decides when; this module knows the layout. It reads how the
+class checkpoints from ``methods.Hosted.__ambrosia_state_form__`` (recorded when the
+class was defined), not by importing ``Immortal`` to compare methods.
 
 Layout: a header map (format, class, version, mode), the framework's counters, then the
 state as ``serialization.write_state`` writes it, or a chunk mark followed by the user's
@@ -29,7 +31,7 @@ import msgpack
 
 from .. import serialization as ser
 from ..errors import SerializationError
-from ..immortal import Immortal
+from ..methods import Hosted, StateForm
 
 __all__ = ["CHECKPOINT_FORMAT", "header", "read_objects", "read_state", "state_bytes",
            "write_state"]
@@ -44,7 +46,7 @@ _PLAIN = (int, float, str, bytes, bool)
 _BIN8, _BIN16, _BIN32 = struct.Struct(">BB"), struct.Struct(">BH"), struct.Struct(">BI")
 
 
-def header(inst: Immortal, mode: str) -> bytes:
+def header(inst: Hosted, mode: str) -> bytes:
     cls = type(inst)
     return msgpack.packb({"format": CHECKPOINT_FORMAT, "class": cls.__qualname__,
                           "version": cls.version, "mode": mode})
@@ -134,15 +136,16 @@ def _writer(out: IO[bytes]) -> Callable[[Any], None]:
     return write
 
 
-def write_state(inst: Immortal, framework: dict[str, Any], out: IO[bytes]) -> None:
+def write_state(inst: Hosted, framework: dict[str, Any], out: IO[bytes]) -> None:
     """The framework's counters and the instance's state, as the reader expects them."""
     out.write(msgpack.packb(framework))
     cls = type(inst)
     s = cls.__ambrosia_serializer__
-    if cls.checkpoint_producer is not Immortal.checkpoint_producer:
+    form = cls.__ambrosia_state_form__
+    if form is StateForm.STREAM:
         _write_chunks(inst, out)
         return
-    if cls.checkpoint_state is not Immortal.checkpoint_state:
+    if form is StateForm.OBJECT:
         ser.write_state({"__custom__": inst.checkpoint_state()}, out, s.dump, _writer(out))
         return
     if attrs.has(cls):
@@ -152,7 +155,7 @@ def write_state(inst: Immortal, framework: dict[str, Any], out: IO[bytes]) -> No
     ser.write_state({n: getattr(inst, n) for n in names}, out, s.dump, _writer(out))
 
 
-def _write_chunks(inst: Immortal, out: IO[bytes]) -> None:
+def _write_chunks(inst: Hosted, out: IO[bytes]) -> None:
     """The user's producer: a mark, then msgpack bin objects of at most 1 MiB, then an
     empty one."""
     out.write(msgpack.packb(_CHUNKS_MARK))
@@ -167,7 +170,7 @@ def _write_chunks(inst: Immortal, out: IO[bytes]) -> None:
     out.write(msgpack.packb(b"", use_bin_type=True))
 
 
-def state_bytes(inst: Immortal, framework: dict[str, Any]) -> bytes:
+def state_bytes(inst: Hosted, framework: dict[str, Any]) -> bytes:
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_MAX) as f:
         write_state(inst, framework, f)
         f.seek(0)
@@ -183,8 +186,8 @@ def _is_plain_container(tp: Any) -> bool:
     return False
 
 
-def read_state(cls: type[Immortal], objects: Iterator[Any],
-               attach: Callable[[Immortal], Immortal]) -> tuple[dict[str, Any], Immortal]:
+def read_state(cls: type[Hosted], objects: Iterator[Any],
+               attach: Callable[[Hosted], Hosted]) -> tuple[dict[str, Any], Hosted]:
     """(the framework's counters, a new instance of ``cls`` holding the state)."""
     fw = next(objects)
     first = next(objects)
@@ -193,7 +196,7 @@ def read_state(cls: type[Immortal], objects: Iterator[Any],
     fields = ser.read_state(itertools.chain([first], objects))
     inst = attach(cls())
     s = cls.__ambrosia_serializer__
-    if cls.checkpoint_state is not Immortal.checkpoint_state:
+    if cls.__ambrosia_state_form__ is StateForm.OBJECT:
         inst.load_state(fields["__custom__"])
     else:
         types = cls.__ambrosia_state_types__
@@ -205,9 +208,9 @@ def read_state(cls: type[Immortal], objects: Iterator[Any],
     return fw, inst
 
 
-def _read_chunks(cls: type[Immortal], objects: Iterator[Any],
-                 attach: Callable[[Immortal], Immortal]) -> Immortal:
-    if cls.checkpoint_consumer is Immortal.checkpoint_consumer:
+def _read_chunks(cls: type[Hosted], objects: Iterator[Any],
+                 attach: Callable[[Hosted], Hosted]) -> Hosted:
+    if cls.__ambrosia_state_form__ is not StateForm.STREAM:
         raise SerializationError(
             f"the checkpoint was written by a checkpoint_producer, but "
             f"{cls.__qualname__} defines no checkpoint_consumer")

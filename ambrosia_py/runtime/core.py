@@ -4,25 +4,27 @@ input being handled, the counters a checkpoint carries, and the one way RPCs are
 
 The rooms (``arguments``, ``posts``, ``sending``, ``lifecycle``) each add one job to this
 state; ``engine.Engine`` puts them together and owns the dispatch and the I/O surface.
+
+The runtime sits below the API: it knows the class it runs as ``methods.Hosted`` (what
+``Immortal`` records on each subclass) and never imports ``immortal`` or ``context``.
+Each instance it creates is handed the engine (which provides ``context.Runtime``)
+through the class's own ``__ambrosia_attach__``, which builds its context.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import typing
 from collections.abc import Callable
 from typing import IO, Any
 
 import xxhash
 
 from .. import serialization as ser
-from ..context import ImmortalContext, Runtime
 from ..errors import (
     LocalProtocolError,
 )
-from ..immortal import Immortal
-from ..methods import MethodSpec
+from ..methods import Hosted, MethodSpec, is_hosted_class
 from ..protocol import BindingConnection
 from ..wire import OutgoingRpc
 from . import replaylog
@@ -53,17 +55,17 @@ class EngineCore:
 
     def __init__(
         self,
-        cls: type[Immortal],
+        cls: type[Hosted],
         instance_name: str,
         *,
-        upgrade_to: type[Immortal] | None = None,
-        convert: Callable[[Any], Immortal] | None = None,
+        upgrade_to: type[Hosted] | None = None,
+        convert: Callable[[Any], Hosted] | None = None,
         record_outputs: bool = False,
         logger: logging.Logger | None = None,
         log_replay: bool | None = None,
     ) -> None:
         for c in (cls, upgrade_to):
-            if c is not None and not (isinstance(c, type) and issubclass(c, Immortal)):
+            if c is not None and not is_hosted_class(c):
                 raise TypeError(f"{c!r} is not an Immortal subclass")
         self.cls = cls
         self.instance_name = instance_name
@@ -77,7 +79,7 @@ class EngineCore:
             self.log, lambda: self.is_replaying and self.current_input is not None,
             lambda: self.log_replay)
         self.conn = BindingConnection(instance_name)
-        self.instance: Immortal | None = None
+        self.instance: Hosted | None = None
         self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
         self.current_input: CurrentInput | None = None
         self.outbox = Outbox(self.outputs)
@@ -134,12 +136,10 @@ class EngineCore:
     def serializer(self) -> ser.Serializer:
         return self.cls.__ambrosia_serializer__
 
-    def _attach(self, inst: Immortal) -> Immortal:
-        # The rooms together (``Engine``) provide the API's ``Runtime``; this one alone
-        # does not, hence the cast.
-        runtime = typing.cast(Runtime, self)
-        object.__setattr__(inst, "_ambrosia_ctx", ImmortalContext(runtime, self.instance_name,
-                                                                   self.user_log))
+    def _attach(self, inst: Hosted) -> Hosted:
+        # The rooms together (``Engine``) provide the API's ``context.Runtime``; the class
+        # builds the context from it, so the runtime need not know the context's type.
+        inst.__ambrosia_attach__(self, self.instance_name, self.user_log)
         return inst
 
     def _enter(self, ts: int, entropy: int) -> CurrentInput:

@@ -32,7 +32,9 @@ and memory for the inputs handled while any is.
 
 The arrow to the API: ``immortal`` and ``context`` describe what they need from a
 runtime as ``context.Runtime`` and never import this package; the engine provides that
-protocol and uses the API's definitions (``Immortal``, method specs, ``PendingCall``).
+protocol. This package never imports them either: it runs any class that provides
+``methods.Hosted`` (what ``Immortal`` records on each subclass), and uses the method
+definitions below both (method specs, ``PendingCall``).
 """
 
 from __future__ import annotations

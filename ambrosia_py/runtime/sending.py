@@ -15,8 +15,7 @@ from ..errors import (
     ImpulseDuringRecoveryError,
     LocalProtocolError,
 )
-from ..immortal import Immortal
-from ..methods import MethodSpec, PendingCall
+from ..methods import Hosted, MethodSpec, PendingCall
 from ..wire import OutgoingRpc, RpcType
 from .core import EngineCore
 
@@ -34,7 +33,7 @@ class Sending(EngineCore):
         s = self.serializer
         return [[s.dump(a) for a in args], {k: s.dump(v) for k, v in kwargs.items()}]
 
-    def call(self, dest: str, cls: type[Immortal], spec: MethodSpec, args: tuple[Any, ...],
+    def call(self, dest: str, cls: type[Hosted], spec: MethodSpec, args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> PendingCall[Any]:
         """An awaited call: sends it now, returns what the handler awaits."""
         self._require_handler(f"calling {spec.name}")
