@@ -10,12 +10,12 @@ from .events import (
     CheckpointLoaded,
     CheckpointLoadStarted,
     CheckpointReason,
+    CheckpointRequested,
     FirstStart,
     IncomingRpc,
     InitialMessageReceived,
     ProtocolEvent,
     RecoveryComplete,
-    TakeCheckpoint,
     UpgradeRequested,
 )
 
@@ -29,6 +29,7 @@ __all__ = [
     "CheckpointLoadStarted",
     "CheckpointLoaded",
     "CheckpointReason",
+    "CheckpointRequested",
     "FirstStart",
     "IncomingRpc",
     "InitialMessageReceived",
@@ -36,7 +37,6 @@ __all__ = [
     "ProtocolEvent",
     "RecoveryComplete",
     "State",
-    "TakeCheckpoint",
     "UpgradeRequested",
     "events",
 ]

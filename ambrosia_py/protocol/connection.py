@@ -18,10 +18,10 @@ Usage::
     conn.receive_data(chunk)              # whatever the socket gave
     for event in conn.events():           # until more bytes are needed
         ...                               # FirstStart -> conn.send_initial_message(...)
-                                          # TakeCheckpoint -> conn.send_checkpoint(...)
+                                          # CheckpointRequested -> conn.send_checkpoint(...)
 
 Answers queue events of their own: after ``send_initial_message`` comes
-``TakeCheckpoint(FIRST_START)``, and after the last byte of a becoming-primary or upgrade
+``CheckpointRequested(FIRST_START)``, and after the last byte of a becoming-primary or upgrade
 checkpoint comes ``BecamePrimary``; call ``events()`` again after answering. A checkpoint
 may be sent whole (``send_checkpoint``) or streamed (``begin_checkpoint`` then
 ``checkpoint_data`` until the announced size is reached). While a checkpoint is owed
@@ -119,7 +119,7 @@ class BindingConnection:
         self._ckpt_reason: ev.CheckpointReason | None = None
         self._recovered = False  # went through a checkpoint load in this life
         self._upgraded = False
-        self.records_replayed = 0
+        self.messages_replayed = 0
         self.last_seq_id: int | None = None
         self.committer_id: int | None = None
 
@@ -264,7 +264,7 @@ class BindingConnection:
             replay = self._state in REPLAYING_STATES
             self._receive(Input.RECV_RPC, "RPC", seq)
             if replay:
-                self.records_replayed += 1
+                self.messages_replayed += 1
             return ev.IncomingRpc(msg, seq, replay)  # type: ignore[arg-type]
         if kind is RpcBatch or kind is CountReplayableRpcBatch:
             rpcs = msg.rpcs  # type: ignore[attr-defined]
@@ -285,25 +285,25 @@ class BindingConnection:
         after = self._receive(inp, kind.__name__, seq)
         if inp is Input.RECV_INITIAL_MESSAGE:
             if replay:
-                self.records_replayed += 1
+                self.messages_replayed += 1
             return ev.InitialMessageReceived(msg.data, seq, replay)  # type: ignore[attr-defined]
         if inp is Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
             if after is State.FIRST_START:
                 return ev.FirstStart()
             self._ckpt_reason = ev.CheckpointReason.BECOMING_PRIMARY
-            self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
-            return ev.RecoveryComplete(self.records_replayed)
+            self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
+            return ev.RecoveryComplete(self.messages_replayed)
         if inp is Input.RECV_TAKE_CHECKPOINT:
             self._ckpt_reason = ev.CheckpointReason.PERIODIC
-            return ev.TakeCheckpoint(self._ckpt_reason)
+            return ev.CheckpointRequested(self._ckpt_reason)
         if inp is Input.RECV_BECOMING_PRIMARY:
             self._out_events.append(ev.BecamePrimary(recovered=True, checkpointed=False))
-            return ev.RecoveryComplete(self.records_replayed)
+            return ev.RecoveryComplete(self.messages_replayed)
         if inp is Input.RECV_UPGRADE_TAKE_CHECKPOINT:
             self._upgraded = True
             self._ckpt_reason = ev.CheckpointReason.UPGRADE
-            self._out_events.append(ev.RecoveryComplete(self.records_replayed))
-            self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
+            self._out_events.append(ev.RecoveryComplete(self.messages_replayed))
+            self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
             return ev.UpgradeRequested(live=True)
         # UpgradeService: an upgrade test; replay goes on with the new code.
         self._upgraded = True
@@ -315,7 +315,7 @@ class BindingConnection:
         payload = InitialMessage(bytes(data)).encode()
         self._do(Input.SEND_INITIAL_MESSAGE)
         self._ckpt_reason = ev.CheckpointReason.FIRST_START
-        self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
+        self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
         return payload
 
     def begin_checkpoint(self, size: int) -> bytes:

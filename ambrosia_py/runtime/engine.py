@@ -1,6 +1,6 @@
 """The deterministic core, as a sans-IO session: bytes from the coordinator in
 (``receive_data``), outputs out (``next_output``: bytes to write, or a checkpoint to
-stream). It answers TakeCheckpoint itself and decides when queued Impulses may go; its
+stream). It answers a ``CheckpointRequested`` itself and decides when queued Impulses may go; its
 driver (``runner`` over sockets, ``ambrosia_py.testing.inmemory`` in tests) only moves
 bytes. Handlers run on the driver's thread.
 
@@ -115,7 +115,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             event = conn.next_event()
             if event is NEED_DATA:
                 break
-            if type(event) is ev.TakeCheckpoint:
+            if type(event) is ev.CheckpointRequested:
                 taken = self._take_checkpoint(event.reason)
                 if pending:  # what came before the checkpoint goes first
                     self._held = taken
@@ -142,7 +142,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         return SendCheckpoint(self.conn, f, size, reason, self.log)
 
     def _handle(self, event: ev.ProtocolEvent) -> bytes:
-        """Handle one protocol event other than ``TakeCheckpoint``; the bytes to send."""
+        """Handle one protocol event other than ``CheckpointRequested``; the bytes to send."""
         kind = type(event)
         if kind is ev.IncomingRpc:
             rpc = event.rpc  # type: ignore[union-attr]
@@ -173,8 +173,8 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             self._upgrade(event.live)  # type: ignore[union-attr]
             return b""
         if kind is ev.RecoveryComplete:
-            n = event.records_replayed  # type: ignore[union-attr]
-            self.log.info("recovery complete: %d records replayed", n)
+            n = event.messages_replayed  # type: ignore[union-attr]
+            self.log.info("recovery complete: %d messages replayed", n)
             assert self.instance is not None
             self.instance.on_recovery_complete(n)
             return b""

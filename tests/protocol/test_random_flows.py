@@ -22,13 +22,13 @@ from ambrosia_py.protocol import (
     CheckpointLoaded,
     CheckpointLoadStarted,
     CheckpointReason,
+    CheckpointRequested,
     FirstStart,
     IncomingRpc,
     InitialMessageReceived,
     Input,
     RecoveryComplete,
     State,
-    TakeCheckpoint,
     UpgradeRequested,
 )
 from ambrosia_py.wire import (
@@ -42,11 +42,11 @@ from ambrosia_py.wire import (
     RpcBatch,
     RpcType,
     TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
     UpgradeService,
     UpgradeTakeCheckpoint,
     encode_outgoing_rpc,
 )
-from ambrosia_py.wire import TakeCheckpoint as TakeCheckpointMsg
 
 from .helpers import checkpoint, control, data, joined, split_at
 
@@ -58,7 +58,7 @@ REPLAYING = {S.LOADING_CHECKPOINT, S.CHECKPOINT_LOADED, S.RECOVERING, S.SECONDAR
 FORCED = {I.SEND_INITIAL_MESSAGE, I.CHECKPOINT_SENT, I.RECV_CHECKPOINT_END}
 CONTROL: dict[Input, Message] = {
     I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT: TakeBecomingPrimaryCheckpoint(),
-    I.RECV_TAKE_CHECKPOINT: TakeCheckpointMsg(),
+    I.RECV_TAKE_CHECKPOINT: TakeCheckpoint(),
     I.RECV_BECOMING_PRIMARY: BecomingPrimary(),
     I.RECV_UPGRADE_TAKE_CHECKPOINT: UpgradeTakeCheckpoint(),
     I.RECV_UPGRADE_SERVICE: UpgradeService(),
@@ -235,13 +235,14 @@ class Model:
             self.act(("initial", payload))
             self.output += InitialMessage(payload).encode()
             self.move(I.SEND_INITIAL_MESSAGE)
-            self.emit(TakeCheckpoint(CheckpointReason.FIRST_START))
+            self.emit(CheckpointRequested(CheckpointReason.FIRST_START))
         elif inp is I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
             self.emit(
-                RecoveryComplete(self.replayed), TakeCheckpoint(CheckpointReason.BECOMING_PRIMARY)
+                RecoveryComplete(self.replayed),
+                CheckpointRequested(CheckpointReason.BECOMING_PRIMARY),
             )
         elif inp is I.RECV_TAKE_CHECKPOINT:
-            self.emit(TakeCheckpoint(CheckpointReason.PERIODIC))
+            self.emit(CheckpointRequested(CheckpointReason.PERIODIC))
         elif inp is I.RECV_BECOMING_PRIMARY:
             self.emit(
                 RecoveryComplete(self.replayed), BecamePrimary(recovered=True, checkpointed=False)
@@ -251,7 +252,7 @@ class Model:
             self.emit(
                 UpgradeRequested(live=True),
                 RecoveryComplete(self.replayed),
-                TakeCheckpoint(CheckpointReason.UPGRADE),
+                CheckpointRequested(CheckpointReason.UPGRADE),
             )
         else:
             self.upgraded = True
