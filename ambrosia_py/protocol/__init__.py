@@ -2,7 +2,7 @@
 bytes out. See ``connection.BindingConnection`` and the transition table in ``_state``."""
 
 from . import events
-from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger
 from .connection import BindingConnection
 from .events import (
     BecamePrimary,
@@ -33,7 +33,7 @@ __all__ = [
     "FirstStart",
     "IncomingRpc",
     "InitialMessageReceived",
-    "Input",
+    "Trigger",
     "ProtocolEvent",
     "RecoveryComplete",
     "State",

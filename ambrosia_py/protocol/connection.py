@@ -73,7 +73,7 @@ from ..wire import TakeCheckpoint as TakeCheckpointMsg
 from ..wire.messages import AttachTo
 from ..wire.stream import DEFAULT_MAX_FRAME_SIZE
 from . import events as ev
-from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger
 
 __all__ = ["BindingConnection"]
 
@@ -81,13 +81,13 @@ _REQUEST_CHECKPOINT = TakeCheckpointMsg().encode()
 _RPC_BATCH_BYTE = bytes((MessageType.RPC_BATCH,))
 
 _MESSAGE_INPUT = {
-    TakeBecomingPrimaryCheckpoint: Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT,
-    TakeCheckpointMsg: Input.RECV_TAKE_CHECKPOINT,
-    BecomingPrimary: Input.RECV_BECOMING_PRIMARY,
-    UpgradeTakeCheckpoint: Input.RECV_UPGRADE_TAKE_CHECKPOINT,
-    UpgradeService: Input.RECV_UPGRADE_SERVICE,
-    InitialMessage: Input.RECV_INITIAL_MESSAGE,
-    Rpc: Input.RECV_RPC,
+    TakeBecomingPrimaryCheckpoint: Trigger.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT,
+    TakeCheckpointMsg: Trigger.RECV_TAKE_CHECKPOINT,
+    BecomingPrimary: Trigger.RECV_BECOMING_PRIMARY,
+    UpgradeTakeCheckpoint: Trigger.RECV_UPGRADE_TAKE_CHECKPOINT,
+    UpgradeService: Trigger.RECV_UPGRADE_SERVICE,
+    InitialMessage: Trigger.RECV_INITIAL_MESSAGE,
+    Rpc: Trigger.RECV_RPC,
 }
 
 
@@ -148,7 +148,7 @@ class BindingConnection:
         return self._upgraded
 
     # ------------------------------------------------------------ transitions
-    def _receive(self, inp: Input, what: str, seq_id: int) -> State:
+    def _receive(self, inp: Trigger, what: str, seq_id: int) -> State:
         """Apply an input from the coordinator; a missing table entry breaks the connection."""
         state = self._state
         nxt = TRANSITIONS[state].get(inp)
@@ -162,7 +162,7 @@ class BindingConnection:
         self._state = nxt
         return nxt
 
-    def _refuse_if_illegal(self, inp: Input, what: str = "") -> None:
+    def _refuse_if_illegal(self, inp: Trigger, what: str = "") -> None:
         """Raise if the binding may not do ``inp`` now. A refused intent emits no bytes and
         leaves the state unchanged, so the connection stays usable."""
         state = self._state
@@ -171,7 +171,7 @@ class BindingConnection:
         if state is State.ERROR:
             raise LocalProtocolError("the connection is broken by an earlier protocol error")
         detail = f" ({what})" if what else ""
-        if inp is Input.SEND_IMPULSE and not self.is_primary:
+        if inp is Trigger.SEND_IMPULSE and not self.is_primary:
             raise ImpulseDuringRecoveryError(
                 f"an Impulse{detail} cannot be sent before the instance is primary "
                 f"(state {state.name}: {state.value})"
@@ -180,7 +180,7 @@ class BindingConnection:
             f"cannot {inp.value}{detail} in state {state.name} ({state.value})"
         )
 
-    def _do(self, inp: Input, what: str = "") -> State:
+    def _do(self, inp: Trigger, what: str = "") -> State:
         """Apply a local intent (checked first with ``_refuse_if_illegal``)."""
         self._refuse_if_illegal(inp, what)
         self._state = TRANSITIONS[self._state][inp]
@@ -254,7 +254,7 @@ class BindingConnection:
         if isinstance(item, CheckpointChunk):
             return ev.CheckpointLoadChunk(item.data)
         assert isinstance(item, CheckpointEnd)
-        self._receive(Input.RECV_CHECKPOINT_END, "end of checkpoint", CHECKPOINT_SEQ)
+        self._receive(Trigger.RECV_CHECKPOINT_END, "end of checkpoint", CHECKPOINT_SEQ)
         return ev.CheckpointLoaded(item.size)
 
     def _dispatch(self, msg: object, seq: int) -> ev.ProtocolEvent | None:
@@ -262,7 +262,7 @@ class BindingConnection:
         kind = type(msg)
         if kind is Rpc:
             replay = self._state in REPLAYING_STATES
-            self._receive(Input.RECV_RPC, "RPC", seq)
+            self._receive(Trigger.RECV_RPC, "RPC", seq)
             if replay:
                 self.messages_replayed += 1
             return ev.IncomingRpc(msg, seq, replay)  # type: ignore[arg-type]
@@ -271,7 +271,7 @@ class BindingConnection:
             self._pending.extendleft((r, seq) for r in reversed(rpcs))
             return None
         if kind is Checkpoint:
-            self._receive(Input.RECV_CHECKPOINT, "checkpoint record", seq)
+            self._receive(Trigger.RECV_CHECKPOINT, "checkpoint record", seq)
             self._recovered = True
             return ev.CheckpointLoadStarted(msg.size)  # type: ignore[attr-defined]
         inp = _MESSAGE_INPUT.get(kind)
@@ -283,23 +283,23 @@ class BindingConnection:
         before = self._state
         replay = before in REPLAYING_STATES
         after = self._receive(inp, kind.__name__, seq)
-        if inp is Input.RECV_INITIAL_MESSAGE:
+        if inp is Trigger.RECV_INITIAL_MESSAGE:
             if replay:
                 self.messages_replayed += 1
             return ev.InitialMessageReceived(msg.data, seq, replay)  # type: ignore[attr-defined]
-        if inp is Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
+        if inp is Trigger.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
             if after is State.FIRST_START:
                 return ev.FirstStart()
             self._ckpt_reason = ev.CheckpointReason.BECOMING_PRIMARY
             self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
             return ev.RecoveryComplete(self.messages_replayed)
-        if inp is Input.RECV_TAKE_CHECKPOINT:
+        if inp is Trigger.RECV_TAKE_CHECKPOINT:
             self._ckpt_reason = ev.CheckpointReason.PERIODIC
             return ev.CheckpointRequested(self._ckpt_reason)
-        if inp is Input.RECV_BECOMING_PRIMARY:
+        if inp is Trigger.RECV_BECOMING_PRIMARY:
             self._out_events.append(ev.BecamePrimary(recovered=True, checkpointed=False))
             return ev.RecoveryComplete(self.messages_replayed)
-        if inp is Input.RECV_UPGRADE_TAKE_CHECKPOINT:
+        if inp is Trigger.RECV_UPGRADE_TAKE_CHECKPOINT:
             self._upgraded = True
             self._ckpt_reason = ev.CheckpointReason.UPGRADE
             self._out_events.append(ev.RecoveryComplete(self.messages_replayed))
@@ -313,7 +313,7 @@ class BindingConnection:
     def send_initial_message(self, data: bytes) -> bytes:
         """First start: the InitialMessage, echoed back later as data record 0."""
         payload = InitialMessage(bytes(data)).encode()
-        self._do(Input.SEND_INITIAL_MESSAGE)
+        self._do(Trigger.SEND_INITIAL_MESSAGE)
         self._ckpt_reason = ev.CheckpointReason.FIRST_START
         self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
         return payload
@@ -365,7 +365,7 @@ class BindingConnection:
     def _finish_checkpoint(self) -> None:
         self._ckpt_to_send = -1
         before = self._state
-        after = self._do(Input.CHECKPOINT_SENT)
+        after = self._do(Trigger.CHECKPOINT_SENT)
         if after is State.PRIMARY and before in (
             State.BECOMING_PRIMARY_CHECKPOINT,
             State.UPGRADE_CHECKPOINT,
@@ -374,7 +374,7 @@ class BindingConnection:
 
     def request_checkpoint(self) -> bytes:
         """Ask the coordinator to take a checkpoint now (it answers with TakeCheckpoint)."""
-        self._do(Input.REQUEST_CHECKPOINT)
+        self._do(Trigger.REQUEST_CHECKPOINT)
         return _REQUEST_CHECKPOINT
 
     def _prepare(self, rpc: OutgoingRpc, attaching: list[str]) -> bytes:
@@ -385,14 +385,14 @@ class BindingConnection:
         dest = "" if rpc.destination == self.instance_name else rpc.destination
         impulse = rpc.rpc_type == RpcType.IMPULSE and not rpc.reserved
         what = f"method {rpc.method_id} to {dest or 'self'}"
-        self._refuse_if_illegal(Input.SEND_IMPULSE if impulse else Input.SEND_RPC, what)
+        self._refuse_if_illegal(Trigger.SEND_IMPULSE if impulse else Trigger.SEND_RPC, what)
         body = encode_outgoing_rpc(dest, rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved)
         if dest and dest not in self._attached and dest not in attaching:
             attaching.append(dest)
         return body
 
     def _commit_send(self, impulse: bool, attaching: list[str]) -> bytes:
-        self._do(Input.SEND_IMPULSE if impulse else Input.SEND_RPC)
+        self._do(Trigger.SEND_IMPULSE if impulse else Trigger.SEND_RPC)
         self._attached.update(attaching)
         return b"".join(AttachTo(d).encode() for d in attaching)
 

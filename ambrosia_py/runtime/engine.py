@@ -55,7 +55,7 @@ from . import checkpoint as ckpt
 from .arguments import ArgumentForms
 from .core import INITIAL_MAGIC
 from .handling import CurrentInput
-from .journal import InitialInput, Input, RpcInput
+from .journal import InitialInput, LoggedInput, RpcInput
 from .lifecycle import Lifecycle
 from .outbox import IMPULSE_QUEUE_LIMIT
 from .outputs import Output, SendBytes, SendCheckpoint
@@ -191,7 +191,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         batch, self._batch = self._batch, []
         return self.conn.send_rpcs(batch)
 
-    def _input(self, record: Input) -> None:
+    def _input(self, record: LoggedInput) -> None:
         """Handle one logged input, journaled while a handler may be suspended."""
         if self.handlers.suspended == 0 and self._may_suspend(record):
             self._journal.begin(self._state_bytes())
@@ -201,7 +201,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         if self.handlers.suspended == 0:
             self._journal.clear()
 
-    def _may_suspend(self, record: Input) -> bool:
+    def _may_suspend(self, record: LoggedInput) -> bool:
         if type(record) is InitialInput:
             assert self.instance is not None
             hook = type(self.instance).on_first_start
@@ -214,7 +214,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         spec = self.cls.__ambrosia_by_id__.get(method_id)
         return spec is not None and spec.may_suspend
 
-    def _apply(self, record: Input) -> None:
+    def _apply(self, record: LoggedInput) -> None:
         """Dispatch one input to its room: the first start, a result, an AmbrosiaJS post,
         or a call of a published method."""
         self._inputs_seen += 1

@@ -45,7 +45,7 @@ def test_replay_of_the_same_records_reproduces_state_and_outputs() -> None:
     again.recover(live.checkpoints[0], list(live.log))
     assert again.engine.instance.samples == live.engine.instance.samples  # type: ignore[union-attr]
     assert again.outputs == live.outputs
-    assert again.engine.conn.records_replayed == 4
+    assert again.engine.conn.messages_replayed == 4
 
 
 def test_a_checkpoint_taken_while_a_call_is_pending_rebuilds_the_suspended_handler() -> None:
@@ -80,12 +80,24 @@ def test_a_checkpoint_taken_while_a_call_is_pending_rebuilds_the_suspended_handl
     assert next(iter(msgpack.Unpacker(__import__("io").BytesIO(ckpt))))["mode"] == "p"
 
 
+def test_an_awaited_call_and_a_fork_both_travel_as_forks_whatever_the_method_kind() -> None:
+    # MethodKind (@rpc, @fork) is the user's view; the wire's RpcType follows how a call
+    # is sent: an awaited call is a fork whose envelope carries a call id.
+    caller = started(Caller, "caller")
+    call = caller.outputs[-1]
+    assert (call.rpc_type, Envelope.decode(call.args).call_id) == (RpcType.FORK, 1)
+    clocked = started(Clocked)
+    assert [(o.rpc_type, Envelope.decode(o.args).call_id) for o in clocked.outputs] == [
+        (RpcType.FORK, -1)] * 3
+
+
 def test_callee_returns_results_and_errors_to_the_caller_by_call_id() -> None:
     ic = started(Calculator, "calc")
     args = Envelope(5, 6, 41, "caller", [[{"n": 3, "note": "x"}], {}]).encode()
     ic.rpc(default_method_id("store"), RpcType.FORK, args)
     res = ic.outputs[-1]
-    assert (res.destination, res.method_id, res.rpc_type) == ("caller", RESULT_METHOD_ID, 1)
+    assert (res.destination, res.method_id, res.rpc_type) == ("caller", RESULT_METHOD_ID,
+                                                           RpcType.FORK)
     env = Envelope.decode(res.args)
     assert env.call_id == 41 and env.payload == [True, {"n": 6, "note": "X"}]
     assert ic.engine.instance.entries == [Entry(3, "x")]  # type: ignore[union-attr]

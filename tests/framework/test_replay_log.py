@@ -63,7 +63,7 @@ def test_an_undeclared_rpc_error_is_logged_on_the_callee_with_its_traceback(
     assert not any("divide failed" in m for m in messages)
     assert messages.count(STORED) == 1
     # The restart replays those handlers without printing their lines again.
-    assert any("recovery complete: 5 records replayed" in ln for ln in replay)
+    assert any("recovery complete: 5 messages replayed" in ln for ln in replay)
     assert not any(STORED in ln or FAILED in ln or "KeyError" in ln for ln in replay)
 
 

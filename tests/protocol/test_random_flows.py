@@ -26,9 +26,9 @@ from ambrosia_py.protocol import (
     FirstStart,
     IncomingRpc,
     InitialMessageReceived,
-    Input,
     RecoveryComplete,
     State,
+    Trigger,
     UpgradeRequested,
 )
 from ambrosia_py.wire import (
@@ -50,13 +50,13 @@ from ambrosia_py.wire import (
 
 from .helpers import checkpoint, control, data, joined, split_at
 
-S, I = State, Input  # noqa: E741
+S, I = State, Trigger  # noqa: E741
 NAME = "me"
 PRIMARY_STATES = {S.PRIMARY, S.PRIMARY_CHECKPOINT}
 REPLAYING = {S.LOADING_CHECKPOINT, S.CHECKPOINT_LOADED, S.RECOVERING, S.SECONDARY_CHECKPOINT}
 # Inputs that follow from others rather than being chosen.
 FORCED = {I.SEND_INITIAL_MESSAGE, I.CHECKPOINT_SENT, I.RECV_CHECKPOINT_END}
-CONTROL: dict[Input, Message] = {
+CONTROL: dict[Trigger, Message] = {
     I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT: TakeBecomingPrimaryCheckpoint(),
     I.RECV_TAKE_CHECKPOINT: TakeCheckpoint(),
     I.RECV_BECOMING_PRIMARY: BecomingPrimary(),
@@ -98,7 +98,7 @@ class Model:
     upgraded: bool = False
 
     # ------------------------------------------------------------ bookkeeping
-    def move(self, inp: Input) -> None:
+    def move(self, inp: Trigger) -> None:
         self.state = TRANSITIONS[self.state][inp]
 
     def flags(self) -> tuple[bool, bool]:
@@ -173,7 +173,7 @@ class Model:
         self.move(I.SEND_IMPULSE if impulse else I.SEND_RPC)
 
     # ------------------------------------------------------------ one chosen input
-    def step(self, inp: Input) -> None:
+    def step(self, inp: Trigger) -> None:
         before = self.state
         replay = before in REPLAYING
         if inp is I.RECV_CHECKPOINT:
@@ -228,7 +228,7 @@ class Model:
         ):
             self.send_checkpoint()
 
-    def control_events(self, inp: Input, before: State) -> None:
+    def control_events(self, inp: Trigger, before: State) -> None:
         if inp is I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT and before is S.START:
             self.emit(FirstStart())
             payload = self.draw(small_bytes)
