@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ambrosia_py.testing import ImmortalProcess
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 from .conftest import free_ports
 

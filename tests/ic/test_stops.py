@@ -14,7 +14,7 @@ from ambrosia_ic.logstore import LOCK_NAME
 from ambrosia_cli.local_coordinator import lock_held
 from ambrosia_py.testing import ImmortalProcess, repro, start_immortal
 from samples.counter.counter import Counter
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 from .conftest import Harness, free_ports, wait_until
 from .test_first_start import _run_chain
