@@ -234,7 +234,7 @@ class Immortal:
     def on_checkpoint_loaded(self) -> None:
         """A checkpoint was loaded (recovery has begun)."""
 
-    def on_recovery_complete(self, records_replayed: int) -> None:
+    def on_recovery_complete(self, messages_replayed: int) -> None:
         """Replay is over."""
 
     def on_become_primary(self) -> None:

@@ -60,6 +60,16 @@ METHOD_MARK = "__ambrosia_method__"
 
 
 class MethodKind(enum.Enum):
+    """What a published method is, as its decorator declares it (``@rpc``, ``@fork``,
+    ``@impulse``): the user's view, deciding what a plain ``proxy.method(...)`` does.
+
+    Not the wire's ``RpcType`` (the byte after an RPC's method id), which says how one call
+    travels and is chosen by the way it is sent, not by the method: an awaited call and
+    ``.fork(...)`` go as ``RpcType.FORK`` (the awaited call's envelope carries a call id
+    and its result comes back as a fork to ``RESULT_METHOD_ID``), ``.impulse(...)`` and
+    ``impulse_self`` as ``RpcType.IMPULSE``; ``RpcType.ASYNC`` is never sent.
+    """
+
     RPC = "rpc"  # async/await: the caller awaits the result
     FORK = "fork"  # fire and forget
     IMPULSE = "impulse"  # input from the outside world, sent only when primary

@@ -52,8 +52,8 @@ class Tally(Immortal):
     def tick(self, by: int) -> None:
         self.count += by
 
-    def on_recovery_complete(self, records_replayed: int) -> None:
-        self.ctx.log.info("%s%d after %d records", TALLY, self.count, records_replayed)
+    def on_recovery_complete(self, messages_replayed: int) -> None:
+        self.ctx.log.info("%s%d after %d messages", TALLY, self.count, messages_replayed)
 
     def on_become_primary(self) -> None:
         self.ctx.log.info("%s%d", TALLY, self.count)

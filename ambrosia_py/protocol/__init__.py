@@ -2,7 +2,7 @@
 bytes out. See ``connection.BindingConnection`` and the transition table in ``_state``."""
 
 from . import events
-from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger
 from .connection import BindingConnection
 from .events import (
     BecamePrimary,
@@ -10,12 +10,12 @@ from .events import (
     CheckpointLoaded,
     CheckpointLoadStarted,
     CheckpointReason,
+    CheckpointRequested,
     FirstStart,
     IncomingRpc,
     InitialMessageReceived,
     ProtocolEvent,
     RecoveryComplete,
-    TakeCheckpoint,
     UpgradeRequested,
 )
 
@@ -29,14 +29,14 @@ __all__ = [
     "CheckpointLoadStarted",
     "CheckpointLoaded",
     "CheckpointReason",
+    "CheckpointRequested",
     "FirstStart",
     "IncomingRpc",
     "InitialMessageReceived",
-    "Input",
+    "Trigger",
     "ProtocolEvent",
     "RecoveryComplete",
     "State",
-    "TakeCheckpoint",
     "UpgradeRequested",
     "events",
 ]

@@ -14,7 +14,7 @@ from ..errors import ImpulseDuringRecoveryError, LocalProtocolError, UnexpectedM
 from ..wire import LogRecordDecoder
 from ..wire.stream import DEFAULT_MAX_FRAME_SIZE
 from . import events as ev
-from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger
 
 __all__ = ["ConnectionCore"]
 
@@ -41,7 +41,7 @@ class ConnectionCore:
         self._ckpt_reason: ev.CheckpointReason | None = None
         self._recovered = False  # went through a checkpoint load in this life
         self._upgraded = False
-        self.records_replayed = 0
+        self.messages_replayed = 0
         self.last_seq_id: int | None = None
         self.committer_id: int | None = None
 
@@ -70,7 +70,7 @@ class ConnectionCore:
         return self._upgraded
 
     # ------------------------------------------------------------ transitions
-    def _receive(self, inp: Input, what: str, seq_id: int) -> State:
+    def _receive(self, inp: Trigger, what: str, seq_id: int) -> State:
         """Apply an input from the coordinator; a missing table entry breaks the connection."""
         state = self._state
         nxt = TRANSITIONS[state].get(inp)
@@ -84,7 +84,7 @@ class ConnectionCore:
         self._state = nxt
         return nxt
 
-    def _refuse_if_illegal(self, inp: Input, what: str = "") -> None:
+    def _refuse_if_illegal(self, inp: Trigger, what: str = "") -> None:
         """Raise if the binding may not do ``inp`` now. A refused intent emits no bytes and
         leaves the state unchanged, so the connection stays usable."""
         state = self._state
@@ -93,7 +93,7 @@ class ConnectionCore:
         if state is State.ERROR:
             raise LocalProtocolError("the connection is broken by an earlier protocol error")
         detail = f" ({what})" if what else ""
-        if inp is Input.SEND_IMPULSE and not self.is_primary:
+        if inp is Trigger.SEND_IMPULSE and not self.is_primary:
             raise ImpulseDuringRecoveryError(
                 f"an Impulse{detail} cannot be sent before the instance is primary "
                 f"(state {state.name}: {state.value})"
@@ -102,7 +102,7 @@ class ConnectionCore:
             f"cannot {inp.value}{detail} in state {state.name} ({state.value})"
         )
 
-    def _do(self, inp: Input, what: str = "") -> State:
+    def _do(self, inp: Trigger, what: str = "") -> State:
         """Apply a local intent (checked first with ``_refuse_if_illegal``)."""
         self._refuse_if_illegal(inp, what)
         self._state = TRANSITIONS[self._state][inp]

@@ -28,18 +28,18 @@ from ..wire import (
 from ..wire import TakeCheckpoint as TakeCheckpointMsg
 from . import events as ev
 from ._core import ConnectionCore
-from ._state import CHECKPOINT_OWED, REPLAYING_STATES, Input, State
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, State, Trigger
 
 __all__ = ["ReceiveSide"]
 
 _MESSAGE_INPUT = {
-    TakeBecomingPrimaryCheckpoint: Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT,
-    TakeCheckpointMsg: Input.RECV_TAKE_CHECKPOINT,
-    BecomingPrimary: Input.RECV_BECOMING_PRIMARY,
-    UpgradeTakeCheckpoint: Input.RECV_UPGRADE_TAKE_CHECKPOINT,
-    UpgradeService: Input.RECV_UPGRADE_SERVICE,
-    InitialMessage: Input.RECV_INITIAL_MESSAGE,
-    Rpc: Input.RECV_RPC,
+    TakeBecomingPrimaryCheckpoint: Trigger.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT,
+    TakeCheckpointMsg: Trigger.RECV_TAKE_CHECKPOINT,
+    BecomingPrimary: Trigger.RECV_BECOMING_PRIMARY,
+    UpgradeTakeCheckpoint: Trigger.RECV_UPGRADE_TAKE_CHECKPOINT,
+    UpgradeService: Trigger.RECV_UPGRADE_SERVICE,
+    InitialMessage: Trigger.RECV_INITIAL_MESSAGE,
+    Rpc: Trigger.RECV_RPC,
 }
 
 
@@ -113,7 +113,7 @@ class ReceiveSide(ConnectionCore):
         if isinstance(item, CheckpointChunk):
             return ev.CheckpointLoadChunk(item.data)
         assert isinstance(item, CheckpointEnd)
-        self._receive(Input.RECV_CHECKPOINT_END, "end of checkpoint", CHECKPOINT_SEQ)
+        self._receive(Trigger.RECV_CHECKPOINT_END, "end of checkpoint", CHECKPOINT_SEQ)
         return ev.CheckpointLoaded(item.size)
 
     def _dispatch(self, msg: object, seq: int) -> ev.ProtocolEvent | None:
@@ -121,16 +121,16 @@ class ReceiveSide(ConnectionCore):
         kind = type(msg)
         if kind is Rpc:
             replay = self._state in REPLAYING_STATES
-            self._receive(Input.RECV_RPC, "RPC", seq)
+            self._receive(Trigger.RECV_RPC, "RPC", seq)
             if replay:
-                self.records_replayed += 1
+                self.messages_replayed += 1
             return ev.IncomingRpc(msg, seq, replay)  # type: ignore[arg-type]
         if kind is RpcBatch or kind is CountReplayableRpcBatch:
             rpcs = msg.rpcs  # type: ignore[attr-defined]
             self._pending.extendleft((r, seq) for r in reversed(rpcs))
             return None
         if kind is Checkpoint:
-            self._receive(Input.RECV_CHECKPOINT, "checkpoint record", seq)
+            self._receive(Trigger.RECV_CHECKPOINT, "checkpoint record", seq)
             self._recovered = True
             return ev.CheckpointLoadStarted(msg.size)  # type: ignore[attr-defined]
         inp = _MESSAGE_INPUT.get(kind)
@@ -142,27 +142,27 @@ class ReceiveSide(ConnectionCore):
         before = self._state
         replay = before in REPLAYING_STATES
         after = self._receive(inp, kind.__name__, seq)
-        if inp is Input.RECV_INITIAL_MESSAGE:
+        if inp is Trigger.RECV_INITIAL_MESSAGE:
             if replay:
-                self.records_replayed += 1
+                self.messages_replayed += 1
             return ev.InitialMessageReceived(msg.data, seq, replay)  # type: ignore[attr-defined]
-        if inp is Input.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
+        if inp is Trigger.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
             if after is State.FIRST_START:
                 return ev.FirstStart()
             self._ckpt_reason = ev.CheckpointReason.BECOMING_PRIMARY
-            self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
-            return ev.RecoveryComplete(self.records_replayed)
-        if inp is Input.RECV_TAKE_CHECKPOINT:
+            self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
+            return ev.RecoveryComplete(self.messages_replayed)
+        if inp is Trigger.RECV_TAKE_CHECKPOINT:
             self._ckpt_reason = ev.CheckpointReason.PERIODIC
-            return ev.TakeCheckpoint(self._ckpt_reason)
-        if inp is Input.RECV_BECOMING_PRIMARY:
+            return ev.CheckpointRequested(self._ckpt_reason)
+        if inp is Trigger.RECV_BECOMING_PRIMARY:
             self._out_events.append(ev.BecamePrimary(recovered=True, checkpointed=False))
-            return ev.RecoveryComplete(self.records_replayed)
-        if inp is Input.RECV_UPGRADE_TAKE_CHECKPOINT:
+            return ev.RecoveryComplete(self.messages_replayed)
+        if inp is Trigger.RECV_UPGRADE_TAKE_CHECKPOINT:
             self._upgraded = True
             self._ckpt_reason = ev.CheckpointReason.UPGRADE
-            self._out_events.append(ev.RecoveryComplete(self.records_replayed))
-            self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
+            self._out_events.append(ev.RecoveryComplete(self.messages_replayed))
+            self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
             return ev.UpgradeRequested(live=True)
         # UpgradeService: an upgrade test; replay goes on with the new code.
         self._upgraded = True

@@ -22,7 +22,7 @@ from ..wire import TakeCheckpoint as TakeCheckpointMsg
 from ..wire.messages import AttachTo
 from . import events as ev
 from ._core import ConnectionCore
-from ._state import CHECKPOINT_OWED, Input, State
+from ._state import CHECKPOINT_OWED, State, Trigger
 
 __all__ = ["SendSide"]
 
@@ -36,9 +36,9 @@ class SendSide(ConnectionCore):
     def send_initial_message(self, data: bytes) -> bytes:
         """First start: the InitialMessage, echoed back later as data record 0."""
         payload = InitialMessage(bytes(data)).encode()
-        self._do(Input.SEND_INITIAL_MESSAGE)
+        self._do(Trigger.SEND_INITIAL_MESSAGE)
         self._ckpt_reason = ev.CheckpointReason.FIRST_START
-        self._out_events.append(ev.TakeCheckpoint(self._ckpt_reason))
+        self._out_events.append(ev.CheckpointRequested(self._ckpt_reason))
         return payload
 
     def begin_checkpoint(self, size: int) -> bytes:
@@ -88,7 +88,7 @@ class SendSide(ConnectionCore):
     def _finish_checkpoint(self) -> None:
         self._ckpt_to_send = -1
         before = self._state
-        after = self._do(Input.CHECKPOINT_SENT)
+        after = self._do(Trigger.CHECKPOINT_SENT)
         if after is State.PRIMARY and before in (
             State.BECOMING_PRIMARY_CHECKPOINT,
             State.UPGRADE_CHECKPOINT,
@@ -97,7 +97,7 @@ class SendSide(ConnectionCore):
 
     def request_checkpoint(self) -> bytes:
         """Ask the coordinator to take a checkpoint now (it answers with TakeCheckpoint)."""
-        self._do(Input.REQUEST_CHECKPOINT)
+        self._do(Trigger.REQUEST_CHECKPOINT)
         return _REQUEST_CHECKPOINT
 
     def _prepare(self, rpc: OutgoingRpc, attaching: list[str]) -> bytes:
@@ -108,14 +108,14 @@ class SendSide(ConnectionCore):
         dest = "" if rpc.destination == self.instance_name else rpc.destination
         impulse = rpc.rpc_type == RpcType.IMPULSE and not rpc.reserved
         what = f"method {rpc.method_id} to {dest or 'self'}"
-        self._refuse_if_illegal(Input.SEND_IMPULSE if impulse else Input.SEND_RPC, what)
+        self._refuse_if_illegal(Trigger.SEND_IMPULSE if impulse else Trigger.SEND_RPC, what)
         body = encode_outgoing_rpc(dest, rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved)
         if dest and dest not in self._attached and dest not in attaching:
             attaching.append(dest)
         return body
 
     def _commit_send(self, impulse: bool, attaching: list[str]) -> bytes:
-        self._do(Input.SEND_IMPULSE if impulse else Input.SEND_RPC)
+        self._do(Trigger.SEND_IMPULSE if impulse else Trigger.SEND_RPC)
         self._attached.update(attaching)
         return b"".join(AttachTo(d).encode() for d in attaching)
 

@@ -2,8 +2,8 @@
 
 The table is plain data: ``TRANSITIONS[state][input] -> next state``. A missing entry is a
 protocol violation, raised by the connection with the state and input named. Inputs come
-from two sides: what the coordinator sends (``Input.RECV_*``) and what the binding does
-(``Input.SEND_*``, ``Input.CHECKPOINT_SENT``).
+from two sides: what the coordinator sends (``Trigger.RECV_*``) and what the binding does
+(``Trigger.SEND_*``, ``Trigger.CHECKPOINT_SENT``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ class State(enum.Enum):
     ERROR = "broken by a protocol error"
 
 
-class Input(enum.Enum):
+class Trigger(enum.Enum):
+    """What moves the state machine: a message received or an act of the binding."""
+
     # Members compare by identity; Enum's own __hash__ (of the name, in Python) costs
     # more than the rest of a replayed record's state-table lookups.
     __hash__ = object.__hash__
@@ -53,7 +55,7 @@ class Input(enum.Enum):
 
 
 # Short aliases keep the table readable; deleted below so they are not exported.
-S, I = State, Input  # noqa: E741
+S, I = State, Trigger  # noqa: E741
 
 _REPLAYING = {
     I.RECV_RPC: S.RECOVERING,
@@ -67,7 +69,7 @@ _REPLAYING = {
     I.SEND_RPC: S.RECOVERING,
 }
 
-TRANSITIONS: dict[State, dict[Input, State]] = {
+TRANSITIONS: dict[State, dict[Trigger, State]] = {
     S.START: {
         I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT: S.FIRST_START,
         I.RECV_CHECKPOINT: S.LOADING_CHECKPOINT,

@@ -18,10 +18,10 @@ Usage::
     conn.receive_data(chunk)              # whatever the socket gave
     for event in conn.events():           # until more bytes are needed
         ...                               # FirstStart -> conn.send_initial_message(...)
-                                          # TakeCheckpoint -> conn.send_checkpoint(...)
+                                          # CheckpointRequested -> conn.send_checkpoint(...)
 
 Answers queue events of their own: after ``send_initial_message`` comes
-``TakeCheckpoint(FIRST_START)``, and after the last byte of a becoming-primary or upgrade
+``CheckpointRequested(FIRST_START)``, and after the last byte of a becoming-primary or upgrade
 checkpoint comes ``BecamePrimary``; call ``events()`` again after answering. A checkpoint
 may be sent whole (``send_checkpoint``) or streamed (``begin_checkpoint`` then
 ``checkpoint_data`` until the announced size is reached). While a checkpoint is owed

@@ -22,7 +22,7 @@ class CheckpointReason(enum.Enum):
 class FirstStart(NamedTuple):
     """The instance has never run: send an InitialMessage (``send_initial_message``).
 
-    A ``TakeCheckpoint(FIRST_START)`` for the initial state follows once it is sent.
+    A ``CheckpointRequested(FIRST_START)`` for the initial state follows once it is sent.
     """
 
 
@@ -67,10 +67,13 @@ class IncomingRpc(NamedTuple):
 
 
 @typed_equality
-class TakeCheckpoint(NamedTuple):
-    """Send a checkpoint now (``send_checkpoint`` or ``begin_checkpoint`` + chunks).
+class CheckpointRequested(NamedTuple):
+    """The binding is asked for a checkpoint: send one now (``send_checkpoint``, or
+    ``begin_checkpoint`` and chunks).
 
-    Until it has been sent, no other event is delivered.
+    Not the wire message ``TakeCheckpoint``: any of the coordinator's three requests
+    (``reason``) and the first start end up as this event. Until it has been sent, no
+    other event is delivered.
     """
 
     reason: CheckpointReason
@@ -104,11 +107,11 @@ class BecamePrimary(NamedTuple):
 class RecoveryComplete(NamedTuple):
     """Replay is over (delivered before ``BecamePrimary`` when recovering).
 
-    ``records_replayed`` counts the replayed messages (RPCs, batched ones one by one, and
+    ``messages_replayed`` counts the replayed messages (RPCs, batched ones one by one, and
     the InitialMessage echo) delivered since the checkpoint was loaded.
     """
 
-    records_replayed: int
+    messages_replayed: int
 
 
 ProtocolEvent = (
@@ -118,7 +121,7 @@ ProtocolEvent = (
     | CheckpointLoaded
     | InitialMessageReceived
     | IncomingRpc
-    | TakeCheckpoint
+    | CheckpointRequested
     | UpgradeRequested
     | BecamePrimary
     | RecoveryComplete

@@ -179,12 +179,12 @@ def outcome(name: str, runner: ImmortalRunner, stops: StopSignals,
         return stopped(name, stops)
     conn = runner.engine.conn
     if runner.closed_by_coordinator and debug_replay and not conn.is_primary:
-        return 0, f"{name}: the replay ended after {conn.records_replayed} records"
+        return 0, f"{name}: the replay ended after {conn.messages_replayed} messages"
     if runner.closed_by_coordinator:
         hint = ""
         if not conn.is_primary:
-            hint = (f" while the instance was recovering (after {conn.records_replayed} "
-                    "records); if it was `ambrosia debug-instance`, that is the end of its "
+            hint = (f" while the instance was recovering (after {conn.messages_replayed} "
+                    "messages); if it was `ambrosia debug-instance`, that is the end of its "
                     "replay: pass --debug-replay")
         return EXIT_ERROR, f"error: the coordinator of {name} closed the connection{hint}"
     return 0, f"{name} stopped"

@@ -29,7 +29,7 @@ from ..protocol import BindingConnection
 from ..wire import OutgoingRpc
 from . import replaylog
 from .handling import CurrentInput
-from .journal import Input, Journal
+from .journal import Journal, LoggedInput
 from .outbox import Outbox
 from .outputs import SendCheckpoint
 from .stepping import Handlers
@@ -169,7 +169,7 @@ class EngineCore:
         if self.outputs is not None:
             self.outputs.append(rpc)
 
-    def _apply(self, record: Input) -> None:
+    def _apply(self, record: LoggedInput) -> None:
         """Handle one logged input (the facade's dispatch; rooms re-dispatch journals)."""
         raise NotImplementedError
 

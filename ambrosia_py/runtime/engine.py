@@ -1,6 +1,6 @@
 """The deterministic core, as a sans-IO session: bytes from the coordinator in
 (``receive_data``), outputs out (``next_output``: bytes to write, or a checkpoint to
-stream). It answers TakeCheckpoint itself and decides when queued Impulses may go; its
+stream). It answers a ``CheckpointRequested`` itself and decides when queued Impulses may go; its
 driver (``runner`` over sockets, ``ambrosia_py.testing.inmemory`` in tests) only moves
 bytes. Handlers run on the driver's thread.
 
@@ -57,7 +57,7 @@ from . import checkpoint as ckpt
 from .arguments import ArgumentForms
 from .core import INITIAL_MAGIC
 from .handling import CurrentInput
-from .journal import InitialInput, Input, RpcInput
+from .journal import InitialInput, LoggedInput, RpcInput
 from .lifecycle import Lifecycle
 from .outbox import IMPULSE_QUEUE_LIMIT
 from .outputs import Output, SendBytes, SendCheckpoint
@@ -117,7 +117,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             event = conn.next_event()
             if event is NEED_DATA:
                 break
-            if type(event) is ev.TakeCheckpoint:
+            if type(event) is ev.CheckpointRequested:
                 taken = self._take_checkpoint(event.reason)
                 if pending:  # what came before the checkpoint goes first
                     self._held = taken
@@ -144,7 +144,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         return SendCheckpoint(self.conn, f, size, reason, self.log)
 
     def _handle(self, event: ev.ProtocolEvent) -> bytes:
-        """Handle one protocol event other than ``TakeCheckpoint``; the bytes to send."""
+        """Handle one protocol event other than ``CheckpointRequested``; the bytes to send."""
         kind = type(event)
         if kind is ev.IncomingRpc:
             rpc = event.rpc  # type: ignore[union-attr]
@@ -175,8 +175,8 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             self._upgrade(event.live)  # type: ignore[union-attr]
             return b""
         if kind is ev.RecoveryComplete:
-            n = event.records_replayed  # type: ignore[union-attr]
-            self.log.info("recovery complete: %d records replayed", n)
+            n = event.messages_replayed  # type: ignore[union-attr]
+            self.log.info("recovery complete: %d messages replayed", n)
             assert self.instance is not None
             self.instance.on_recovery_complete(n)
             return b""
@@ -193,7 +193,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         batch, self._batch = self._batch, []
         return self.conn.send_rpcs(batch)
 
-    def _input(self, record: Input) -> None:
+    def _input(self, record: LoggedInput) -> None:
         """Handle one logged input, journaled while a handler may be suspended."""
         if self.handlers.suspended == 0 and self._may_suspend(record):
             self._journal.begin(self._state_bytes())
@@ -203,7 +203,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         if self.handlers.suspended == 0:
             self._journal.clear()
 
-    def _may_suspend(self, record: Input) -> bool:
+    def _may_suspend(self, record: LoggedInput) -> bool:
         if type(record) is InitialInput:
             assert self.instance is not None
             hook = type(self.instance).on_first_start
@@ -216,7 +216,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         spec = self.cls.__ambrosia_by_id__.get(method_id)
         return spec is not None and spec.may_suspend
 
-    def _apply(self, record: Input) -> None:
+    def _apply(self, record: LoggedInput) -> None:
         """Dispatch one input to its room: the first start, a result, an AmbrosiaJS post,
         or a call of a published method."""
         self._inputs_seen += 1

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import JournalLimitError, SerializationError
 
-__all__ = ["INPUT_OVERHEAD", "InitialInput", "Input", "Journal", "JournalMode", "RpcInput",
+__all__ = ["INPUT_OVERHEAD", "InitialInput", "LoggedInput", "Journal", "JournalMode", "RpcInput",
            "input_from_wire", "input_size"]
 
 INPUT_OVERHEAD = 16  # bytes per input for its framing in the checkpoint (msgpack, ids)
@@ -87,10 +87,11 @@ class RpcInput:
         return ["r", self.method_id, self.rpc_type, self.args, self.reserved]
 
 
-Input = InitialInput | RpcInput
+LoggedInput = InitialInput | RpcInput
+"""One input from the log as the journal keeps it for a suspended call."""
 
 
-def input_from_wire(obj: Any) -> Input:
+def input_from_wire(obj: Any) -> LoggedInput:
     """One journal record as a checkpoint stores it, typed.
 
     Raises:
@@ -107,7 +108,7 @@ def input_from_wire(obj: Any) -> Input:
                              f"{obj!r:.80}")
 
 
-def input_size(record: Input) -> int:
+def input_size(record: LoggedInput) -> int:
     """The bytes one logged input adds to a checkpoint's journal."""
     return INPUT_OVERHEAD + len(record.data if type(record) is InitialInput
                                 else record.args)  # type: ignore[union-attr]
@@ -127,7 +128,7 @@ class Journal:
 
     def __init__(self) -> None:
         self.snapshot: bytes | None = None
-        self.records: list[Input] = []
+        self.records: list[LoggedInput] = []
         self.size = 0
         self._warn_at = 0
 
@@ -141,7 +142,7 @@ class Journal:
         self.size = 0
         self._warn_at = 0
 
-    def add(self, record: Input) -> None:
+    def add(self, record: LoggedInput) -> None:
         self.records.append(record)
         self.size += input_size(record)
 

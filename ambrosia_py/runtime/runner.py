@@ -203,7 +203,7 @@ class ImmortalRunner:
         if now - self._last_progress < (_DRAW_EVERY if self.progress else _LOG_EVERY):
             return
         self._last_progress = now
-        line = progress_line(conn.records_replayed, self.replay_estimate)
+        line = progress_line(conn.messages_replayed, self.replay_estimate)
         if self.progress:
             sys.stderr.write(f"\r{line} ")
             sys.stderr.flush()

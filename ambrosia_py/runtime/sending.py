@@ -43,6 +43,8 @@ class Sending(EngineCore):
         pc: PendingCall[Any] = PendingCall(call_id, spec.name, spec.return_type,
                                            cls.remote_errors)
         self.handlers.add(pc)
+        # A fork on the wire: the call id in the envelope pairs it with its result, which
+        # comes back as a fork too, so the coordinator never holds a call open.
         self._send_envelope(dest, spec.method_id, RpcType.FORK, call_id, payload)
         return pc
 

@@ -40,7 +40,7 @@ def feed(pieces: list[bytes]) -> RemoteProtocolError | None:
                 assert events < EVENT_LIMIT, "the connection keeps producing events"
                 if isinstance(event, ev.FirstStart):
                     c.send_initial_message(b"fuzz")
-                elif isinstance(event, ev.TakeCheckpoint) and c.owes_checkpoint:
+                elif isinstance(event, ev.CheckpointRequested) and c.owes_checkpoint:
                     c.send_checkpoint(b"state")
     except RemoteProtocolError as err:
         with pytest.raises(LocalProtocolError):

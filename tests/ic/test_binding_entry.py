@@ -13,7 +13,7 @@ import pytest
 from ambrosia_py.errors import AmbrosiaError, UsageError
 from ambrosia_py.runtime.cli import load_class
 from ambrosia_py.testing import ImmortalProcess
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 from .conftest import Harness
 

@@ -12,7 +12,7 @@ import pytest
 from ambrosia_ic import registry
 
 from ambrosia_py.testing import ImmortalProcess
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 from .conftest import free_ports
 

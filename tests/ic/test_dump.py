@@ -19,7 +19,7 @@ from ambrosia_py import serialization as ser
 from ambrosia_py.immortal import POST_METHOD_ID, default_method_id
 from ambrosia_py.wire import Rpc, RpcType
 from samples.hello.hello import Server
-from tests.framework.conftest import ROOT, Launcher
+from tests.launcher import ROOT, Launcher
 
 pytestmark = pytest.mark.integration
 

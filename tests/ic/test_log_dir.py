@@ -14,7 +14,7 @@ import pytest
 from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_py.errors import CoordinatorError
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 from .conftest import Harness, free_ports
 from .test_cli import _one_line_error

@@ -15,7 +15,7 @@ import pytest
 from ambrosia_ic.logstore import LOCK_NAME, LogScan, log_path
 
 from ambrosia_py.testing import start_immortal
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 from .conftest import Harness, wait_until
 from .test_cli import _one_line_error

@@ -14,7 +14,7 @@ from ambrosia_ic.logstore import LOCK_NAME
 from ambrosia_cli.local_coordinator import lock_held
 from ambrosia_py.testing import ImmortalProcess, repro, start_immortal
 from samples.counter.counter import Counter
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 from .conftest import Harness, free_ports, wait_until
 from .test_first_start import _run_chain
@@ -86,9 +86,9 @@ def test_a_debug_instance_replay_ends_its_binding_without_an_error(harness: Harn
     env = dict(harness.env, AMBROSIA_LOG_REPLAY="1", PYTHONPATH=os.pathsep.join(
         q for q in (str(ROOT), os.environ.get("PYTHONPATH", "")) if q))
     for flag, code, last in (
-            (["--debug-replay"], 0, "ambrosia run: counter: the replay ended after 2 records"),
+            (["--debug-replay"], 0, "ambrosia run: counter: the replay ended after 2 messages"),
             ([], 1, "ambrosia run: error: the coordinator of counter closed the connection "
-                    "while the instance was recovering (after 2 records); if it was `ambrosia "
+                    "while the instance was recovering (after 2 messages); if it was `ambrosia "
                     "debug-instance`, that is the end of its replay: pass --debug-replay")):
         rp, sp = free_ports(2)
         debug = harness.popen("debug-instance", "-i", "counter", "-c", "1", "-rp", str(rp),

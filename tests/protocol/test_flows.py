@@ -17,12 +17,12 @@ from ambrosia_py.protocol import (
     CheckpointLoaded,
     CheckpointLoadStarted,
     CheckpointReason,
+    CheckpointRequested,
     FirstStart,
     IncomingRpc,
     InitialMessageReceived,
     RecoveryComplete,
     State,
-    TakeCheckpoint,
     UpgradeRequested,
 )
 from ambrosia_py.wire import (
@@ -32,10 +32,10 @@ from ambrosia_py.wire import (
     Rpc,
     RpcBatch,
     TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
     UpgradeService,
     UpgradeTakeCheckpoint,
 )
-from ambrosia_py.wire import TakeCheckpoint as TakeCheckpointMsg
 
 from .helpers import LIVE, PRIMARY, REPLAY, checkpoint, control, data, drain, feed, h
 
@@ -69,7 +69,7 @@ def test_first_start(piece: int) -> None:
     assert c.state is State.FIRST_START
 
     assert c.send_initial_message(b"hello") == h("0c 09 68656c6c6f")
-    assert drain(c) == [(TakeCheckpoint(CheckpointReason.FIRST_START), LIVE)]
+    assert drain(c) == [(CheckpointRequested(CheckpointReason.FIRST_START), LIVE)]
     assert c.owes_checkpoint and not c.is_primary
 
     assert c.send_checkpoint(b"abc") == h("04 08 06 616263")
@@ -85,13 +85,13 @@ def test_first_start(piece: int) -> None:
         (IncomingRpc(R2, 1, False), PRIMARY),
         (IncomingRpc(R4, 2, False), PRIMARY),
     ]
-    assert c.committer_id == 0x2A and c.last_seq_id == 2 and c.records_replayed == 0
+    assert c.committer_id == 0x2A and c.last_seq_id == 2 and c.messages_replayed == 0
 
     # Impulses are legal now, and the binding may ask for a checkpoint
     assert c.send_rpc("", 8, 2, b"{}") == h("0e 00 00 00 10 02 7b7d")
     assert c.request_checkpoint() == h("02 02")
-    assert feed(c, control(TakeCheckpointMsg()), piece) == [
-        (TakeCheckpoint(CheckpointReason.PERIODIC), PRIMARY)
+    assert feed(c, control(TakeCheckpoint()), piece) == [
+        (CheckpointRequested(CheckpointReason.PERIODIC), PRIMARY)
     ]
     assert c.state is State.PRIMARY_CHECKPOINT and c.is_primary
     assert c.send_checkpoint(b"") == h("04 08 00")
@@ -118,7 +118,7 @@ def test_standalone_recovery(piece: int) -> None:
 
     assert feed(c, control(TakeBecomingPrimaryCheckpoint()), piece) == [
         (RecoveryComplete(3), LIVE),
-        (TakeCheckpoint(CheckpointReason.BECOMING_PRIMARY), LIVE),
+        (CheckpointRequested(CheckpointReason.BECOMING_PRIMARY), LIVE),
     ]
     assert c.owes_checkpoint and not c.is_primary and not c.is_replaying
     # sent in pieces
@@ -131,7 +131,7 @@ def test_standalone_recovery(piece: int) -> None:
     assert feed(c, data(7, R4), piece) == [(IncomingRpc(R4, 7, False), PRIMARY)]
     assert c.send_rpc("svc", 5, 1, b"") == SVC_FORK_5  # attached once, in the earlier life
     assert c.send_rpc("", 8, 1, b"{}") == SELF_FORK_8
-    assert c.records_replayed == 3
+    assert c.messages_replayed == 3
 
 
 @PIECES
@@ -164,11 +164,11 @@ def test_active_active_primary_with_nothing_to_replay(piece: int) -> None:
 @PIECES
 def test_checkpointing_secondary_stays_replaying(piece: int) -> None:
     c = BindingConnection("me")
-    stream = checkpoint(BLOB) + data(3, R1) + control(TakeCheckpointMsg()) + data(4, R2)
+    stream = checkpoint(BLOB) + data(3, R1) + control(TakeCheckpoint()) + data(4, R2)
     assert feed(c, stream, piece) == [
         *loaded(),
         (IncomingRpc(R1, 3, True), REPLAY),
-        (TakeCheckpoint(CheckpointReason.PERIODIC), REPLAY),
+        (CheckpointRequested(CheckpointReason.PERIODIC), REPLAY),
     ]
     assert c.state is State.SECONDARY_CHECKPOINT and c.owes_checkpoint
     assert c.send_checkpoint(b"xy") == h("04 08 04 7879")
@@ -176,8 +176,8 @@ def test_checkpointing_secondary_stays_replaying(piece: int) -> None:
     assert c.state is State.RECOVERING
     # and again, straight after the load
     c2 = BindingConnection("me")
-    assert feed(c2, checkpoint(BLOB) + control(TakeCheckpointMsg()), piece)[-1] == (
-        TakeCheckpoint(CheckpointReason.PERIODIC),
+    assert feed(c2, checkpoint(BLOB) + control(TakeCheckpoint()), piece)[-1] == (
+        CheckpointRequested(CheckpointReason.PERIODIC),
         REPLAY,
     )
 
@@ -191,7 +191,7 @@ def test_live_upgrade(piece: int) -> None:
         (IncomingRpc(R1, 9, True), REPLAY),
         (UpgradeRequested(live=True), LIVE),
         (RecoveryComplete(1), LIVE),
-        (TakeCheckpoint(CheckpointReason.UPGRADE), LIVE),
+        (CheckpointRequested(CheckpointReason.UPGRADE), LIVE),
     ]
     assert c.upgraded and c.state is State.UPGRADE_CHECKPOINT
     assert c.send_checkpoint(b"v2") == h("04 08 04 7632")
@@ -211,7 +211,7 @@ def test_repro_test_replays_and_never_becomes_primary(piece: int) -> None:
         (IncomingRpc(R1, 1, True), REPLAY),
         (IncomingRpc(R4, 2, True), REPLAY),
     ]
-    assert c.state is State.RECOVERING and not c.upgraded and c.records_replayed == 3
+    assert c.state is State.RECOVERING and not c.upgraded and c.messages_replayed == 3
 
 
 @PIECES
@@ -232,7 +232,7 @@ def test_batches_are_expanded_in_order(piece: int) -> None:
     c = BindingConnection("me")
     feed(c, control(TakeBecomingPrimaryCheckpoint()), piece)
     c.send_initial_message(b"")
-    assert drain(c) == [(TakeCheckpoint(CheckpointReason.FIRST_START), LIVE)]
+    assert drain(c) == [(CheckpointRequested(CheckpointReason.FIRST_START), LIVE)]
     c.send_checkpoint(b"")
     assert drain(c) == [(BecamePrimary(recovered=False, checkpointed=True), PRIMARY)]
     stream = data(0, InitialMessage(b""), RpcBatch((R1, R2, R3)))

@@ -22,13 +22,13 @@ from ambrosia_py.protocol import (
     CheckpointLoaded,
     CheckpointLoadStarted,
     CheckpointReason,
+    CheckpointRequested,
     FirstStart,
     IncomingRpc,
     InitialMessageReceived,
-    Input,
     RecoveryComplete,
     State,
-    TakeCheckpoint,
+    Trigger,
     UpgradeRequested,
 )
 from ambrosia_py.wire import (
@@ -42,23 +42,23 @@ from ambrosia_py.wire import (
     RpcBatch,
     RpcType,
     TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
     UpgradeService,
     UpgradeTakeCheckpoint,
     encode_outgoing_rpc,
 )
-from ambrosia_py.wire import TakeCheckpoint as TakeCheckpointMsg
 
 from .helpers import checkpoint, control, data, joined, split_at
 
-S, I = State, Input  # noqa: E741
+S, I = State, Trigger  # noqa: E741
 NAME = "me"
 PRIMARY_STATES = {S.PRIMARY, S.PRIMARY_CHECKPOINT}
 REPLAYING = {S.LOADING_CHECKPOINT, S.CHECKPOINT_LOADED, S.RECOVERING, S.SECONDARY_CHECKPOINT}
 # Inputs that follow from others rather than being chosen.
 FORCED = {I.SEND_INITIAL_MESSAGE, I.CHECKPOINT_SENT, I.RECV_CHECKPOINT_END}
-CONTROL: dict[Input, Message] = {
+CONTROL: dict[Trigger, Message] = {
     I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT: TakeBecomingPrimaryCheckpoint(),
-    I.RECV_TAKE_CHECKPOINT: TakeCheckpointMsg(),
+    I.RECV_TAKE_CHECKPOINT: TakeCheckpoint(),
     I.RECV_BECOMING_PRIMARY: BecomingPrimary(),
     I.RECV_UPGRADE_TAKE_CHECKPOINT: UpgradeTakeCheckpoint(),
     I.RECV_UPGRADE_SERVICE: UpgradeService(),
@@ -98,7 +98,7 @@ class Model:
     upgraded: bool = False
 
     # ------------------------------------------------------------ bookkeeping
-    def move(self, inp: Input) -> None:
+    def move(self, inp: Trigger) -> None:
         self.state = TRANSITIONS[self.state][inp]
 
     def flags(self) -> tuple[bool, bool]:
@@ -173,7 +173,7 @@ class Model:
         self.move(I.SEND_IMPULSE if impulse else I.SEND_RPC)
 
     # ------------------------------------------------------------ one chosen input
-    def step(self, inp: Input) -> None:
+    def step(self, inp: Trigger) -> None:
         before = self.state
         replay = before in REPLAYING
         if inp is I.RECV_CHECKPOINT:
@@ -228,20 +228,21 @@ class Model:
         ):
             self.send_checkpoint()
 
-    def control_events(self, inp: Input, before: State) -> None:
+    def control_events(self, inp: Trigger, before: State) -> None:
         if inp is I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT and before is S.START:
             self.emit(FirstStart())
             payload = self.draw(small_bytes)
             self.act(("initial", payload))
             self.output += InitialMessage(payload).encode()
             self.move(I.SEND_INITIAL_MESSAGE)
-            self.emit(TakeCheckpoint(CheckpointReason.FIRST_START))
+            self.emit(CheckpointRequested(CheckpointReason.FIRST_START))
         elif inp is I.RECV_TAKE_BECOMING_PRIMARY_CHECKPOINT:
             self.emit(
-                RecoveryComplete(self.replayed), TakeCheckpoint(CheckpointReason.BECOMING_PRIMARY)
+                RecoveryComplete(self.replayed),
+                CheckpointRequested(CheckpointReason.BECOMING_PRIMARY),
             )
         elif inp is I.RECV_TAKE_CHECKPOINT:
-            self.emit(TakeCheckpoint(CheckpointReason.PERIODIC))
+            self.emit(CheckpointRequested(CheckpointReason.PERIODIC))
         elif inp is I.RECV_BECOMING_PRIMARY:
             self.emit(
                 RecoveryComplete(self.replayed), BecamePrimary(recovered=True, checkpointed=False)
@@ -251,7 +252,7 @@ class Model:
             self.emit(
                 UpgradeRequested(live=True),
                 RecoveryComplete(self.replayed),
-                TakeCheckpoint(CheckpointReason.UPGRADE),
+                CheckpointRequested(CheckpointReason.UPGRADE),
             )
         else:
             self.upgraded = True

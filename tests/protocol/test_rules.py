@@ -17,12 +17,12 @@ from ambrosia_py.protocol import (
     BecamePrimary,
     BindingConnection,
     CheckpointReason,
+    CheckpointRequested,
     FirstStart,
     IncomingRpc,
     InitialMessageReceived,
     RecoveryComplete,
     State,
-    TakeCheckpoint,
 )
 from ambrosia_py.wire import (
     NEED_DATA,
@@ -32,10 +32,10 @@ from ambrosia_py.wire import (
     Rpc,
     RpcBatch,
     TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
     UpgradeService,
     UpgradeTakeCheckpoint,
 )
-from ambrosia_py.wire import TakeCheckpoint as TakeCheckpointMsg
 
 from .helpers import LIVE, PRIMARY, REPLAY, checkpoint, control, data, drain, feed, h
 
@@ -72,7 +72,7 @@ def test_first_start_dispatches_nothing_before_the_checkpoint_is_sent() -> None:
     assert feed(c, stream) == [(FirstStart(), LIVE)]
     assert c.next_event() is NEED_DATA and c.next_event() is NEED_DATA
     c.send_initial_message(b"i")
-    assert drain(c) == [(TakeCheckpoint(CheckpointReason.FIRST_START), LIVE)]
+    assert drain(c) == [(CheckpointRequested(CheckpointReason.FIRST_START), LIVE)]
     assert c.next_event() is NEED_DATA
     c.begin_checkpoint(3)
     c.checkpoint_data(b"x")
@@ -89,10 +89,10 @@ def test_first_start_dispatches_nothing_before_the_checkpoint_is_sent() -> None:
 
 def test_messages_packed_behind_a_take_checkpoint_wait_for_the_checkpoint() -> None:
     c = primary()
-    stream = data(1, R1, TakeCheckpointMsg(), R2, R3) + data(2, R1)
+    stream = data(1, R1, TakeCheckpoint(), R2, R3) + data(2, R1)
     assert feed(c, stream) == [
         (IncomingRpc(R1, 1, False), PRIMARY),
-        (TakeCheckpoint(CheckpointReason.PERIODIC), PRIMARY),
+        (CheckpointRequested(CheckpointReason.PERIODIC), PRIMARY),
     ]
     with pytest.raises(LocalProtocolError):
         c.send_rpc("", 1, 1, b"")  # no state-changing output while the snapshot is owed
@@ -114,7 +114,7 @@ def test_messages_behind_take_becoming_primary_checkpoint_are_live_after_it() ->
     assert feed(c, stream) == [
         (IncomingRpc(R2, 1, True), REPLAY),
         (RecoveryComplete(2), LIVE),
-        (TakeCheckpoint(CheckpointReason.BECOMING_PRIMARY), LIVE),
+        (CheckpointRequested(CheckpointReason.BECOMING_PRIMARY), LIVE),
     ]
     c.send_checkpoint(b"snap")
     assert drain(c) == [
@@ -129,7 +129,7 @@ def test_checkpoint_bytes_cannot_be_sent_unasked_or_beyond_their_announced_size(
         c.begin_checkpoint(1)  # none owed
     with pytest.raises(LocalProtocolError):
         c.checkpoint_data(b"x")  # none announced
-    feed(c, control(TakeCheckpointMsg()))
+    feed(c, control(TakeCheckpoint()))
     assert c.begin_checkpoint(3) == h("04 08 06")
     with pytest.raises(LocalProtocolError):
         c.begin_checkpoint(3)  # already being sent
@@ -190,7 +190,7 @@ def test_impulse_before_the_first_start_checkpoint_is_refused(before_initial_mes
 
 def test_impulse_while_the_primary_owes_a_checkpoint_is_not_a_recovery_error() -> None:
     c = primary()
-    feed(c, control(TakeCheckpointMsg()))
+    feed(c, control(TakeCheckpoint()))
     with pytest.raises(LocalProtocolError) as info:
         c.send_rpc("", 4, 2, b"")
     assert not isinstance(info.value, ImpulseDuringRecoveryError)
@@ -302,7 +302,7 @@ def test_becoming_primary_after_a_first_start_breaks_the_connection() -> None:
     feed(c, control(TakeBecomingPrimaryCheckpoint()) + control(BecomingPrimary()))
     c.send_initial_message(b"")
     c.send_checkpoint(b"")
-    assert c.next_event() == TakeCheckpoint(CheckpointReason.FIRST_START)
+    assert c.next_event() == CheckpointRequested(CheckpointReason.FIRST_START)
     assert c.next_event() == BecamePrimary(recovered=False, checkpointed=True)
     with pytest.raises(UnexpectedMessageError):
         c.next_event()
@@ -320,7 +320,7 @@ def test_an_rpc_before_any_start_up_message_breaks_the_connection() -> None:
 
 @pytest.mark.parametrize(
     "between",
-    [data(0, R1), control(TakeCheckpointMsg()), control(UpgradeService())],
+    [data(0, R1), control(TakeCheckpoint()), control(UpgradeService())],
     ids=["after a replayed record", "after a checkpoint was taken", "twice"],
 )
 def test_upgrade_service_later_than_right_after_the_load_is_rejected(between: bytes) -> None:

@@ -6,9 +6,9 @@ from collections import deque
 
 import pytest
 
-from ambrosia_py.protocol import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, Input, State
+from ambrosia_py.protocol import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger
 
-S, I = State, Input  # noqa: E741
+S, I = State, Trigger  # noqa: E741
 
 # Every legal move, written out from the protocol document. The table must be exactly this.
 DOCUMENTED = {
@@ -53,7 +53,7 @@ PRIMARY_STATES = {S.PRIMARY, S.PRIMARY_CHECKPOINT}
 EDGES = [(s, i, n) for s, row in TRANSITIONS.items() for i, n in row.items()]
 
 
-def walk(inputs: list[Input], state: State = S.START) -> list[State]:
+def walk(inputs: list[Trigger], state: State = S.START) -> list[State]:
     """The states visited; a missing entry is a rejection."""
     seen = [state]
     for inp in inputs:
@@ -81,7 +81,7 @@ def test_every_state_has_a_row_and_every_pair_is_documented_or_rejected() -> Non
     table = {(s, i): n for s, i, n in EDGES}
     assert table == DOCUMENTED
     for state in State:
-        for inp in Input:
+        for inp in Trigger:
             if (state, inp) not in DOCUMENTED:
                 with pytest.raises(LookupError):
                     walk([inp], state)
@@ -89,7 +89,7 @@ def test_every_state_has_a_row_and_every_pair_is_documented_or_rejected() -> Non
 
 def test_every_state_has_a_description_and_every_input_says_which_side() -> None:
     assert all(s.value for s in State)
-    for inp in Input:
+    for inp in Trigger:
         assert inp.name.startswith(("RECV_", "SEND_")) or inp in (
             I.CHECKPOINT_SENT,
             I.REQUEST_CHECKPOINT,
@@ -160,7 +160,7 @@ def test_becoming_primary_is_legal_only_while_recovering() -> None:
         (I.CHECKPOINT_SENT, set(CHECKPOINT_OWED)),
     ],
 )
-def test_where_each_input_is_legal(inp: Input, states: set[State]) -> None:
+def test_where_each_input_is_legal(inp: Trigger, states: set[State]) -> None:
     assert {s for s, i, _ in EDGES if i is inp} == states
 
 
@@ -259,7 +259,7 @@ FLOWS = [
 
 @pytest.mark.parametrize(("name", "inputs", "end", "primary"), FLOWS, ids=[f[0] for f in FLOWS])
 def test_document_flow_walks_the_table(
-    name: str, inputs: list[Input], end: State, primary: str
+    name: str, inputs: list[Trigger], end: State, primary: str
 ) -> None:
     states = walk(inputs)
     assert states[-1] is end
@@ -297,7 +297,7 @@ VIOLATIONS = [
 
 
 @pytest.mark.parametrize(("name", "prefix", "bad"), VIOLATIONS, ids=[v[0] for v in VIOLATIONS])
-def test_violation_is_rejected(name: str, prefix: list[Input], bad: Input) -> None:
+def test_violation_is_rejected(name: str, prefix: list[Trigger], bad: Trigger) -> None:
     walk(prefix)  # the prefix itself is legal
     with pytest.raises(LookupError):
         walk([*prefix, bad])

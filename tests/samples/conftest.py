@@ -1,3 +1,3 @@
-from tests.framework.conftest import Launcher, launcher
+from tests.launcher import Launcher, launcher
 
 __all__ = ["Launcher", "launcher"]

@@ -7,7 +7,7 @@ import pytest
 
 from ambrosia_py.testing import repro
 from samples.longwork.longwork import Jobs
-from tests.framework.conftest import Launcher
+from tests.launcher import Launcher
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.framework.conftest import ROOT
+from tests.launcher import ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,7 @@ from ambrosia_py.testing import repro, upgrade_test
 from samples.counter.counter import Counter
 from samples.hello.hello import Client, Server
 from samples.upgrade import v1, v2
-from tests.framework.conftest import ROOT, Launcher
-from tests.framework.test_e2e import wait_until
+from tests.launcher import ROOT, Launcher, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -3,10 +3,10 @@ the modules beside it each hold one job (see ``lifecycle``'s docstring)."""
 
 from __future__ import annotations
 
-from .lifecycle import Coordinator, Input
+from .lifecycle import Coordinator, PendingInput
 from .phase import TRANSITIONS, Phase
 from .reading import EXIT_BINDING_LOST, EXIT_MALFORMED
 from .sink import FencedSink, LogSink, StandaloneSink
 
 __all__ = ["EXIT_BINDING_LOST", "EXIT_MALFORMED", "TRANSITIONS", "Coordinator", "FencedSink",
-           "Input", "LogSink", "Phase", "StandaloneSink"]
+           "PendingInput", "LogSink", "Phase", "StandaloneSink"]

@@ -33,11 +33,12 @@ from .link_server import LinkServer
 from .phase import Phase, next_phase
 from .sink import FencedSink, LogSink, StandaloneSink
 
-__all__ = ["Coordinator", "Input"]
+__all__ = ["Coordinator", "PendingInput"]
 
-# (input key, link sequence number, message bytes): key is the sender's instance name
-# (our own for self-calls) or None for inputs that carry no number (Impulses).
-Input = tuple[str | None, int | None, bytes]
+# An input queued for the committer's next log record: (input key, link sequence number,
+# message bytes); key is the sender's instance name (our own for self-calls) or None for
+# inputs that carry no number (Impulses).
+PendingInput = tuple[str | None, int | None, bytes]
 # The flow a coordinator runs once its binding connected.
 MainFlow = Callable[[], Coroutine[Any, Any, None]]
 
@@ -95,7 +96,7 @@ class Coordinator:
         # delivery and outputs
         self.send: asyncio.StreamWriter | None = None
         self.last_delivered = -1
-        self.pending: collections.deque[Input] = collections.deque()
+        self.pending: collections.deque[PendingInput] = collections.deque()
         self.wake = asyncio.Event()  # something to commit, or a checkpoint to take
         self.self_next = 1
         self.self_unacked: collections.deque[tuple[int, bytes]] = collections.deque()

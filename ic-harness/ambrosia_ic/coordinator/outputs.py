@@ -23,7 +23,7 @@ from ..logstore import is_impulse
 from .phase import Phase
 
 if TYPE_CHECKING:
-    from .lifecycle import Coordinator, Input
+    from .lifecycle import Coordinator, PendingInput
 
 __all__ = ["link_to", "restore", "route", "snapshot", "submit", "trim_self"]
 
@@ -54,7 +54,7 @@ def route(c: Coordinator, rpc: OutgoingRpc) -> None:
             link.add(incoming)
 
 
-def submit(c: Coordinator, item: Input) -> None:
+def submit(c: Coordinator, item: PendingInput) -> None:
     """Queue an input for the committer (it commits only once live)."""
     if item[0] is None and c.phase is not Phase.LIVE and not c.sink.keeps_early_impulses:
         c.log("dropped an Impulse the binding sent while recovering")

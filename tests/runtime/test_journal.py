@@ -17,11 +17,11 @@ from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.journal import InitialInput, RpcInput, input_from_wire, input_size
 from ambrosia_py.serialization import Envelope
 from ambrosia_py.testing import checkpoints, repro
+from ambrosia_py.testing.inmemory import InMemoryCoordinator
 from ambrosia_py.wire import RpcType
+from tests.launcher import Launcher
 
 from .apps import BoundedPatient, ImpulsedBoundedPatient, ImpulsedPatient, Patient, Waiters
-from .conftest import Launcher
-from .fakeic import FakeCoordinator
 from .test_e2e import wait_until
 
 PAD = default_method_id("pad")
@@ -34,18 +34,18 @@ def _pad_args(i: int) -> bytes:
     return Envelope(i, i, -1, "feeder", [[bytes(150)], {}]).encode()
 
 
-def _pad(ic: FakeCoordinator, i: int) -> None:
+def _pad(ic: InMemoryCoordinator, i: int) -> None:
     ic.rpc(PAD, RpcType.FORK, _pad_args(i))
 
 
-def _checkpoint(ic: FakeCoordinator) -> tuple[str, list[list[object]]]:
+def _checkpoint(ic: InMemoryCoordinator) -> tuple[str, list[list[object]]]:
     """The mode of a checkpoint taken now, and the journal it carries."""
     objects = list(msgpack.Unpacker(io.BytesIO(ic.take_checkpoint()), raw=False))
     mode = objects[0]["mode"]
     return mode, (objects[-1] if mode == "p" else [])
 
 
-def _checkpoint_bytes(ic: FakeCoordinator) -> bytes:
+def _checkpoint_bytes(ic: InMemoryCoordinator) -> bytes:
     data = ic.take_checkpoint()
     assert next(iter(msgpack.Unpacker(io.BytesIO(data), raw=False)))["mode"] == "p"
     return data
@@ -58,7 +58,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_growing_journal_is_reported_once_per_threshold_crossing(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    ic = FakeCoordinator(Engine(Patient, "patient"))
+    ic = InMemoryCoordinator(Engine(Patient, "patient"))
     ic.first_start()
     assert not ic.engine.quiescent
     seen: list[tuple[int, int]] = []  # (inputs, bytes) the checkpoints carried
@@ -80,7 +80,7 @@ def test_a_growing_journal_is_reported_once_per_threshold_crossing(
 
 def test_past_journal_limit_bytes_the_await_fails_and_checkpoints_shrink(
         caplog: pytest.LogCaptureFixture) -> None:
-    ic = FakeCoordinator(Engine(BoundedPatient, "patient"))
+    ic = InMemoryCoordinator(Engine(BoundedPatient, "patient"))
     ic.first_start()
     first = ic.checkpoints[0]
     call = ic.outputs[-1]
@@ -110,14 +110,14 @@ def test_past_journal_limit_bytes_the_await_fails_and_checkpoints_shrink(
     assert inst.outcome.startswith("JournalLimitError: ")
     # A replay of the same log gives up at the same input, quietly.
     caplog.clear()
-    again = FakeCoordinator(Engine(BoundedPatient, "patient"))
+    again = InMemoryCoordinator(Engine(BoundedPatient, "patient"))
     again.recover(first, list(ic.log))
     replayed = again.engine.instance
     assert isinstance(replayed, BoundedPatient)
     assert (replayed.padded, replayed.outcome) == (inst.padded, inst.outcome)
     assert _warnings(caplog) == ["a result for call 1, which is not pending, was ignored"]
     # So does a recovery from the checkpoint that carried a journal: its inputs count.
-    later = FakeCoordinator(Engine(BoundedPatient, "patient"))
+    later = InMemoryCoordinator(Engine(BoundedPatient, "patient"))
     later.recover(mid, list(ic.log[mid_at:]))
     recovered = later.engine.instance
     assert isinstance(recovered, BoundedPatient)
@@ -127,7 +127,7 @@ def test_past_journal_limit_bytes_the_await_fails_and_checkpoints_shrink(
 def test_the_limit_fails_every_suspended_await_oldest_first(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    ic = FakeCoordinator(Engine(Waiters, "waiters"))
+    ic = InMemoryCoordinator(Engine(Waiters, "waiters"))
     ic.first_start()
     ic.deliver_self()  # the two self-calls: both handlers now await calc
     assert ic.engine.pending_calls == 2 and not ic.engine.quiescent
@@ -164,7 +164,7 @@ def _register_calc(launcher: Launcher) -> None:
 @pytest.mark.integration
 def test_a_real_run_warns_live_and_recovers_quietly(launcher: Launcher) -> None:
     _register_calc(launcher)
-    p = launcher.start("tests.framework.apps:ImpulsedPatient", "patient")
+    p = launcher.start("tests.runtime.apps:ImpulsedPatient", "patient")
     p.wait_for("patient padded 15")
     warned = [WARNED.match(line) for line in p.lines if "every checkpoint" in line]
     # Each pad adds about 200 bytes: the 5th passes 1000, the 10th 2000; 4000 is not reached.
@@ -172,11 +172,11 @@ def test_a_real_run_warns_live_and_recovers_quietly(launcher: Launcher) -> None:
     assert [int(m.group(2)) // 1000 for m in warned if m] == [1, 2]
     p.kill()
     # A replay of the log, then a load of the checkpoint that carries the journal.
-    p = launcher.start("tests.framework.apps:ImpulsedPatient", "patient")
+    p = launcher.start("tests.runtime.apps:ImpulsedPatient", "patient")
     wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2)
     p.stop()
     assert not any("every checkpoint" in line for line in p.lines)
-    p = launcher.start("tests.framework.apps:ImpulsedPatient", "patient")
+    p = launcher.start("tests.runtime.apps:ImpulsedPatient", "patient")
     p.stop()
     assert not any("every checkpoint" in line for line in p.lines)
     assert any("re-dispatching 16 inputs to rebuild suspended calls" in line
@@ -188,19 +188,19 @@ def test_a_real_run_warns_live_and_recovers_quietly(launcher: Launcher) -> None:
 @pytest.mark.integration
 def test_a_real_run_gives_up_past_the_limit_and_stays_small(launcher: Launcher) -> None:
     _register_calc(launcher)
-    p = launcher.start("tests.framework.apps:ImpulsedBoundedPatient", "patient")
+    p = launcher.start("tests.runtime.apps:ImpulsedBoundedPatient", "patient")
     line = p.wait_for("patient gave up: ")
     assert re.fullmatch(r".* patient gave up: divide \(call 1\) was abandoned: the 16 inputs "
                         r"\(3\d{3} bytes\) carried since handlers were suspended passed "
                         r"journal_limit_bytes=3000", line)
     p.wait_for("patient padded 20")
     p.kill()
-    p = launcher.start("tests.framework.apps:ImpulsedBoundedPatient", "patient")
+    p = launcher.start("tests.runtime.apps:ImpulsedBoundedPatient", "patient")
     wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2)
     p.stop()
     # Replayed, it gave up at the same input, so its checkpoints carry no journal.
     assert not any("gave up" in ln or "re-dispatching" in ln for ln in p.lines)
-    p = launcher.start("tests.framework.apps:ImpulsedBoundedPatient", "patient")
+    p = launcher.start("tests.runtime.apps:ImpulsedBoundedPatient", "patient")
     p.stop()
     assert not any("re-dispatching" in ln for ln in p.lines)
     state = repro("patient", ImpulsedBoundedPatient, home=launcher.home).state
@@ -211,13 +211,13 @@ def test_a_real_run_gives_up_past_the_limit_and_stays_small(launcher: Launcher) 
 def test_a_checkpoint_keeps_the_journal_form_earlier_versions_wrote_and_loads_it() -> None:
     """Typed records in memory, the same msgpack lists and mode letters in the checkpoint:
     a checkpoint written before the records were typed is the same bytes, and loads."""
-    ic = FakeCoordinator(Engine(Patient, "patient"))
+    ic = InMemoryCoordinator(Engine(Patient, "patient"))
     ic.first_start()
     _pad(ic, 0)
     mode, journal = _checkpoint(ic)
     assert mode == "p"
     assert journal == [["i", ic.log[0][2:]], ["r", PAD, int(RpcType.FORK), _pad_args(0), 0]]
-    again = FakeCoordinator(Engine(Patient, "patient"))
+    again = InMemoryCoordinator(Engine(Patient, "patient"))
     again.recover(ic.checkpoint, [])
     assert not again.engine.quiescent and again.engine.pending_calls == 1
     assert again.engine.instance.padded == 1  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""Immortals used by the framework tests (module level, so `ambrosia run` can import them)."""
+"""Immortals used by the runtime's tests (module level, so `ambrosia run` can import them)."""
 
 from __future__ import annotations
 

@@ -10,14 +10,14 @@ import pytest
 from ambrosia_py.errors import AlreadyUpgradedError
 from ambrosia_py.testing import checkpoints, upgrade_test
 from ambrosia_py.wire import RpcType
+from tests.launcher import Launcher
 
 from .apps import BookV1, BookV2
-from .conftest import Launcher
 from .test_e2e import wait_until
 
 pytestmark = pytest.mark.integration
 
-V1, V2 = "tests.framework.apps:BookV1", "tests.framework.apps:BookV2"
+V1, V2 = "tests.runtime.apps:BookV1", "tests.runtime.apps:BookV2"
 FINAL = {"Ada": 2, "Grace": 1, "Linus": 1}
 
 

@@ -7,8 +7,6 @@ import os
 import random
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,19 +15,11 @@ from ambrosia_py import ReplayDivergenceError
 from ambrosia_py.runtime.cli import free_ports
 from ambrosia_py.testing import checkpoints, repro
 from samples.demo.services import Client, Server
+from tests.launcher import ROOT, Launcher, wait_until
 
 from .apps import Caller, Clocked, Nondeterministic, Pulsed
-from .conftest import ROOT, Launcher
 
 pytestmark = pytest.mark.integration
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the condition did not become true")
-        time.sleep(0.05)
 
 
 def test_pending_awaits_complete_across_crashes(launcher: Launcher) -> None:
@@ -38,16 +28,16 @@ def test_pending_awaits_complete_across_crashes(launcher: Launcher) -> None:
     rp, sp, icp = free_ports(3)  # the callee is registered but not running yet
     registry.register(instance_name="calc", receive_port=rp, send_port=sp, ic_port=icp,
                       log_dir=str(launcher.home / "logs"), home=launcher.home)
-    caller = launcher.start("tests.framework.apps:Caller", "caller", primary=False)
+    caller = launcher.start("tests.runtime.apps:Caller", "caller", primary=False)
     caller.wait_for("caller: awaiting calc")
     caller.kill()  # crash 1: the call is in the log, its result is not
-    caller = launcher.start("tests.framework.apps:Caller", "caller")
+    caller = launcher.start("tests.runtime.apps:Caller", "caller")
     # Became primary while suspended: that checkpoint holds the quiescent snapshot + inputs.
     wait_until(lambda: max(checkpoints("caller", launcher.home), default=0) >= 2)
     caller.kill()  # crash 2
-    caller = launcher.start("tests.framework.apps:Caller", "caller")
+    caller = launcher.start("tests.runtime.apps:Caller", "caller")
     caller.wait_for("re-dispatching 1 inputs to rebuild suspended calls")
-    calc = launcher.start("tests.framework.apps:Calculator", "calc")
+    calc = launcher.start("tests.runtime.apps:Calculator", "calc")
     done = caller.wait_for("caller: done")
     assert "3.5, 'ZeroDivisionError: division by zero', [42, 'HI'], 'RemoteCallError'" in done
     caller.stop()
@@ -59,10 +49,10 @@ def test_pending_awaits_complete_across_crashes(launcher: Launcher) -> None:
 
 def test_impulses_from_outside_world_code_and_refused_during_recovery(
         launcher: Launcher) -> None:
-    p = launcher.start("tests.framework.apps:Pulsed", "pulsed")
+    p = launcher.start("tests.runtime.apps:Pulsed", "pulsed")
     p.wait_for("(total 3)")
     p.kill()
-    p = launcher.start("tests.framework.apps:Pulsed", "pulsed")
+    p = launcher.start("tests.runtime.apps:Pulsed", "pulsed")
     refused = p.wait_for("impulse refused during recovery")
     assert "before the instance is primary" in refused
     p.wait_for("(total 6)")
@@ -97,7 +87,7 @@ def test_kill_client_and_server_at_random_points_exactly_once(launcher: Launcher
 
 
 def test_repro_reproduces_state_and_outputs(launcher: Launcher) -> None:
-    p = launcher.start("tests.framework.apps:Clocked", "clocked")
+    p = launcher.start("tests.runtime.apps:Clocked", "clocked")
     p.wait_for("sampled 3")
     p.stop()
     first = repro("clocked", Clocked, home=launcher.home)
@@ -109,7 +99,7 @@ def test_repro_reproduces_state_and_outputs(launcher: Launcher) -> None:
 
 
 def test_a_nondeterministic_immortal_is_caught_by_repro(launcher: Launcher) -> None:
-    p = launcher.start("tests.framework.apps:Nondeterministic", "nondet")
+    p = launcher.start("tests.runtime.apps:Nondeterministic", "nondet")
     p.wait_for("tick 1")
     p.stop()
     assert checkpoints("nondet", launcher.home)

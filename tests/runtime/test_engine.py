@@ -13,14 +13,14 @@ from ambrosia_py.errors import LocalProtocolError, SerializationError
 from ambrosia_py.immortal import POST_METHOD_ID, RESULT_METHOD_ID, default_method_id
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.serialization import Envelope, encode_raw_args
+from ambrosia_py.testing.inmemory import InMemoryCoordinator
 from ambrosia_py.wire import RpcType
 
 from .apps import Calculator, Caller, Clocked, Entry, Pulsed
-from .fakeic import FakeCoordinator
 
 
-def started(cls: type[Immortal], name: str = "me", **kw: object) -> FakeCoordinator:
-    ic = FakeCoordinator(Engine(cls, name, **kw))  # type: ignore[arg-type]
+def started(cls: type[Immortal], name: str = "me", **kw: object) -> InMemoryCoordinator:
+    ic = InMemoryCoordinator(Engine(cls, name, **kw))  # type: ignore[arg-type]
     ic.first_start()
     return ic
 
@@ -41,11 +41,11 @@ def test_first_start_runs_the_hook_from_the_logged_echo_and_forks_to_itself() ->
 
 def test_replay_of_the_same_records_reproduces_state_and_outputs() -> None:
     live = started(Clocked)
-    again = FakeCoordinator(Engine(Clocked, "me"))
+    again = InMemoryCoordinator(Engine(Clocked, "me"))
     again.recover(live.checkpoints[0], list(live.log))
     assert again.engine.instance.samples == live.engine.instance.samples  # type: ignore[union-attr]
     assert again.outputs == live.outputs
-    assert again.engine.conn.records_replayed == 4
+    assert again.engine.conn.messages_replayed == 4
 
 
 def test_a_checkpoint_taken_while_a_call_is_pending_rebuilds_the_suspended_handler() -> None:
@@ -56,7 +56,7 @@ def test_a_checkpoint_taken_while_a_call_is_pending_rebuilds_the_suspended_handl
     assert call.destination == "calc" and call.method_id == default_method_id("divide")
     ckpt = ic.take_checkpoint()
     # A new life: load the checkpoint (no records after it), become primary.
-    ic2 = FakeCoordinator(Engine(Caller, "caller", record_outputs=True))
+    ic2 = InMemoryCoordinator(Engine(Caller, "caller", record_outputs=True))
     ic2.recover(ckpt, [])
     eng2 = ic2.engine
     assert not eng2.quiescent and eng2.pending_calls == 1
@@ -80,12 +80,24 @@ def test_a_checkpoint_taken_while_a_call_is_pending_rebuilds_the_suspended_handl
     assert next(iter(msgpack.Unpacker(__import__("io").BytesIO(ckpt))))["mode"] == "p"
 
 
+def test_an_awaited_call_and_a_fork_both_travel_as_forks_whatever_the_method_kind() -> None:
+    # MethodKind (@rpc, @fork) is the user's view; the wire's RpcType follows how a call
+    # is sent: an awaited call is a fork whose envelope carries a call id.
+    caller = started(Caller, "caller")
+    call = caller.outputs[-1]
+    assert (call.rpc_type, Envelope.decode(call.args).call_id) == (RpcType.FORK, 1)
+    clocked = started(Clocked)
+    assert [(o.rpc_type, Envelope.decode(o.args).call_id) for o in clocked.outputs] == [
+        (RpcType.FORK, -1)] * 3
+
+
 def test_callee_returns_results_and_errors_to_the_caller_by_call_id() -> None:
     ic = started(Calculator, "calc")
     args = Envelope(5, 6, 41, "caller", [[{"n": 3, "note": "x"}], {}]).encode()
     ic.rpc(default_method_id("store"), RpcType.FORK, args)
     res = ic.outputs[-1]
-    assert (res.destination, res.method_id, res.rpc_type) == ("caller", RESULT_METHOD_ID, 1)
+    assert (res.destination, res.method_id, res.rpc_type) == ("caller", RESULT_METHOD_ID,
+                                                           RpcType.FORK)
     env = Envelope.decode(res.args)
     assert env.call_id == 41 and env.payload == [True, {"n": 6, "note": "X"}]
     assert ic.engine.instance.entries == [Entry(3, "x")]  # type: ignore[union-attr]
@@ -137,7 +149,7 @@ def test_ambrosiajs_json_and_raw_arguments_and_post_calls() -> None:
 
 
 def test_impulse_rules() -> None:
-    ic = FakeCoordinator(Engine(Pulsed, "p"))
+    ic = InMemoryCoordinator(Engine(Pulsed, "p"))
     from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
 
     ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
@@ -151,7 +163,7 @@ def test_impulse_rules() -> None:
     ic.pump()
     assert [(o.method_id, o.rpc_type) for o in ic.outputs[before:]] == [
         (default_method_id("pulse"), RpcType.IMPULSE)]
-    ic2 = FakeCoordinator(Engine(Pulsed, "p"))
+    ic2 = InMemoryCoordinator(Engine(Pulsed, "p"))
     ic2.feed(encode_checkpoint_for(ic.checkpoint))
     with pytest.raises(ImpulseDuringRecoveryError):
         ic2.engine.instance.impulse_self.pulse(1)  # type: ignore[union-attr]
@@ -172,11 +184,11 @@ def test_a_checkpoint_of_another_version_is_refused_clearly() -> None:
     class V2(Immortal):
         version = 2
 
-    ic = FakeCoordinator(Engine(V1, "v"))
+    ic = InMemoryCoordinator(Engine(V1, "v"))
     from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
 
     ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
-    ic2 = FakeCoordinator(Engine(V2, "v"))
+    ic2 = InMemoryCoordinator(Engine(V2, "v"))
     with pytest.raises(SerializationError, match=r"version 1.*version 2"):
         ic2.feed(encode_checkpoint_for(ic.checkpoint))
 
@@ -199,7 +211,7 @@ def test_large_states_stream_item_by_item_and_load_back() -> None:
     ckpt = ic.take_checkpoint()
     objects = list(msgpack.Unpacker(__import__("io").BytesIO(ckpt), raw=False))
     assert len(objects) > 10000  # not one object holding the whole state
-    ic2 = FakeCoordinator(Engine(Big, "big"))
+    ic2 = InMemoryCoordinator(Engine(Big, "big"))
     ic2.recover(ckpt, [])
     inst = ic2.engine.instance
     assert isinstance(inst, Big)
@@ -231,7 +243,7 @@ def test_checkpoint_producer_chunks_reach_the_consumer_split_at_1_mib() -> None:
     ic.rpc(default_method_id("put"), RpcType.FORK, Envelope(1, 2, -1, "me",
                                                              [[data], {}]).encode())
     ckpt = ic.take_checkpoint()
-    ic2 = FakeCoordinator(Engine(Chunked, "me"))
+    ic2 = InMemoryCoordinator(Engine(Chunked, "me"))
     ic2.recover(ckpt, [])
     inst = ic2.engine.instance
     assert isinstance(inst, Chunked)
@@ -281,7 +293,7 @@ def test_a_state_object_larger_than_msgpacks_default_buffer_loads_back(
     # The bytes field is one msgpack bin object, as any msgpack reader expects.
     objects = list(real(__import__("io").BytesIO(ckpt), raw=False, max_buffer_size=8 << 20))
     assert data in objects
-    ic2 = FakeCoordinator(Engine(Blob, "me"))
+    ic2 = InMemoryCoordinator(Engine(Blob, "me"))
     ic2.recover(ckpt, [])
     inst = ic2.engine.instance
     assert isinstance(inst, Blob)

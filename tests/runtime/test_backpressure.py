@@ -21,6 +21,7 @@ from ambrosia_py.wire import (
     MessageStreamDecoder,
     OutgoingRpc,
     RpcBatch,
+    RpcType,
     TakeBecomingPrimaryCheckpoint,
     encode_control_record,
     encode_record,
@@ -44,7 +45,7 @@ def _flooded(m: object, seen: list[int]) -> None:
     """Add the flood's numbers that message ``m`` carries to ``seen``."""
     rpcs = m.rpcs if isinstance(m, RpcBatch) else [m]
     for r in rpcs:
-        assert isinstance(r, OutgoingRpc) and r.rpc_type == 2, r
+        assert isinstance(r, OutgoingRpc) and r.rpc_type == RpcType.IMPULSE, r
         args, _ = Envelope.decode(r.args).payload
         assert args[1] == b"p" * FLOOD_PAD
         seen.append(args[0])

@@ -11,9 +11,9 @@ import pytest
 
 from ambrosia_py import Immortal, ImmortalDefinitionError
 from ambrosia_py.testing import checkpoints
+from tests.launcher import Launcher
 
 from .apps import BLOB_SIZE, POKES, expected_blob
-from .conftest import Launcher
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +33,11 @@ def test_a_large_state_survives_kill9_through_its_own_checkpoint(
         launcher: Launcher, cls: str, loaded: str) -> None:
     blob = expected_blob()
     want = f"{len(blob)} bytes sha256 {hashlib.sha256(blob).hexdigest()}"
-    p = launcher.start(f"tests.framework.apps:{cls}", "blob")
+    p = launcher.start(f"tests.runtime.apps:{cls}", "blob")
     assert p.wait_for(f"after {POKES} pokes").endswith(want)
     _wait_for_checkpoint(launcher, "blob", 2)  # the one fill() asked for, with the blob
     p.kill()
-    p = launcher.start(f"tests.framework.apps:{cls}", "blob")
+    p = launcher.start(f"tests.runtime.apps:{cls}", "blob")
     assert p.wait_for("primary with").endswith(f"primary with {POKES} pokes: {want}")
     line = p.wait_for(loaded)
     if cls == "StreamedBlob":

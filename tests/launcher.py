@@ -1,13 +1,18 @@
+"""Helpers shared by the suites that run immortals as processes: the repository's root,
+a launcher of `ambrosia run` processes (and its fixture, which a suite's conftest imports),
+and a wait for a condition."""
+
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from ambrosia_py.testing import ImmortalProcess, start_immortal
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Launcher:
@@ -36,3 +41,11 @@ def launcher(tmp_path: Path) -> Iterator[Launcher]:
         yield lau
     finally:
         lau.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the condition did not become true")
+        time.sleep(0.05)

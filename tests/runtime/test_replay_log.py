@@ -11,14 +11,14 @@ import os
 import pytest
 
 from ambrosia_py.runtime.engine import Engine
+from ambrosia_py.testing.inmemory import InMemoryCoordinator
+from tests.launcher import Launcher
 
 from .apps import Clocked
-from .conftest import Launcher
-from .fakeic import FakeCoordinator
 
 pytestmark = pytest.mark.integration
 
-CALC = "tests.framework.apps:Calculator"
+CALC = "tests.runtime.apps:Calculator"
 STORED = "calc: stored Entry(n=21, note='hi')"
 FAILED = ("fail failed (called by caller, call 4; not in remote_errors, so the caller gets a "
           "RemoteCallError)")
@@ -39,7 +39,7 @@ def _message(line: str) -> str:
 def _run_calls_then_restart_calc(launcher: Launcher, log_replay: str | None
                                  ) -> tuple[list[str], list[str]]:
     calc = launcher.start(CALC, "calc", env=_env(None))
-    caller = launcher.start("tests.framework.apps:Caller", "caller")
+    caller = launcher.start("tests.runtime.apps:Caller", "caller")
     caller.wait_for("caller: done")
     calc.wait_for(FAILED, timeout=30)
     calc.kill()
@@ -63,7 +63,7 @@ def test_an_undeclared_rpc_error_is_logged_on_the_callee_with_its_traceback(
     assert not any("divide failed" in m for m in messages)
     assert messages.count(STORED) == 1
     # The restart replays those handlers without printing their lines again.
-    assert any("recovery complete: 5 records replayed" in ln for ln in replay)
+    assert any("recovery complete: 5 messages replayed" in ln for ln in replay)
     assert not any(STORED in ln or FAILED in ln or "KeyError" in ln for ln in replay)
 
 
@@ -80,10 +80,10 @@ def test_with_ambrosia_log_replay_replayed_lines_are_shown_marked(
 
 def _replay_messages(caplog: pytest.LogCaptureFixture, **engine_kw: object) -> list[str]:
     """Clocked's live run, then a replay of its log by a new engine; the replay's lines."""
-    live = FakeCoordinator(Engine(Clocked, "me"))
+    live = InMemoryCoordinator(Engine(Clocked, "me"))
     live.first_start()
     caplog.clear()
-    again = FakeCoordinator(Engine(Clocked, "me", **engine_kw))  # type: ignore[arg-type]
+    again = InMemoryCoordinator(Engine(Clocked, "me", **engine_kw))  # type: ignore[arg-type]
     again.recover(live.checkpoints[0], list(live.log))
     return [r.getMessage() for r in caplog.records if "sampled" in r.getMessage()]
 
@@ -101,10 +101,10 @@ def test_the_engine_setting_overrides_the_environment(
 
 def test_ctx_log_replay_switches_it_from_the_immortal(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    live = FakeCoordinator(Engine(Clocked, "me"))
+    live = InMemoryCoordinator(Engine(Clocked, "me"))
     live.first_start()
     eng = Engine(Clocked, "me", log_replay=False)
-    again = FakeCoordinator(eng)
+    again = InMemoryCoordinator(eng)
     again.recover(live.checkpoints[0], [], primary=False)
     assert eng.instance is not None and not eng.instance.ctx.log_replay
     eng.instance.ctx.log_replay = True
