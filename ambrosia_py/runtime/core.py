@@ -40,18 +40,8 @@ INITIAL_MAGIC = "ambrosia-py"  # the InitialMessage header of this binding
 
 
 class EngineCore:
-    """Runs one immortal instance against a ``BindingConnection``.
-
-    Args:
-        cls: the immortal class (VCurrent).
-        instance_name: the registered instance name.
-        upgrade_to: VNext, used when the coordinator asks for an upgrade.
-        convert: the state conversion VCurrent -> VNext (default ``upgrade_to.upgrade_from``).
-        record_outputs: keep every RPC sent, in order (for repro tests).
-        log_replay: show ``ctx.log`` lines (marked ``[replay] ``) and handler failures
-            logged while replaying, instead of dropping them; default: the environment
-            variable ``AMBROSIA_LOG_REPLAY``.
-    """
+    """The state every room of the engine shares, and the one send path; the constructor's
+    arguments are described on ``Engine``, the class users build."""
 
     def __init__(
         self,
