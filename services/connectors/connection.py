@@ -47,9 +47,9 @@ from .errors import (
     TwoPCOrderError,
     UnexpectedFrameError,
 )
+from .fields import U16_MAX
 from .frames import (
     DEFAULT_MAX_FRAME_SIZE,
-    U16_MAX,
     Ack,
     ConnectionClosed,
     EosMessage,

@@ -16,14 +16,33 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable, Iterable
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 import attrs
 
 from ambrosia_py.wire import NEED_DATA, NeedData
 
 from .errors import FrameFormatError, FrameTooLargeError, UnknownFrameTypeError
+from .fields import (
+    U16_MAX,
+    U32,
+    U32_MAX,
+    U64,
+    U64_MAX,
+    FieldReader,
+    check_bool,
+    check_bytes,
+    check_i64,
+    check_short_bytes,
+    check_short_text,
+    check_tuple_of,
+    check_u32,
+    check_u64,
+    short_bytes,
+    short_text,
+    to_tuple,
+)
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -51,18 +70,10 @@ __all__ = [
 ]
 
 DEFAULT_MAX_FRAME_SIZE: Final = 4 * 1024 * 1024
-U16_MAX: Final = (1 << 16) - 1
-U32_MAX: Final = (1 << 32) - 1
-U64_MAX: Final = (1 << 64) - 1
-I64_MIN: Final = -(1 << 63)
-I64_MAX: Final = (1 << 63) - 1
 # Wallaroo's own source library reads this point of reference in NOTIFY_ACK as "from the
 # start"; any other value makes it seek to exactly that offset.
 POINT_OF_REFERENCE_FROM_START: Final = U64_MAX
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
 _LEN_TAG = struct.Struct(">IB")
 _NOTIFY_ACK = struct.Struct(">BQQ")
 _MESSAGE_HEAD = struct.Struct(">QQqH")
@@ -84,105 +95,32 @@ class FrameTag(enum.IntEnum):
     EOS_MESSAGE = 8  # connector -> worker
 
 
-# ------------------------------------------------------------------ validators
-def _int_range(lo: int, hi: int) -> Any:
-    def check(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-        if type(value) is not int or not lo <= value <= hi:
-            raise ValueError(
-                f"{type(inst).__name__}.{attr.name} must be an int in [{lo}, {hi}], "
-                f"got {value!r}"
-            )
-
-    return check
-
-
-_u32 = _int_range(0, U32_MAX)
-_u64 = _int_range(0, U64_MAX)
-_i64 = _int_range(I64_MIN, I64_MAX)
-
-
-def _short_text(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{type(inst).__name__}.{attr.name} must be str, got {value!r}")
-    if len(value.encode("utf-8", "surrogatepass")) > U16_MAX:
-        raise ValueError(f"{type(inst).__name__}.{attr.name} is over {U16_MAX} bytes in UTF-8")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(
-            f"{type(inst).__name__}.{attr.name} holds a lone surrogate (not valid UTF-8)"
-        ) from None
-
-
-def _short_bytes(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not bytes:
-        raise TypeError(f"{type(inst).__name__}.{attr.name} must be bytes, got {value!r}")
-    if len(value) > U16_MAX:
-        raise ValueError(f"{type(inst).__name__}.{attr.name} is over {U16_MAX} bytes")
-
-
-def _bytes(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not bytes:
-        raise TypeError(f"{type(inst).__name__}.{attr.name} must be bytes, got {value!r}")
-
-
-def _bool(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not bool:
-        raise TypeError(f"{type(inst).__name__}.{attr.name} must be bool, got {value!r}")
-
-
-def _tuple_of(kind: type, limit: int = U32_MAX) -> Any:
-    def check(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-        if type(value) is not tuple or not all(type(v) is kind for v in value):
-            raise TypeError(
-                f"{type(inst).__name__}.{attr.name} must be a tuple of {kind.__name__}, "
-                f"got {value!r}"
-            )
-        if len(value) > limit:
-            raise ValueError(f"{type(inst).__name__}.{attr.name} has over {limit} items")
-
-    return check
-
-
-def _tuple_of_text(inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if type(value) is not tuple:
-        raise TypeError(f"{type(inst).__name__}.{attr.name} must be a tuple of str")
-    for v in value:
-        _short_text(inst, attr, v)
-
-
-def _tuple_converter(value: Iterable[Any]) -> tuple[Any, ...]:
-    return value if type(value) is tuple else tuple(value)
-
-
-
-
 # ------------------------------------------------------------------ frames
 @attrs.frozen
 class Hello:
     """HELLO: opens a session. ``version`` and ``cookie`` are checked by the receiver."""
 
-    version: str = attrs.field(validator=_short_text)
-    cookie: bytes = attrs.field(validator=_short_bytes)
-    program_name: str = attrs.field(validator=_short_text)
-    instance_name: str = attrs.field(validator=_short_text)
+    version: str = attrs.field(validator=check_short_text)
+    cookie: bytes = attrs.field(validator=check_short_bytes)
+    program_name: str = attrs.field(validator=check_short_text)
+    instance_name: str = attrs.field(validator=check_short_text)
 
 
 @attrs.frozen
 class OkCredit:
     """An entry of OK's optional per-stream list, as Wallaroo's own libraries define it."""
 
-    stream_id: int = attrs.field(validator=_u64)
-    stream_name: str = attrs.field(validator=_short_text)
-    point_of_reference: int = attrs.field(validator=_u64)
+    stream_id: int = attrs.field(validator=check_u64)
+    stream_name: str = attrs.field(validator=check_short_text)
+    point_of_reference: int = attrs.field(validator=check_u64)
 
 
 @attrs.frozen
 class OkSource:
     """An entry of OK's optional source list (a source name and its address)."""
 
-    name: str = attrs.field(validator=_short_text)
-    address: str = attrs.field(validator=_short_text)
+    name: str = attrs.field(validator=check_short_text)
+    address: str = attrs.field(validator=check_short_text)
 
 
 @attrs.frozen
@@ -195,12 +133,12 @@ class Ok:
     credits-plus-credit-list form are accepted as well.
     """
 
-    initial_credits: int = attrs.field(validator=_u32)
+    initial_credits: int = attrs.field(validator=check_u32)
     credit_list: tuple[OkCredit, ...] = attrs.field(
-        default=(), converter=_tuple_converter, validator=_tuple_of(OkCredit)
+        default=(), converter=to_tuple, validator=check_tuple_of(OkCredit)
     )
     source_list: tuple[OkSource, ...] = attrs.field(
-        default=(), converter=_tuple_converter, validator=_tuple_of(OkSource)
+        default=(), converter=to_tuple, validator=check_tuple_of(OkSource)
     )
 
 
@@ -208,16 +146,16 @@ class Ok:
 class ErrorFrame:
     """ERROR: the sender gives up on the connection, for ``reason``."""
 
-    reason: str = attrs.field(validator=_short_text)
+    reason: str = attrs.field(validator=check_short_text)
 
 
 @attrs.frozen
 class Notify:
     """NOTIFY: names stream ``stream_id`` and where the connector means to resume it."""
 
-    stream_id: int = attrs.field(validator=_u64)
-    stream_name: str = attrs.field(validator=_short_text)
-    point_of_reference: int = attrs.field(default=0, validator=_u64)
+    stream_id: int = attrs.field(validator=check_u64)
+    stream_name: str = attrs.field(validator=check_short_text)
+    point_of_reference: int = attrs.field(default=0, validator=check_u64)
 
 
 @attrs.frozen
@@ -225,9 +163,9 @@ class NotifyAck:
     """NOTIFY_ACK: ``success`` lets the connector send on the stream from
     ``point_of_reference``; a refusal means another connection holds the stream."""
 
-    success: bool = attrs.field(validator=_bool)
-    stream_id: int = attrs.field(validator=_u64)
-    point_of_reference: int = attrs.field(validator=_u64)
+    success: bool = attrs.field(validator=check_bool)
+    stream_id: int = attrs.field(validator=check_u64)
+    point_of_reference: int = attrs.field(validator=check_u64)
 
 
 @attrs.frozen
@@ -235,11 +173,11 @@ class Message:
     """MESSAGE: one application message. ``key`` b"" means no key; the payload is the
     rest of the frame. Real peers send no flags byte (the document's form has one)."""
 
-    stream_id: int = attrs.field(validator=_u64)
-    message_id: int = attrs.field(validator=_u64)
-    payload: bytes = attrs.field(default=b"", validator=_bytes)
-    event_time: int = attrs.field(default=0, validator=_i64)
-    key: bytes = attrs.field(default=b"", validator=_short_bytes)
+    stream_id: int = attrs.field(validator=check_u64)
+    message_id: int = attrs.field(validator=check_u64)
+    payload: bytes = attrs.field(default=b"", validator=check_bytes)
+    event_time: int = attrs.field(default=0, validator=check_i64)
+    key: bytes = attrs.field(default=b"", validator=check_short_bytes)
 
 
 @attrs.frozen
@@ -247,9 +185,9 @@ class Ack:
     """ACK: ``credits`` more frames may be sent; each ``(stream_id, point_of_reference)``
     says everything on that stream before the point of reference is processed."""
 
-    credits: int = attrs.field(validator=_u32)
+    credits: int = attrs.field(validator=check_u32)
     acks: tuple[tuple[int, int], ...] = attrs.field(
-        default=(), converter=_tuple_converter, validator=lambda _i, _a, v: _check_acks(v)
+        default=(), converter=to_tuple, validator=lambda _i, _a, v: _check_acks(v)
     )
 
 
@@ -271,7 +209,7 @@ def _check_acks(value: object) -> None:
 class Restart:
     """RESTART: the connector must close and reconnect (to ``address`` when given)."""
 
-    address: str = attrs.field(default="", validator=_short_text)
+    address: str = attrs.field(default="", validator=check_short_text)
 
 
 @attrs.frozen
@@ -279,7 +217,7 @@ class EosMessage:
     """EOS_MESSAGE: stream ``stream_id`` ends (it may be NOTIFYed again later). Real peers
     send the stream id only, although the document shows a message id too."""
 
-    stream_id: int = attrs.field(validator=_u64)
+    stream_id: int = attrs.field(validator=check_u64)
 
 
 @attrs.frozen
@@ -311,14 +249,6 @@ def frame_tag_of(frame: Frame) -> FrameTag:
 
 
 # ------------------------------------------------------------------ encoding
-def _sb(data: bytes) -> bytes:
-    return _U16.pack(len(data)) + data
-
-
-def _st(text: str) -> bytes:
-    return _sb(text.encode("utf-8"))
-
-
 def encode_body(frame: Frame) -> bytes:
     """The bytes after the tag for ``frame``.
 
@@ -332,30 +262,35 @@ def encode_body(frame: Frame) -> bytes:
             pairs = b"".join(_U64_PAIR.pack(s, p) for s, p in acks)
             return _U32_PAIR.pack(credits, len(acks)) + pairs
         case Hello(version, cookie, program_name, instance_name):
-            return _st(version) + _sb(cookie) + _st(program_name) + _st(instance_name)
+            return (
+                short_text(version)
+                + short_bytes(cookie)
+                + short_text(program_name)
+                + short_text(instance_name)
+            )
         case Ok(initial_credits, credit_list, source_list):
             entries = b"".join(
-                _U64.pack(c.stream_id) + _st(c.stream_name) + _U64.pack(c.point_of_reference)
+                U64.pack(c.stream_id) + short_text(c.stream_name) + U64.pack(c.point_of_reference)
                 for c in credit_list
             )
-            sources = b"".join(_st(s.name) + _st(s.address) for s in source_list)
+            sources = b"".join(short_text(s.name) + short_text(s.address) for s in source_list)
             return (
                 _U32_PAIR.pack(initial_credits, len(credit_list))
                 + entries
-                + _U32.pack(len(source_list))
+                + U32.pack(len(source_list))
                 + sources
             )
         case ErrorFrame(reason):
-            return _st(reason)
+            return short_text(reason)
         case Notify(stream_id, stream_name, point_of_reference):
-            return _U64.pack(stream_id) + _st(stream_name) + _U64.pack(point_of_reference)
+            return U64.pack(stream_id) + short_text(stream_name) + U64.pack(point_of_reference)
         case NotifyAck(success, stream_id, point_of_reference):
             return _NOTIFY_ACK.pack(1 if success else 0, stream_id, point_of_reference)
         case Restart(address):
             raw = address.encode("utf-8")
-            return _U32.pack(len(raw)) + raw
+            return U32.pack(len(raw)) + raw
         case EosMessage(stream_id):
-            return _U64.pack(stream_id)
+            return U64.pack(stream_id)
     raise TypeError(f"{frame!r} is not a connector protocol frame")
 
 
@@ -373,87 +308,13 @@ def encode_frame(frame: Frame) -> bytes:
 
 
 # ------------------------------------------------------------------ decoding
-class _Reader:
-    """Reads fields from one frame body; any shortfall is a ``FrameFormatError``."""
-
-    __slots__ = ("data", "pos", "what")
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.pos = 0
-        self.what = what
-
-    def take(self, n: int, field: str) -> bytes:
-        end = self.pos + n
-        if end > len(self.data):
-            raise FrameFormatError(
-                f"{self.what} is cut short: {field} needs {n} bytes, "
-                f"{len(self.data) - self.pos} left"
-            )
-        out = self.data[self.pos : end]
-        self.pos = end
-        return out
-
-    def u8(self, field: str) -> int:
-        return self.take(1, field)[0]
-
-    def u16(self, field: str) -> int:
-        value: int = _U16.unpack(self.take(2, field))[0]
-        return value
-
-    def u32(self, field: str) -> int:
-        value: int = _U32.unpack(self.take(4, field))[0]
-        return value
-
-    def u64(self, field: str) -> int:
-        value: int = _U64.unpack(self.take(8, field))[0]
-        return value
-
-    def short_bytes(self, field: str) -> bytes:
-        return self.take(self.u16(f"{field} length"), field)
-
-    def short_text(self, field: str) -> str:
-        return self.text(self.short_bytes(field), field)
-
-    def text(self, raw: bytes, field: str) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FrameFormatError(f"{self.what}: {field} is not valid UTF-8") from None
-
-    def rest(self) -> bytes:
-        out = self.data[self.pos :]
-        self.pos = len(self.data)
-        return out
-
-    @property
-    def remaining(self) -> int:
-        return len(self.data) - self.pos
-
-    def count(self, field: str, item_size: int) -> int:
-        """A U32 item count, refused at once if the body cannot hold that many items."""
-        n = self.u32(f"{field} count")
-        if n * item_size > self.remaining:
-            raise FrameFormatError(
-                f"{self.what} is cut short: {n} {field} need at least {n * item_size} "
-                f"bytes, {self.remaining} left"
-            )
-        return n
-
-    def end(self) -> None:
-        if self.pos != len(self.data):
-            raise FrameFormatError(
-                f"{self.what} has {len(self.data) - self.pos} unexpected bytes after its fields"
-            )
-
-
-def _decode_hello(r: _Reader) -> Hello:
+def _decode_hello(r: FieldReader) -> Hello:
     version = r.short_text("version")
     cookie = r.short_bytes("cookie")
     return Hello(version, cookie, r.short_text("program name"), r.short_text("instance name"))
 
 
-def _decode_ok(r: _Reader) -> Ok:
+def _decode_ok(r: FieldReader) -> Ok:
     credits = r.u32("initial credits")
     credit_list: list[OkCredit] = []
     source_list: list[OkSource] = []
@@ -469,17 +330,17 @@ def _decode_ok(r: _Reader) -> Ok:
     return Ok(credits, tuple(credit_list), tuple(source_list))
 
 
-def _decode_error(r: _Reader) -> ErrorFrame:
+def _decode_error(r: FieldReader) -> ErrorFrame:
     return ErrorFrame(r.short_text("reason"))
 
 
-def _decode_notify(r: _Reader) -> Notify:
+def _decode_notify(r: FieldReader) -> Notify:
     sid = r.u64("stream id")
     name = r.short_text("stream name")
     return Notify(sid, name, r.u64("point of reference"))
 
 
-def _decode_notify_ack(r: _Reader) -> NotifyAck:
+def _decode_notify_ack(r: FieldReader) -> NotifyAck:
     flag = r.u8("success")
     if flag > 1:
         raise FrameFormatError(f"{r.what}: success byte must be 0 or 1, got {flag}")
@@ -487,21 +348,21 @@ def _decode_notify_ack(r: _Reader) -> NotifyAck:
     return NotifyAck(flag == 1, sid, r.u64("point of reference"))
 
 
-def _decode_message(r: _Reader) -> Message:
+def _decode_message(r: FieldReader) -> Message:
     head = r.take(_MESSAGE_HEAD.size, "stream id, message id, event time and key length")
     sid, mid, event_time, key_len = _MESSAGE_HEAD.unpack(head)
     key = r.take(key_len, "key")
     return Message(sid, mid, r.rest(), event_time, key)
 
 
-def _decode_ack(r: _Reader) -> Ack:
+def _decode_ack(r: FieldReader) -> Ack:
     credits = r.u32("credits")
     n = r.count("acks", 16)
     acks = tuple(_U64_PAIR.unpack(r.take(16, "ack")) for _ in range(n))
     return Ack(credits, acks)
 
 
-def _decode_restart(r: _Reader) -> Restart:
+def _decode_restart(r: FieldReader) -> Restart:
     if not r.remaining:  # an empty body is accepted: no address
         return Restart()
     raw = r.take(r.u32("address length"), "address")
@@ -510,11 +371,11 @@ def _decode_restart(r: _Reader) -> Restart:
     return Restart(r.text(raw, "address"))
 
 
-def _decode_eos(r: _Reader) -> EosMessage:
+def _decode_eos(r: FieldReader) -> EosMessage:
     return EosMessage(r.u64("stream id"))
 
 
-_DECODERS: dict[FrameTag, Callable[[_Reader], Frame]] = {
+_DECODERS: dict[FrameTag, Callable[[FieldReader], Frame]] = {
     FrameTag.HELLO: _decode_hello,
     FrameTag.OK: _decode_ok,
     FrameTag.ERROR: _decode_error,
@@ -538,7 +399,7 @@ def decode_frame(tag: int, body: bytes) -> Frame:
         known = FrameTag(tag)
     except ValueError:
         raise UnknownFrameTypeError(f"unknown frame type {tag}", message_type=tag) from None
-    r = _Reader(body, known.name)
+    r = FieldReader(body, known.name)
     frame = _DECODERS[known](r)
     r.end()
     return frame
@@ -615,7 +476,7 @@ class FrameReader:
         buf = self._buf
         pos = self._scanned
         while pos + 4 <= len(buf):
-            (length,) = _U32.unpack_from(buf, pos)
+            (length,) = U32.unpack_from(buf, pos)
             if length > self.max_frame_size:
                 self._poison = FrameTooLargeError(
                     f"frame of {length} bytes is over the {self.max_frame_size}-byte limit",
@@ -638,7 +499,7 @@ class FrameReader:
         buf, pos = self._buf, self._pos
         if len(buf) - pos < 4:
             return NEED_DATA
-        (length,) = _U32.unpack_from(buf, pos)
+        (length,) = U32.unpack_from(buf, pos)
         if length > self.max_frame_size and self._poison is not None:
             self._fail(self._poison)
         if length == 0:

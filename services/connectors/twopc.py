@@ -24,17 +24,19 @@ from typing import Final
 import attrs
 
 from .errors import FrameFormatError, UnknownFrameTypeError
-from .frames import (
-    Message,
-    _bool,
-    _Reader,
-    _short_text,
-    _st,
-    _tuple_converter,
-    _tuple_of,
-    _tuple_of_text,
-    _u64,
+from .fields import (
+    U32,
+    U64,
+    FieldReader,
+    check_bool,
+    check_short_text,
+    check_tuple_of,
+    check_tuple_of_text,
+    check_u64,
+    short_text,
+    to_tuple,
 )
+from .frames import Message
 
 __all__ = [
     "TWOPC_STREAM_ID",
@@ -54,8 +56,6 @@ __all__ = [
 ]
 
 TWOPC_STREAM_ID: Final = 0
-_U64 = struct.Struct(">Q")
-_U32 = struct.Struct(">I")
 _WHERE = struct.Struct(">QQQ")
 
 
@@ -74,25 +74,25 @@ class TwoPCTag(enum.IntEnum):
 class Where:
     """A byte range of one stream in a Phase1: ``start`` inclusive, ``end`` exclusive."""
 
-    stream_id: int = attrs.field(validator=_u64)
-    start: int = attrs.field(validator=_u64)
-    end: int = attrs.field(validator=_u64)
+    stream_id: int = attrs.field(validator=check_u64)
+    start: int = attrs.field(validator=check_u64)
+    end: int = attrs.field(validator=check_u64)
 
 
 @attrs.frozen
 class ListUncommitted:
     """201: which transactions does the sink hold after Phase1 and before Phase2?"""
 
-    rtag: int = attrs.field(validator=_u64)
+    rtag: int = attrs.field(validator=check_u64)
 
 
 @attrs.frozen
 class ReplyUncommitted:
     """202: the answer to the ListUncommitted with the same ``rtag``."""
 
-    rtag: int = attrs.field(validator=_u64)
+    rtag: int = attrs.field(validator=check_u64)
     txn_ids: tuple[str, ...] = attrs.field(
-        default=(), converter=_tuple_converter, validator=_tuple_of_text
+        default=(), converter=to_tuple, validator=check_tuple_of_text
     )
 
 
@@ -100,9 +100,9 @@ class ReplyUncommitted:
 class Phase1:
     """203: can the sink make these byte ranges durable? (it votes with a Reply)"""
 
-    txn_id: str = attrs.field(validator=_short_text)
+    txn_id: str = attrs.field(validator=check_short_text)
     where: tuple[Where, ...] = attrs.field(
-        default=(), converter=_tuple_converter, validator=_tuple_of(Where)
+        default=(), converter=to_tuple, validator=check_tuple_of(Where)
     )
 
 
@@ -110,25 +110,25 @@ class Phase1:
 class TwoPCReply:
     """204: the sink's vote on Phase1 ``txn_id``: commit (True) or abort (False)."""
 
-    txn_id: str = attrs.field(validator=_short_text)
-    commit: bool = attrs.field(validator=_bool)
+    txn_id: str = attrs.field(validator=check_short_text)
+    commit: bool = attrs.field(validator=check_bool)
 
 
 @attrs.frozen
 class Phase2:
     """205: the decision on ``txn_id``: commit (True) or abort (False). No reply."""
 
-    txn_id: str = attrs.field(validator=_short_text)
-    commit: bool = attrs.field(validator=_bool)
+    txn_id: str = attrs.field(validator=check_short_text)
+    commit: bool = attrs.field(validator=check_bool)
 
 
 @attrs.frozen
 class WorkersLeft:
     """206: workers that left the cluster, under request tag ``rtag``."""
 
-    rtag: int = attrs.field(validator=_u64)
+    rtag: int = attrs.field(validator=check_u64)
     workers: tuple[str, ...] = attrs.field(
-        default=(), converter=_tuple_converter, validator=_tuple_of_text
+        default=(), converter=to_tuple, validator=check_tuple_of_text
     )
 
 
@@ -146,7 +146,7 @@ TWOPC_TYPES: Final = (ListUncommitted, ReplyUncommitted, Phase1, TwoPCReply, Pha
 
 
 def _names(names: tuple[str, ...]) -> bytes:
-    return _U32.pack(len(names)) + b"".join(_st(n) for n in names)
+    return U32.pack(len(names)) + b"".join(short_text(n) for n in names)
 
 
 def encode_twopc(msg: TwoPCMessage) -> bytes:
@@ -160,17 +160,17 @@ def encode_twopc(msg: TwoPCMessage) -> bytes:
         raise TypeError(f"{msg!r} is not a 2PC message")
     match msg:
         case ListUncommitted(rtag):
-            body = _U64.pack(rtag)
+            body = U64.pack(rtag)
         case ReplyUncommitted(rtag, names) | WorkersLeft(rtag, names):
-            body = _U64.pack(rtag) + _names(names)
+            body = U64.pack(rtag) + _names(names)
         case Phase1(txn_id, where):
             body = (
-                _st(txn_id)
-                + _U32.pack(len(where))
+                short_text(txn_id)
+                + U32.pack(len(where))
                 + b"".join(_WHERE.pack(w.stream_id, w.start, w.end) for w in where)
             )
         case TwoPCReply(txn_id, commit) | Phase2(txn_id, commit):  # one layout for both
-            body = _st(txn_id) + (b"\x01" if commit else b"\x00")
+            body = short_text(txn_id) + (b"\x01" if commit else b"\x00")
     return bytes([tag]) + body
 
 
@@ -179,11 +179,11 @@ def twopc_message(msg: TwoPCMessage) -> Message:
     return Message(TWOPC_STREAM_ID, 0, encode_twopc(msg))
 
 
-def _read_names(r: _Reader, field: str) -> tuple[str, ...]:
+def _read_names(r: FieldReader, field: str) -> tuple[str, ...]:
     return tuple(r.short_text(field) for _ in range(r.count(field, 2)))
 
 
-def _read_vote(r: _Reader) -> tuple[str, bool]:
+def _read_vote(r: FieldReader) -> tuple[str, bool]:
     txn_id = r.short_text("transaction id")
     flag = r.u8("commit")
     if flag > 1:
@@ -204,7 +204,7 @@ def decode_twopc(payload: bytes) -> TwoPCMessage:
         tag = TwoPCTag(payload[0])
     except ValueError:
         raise UnknownFrameTypeError(f"unknown 2PC message type {payload[0]}") from None
-    r = _Reader(payload[1:], f"2PC {tag.name}")
+    r = FieldReader(payload[1:], f"2PC {tag.name}")
     msg: TwoPCMessage
     if tag is TwoPCTag.LIST_UNCOMMITTED:
         msg = ListUncommitted(r.u64("rtag"))
