@@ -28,15 +28,15 @@ from .errors import (
     UnexpectedFrameError,
     UnknownFrameTypeError,
 )
+from .frame_codec import decode_frame, encode_frame
+from .frame_reader import DEFAULT_MAX_FRAME_SIZE, FrameReader, RawFrame
 from .frames import (
-    DEFAULT_MAX_FRAME_SIZE,
     POINT_OF_REFERENCE_FROM_START,
     Ack,
     ConnectionClosed,
     EosMessage,
     ErrorFrame,
     Frame,
-    FrameReader,
     FrameTag,
     Hello,
     Message,
@@ -45,10 +45,7 @@ from .frames import (
     Ok,
     OkCredit,
     OkSource,
-    RawFrame,
     Restart,
-    decode_frame,
-    encode_frame,
 )
 from .twopc import (
     TWOPC_STREAM_ID,

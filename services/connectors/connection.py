@@ -48,22 +48,20 @@ from .errors import (
     UnexpectedFrameError,
 )
 from .fields import U16_MAX
+from .frame_codec import decode_frame, encode_frame
+from .frame_reader import DEFAULT_MAX_FRAME_SIZE, FrameReader
 from .frames import (
-    DEFAULT_MAX_FRAME_SIZE,
     Ack,
     ConnectionClosed,
     EosMessage,
     ErrorFrame,
     Frame,
-    FrameReader,
     Hello,
     Message,
     Notify,
     NotifyAck,
     Ok,
     Restart,
-    decode_frame,
-    encode_frame,
 )
 from .twopc import (
     TWOPC_STREAM_ID,
