@@ -29,21 +29,16 @@ from ambrosia_py.wire import NEED_DATA, NeedData
 
 from ._state import (
     CONNECTION_TRANSITIONS,
-    STREAM_TRANSITIONS,
     ConnectionState,
     Role,
-    StreamInput,
     StreamState,
 )
 from .errors import (
     ConnectionBrokenError,
     ConnectorProtocolError,
-    ConnectorRemoteError,
     FrameFormatError,
     HandshakeError,
     IllegalSendError,
-    MessageIdRegressionError,
-    StreamNotNotifiedError,
     TwoPCOrderError,
     UnexpectedFrameError,
 )
@@ -53,20 +48,15 @@ from .frame_reader import DEFAULT_MAX_FRAME_SIZE, FrameReader
 from .frames import (
     Ack,
     ConnectionClosed,
-    EosMessage,
     ErrorFrame,
-    Frame,
     Hello,
     Message,
-    Notify,
-    NotifyAck,
     Ok,
-    Restart,
 )
+from .streams import FRAME_NAMES, Event, RuleError, StreamBook, event_name
 from .twopc import (
     TWOPC_STREAM_ID,
     TWOPC_TYPES,
-    TwoPCMessage,
     TwoPCSession,
     decode_twopc,
     twopc_message,
@@ -76,34 +66,6 @@ __all__ = ["SINK_VERSION", "SOURCE_VERSION", "ConnectorConnection", "Event"]
 
 SOURCE_VERSION: Final = "0.0.1"  # what source connectors send; Wallaroo's worker accepts only it
 SINK_VERSION: Final = "v0.0.1"  # what Wallaroo's sink side sends; real 2PC sinks accept only it
-
-Event = Frame | TwoPCMessage | ConnectionClosed
-_FRAME_NAMES: Final = MappingProxyType(
-    {
-        Hello: "HELLO",
-        Ok: "OK",
-        ErrorFrame: "ERROR",
-        Notify: "NOTIFY",
-        NotifyAck: "NOTIFY_ACK",
-        Message: "MESSAGE",
-        Ack: "ACK",
-        Restart: "RESTART",
-        EosMessage: "EOS_MESSAGE",
-    }
-)
-
-
-def _name(event: object) -> str:
-    return _FRAME_NAMES.get(type(event)) or f"2PC {type(event).__name__}"
-
-
-class _RuleError(Exception):
-    """A rule broken by a frame, before we know whose fault it is."""
-
-    def __init__(self, kind: type[ConnectorRemoteError], reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
 
 
 class ConnectorConnection:
@@ -145,9 +107,8 @@ class ConnectorConnection:
         self.twopc = twopc
         self._reader = FrameReader(max_frame_size)
         self._state = ConnectionState.CONNECTED
-        self._streams: dict[int, StreamState] = {}
-        self._last_ids: dict[int, int] = {}  # last MESSAGE id per stream since its NOTIFY_ACK
         self._session = TwoPCSession() if twopc else None
+        self._streams = StreamBook(twopc, self._session)
         self._eof = False
         self._error: ConnectorProtocolError | None = None
         self._peer_error: str | None = None
@@ -179,14 +140,14 @@ class ConnectorConnection:
     @property
     def streams(self) -> Mapping[int, StreamState]:
         """Every stream NOTIFYed on this connection and its state (a read-only view)."""
-        return MappingProxyType(self._streams)
+        return MappingProxyType(self._streams.states)
 
     def stream_state(self, stream_id: int) -> StreamState:
-        return self._streams.get(stream_id, StreamState.START)
+        return self._streams.states.get(stream_id, StreamState.START)
 
     def last_message_id(self, stream_id: int) -> int | None:
         """The id of the stream's last MESSAGE since its NOTIFY_ACK, if any."""
-        return self._last_ids.get(stream_id)
+        return self._streams.last_ids.get(stream_id)
 
     # ---------------------------------------------------------------- receiving
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
@@ -236,7 +197,7 @@ class ConnectorConnection:
         except FrameFormatError as e:
             located = type(e)(e.reason, offset=raw.offset, message_type=raw.tag)
             raise self._break(located) from None
-        except _RuleError as v:
+        except RuleError as v:
             raise self._break(v.kind(v.reason, offset=raw.offset, message_type=raw.tag)) from None
         return event
 
@@ -281,21 +242,21 @@ class ConnectorConnection:
         if kind is ConnectionClosed:
             self._state = ConnectionState.DISCONNECTED
             return b""
-        if kind not in _FRAME_NAMES and kind not in TWOPC_TYPES:
+        if kind not in FRAME_NAMES and kind not in TWOPC_TYPES:
             raise TypeError(f"{event!r} is not a connector protocol frame or 2PC message")
         try:
             if self._state is ConnectionState.DISCONNECTED:
-                raise _RuleError(UnexpectedFrameError, "the connection is closed")
+                raise RuleError(UnexpectedFrameError, "the connection is closed")
             if kind in TWOPC_TYPES and not self.twopc:
-                raise _RuleError(
-                    UnexpectedFrameError, f"{_name(event)} needs a 2PC sink link (twopc=True)"
+                raise RuleError(
+                    UnexpectedFrameError, f"{event_name(event)} needs a 2PC sink link (twopc=True)"
                 )
             if self.twopc and isinstance(event, Message) and event.stream_id == TWOPC_STREAM_ID:
-                raise _RuleError(
+                raise RuleError(
                     UnexpectedFrameError, "stream 0 of a sink link carries 2PC messages only"
                 )
             self._apply(event, self.role)
-        except _RuleError as v:
+        except RuleError as v:
             raise self._break(IllegalSendError(f"cannot send: {v.reason}")) from None
         if isinstance(event, TWOPC_TYPES):
             return encode_frame(twopc_message(event))
@@ -328,27 +289,27 @@ class ConnectorConnection:
     def _apply(self, event: Event, sender: Role) -> None:
         """Check ``event`` sent by ``sender`` against every rule, then record it.
 
-        Raises ``_RuleError`` and changes nothing if a rule is broken.
+        Raises ``RuleError`` and changes nothing if a rule is broken.
         """
         kind = type(event)
         state = self._state
         nxt = CONNECTION_TRANSITIONS[sender][state].get(kind)
         if nxt is None:
-            raise _RuleError(
+            raise RuleError(
                 UnexpectedFrameError,
-                f"{_name(event)} from the {sender.name.lower()} is not allowed in state "
+                f"{event_name(event)} from the {sender.name.lower()} is not allowed in state "
                 f"{state.name} ({state.value})",
             )
-        streams = self._stream_changes(event, sender)
+        streams = self._streams.changes(event, sender)
         if isinstance(event, Hello):
             self._check_hello(event)
         elif isinstance(event, Message):
-            self._check_message_id(event)
+            self._streams.check_message_id(event)
         elif isinstance(event, TWOPC_TYPES) and self._session is not None:
             try:
                 self._session.check(event)
             except ValueError as e:
-                raise _RuleError(TwoPCOrderError, str(e)) from None
+                raise RuleError(TwoPCOrderError, str(e)) from None
         # Every check passed: record.
         self._record(event, sender, state, nxt, streams)
 
@@ -361,7 +322,7 @@ class ConnectorConnection:
         streams: dict[int, StreamState],
     ) -> None:
         self._state = nxt
-        self._streams.update(streams)
+        self._streams.record(event, streams)
         if sender is Role.CONNECTOR and state is ConnectionState.STREAMING:
             self.credits -= 1
         match event:
@@ -371,89 +332,22 @@ class ConnectorConnection:
                 self.credits = initial_credits
             case Ack(credits):
                 self.credits += credits
-            case NotifyAck(True, stream_id):
-                self._last_ids.pop(stream_id, None)  # a resumed stream may go back
-            case Message(stream_id, message_id):
-                self._last_ids[stream_id] = message_id
             case ErrorFrame(reason) if sender is not self.role:
                 self._peer_error = reason
         if self._session is not None and isinstance(event, TWOPC_TYPES):
             self._session.apply(event)
 
-    def _stream_changes(self, event: Event, sender: Role) -> dict[int, StreamState]:
-        """The stream states ``event`` leads to, checked against the stream table."""
-        match event:
-            case Notify(stream_id):
-                if self.twopc and stream_id == TWOPC_STREAM_ID:
-                    raise _RuleError(
-                        UnexpectedFrameError,
-                        "NOTIFY of stream 0, which a sink link keeps for 2PC messages",
-                    )
-                return self._step(stream_id, StreamInput.NOTIFY, sender, event)
-            case NotifyAck(success, stream_id):
-                inp = StreamInput.NOTIFY_ACCEPTED if success else StreamInput.NOTIFY_REFUSED
-                return self._step(stream_id, inp, sender, event)
-            case Message(stream_id):
-                if self._session is not None:
-                    try:
-                        self._session.check_data(stream_id)
-                    except ValueError as e:
-                        raise _RuleError(TwoPCOrderError, str(e)) from None
-                return self._step(stream_id, StreamInput.MESSAGE, sender, event)
-            case EosMessage(stream_id):
-                return self._step(stream_id, StreamInput.EOS, sender, event)
-            case Ack(_, acks):
-                out: dict[int, StreamState] = {}
-                for stream_id, _por in acks:
-                    out.update(self._step(stream_id, StreamInput.ACK, sender, event))
-                return out
-            case Restart():
-                # Every stream ends; a stream in START has nothing to end.
-                table = STREAM_TRANSITIONS[sender]
-                return {
-                    sid: table[st].get(StreamInput.RESTART, st)
-                    for sid, st in self._streams.items()
-                }
-        return {}
-
-    def _step(
-        self, stream_id: int, inp: StreamInput, sender: Role, event: Event
-    ) -> dict[int, StreamState]:
-        state = self._streams.get(stream_id, StreamState.START)
-        nxt = STREAM_TRANSITIONS[sender][state].get(inp)
-        if nxt is not None:
-            return {stream_id: nxt}
-        if state is StreamState.START and inp in (StreamInput.MESSAGE, StreamInput.EOS):
-            raise _RuleError(
-                StreamNotNotifiedError,
-                f"{_name(event)} on stream {stream_id}, which was never NOTIFYed",
-            )
-        raise _RuleError(
-            UnexpectedFrameError,
-            f"{inp.value} from the {sender.name.lower()} is not allowed on stream "
-            f"{stream_id} in state {state.name} ({state.value})",
-        )
-
     def _check_hello(self, hello: Hello) -> None:
         if hello.version not in self.versions:
             expected = " or ".join(repr(v) for v in sorted(self.versions))
-            raise _RuleError(
+            raise RuleError(
                 HandshakeError,
                 f"unexpected protocol version {hello.version!r} in HELLO (expected {expected})",
             )
         if not hmac.compare_digest(hello.cookie, self.cookie):
-            raise _RuleError(
+            raise RuleError(
                 HandshakeError,
                 "HELLO carries a cookie although none is configured"
                 if not self.cookie
                 else "HELLO carries a wrong cookie",
-            )
-
-    def _check_message_id(self, msg: Message) -> None:
-        last = self._last_ids.get(msg.stream_id)
-        if last is not None and msg.message_id <= last:
-            raise _RuleError(
-                MessageIdRegressionError,
-                f"MESSAGE id {msg.message_id} on stream {msg.stream_id} does not rise "
-                f"above the previous id {last}",
             )
