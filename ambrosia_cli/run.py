@@ -28,6 +28,7 @@ from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_py.errors import AmbrosiaError, UsageError
 from ambrosia_py.runtime import cli as binding
+from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
 from ambrosia_py.runtime.stops import StopSignals
 
@@ -97,6 +98,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     proc: subprocess.Popen[str] | None = None
     estimate: int | None = None
     cls = binding.load_class(args.target)
+    config = load_config(args.config, args.sets)  # a bad one fails before anything starts
     upgrade_to = binding.load_class(args.upgrade_to) if args.upgrade_to else None
     if (args.ic_receive_port is None) != (args.ic_send_port is None):
         raise UsageError("--ic-receive-port and --ic-send-port go together")
@@ -121,7 +123,8 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     if stops.signum is not None:
         return binding.stopped(args.instance_name, stops)
     runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops, log,
-                                  replay_estimate=estimate, on_stop=_stop_with(proc))
+                                  replay_estimate=estimate, on_stop=_stop_with(proc),
+                                  config=config)
     return _outcome(args, runner, stops, proc)
 
 

@@ -18,7 +18,7 @@ import datetime
 import logging
 import random as _random
 import typing
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 if typing.TYPE_CHECKING:
@@ -43,6 +43,9 @@ class Runtime(Protocol):
     """What the API asks of the runtime that runs an instance (the engine provides it)."""
 
     log_replay: bool
+
+    @property
+    def config(self) -> Mapping[str, Any]: ...
 
     @property
     def is_primary(self) -> bool: ...
@@ -86,6 +89,17 @@ class ImmortalContext:
         #: mark when replay logging is on (``AMBROSIA_LOG_REPLAY=1``, or
         #: ``ctx.log_replay = True``).
         self.log = logger
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The instance's configuration (``--config FILE`` and ``--set KEY=VALUE``), a
+        read-only mapping; empty when none was given.
+
+        It is outside-world input: a later life (or a replay) may be given another one.
+        Read it to decide side effects (where to listen, what to connect to); a handler
+        that changes state because of it must get it as an Impulse's argument, sent when
+        primary, so that the log holds it."""
+        return self.runtime.config
 
     @property
     def is_primary(self) -> bool:

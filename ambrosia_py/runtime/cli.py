@@ -19,10 +19,11 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import AmbrosiaError, UsageError
+from .config import load_config
 from .engine import Engine
 from .runner import ImmortalRunner
 from .stops import StopSignals
@@ -119,6 +120,11 @@ def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_po
                    help="upgrade live to this class: registers the upgrade to its `version` "
                         "(if the instance runs an older one) and switches to it when the "
                         "coordinator upgrades")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="the instance's configuration, a TOML file (ctx.config)")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
+                   help="set one configuration key over the file's (repeatable; KEY may be "
+                        "dotted, VALUE is a TOML value or else a string)")
 
 
 def add_log_level(p: argparse.ArgumentParser) -> None:
@@ -147,7 +153,8 @@ def setup_logging(level: str, instance_name: str) -> logging.Logger:
 def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
                  ports: tuple[int, int], stops: StopSignals, log: logging.Logger, *,
                  replay_estimate: int | None = None,
-                 on_stop: Callable[[ImmortalRunner], None] | None = None) -> ImmortalRunner:
+                 on_stop: Callable[[ImmortalRunner], None] | None = None,
+                 config: Mapping[str, Any] | None = None) -> ImmortalRunner:
     """Run the immortal until its coordinator closes the connection or a stop signal
     stops it; returns the runner, which says how it ended.
 
@@ -203,8 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             cls = load_class(args.target)
             upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
+            config = load_config(args.config, args.sets)
             runner = run_immortal(cls, upgrade_to, name,
-                                  (args.ic_receive_port, args.ic_send_port), stops, log)
+                                  (args.ic_receive_port, args.ic_send_port), stops, log,
+                                  config=config)
             code, line = outcome(name, runner, stops, args.debug_replay)
         except AmbrosiaError as e:
             code, line = (stopped(name, stops) if stops.signum is not None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 import xxhash
@@ -28,6 +28,7 @@ from ..methods import Hosted, MethodSpec, is_hosted_class
 from ..protocol import BindingConnection
 from ..wire import OutgoingRpc
 from . import replaylog
+from .config import EMPTY_CONFIG, freeze
 from .handling import CurrentInput
 from .journal import Journal, LoggedInput
 from .outbox import Outbox
@@ -53,12 +54,15 @@ class EngineCore:
         record_outputs: bool = False,
         logger: logging.Logger | None = None,
         log_replay: bool | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         for c in (cls, upgrade_to):
             if c is not None and not is_hosted_class(c):
                 raise TypeError(f"{c!r} is not an Immortal subclass")
         self.cls = cls
         self.instance_name = instance_name
+        # Read-only, nested tables too (``config.freeze``); outside-world input.
+        self.config: Mapping[str, Any] = EMPTY_CONFIG if config is None else freeze(config)
         self.upgrade_to = upgrade_to
         self.convert = convert
         self.log = logger or logging.getLogger(f"ambrosia.{instance_name}")

@@ -85,6 +85,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         log_replay: show ``ctx.log`` lines (marked ``[replay] ``) and handler failures
             logged while replaying, instead of dropping them; default: the environment
             variable ``AMBROSIA_LOG_REPLAY``.
+        config: the instance's configuration (``ctx.config``; see ``runtime.config``).
     """
 
     def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None]

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -73,7 +73,7 @@ class ReplayResult(Generic[S]):
 
 def repro(instance_name: str, cls: type[S], checkpoint: int | None = None, *,
           home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
-          timeout: float = 120.0) -> ReplayResult[S]:
+          timeout: float = 120.0, config: Mapping[str, Any] | None = None) -> ReplayResult[S]:
     """Replay ``instance_name``'s log from checkpoint ``checkpoint`` with ``cls``: any of
     the checkpoints the coordinator kept (``checkpoints()`` lists them; the registration's
     ``--keep-checkpoints`` says how many), by default the oldest.
@@ -82,7 +82,8 @@ def repro(instance_name: str, cls: type[S], checkpoint: int | None = None, *,
         ReplayDivergenceError: the outputs differ from the recorded run's.
         CoordinatorError: debug-instance could not run (no such checkpoint, ...).
     """
-    return _debug(instance_name, cls, None, None, checkpoint, home, idle_timeout, timeout)
+    return _debug(instance_name, cls, None, None, checkpoint, home, idle_timeout, timeout,
+                  config=config)
 
 
 def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type[S],
@@ -130,7 +131,7 @@ def checkpoints(instance_name: str, home: str | os.PathLike[str] | None = None,
 def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
            convert: Callable[[Any], Any] | None, checkpoint: int | None,
            home: str | os.PathLike[str] | None, idle_timeout: float, timeout: float,
-           version: int | None = None) -> Any:
+           version: int | None = None, config: Mapping[str, Any] | None = None) -> Any:
     kept = checkpoints(name, home, version)
     if not kept:
         raise CoordinatorError(f"{name} has no checkpoint to replay from")
@@ -153,7 +154,7 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
         raise CoordinatorError(f"{e}: {more}" if more else str(e)) from None
     try:
         engine = Engine(cls, name, upgrade_to=cls_next, convert=convert, record_outputs=True,
-                        logger=logging.getLogger(f"ambrosia.debug.{name}"))
+                        logger=logging.getLogger(f"ambrosia.debug.{name}"), config=config)
         runner = ImmortalRunner(engine, rp, sp, progress=False)
         asyncio.run(asyncio.wait_for(runner.run(), timeout))
         out, _ = proc.communicate(timeout=timeout)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .. import serialization as ser
@@ -67,6 +68,7 @@ class InMemoryCoordinator:
     Args:
         immortal: the immortal class (an engine is made for it) or a ready ``Engine``.
         name: the instance name, when a class is given.
+        config: the instance's configuration (``ctx.config``), when a class is given.
 
     Attributes:
         engine: the engine under test.
@@ -76,8 +78,10 @@ class InMemoryCoordinator:
         to_self: self-calls (and the InitialMessage echo) not yet logged back.
     """
 
-    def __init__(self, immortal: type[Immortal] | Engine, name: str = "me") -> None:
-        self.engine = immortal if isinstance(immortal, Engine) else Engine(immortal, name)
+    def __init__(self, immortal: type[Immortal] | Engine, name: str = "me", *,
+                 config: Mapping[str, Any] | None = None) -> None:
+        self.engine = (immortal if isinstance(immortal, Engine)
+                       else Engine(immortal, name, config=config))
         self.engine.attach(None, self._wake)  # handlers and Impulses on this thread
         self.decoder = MessageStreamDecoder()
         self.seq = 0
