@@ -127,3 +127,12 @@ __all__ = [
     "IllegalSendError",
     "ConnectionBrokenError",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The coordinator is an immortal (it imports the framework): loaded only when asked
+    # for, so the protocol library stays importable on its own.
+    if name == "ConnectorCoordinator":
+        from .coordinator import ConnectorCoordinator
+        return ConnectorCoordinator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

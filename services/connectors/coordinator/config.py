@@ -1,0 +1,135 @@
+"""The coordinator's configuration, read from ``ctx.config`` and checked with one-line
+errors. Only ``decision_part()`` reaches the state (through the ``configure`` Impulse);
+the rest (addresses, credits, sizes of reads) shapes the primary's I/O only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ambrosia_py.errors import UsageError
+
+from ..frame_reader import DEFAULT_MAX_FRAME_SIZE
+
+__all__ = ["CoordinatorConfig", "CoordinatorConfigError", "parse_address"]
+
+_KEYS = ("listen", "advertise", "cookie", "credits", "sinks", "interval_bytes",
+         "interval_seconds", "max_frame_size", "batch_messages", "status_file",
+         "status_seconds")
+
+
+class CoordinatorConfigError(UsageError):
+    """The coordinator's configuration holds a key it does not know or a bad value."""
+
+
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    """``"host:port"`` -> (host, port); port 0 is allowed (any free port, when listening).
+
+    Raises:
+        CoordinatorConfigError: not ``host:port`` with a port in 0..65535.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise CoordinatorConfigError(f"{what} must be \"host:port\", got {text!r}")
+    return host, int(port)
+
+
+def _address(what: str) -> Any:
+    def check(_i: Any, _a: Any, value: Any) -> None:
+        if type(value) is not str:
+            raise CoordinatorConfigError(f"{what} must be a \"host:port\" string, got {value!r}")
+        parse_address(value, what)
+    return check
+
+
+def _int(name: str, low: int) -> Any:
+    def check(_i: Any, _a: Any, value: Any) -> None:
+        if type(value) is not int or value < low:
+            raise CoordinatorConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return check
+
+
+def _seconds(name: str) -> Any:
+    def check(_i: Any, _a: Any, value: Any) -> None:
+        if type(value) not in (int, float) or not value > 0:
+            raise CoordinatorConfigError(f"{name} must be a number of seconds > 0, got "
+                                         f"{value!r}")
+    return check
+
+
+def _sinks(_i: Any, _a: Any, value: Any) -> None:
+    if not isinstance(value, Mapping):
+        raise CoordinatorConfigError(f"sinks must be a table of name = \"host:port\", got "
+                                     f"{value!r}")
+    for name, addr in value.items():
+        if not name or len(name.encode()) > 0xFFFF:
+            raise CoordinatorConfigError(f"sinks: a sink name must be 1..65535 bytes, got "
+                                         f"{name!r}")
+        _address(f"sinks.{name}")(None, None, addr)
+
+
+def _text(name: str) -> Any:
+    def check(_i: Any, _a: Any, value: Any) -> None:
+        if type(value) is not str:
+            raise CoordinatorConfigError(f"{name} must be a string, got {value!r}")
+    return check
+
+
+@attrs.frozen
+class CoordinatorConfig:
+    """What the coordinator is told (``--config FILE`` / ``--set KEY=VALUE``).
+
+    Attributes:
+        listen: where sources connect ("host:port"; port 0: any free port).
+        advertise: the address sent in RESTART when this primary stops ("" = none).
+        cookie: the cookie sources and sinks must present ("" = none).
+        credits: OK's initial credits for a source.
+        sinks: sink name -> "host:port" of its 2PC sink server.
+        interval_bytes: a transaction is cut when this much output is pending.
+        interval_seconds: ... or when pending output is this old.
+        max_frame_size: the largest frame accepted from a peer.
+        batch_messages: the most MESSAGEs carried by one ``receive`` Impulse.
+        status_file: a JSON file rewritten with live counters ("" = none).
+        status_seconds: how often the summary is logged and the status file rewritten.
+    """
+
+    listen: str = attrs.field(default="127.0.0.1:7100", validator=_address("listen"))
+    advertise: str = attrs.field(default="", validator=_text("advertise"))
+    cookie: str = attrs.field(default="", validator=_text("cookie"))
+    credits: int = attrs.field(default=1000, validator=_int("credits", 1))
+    sinks: Mapping[str, str] = attrs.field(factory=dict, validator=_sinks,
+                                           converter=lambda m: dict(m) if isinstance(
+                                               m, Mapping) else m)
+    interval_bytes: int = attrs.field(default=64 * 1024, validator=_int("interval_bytes", 1))
+    interval_seconds: float = attrs.field(default=0.5,
+                                          validator=_seconds("interval_seconds"))
+    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE,
+                                      validator=_int("max_frame_size", 64))
+    batch_messages: int = attrs.field(default=512, validator=_int("batch_messages", 1))
+    status_file: str = attrs.field(default="", validator=_text("status_file"))
+    status_seconds: float = attrs.field(default=5.0, validator=_seconds("status_seconds"))
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> CoordinatorConfig:
+        """Build from ``ctx.config``.
+
+        Raises:
+            CoordinatorConfigError: an unknown key, or a bad value (one line naming it).
+        """
+        unknown = sorted(set(config) - set(_KEYS))
+        if unknown:
+            raise CoordinatorConfigError(f"unknown configuration key(s) {', '.join(unknown)} "
+                                         f"(known: {', '.join(_KEYS)})")
+        return cls(**dict(config))
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_address(self.listen, "listen")
+
+    def decision_part(self) -> dict[str, Any]:
+        """What handlers decide with: the sinks' names and the interval. The state keeps
+        the last one it was given (by the ``configure`` Impulse)."""
+        return {"sinks": sorted(self.sinks), "interval_bytes": self.interval_bytes,
+                "interval_seconds": float(self.interval_seconds)}

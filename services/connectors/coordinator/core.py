@@ -1,0 +1,253 @@
+"""The coordinator's deterministic core: what has been applied from each source stream
+and what each sink has committed, with no I/O at all.
+
+Every change is a function of a logged input (the handlers of ``ConnectorCoordinator``
+call these methods with the input's arguments and its logged time), so a replay rebuilds
+the same state byte for byte. The state is plain data (``to_state``/``from_state``), which
+is what a checkpoint holds.
+
+Exactly once, in short: a source message is applied only if its id is above its stream's
+point of reference, which then moves to it, so a re-sent message is dropped; every
+applied message's output is appended to each sink's pending bytes in apply order; the
+pending bytes leave the state only when the sink voted yes on a transaction covering
+them, which moves the committed offset. A transaction always starts at the committed
+offset, at most one is in flight per sink, and a decision once recorded is what every
+later Phase2 of that transaction says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+__all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "SinkRecord",
+           "StreamRecord"]
+
+FROM_START = (1 << 64) - 1  # a point of reference meaning "nothing applied yet"
+KEEP_DECIDED = 4  # decisions remembered per sink (a sink holds at most one unsettled)
+
+#: One MESSAGE as the ``receive`` Impulse carries it:
+#: (stream id, stream name, message id, event time, key, payload).
+Incoming = tuple[int, str, int, int, bytes, bytes]
+
+
+@attrs.frozen
+class Applied:
+    """A message that was applied (not a re-send): what the output hook sees."""
+
+    stream_id: int
+    message_id: int
+    event_time: int
+    key: bytes
+    payload: bytes
+
+
+@attrs.define
+class StreamRecord:
+    """One source stream: its point of reference is the last message id applied."""
+
+    name: str
+    por: int = FROM_START
+    applied: int = 0
+    dropped: int = 0
+    closed: bool = False
+
+
+@attrs.define
+class SinkRecord:
+    """One sink: bytes from ``committed`` on are ``pending``; a transaction in flight
+    covers ``[committed, txn_end)`` of them."""
+
+    committed: int = 0
+    pending: bytearray = attrs.field(factory=bytearray)
+    txn_id: str = ""
+    txn_end: int = 0
+    txn_count: int = 0  # transactions cut so far: the next id's number
+    uncut_since: int | None = None  # logged time (ns) the oldest uncut byte was emitted
+    decided: dict[str, bool] = attrs.field(factory=dict)  # txn -> commit, newest last
+    settled_rtag: int = 0  # the rtag of the last ListUncommitted settled
+    settlement: list[tuple[str, bool]] = attrs.field(factory=list)  # its Phase2s
+    commits: int = 0
+    aborts: int = 0
+    active: bool = True  # in the configured sinks (output goes only to active ones)
+
+    @property
+    def uncut(self) -> int:
+        """Pending bytes not in the transaction in flight."""
+        return len(self.pending) - (self.txn_end - self.committed if self.txn_id else 0)
+
+    def txn_bytes(self) -> bytes:
+        return bytes(self.pending[:self.txn_end - self.committed]) if self.txn_id else b""
+
+
+class CoordinatorCore:
+    """The state, and every way an input changes it."""
+
+    def __init__(self) -> None:
+        self.instance = ""  # the instance name, for transaction ids
+        self.streams: dict[int, StreamRecord] = {}
+        self.sinks: dict[str, SinkRecord] = {}
+        self.settings: dict[str, Any] = {"sinks": [], "interval_bytes": 64 * 1024,
+                                         "interval_seconds": 0.5}
+
+    # ------------------------------------------------------------ inputs
+    def configure(self, settings: dict[str, Any], instance: str) -> None:
+        """The decision-relevant part of the configuration (sinks, interval). A sink
+        that leaves keeps its record (its offsets stay valid if it comes back)."""
+        self.instance = instance
+        self.settings = {"sinks": sorted(settings["sinks"]),
+                         "interval_bytes": int(settings["interval_bytes"]),
+                         "interval_seconds": float(settings["interval_seconds"])}
+        for rec in self.sinks.values():
+            rec.active = False
+        for name in self.settings["sinks"]:
+            self.sinks.setdefault(name, SinkRecord()).active = True
+
+    def receive(self, batch: Iterable[Incoming]) -> list[tuple[int, list[Applied]]]:
+        """Apply a batch: messages at or below their stream's point of reference are
+        dropped. Returns the applied messages in order, as runs of one stream each."""
+        runs: list[tuple[int, list[Applied]]] = []
+        for stream_id, name, msg_id, event_time, key, payload in batch:
+            rec = self.streams.get(stream_id)
+            if rec is None:
+                rec = self.streams[stream_id] = StreamRecord(name)
+            if rec.por != FROM_START and msg_id <= rec.por:
+                rec.dropped += 1
+                continue
+            rec.por = msg_id
+            rec.applied += 1
+            rec.closed = False
+            rec.name = name
+            if not runs or runs[-1][0] != stream_id:
+                runs.append((stream_id, []))
+            runs[-1][1].append(Applied(stream_id, msg_id, event_time, key, payload))
+        return runs
+
+    def end_of_stream(self, stream_id: int) -> None:
+        rec = self.streams.get(stream_id)
+        if rec is not None:
+            rec.closed = True
+
+    def emit(self, sink: str, data: bytes, now_ns: int) -> None:
+        """Append output for ``sink`` (from the output hook). Unknown or inactive sinks
+        are a programming error in the hook, not bad input.
+
+        Raises:
+            KeyError: ``sink`` is not a configured sink.
+        """
+        rec = self.sinks.get(sink)
+        if rec is None or not rec.active:
+            raise KeyError(f"no configured sink {sink!r} (configured: "
+                           f"{', '.join(self.settings['sinks']) or 'none'})")
+        if not data:
+            return
+        if rec.uncut == 0:
+            rec.uncut_since = now_ns
+        rec.pending += data
+
+    def sink_uncommitted(self, sink: str, rtag: int, txn_ids: Sequence[str],
+                         now_ns: int) -> None:
+        """A sink listed the transactions it holds after Phase1 (on a new link): each is
+        committed if it was decided so, aborted otherwise; a transaction in flight with
+        no decision is aborted (its bytes go into a new one)."""
+        rec = self.sinks.get(sink)
+        if rec is None:
+            return
+        if rec.txn_id and rec.txn_id not in rec.decided:
+            self._decide(rec, rec.txn_id, False)
+        rec.settlement = [(t, rec.decided.get(t, False)) for t in txn_ids]
+        rec.settled_rtag = rtag
+        self._cut_due(sink, rec, now_ns, force=True)
+
+    def sink_voted(self, sink: str, txn_id: str, commit: bool, now_ns: int) -> None:
+        """The sink's vote on the transaction in flight is the decision; a vote on any
+        other transaction is stale (already settled) and changes nothing."""
+        rec = self.sinks.get(sink)
+        if rec is None or not rec.txn_id or rec.txn_id != txn_id:
+            return
+        self._decide(rec, txn_id, commit)
+        self._cut_due(sink, rec, now_ns, force=not commit)
+
+    def tick(self, now_ns: int) -> None:
+        """Cut a transaction for every sink whose uncut output is old enough."""
+        for name, rec in self.sinks.items():
+            self._cut_due(name, rec, now_ns, force=False)
+
+    def cut_due(self, now_ns: int) -> None:
+        """After output was emitted: cut where enough bytes are pending."""
+        self.tick(now_ns)
+
+    # ------------------------------------------------------------ rules
+    def _decide(self, rec: SinkRecord, txn_id: str, commit: bool) -> None:
+        if commit:
+            del rec.pending[:rec.txn_end - rec.committed]
+            rec.committed = rec.txn_end
+            rec.commits += 1
+        else:
+            rec.aborts += 1
+            if rec.uncut_since is None and rec.pending:
+                rec.uncut_since = 0  # its bytes are uncut again, and overdue
+        rec.decided[txn_id] = commit
+        while len(rec.decided) > KEEP_DECIDED:
+            del rec.decided[next(iter(rec.decided))]
+        rec.txn_id = ""
+        rec.txn_end = rec.committed
+
+    def _cut_due(self, name: str, rec: SinkRecord, now_ns: int, *, force: bool) -> None:
+        if rec.txn_id or rec.uncut == 0:
+            return
+        age = (now_ns - (rec.uncut_since or 0)) / 1e9
+        if (force or rec.uncut >= self.settings["interval_bytes"]
+                or age >= self.settings["interval_seconds"]):
+            rec.txn_count += 1
+            rec.txn_id = f"{self.instance}-{name}-{rec.txn_count}"
+            rec.txn_end = rec.committed + len(rec.pending)
+            rec.uncut_since = None
+
+    # ------------------------------------------------------------ queries
+    def wants_tick(self) -> bool:
+        """Whether some sink has uncut output waiting for its age to cut it."""
+        return any(rec.uncut and not rec.txn_id for rec in self.sinks.values())
+
+    def status(self) -> dict[str, Any]:
+        """Counters derived from the state alone (deterministic)."""
+        return {
+            "streams": {str(sid): {"name": r.name, "applied": r.applied, "dropped": r.dropped,
+                                   "por": None if r.por == FROM_START else r.por,
+                                   "closed": r.closed}
+                        for sid, r in sorted(self.streams.items())},
+            "sinks": {name: {"committed": r.committed, "pending_bytes": len(r.pending),
+                             "txn": r.txn_id or None, "commits": r.commits,
+                             "aborts": r.aborts, "active": r.active}
+                      for name, r in sorted(self.sinks.items())},
+        }
+
+    # ------------------------------------------------------------ checkpoint
+    def to_state(self) -> dict[str, Any]:
+        """Plain data (lists, no int keys) for msgpack."""
+        return {
+            "instance": self.instance,
+            "settings": dict(self.settings),
+            "streams": [[sid, attrs.astuple(r)] for sid, r in self.streams.items()],
+            "sinks": [[name, [r.committed, bytes(r.pending), r.txn_id, r.txn_end,
+                              r.txn_count, r.uncut_since, list(map(list, r.decided.items())),
+                              r.settled_rtag, [list(s) for s in r.settlement], r.commits,
+                              r.aborts, r.active]]
+                      for name, r in self.sinks.items()],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> CoordinatorCore:
+        core = cls()
+        core.instance = state["instance"]
+        core.settings = dict(state["settings"])
+        core.settings["sinks"] = list(core.settings["sinks"])
+        for sid, fields in state["streams"]:
+            core.streams[sid] = StreamRecord(*fields)
+        for name, f in state["sinks"]:
+            core.sinks[name] = SinkRecord(
+                f[0], bytearray(f[1]), f[2], f[3], f[4], f[5], {t: c for t, c in f[6]},
+                f[7], [(t, c) for t, c in f[8]], f[9], f[10], f[11])
+        return core

@@ -1,0 +1,130 @@
+"""``ConnectorCoordinator``: the exactly-once connector coordinator as an immortal.
+
+Sources (connectors) send MESSAGEs; the primary's listener turns them into batched
+``receive`` Impulses; the handler applies each message once (``core``), hands applied
+messages to the output hook (``on_messages``), and only then may the listener ACK them.
+Output for sinks waits in the state until a sink votes yes on a transaction covering it.
+All network I/O lives in ``live.Live``, started in ``on_become_primary``; its outcomes come
+back as Impulses, and the handlers wake it (only when primary and not replaying) after
+they change what it must act on.
+
+Run: ``ambrosia run services.connectors:ConnectorCoordinator -i NAME --config FILE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ambrosia_py import Immortal, impulse, rpc
+
+from .config import CoordinatorConfig, CoordinatorConfigError
+from .core import Applied, CoordinatorCore, Incoming
+from .live import Live
+
+__all__ = ["ConnectorCoordinator"]
+
+
+class ConnectorCoordinator(Immortal):
+    """Takes source streams in, applies each message once, commits output to sinks once.
+
+    Subclasses decide what applied messages produce by overriding ``on_messages`` and
+    calling ``emit``; the default copies each payload to every configured sink.
+    """
+
+    version = 0
+
+    def __init__(self) -> None:
+        self.core = CoordinatorCore()
+        self._live: Live | None = None  # the primary's I/O; never part of the state
+
+    # ------------------------------------------------------------ the output hook
+    def on_messages(self, stream_id: int, messages: Sequence[Applied]) -> None:
+        """Called (in a handler, deterministically) with each run of applied messages of
+        one stream, in apply order. The identity route: every payload to every sink."""
+        for name in self.core.settings["sinks"]:
+            self.emit(name, b"".join(m.payload for m in messages))
+
+    def emit(self, sink: str, data: bytes) -> None:
+        """Append ``data`` to ``sink``'s output (only from ``on_messages`` or another
+        handler). It is committed once, after everything emitted before it."""
+        self.core.emit(sink, data, self._now_ns())
+
+    # ------------------------------------------------------------ lifecycle
+    def on_become_primary(self) -> None:
+        try:
+            cfg = CoordinatorConfig.from_mapping(self.ctx.config)
+        except CoordinatorConfigError as e:
+            self.ctx.log.error("the connector coordinator does not start: %s", e)
+            raise
+        wanted = cfg.decision_part()
+        if wanted != self.core.settings or self.core.instance != self.ctx.instance_name:
+            # Configuration is outside-world input: it reaches the state as an Impulse,
+            # sent before any Impulse of the transports, so it is applied first.
+            self.impulse_self.configure(wanted)
+        self._live = Live(self, cfg)
+        self.ctx.spawn(self._live.run())
+
+    def checkpoint_state(self) -> Any:
+        return self.core.to_state()
+
+    def load_state(self, state: Any) -> None:
+        self.core = CoordinatorCore.from_state(state)
+
+    # ------------------------------------------------------------ inputs
+    @impulse
+    def configure(self, settings: dict[str, Any]) -> None:
+        self.core.configure(settings, self.ctx.instance_name)
+        self.ctx.log.info("configured: sinks %s, interval %d bytes / %ss",
+                          ", ".join(self.core.settings["sinks"]) or "none",
+                          self.core.settings["interval_bytes"],
+                          self.core.settings["interval_seconds"])
+        self._wake()
+
+    @impulse
+    def receive(self, token: int, batch: list[Incoming]) -> None:
+        """A batch of MESSAGEs from the listener; ``token`` names it for the ACKs."""
+        for stream_id, messages in self.core.receive(batch):
+            self.on_messages(stream_id, messages)
+        self.core.cut_due(self._now_ns())
+        if self._live is not None and self._is_live():
+            self._live.applied(token)
+            self._live.wake()
+
+    @impulse
+    def end_of_stream(self, token: int, stream_id: int) -> None:
+        self.core.end_of_stream(stream_id)
+        if self._live is not None and self._is_live():
+            self._live.applied(token)
+
+    @impulse
+    def sink_uncommitted(self, sink: str, rtag: int, txn_ids: list[str]) -> None:
+        self.core.sink_uncommitted(sink, rtag, txn_ids, self._now_ns())
+        self._wake()
+
+    @impulse
+    def sink_voted(self, sink: str, txn_id: str, commit: bool) -> None:
+        self.core.sink_voted(sink, txn_id, commit, self._now_ns())
+        self._wake()
+
+    @impulse
+    def tick(self) -> None:
+        self.core.tick(self._now_ns())
+        self._wake()
+
+    @rpc
+    async def status(self) -> dict[str, Any]:
+        """Per stream (applied, point of reference, closed) and per sink (committed
+        offset, pending bytes, transaction in flight, commits, aborts): state only."""
+        return self.core.status()
+
+    # ------------------------------------------------------------ helpers
+    def _now_ns(self) -> int:
+        return int(self.ctx.now().timestamp() * 1e9)
+
+    def _is_live(self) -> bool:
+        return self.ctx.is_primary and not self.ctx.is_replaying
+
+    def _wake(self) -> None:
+        if self._live is not None and self._is_live():
+            self._live.wake()

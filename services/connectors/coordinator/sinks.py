@@ -1,0 +1,198 @@
+"""The sink side of the primary: one link per sink, a reconciler between what the state
+wants (the transaction in flight, the decisions to deliver) and what the link has done.
+
+A link connects out (exponential back-off, capped), says HELLO as Wallaroo's sink side
+does, and on every connection: ListUncommitted, whose answer becomes a
+``sink_uncommitted`` Impulse; once that is applied, the Phase2s it decided; NOTIFY of
+stream 1, whose NOTIFY_ACK must carry the committed offset the state holds (a 2PC sink
+cuts its output back to a Phase1's start on abort, so a Phase1 must never start anywhere
+else); then, for each transaction the state cuts, its bytes as MESSAGEs whose ids are
+byte offsets, Phase1, the vote as a ``sink_voted`` Impulse and, once that is applied,
+Phase2 with the decision. The handlers wake the link whenever sink state changes.
+
+After an abort the link reconnects at once: the aborted bytes go again from the same
+offsets, which a connection (message ids rise per stream) only allows after a new NOTIFY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ambrosia_py.wire import NEED_DATA
+
+from .._state import Role
+from ..connection import SINK_VERSION, ConnectorConnection
+from ..errors import ConnectorProtocolError
+from ..frames import Ack, ConnectionClosed, ErrorFrame, Hello, Message, Notify, NotifyAck, Ok
+from ..twopc import ListUncommitted, Phase1, Phase2, ReplyUncommitted, TwoPCReply, Where
+from .config import CoordinatorConfig, parse_address
+from .core import CoordinatorCore, SinkRecord
+
+__all__ = ["PROGRAM_NAME", "SINK_STREAM_ID", "SinkLink"]
+
+PROGRAM_NAME = "ambrosia-py"
+SINK_STREAM_ID = 1
+CHUNK = 64 * 1024  # the most output bytes in one MESSAGE
+_FIRST_DELAY = 0.05
+_MAX_DELAY = 2.0
+_READ = 64 * 1024
+
+
+class SinkLinkError(Exception):
+    """This connection to the sink cannot go on (the reason is one line)."""
+
+
+class _ReconnectError(Exception):
+    """End this connection and connect again at once (after an abort)."""
+
+
+class SinkLink:
+    """The link to one sink.
+
+    Args:
+        name: the sink's name (its key in ``sinks``, the name of its stream 1).
+        core: the coordinator's state (read only).
+        cfg: the configuration.
+        instance: the instance name (sent in HELLO).
+        send_uncommitted / send_voted: send the ``sink_uncommitted`` / ``sink_voted``
+            Impulses.
+    """
+
+    def __init__(self, name: str, core: Callable[[], CoordinatorCore], cfg: CoordinatorConfig,
+                 instance: str, send_uncommitted: Callable[[str, int, list[str]], None],
+                 send_voted: Callable[[str, str, bool], None],
+                 log: logging.LoggerAdapter[Any]) -> None:
+        self.name = name
+        self._core = core
+        self.cfg = cfg
+        self.instance = instance
+        self.host, self.port = parse_address(cfg.sinks[name], f"sinks.{name}")
+        self._send_uncommitted = send_uncommitted
+        self._send_voted = send_voted
+        self.log = log
+        self._changed = asyncio.Event()
+        self.connected = False
+        self.sessions = 0
+
+    def wake(self) -> None:
+        """The state changed: look again."""
+        self._changed.set()
+
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _rec(self) -> SinkRecord | None:
+        rec = self._core().sinks.get(self.name)
+        return rec if rec is not None and rec.active else None
+
+    async def run(self) -> None:
+        await self._until(lambda: self._rec() is not None)  # the configure Impulse applied
+        delay = _FIRST_DELAY
+        while True:
+            writer: asyncio.StreamWriter | None = None
+            linked = self.sessions
+            try:
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+                await self._session(reader, writer)
+            except _ReconnectError:
+                delay = 0.0
+            except (OSError, SinkLinkError) as e:
+                reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+                if self.connected or delay == _FIRST_DELAY:
+                    self.log.warning("sink %s (%s:%d): %s; reconnecting", self.name,
+                                     self.host, self.port, reason)
+            finally:
+                self.connected = False
+                if writer is not None:
+                    writer.close()
+                    with contextlib.suppress(Exception):
+                        await writer.wait_closed()
+            if self.sessions != linked and delay:
+                delay = _FIRST_DELAY  # it was linked: the back-off starts again
+            await asyncio.sleep(delay)
+            delay = min(max(delay * 2, _FIRST_DELAY), _MAX_DELAY)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                       ) -> None:
+        conn = ConnectorConnection(Role.CONNECTOR, cookie=self.cfg.cookie.encode(), twopc=True,
+                                   max_frame_size=self.cfg.max_frame_size)
+
+        async def send(*events: Any) -> None:
+            writer.write(b"".join(conn.send(e) for e in events))
+            await writer.drain()
+
+        async def expect(kind: type) -> Any:
+            while True:
+                event = conn.next_event()
+                if event is NEED_DATA:
+                    conn.receive_data(await reader.read(_READ))
+                    continue
+                if isinstance(event, kind):
+                    return event
+                if isinstance(event, ConnectionClosed):
+                    raise SinkLinkError("the sink closed the connection")
+                if isinstance(event, ErrorFrame):
+                    raise SinkLinkError(f"the sink sent ERROR: {event.reason}")
+                if not isinstance(event, Ack):  # credits: ignored, as Wallaroo did
+                    raise SinkLinkError(f"unexpected {type(event).__name__} from the sink")
+
+        try:
+            await send(Hello(SINK_VERSION, self.cfg.cookie.encode(), PROGRAM_NAME,
+                             self.instance))
+            await expect(Ok)
+            self.sessions += 1
+            self.connected = True
+            rtag = int.from_bytes(os.urandom(7)) + 1
+            await send(ListUncommitted(rtag))
+            listed = await expect(ReplyUncommitted)
+            self._send_uncommitted(self.name, rtag, list(listed.txn_ids))
+            await self._until(lambda: (r := self._rec()) is not None and r.settled_rtag == rtag)
+            rec = self._rec()
+            assert rec is not None
+            if rec.settlement:
+                await send(*(Phase2(t, c) for t, c in rec.settlement))
+            await send(Notify(SINK_STREAM_ID, self.name, rec.committed))
+            ack = await expect(NotifyAck)
+            if not ack.success or ack.point_of_reference != rec.committed:
+                raise SinkLinkError(f"the sink's offset is {ack.point_of_reference} but "
+                               f"{rec.committed} bytes are committed (success "
+                               f"{ack.success}): refusing to send a transaction")
+            self.log.info("sink %s (%s:%d): linked at offset %d", self.name, self.host,
+                          self.port, rec.committed)
+            while True:
+                await self._round(send, expect)
+        except ConnectorProtocolError as e:
+            with contextlib.suppress(Exception):
+                writer.write(conn.take_error_frame())
+            raise SinkLinkError(str(e)) from None
+
+    async def _round(self, send: Callable[..., Any], expect: Callable[[type], Any]) -> None:
+        """One transaction: data, Phase1, vote, decision, Phase2."""
+        await self._until(lambda: (r := self._rec()) is not None and bool(r.txn_id))
+        rec = self._rec()
+        assert rec is not None
+        txn, start, end, data = rec.txn_id, rec.committed, rec.txn_end, rec.txn_bytes()
+        frames = [Message(SINK_STREAM_ID, start + off, data[off:off + CHUNK])
+                  for off in range(0, len(data), CHUNK)]
+        await send(*frames, Phase1(txn, (Where(SINK_STREAM_ID, start, end),)))
+        reply = await expect(TwoPCReply)
+        if reply.txn_id != txn:
+            raise SinkLinkError(f"the sink voted on {reply.txn_id!r}, not {txn!r}")
+        self._send_voted(self.name, txn, reply.commit)
+        await self._until(lambda: (r := self._rec()) is None or txn in r.decided
+                          or r.txn_id != txn)
+        rec = self._rec()
+        decision = None if rec is None else rec.decided.get(txn)
+        if decision is None:
+            raise SinkLinkError(f"transaction {txn} was settled elsewhere")
+        await send(Phase2(txn, decision))
+        if not decision:
+            self.log.info("sink %s: transaction %s aborted; sending it again", self.name, txn)
+            raise _ReconnectError
