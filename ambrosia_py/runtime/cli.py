@@ -162,8 +162,9 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
         ports: the coordinator's receive port and send port.
         on_stop: what a stop signal does (default: stop the runner at once); ``ambrosia
             run`` stops the coordinator it started first instead.
+        config: the instance's configuration (``ctx.config``).
     """
-    engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log)
+    engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
     runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate)
     asyncio.run(_run(runner, stops, on_stop))
     return runner

@@ -151,11 +151,12 @@ class CoordinatorCore:
                          now_ns: int) -> None:
         """A sink listed the transactions it holds after Phase1 (on a new link): each is
         committed if it was decided so, aborted otherwise; a transaction in flight with
-        no decision is aborted (its bytes go into a new one)."""
+        no decision is aborted if the sink holds it (its bytes go into a new one), and
+        kept if not (no Phase1 of it reached the sink: it is sent again as it is)."""
         rec = self.sinks.get(sink)
         if rec is None:
             return
-        if rec.txn_id and rec.txn_id not in rec.decided:
+        if rec.txn_id and rec.txn_id not in rec.decided and rec.txn_id in txn_ids:
             self._decide(rec, rec.txn_id, False)
         rec.settlement = [(t, rec.decided.get(t, False)) for t in txn_ids]
         rec.settled_rtag = rtag
