@@ -245,3 +245,54 @@ class MemorySink:
             case ConnectionClosed():
                 return event
         return None
+
+
+class Feed:
+    """A source connector on a thread that sends messages 1..n of one stream, resuming
+    from NOTIFY_ACK's point of reference after every loss (as Wallaroo's line feed does:
+    the message at that point is sent again), until all n are ACKed."""
+
+    def __init__(self, port: int, sid: int, n: int, *, chunk: int = 25,
+                 pause: float = 0.0) -> None:
+        self.port, self.sid, self.n, self.chunk, self.pause = port, sid, n, chunk, pause
+        self.resumes: list[tuple[int, int]] = []  # (highest ACKed before, NOTIFY_ACK PoR)
+        self.acked = 0
+        self.done = threading.Event()
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while self.acked < self.n:
+                try:
+                    self._session()
+                except (OSError, ConnectorProtocolError, AssertionError):
+                    time.sleep(0.05)
+            self.done.set()
+        except BaseException as e:  # pragma: no cover - reported by join()
+            self.failure = e
+            self.done.set()
+
+    def _session(self) -> None:
+        src = Source(self.port, timeout=5)
+        try:
+            src.hello()
+            ack = src.notify(self.sid, f"stream-{self.sid}")
+            por = ack.point_of_reference
+            self.resumes.append((self.acked, por))
+            nxt = 1 if por == FROM_START else por
+            while self.acked < self.n:
+                upto = min(nxt + self.chunk, self.n + 1)
+                src.send(*lines(self.sid, range(nxt, upto)))
+                nxt = upto
+                src.wait_acked(self.sid, nxt - 1, timeout=5)
+                self.acked = max(self.acked, src.acked[self.sid])
+                time.sleep(self.pause)
+        finally:
+            src.close()
+
+    def join(self, timeout: float) -> None:
+        assert self.done.wait(timeout), f"the feed of stream {self.sid} did not finish"
+        if self.failure is not None:
+            raise self.failure
