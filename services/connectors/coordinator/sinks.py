@@ -123,26 +123,54 @@ class SinkLink:
                        ) -> None:
         conn = ConnectorConnection(Role.CONNECTOR, cookie=self.cfg.cookie.encode(), twopc=True,
                                    max_frame_size=self.cfg.max_frame_size)
+        arrived = asyncio.Event()
+
+        async def pump() -> None:
+            """Reads all the time, so that a sink closing while the link waits on the
+            state is noticed at once (the waits below look at what arrived)."""
+            data = b"x"
+            while data:
+                try:
+                    data = await reader.read(_READ)
+                except OSError:
+                    data = b""
+                conn.receive_data(data)
+                arrived.set()
+                self._changed.set()
 
         async def send(*events: Any) -> None:
             writer.write(b"".join(conn.send(e) for e in events))
             await writer.drain()
 
+        def unexpected(event: Any) -> SinkLinkError:
+            if isinstance(event, ConnectionClosed):
+                return SinkLinkError("the sink closed the connection")
+            if isinstance(event, ErrorFrame):
+                return SinkLinkError(f"the sink sent ERROR: {event.reason}")
+            return SinkLinkError(f"unexpected {type(event).__name__} from the sink")
+
         async def expect(kind: type) -> Any:
             while True:
                 event = conn.next_event()
                 if event is NEED_DATA:
-                    conn.receive_data(await reader.read(_READ))
-                    continue
-                if isinstance(event, kind):
+                    arrived.clear()
+                    await arrived.wait()
+                elif isinstance(event, kind):
                     return event
-                if isinstance(event, ConnectionClosed):
-                    raise SinkLinkError("the sink closed the connection")
-                if isinstance(event, ErrorFrame):
-                    raise SinkLinkError(f"the sink sent ERROR: {event.reason}")
-                if not isinstance(event, Ack):  # credits: ignored, as Wallaroo did
-                    raise SinkLinkError(f"unexpected {type(event).__name__} from the sink")
+                elif not isinstance(event, Ack):  # credits: ignored, as Wallaroo did
+                    raise unexpected(event)
 
+        async def until(ready: Callable[[], bool]) -> None:
+            while True:
+                while (event := conn.next_event()) is not NEED_DATA:
+                    if not isinstance(event, Ack):
+                        raise unexpected(event)
+                if ready():
+                    return
+                self._changed.clear()
+                await self._changed.wait()
+
+        reading = asyncio.ensure_future(pump())
         try:
             await send(Hello(SINK_VERSION, self.cfg.cookie.encode(), PROGRAM_NAME,
                              self.instance))
@@ -153,7 +181,7 @@ class SinkLink:
             await send(ListUncommitted(rtag))
             listed = await expect(ReplyUncommitted)
             self._send_uncommitted(self.name, rtag, list(listed.txn_ids))
-            await self._until(lambda: (r := self._rec()) is not None and r.settled_rtag == rtag)
+            await until(lambda: (r := self._rec()) is not None and r.settled_rtag == rtag)
             rec = self._rec()
             assert rec is not None
             if rec.settlement:
@@ -162,20 +190,25 @@ class SinkLink:
             ack = await expect(NotifyAck)
             if not ack.success or ack.point_of_reference != rec.committed:
                 raise SinkLinkError(f"the sink's offset is {ack.point_of_reference} but "
-                               f"{rec.committed} bytes are committed (success "
-                               f"{ack.success}): refusing to send a transaction")
+                                    f"{rec.committed} bytes are committed (success "
+                                    f"{ack.success}): refusing to send a transaction")
             self.log.info("sink %s (%s:%d): linked at offset %d", self.name, self.host,
                           self.port, rec.committed)
             while True:
-                await self._round(send, expect)
+                await self._round(send, expect, until)
         except ConnectorProtocolError as e:
             with contextlib.suppress(Exception):
                 writer.write(conn.take_error_frame())
             raise SinkLinkError(str(e)) from None
+        finally:
+            reading.cancel()
+            with contextlib.suppress(BaseException):
+                await reading
 
-    async def _round(self, send: Callable[..., Any], expect: Callable[[type], Any]) -> None:
+    async def _round(self, send: Callable[..., Any], expect: Callable[[type], Any],
+                     until: Callable[[Callable[[], bool]], Any]) -> None:
         """One transaction: data, Phase1, vote, decision, Phase2."""
-        await self._until(lambda: (r := self._rec()) is not None and bool(r.txn_id))
+        await until(lambda: (r := self._rec()) is not None and bool(r.txn_id))
         rec = self._rec()
         assert rec is not None
         txn, start, end, data = rec.txn_id, rec.committed, rec.txn_end, rec.txn_bytes()
@@ -186,8 +219,8 @@ class SinkLink:
         if reply.txn_id != txn:
             raise SinkLinkError(f"the sink voted on {reply.txn_id!r}, not {txn!r}")
         self._send_voted(self.name, txn, reply.commit)
-        await self._until(lambda: (r := self._rec()) is None or txn in r.decided
-                          or r.txn_id != txn)
+        await until(lambda: (r := self._rec()) is None or txn in r.decided
+                    or r.txn_id != txn)
         rec = self._rec()
         decision = None if rec is None else rec.decided.get(txn)
         if decision is None:

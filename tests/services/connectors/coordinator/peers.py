@@ -122,13 +122,14 @@ def lines(sid: int, ids: Iterable[int]) -> list[Message]:
 class MemorySink:
     """A 2PC sink server on its own thread, with aloc_sink's rules. ``votes``: the votes
     to give, in order (then yes). ``drop_after_phase1``: close the connection (once) on
-    receiving a Phase1, before voting."""
+    receiving a Phase1, before voting; ``drop_after_vote``: once, vote yes and close."""
 
     def __init__(self, *, cookie: bytes = b"", votes: Iterable[bool] = (),
-                 drop_after_phase1: bool = False) -> None:
+                 drop_after_phase1: bool = False, drop_after_vote: bool = False) -> None:
         self.cookie = cookie
         self.votes = list(votes)
         self.drop_after_phase1 = drop_after_phase1
+        self.drop_after_vote = drop_after_vote
         self.output = bytearray()  # committed, then prepared, then written
         self.committed = 0
         self.prepared: dict[str, tuple[int, int]] = {}
@@ -184,6 +185,10 @@ class MemorySink:
                     if isinstance(reply, ConnectionClosed):
                         return
                     writer.write(conn.send(reply))
+                    if isinstance(reply, TwoPCReply) and reply.commit and self.drop_after_vote:
+                        self.drop_after_vote = False
+                        await writer.drain()
+                        return
                 await writer.drain()
         except ConnectorProtocolError as e:
             self.violations.append(f"protocol: {e}")

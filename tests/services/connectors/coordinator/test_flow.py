@@ -106,3 +106,30 @@ def per_stream(data: bytes) -> dict[int, bytes]:
         sid = int(line[1:line.index(b" ")])
         out[sid] = out.get(sid, b"") + line
     return out
+
+
+def test_aborts_and_cut_links_are_settled_and_committed_once(launcher: Launcher,
+                                                             tmp_path: Path) -> None:
+    # The first Phase1 loses its link before the vote (listed, undecided: aborted); the
+    # next is voted yes and its link is cut before the Phase2 (listed, decided: committed
+    # by the settlement); the next is voted no (aborted, its bytes sent again).
+    sink = MemorySink(votes=[True, False], drop_after_phase1=True, drop_after_vote=True)
+    (port,) = free_ports(1)
+    p = start(launcher, tmp_path, sink, port)
+    src = Source(port)
+    src.hello()
+    src.notify(3, "three")
+    src.send(*lines(3, range(1, 41)))
+    src.wait_acked(3, 40)
+    wait_until(lambda: sink.committed_bytes == expected(3, 40), 30)
+    t1, t2 = sink.phase1s
+    assert t1 != t2
+    assert sink.listed[1:] == [(t1,), (t2,)]
+    assert sink.phase2s == [(t1, False), (t2, True)]
+    src.send(*lines(3, range(41, 61)))
+    wait_until(lambda: sink.committed_bytes == expected(3, 60), 30)
+    t3, t4 = sink.phase1s[2:]
+    assert sink.phase2s[2:] == [(t3, False), (t4, True)]
+    assert not sink.violations
+    src.close()
+    p.stop()
