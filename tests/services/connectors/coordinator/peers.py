@@ -233,11 +233,11 @@ class MemorySink:
                 return TwoPCReply(txn, ok)
             case Phase2(txn, commit):
                 self.phase2s.append((txn, commit))
-                where = self.prepared.pop(txn, None)
-                if where is None:
+                span = self.prepared.pop(txn, None)
+                if span is None:
                     self.violations.append(f"Phase2 of unknown {txn}")
                     return None
-                start, end = where
+                start, end = span
                 if commit:
                     if end != len(self.output) or start != self.committed:
                         self.violations.append(f"commit of {txn} [{start},{end}) with output "
