@@ -126,13 +126,10 @@ __all__ = [
     "TwoPCOrderError",
     "IllegalSendError",
     "ConnectionBrokenError",
+    # the coordinator (an immortal service built on this library)
+    "ConnectorCoordinator",
+    "CoordinatorConfig",
 ]
 
-
-def __getattr__(name: str) -> object:
-    # The coordinator is an immortal (it imports the framework): loaded only when asked
-    # for, so the protocol library stays importable on its own.
-    if name == "ConnectorCoordinator":
-        from .coordinator import ConnectorCoordinator
-        return ConnectorCoordinator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Last: the coordinator is built on the modules above.
+from .coordinator import ConnectorCoordinator, CoordinatorConfig

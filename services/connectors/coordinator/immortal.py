@@ -18,7 +18,7 @@ from typing import Any
 
 from ambrosia_py import Immortal, impulse, rpc
 
-from .config import CoordinatorConfig, CoordinatorConfigError
+from .config import CoordinatorConfig
 from .core import Applied, CoordinatorCore, Incoming
 from .live import Live
 
@@ -52,11 +52,8 @@ class ConnectorCoordinator(Immortal):
 
     # ------------------------------------------------------------ lifecycle
     def on_become_primary(self) -> None:
-        try:
-            cfg = CoordinatorConfig.from_mapping(self.ctx.config)
-        except CoordinatorConfigError as e:
-            self.ctx.log.error("the connector coordinator does not start: %s", e)
-            raise
+        # A bad configuration stops the instance with its one-line error.
+        cfg = CoordinatorConfig.from_mapping(self.ctx.config)
         wanted = cfg.decision_part()
         if wanted != self.core.settings or self.core.instance != self.ctx.instance_name:
             # Configuration is outside-world input: it reaches the state as an Impulse,

@@ -63,6 +63,8 @@ PUBLIC = [
     "TwoPCOrderError",
     "IllegalSendError",
     "ConnectionBrokenError",
+    "ConnectorCoordinator",
+    "CoordinatorConfig",
 ]
 
 

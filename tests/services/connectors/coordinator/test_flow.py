@@ -3,6 +3,7 @@ sink in this process, the coordinator killed with -9 and restarted."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ambrosia_py.runtime.cli import free_ports
-from ambrosia_py.testing import ImmortalProcess
+from ambrosia_py.testing import ImmortalProcess, repro
+from services.connectors import ConnectorCoordinator, Restart
 from tests.launcher import Launcher, wait_until
 
 from .peers import FROM_START, Feed, MemorySink, Source, lines
@@ -63,9 +65,22 @@ def test_lines_are_committed_once_in_order_and_acked_after_apply(
     src.wait_acked(5, 120)
     wait_until(lambda: sink.committed_bytes == expected(5, 120), 30)
     assert not sink.violations
+    status = tmp_path / "status.json"
+    wait_until(lambda: status.exists() and json.loads(status.read_text())["sinks"]["out"][
+        "committed"] == len(expected(5, 120)), 30)
+    report = json.loads(status.read_text())
+    assert report["streams"]["5"] == {"name": "five", "applied": 120, "dropped": 1,
+                                      "por": 120, "closed": False}
+    assert (report["received"], report["acked"], report["lag"]) == (21, 21, 0)  # this life
+    assert report["sinks"]["out"]["pending_bytes"] == 0 and report["linked"] == {"out": True}
     p.stop()
-    assert src.next().__class__.__name__ in ("Restart", "ConnectionClosed")
-    assert src.restart is not None
+    assert isinstance(src.next(), Restart)  # an ordinary stop tells sources to reconnect
+    # The log replays to the same state and outputs, with no configuration at all: the
+    # configuration reached the state only through the logged configure Impulse.
+    replay = repro("coord", ConnectorCoordinator, home=launcher.home)
+    assert replay.status == "ok"
+    assert replay.state.core.streams[5].por == 120
+    assert replay.state.core.sinks["out"].committed == len(expected(5, 120))
 
 
 def coordinator_pid(p: ImmortalProcess) -> int:
