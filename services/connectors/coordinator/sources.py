@@ -96,13 +96,13 @@ class SourceListener:
         self._applied = asyncio.Event()
         # A random start, so a token of an earlier life is never taken for one of ours.
         self._next_token = int.from_bytes(os.urandom(6))
-        self._waiting: dict[int, list[tuple[_Source, int, set[int]]]] = {}
+        self._waiting: dict[int, list[tuple[_Source, int, int, set[int]]]] = {}  # frames, MESSAGEs
         self._owners: dict[int, _Source] = {}  # stream id -> the connection holding it
         self._sources: set[_Source] = set()
         self._count = 0
         self.server: asyncio.Server | None = None
-        self.received = 0
-        self.acked = 0
+        self.received = 0  # MESSAGEs, this life
+        self.acked = 0  # MESSAGEs ACKed, this life
         self.port = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -146,13 +146,13 @@ class SourceListener:
         if entries is None:
             return  # an earlier life's Impulse, or not one of this listener's
         core = self._core()
-        for src, frames, streams in entries:
+        for src, frames, messages, streams in entries:
             acks = []
             for sid in sorted(streams):
                 rec = core.streams.get(sid)
                 if rec is not None and rec.por != FROM_START:
                     acks.append((sid, rec.por))
-            self.acked += frames
+            self.acked += messages
             if not src.alive:
                 continue
             credits, src.extra_credits = frames + src.extra_credits, 0
@@ -171,7 +171,7 @@ class SourceListener:
         src, item = self._queue[0]
         if isinstance(item, int):
             self._queue.popleft()
-            self._waiting[token] = [(src, 1, {item})]
+            self._waiting[token] = [(src, 1, 0, {item})]
             self._send_eos(token, item)
             return
         batch: list[Incoming] = []
@@ -185,7 +185,7 @@ class SourceListener:
             entry = per.setdefault(src, [src, 0, set()])
             entry[1] += 1
             entry[2].add(item[0])
-        self._waiting[token] = [(s, n, ids) for s, n, ids in per.values()]
+        self._waiting[token] = [(s, n, n, ids) for s, n, ids in per.values()]
         self._send_receive(token, batch)
         if len(self._queue) < _QUEUE_FACTOR * self.cfg.batch_messages:
             self._room.set()
@@ -244,7 +244,6 @@ class SourceListener:
                     src.names[sid] = name
                     src.write(conn.send(NotifyAck(True, sid, por)))
             case EosMessage(sid):
-                self.received += 1
                 if self._owners.get(sid) is src:
                     del self._owners[sid]
                 self._enqueue(src, sid)

@@ -14,7 +14,7 @@ import pytest
 
 from ambrosia_py.runtime.cli import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
-from services.connectors import ConnectorCoordinator, Restart
+from services.connectors import ConnectorCoordinator, EosMessage, Restart
 from tests.launcher import Launcher, wait_until
 
 from .peers import FROM_START, Feed, MemorySink, Source, lines
@@ -63,6 +63,9 @@ def test_lines_are_committed_once_in_order_and_acked_after_apply(
     assert src.notify(5, "five").point_of_reference == 100
     src.send(*lines(5, range(100, 121)))  # 100 again: a re-send, dropped
     src.wait_acked(5, 120)
+    credits = src.credits_back
+    src.send(EosMessage(5))
+    wait_until(lambda: src.step() is None and src.credits_back > credits, 30)  # its ACK
     wait_until(lambda: sink.committed_bytes == expected(5, 120), 30)
     assert not sink.violations
     status = tmp_path / "status.json"
@@ -70,7 +73,7 @@ def test_lines_are_committed_once_in_order_and_acked_after_apply(
         "committed"] == len(expected(5, 120)), 30)
     report = json.loads(status.read_text())
     assert report["streams"]["5"] == {"name": "five", "applied": 120, "dropped": 1,
-                                      "por": 120, "closed": False}
+                                      "por": 120, "closed": True}
     assert (report["received"], report["acked"], report["lag"]) == (21, 21, 0)  # this life
     assert report["sinks"]["out"]["pending_bytes"] == 0 and report["linked"] == {"out": True}
     p.stop()
@@ -147,4 +150,29 @@ def test_aborts_and_cut_links_are_settled_and_committed_once(launcher: Launcher,
     assert sink.phase2s[2:] == [(t3, False), (t4, True)]
     assert not sink.violations
     src.close()
+    p.stop()
+
+
+def test_a_sink_that_lost_committed_bytes_gets_no_transaction(launcher: Launcher,
+                                                             tmp_path: Path) -> None:
+    sink = MemorySink()
+    (port,) = free_ports(1)
+    p = start(launcher, tmp_path, sink, port)
+    src = Source(port)
+    src.hello()
+    src.notify(4, "four")
+    src.send(*lines(4, range(1, 11)))
+    src.wait_acked(4, 10)
+    wait_until(lambda: sink.committed_bytes == expected(4, 10), 30)
+    src.close()
+    p.stop()
+    empty = MemorySink()  # "the same sink", its output gone
+    p = start(launcher, tmp_path, empty, port, **{"sinks.out": f"127.0.0.1:{empty.port}"})
+    p.wait_for(f"the sink's offset is 0 but {len(expected(4, 10))} bytes are committed")
+    src = Source(port)
+    src.hello()
+    src.notify(4, "four")
+    src.send(*lines(4, range(11, 21)))
+    src.wait_acked(4, 20)  # sources go on; output waits in the state
+    assert empty.phase1s == [] and empty.output == b""
     p.stop()
