@@ -81,13 +81,12 @@ class Live:
         while True:
             await asyncio.sleep(self.cfg.status_seconds)
             report = self.report()
-            streams, sinks = report["streams"], report["sinks"]
+            sinks = report["sinks"]
             self.log.info(
                 "status: %d sources, %d received, %d acked, lag %d; %s",
                 report["connections"], report["received"], report["acked"], report["lag"],
                 ", ".join(f"{n} committed {s['committed']} pending {s['pending_bytes']}"
                           for n, s in sinks.items()) or "no sinks")
-            del streams
             if self.cfg.status_file:
                 self._write_status(report)
 
