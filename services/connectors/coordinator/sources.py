@@ -2,8 +2,9 @@
 
 Frames become Impulses; nothing here changes the coordinator's state. MESSAGEs from every
 connection join one queue, which is sent as ``receive`` Impulses of at most
-``batch_messages`` each, with at most ``MAX_IN_FLIGHT`` Impulses not yet applied (so a
-batch grows while the log writes the previous one). A connection's ACK (its credits back,
+``batch_messages`` MESSAGEs (and about ``BATCH_BYTES``) each, with at most
+``MAX_IN_FLIGHT`` Impulses not yet applied (so a batch grows while the log writes the
+previous one). A connection's ACK (its credits back,
 and each stream's point of reference from the state) goes out only once the handler of
 the Impulse carrying its messages has run, which is after the coordinator logged it:
 everything acknowledged is in the log.
@@ -39,9 +40,10 @@ from .core import FROM_START, CoordinatorCore, Incoming
 if TYPE_CHECKING:
     from .config import CoordinatorConfig
 
-__all__ = ["MAX_IN_FLIGHT", "SourceListener"]
+__all__ = ["BATCH_BYTES", "MAX_IN_FLIGHT", "SourceListener"]
 
 MAX_IN_FLIGHT = 2  # receive/end_of_stream Impulses sent and not yet applied
+BATCH_BYTES = 1 << 20  # payload bytes in one receive Impulse (unless one MESSAGE is larger)
 _READ = 64 * 1024
 _QUEUE_FACTOR = 4  # readers pause while this many batches wait to be sent
 
@@ -175,11 +177,13 @@ class SourceListener:
             self._send_eos(token, item)
             return
         batch: list[Incoming] = []
+        size = 0
         per: dict[_Source, list[Any]] = {}
         while self._queue and len(batch) < self.cfg.batch_messages:
             src, item = self._queue[0]
-            if isinstance(item, int):
+            if isinstance(item, int) or (batch and size + len(item[5]) > BATCH_BYTES):
                 break
+            size += len(item[5])
             self._queue.popleft()
             batch.append(item)
             entry = per.setdefault(src, [src, 0, set()])
