@@ -89,7 +89,8 @@ def repro(instance_name: str, cls: type[S], checkpoint: int | None = None, *,
 def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type[S],
                  convert: Callable[[Any], S] | None = None, checkpoint: int | None = None, *,
                  home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
-                 timeout: float = 120.0) -> ReplayResult[S]:
+                 timeout: float = 120.0, config: Mapping[str, Any] | None = None
+                 ) -> ReplayResult[S]:
     """Load checkpoint ``checkpoint`` (any kept one, by default the oldest) with VCurrent,
     convert it to VNext (``convert`` or ``cls_next.upgrade_from``) and replay the log with
     VNext (an upgrade test).
@@ -98,6 +99,7 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
     whole history instead: the version before the upgrade from ``checkpoint`` (default: its
     oldest kept) converted and replayed with VNext, then the upgraded version's files from
     its first kept checkpoint with VNext; the result holds the final state and every output.
+    ``config`` is the instances' ``ctx.config`` (default: empty).
 
     Raises:
         ReplayDivergenceError: VNext's outputs differ from the recorded run's.
@@ -111,14 +113,14 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
         version = _upgrades.version_of_checkpoint(instance_name, checkpoint, home)
     if version is None or version == _upgrades.current_version(instance_name, home):
         try:
-            return _debug(*args, checkpoint, home, idle_timeout, timeout)
+            return _debug(*args, checkpoint, home, idle_timeout, timeout, config=config)
         except AlreadyUpgradedError:
             checkpoint = None  # the current version is VNext's: test the upgrade itself
     hist = _upgrades.history(instance_name, version, checkpoint, home)
     first = _debug(*args, hist.old_checkpoint, home, idle_timeout, timeout,
-                   version=hist.old_version)
+                   version=hist.old_version, config=config)
     second = _debug(instance_name, cls_next, None, None, hist.new_checkpoint, home,
-                    idle_timeout, timeout, version=hist.new_version)
+                    idle_timeout, timeout, version=hist.new_version, config=config)
     return _upgrades.combine(first, second)
 
 
