@@ -17,8 +17,9 @@ from ambrosia_py.wire import NEED_DATA
 from services.connectors import (
     SINK_VERSION,
     Ack,
-    EosMessage,
+    ConnectionClosed,
     ConnectorConnection,
+    EosMessage,
     Event,
     Hello,
     ListUncommitted,
@@ -100,6 +101,8 @@ class SinkClient:
     def recv(self) -> Event:
         while True:
             event = self.conn.next_event()
+            if type(event) is ConnectionClosed:
+                raise ConnectionResetError("the sink closed the connection")
             if event is not NEED_DATA:
                 return event  # type: ignore[return-value]
             self.conn.receive_data(self.sock.recv(1 << 16))

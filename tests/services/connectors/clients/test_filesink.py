@@ -126,7 +126,7 @@ def _answer(port: int, data: bytes) -> list[object]:
             got += chunk
     reader = FrameReader()
     reader.receive_data(got)
-    frames = []
+    frames: list[object] = []
     while (raw := reader.next_frame()) is not NEED_DATA:
         frames.append(decode_frame(raw.tag, raw.body))  # type: ignore[union-attr]
     assert reader.at_boundary
