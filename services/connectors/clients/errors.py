@@ -12,6 +12,7 @@ __all__ = [
     "ClientError",
     "FeedSourceError",
     "SinkStateError",
+    "SinkStorageError",
     "SinkStoreCorruptError",
 ]
 
@@ -37,3 +38,8 @@ class SinkStoreCorruptError(ClientError):
 class SinkStateError(ClientError):
     """A 2PC request the sink's durable state cannot honour (a commit of a transaction
     that is not prepared, an abort of one already committed): the peer's fault."""
+
+
+class SinkStorageError(ClientError):
+    """Writing or syncing the sink's files failed; what reached the disk is unknown, so
+    the sink stops and a restart recovers from the txn log."""

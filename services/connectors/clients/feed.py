@@ -49,7 +49,7 @@ from services.connectors import (
 )
 
 from .addresses import Address, parse_address
-from .errors import ClientError
+from .errors import AddressError, ClientError
 from .sources import FileSource, RecordSource
 
 __all__ = ["Feed", "main"]
@@ -271,10 +271,12 @@ class Feed:
                     if acked.phase is _Phase.EOS_SENT and acked.covered:
                         acked.phase = _Phase.DONE
             case Restart(address):
-                raise _SessionEndError(
-                    f"RESTART{' to ' + address if address else ''}",
-                    restart_to=parse_address(address) if address else None,
-                )
+                try:
+                    to = parse_address(address) if address else None
+                except AddressError as e:
+                    raise _SessionEndError(f"RESTART to an unusable address ({e})") from None
+                raise _SessionEndError(f"RESTART{' to ' + address if address else ''}",
+                                       restart_to=to)
             case ErrorFrame(reason):
                 raise _SessionEndError(f"the worker sent ERROR: {reason}")
             case ConnectionClosed():

@@ -22,6 +22,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -47,7 +48,7 @@ from services.connectors import (
 )
 
 from .addresses import Address, parse_address
-from .errors import ClientError, SinkStateError
+from .errors import ClientError, SinkStateError, SinkStorageError
 from .sinkstore import DATA_STREAM_ID, SinkStore
 
 __all__ = ["SINK_CREDITS", "FileSink", "main"]
@@ -62,6 +63,8 @@ class _RefusedError(Exception):
 
 class FileSink:
     """Serves ``store`` to one sink link at a time.
+
+    Made inside a running event loop.
 
     Args:
         store: the recovered output directory.
@@ -80,6 +83,8 @@ class FileSink:
         self.cookie = cookie
         self.max_frame_size = max_frame_size
         self._busy = False
+        self.failed: asyncio.Future[SinkStorageError] = asyncio.get_running_loop().create_future()
+        """Resolved when the files fail: the sink must stop (a restart recovers)."""
 
     async def start(self, address: Address) -> asyncio.Server:
         """Listen on ``address`` (port 0 picks a free port: see the server's sockets)."""
@@ -99,6 +104,11 @@ class FileSink:
         try:
             self.store.start_session()
             why = await self._session(reader, writer)
+        except SinkStorageError as e:
+            log.error("%s; stopping (a restart recovers from the txn log)", e)
+            why = "storage failed"
+            if not self.failed.done():
+                self.failed.set_result(e)
         except (OSError, asyncio.IncompleteReadError) as e:
             why = f"connection lost ({e.__class__.__name__}: {e})"
         finally:
@@ -119,7 +129,11 @@ class FileSink:
                         return "closed by the peer"
                     if isinstance(event, ErrorFrame):
                         return f"the peer sent ERROR: {event.reason}"
-                    for reply in self._answer(event):
+                    try:
+                        replies = self._answer(event)
+                    except OSError as e:
+                        raise SinkStorageError(f"the sink's files failed: {e}") from None
+                    for reply in replies:
                         writer.write(conn.send(reply))
             except ConnectorProtocolError as e:
                 writer.write(conn.take_error_frame())
@@ -189,8 +203,12 @@ async def _run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with server:
-        await stop.wait()
+        stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        failing: asyncio.Future[Any] = sink.failed
+        await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
     store.close()
+    if sink.failed.done():
+        raise sink.failed.result()
 
 
 def main(argv: list[str] | None = None) -> int:
