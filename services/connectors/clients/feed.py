@@ -211,6 +211,7 @@ class Feed:
                 sent = self._send_some(conn, writer)
                 await writer.drain()
                 if sent:
+                    await asyncio.sleep(0)  # let the reader take ACKs between batches
                     continue
                 self._wake.clear()
                 waiter = asyncio.ensure_future(self._wake.wait())

@@ -17,8 +17,10 @@ from services.connectors import (
     Hello,
     Notify,
     Ok,
+    Phase2,
     decode_frame,
     encode_frame,
+    twopc_message,
 )
 
 from .helpers import SinkClient, SinkProcess
@@ -154,6 +156,7 @@ def test_bad_input_gets_error_and_close_and_committed_data_stays(tmp_path: Path)
             "stream 2": hello + encode_frame(Notify(2, "other", 0)),
             "oversized": hello + b"\x7f\xff\xff\xff\x05" + b"x" * 100,
             "garbage": b"\x00\x00\x00\x03\xee\x01\x02",
+            "commit unprepared": hello + encode_frame(twopc_message(Phase2("nope", True))),
         }
         expected = {
             "wrong cookie": "wrong cookie",
@@ -161,6 +164,7 @@ def test_bad_input_gets_error_and_close_and_committed_data_stays(tmp_path: Path)
             "stream 2": "stream 1 only",
             "oversized": "over the 4194304-byte limit",
             "garbage": "unknown",
+            "commit unprepared": "not prepared",
         }
         for name, data in cases.items():
             frames = _answer(sink.port, data)

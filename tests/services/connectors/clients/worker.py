@@ -103,8 +103,7 @@ class Worker:
                             await writer.drain()
                             writer.close()
                             return
-                    out = self._answer(event)
-                    if out:
+                    for out in self._answer(event):
                         writer.write(conn.send(out))
                     if isinstance(event, ConnectionClosed | ErrorFrame):
                         writer.close()
@@ -121,23 +120,28 @@ class Worker:
             self.applied[m.stream_id] = m.message_id
             self.messages.append(m)
 
-    def _answer(self, event: Event) -> Event | None:
+    def _answer(self, event: Event) -> list[Event]:
+        """The replies; with ``auto_ack`` every frame's credit comes back, as the
+        protocol document asks of a worker ("acknowledge frames of all types")."""
+        out: list[Event] = []
         match event:
             case Hello():
                 self.granted += self.credits
-                return Ok(self.credits)
+                out.append(Ok(self.credits))
             case Notify(stream_id):
                 if self.refusals > 0:
                     self.refusals -= 1
-                    return NotifyAck(False, stream_id, 0)
-                por = self.applied.get(stream_id, POINT_OF_REFERENCE_FROM_START)
-                return NotifyAck(True, stream_id, por)
-            case Message(stream_id, message_id):
+                    out.append(NotifyAck(False, stream_id, 0))
+                else:
+                    por = self.applied.get(stream_id, POINT_OF_REFERENCE_FROM_START)
+                    out.append(NotifyAck(True, stream_id, por))
+            case Message():
                 self._apply(event)
-                if self.auto_ack:
-                    self.granted += self.ack_credits
-                    return Ack(self.ack_credits, ((stream_id, message_id),))
-        return None
+        if self.auto_ack and isinstance(event, Notify | Message | EosMessage):
+            self.granted += self.ack_credits
+            acks = ((event.stream_id, event.message_id),) if isinstance(event, Message) else ()
+            out.append(Ack(self.ack_credits, acks))
+        return out
 
 
 def restart_to(port: int) -> Callable[[ConnectorConnection], bytes]:
