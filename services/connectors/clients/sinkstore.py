@@ -171,11 +171,7 @@ class SinkStore:
         except BlockingIOError:
             os.close(self._lock)
             raise BlockingIOError(f"another sink holds {directory}") from None
-        created = not (directory / "committed").exists() or not (directory / "txnlog").exists()
-        self._committed = os.open(directory / "committed", os.O_RDWR | os.O_CREAT, 0o644)
-        self._log = os.open(directory / "txnlog", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        if created:
-            _fsync_dir(directory)
+        self._committed = self._log = -1
         self._pending: tuple[int, int] | None = None  # (fd, base offset)
         self._dir_dirty = False
         self.committed_offset = 0
@@ -185,7 +181,16 @@ class SinkStore:
         self.last_committed: str | None = None
         self.gap = False
         """A data message skipped ahead of the output offset: the next Phase1 votes no."""
-        self._recover()
+        try:
+            created = not (directory / "committed").exists() or not (directory / "txnlog").exists()
+            self._committed = os.open(directory / "committed", os.O_RDWR | os.O_CREAT, 0o644)
+            self._log = os.open(directory / "txnlog", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            if created:
+                _fsync_dir(directory)
+            self._recover()
+        except BaseException:
+            self.close()  # a refused directory is not left locked
+            raise
 
     # ---------------------------------------------------------------- recovery
     def _recover(self) -> None:
@@ -395,7 +400,8 @@ class SinkStore:
 
     def close(self) -> None:
         for fd in (self._committed, self._log, *([self._pending[0]] if self._pending else [])):
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self._pending = None
         os.close(self._lock)  # releases the flock
 
