@@ -30,7 +30,9 @@ def test_a_torn_last_record_is_ignored_and_cut_off(tmp_path: Path) -> None:
     _two_commits(tmp_path)
     log = tmp_path / "txnlog"
     good = log.read_bytes()
-    for torn in (good[:20], good[-30:]):  # cut short; whole length, wrong check bytes
+    whole = bytearray(good[-33:])  # the last record again (33 bytes), its check bytes wrong
+    whole[-1] ^= 1
+    for torn in (good[:20], good[-30:], bytes(whole)):  # cut short, length torn, bad check
         log.write_bytes(good + torn)
         store = SinkStore(tmp_path)
         assert (store.committed_offset, store.output_offset) == (8, 14)
