@@ -104,7 +104,7 @@ def test_a_prepared_transaction_survives_kill9_and_unprepared_bytes_do_not(
     assert c.phase1("t2", 8, 14)
     sink.kill()
     assert sink.committed() == b"one\ntwo\n"
-    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log", port=sink.port)
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log")
     try:
         c = SinkClient(sink.port)
         c.handshake()
