@@ -10,19 +10,32 @@ from .errors import (
     ClientError,
     FeedSourceError,
     SinkStateError,
+    SinkStorageError,
     SinkStoreCorruptError,
 )
+from .feed import Feed
 from .filesink import FileSink
 from .sinkstore import SinkStore
+from .sources import FileSource, IteratorSource, Record, RecordSource, stream_id_of
 
 __all__ = [
-    "Address",
-    "parse_address",
+    # the source feed
+    "Feed",
+    "FileSource",
+    "IteratorSource",
+    "Record",
+    "RecordSource",
+    "stream_id_of",
+    # the 2PC file sink
     "FileSink",
     "SinkStore",
+    # shared
+    "Address",
+    "parse_address",
     "ClientError",
     "AddressError",
     "FeedSourceError",
     "SinkStateError",
+    "SinkStorageError",
     "SinkStoreCorruptError",
 ]
