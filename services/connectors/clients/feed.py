@@ -84,11 +84,10 @@ class _Stream:
 class _SessionEndError(Exception):
     """A session is over; ``restart_to`` is the RESTART's address, if it gave one."""
 
-    def __init__(self, reason: str, *, restart_to: Address | None = None, quiet: bool = False):
+    def __init__(self, reason: str, *, restart_to: Address | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.restart_to = restart_to
-        self.quiet = quiet
 
 
 class Feed:
@@ -138,6 +137,7 @@ class Feed:
         self._wake = asyncio.Event()
         self.sessions = 0
         """Connections that got as far as OK."""
+        self._opened = 0  # successful NOTIFY_ACKs: a connection that made progress
 
     @property
     def done(self) -> bool:
@@ -174,10 +174,10 @@ class Feed:
                 await asyncio.sleep(delay)
                 continue
             log.info("connected to %s", target)
-            opened_before = self.sessions
+            opened_before = self._opened
             try:
                 await self._session(reader, writer)
-                end = _SessionEndError("finished", quiet=True)
+                end = _SessionEndError("finished")
             except _SessionEndError as e:
                 end = e
             finally:
@@ -187,7 +187,7 @@ class Feed:
                         stream.phase = _Phase.IDLE
             if self.done:
                 break
-            if end.restart_to is not None or self.sessions > opened_before:
+            if end.restart_to is not None or self._opened > opened_before:
                 failures = 0
             delay = self._delay(failures)
             failures += 1
@@ -257,6 +257,7 @@ class Feed:
                     if start is not None:
                         stream.acked = start
                     stream.phase, stream.refusals = _Phase.OPEN, 0
+                    self._opened += 1
                 else:
                     stream.retry_at = time.monotonic() + self._delay(stream.refusals)
                     stream.refusals += 1
