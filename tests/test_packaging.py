@@ -18,6 +18,10 @@ def test_every_package_ships_py_typed() -> None:
 
 
 def test_the_ambrosia_command_is_the_command_package() -> None:
-    assert PYPROJECT["project"]["scripts"] == {"ambrosia": "ambrosia_cli.main:main"}
+    assert PYPROJECT["project"]["scripts"] == {
+        "ambrosia": "ambrosia_cli.main:main",
+        "ambrosia-feed": "services.connectors.clients.feed:main",  # the connector clients
+        "ambrosia-sink": "services.connectors.clients.filesink:main",
+    }
     assert "ambrosia_cli" in PYPROJECT["tool"]["mypy"]["packages"]
     assert "import-linter>=2.0" in PYPROJECT["project"]["optional-dependencies"]["dev"]

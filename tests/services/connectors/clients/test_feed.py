@@ -1,0 +1,230 @@
+"""The source feed against a scripted worker on 127.0.0.1: where it resumes, credits,
+reconnects (a drop, an ERROR, a RESTART to another worker, a refused NOTIFY), tailing a
+growing file, iterators, and the command line with --once."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from services.connectors import EosMessage, Hello, Message, Notify
+from services.connectors.clients import Address, FeedSourceError
+from services.connectors.clients.feed import Feed
+from services.connectors.clients.sources import FileSource, IteratorSource, RecordSource
+
+from .helpers import ROOT, free_port
+from .worker import Worker, drop, error, restart_to
+
+LINES = [b"a\n", b"bb\n", b"ccc\n", b"d\n", b"eeeee\n", b"f\n"]
+OFFSETS = [0, 2, 5, 9, 11, 17]
+
+
+def _file(tmp_path: Path, lines: list[bytes] = LINES) -> Path:
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def _feed(sources: list[RecordSource], ports: list[int], poll_interval: float = 0.1) -> Feed:
+    return Feed(
+        sources, [Address("127.0.0.1", p) for p in ports], backoff_base=0.01,
+        backoff_cap=0.05, poll_interval=poll_interval, rng=random.Random(1),
+    )
+
+
+def _sent(worker: Worker) -> list[tuple[int, bytes]]:
+    return [(m.message_id, m.payload) for m in worker.messages]
+
+
+async def _run(feed: Feed, timeout: float = 20.0) -> None:
+    await asyncio.wait_for(feed.run(), timeout)
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Wait for what must happen; a fixed sleep is only for what must not."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not become true"
+        await asyncio.sleep(0.01)
+
+
+def test_resumes_after_the_point_of_reference_skipping_the_record_at_it(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+    sid = int.from_bytes(hashlib.sha256(str(path).encode()).digest()[:8], "big")
+
+    async def main() -> None:
+        worker = Worker(applied={sid: 2})  # "bb\n" (at byte 2) and all before it applied
+        port = await worker.start()
+        await _run(_feed([FileSource(path, follow=False)], [port]))
+        worker.close()
+        received = [e for _n, e in worker.events if isinstance(e, Message)]
+        assert received == worker.messages  # "bb\n" itself is not sent again
+        assert _sent(worker) == list(zip(OFFSETS[2:], LINES[2:], strict=True))
+        assert {m.key for m in worker.messages} == {str(path).encode()}
+        kinds = [e for _n, e in worker.events if not isinstance(e, Message)]
+        assert kinds == [Hello("0.0.1", b"", "ambrosia-feed", "feed"),
+                         Notify(sid, str(path), 0), EosMessage(sid)]
+
+        fresh = Worker()  # U64 max: from the start
+        port = await fresh.start()
+        await _run(_feed([FileSource(path, follow=False)], [port]))
+        fresh.close()
+        assert _sent(fresh) == list(zip(OFFSETS, LINES, strict=True))
+
+        odd = Worker(applied={sid: 3})  # not a line start: refused loudly
+        port = await odd.start()
+        with pytest.raises(FeedSourceError, match="not the start of a line"):
+            await _run(_feed([FileSource(path, follow=False)], [port]))
+        odd.close()
+
+    asyncio.run(main())
+
+
+def test_waits_when_out_of_credits(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+
+    async def main() -> None:
+        worker = Worker(credits=3, auto_ack=False)
+        port = await worker.start()
+        task = asyncio.ensure_future(_run(_feed([FileSource(path, follow=False)], [port])))
+        await _until(lambda: len(worker.messages) == 2)
+        await asyncio.sleep(0.3)
+        assert _sent(worker) == list(zip(OFFSETS[:2], LINES[:2], strict=True))  # NOTIFY + 2
+        sid = worker.messages[0].stream_id
+        worker.ack(1, 2, ((sid, 2),))
+        await _until(lambda: len(worker.messages) == 4)
+        await asyncio.sleep(0.3)
+        assert len(worker.messages) == 4
+        worker.ack(1, 10, ((sid, 9),))
+        await _until(lambda: any(isinstance(e, EosMessage) for _n, e in worker.events))
+        await asyncio.sleep(0.2)
+        assert not task.done()  # EOS sent, but no ACK covers the last line yet
+        worker.ack(1, 0, ((sid, 17),))
+        await task
+        worker.close()
+        assert not worker.overdrawn
+        assert _sent(worker) == list(zip(OFFSETS, LINES, strict=True))
+
+    asyncio.run(main())
+
+
+def test_reconnects_after_a_drop_an_error_and_a_restart_elsewhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _file(tmp_path)
+    second = tmp_path / "second.txt"
+    second.write_bytes(b"".join(line.upper() for line in LINES))
+    closed = free_port()  # nobody listens: the round robin passes it on the way
+    ports: list[int] = []
+
+    async def main() -> None:
+        other = Worker(credits=2, refusals=1)
+        other_port = await other.start()
+        ports.append(other_port)
+        first = Worker(credits=2, script={1: (2, drop), 2: (1, error),
+                                          3: (1, restart_to(other_port))})
+        port = await first.start()
+        other.applied = first.applied  # one worker's durable state, as after a failover
+        sources: list[RecordSource] = [FileSource(path, follow=False),
+                                       FileSource(second, follow=False)]
+        await _run(_feed(sources, [port, closed]))
+        first.close()
+        other.close()
+        assert first.connections == 3 and other.connections == 1
+        applied = [*first.messages, *other.messages]
+        for source, lines in zip(sources, (LINES, [x.upper() for x in LINES]), strict=True):
+            assert [(m.message_id, m.payload) for m in applied
+                    if m.stream_id == source.stream_id] == list(zip(OFFSETS, lines, strict=True))
+        assert len(other.messages) > 0  # RESTART's address, not the next in the list
+        assert not other.overdrawn and not first.overdrawn
+
+    with caplog.at_level(logging.INFO, logger="services.connectors.clients.feed"):
+        asyncio.run(main())
+    mine = [r for r in caplog.records if r.name == "services.connectors.clients.feed"]
+    assert all(r.exc_info is None and r.levelno == logging.INFO for r in mine)
+    text = "\n".join(r.getMessage() for r in mine)
+    assert text.count("connected to") == 4
+    assert "the worker sent ERROR: scripted failure" in text
+    assert f"RESTART to 127.0.0.1:{ports[0]}" in text
+    assert f"cannot connect to 127.0.0.1:{closed}" in text
+    assert "held elsewhere" in text
+
+
+def test_tails_a_growing_file(tmp_path: Path) -> None:
+    path = _file(tmp_path, LINES[:2])
+
+    async def main() -> None:
+        worker = Worker()
+        port = await worker.start()
+        task = asyncio.ensure_future(
+            _feed([FileSource(path)], [port], poll_interval=0.02).run()
+        )
+        await _until(lambda: len(worker.messages) == 2)
+        with path.open("ab") as f:
+            f.write(b"cc")  # a line without its newline yet: not sent
+            f.flush()
+            await asyncio.sleep(0.3)
+            assert len(worker.messages) == 2
+            f.write(b"c\nd\n")
+        await _until(lambda: len(worker.messages) == 4)
+        task.cancel()
+        worker.close()
+        assert _sent(worker) == list(zip(OFFSETS[:4], LINES[:4], strict=True))
+
+    asyncio.run(main())
+
+
+def test_an_iterator_stream_sends_unacknowledged_records_again(tmp_path: Path) -> None:
+    records: list[tuple[int, bytes] | tuple[int, bytes, bytes]] = [
+        (10, b"x"), (20, b"y", b"k"), (30, b"z")
+    ]
+
+    async def main() -> None:
+        # The first connection drops after record 20 arrives, before it is applied.
+        worker = Worker(applied={7: 10}, script={1: (1, drop)}, apply_before_drop=False)
+        port = await worker.start()
+        await _run(_feed([IteratorSource(records, name="it", stream_id=7)], [port]))
+        worker.close()
+        assert [(m.message_id, m.payload, m.key) for m in worker.messages] == [
+            (20, b"y", b"k"), (30, b"z", b"")
+        ]
+        assert [e.message_id for n, e in worker.events if isinstance(e, Message)] == [20, 20, 30]
+
+    asyncio.run(main())
+
+
+def test_the_command_line_with_once_ends_after_the_covering_ack(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+
+    async def main() -> None:
+        worker = Worker(auto_ack=False)
+        port = await worker.start()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.connectors.clients.feed",
+            "--to", f"127.0.0.1:{port}", "--once", str(path), cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(200):
+            if any(isinstance(e, EosMessage) for _n, e in worker.events):
+                break
+            await asyncio.sleep(0.05)
+        sid = worker.messages[0].stream_id
+        worker.ack(1, 1, ((sid, 11),))  # covers "eeeee\n", not "f\n" at 17
+        await asyncio.sleep(0.3)
+        assert proc.returncode is None
+        worker.ack(1, 1, ((sid, 17),))
+        _out, err = await asyncio.wait_for(proc.communicate(), 20)
+        worker.close()
+        assert proc.returncode == 0, err
+        assert _sent(worker) == list(zip(OFFSETS, LINES, strict=True))
+        assert b"every stream is done" in err and b"Traceback" not in err
+
+    asyncio.run(main())

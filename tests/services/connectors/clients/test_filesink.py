@@ -1,0 +1,179 @@
+"""The 2PC file sink as a process on 127.0.0.1, driven by a scripted coordinator:
+exact committed bytes, its votes, aborts, duplicates, a prepared transaction across a
+kill -9, and bad input answered with ERROR and a close."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from ambrosia_py.wire import NEED_DATA
+from services.connectors import (
+    SINK_VERSION,
+    ErrorFrame,
+    FrameReader,
+    Hello,
+    Notify,
+    Ok,
+    Phase2,
+    decode_frame,
+    encode_frame,
+    twopc_message,
+)
+
+from .helpers import SinkClient, SinkProcess
+
+
+@pytest.fixture
+def sink(tmp_path: Path):
+    s = SinkProcess(tmp_path / "out", tmp_path / "sink.log", cookie="")
+    yield s
+    s.kill()
+
+
+def test_commits_exact_bytes_and_votes_as_the_rules_say(sink: SinkProcess) -> None:
+    c = SinkClient(sink.port)
+    c.handshake()
+    assert c.list_uncommitted() == ()
+    assert c.notify() == 0
+    c.data(0, b"ab\n")
+    c.data(3, b"cd\n")
+    assert c.phase1("t1", 0, 6)
+    c.phase2("t1", True)
+    c.sync()
+    assert sink.committed() == b"ab\ncd\n"
+    c.data(6, b"ef\n")
+    c.sync()
+    assert sink.committed() == b"ab\ncd\n"  # written, not committed: never visible
+    assert not c.phase1("t2", 3, 9)  # start is not the committed offset
+    c.phase2("t2", False)
+    assert c.reopen() == 6  # the abort dropped "ef\n"
+    c.data(6, b"EF\n")
+    assert not c.phase1("t3", 6, 10)  # ends beyond the bytes written
+    c.phase2("t3", False)
+    assert c.reopen() == 6
+    c.data(6, b"gh\n")
+    c.data(9, b"ij\n")
+    assert c.phase1("t4", 6, 9)  # a commit may leave written bytes after its range
+    c.phase2("t4", True)
+    assert c.phase1("t5", 9, 12)
+    c.phase2("t5", True)
+    c.sync()
+    assert sink.committed() == b"ab\ncd\ngh\nij\n"
+    assert sorted(p.name for p in sink.directory.iterdir()) == ["committed", "lock", "txnlog"]
+    assert c.reopen() == 12
+    c.data(9, b"ij\n")  # a duplicate (below the output offset): ERROR and close
+    reply = c.recv()
+    assert type(reply) is ErrorFrame and "duplicate" in reply.reason
+    assert c.sock.recv(1) == b""
+    assert sink.committed() == b"ab\ncd\ngh\nij\n"
+
+
+def test_a_skipped_offset_makes_the_next_transaction_vote_no(sink: SinkProcess) -> None:
+    c = SinkClient(sink.port)
+    c.handshake()
+    assert c.notify() == 0
+    c.data(0, b"a\n")
+    c.data(5, b"lost some\n")
+    c.data(15, b"more\n")
+    assert not c.phase1("t1", 0, 2)
+    c.phase2("t1", False)
+    assert c.reopen() == 0
+    c.data(0, b"b\n")
+    assert c.phase1("t2", 0, 2)
+    c.phase2("t2", True)
+    c.sync()
+    assert sink.committed() == b"b\n"
+
+
+def test_a_prepared_transaction_survives_kill9_and_unprepared_bytes_do_not(
+    tmp_path: Path,
+) -> None:
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log")
+    c = SinkClient(sink.port)
+    c.handshake()
+    c.notify()
+    c.data(0, b"one\n")
+    c.data(4, b"two\n")
+    assert c.phase1("t1", 0, 8)
+    c.phase2("t1", True)
+    c.data(8, b"three\n")
+    c.data(14, b"four\n")
+    assert c.phase1("t2", 8, 14)
+    sink.kill()
+    assert sink.committed() == b"one\ntwo\n"
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log")
+    try:
+        c = SinkClient(sink.port)
+        c.handshake()
+        assert c.list_uncommitted() == ("t2",)
+        assert c.notify() == 14  # committed + prepared; "four\n" was never prepared
+        assert sink.committed() == b"one\ntwo\n"
+        c.phase2("t2", True)
+        c.phase2("t2", True)  # a repeated commit changes nothing
+        assert c.list_uncommitted() == ()
+        assert sink.committed() == b"one\ntwo\nthree\n"
+    finally:
+        sink.kill()
+
+
+def _answer(port: int, data: bytes) -> list[object]:
+    """Send raw ``data``; every frame the sink sends until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        got = b""
+        while chunk := s.recv(1 << 16):
+            got += chunk
+    reader = FrameReader()
+    reader.receive_data(got)
+    frames: list[object] = []
+    while (raw := reader.next_frame()) is not NEED_DATA:
+        frames.append(decode_frame(raw.tag, raw.body))  # type: ignore[union-attr]
+    assert reader.at_boundary
+    return frames
+
+
+def test_bad_input_gets_error_and_close_and_committed_data_stays(tmp_path: Path) -> None:
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log", cookie="secret")
+    try:
+        c = SinkClient(sink.port, cookie=b"secret")
+        c.handshake()
+        c.notify()
+        c.data(0, b"kept\n")
+        assert c.phase1("t1", 0, 5)
+        c.phase2("t1", True)
+        c.sync()
+        # While this connection lives, a second one is refused.
+        (second,) = _answer(sink.port, b"")
+        assert second == ErrorFrame("this sink serves one connection at a time")
+        c.close()
+        hello = encode_frame(Hello(SINK_VERSION, b"secret", "p", "i"))
+        cases = {
+            "wrong cookie": encode_frame(Hello(SINK_VERSION, b"nope", "p", "i")),
+            "wrong version": encode_frame(Hello("0.0.1", b"secret", "p", "i")),
+            "stream 2": hello + encode_frame(Notify(2, "other", 0)),
+            "oversized": hello + b"\x7f\xff\xff\xff\x05" + b"x" * 100,
+            "garbage": b"\x00\x00\x00\x03\xee\x01\x02",
+            "commit unprepared": hello + encode_frame(twopc_message(Phase2("nope", True))),
+        }
+        expected = {
+            "wrong cookie": "wrong cookie",
+            "wrong version": "unexpected protocol version",
+            "stream 2": "stream 1 only",
+            "oversized": "over the 4194304-byte limit",
+            "garbage": "unknown",
+            "commit unprepared": "not prepared",
+        }
+        for name, data in cases.items():
+            frames = _answer(sink.port, data)
+            assert type(frames[-1]) is ErrorFrame, (name, frames)
+            assert expected[name] in frames[-1].reason.lower(), (name, frames[-1])
+            assert frames[:-1] in ([], [Ok(500)]), (name, frames)
+        assert sink.committed() == b"kept\n"
+        c = SinkClient(sink.port, cookie=b"secret")
+        c.handshake()
+        assert c.notify() == 5
+    finally:
+        sink.kill()
