@@ -44,6 +44,7 @@ __all__ = [
     "CommitOutcome",
     "OperationState",
     "Reconciled",
+    "RunnerCancelCode",
     "commit",
     "committed_attempt",
     "is_finished",
@@ -249,3 +250,11 @@ def reconcile(
     ):
         return Reconciled.RUNNING
     return Reconciled.UNKNOWN
+
+
+class RunnerCancelCode(enum.IntEnum):
+    """The ``error_code`` of a cancel a runner asks for (the initiator picks its own)."""
+
+    JOB_FAILED = 1  # the job function or Spark raised; the message says what
+    BAD_PLAN = 2  # the start named no known job or carried no job plan
+    ATTEMPT_REUSED = 3  # the attempt had been launched before: start a new one

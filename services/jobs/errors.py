@@ -24,6 +24,7 @@ from ambrosia_py.errors import (
 )
 
 __all__ = [
+    "AttemptReusedError",
     "CommitConflictError",
     "HelloError",
     "JobDefinitionError",
@@ -151,6 +152,10 @@ class JobDefinitionError(JobRunError, TypeError):
 
 class StagingIncompleteError(JobRunError):
     """A commit was asked for an attempt whose staging directory has no ``_SUCCESS``."""
+
+
+class AttemptReusedError(JobRunError):
+    """A ``start`` for an attempt launched before: never launch an operation id twice."""
 
 
 class CommitConflictError(JobRunError):

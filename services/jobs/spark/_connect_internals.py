@@ -53,7 +53,8 @@ _STATES = {
 
 def missing() -> list[str]:
     """The private names this module needs that the installed pyspark lacks."""
-    gone = [f"SparkConnectClient.{n}" for n in _PRIVATE_CLIENT if not hasattr(SparkConnectClient, n)]
+    client = SparkConnectClient
+    gone = [f"SparkConnectClient.{n}" for n in _PRIVATE_CLIENT if not hasattr(client, n)]
     try:
         from pyspark.sql.connect.proto import base_pb2
 
@@ -84,7 +85,7 @@ def new_session(connect: str, session_id: uuid.UUID) -> SparkSession:
 def join_session(connect: str, session_id: uuid.UUID) -> Iterator[SparkSession]:
     """Another handle on an existing session; closing it leaves the session alive."""
     session = SparkSession.builder.remote(_url(connect, session_id)).create()
-    session.release_session_on_close = False  # type: ignore[attr-defined]
+    session.release_session_on_close = False
     try:
         yield session
     finally:
