@@ -241,9 +241,10 @@ class Runner:
         peer.send(message)
 
     def _refuse(self, job_id: JobId, code: RunnerCancelCode, err: BaseException) -> None:
-        log.warning("job %s: %s", job_id, err)
+        log.warning("job %s: %s", job_id, err, exc_info=err)
         if self.jobs.state(job_id) in (JobState.STARTED, JobState.RUNNING):
-            self._apply(self.jobs.request_cancel(job_id, int(code), str(err)[:1000]))
+            message = f"{type(err).__name__}: {err}"[:1000]
+            self._apply(self.jobs.request_cancel(job_id, int(code), message))
 
     def _launch(self, start: Start) -> None:
         try:

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from pyspark.sql import SparkSession as _PublicSession
 from pyspark.sql.connect.client.core import SparkConnectClient
 from pyspark.sql.connect.session import SparkSession
 
@@ -75,16 +76,24 @@ def _url(connect: str, session_id: uuid.UUID) -> str:
     return f"{base}/;session_id={session_id}"
 
 
+def _create(connect: str, session_id: uuid.UUID) -> SparkSession:
+    # The public builder, not the Connect one: it also switches pyspark.sql.functions
+    # to their Connect forms (the SPARK_CONNECT_MODE_ENABLED switch).
+    session = _PublicSession.builder.remote(_url(connect, session_id)).create()
+    assert isinstance(session, SparkSession)
+    return session
+
+
 def new_session(connect: str, session_id: uuid.UUID) -> SparkSession:
     """A Spark Connect session whose id is ours (one per job attempt: an idle session is
     closed after ``defaultSessionTimeout`` and its id refused for ever)."""
-    return SparkSession.builder.remote(_url(connect, session_id)).create()
+    return _create(connect, session_id)
 
 
 @contextlib.contextmanager
 def join_session(connect: str, session_id: uuid.UUID) -> Iterator[SparkSession]:
     """Another handle on an existing session; closing it leaves the session alive."""
-    session = SparkSession.builder.remote(_url(connect, session_id)).create()
+    session = _create(connect, session_id)
     session.release_session_on_close = False
     try:
         yield session
