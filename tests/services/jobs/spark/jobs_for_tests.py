@@ -10,11 +10,11 @@ from services.jobs.spark import spark_job
 @spark_job("wordcount")
 def wordcount(spark: Any, args: dict[str, Any]) -> Any:
     """Words of a text file (whitespace-separated) and how often each occurs."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as sf
 
     lines = spark.read.text(args["input"])
-    words = lines.select(F.explode(F.split(F.col("value"), r"\s+")).alias("word"))
-    return words.where(F.col("word") != "").groupBy("word").count()
+    words = lines.select(sf.explode(sf.split(sf.col("value"), r"\s+")).alias("word"))
+    return words.where(sf.col("word") != "").groupBy("word").count()
 
 
 @spark_job("sleepy")
