@@ -13,6 +13,7 @@ import os
 import threading
 from typing import Any
 
+from pyspark.errors import PySparkException
 from pyspark.sql.connect.dataframe import DataFrame
 
 from ..attempts import Attempt, CommitOutcome, OperationState, commit, is_finished
@@ -104,9 +105,17 @@ def cancel_attempt(connect: str, attempt: Attempt) -> list[str]:
 
 
 def operation_state(connect: str, attempt: Attempt) -> OperationState:
-    """``GetStatus`` of the attempt's write; UNKNOWN when the internals are unavailable or
-    the server does not know it (a restarted server forgets every operation)."""
+    """``GetStatus`` of the attempt's write; UNKNOWN when the internals are unavailable,
+    the session was closed, or the server does not know it (a restarted server forgets
+    every operation)."""
     if not internals.available():
         return OperationState.UNKNOWN
-    with internals.join_session(connect, attempt.session_id) as session:
-        return internals.operation_state(session, attempt.operation_id)
+    try:
+        with internals.join_session(connect, attempt.session_id) as session:
+            return internals.operation_state(session, attempt.operation_id)
+    except PySparkException as err:
+        # A released or timed-out session's id is refused for ever (INVALID_HANDLE):
+        # whatever ran in it is over.
+        if "INVALID_HANDLE" in str(err):
+            return OperationState.UNKNOWN
+        raise
