@@ -96,6 +96,7 @@ class _Job:
     cancelled: threading.Event = attrs.Factory(threading.Event)
     committed: bool = False
     stream: asyncio.Task[None] | None = None
+    future: asyncio.Future[Any] | None = None
 
 
 @attrs.define(eq=False)
@@ -260,15 +261,17 @@ class Runner:
             self._pool, execute.run_attempt, self.connect, definition, attempt, args,
             self.out, job.cancelled,
         )
+        job.future = future
         future.add_done_callback(lambda f: self._finished(job, f))
 
     def _finished(self, job: _Job, future: asyncio.Future[Any]) -> None:
         job_id = job.start.job_id
+        err = future.exception()
         if job.cancelled.is_set() or self._running.get(job_id) is not job:
             self._running.pop(job_id, None)
-            log.info("job %s: stopped after its cancel", job_id)
+            log.info("job %s: stopped after its cancel (%s)", job_id,
+                     "nothing committed" if err is not None else "already committed")
             return
-        err = future.exception()
         if err is not None:
             self._running.pop(job_id, None)
             code = (RunnerCancelCode.ATTEMPT_REUSED if isinstance(err, AttemptReusedError)
@@ -288,12 +291,24 @@ class Runner:
         job.cancelled.set()
         if job.stream is not None:
             job.stream.cancel()
-        if not job.committed:
-            loop = asyncio.get_running_loop()
-            done = loop.run_in_executor(None, execute.cancel_attempt, self.connect, job.attempt)
-            done.add_done_callback(lambda f: log.info(
-                "job %s: interruptTag %s -> %s", job_id, job.attempt.tag,
-                f.exception() or f.result()))
+        if not job.committed and job.future is not None:
+            asyncio.get_running_loop().create_task(self._interrupt(job_id, job))
+
+    async def _interrupt(self, job_id: JobId, job: _Job) -> None:
+        """``interruptTag`` until the attempt's thread returns. Measured: an interrupt that
+        lands while the server is still planning the write can be lost, and the write then
+        runs to the end; asking again once a second reaches the Spark job."""
+        assert job.future is not None
+        loop = asyncio.get_running_loop()
+        while not job.future.done():
+            try:
+                ids = await loop.run_in_executor(
+                    None, execute.cancel_attempt, self.connect, job.attempt)
+                log.info("job %s: interruptTag %s -> %s", job_id, job.attempt.tag, ids)
+            except Exception as err:  # the server may be gone: the attempt dies with it
+                log.warning("job %s: interruptTag %s failed: %s", job_id, job.attempt.tag, err)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(job.future), 1.0)
 
     # ------------------------------------------------------------ results
     def _stream(self, peer: _Peer, job: _Job) -> None:

@@ -8,18 +8,35 @@ from pathlib import Path
 
 import pytest
 
-from services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
+from services.jobs import (
+    Batch,
+    Cancel,
+    Check,
+    Deliver,
+    FlowControl,
+    InitiatorJobs,
+    JobCancelled,
+    JobConnection,
+    JobDone,
+    JobId,
+    JobMessage,
+    Role,
+    Start,
+)
 from services.jobs.attempts import (
     ATTEMPT_FILE,
     Attempt,
+    OperationState,
     Reconciled,
     RunnerCancelCode,
     plan_params,
     reconcile,
 )
 from services.jobs.link import Connected, Held, JobLinks, LinkEvent, RunnerAddress
+from services.jobs.spark.execute import operation_state
+from services.jobs.transport import exchange_hello
 
-from .conftest import committed_counts, counts_of
+from .conftest import committed_counts, counts_of, wait_until
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(240)]
 
@@ -95,3 +112,103 @@ def test_unknown_job_name_is_refused_with_a_cancel_request(runners) -> None:
     assert cancel.cancelled_by == runner.member
     assert cancel.error_code == RunnerCancelCode.BAD_PLAN
     assert "no job named 'nope'" in cancel.message
+
+
+def test_two_attempts_racing_to_commit_leave_one_output_and_both_stream_it(
+        runners, words, tmp_path: Path) -> None:
+    runner = runners()
+    text, expected = words
+    first, second = Attempt("race", 1), Attempt("race", 2)
+
+    async def scenario() -> list[LinkEvent]:
+        links = JobLinks(InitiatorJobs(COORDINATOR),
+                         [RunnerAddress(runner.member, "127.0.0.1", runner.port)])
+        seen: list[LinkEvent] = []
+        async with links:
+            for attempt in (first, second):
+                links.start("wordcount", plan_params(attempt, {"input": str(text)}),
+                            [runner.member])
+            await until(links, (JobDone, JobCancelled), seen)
+            await until(links, (JobDone, JobCancelled), seen)
+        return seen
+
+    seen = asyncio.run(scenario())
+    done = [e.job_id for e in seen if isinstance(e, JobDone)]
+    assert len(done) == 2
+    assert counts_of(result_rows(seen, done[0])) == expected
+    assert result_rows(seen, done[0]) == result_rows(seen, done[1])
+    out = tmp_path / "out"
+    winner = int((first.final(out) / ATTEMPT_FILE).read_text())
+    loser = second if winner == 1 else first
+    assert committed_counts(first.final(out)) == expected
+    log = runner.log_text()
+    assert log.count("this attempt's output is now the job's output") == 1
+    assert log.count("another attempt's output was committed first") == 1
+    assert reconcile(loser, out) is Reconciled.COMMITTED
+
+
+def test_cancel_interrupts_the_running_attempt_and_commits_nothing(
+        runners, connect_server, tmp_path: Path) -> None:
+    runner = runners()
+    attempt = Attempt("cancelled", 1)
+
+    async def scenario() -> JobCancelled:
+        links = JobLinks(InitiatorJobs(COORDINATOR),
+                         [RunnerAddress(runner.member, "127.0.0.1", runner.port)])
+        seen: list[LinkEvent] = []
+        async with links:
+            job = links.start("sleepy", plan_params(attempt, {"rows": 60, "sleep_ms": 1000}),
+                              [runner.member])
+            await asyncio.to_thread(
+                wait_until, lambda: operation_state(connect_server.url, attempt)
+                is OperationState.RUNNING, "the attempt to run on Spark", 60)
+            links.cancel(job, 7, "the user asked")
+            event = await until(links, (JobCancelled, JobDone), seen)
+        assert isinstance(event, JobCancelled)
+        return event
+
+    cancel = asyncio.run(scenario()).cancel
+    assert (cancel.cancelled_by, cancel.error_code, cancel.message) == (
+        COORDINATOR, 7, "the user asked")
+    interrupted = f"interruptTag {attempt.tag} -> ['{attempt.operation_id}']"
+    wait_until(lambda: interrupted in runner.log_text(), "the runner's interruptTag", 30)
+    wait_until(lambda: "stopped after its cancel (nothing committed)" in runner.log_text(),
+               "the attempt to stop", 60)
+    out = tmp_path / "out"
+    assert not attempt.final(out).exists()
+    assert reconcile(attempt, out) is Reconciled.UNKNOWN
+
+
+def test_a_batch_before_start_is_retained_and_one_after_cancel_discarded_over_tcp(
+        runners) -> None:
+    runner = runners()
+    first, second = JobId(COORDINATOR, 1), JobId(COORDINATOR, 2)
+
+    async def scenario() -> list[JobMessage]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.port)
+        assert await exchange_hello(reader, writer, COORDINATOR) == runner.member
+        conn = JobConnection(Role.INITIATOR, Role.PARTICIPANT)
+        # No job takes input yet, so both jobs name no known job: the runner refuses them
+        # (a cancel request), yet the early batch is delivered first and so credited.
+        plan = plan_params(Attempt("tcp", 1))
+        writer.write(conn.send(Batch(first, 1, 0, b"early")))
+        writer.write(conn.send(Start(first, "nope", plan, [runner.member])))
+        writer.write(conn.send(Cancel(first, COORDINATOR, 0, "stop")))
+        writer.write(conn.send(Batch(first, 1, 1, b"late")))
+        writer.write(conn.send(Start(second, "nope", plan, [runner.member])))
+        received: list[JobMessage] = []
+        async with asyncio.timeout(30):
+            while len(received) < 4:
+                conn.receive_data(await reader.read(65536))
+                received.extend(conn.events())
+        writer.close()
+        return received
+
+    received = asyncio.run(scenario())
+    check, refused_first, grant, refused_second = received
+    assert check == Check(())
+    assert isinstance(refused_first, Cancel) and refused_first.job_id == first
+    assert refused_first.error_code == RunnerCancelCode.BAD_PLAN
+    assert grant == FlowControl(first, 1, len(b"early"))
+    assert isinstance(refused_second, Cancel) and refused_second.job_id == second
+    assert "discarded batch 1 of ended job" in runner.log_text()
