@@ -295,9 +295,15 @@ class Runner:
             asyncio.get_running_loop().create_task(self._interrupt(job_id, job))
 
     async def _interrupt(self, job_id: JobId, job: _Job) -> None:
-        """``interruptTag`` until the attempt's thread returns. Measured: an interrupt that
-        lands while the server is still planning the write can be lost, and the write then
-        runs to the end; asking again once a second reaches the Spark job."""
+        """``interruptTag`` each second until the attempt's thread returns.
+
+        Measured: an interrupt that lands while the server is still planning the write
+        (before its Spark job exists) can be lost: the operation reads as interrupted,
+        later interrupts find nothing, and the write runs to its end. Its output is then
+        never committed (``cancelled`` is checked before the rename), but the work is
+        spent; repeating costs one cheap call a second and catches the cases where the
+        operation is still listed.
+        """
         assert job.future is not None
         loop = asyncio.get_running_loop()
         while not job.future.done():

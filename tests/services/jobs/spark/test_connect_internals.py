@@ -75,3 +75,21 @@ def test_interrupt_tag_from_a_joined_session_cancels_and_leaves_the_session_open
         assert session.range(5).count() == 5  # the joined handle did not release it
     finally:
         session.stop()
+
+
+def test_our_operation_is_never_sent_twice(connect_server: ConnectServer,
+                                           tmp_path: Path) -> None:
+    attempt = Attempt(f"internals-{uuid.uuid4().hex[:8]}", 1)
+    session = internals.new_session(connect_server.url, attempt.session_id)
+    try:
+        client = session.client
+        with internals.with_operation_id(session, attempt.operation_id):
+            session.range(4).write.mode("error").json(str(tmp_path / "o"))
+            # What the client's reattach does after a server restart: the same request again.
+            again = client._execute_plan_request_with_metadata(
+                operation_id=str(attempt.operation_id))
+            with pytest.raises(internals.RelaunchRefusedError, match="not relaunching"):
+                client._stub.ExecutePlan(again)
+        assert session.range(2).count() == 2  # the stub is restored
+    finally:
+        session.stop()
