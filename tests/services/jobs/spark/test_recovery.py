@@ -125,6 +125,8 @@ def test_the_connect_server_killed_mid_job_is_restarted_and_a_new_attempt_comple
             assert isinstance(failed, JobCancelled)
             assert failed.cancel.cancelled_by == runner.member
             assert failed.cancel.error_code == RunnerCancelCode.JOB_FAILED
+            # The client tried to resend the write to the restarted server; refused.
+            assert "not relaunching it" in failed.cancel.message
             await asyncio.to_thread(connect_server.wait_restarted, pid, 120)
             # The restarted server forgot every operation; the staging is partial.
             verdict = await asyncio.to_thread(reconcile, first, out, status=status)
