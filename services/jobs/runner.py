@@ -318,7 +318,17 @@ class Runner:
 
     # ------------------------------------------------------------ results
     def _stream(self, peer: _Peer, job: _Job) -> None:
-        job.stream = asyncio.get_running_loop().create_task(self._send_results(peer, job))
+        task = asyncio.get_running_loop().create_task(self._send_results(peer, job))
+        job.stream = task
+        task.add_done_callback(lambda t: self._stream_ended(job, t))
+
+    def _stream_ended(self, job: _Job, task: asyncio.Task[None]) -> None:
+        """A stream that stopped early (its connection broke) is sent again, from batch 0,
+        when the initiator reconnects and its check lists the job as active."""
+        if job.stream is task:
+            job.stream = None
+        if not task.cancelled() and (err := task.exception()) is not None:
+            log.warning("job %s: result stream stopped: %s", job.start.job_id, err)
 
     async def _send_results(self, peer: _Peer, job: _Job) -> None:
         job_id = job.start.job_id
