@@ -140,3 +140,39 @@ def test_the_connect_server_killed_mid_job_is_restarted_and_a_new_attempt_comple
     asyncio.run(scenario())
     assert connect_server.restarts == restarts + 1
     assert (second.final(out) / ATTEMPT_FILE).read_text() == "2"
+
+
+def test_a_new_primary_gets_a_committed_result_again_from_batch_zero(
+        runners, words, tmp_path: Path) -> None:
+    # 1 KiB credit, 512-byte batches: the runner is held back after two batches until the
+    # consumer asks for more, so the first link dies with the stream half sent.
+    runner = runners(extra=("--credits", "1024", "--batch-bytes", "512"))
+    address = RunnerAddress(runner.member, "127.0.0.1", runner.port)
+    text, expected = words
+    attempt = Attempt("failover", 1)
+
+    async def scenario() -> list[LinkEvent]:
+        old = InitiatorJobs(COORDINATOR)
+        seen: list[LinkEvent] = []
+        async with JobLinks(old, [address], initial_credits=1024) as links:
+            job = links.start("wordcount", plan_params(attempt, {"input": str(text)}),
+                              [runner.member])
+            await until(links, (Deliver,), seen)
+        # A new primary: the same member id and the job records from the logged state.
+        new = InitiatorJobs(COORDINATOR, next_local_id=old.next_local_id,
+                            records=old.records())
+        seen = []
+        async with JobLinks(new, [address], initial_credits=1024) as links:
+            held = await until(links, (Held,), seen)
+            assert held == Held(runner.member, (job,), ())
+            done = await until(links, (JobDone, JobCancelled), seen)
+            assert done == JobDone(job)
+        return seen
+
+    seen = asyncio.run(scenario())
+    batches = [e.batch for e in seen if isinstance(e, Deliver)]
+    assert [b.number for b in batches] == list(range(len(batches)))
+    assert len(batches) > 2
+    data = b"".join(b.rows for b in batches)
+    counts = {r["word"]: r["count"] for r in map(json.loads, data.splitlines())}
+    assert counts == expected
