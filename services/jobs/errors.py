@@ -11,6 +11,7 @@ those handles these.
 from __future__ import annotations
 
 from ambrosia_py.errors import (
+    AmbrosiaError,
     FrameTooLargeError,
     IllegalDirectionError,
     LocalProtocolError,
@@ -23,6 +24,15 @@ from ambrosia_py.errors import (
 )
 
 __all__ = [
+    "AttemptReusedError",
+    "CommitConflictError",
+    "HelloError",
+    "JobDefinitionError",
+    "JobRunError",
+    "PlanError",
+    "SparkServerError",
+    "StagingIncompleteError",
+    "UnknownJobNameError",
     "BatchNumberError",
     "BatchOrderError",
     "CreditExceededError",
@@ -118,3 +128,43 @@ class BatchNumberError(JobLocalError):
 
 class IllegalJobTransitionError(JobLocalError):
     """A local step the job's state does not allow (e.g. finishing a job never started)."""
+
+
+# ------------------------------------------------------------------ running jobs
+# Raised by the runner, the link and the commit rule, not by the sans-IO protocol.
+
+
+class JobRunError(AmbrosiaError):
+    """Base class of the errors met while running, committing or reaching a job."""
+
+
+class PlanError(JobRunError, ValueError):
+    """A ``start`` whose parameters are not a job plan (job key, attempt, arguments)."""
+
+
+class UnknownJobNameError(JobRunError, LookupError):
+    """A ``start`` names a job function no module registered."""
+
+
+class JobDefinitionError(JobRunError, TypeError):
+    """A job function registered wrongly (a name taken twice, not callable, bad name)."""
+
+
+class StagingIncompleteError(JobRunError):
+    """A commit was asked for an attempt whose staging directory has no ``_SUCCESS``."""
+
+
+class AttemptReusedError(JobRunError):
+    """A ``start`` for an attempt launched before: never launch an operation id twice."""
+
+
+class CommitConflictError(JobRunError):
+    """The final directory exists but holds no finished output: someone else wrote there."""
+
+
+class HelloError(JobRunError, ValueError):
+    """A job link's first bytes are not the transport's hello (wrong service or version)."""
+
+
+class SparkServerError(JobRunError):
+    """A Spark process (Connect server, master, worker) failed to start or keeps dying."""

@@ -1,0 +1,121 @@
+"""Run one job attempt on Spark Connect and commit it; cancel one by its tag.
+
+Called from a runner's worker thread (blocking calls). The attempt's session, tag,
+operation id and directories all come from ``Attempt``; the write goes to the staging
+directory with ``mode("error")`` (``errorifexists`` is refused through Connect) and the
+commit is ``attempts.commit``'s rename. Sessions are stopped explicitly: after an
+uncaught exception, interpreter exit can hang in ``SparkSession.__del__``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from pyspark.errors import PySparkException
+from pyspark.sql.connect.dataframe import DataFrame
+
+from ..attempts import Attempt, CommitOutcome, OperationState, commit, is_finished
+from ..errors import AttemptReusedError, JobDefinitionError, JobRunError
+from . import _connect_internals as internals
+from .registry import JobDefinition
+
+__all__ = ["AttemptCancelledError", "cancel_attempt", "operation_state", "run_attempt"]
+
+
+class AttemptCancelledError(JobRunError):
+    """The attempt was cancelled while it ran; nothing was committed."""
+
+
+def run_attempt(
+    connect: str,
+    definition: JobDefinition,
+    attempt: Attempt,
+    args: dict[str, Any],
+    out: str | os.PathLike[str],
+    cancelled: threading.Event,
+) -> CommitOutcome:
+    """Run the attempt's job into its staging directory, then commit it.
+
+    A staging directory that is already finished (a runner died between write and
+    commit) is committed without running again; a committed job is not run again.
+
+    Raises:
+        AttemptCancelledError: ``cancelled`` was set before the commit.
+        AttemptReusedError: the attempt's staging directory exists unfinished (the attempt was
+            launched before: never launch an operation id twice; start a new attempt).
+        JobDefinitionError: the job function did not return a DataFrame.
+        Exception: whatever Spark or the job function raised.
+    """
+    if is_finished(attempt.final(out)):
+        return CommitOutcome.ALREADY_COMMITTED
+    staging = attempt.staging(out)
+    if not is_finished(staging):
+        if staging.exists():
+            raise AttemptReusedError(
+                f"attempt {attempt} was launched before ({staging} exists unfinished); "
+                "start a new attempt"
+            )
+        _write(connect, definition, attempt, args, str(staging), cancelled)
+    if cancelled.is_set():
+        raise AttemptCancelledError(f"attempt {attempt} was cancelled; its output is not committed")
+    return commit(attempt, out)
+
+
+def _write(
+    connect: str,
+    definition: JobDefinition,
+    attempt: Attempt,
+    args: dict[str, Any],
+    staging: str,
+    cancelled: threading.Event,
+) -> None:
+    session = internals.new_session(connect, attempt.session_id)
+    try:
+        session.addTag(attempt.tag)
+        frame = definition.function(session, args)
+        if not isinstance(frame, DataFrame):
+            raise JobDefinitionError(
+                f"job {definition.name!r} returned {type(frame).__name__}, not a DataFrame"
+            )
+        if cancelled.is_set():
+            raise AttemptCancelledError(f"attempt {attempt} was cancelled before its write")
+        os.makedirs(os.path.dirname(staging), exist_ok=True)
+        writer = frame.write.mode("error")
+        if internals.available():
+            with internals.with_operation_id(session, attempt.operation_id):
+                writer.json(staging)
+        else:
+            writer.json(staging)
+    except Exception:
+        if cancelled.is_set():
+            raise AttemptCancelledError(f"attempt {attempt} was cancelled while it ran") from None
+        raise
+    finally:
+        session.stop()
+
+
+def cancel_attempt(connect: str, attempt: Attempt) -> list[str]:
+    """Interrupt every operation carrying the attempt's tag, from a session joined to the
+    attempt's own (``interruptTag`` from another session finds nothing). Returns the
+    interrupted operation ids (none if it had not started or was over)."""
+    with internals.join_session(connect, attempt.session_id) as session:
+        return list(session.interruptTag(attempt.tag))
+
+
+def operation_state(connect: str, attempt: Attempt) -> OperationState:
+    """``GetStatus`` of the attempt's write; UNKNOWN when the internals are unavailable,
+    the session was closed, or the server does not know it (a restarted server forgets
+    every operation)."""
+    if not internals.available():
+        return OperationState.UNKNOWN
+    try:
+        with internals.join_session(connect, attempt.session_id) as session:
+            return internals.operation_state(session, attempt.operation_id)
+    except PySparkException as err:
+        # A released or timed-out session's id is refused for ever (INVALID_HANDLE):
+        # whatever ran in it is over.
+        if "INVALID_HANDLE" in str(err):
+            return OperationState.UNKNOWN
+        raise

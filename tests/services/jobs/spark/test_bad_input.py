@@ -1,0 +1,72 @@
+"""Bad input meets a typed error, one clear line, the offending connection closed, and the
+runner goes on serving."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from services.jobs import Check, JobConnection, Role
+from services.jobs.errors import SparkServerError
+from services.jobs.spark import ConnectServer
+from services.jobs.transport import HELLO_MAGIC, exchange_hello
+
+from .conftest import ROOT
+
+pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(120)]
+
+COORDINATOR = uuid.UUID("c3c3c3c3-c3c3-c3c3-c3c3-c3c3c3c3c3c3")
+
+
+def test_a_wrong_hello_and_a_bad_frame_close_only_their_connections(runners) -> None:
+    runner = runners()
+
+    async def scenario() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        async with asyncio.timeout(10):
+            assert (await reader.read()).startswith(HELLO_MAGIC)  # its hello, then closed
+        writer.close()
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.port)
+        assert await exchange_hello(reader, writer, COORDINATOR) == runner.member
+        writer.write(bytes.fromhex("00000001 09"))  # a frame of message type 9
+        async with asyncio.timeout(10):
+            rest = await reader.read()  # the runner's check, then closed
+        conn = JobConnection(Role.INITIATOR, Role.PARTICIPANT)
+        conn.receive_data(rest)
+        assert list(conn.events()) == [Check(())]
+        writer.close()
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.port)
+        assert await exchange_hello(reader, writer, COORDINATOR) == runner.member
+        writer.close()
+
+    asyncio.run(scenario())
+    log = runner.log_text()
+    assert "not a job link hello: b'GET / HT' instead of b'AMBJOB01'" in log
+    assert "closing connection from initiator" in log and "message type" in log
+    assert "Traceback" not in log
+
+
+def test_a_runner_given_a_module_without_jobs_exits_with_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "services.jobs.runner", "--listen", "127.0.0.1:0",
+         "--connect", "sc://127.0.0.1:1", "--jobs", "json", "--member", "x", "--out", "o"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: invalid job modules for 1 reason(s): module json defines no @spark_job "
+        "function\n"
+    )
+
+
+def test_a_connect_server_on_a_taken_port_is_refused(connect_server: ConnectServer,
+                                                       tmp_path) -> None:
+    with pytest.raises(SparkServerError, match=f"port {connect_server.port} is already in use"):
+        ConnectServer(connect_server.port, log_dir=tmp_path).start()
