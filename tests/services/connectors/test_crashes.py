@@ -1,0 +1,174 @@
+"""The whole pipeline through kill -9: real feed processes send files of numbered lines
+through the coordinator (`ambrosia run`) to the real 2PC file sink, while the binding, the
+coordinator process, the sink and the feeds are each killed at random points and
+restarted. The sink's committed file must end up holding every line exactly once, in
+order per stream."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.testing import ImmortalProcess
+from tests.launcher import ROOT, Launcher, wait_until
+
+from .clients.helpers import SinkProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TARGET = "services.connectors:ConnectorCoordinator"
+TAILED = ("a.log", "b.log")  # one feed follows these while the test appends to them
+ONCE = "c.log"  # another sends this whole file, then EOS, and exits
+STEPS = 30  # bursts of appended lines
+BURST = 60  # lines per tailed file per burst
+ONCE_LINES = 6000
+KILLS = ("binding", "coordinator", "sink", "tail feed", "once feed",
+         "binding", "coordinator", "sink")
+
+
+def line(stream: str, i: int) -> bytes:
+    return f"{stream} {i:06d} {'x' * (i % 23)}\n".encode()
+
+
+class Pipeline:
+    """The processes of one run, each restartable after a kill -9."""
+
+    def __init__(self, launcher: Launcher, tmp: Path) -> None:
+        self.launcher, self.tmp = launcher, tmp
+        self.port, self.sink_port = free_ports(2)
+        (tmp / "coord.toml").write_text(
+            f'listen = "127.0.0.1:{self.port}"\ninterval_bytes = 2048\n'
+            f'interval_seconds = 0.05\nbatch_messages = 16\ncredits = 200\n'
+            f'[sinks]\nout = "127.0.0.1:{self.sink_port}"\n')
+        self.sink = self._sink()
+        self.coord = self._coord()
+        self.tail_feed = self._feed("tail", *TAILED)
+        self.once_feed: subprocess.Popen[bytes] | None = self._feed("once", "--once", ONCE)
+
+    def _sink(self) -> SinkProcess:
+        return SinkProcess(self.tmp / "sink", self.tmp / "sink.log", port=self.sink_port)
+
+    def _coord(self) -> ImmortalProcess:
+        p = self.launcher.start(TARGET, "coord", args=["--config", str(self.tmp / "coord.toml")])
+        p.wait_for("listening for sources")
+        return p
+
+    def _feed(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        with (self.tmp / f"feed-{name}.log").open("ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+                 f"127.0.0.1:{self.port}", "--backoff-cap", "0.3", "--poll-interval", "0.02",
+                 "--instance", name, *args],
+                cwd=self.tmp, stdout=out, stderr=out, env=dict(os.environ, PYTHONPATH=_path()))
+
+    def kill(self, what: str) -> None:
+        """kill -9 of one part, then its restart."""
+        if what == "binding":
+            os.kill(self.coord.proc.pid, signal.SIGKILL)
+            self.coord.kill()  # and the coordinator process, if it outlived its binding
+            self.coord = self._coord()
+        elif what == "coordinator":
+            os.kill(coordinator_pid(self.coord), signal.SIGKILL)
+            self.coord.proc.wait(20)  # the binding ends with its coordinator
+            self.coord.kill()
+            self.coord = self._coord()
+        elif what == "sink":
+            self.sink.kill()
+            self.sink = self._sink()
+        elif what == "tail feed":
+            _kill(self.tail_feed)
+            self.tail_feed = self._feed("tail", *TAILED)
+        elif what == "once feed" and self.once_feed is not None:
+            if self.once_feed.poll() is None:
+                _kill(self.once_feed)
+                self.once_feed = self._feed("once", "--once", ONCE)
+
+    def once_done(self) -> bool:
+        if self.once_feed is None:
+            return True
+        rc = self.once_feed.poll()
+        assert rc in (None, 0), f"the --once feed exited {rc}: {self.logs()}"
+        return rc == 0
+
+    def close(self) -> None:
+        for feed in (self.tail_feed, self.once_feed):
+            if feed is not None:
+                _kill(feed)
+        self.sink.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                         for p in sorted(self.tmp.glob("*.log")) if "feed" in p.name
+                         or "sink" in p.name)
+
+
+def _path() -> str:
+    return os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def coordinator_pid(p: ImmortalProcess) -> int:
+    found = p.wait_for("started the coordinator (pid")
+    return int(found.rsplit("pid ", 1)[1].rstrip(")"))
+
+
+def by_stream(data: bytes) -> dict[str, list[bytes]]:
+    out: dict[str, list[bytes]] = {}
+    for ln in data.splitlines(keepends=True):
+        out.setdefault(ln.split(b" ", 1)[0].decode(), []).append(ln)
+    return out
+
+
+def test_every_line_is_committed_once_in_order_through_kill_9_of_every_part(
+        launcher: Launcher, tmp_path: Path) -> None:
+    seed = int(os.environ.get("CONNECTOR_CRASH_SEED", "0")) or random.randrange(1, 2**32)
+    print(f"CONNECTOR_CRASH_SEED={seed}")  # pytest shows it when the test fails
+    rng = random.Random(seed)
+    for name in TAILED:
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / ONCE).write_bytes(b"".join(line("c", i) for i in range(ONCE_LINES)))
+    kill_at = dict(zip(sorted(rng.sample(range(1, STEPS), len(KILLS))),
+                       rng.sample(KILLS, len(KILLS)), strict=True))
+    pipe = Pipeline(launcher, tmp_path)
+    try:
+        for step in range(STEPS):
+            for name in TAILED:
+                stream = name[0]
+                with (tmp_path / name).open("ab") as f:
+                    f.write(b"".join(line(stream, i)
+                                     for i in range(step * BURST, (step + 1) * BURST)))
+            time.sleep(rng.uniform(0.02, 0.15))
+            if step in kill_at:
+                pipe.kill(kill_at[step])
+        want = {"a": [line("a", i) for i in range(STEPS * BURST)],
+                "b": [line("b", i) for i in range(STEPS * BURST)],
+                "c": [line("c", i) for i in range(ONCE_LINES)]}
+        committed = tmp_path / "sink" / "committed"
+        try:
+            wait_until(lambda: pipe.once_done() and committed.exists()
+                       and by_stream(committed.read_bytes()) == want, 60)
+        except TimeoutError:
+            got = by_stream(committed.read_bytes()) if committed.exists() else {}
+            raise AssertionError(
+                f"seed {seed}: committed lines per stream "
+                f"{ {k: len(v) for k, v in got.items()} }, wanted "
+                f"{ {k: len(v) for k, v in want.items()} }; duplicates "
+                f"{ {k: len(v) - len(set(v)) for k, v in got.items()} }\n{pipe.logs()}"
+            ) from None
+        for text in (pipe.logs(), *("\n".join(p.lines) for p in launcher.procs)):
+            assert "Traceback" not in text, f"seed {seed}: a traceback was logged:\n{text}"
+    finally:
+        pipe.close()
