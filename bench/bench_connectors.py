@@ -14,8 +14,10 @@ reading the ACK that covers it.
 
 The baseline, run just before each repetition: the same bytes (the file's lines) sent over
 a plain loopback TCP socket to a receiver process that writes each chunk it reads to a file,
-fsyncs it and answers with the byte count so far; rate = lines / time until the count
-covers everything, latency = from a chunk's write to the answer covering it (per line).
+fsyncs it and answers with the byte count so far. The sender keeps at most CREDITS lines
+unanswered (the window the feed gets from the coordinator's credits), so both carry the
+same load; rate = lines / time until the count covers everything, latency = from a
+chunk's write to the answer covering it (per line).
 Ratio = pipeline / baseline: the share of a bare durable pipe's rate the exactly-once
 pipeline keeps (rates), or how many times longer it takes (latencies).
 """
@@ -43,7 +45,8 @@ from ambrosia_py.testing import ImmortalProcess, start_immortal  # noqa: E402
 from services.connectors.clients import Address, Feed, FileSource, Record  # noqa: E402
 
 LINE = 64  # bytes per line, newline included
-CHUNK = 64 * 1024  # what the baseline sender writes at a time
+CREDITS = 1000  # the coordinator's default credits: MESSAGEs a feed sends ahead of ACKs
+CHUNK = 256 * LINE  # what the baseline writes at a time (the feed's batch per stream)
 
 
 def _lines(tag: str, n: int) -> bytes:
@@ -144,6 +147,7 @@ def _receive(out: str) -> None:
         print(server.getsockname()[1], flush=True)
         while True:
             conn, _ = server.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio does
             total = 0
             with conn, open(out, "wb") as f:
                 while data := conn.recv(CHUNK):
@@ -163,17 +167,23 @@ def _baseline(port: int, data: bytes) -> tuple[float, list[float]]:
         latencies: list[float] = []
         started = time.perf_counter()
 
+        covered = 0
+        moved = asyncio.Event()
+
         async def write() -> None:
             for off in range(0, len(data), CHUNK):
                 chunk = data[off:off + CHUNK]
+                while off + len(chunk) - covered > CREDITS * LINE:
+                    moved.clear()
+                    await moved.wait()
                 sent.append((off + len(chunk), len(chunk) // LINE, time.perf_counter()))
                 writer.write(chunk)
                 await writer.drain()
 
         writing = asyncio.ensure_future(write())
-        covered = 0
         while covered < len(data):
             covered = int.from_bytes(await reader.readexactly(8), "big")
+            moved.set()
             now = time.perf_counter()
             while sent and sent[0][0] <= covered:
                 _end, n, at = sent.popleft()
