@@ -21,8 +21,9 @@ from ambrosia_py.testing import ImmortalProcess
 from tests.launcher import ROOT, Launcher, wait_until
 
 from .clients.helpers import SinkProcess
+from .coordinator.peers import Source, lines
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 TARGET = "services.connectors:ConnectorCoordinator"
 TAILED = ("a.log", "b.log")  # followed while the test appends to them
@@ -134,6 +135,7 @@ def by_stream(data: bytes) -> dict[str, list[bytes]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_line_is_committed_once_in_order_through_kill_9_of_every_part(
         launcher: Launcher, tmp_path: Path) -> None:
     seed = int(os.environ.get("CONNECTOR_CRASH_SEED", "0")) or random.randrange(1, 2**32)
@@ -185,3 +187,21 @@ def test_every_line_is_committed_once_in_order_through_kill_9_of_every_part(
             assert "Traceback" not in text, f"seed {seed}: a traceback was logged:\n{text}"
     finally:
         pipe.close()
+
+
+def test_the_binding_ends_without_a_traceback_when_its_coordinator_dies_mid_stream(
+        launcher: Launcher) -> None:
+    # A full queue holds the source's reader where the stop cancels it.
+    (port,) = free_ports(1)
+    p = launcher.start(TARGET, "coord", args=["--set", f"listen=127.0.0.1:{port}",
+                                              "--set", "batch_messages=4"])
+    p.wait_for("listening for sources")
+    src = Source(port)
+    src.hello()
+    src.notify(1, "one")
+    src.send(*lines(1, range(1, 3001)))
+    os.kill(coordinator_pid(p), signal.SIGKILL)
+    p.proc.wait(20)
+    p.kill()
+    assert not any("Traceback" in ln for ln in p.lines), "\n".join(p.lines)
+    src.close()
