@@ -2,7 +2,8 @@
 through the coordinator (`ambrosia run`) to the real 2PC file sink, while the binding, the
 coordinator process, the sink and the feeds are each killed at random points and
 restarted. The sink's committed file must end up holding every line exactly once, in
-order per stream."""
+order per stream. The kills' order and moments come from a seed, printed when the test
+fails; ``CONNECTOR_CRASH_SEED=N`` repeats its choices (timing still varies)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ class Pipeline:
     def __init__(self, launcher: Launcher, tmp: Path) -> None:
         self.launcher, self.tmp = launcher, tmp
         self.port, self.sink_port = free_ports(2)
+        # Credits without limit: a standby's refused NOTIFYs each spend one that no ACK
+        # returns, and the --once file should be in flight whole when its feed dies.
         (tmp / "coord.toml").write_text(
             f'listen = "127.0.0.1:{self.port}"\ninterval_bytes = 4096\n'
             f'interval_seconds = 0.05\nbatch_messages = 64\ncredits = 1000000\n'
