@@ -111,6 +111,13 @@ class FileSink:
                 self.failed.set_result(e)
         except (OSError, asyncio.IncompleteReadError) as e:
             why = f"connection lost ({e.__class__.__name__}: {e})"
+        except asyncio.CancelledError:
+            # The sink is stopping. Ending quietly rather than re-raising: asyncio's
+            # start_server (3.11) asks a cancelled handler task for its exception, which
+            # raises again and logs a traceback for a routine stop.
+            writer.close()
+            log.info("connection from %s ended: the sink is stopping", peer)
+            return
         finally:
             self._busy = False
         await _close(writer)

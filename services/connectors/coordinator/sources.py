@@ -221,6 +221,11 @@ class SourceListener:
             self.log.warning("%s: %s; closed", src.peer, e)
         except (ConnectionError, OSError) as e:
             self.log.info("%s: connection lost: %s", src.peer, e)
+        except asyncio.CancelledError:
+            # The instance is stopping. Ending quietly rather than re-raising: asyncio's
+            # start_server (3.11) asks a cancelled handler task for its exception, which
+            # raises again and logs a traceback for a routine stop.
+            pass
         finally:
             self._drop(src)
             with contextlib.suppress(Exception):

@@ -4,6 +4,7 @@ kill -9, and bad input answered with ERROR and a close."""
 
 from __future__ import annotations
 
+import signal
 import socket
 from pathlib import Path
 
@@ -177,3 +178,15 @@ def test_bad_input_gets_error_and_close_and_committed_data_stays(tmp_path: Path)
         assert c.notify() == 5
     finally:
         sink.kill()
+
+
+def test_an_ordinary_stop_with_a_connection_open_is_quiet(sink: SinkProcess) -> None:
+    c = SinkClient(sink.port)
+    c.handshake()
+    c.notify()
+    sink.proc.send_signal(signal.SIGTERM)
+    assert sink.proc.wait(10) == 0
+    log = sink.log.read_text()
+    assert "ended: the sink is stopping" in log
+    assert "Traceback" not in log, log
+    c.close()

@@ -1,0 +1,3 @@
+from tests.launcher import Launcher, launcher
+
+__all__ = ["Launcher", "launcher"]
