@@ -24,6 +24,7 @@ from typing import Any
 from .config import ProcessorConfig
 from .core import KclCore, ProcessorRecord
 from .protocol import (
+    SHUTDOWN,
     CheckpointAsk,
     ChildSession,
     Reply,
@@ -72,6 +73,7 @@ class ProcessorDriver:
         self._next_token = first_token
         self._ended_seen = False  # shardEnded was sent; wait for new records
         self._progressed = False  # a batch was processed in this child's life
+        self._checkpointed = False  # a checkpoint was recorded in this child's life
         self.starts = 0
         self.pid = 0
 
@@ -140,6 +142,7 @@ class ProcessorDriver:
                       proc.pid, rec.checkpoint if rec.checkpoint >= 0 else "none")
         errors = asyncio.ensure_future(self._pump_stderr(proc))
         session = ChildSession(cfg.protocol, cfg.stream, rec.checkpoint)
+        self._checkpointed = False
         try:
             await self._act(proc, session, sid, session.initialize())
             while True:
@@ -171,8 +174,13 @@ class ProcessorDriver:
     async def _act(self, proc: asyncio.subprocess.Process, session: ChildSession,
                    sid: int, line: bytes, timeout: float | None = None) -> None:
         """Write one action, then read until its status, answering checkpoints."""
-        action = session.awaiting
         await self._write(proc, line)
+        await self._finish(proc, session, sid, timeout)
+
+    async def _finish(self, proc: asyncio.subprocess.Process, session: ChildSession,
+                      sid: int, timeout: float | None = None) -> None:
+        """Read until the status of the action under way, answering checkpoints."""
+        action = session.awaiting
         assert proc.stdout is not None
         while True:
             try:
@@ -205,6 +213,13 @@ class ProcessorDriver:
                     if error:
                         self.log.warning("kcl %s: checkpoint at %d refused (%s)",
                                          self.cfg.stream, seq, error)
+                    else:
+                        # The first of each child at INFO (it shows the child works),
+                        # the rest at DEBUG (one a batch is too many lines).
+                        level = logging.DEBUG if self._checkpointed else logging.INFO
+                        self._checkpointed = True
+                        self.log.log(level, "kcl %s: checkpoint at %d recorded (pid %d)",
+                                     self.cfg.stream, seq, proc.pid)
                     await self._write(proc, session.answer(error))
 
     async def _record_checkpoint(self, sid: int, seq: int, at_end: bool) -> str:
@@ -226,13 +241,20 @@ class ProcessorDriver:
 
     async def _shutdown(self, proc: asyncio.subprocess.Process, session: ChildSession,
                         sid: int) -> None:
-        """The instance stops: shutdownRequested when the child is between actions (its
-        checkpoints are refused: the log takes no more inputs), then a close."""
-        if session.awaiting or proc.returncode is not None:
+        """The instance stops: the action under way may finish, then shutdownRequested,
+        each within ``shutdown_seconds``. The log takes no more inputs by now, so every
+        checkpoint (one waiting for its Impulse too) is refused with ShutdownException;
+        the records after the last recorded one come again in the next life."""
+        if proc.returncode is not None:
             return
+        session.stopping = True
+        grace = self.cfg.shutdown_seconds
         with contextlib.suppress(ChildFailedError, OSError, asyncio.CancelledError):
-            await self._act(proc, session, sid, session.shutdown_requested(),
-                            timeout=self.cfg.shutdown_seconds)
+            if session.asking:
+                await self._write(proc, session.answer(SHUTDOWN))
+            if session.awaiting:
+                await self._finish(proc, session, sid, timeout=grace)
+            await self._act(proc, session, sid, session.shutdown_requested(), timeout=grace)
 
     async def _close(self, proc: asyncio.subprocess.Process) -> None:
         """Close stdin (amazon-kclpy exits at its end), wait a moment, then kill."""

@@ -13,7 +13,6 @@ Run: ``ambrosia run services.kcl:KclCoordinator -i NAME --config FILE``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -110,10 +109,12 @@ class KclCoordinator(ConnectorCoordinator):
                          for i, p in enumerate(processors)}
         tasks = [asyncio.ensure_future(d.run()) for d in self._drivers.values()]
         try:
-            await asyncio.gather(*tasks)
+            # Not gather: a stop cancels this task, and each driver must be cancelled
+            # exactly once, so that its child's shutdownRequested runs undisturbed.
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in done:
+                t.result()  # a driver's bug ends the instance, as any side effect's would
         finally:
             for t in tasks:
                 t.cancel()
-            for t in tasks:
-                with contextlib.suppress(BaseException):
-                    await t
+            await asyncio.wait(tasks)

@@ -137,6 +137,7 @@ class ChildSession:
         self.awaiting = ""  # the action whose status is due ("" = none)
         self.asking = False  # a checkpoint request waits for ``answer``
         self.gone = False
+        self.stopping = False  # the instance stops: no checkpoint can be recorded
         self._ask_echo: Any = None
         self._ask_sub: Any = None
 
@@ -248,7 +249,7 @@ class ChildSession:
         key = "sequenceNumber" if "sequenceNumber" in msg else "checkpoint"
         raw, sub = msg.get(key), msg.get("subSequenceNumber")
         refuse = ""
-        if self.gone or self.awaiting == "shutdownRequested":
+        if self.gone or self.stopping or self.awaiting == "shutdownRequested":
             refuse = SHUTDOWN
         elif self.awaiting not in ("processRecords", "shardEnded", "shutdown"):
             refuse = INVALID_STATE
