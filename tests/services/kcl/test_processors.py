@@ -107,6 +107,8 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     p = start(launcher, tmp_path, port, {})
     resumed = p.wait_for("started processor (pid")
     assert int(resumed.rsplit(" ", 1)[1]) >= 100
+    told = p.wait_for("processor: shard orders from checkpoint")  # initialize's number
+    assert told.split("from checkpoint ")[1].startswith(resumed.rsplit(" ", 1)[1] + ",")
     feed(port, 7, "orders", range(301, 321), eos=True)
     p.wait_for("processor: stream ended at 320")
     assert written(out) == list(range(1, 321))  # every record once, in order
