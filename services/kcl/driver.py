@@ -43,12 +43,20 @@ class ChildFailedError(Exception):
     """The child cannot go on: it exited, broke the protocol, or stopped answering."""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """In the child before exec: be killed when the instance's process dies, so a
-    processor never outlives (and races) the next life's."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec so that it is killed when the instance's process
+    dies, and never outlives (and races) the next life's processor: Linux's
+    PR_SET_PDEATHSIG. The C function is looked up here, in the parent: between fork and
+    exec only the system call itself runs (no loader lock, no allocation)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    kill = int(signal.SIGKILL)
+
+    def set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(1, kill)  # PR_SET_PDEATHSIG
+
+    return set_parent_death_signal
 
 
 class ProcessorDriver:
@@ -69,6 +77,7 @@ class ProcessorDriver:
         self._send_checkpoint = send_checkpoint
         self.log = log
         self._wake = asyncio.Event()
+        self._preexec = _die_with_parent()
         self._answers: dict[int, asyncio.Future[str]] = {}
         self._next_token = first_token
         self._ended_seen = False  # shardEnded was sent; wait for new records
@@ -132,7 +141,7 @@ class ProcessorDriver:
             proc = await asyncio.create_subprocess_exec(
                 *cfg.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=env, cwd=cfg.cwd or None,
-                start_new_session=True, preexec_fn=_die_with_parent, limit=MAX_LINE)
+                start_new_session=True, preexec_fn=self._preexec, limit=MAX_LINE)
         except OSError as e:
             raise ChildFailedError(f"cannot start {cfg.command[0]!r}: {e.strerror or e}"
                                ) from None
@@ -169,7 +178,8 @@ class ProcessorDriver:
         finally:
             await self._close(proc)
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(errors, 2)
+                async with asyncio.timeout(2):
+                    await errors
 
     async def _act(self, proc: asyncio.subprocess.Process, session: ChildSession,
                    sid: int, line: bytes, timeout: float | None = None) -> None:
@@ -184,8 +194,10 @@ class ProcessorDriver:
         assert proc.stdout is not None
         while True:
             try:
-                raw = await asyncio.wait_for(proc.stdout.readline(),
-                                             timeout or self.cfg.timeout_seconds)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                # cancellation that meets a line arriving, and a stop would never come.
+                async with asyncio.timeout(timeout or self.cfg.timeout_seconds):
+                    raw = await proc.stdout.readline()
             except TimeoutError:
                 raise ChildFailedError(f"no answer to {action} in "
                                    f"{timeout or self.cfg.timeout_seconds:g} s; killed"
@@ -249,19 +261,24 @@ class ProcessorDriver:
             return
         session.stopping = True
         grace = self.cfg.shutdown_seconds
-        with contextlib.suppress(ChildFailedError, OSError, asyncio.CancelledError):
+        try:
             if session.asking:
                 await self._write(proc, session.answer(SHUTDOWN))
             if session.awaiting:
                 await self._finish(proc, session, sid, timeout=grace)
             await self._act(proc, session, sid, session.shutdown_requested(), timeout=grace)
+        except (ChildFailedError, OSError) as e:
+            self.log.warning("kcl %s: at the stop: %s", self.cfg.stream, e)
+        except asyncio.CancelledError:
+            pass  # cancelled again: no more grace
 
     async def _close(self, proc: asyncio.subprocess.Process) -> None:
         """Close stdin (amazon-kclpy exits at its end), wait a moment, then kill."""
         if proc.returncode is None and proc.stdin is not None:
             proc.stdin.close()
             try:
-                await asyncio.wait_for(proc.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await proc.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

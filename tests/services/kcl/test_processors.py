@@ -64,7 +64,8 @@ def test_amazon_kclpy_sample_processor(launcher: Launcher, tmp_path: Path,
                                        kclpy: Path) -> None:
     (port,) = free_ports(1)
     sample = kclpy / "samples" / "sample_kclpy_app.py"
-    env = f'env = {{ PYTHONPATH = "{kclpy}" }}'
+    # Unbuffered: the sample writes its lines without a newline; each must come whole.
+    env = f'env = {{ PYTHONPATH = "{kclpy}", PYTHONUNBUFFERED = "1" }}'
     p = start(launcher, tmp_path, port, {"ended": f"{command(sample)}\n{env}",
                                          "held": f"{command(sample)}\n{env}"})
     feed(port, 1, "ended", range(1, 31), eos=True)
