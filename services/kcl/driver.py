@@ -230,8 +230,11 @@ class ProcessorDriver:
                         # the rest at DEBUG (one a batch is too many lines).
                         level = logging.DEBUG if self._checkpointed else logging.INFO
                         self._checkpointed = True
-                        self.log.log(level, "kcl %s: checkpoint at %d recorded (pid %d)",
-                                     self.cfg.stream, seq, proc.pid)
+                        if at_end:
+                            level = logging.INFO
+                        self.log.log(level, "kcl %s: checkpoint at %d recorded (pid %d)%s",
+                                     self.cfg.stream, seq, proc.pid,
+                                     ", at the end of the stream" if at_end else "")
                     await self._write(proc, session.answer(error))
 
     async def _record_checkpoint(self, sid: int, seq: int, at_end: bool) -> str:

@@ -70,10 +70,11 @@ def test_amazon_kclpy_sample_processor(launcher: Launcher, tmp_path: Path,
                                          "held": f"{command(sample)}\n{env}"})
     feed(port, 1, "ended", range(1, 31), eos=True)
     feed(port, 2, "held", range(1, 11), eos=False)
-    p.wait_for("Shard has ended checkpointing")
+    p.wait_for("at the end of the stream")  # the sample's checkpoint at shardEnded
     p.wait_for("kcl held: checkpoint at 10 recorded")
     p.stop()  # shutdownRequested: its checkpoint is refused, the log being closed
     log = "\n".join(p.lines)
+    assert "Shard has ended checkpointing" in log
     assert "Shutdown has been requested, checkpointing." in log
     assert "ShutdownException" in log
     seen = [int(s) for s in re.findall(r"Sequence Number: (\d+),", log)]
