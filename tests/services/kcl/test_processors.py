@@ -158,3 +158,14 @@ def test_unruly_child_gets_answers_and_log_lines_never_a_hang(
     p.stop()
     rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[4]
     assert (rec.checkpoint, rec.finished) == (20, True)
+
+
+def test_a_bad_processor_entry_stops_the_instance_with_one_line(launcher: Launcher,
+                                                                tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('listen = "127.0.0.1:0"\n[kcl.orders]\ncommand = "p"\nprotocol = "v9"\n')
+    p = launcher.start(TARGET, "bad", args=["--config", str(cfg)])
+    assert p.proc.wait(30) != 0
+    p.kill()  # joins the log reader
+    assert p.lines[-1] == ('ambrosia run: error: kcl.orders.protocol must be "current" or '
+                           '"shutdown", got \'v9\'')
