@@ -86,6 +86,11 @@ def test_amazon_kclpy_sample_processor(launcher: Launcher, tmp_path: Path,
     assert held.checkpoint == 10 and held.records == [] and not held.finished
 
 
+def coordinator_pid(p: ImmortalProcess) -> int:
+    line = p.wait_for("started the coordinator (pid")
+    return int(line.rsplit("pid ", 1)[1].rstrip(")"))
+
+
 def processor_pid(p: ImmortalProcess, count: int) -> int:
     line = p.wait_for("started processor (pid", count=count)
     return int(line.split("(pid ", 1)[1].split(")", 1)[0])
@@ -111,6 +116,14 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     assert int(resumed.rsplit(" ", 1)[1]) >= 100
     told = p.wait_for("processor: shard orders from checkpoint")  # initialize's number
     assert told.split("from checkpoint ")[1].startswith(resumed.rsplit(" ", 1)[1] + ",")
+    wait_until(lambda: len(written(out)) >= 200, 30)
+    os.kill(coordinator_pid(p), signal.SIGKILL)  # the log alone: the binding stops
+    assert p.proc.wait(30) != 0
+    p.kill()  # joins the log reader
+    # Its child was stopped as at any end of primacy: the batch under way, then
+    # shutdownRequested, each checkpoint refused (the log is gone).
+    assert any("waiting for shutdownRequested" in line for line in p.lines), p.lines[-10:]
+    p = start(launcher, tmp_path, port, {})
     feed(port, 7, "orders", range(301, 321), eos=True)
     p.wait_for("processor: stream ended at 320")
     assert written(out) == list(range(1, 321))  # every record once, in order
