@@ -13,7 +13,7 @@ Run: ``ambrosia run services.connectors:ConnectorCoordinator -i NAME --config FI
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ambrosia_py import Immortal, impulse, rpc
@@ -50,10 +50,18 @@ class ConnectorCoordinator(Immortal):
         handler). It is committed once, after everything emitted before it."""
         self.core.emit(sink, data, self._now_ns())
 
+    def on_end_of_stream(self, stream_id: int) -> None:
+        """Called (in a handler, deterministically) when a stream's EOS was applied."""
+
+    def coordinator_config(self) -> Mapping[str, Any]:
+        """The part of ``ctx.config`` that is the coordinator's. A subclass with keys of
+        its own leaves them out here, so the coordinator's check does not refuse them."""
+        return self.ctx.config
+
     # ------------------------------------------------------------ lifecycle
     def on_become_primary(self) -> None:
         # A bad configuration stops the instance with its one-line error.
-        cfg = CoordinatorConfig.from_mapping(self.ctx.config)
+        cfg = CoordinatorConfig.from_mapping(self.coordinator_config())
         wanted = cfg.decision_part()
         if wanted != self.core.settings or self.core.instance != self.ctx.instance_name:
             # Configuration is outside-world input: it reaches the state as an Impulse,
@@ -91,6 +99,7 @@ class ConnectorCoordinator(Immortal):
     @impulse
     def end_of_stream(self, token: int, stream_id: int) -> None:
         self.core.end_of_stream(stream_id)
+        self.on_end_of_stream(stream_id)
         if self._live is not None and self._is_live():
             self._live.applied(token)
 

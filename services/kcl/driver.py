@@ -1,0 +1,299 @@
+"""The primary's record processors: one child process per configured stream, driven over
+its stdin/stdout by a ``ChildSession``. Nothing here changes the state: a checkpoint goes
+to the immortal as the ``kcl_checkpoint`` Impulse, and the child is answered only after
+the handler recorded it (so an answered checkpoint is in the log).
+
+A child that exits, breaks the protocol, or stays silent for ``timeout_seconds`` while an
+answer is due is killed and started again after a pause (0.1 s, doubling up to
+``restart_max_seconds``; back to 0.1 s once a batch was processed). Each start begins at
+the checkpoint the state holds then. Its stderr goes to the log, line by line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .config import ProcessorConfig
+from .core import KclCore, ProcessorRecord
+from .protocol import (
+    SHUTDOWN,
+    CheckpointAsk,
+    ChildSession,
+    Reply,
+    Skipped,
+    StatusDone,
+    Violation,
+)
+
+__all__ = ["ChildFailedError", "ProcessorDriver"]
+
+MAX_LINE = 16 << 20  # the longest stdout line taken from a child
+_MIN_PAUSE = 0.1
+
+
+class ChildFailedError(Exception):
+    """The child cannot go on: it exited, broke the protocol, or stopped answering."""
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec so that it is killed when the instance's process
+    dies, and never outlives (and races) the next life's processor: Linux's
+    PR_SET_PDEATHSIG. The C function is looked up here, in the parent: between fork and
+    exec only the system call itself runs (no loader lock, no allocation)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    kill = int(signal.SIGKILL)
+
+    def set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(1, kill)  # PR_SET_PDEATHSIG
+
+    return set_parent_death_signal
+
+
+class ProcessorDriver:
+    """Runs one stream's record processor while the instance is primary.
+
+    Args:
+        cfg: the processor's configuration.
+        core: reads the processors' state anew (an upgrade or a load may replace it).
+        send_checkpoint: sends ``kcl_checkpoint(token, stream_id, sequence, at_end)``.
+        log: the instance's log.
+    """
+
+    def __init__(self, cfg: ProcessorConfig, core: Callable[[], KclCore],
+                 send_checkpoint: Callable[[int, int, int, bool], None],
+                 log: logging.LoggerAdapter[Any], first_token: int) -> None:
+        self.cfg = cfg
+        self._core = core
+        self._send_checkpoint = send_checkpoint
+        self.log = log
+        self._wake = asyncio.Event()
+        self._preexec = _die_with_parent()
+        self._answers: dict[int, asyncio.Future[str]] = {}
+        self._next_token = first_token
+        self._ended_seen = False  # shardEnded was sent; wait for new records
+        self._progressed = False  # a batch was processed in this child's life
+        self._checkpointed = False  # a checkpoint was recorded in this child's life
+        self.starts = 0
+        self.pid = 0
+
+    # ------------------------------------------------------------ from handlers
+    def wake(self) -> None:
+        self._wake.set()
+
+    def checkpointed(self, token: int, error: str) -> bool:
+        """The handler recorded (or refused) the checkpoint ``token``."""
+        fut = self._answers.pop(token, None)
+        if fut is None:
+            return False
+        if not fut.done():
+            fut.set_result(error)
+        return True
+
+    # ------------------------------------------------------------ the task
+    def _record(self) -> tuple[int, ProcessorRecord] | None:
+        return self._core().by_name(self.cfg.stream)
+
+    def _has_work(self) -> bool:
+        found = self._record()
+        if found is None:
+            return False
+        rec = found[1]
+        if rec.records:
+            return True
+        return rec.ended and not rec.finished and not self._ended_seen
+
+    async def run(self) -> None:
+        pause = _MIN_PAUSE
+        while True:
+            while not self._has_work():
+                self._wake.clear()
+                await self._wake.wait()
+            self._progressed = False
+            try:
+                await self._life()
+                pause = _MIN_PAUSE
+            except ChildFailedError as e:
+                if self._progressed:
+                    pause = _MIN_PAUSE
+                self.log.warning("kcl %s: %s; started again in %.1f s", self.cfg.stream, e,
+                                 pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, self.cfg.restart_max_seconds)
+
+    async def _life(self) -> None:
+        """One child, from initialize to shardEnded, or a failure (raises)."""
+        found = self._record()
+        assert found is not None
+        sid, rec = found
+        cfg = self.cfg
+        env = {**os.environ, **cfg.env}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cfg.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, cwd=cfg.cwd or None,
+                start_new_session=True, preexec_fn=self._preexec, limit=MAX_LINE)
+        except OSError as e:
+            raise ChildFailedError(f"cannot start {cfg.command[0]!r}: {e.strerror or e}"
+                               ) from None
+        self.starts += 1
+        self.pid = proc.pid
+        self.log.info("kcl %s: started processor (pid %d) at checkpoint %s", cfg.stream,
+                      proc.pid, rec.checkpoint if rec.checkpoint >= 0 else "none")
+        errors = asyncio.ensure_future(self._pump_stderr(proc))
+        session = ChildSession(cfg.protocol, cfg.stream, rec.checkpoint)
+        self._checkpointed = False
+        try:
+            await self._act(proc, session, sid, session.initialize())
+            while True:
+                found = self._record()
+                if found is None:
+                    raise ChildFailedError("the stream left the state")
+                sid, rec = found
+                batch = rec.after(session.delivered, cfg.batch_records)
+                if batch:
+                    self._ended_seen = False
+                    await self._act(proc, session, sid, session.process_records(batch))
+                    self._progressed = True
+                    continue
+                if rec.ended and not rec.finished and not self._ended_seen:
+                    self._ended_seen = True
+                    await self._act(proc, session, sid, session.shard_ended())
+                    await self._close(proc)
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+        except asyncio.CancelledError:
+            await self._shutdown(proc, session, sid)
+            raise
+        finally:
+            await self._close(proc)
+            with contextlib.suppress(BaseException):
+                async with asyncio.timeout(2):
+                    await errors
+
+    async def _act(self, proc: asyncio.subprocess.Process, session: ChildSession,
+                   sid: int, line: bytes, timeout: float | None = None) -> None:
+        """Write one action, then read until its status, answering checkpoints."""
+        await self._write(proc, line)
+        await self._finish(proc, session, sid, timeout)
+
+    async def _finish(self, proc: asyncio.subprocess.Process, session: ChildSession,
+                      sid: int, timeout: float | None = None) -> None:
+        """Read until the status of the action under way, answering checkpoints."""
+        action = session.awaiting
+        assert proc.stdout is not None
+        while True:
+            try:
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                # cancellation that meets a line arriving, and a stop would never come.
+                async with asyncio.timeout(timeout or self.cfg.timeout_seconds):
+                    raw = await proc.stdout.readline()
+            except TimeoutError:
+                raise ChildFailedError(f"no answer to {action} in "
+                                   f"{timeout or self.cfg.timeout_seconds:g} s; killed"
+                                   ) from None
+            except (ValueError, asyncio.LimitOverrunError):
+                raise ChildFailedError(f"a line longer than {MAX_LINE} bytes; killed") from None
+            if not raw:
+                code = await proc.wait()
+                raise ChildFailedError(f"the processor exited (code {code}) during {action}")
+            event = session.receive_line(raw)
+            match event:
+                case None:
+                    continue
+                case StatusDone():
+                    return
+                case Skipped(reason):
+                    self.log.info("kcl %s: skipped a line: %s", self.cfg.stream, reason)
+                case Reply(answer, reason):
+                    self.log.warning("kcl %s: %s", self.cfg.stream, reason)
+                    await self._write(proc, answer)
+                case Violation(reason):
+                    raise ChildFailedError(f"{reason}; killed")
+                case CheckpointAsk(seq, at_end):
+                    error = await self._record_checkpoint(sid, seq, at_end)
+                    if error:
+                        self.log.warning("kcl %s: checkpoint at %d refused (%s)",
+                                         self.cfg.stream, seq, error)
+                    else:
+                        # The first of each child at INFO (it shows the child works),
+                        # the rest at DEBUG (one a batch is too many lines).
+                        level = logging.DEBUG if self._checkpointed else logging.INFO
+                        self._checkpointed = True
+                        if at_end:
+                            level = logging.INFO
+                        self.log.log(level, "kcl %s: checkpoint at %d recorded (pid %d)%s",
+                                     self.cfg.stream, seq, proc.pid,
+                                     ", at the end of the stream" if at_end else "")
+                    await self._write(proc, session.answer(error))
+
+    async def _record_checkpoint(self, sid: int, seq: int, at_end: bool) -> str:
+        token = self._next_token
+        self._next_token += 1
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._answers[token] = fut
+        self._send_checkpoint(token, sid, seq, at_end)
+        return await fut
+
+    async def _write(self, proc: asyncio.subprocess.Process, line: bytes) -> None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(line)
+            await proc.stdin.drain()
+        except (ConnectionError, OSError):
+            code = await proc.wait()
+            raise ChildFailedError(f"the processor exited (code {code})") from None
+
+    async def _shutdown(self, proc: asyncio.subprocess.Process, session: ChildSession,
+                        sid: int) -> None:
+        """The instance stops: the action under way may finish, then shutdownRequested,
+        each within ``shutdown_seconds``. The log takes no more inputs by now, so every
+        checkpoint (one waiting for its Impulse too) is refused with ShutdownException;
+        the records after the last recorded one come again in the next life."""
+        if proc.returncode is not None:
+            return
+        session.stopping = True
+        grace = self.cfg.shutdown_seconds
+        try:
+            if session.asking:
+                await self._write(proc, session.answer(SHUTDOWN))
+            if session.awaiting:
+                await self._finish(proc, session, sid, timeout=grace)
+            await self._act(proc, session, sid, session.shutdown_requested(), timeout=grace)
+        except (ChildFailedError, OSError) as e:
+            self.log.warning("kcl %s: at the stop: %s", self.cfg.stream, e)
+        except asyncio.CancelledError:
+            pass  # cancelled again: no more grace
+
+    async def _close(self, proc: asyncio.subprocess.Process) -> None:
+        """Close stdin (amazon-kclpy exits at its end), wait a moment, then kill."""
+        if proc.returncode is None and proc.stdin is not None:
+            proc.stdin.close()
+            try:
+                async with asyncio.timeout(1.0):
+                    await proc.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        for fut in self._answers.values():
+            fut.cancel()
+        self._answers.clear()
+
+    async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        pid = proc.pid
+        while chunk := await proc.stderr.read(65536):
+            for text in chunk.decode("utf-8", "replace").splitlines():
+                if text.strip():
+                    self.log.info("kcl %s (pid %d): %s", self.cfg.stream, pid, text)

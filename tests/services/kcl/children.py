@@ -1,0 +1,102 @@
+"""Record processors for the tests, speaking the protocol by hand (no amazon-kclpy):
+
+``children.py old OUTPUT``: the older protocol, strictly as its document has it (it exits
+with a line on stderr at any field the document does not name), appending each record to
+OUTPUT once (``<seq> <data>`` lines) and checkpointing after each batch and at TERMINATE.
+
+``children.py unruly MARKS``: the current protocol, misbehaving differently in each life
+(MARKS is a directory counting them): the first life sends lines that are no messages and
+checkpoints it may not take, then a status for the wrong action; the second never
+answers a batch; later lives behave, checkpointing each batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+OLD_FIELDS = {"initialize": {"action", "shardId"}, "processRecords": {"action", "records"},
+              "shutdown": {"action", "reason"}}
+OLD_RECORD = {"data", "partitionKey", "sequenceNumber"}
+
+
+def say(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def fail(why: str) -> None:
+    sys.stderr.write(f"test child: {why}\n")
+    sys.exit(3)
+
+
+def ask(sequence: Any, key: str) -> dict[str, Any]:
+    say({"action": "checkpoint", key: sequence})
+    answer = json.loads(sys.stdin.readline())
+    sys.stderr.write(f"test child: checkpoint {sequence!r} answered {answer.get('error', 'ok')}"
+                     f"\n")
+    return dict(answer)
+
+
+def old(output: str) -> None:
+    import base64
+    done = -1
+    if os.path.exists(output):
+        with open(output) as f:
+            for line in f:
+                done = int(line.split(" ", 1)[0])
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for line in sys.stdin:
+        msg = json.loads(line)
+        action = msg["action"]
+        if set(msg) != OLD_FIELDS.get(action, set()):
+            fail(f"fields {sorted(msg)} in {action}")
+        if action == "processRecords":
+            for r in msg["records"]:
+                if set(r) != OLD_RECORD:
+                    fail(f"record fields {sorted(r)}")
+                seq = int(r["sequenceNumber"])
+                if seq > done:
+                    data = base64.b64decode(r["data"]).decode().rstrip("\n")
+                    os.write(fd, f"{seq} {data}\n".encode())
+                    done = seq
+            answer = ask(msg["records"][-1]["sequenceNumber"], "checkpoint")
+            if set(answer) != {"action", "checkpoint"}:
+                fail(f"answer {answer}")
+        elif action == "shutdown" and msg["reason"] == "TERMINATE":
+            answer = ask(None, "checkpoint")
+            if "error" in answer:
+                fail(f"answer {answer}")
+            sys.stderr.write(f"test child: terminated at {done}\n")
+        say({"action": "status", "responseFor": action})
+
+
+def unruly(marks: str) -> None:
+    os.makedirs(marks, exist_ok=True)
+    life = len(os.listdir(marks)) + 1
+    open(os.path.join(marks, str(life)), "w").close()
+    for line in sys.stdin:
+        msg = json.loads(line)
+        action = msg["action"]
+        if action == "processRecords" and life == 1:
+            sys.stdout.write("a line that is no JSON\n\n[1, 2]\n")
+            say({"action": "dance"})
+            ask("999999", "sequenceNumber")  # beyond what was delivered
+            ask("twelve", "sequenceNumber")  # not a sequence number
+            say({"action": "status", "responseFor": "initialize"})  # the wrong action
+            sys.stdin.readline()  # killed while waiting
+        if action == "processRecords" and life == 2:
+            sys.stdin.readline()  # never answers: killed after the timeout
+        if action == "initialize" and life == 3:
+            ask("1", "sequenceNumber")  # not while initialize runs
+        if action == "processRecords":
+            ask(msg["records"][-1]["sequenceNumber"], "sequenceNumber")
+        if action == "shardEnded":
+            ask(None, "sequenceNumber")
+        say({"action": "status", "responseFor": action})
+
+
+if __name__ == "__main__":
+    {"old": old, "unruly": unruly}[sys.argv[1]](sys.argv[2])

@@ -1,0 +1,184 @@
+"""Record processors as real child processes of a real coordinator: amazon-kclpy's own
+sample, the sample of samples/kcl (amazon-kclpy's API, exactly once by sequence number)
+with the child and the coordinator killed mid-batch, a processor of the older protocol,
+and an unruly child."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.testing import ImmortalProcess, repro
+from services.connectors import EosMessage
+from services.kcl import KclCoordinator
+from tests.launcher import ROOT, Launcher, wait_until
+from tests.services.connectors.coordinator.peers import Source, lines
+
+pytestmark = pytest.mark.integration
+
+TARGET = "services.kcl:KclCoordinator"
+CHILDREN = Path(__file__).with_name("children.py")
+
+
+def start(launcher: Launcher, tmp_path: Path, port: int, processors: dict[str, str]
+          ) -> ImmortalProcess:
+    cfg = tmp_path / "coord.toml"
+    if not cfg.exists():
+        text = f'listen = "127.0.0.1:{port}"\n'
+        for name, body in processors.items():
+            text += f"[kcl.{name}]\n{body}\n"
+        cfg.write_text(text)
+    p = launcher.start(TARGET, "coord", args=["--config", str(cfg)])
+    p.wait_for("listening for sources")
+    return p
+
+
+def command(*args: object) -> str:
+    return "command = " + json.dumps([sys.executable, *map(str, args)])
+
+
+def feed(port: int, sid: int, name: str, ids: range, *, eos: bool) -> None:
+    src = Source(port)
+    src.hello()
+    src.notify(sid, name)
+    src.send(*lines(sid, ids))
+    src.wait_acked(sid, ids[-1])
+    if eos:
+        src.send(EosMessage(sid))
+    src.close()
+
+
+def written(path: Path) -> list[int]:
+    return [int(line.split(" ", 1)[0]) for line in path.read_text().splitlines()]
+
+
+def test_amazon_kclpy_sample_processor(launcher: Launcher, tmp_path: Path,
+                                       kclpy: Path) -> None:
+    (port,) = free_ports(1)
+    sample = kclpy / "samples" / "sample_kclpy_app.py"
+    # Unbuffered: the sample writes its lines without a newline; each must come whole.
+    env = f'env = {{ PYTHONPATH = "{kclpy}", PYTHONUNBUFFERED = "1" }}'
+    p = start(launcher, tmp_path, port, {"ended": f"{command(sample)}\n{env}",
+                                         "held": f"{command(sample)}\n{env}"})
+    feed(port, 1, "ended", range(1, 31), eos=True)
+    feed(port, 2, "held", range(1, 11), eos=False)
+    p.wait_for("at the end of the stream")  # the sample's checkpoint at shardEnded
+    p.wait_for("kcl held: checkpoint at 10 recorded")
+    p.stop()  # shutdownRequested: its checkpoint is refused, the log being closed
+    log = "\n".join(p.lines)
+    assert "Shard has ended checkpointing" in log
+    assert "Shutdown has been requested, checkpointing." in log
+    assert "ShutdownException" in log
+    seen = [int(s) for s in re.findall(r"Sequence Number: (\d+),", log)]
+    assert sorted(seen) == sorted([*range(1, 31), *range(1, 11)])  # each once, each stream
+    state = repro("coord", KclCoordinator, home=launcher.home).state.kcl
+    ended, held = state.streams[1], state.streams[2]
+    # The sample checkpoints its first batch, then every 30 s, and at the shard's end.
+    assert (ended.checkpoint, ended.finished, ended.records) == (30, True, [])
+    assert held.checkpoint == 10 and held.records == [] and not held.finished
+
+
+def coordinator_pid(p: ImmortalProcess) -> int:
+    line = p.wait_for("started the coordinator (pid")
+    return int(line.rsplit("pid ", 1)[1].rstrip(")"))
+
+
+def processor_pid(p: ImmortalProcess, count: int) -> int:
+    line = p.wait_for("started processor (pid", count=count)
+    return int(line.split("(pid ", 1)[1].split(")", 1)[0])
+
+
+@pytest.mark.slow
+def test_child_and_coordinator_killed_mid_batch_lose_nothing(
+        launcher: Launcher, tmp_path: Path, kclpy: Path) -> None:
+    (port,) = free_ports(1)
+    out = tmp_path / "out.txt"
+    body = (f'{command(ROOT / "samples" / "kcl" / "processor.py", out, "--delay", 0.01)}\n'
+            f'env = {{ PYTHONPATH = "{kclpy}" }}\nbatch_records = 25\n')
+    p = start(launcher, tmp_path, port, {"orders": body})
+    feed(port, 7, "orders", range(1, 301), eos=False)
+    wait_until(lambda: out.exists() and len(written(out)) >= 40, 30)
+    os.kill(processor_pid(p, 1), signal.SIGKILL)  # the child, mid-batch
+    line = p.wait_for("started processor (pid", count=2)
+    assert not line.endswith("at checkpoint none")  # from the last recorded checkpoint
+    wait_until(lambda: len(written(out)) >= 120, 30)
+    p.kill()  # the coordinator (binding and log), mid-batch; the child dies with it
+    p = start(launcher, tmp_path, port, {})
+    resumed = p.wait_for("started processor (pid")
+    assert int(resumed.rsplit(" ", 1)[1]) >= 100
+    told = p.wait_for("processor: shard orders from checkpoint")  # initialize's number
+    assert told.split("from checkpoint ")[1].startswith(resumed.rsplit(" ", 1)[1] + ",")
+    wait_until(lambda: len(written(out)) >= 200, 30)
+    os.kill(coordinator_pid(p), signal.SIGKILL)  # the log alone: the binding stops
+    assert p.proc.wait(30) != 0
+    p.kill()  # joins the log reader
+    # Its child was stopped as at any end of primacy: the batch under way, then
+    # shutdownRequested, each checkpoint refused (the log is gone).
+    assert any("waiting for shutdownRequested" in line for line in p.lines), p.lines[-10:]
+    p = start(launcher, tmp_path, port, {})
+    feed(port, 7, "orders", range(301, 321), eos=True)
+    p.wait_for("processor: stream ended at 320")
+    assert written(out) == list(range(1, 321))  # every record once, in order
+    assert json.loads(out.read_text().splitlines()[0].split(" ", 1)[1]) == "s7 line 1\n"
+    p.stop()
+    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[7]
+    assert (rec.checkpoint, rec.finished, rec.records) == (320, True, [])
+
+
+def test_older_protocol_processor(launcher: Launcher, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    out = tmp_path / "out.txt"
+    body = f'{command(CHILDREN, "old", out)}\nprotocol = "shutdown"\nbatch_records = 7\n'
+    p = start(launcher, tmp_path, port, {"legacy": body})
+    feed(port, 3, "legacy", range(1, 31), eos=True)
+    p.wait_for("test child: terminated at 30")
+    assert written(out) == list(range(1, 31))
+    assert "test child: fields" not in "\n".join(p.lines)
+    p.stop()
+    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[3]
+    assert (rec.checkpoint, rec.finished) == (30, True)
+
+
+def test_unruly_child_gets_answers_and_log_lines_never_a_hang(
+        launcher: Launcher, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    body = (f'{command(CHILDREN, "unruly", tmp_path / "marks")}\ntimeout_seconds = 1\n'
+            f'restart_max_seconds = 0.2\n')
+    p = start(launcher, tmp_path, port, {"wild": body})
+    t0 = time.monotonic()
+    feed(port, 4, "wild", range(1, 21), eos=True)
+    p.wait_for("checkpoint None answered ok")  # the fourth life finished the stream
+    log = "\n".join(p.lines)
+    for text in ("skipped a line: not JSON: 'a line that is no JSON'",
+                 "skipped a line: not a JSON object: '[1, 2]'",
+                 "skipped a line: unknown action 'dance'",
+                 "checkpoint '999999' answered IllegalArgumentException",
+                 "checkpoint 'twelve' answered IllegalArgumentException",
+                 "a status for initialize while waiting for processRecords; killed",
+                 "no answer to processRecords in 1 s; killed",
+                 "checkpoint '1' answered InvalidStateException",
+                 "checkpoint '20' answered ok"):
+        assert text in log, text
+    assert time.monotonic() - t0 < 30
+    p.stop()
+    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[4]
+    assert (rec.checkpoint, rec.finished) == (20, True)
+
+
+def test_a_bad_processor_entry_stops_the_instance_with_one_line(launcher: Launcher,
+                                                                tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('listen = "127.0.0.1:0"\n[kcl.orders]\ncommand = "p"\nprotocol = "v9"\n')
+    p = launcher.start(TARGET, "bad", args=["--config", str(cfg)])
+    assert p.proc.wait(30) != 0
+    p.kill()  # joins the log reader
+    assert p.lines[-1] == ('ambrosia run: error: kcl.orders.protocol must be "current" or '
+                           '"shutdown", got \'v9\'')
