@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.testing import upgrade_test
+from services.connectors import ConnectorCoordinator
 from services.connectors.clients import stream_id_of
 from tests.launcher import ROOT, Launcher, wait_until
 
 from ..clients.helpers import SinkProcess
+from .versions import CoordinatorV1
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +100,13 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
         # The status RPC, called by another immortal, from the state of version 1.
         probe = launcher.start(PROBE, "probe")
         answer = json.loads(probe.wait_for("status answer: ").split("status answer: ", 1)[1])
+        assert v1.stop() == 0
+        # The upgrade test replays version 0's history converted, then version 1's: the
+        # conversion is deterministic and ends in the state the live run answered with.
+        replayed = upgrade_test("coord", ConnectorCoordinator, CoordinatorV1,
+                                home=launcher.home)
+        assert replayed.status == "ok"
+        assert {**replayed.state.core.status(), "v1_runs": replayed.state.v1_runs} == answer
     finally:
         for f in feeds:
             if f.poll() is None:
