@@ -95,8 +95,10 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
 
         wait_until(complete, 60)
         assert feeds[1].wait(30) == 0, (tmp_path / "feed-c.log").read_text()
-        # Version 0's ordinary stop told the feed to reconnect.
-        assert "connection ended: RESTART" in (tmp_path / "feed-a.log").read_text()
+        feed_log = (tmp_path / "feed-a.log").read_text()
+        # It reconnected (told by RESTART, or by a reset when the stop closed the socket
+        # with its lines unread) and logged no warning storm on the way.
+        assert feed_log.count("connected to") >= 2 and "raised exception" not in feed_log
         # The status RPC, called by another immortal, from the state of version 1.
         probe = launcher.start(PROBE, "probe")
         answer = json.loads(probe.wait_for("status answer: ").split("status answer: ", 1)[1])
