@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ambrosia_py.errors import UnexpectedMessageError
-from ambrosia_py.wire import Checkpoint, Message, TakeCheckpoint, encode_control_record
+from ambrosia_py.wire import (
+    Checkpoint,
+    Message,
+    TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
+    UpgradeTakeCheckpoint,
+    encode_control_record,
+)
 
 from ..logstore import DigestWriter, digest_path, write_checkpoint
 from ..recovery import coordinator_state
@@ -71,6 +78,8 @@ def ask(c: Coordinator, n: int, request: Message) -> asyncio.Future[CheckpointDa
     """Send ``request`` for checkpoint ``n`` without waiting (the committer asks between
     two records and must not pause)."""
     fut = c.checkpoints.expect(n)
+    if isinstance(request, (TakeBecomingPrimaryCheckpoint, UpgradeTakeCheckpoint)):
+        c.binding_primary = True  # it is primary once it has sent this checkpoint
     c.deliver(encode_control_record(c.cid, request))
     return fut
 

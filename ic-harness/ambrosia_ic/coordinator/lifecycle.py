@@ -87,6 +87,10 @@ class Coordinator:
         # another instance before its record 0 is durable, and a follower only keeps
         # their numbering.
         self.links_active = True
+        # Set once the binding was asked for the checkpoint that makes it primary (first
+        # start, live upgrade): its Impulses from then on are a primary's inputs, to be
+        # committed once live, even by a replica (which otherwise drops early ones).
+        self.binding_primary = False
         # durable log state
         self.next_seq = 0
         self.inputs: dict[str, int] = {}

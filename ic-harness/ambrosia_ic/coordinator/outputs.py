@@ -56,7 +56,8 @@ def route(c: Coordinator, rpc: OutgoingRpc) -> None:
 
 def submit(c: Coordinator, item: PendingInput) -> None:
     """Queue an input for the committer (it commits only once live)."""
-    if item[0] is None and c.phase is not Phase.LIVE and not c.sink.keeps_early_impulses:
+    if (item[0] is None and c.phase is not Phase.LIVE and not c.sink.keeps_early_impulses
+            and not c.binding_primary):
         c.log("dropped an Impulse the binding sent while recovering")
         return
     c.pending.append(item)

@@ -286,7 +286,9 @@ class Feed:
 
     def _send_some(self, conn: ConnectorConnection, writer: asyncio.StreamWriter) -> int:
         """Send what credits allow now; the number of frames sent."""
-        if conn.state is not ConnectionState.STREAMING:
+        # A lost connection ends the session through the reader; writes meanwhile would
+        # only make asyncio log a warning for each.
+        if conn.state is not ConnectionState.STREAMING or writer.is_closing():
             return 0
         sent = 0
         now = time.monotonic()
@@ -300,7 +302,8 @@ class Feed:
                 stream.phase = _Phase.NOTIFYING
                 sent += 1
             batch = 0
-            while stream.phase is _Phase.OPEN and conn.credits > 0 and batch < _BATCH:
+            while (stream.phase is _Phase.OPEN and conn.credits > 0 and batch < _BATCH
+                   and not writer.is_closing()):
                 record = src.next_record()
                 if record is not None:
                     message = Message(src.stream_id, record.message_id, record.payload,

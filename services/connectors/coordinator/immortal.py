@@ -14,7 +14,7 @@ Run: ``ambrosia run services.connectors:ConnectorCoordinator -i NAME --config FI
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from ambrosia_py import Immortal, impulse, rpc
 
@@ -69,6 +69,23 @@ class ConnectorCoordinator(Immortal):
             self.impulse_self.configure(wanted)
         self._live = Live(self, cfg)
         self.ctx.spawn(self._live.run())
+
+    @classmethod
+    def upgrade_from(cls, previous: Immortal) -> Self:
+        """The state conversion of a live upgrade: the new version takes the core as it
+        is, so a subclass that only changes what applied messages produce needs none.
+        Override to convert more (call this for the core).
+
+        The new instance is built while the upgrading process is still recovering
+        (UpgradeTakeCheckpoint only comes before BecomingPrimary), so its own
+        ``on_become_primary`` starts the network I/O bound to it; nothing of the old
+        instance's I/O lives on in that process."""
+        if not isinstance(previous, ConnectorCoordinator):
+            raise TypeError(f"{cls.__qualname__} cannot take the state of "
+                            f"{type(previous).__qualname__}: not a ConnectorCoordinator")
+        new = cls()
+        new.core = previous.core
+        return new
 
     def checkpoint_state(self) -> Any:
         return self.core.to_state()
