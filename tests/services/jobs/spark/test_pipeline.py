@@ -180,6 +180,8 @@ def test_word_counts_are_exact_through_kills_of_every_part(
         wait_until(lambda: jobs().get("done") == len(numbers), "the status file", 10)
         final = jobs()
         assert final["failed"] == 0 and final["running"] == 0
+        links = json.loads(status.read_text())["job_links"]
+        assert links["runners"] == {f"r{i}@127.0.0.1:{ports[f'r{i}']}": True for i in (1, 2)}
         assert final["attempts"] > final["decided"]  # the kills cost attempts
     finally:
         feed.kill()
