@@ -8,7 +8,7 @@ coordinator binding's memory with and without runners.
   the ``start`` to the job's last batch. Baseline: ``spark-submit --master local[2]`` of
   a script running the same count over the same lines (a new JVM each time), timed to
   its exit. Ratio = baseline / warm (how many times faster a warm runner is).
-- Memory: the RSS of ``ambrosia run services.pipeline:WordCountPipeline``'s binding
+- Memory: the RSS of ``ambrosia run services.pipeline:SparkCoordinator``'s binding
   process once primary, with a runner configured (the job links running) and without.
   Ratio = with / without.
 """
@@ -126,7 +126,7 @@ def _binding_rss(tmp: Path, name: str, runner_port: int | None) -> float:
     cfg.write_text(text)
     home = tmp / f"home-{name}"
     home.mkdir()
-    p = start_immortal("services.pipeline:WordCountPipeline", name, home=home, cwd=ROOT,
+    p = start_immortal("services.pipeline:SparkCoordinator", name, home=home, cwd=ROOT,
                        args=["--config", str(cfg)])
     try:
         p.wait_for("listening for sources")
