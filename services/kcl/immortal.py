@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ambrosia_py import impulse, rpc
-from services.connectors.coordinator import Applied, ConnectorCoordinator
+from services.connectors.coordinator import Applied, ConnectorCoordinator, CoordinatorConfig
 
 from .config import ProcessorConfig, processors_from_config
 from .core import KclCore
@@ -39,8 +39,9 @@ class KclCoordinator(ConnectorCoordinator):
         self._drivers: dict[str, ProcessorDriver] = {}  # the primary's; never state
 
     # ------------------------------------------------------------ hooks
-    def coordinator_config(self) -> Mapping[str, Any]:
-        return {k: v for k, v in self.ctx.config.items() if k != "kcl"}
+    def coordinator_config(self) -> CoordinatorConfig:
+        return CoordinatorConfig.from_mapping(
+            {k: v for k, v in self.ctx.config.items() if k != "kcl"})
 
     def on_messages(self, stream_id: int, messages: Sequence[Applied]) -> None:
         super().on_messages(stream_id, messages)

@@ -13,7 +13,7 @@ Run: ``ambrosia run services.connectors:ConnectorCoordinator -i NAME --config FI
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Self
 
 from ambrosia_py import Immortal, impulse, rpc
@@ -53,15 +53,10 @@ class ConnectorCoordinator(Immortal):
     def on_end_of_stream(self, stream_id: int) -> None:
         """Called (in a handler, deterministically) when a stream's EOS was applied."""
 
-    def coordinator_config(self) -> Mapping[str, Any]:
-        """The part of ``ctx.config`` that is the coordinator's. A subclass with keys of
-        its own leaves them out here, so the coordinator's check does not refuse them."""
-        return self.ctx.config
-
     # ------------------------------------------------------------ lifecycle
     def on_become_primary(self) -> None:
         # A bad configuration stops the instance with its one-line error.
-        cfg = CoordinatorConfig.from_mapping(self.coordinator_config())
+        cfg = self.coordinator_config()
         wanted = cfg.decision_part()
         if wanted != self.core.settings or self.core.instance != self.ctx.instance_name:
             # Configuration is outside-world input: it reaches the state as an Impulse,
@@ -86,6 +81,11 @@ class ConnectorCoordinator(Immortal):
         new = cls()
         new.core = previous.core
         return new
+
+    def coordinator_config(self) -> CoordinatorConfig:
+        """This coordinator's part of ``ctx.config`` (a subclass with keys of its own
+        takes them out first)."""
+        return CoordinatorConfig.from_mapping(self.ctx.config)
 
     def checkpoint_state(self) -> Any:
         return self.core.to_state()
@@ -139,7 +139,16 @@ class ConnectorCoordinator(Immortal):
     async def status(self) -> dict[str, Any]:
         """Per stream (applied, point of reference, closed) and per sink (committed
         offset, pending bytes, transaction in flight, commits, aborts): state only."""
+        return self.state_status()
+
+    def state_status(self) -> dict[str, Any]:
+        """The status derived from the state alone (a subclass adds its own parts)."""
         return self.core.status()
+
+    def live_status(self) -> dict[str, Any]:
+        """Live counters of the primary's own I/O, for the status file (a subclass with
+        I/O of its own adds them)."""
+        return {}
 
     # ------------------------------------------------------------ helpers
     def _now_ns(self) -> int:

@@ -92,13 +92,14 @@ class Live:
 
     def report(self) -> dict[str, Any]:
         """The state's status with the live counters added."""
-        report = self._core().status()
+        report = self.owner.state_status()
         applied = sum(s["applied"] + s["dropped"] for s in report["streams"].values())
         report.update(
             port=self.sources.port, connections=self.sources.connections,
             received=self.sources.received, acked=self.sources.acked,
             lag=max(self.sources.received - applied, 0),
             linked={link.name: link.connected for link in self.sinks})
+        report.update(self.owner.live_status())
         return report
 
     def _write_status(self, report: dict[str, Any]) -> None:
