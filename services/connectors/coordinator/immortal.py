@@ -53,7 +53,7 @@ class ConnectorCoordinator(Immortal):
     # ------------------------------------------------------------ lifecycle
     def on_become_primary(self) -> None:
         # A bad configuration stops the instance with its one-line error.
-        cfg = CoordinatorConfig.from_mapping(self.ctx.config)
+        cfg = self.coordinator_config()
         wanted = cfg.decision_part()
         if wanted != self.core.settings or self.core.instance != self.ctx.instance_name:
             # Configuration is outside-world input: it reaches the state as an Impulse,
@@ -61,6 +61,11 @@ class ConnectorCoordinator(Immortal):
             self.impulse_self.configure(wanted)
         self._live = Live(self, cfg)
         self.ctx.spawn(self._live.run())
+
+    def coordinator_config(self) -> CoordinatorConfig:
+        """This coordinator's part of ``ctx.config`` (a subclass with keys of its own
+        takes them out first)."""
+        return CoordinatorConfig.from_mapping(self.ctx.config)
 
     def checkpoint_state(self) -> Any:
         return self.core.to_state()
@@ -113,6 +118,10 @@ class ConnectorCoordinator(Immortal):
     async def status(self) -> dict[str, Any]:
         """Per stream (applied, point of reference, closed) and per sink (committed
         offset, pending bytes, transaction in flight, commits, aborts): state only."""
+        return self.state_status()
+
+    def state_status(self) -> dict[str, Any]:
+        """The status derived from the state alone (a subclass adds its own parts)."""
         return self.core.status()
 
     # ------------------------------------------------------------ helpers

@@ -92,7 +92,7 @@ class Live:
 
     def report(self) -> dict[str, Any]:
         """The state's status with the live counters added."""
-        report = self._core().status()
+        report = self.owner.state_status()
         applied = sum(s["applied"] + s["dropped"] for s in report["streams"].values())
         report.update(
             port=self.sources.port, connections=self.sources.connections,

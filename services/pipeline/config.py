@@ -1,0 +1,103 @@
+"""The Spark coordinator's configuration: the connector coordinator's keys plus the job
+keys, split apart and checked with one-line errors.
+
+| key | default | meaning |
+|---|---|---|
+| ``runners`` | ``[]`` | runners, ``"host:port"`` (named by the address) or ``"name@host:port"`` |
+| ``out`` | ``""`` | the job output root the runners write under (needed with runners) |
+| ``max_attempts`` | ``3`` | attempts of a job that may fail before ``on_job_failed`` |
+| ``batch_lines`` | ``2000`` | (word count) lines per micro-batch |
+| ``batch_seconds`` | ``1.0`` | (word count) ... or cut a batch this old at a tick |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from services.connectors.coordinator.config import (
+    CoordinatorConfig,
+    CoordinatorConfigError,
+    parse_address,
+)
+from services.jobs.attempts import member_id
+from services.jobs.link import RunnerAddress
+
+__all__ = ["JOB_KEYS", "PipelineConfig", "runner_address"]
+
+JOB_KEYS = ("runners", "out", "max_attempts", "batch_lines", "batch_seconds")
+
+
+def runner_address(text: str) -> RunnerAddress:
+    """``"host:port"`` or ``"name@host:port"`` -> the runner's address and member id
+    (``attempts.member_id`` of the name; the name is the address when none is given).
+
+    Raises:
+        CoordinatorConfigError: not one of those forms.
+    """
+    name, _, where = text.rpartition("@")
+    host, port = parse_address(where, "runners")
+    if port == 0:
+        raise CoordinatorConfigError(f"runners: {text!r} needs a port other than 0")
+    return RunnerAddress(member_id(name or where), host, port)
+
+
+def _runners(_i: Any, _a: Any, value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CoordinatorConfigError(f"runners must be a list of \"host:port\", got {value!r}")
+    for text in value:
+        runner_address(text)
+    if len(set(value)) != len(value):
+        raise CoordinatorConfigError(f"runners lists one runner twice: {value!r}")
+
+
+def _int(name: str, low: int) -> Any:
+    def check(_i: Any, _a: Any, value: Any) -> None:
+        if type(value) is not int or value < low:
+            raise CoordinatorConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return check
+
+
+def _seconds(_i: Any, _a: Any, value: Any) -> None:
+    if type(value) not in (int, float) or not value > 0:
+        raise CoordinatorConfigError(f"batch_seconds must be a number > 0, got {value!r}")
+
+
+def _text(_i: Any, _a: Any, value: Any) -> None:
+    if type(value) is not str:
+        raise CoordinatorConfigError(f"out must be a directory path, got {value!r}")
+
+
+@attrs.frozen
+class PipelineConfig:
+    """The job keys (see the module docstring) and the coordinator's own configuration."""
+
+    coordinator: CoordinatorConfig
+    runners: list[str] = attrs.field(factory=list, validator=_runners)
+    out: str = attrs.field(default="", validator=_text)
+    max_attempts: int = attrs.field(default=3, validator=_int("max_attempts", 1))
+    batch_lines: int = attrs.field(default=2000, validator=_int("batch_lines", 1))
+    batch_seconds: float = attrs.field(default=1.0, validator=_seconds)
+
+    def __attrs_post_init__(self) -> None:
+        if self.runners and not self.out:
+            raise CoordinatorConfigError("out (the job output root) is needed with runners")
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> PipelineConfig:
+        """Raises: CoordinatorConfigError: an unknown key or a bad value (one line)."""
+        mine = {k: v for k, v in config.items() if k in JOB_KEYS}
+        if "runners" in mine and isinstance(mine["runners"], (list, tuple)):
+            mine["runners"] = list(mine["runners"])
+        rest = {k: v for k, v in config.items() if k not in JOB_KEYS}
+        return cls(CoordinatorConfig.from_mapping(rest), **mine)
+
+    def addresses(self) -> list[RunnerAddress]:
+        return [runner_address(r) for r in self.runners]
+
+    def decision_part(self) -> dict[str, Any]:
+        """What the job handlers decide with (reaches the state by an Impulse)."""
+        return {"runners": list(self.runners), "max_attempts": self.max_attempts,
+                "batch_lines": self.batch_lines, "batch_seconds": float(self.batch_seconds)}

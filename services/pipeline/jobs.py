@@ -1,0 +1,27 @@
+"""The pipeline's Spark jobs; runners load them with ``--jobs services.pipeline.jobs``.
+
+pyspark is imported inside the job functions only, so the coordinator (which imports
+this package) never loads Spark's client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.jobs.spark import spark_job
+
+from .words import LOWER, SEPARATOR, UPPER
+
+__all__ = ["wordcount"]
+
+
+@spark_job("wordcount")
+def wordcount(spark: Any, args: dict[str, Any]) -> Any:
+    """Word counts (``word``, ``count``) of ``args["lines"]``, by ``words.words``'s rule:
+    ``translate`` lowers A-Z exactly as the Python rule does, then split on non-letters."""
+    from pyspark.sql import functions as sf
+
+    lines = spark.createDataFrame([(line,) for line in args["lines"]], "value string")
+    lowered = sf.translate(sf.col("value"), UPPER, LOWER)
+    found = lines.select(sf.explode(sf.split(lowered, SEPARATOR)).alias("word"))
+    return found.where(sf.col("word") != "").groupBy("word").count()
