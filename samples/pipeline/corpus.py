@@ -2,8 +2,8 @@
 
 Words are made of syllables and drawn with Zipf-like weights (a few very common words, a
 long tail), as in real text, so that every micro-batch shares words with the others and
-the counts must really be merged. Lines hold lower-case words separated by single spaces:
-any sensible word rule reads them alike.
+the counts must really be merged. Lines read like sentences (a capital letter first,
+commas, a full stop), so the word rule (``services.pipeline.words``) has work to do.
 """
 
 from __future__ import annotations
@@ -48,15 +48,21 @@ def write_corpus(directory: Path, lines: int, files: int, seed: int = CORPUS_SEE
         with open(path, "w", encoding="ascii") as out:
             for _ in range(n):
                 k = rng.randint(*words_per_line)
-                out.write(" ".join(rng.choices(vocab, cum_weights=weights, k=k)) + "\n")
+                words = rng.choices(vocab, cum_weights=weights, k=k)
+                words[0] = words[0].capitalize()
+                for i in range(1, k - 1):
+                    if rng.random() < 0.08:
+                        words[i] += ","
+                out.write(" ".join(words) + rng.choice(".?!") + "\n")
     return paths
 
 
 def count_words(paths: list[Path]) -> Counter[str]:
-    """The corpus's word counts in plain Python (space-separated words)."""
+    """The corpus's word counts in plain Python, by the pipeline's word rule."""
+    from services.pipeline.words import count_words as count
+
     counts: Counter[str] = Counter()
     for path in paths:
         with open(path, encoding="ascii") as f:
-            for line in f:
-                counts.update(line.split())
+            counts.update(count(f))
     return counts

@@ -31,6 +31,10 @@ def parse_output(data: bytes) -> tuple[list[Batch], list[str]]:
         problems.append("the output ends inside a line")
     for n, line in enumerate(text.splitlines(), 1):
         fields = line.split("\t")
+        if fields[0] == "#failed":
+            problems.append(f"line {n}: batch {fields[1] if len(fields) > 1 else '?'} "
+                            "failed every attempt")
+            continue
         if fields[0] == "#batch":
             if len(fields) != 4 or not all(f.isdigit() for f in fields[1:]):
                 problems.append(f"line {n}: a bad batch header {line!r}")

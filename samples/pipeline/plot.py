@@ -41,7 +41,7 @@ def plot_run(path: Path, samples: list[Sample], latencies: list[tuple[float, flo
         if committed:
             top.plot(*zip(*committed, strict=True), label="lines committed to the sink /s")
         top.set_ylabel("lines per second")
-        top.legend(loc="upper right")
+        top.legend(loc="lower right")
         top.set_title(title)
         if latencies:
             bottom.plot(*zip(*latencies, strict=True), "o-", color="tab:green",
@@ -53,9 +53,12 @@ def plot_run(path: Path, samples: list[Sample], latencies: list[tuple[float, flo
             axis.grid(alpha=0.3)
             for event in events:
                 axis.axvline(event.t, color="tab:red", linestyle="--", linewidth=1)
-        for event in events:
-            top.annotate(event.label, (event.t, 1.0), xycoords=("data", "axes fraction"),
-                         rotation=90, va="top", ha="right", fontsize=8, color="tab:red")
+        for i, event in enumerate(events):
+            # Staggered heights: crashes and recoveries often come seconds apart.
+            top.annotate(event.label, (event.t, 0.97 - 0.09 * (i % 4)),
+                         xycoords=("data", "axes fraction"), va="top", ha="left",
+                         fontsize=8, color="tab:red",
+                         bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=100)

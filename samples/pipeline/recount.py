@@ -10,15 +10,18 @@ __all__ = ["spark_recount"]
 
 
 def spark_recount(url: str, paths: list[Path]) -> Counter[str]:
-    """Word counts of ``paths`` (words: runs of non-blank characters) computed by Spark
-    through ``url`` (``sc://host:port``)."""
+    """Word counts of ``paths`` by the pipeline's word rule (``services.pipeline.words``:
+    runs of ASCII letters, lowered) computed by Spark through ``url``
+    (``sc://host:port``)."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as sf
+
+    from services.pipeline.words import LOWER, SEPARATOR, UPPER
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:
         words = spark.read.text([str(p) for p in paths]).select(
-            sf.explode(sf.split("value", r"\s+")).alias("word"))
+            sf.explode(sf.split(sf.translate("value", UPPER, LOWER), SEPARATOR)).alias("word"))
         rows = words.where("word != ''").groupBy("word").count().collect()
         return Counter({row["word"]: int(row["count"]) for row in rows})
     finally:

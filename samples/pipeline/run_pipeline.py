@@ -73,7 +73,9 @@ class Pipeline:
             f'status_file = "{self.status_file}"',
             "status_seconds = 0.5",
             "interval_seconds = 0.2",
-            f"runners = [{', '.join(f'{chr(34)}127.0.0.1:{p}{chr(34)}' for p in runner_ports)}]",
+            # "name@host:port": the member name each runner was started with.
+            "runners = [" + ", ".join(f'"{r.name}@127.0.0.1:{port}"' for r, port
+                                      in zip(self.runners, runner_ports, strict=True)) + "]",
             f'out = "{run_dir / "jobs"}"',
             f"batch_lines = {batch_lines}",
             "batch_seconds = 1.0",
@@ -169,6 +171,11 @@ def run(args: argparse.Namespace) -> int:
     batch_lines = args.batch_lines or max(200, args.lines // 20)
     p: Pipeline | None = None
     try:
+        # The reference answer first: it also warms the Spark server up.
+        say("counting the corpus with a plain PySpark batch job (the reference answer)")
+        from samples.pipeline.recount import spark_recount
+
+        expected = spark_recount(connect, paths)
         p = Pipeline(run_dir, paths, connect, args.runners, batch_lines)
         w = Watcher(p.status_file, p.sink_dir / "committed", args.lines, say)
         say(f"Spark at {connect}; starting the 2PC file sink, {args.runners} runner(s) and "
@@ -184,10 +191,15 @@ def run(args: argparse.Namespace) -> int:
         plan = [] if args.no_crashes else crashes(p, w)
         deadline = time.monotonic() + args.timeout
         timed_out = False
+        committed_before = 0
         while True:
             w.poll()
-            if plan and w.tail.lines >= plan[0][0] * args.lines:
+            # The next crash once its share of the lines is committed, and never before
+            # a batch has been committed since the last recovery.
+            if (plan and w.tail.lines >= plan[0][0] * args.lines
+                    and len(w.tail.headers) > committed_before):
                 plan.pop(0)[1]()
+                committed_before = len(w.tail.headers)
             for child in p.everything():
                 if child in p.feeds:
                     continue
@@ -203,13 +215,10 @@ def run(args: argparse.Namespace) -> int:
                 timed_out = True
                 break
             time.sleep(0.25)
-        for line in w.progress(fresh=True):
+        for line in w.progress():
             say(line)
-        say("stopping the pipeline; recounting the corpus with a plain PySpark batch job")
+        say("stopping the pipeline")
         p.stop()
-        from samples.pipeline.recount import spark_recount
-
-        expected = spark_recount(connect, paths)
     finally:
         if p is not None:
             p.stop()

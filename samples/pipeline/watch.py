@@ -46,6 +46,7 @@ class Watcher:
         self.commit_times: dict[int, float] = {}  # batch -> when its header appeared
         self.report: dict[str, Any] = {}
         self._status_mtime = 0.0
+        self._status_seen = 0.0  # when the status file last changed (seconds since start)
         self._last_print = -every
 
     def now(self) -> float:
@@ -61,9 +62,11 @@ class Watcher:
             self.commit_times.setdefault(k, t)
         applied = self._read_status()
         self.samples.append(Sample(t, applied, self.tail.lines))
+        if applied is not None:
+            self._status_seen = t
         if t - self._last_print >= self.every:
             self._last_print = t
-            for line in self.progress(fresh=applied is not None):
+            for line in self.progress():
                 self.say(line)
 
     def _read_status(self) -> int | None:
@@ -79,21 +82,22 @@ class Watcher:
         self.report = report
         return sum(s.get("applied", 0) for s in report.get("streams", {}).values())
 
-    def progress(self, fresh: bool) -> list[str]:
+    def progress(self) -> list[str]:
         """One line per stream, one for the jobs and the output."""
         t = self.now()
+        stale = t - self._status_seen
         head = f"[{t:5.1f}s]"
         streams: Mapping[str, Any] = self.report.get("streams", {})
         lines = [f"{head} stream {Path(s.get('name', sid)).name}: {s.get('applied', 0):,} "
                  f"lines in{' (done)' if s.get('closed') else ''}"
                  for sid, s in sorted(streams.items(), key=lambda kv: str(kv[1].get('name')))]
         jobs = self.report.get("jobs") or {}
-        job_text = ", ".join(f"{jobs[k]} {k}" for k in ("running", "done", "failed",
-                                                        "attempts") if k in jobs)
+        job_text = ", ".join(f"{jobs[k]} {k}" for k in ("waiting", "running", "done",
+                                                        "failed", "attempts") if k in jobs)
         lines.append(
             f"{head} jobs: {job_text or 'none yet'}; batches committed "
             f"{len(self.tail.headers)} ({self.tail.lines:,}/{self.total_lines:,} lines)"
-            + ("" if fresh else "; status not refreshed"))
+            + (f"; no status for {stale:.0f} s" if stale > 2 else ""))
         return lines
 
     def commit_latencies(self) -> list[tuple[float, float]]:
