@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ambrosia_py import impulse
+from ambrosia_py import impulse, rpc
 from services.connectors.coordinator import ConnectorCoordinator, CoordinatorConfig
 
 from .config import PipelineConfig
@@ -123,6 +123,11 @@ class SparkCoordinator(ConnectorCoordinator):
     def job_lost(self, key: str, local_id: int, same_attempt: bool, why: str) -> None:
         self.jobs.lost(key, local_id, same_attempt)
         self._wake_jobs()
+
+    @rpc
+    async def cancel(self, key: str, reason: str = "cancelled on request") -> bool:
+        """Cancel job ``key`` (see ``cancel_job``); False if it had ended or is unknown."""
+        return self.cancel_job(key, reason)
 
     @impulse
     def job_tick(self) -> None:

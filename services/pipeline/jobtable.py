@@ -180,11 +180,11 @@ class JobTable:
         return {e.local_id: k for k, e in self.jobs.items()}
 
     def status(self) -> dict[str, Any]:
-        phases = [e.phase for e in self.jobs.values()]
+        """Jobs decided, running (decided, not ended), done, failed, cancelled, and
+        attempts decided (first attempts, retries and new attempts after a loss)."""
         return {
             "decided": self.jobs_decided,
-            "waiting": phases.count(Phase.DECIDED),
-            "running": phases.count(Phase.RUNNING),
+            "running": len(self.jobs),
             **self.counts,
             "recent": [[e.key, e.phase.value, e.attempts, e.reason] for e in self.ended[-8:]],
         }

@@ -1,0 +1,191 @@
+"""The word count pipeline end to end, with real processes: the real feed tails two files
+into ``ambrosia run services.pipeline:WordCountPipeline``, two real runners count each
+micro-batch on the shared Connect server, the real 2PC file sink commits the output.
+While it runs, in turn, the coordinator's binding, its coordinator process, a runner and
+the Connect server are killed with ``kill -9``; the committed output must still hold
+every batch once, in order, with counts equal to a plain-Python recount."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ambrosia_py.testing import ImmortalProcess
+from services.jobs.spark import ConnectServer
+from services.pipeline import count_words
+from tests.launcher import ROOT, Launcher, launcher  # noqa: F401 - the fixture
+
+from .conftest import free_port, wait_until
+
+pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(400),
+              pytest.mark.integration, pytest.mark.slow]
+
+TARGET = "services.pipeline:WordCountPipeline"
+PIPELINE_JOBS = ("--jobs", "services.pipeline.jobs")
+VOCABULARY = ["Alpha", "beta", "GAMMA", "delta's", "eps-ilon", "zeta", "Eta", "theta",
+              "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho"]
+
+
+def corpus(n: int, salt: int) -> list[str]:
+    return [" ".join(VOCABULARY[(i * 7 + j * 3 + salt) % len(VOCABULARY)]
+                     for j in range(i % 6 + 1)) + f" {i % 10}!" for i in range(n)]
+
+
+def parse_output(data: bytes) -> tuple[list[int], int, Counter[str]]:
+    """Batch numbers in output order, total lines, and the summed counts; each batch's
+    header must agree with its rows, and rows must be sorted by word."""
+    numbers: list[int] = []
+    total_lines = 0
+    counts: Counter[str] = Counter()
+    text = data.decode()
+    assert text.endswith("\n") or not text
+    blocks = re.split(r"(?m)^(?=#batch\t)", text)
+    for block in filter(None, blocks):
+        header, *rows = block.splitlines()
+        tag, k, lines, words = header.split("\t")
+        assert tag == "#batch", header
+        pairs = [row.split("\t") for row in rows]
+        assert [w for w, _ in pairs] == sorted(w for w, _ in pairs)
+        assert sum(int(c) for _, c in pairs) == int(words)
+        numbers.append(int(k))
+        total_lines += int(lines)
+        counts.update({w: int(c) for w, c in pairs})
+    return numbers, total_lines, counts
+
+
+class Halves:
+    """An ``ambrosia run`` process: the binding (the process itself) and its coordinator
+    (its child), each killable on its own."""
+
+    def __init__(self, launcher: Launcher, args: list[str]) -> None:  # noqa: F811
+        self.launcher = launcher
+        self.args = args
+        self.p: ImmortalProcess = self.start()
+
+    def start(self) -> ImmortalProcess:
+        self.p = self.launcher.start(TARGET, "wc", args=self.args)
+        self.p.wait_for("listening for sources")
+        return self.p
+
+    def coordinator_pid(self) -> int:
+        pid = self.p.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
+    def kill(self, half: str) -> None:
+        victim = self.p.proc.pid if half == "binding" else self.coordinator_pid()
+        os.kill(victim, signal.SIGKILL)
+        try:
+            self.p.proc.wait(20)  # the survivor notices and ends
+        except subprocess.TimeoutExpired:
+            pass
+        self.p.kill()  # nothing of this life may linger
+        self.start()
+
+
+def test_word_counts_are_exact_through_kills_of_every_part(
+        launcher: Launcher, runners, connect_server: ConnectServer,  # noqa: F811
+        tmp_path: Path) -> None:
+    ports = {name: free_port() for name in ("listen", "sink", "r1", "r2")}
+    out = tmp_path / "out"
+    r1 = runners("r1", ports["r1"], out, PIPELINE_JOBS)
+    r2 = runners("r2", ports["r2"], out, PIPELINE_JOBS)
+    sink_dir = tmp_path / "sink"
+    sink = subprocess.Popen(
+        [sys.executable, "-m", "services.connectors.clients.filesink", "--listen",
+         f"127.0.0.1:{ports['sink']}", "--dir", str(sink_dir)],
+        cwd=ROOT, stderr=open(tmp_path / "sink.log", "wb"))  # noqa: SIM115
+    status = tmp_path / "status.json"
+    cfg = tmp_path / "wc.toml"
+    cfg.write_text(
+        f'listen = "127.0.0.1:{ports["listen"]}"\ninterval_seconds = 0.2\n'
+        f'status_seconds = 0.3\nstatus_file = "{status}"\n'
+        f'runners = ["r1@127.0.0.1:{ports["r1"]}", "r2@127.0.0.1:{ports["r2"]}"]\n'
+        f'out = "{out}"\nbatch_lines = 150\nbatch_seconds = 0.3\n'
+        f'[sinks]\nout = "127.0.0.1:{ports["sink"]}"\n')
+    coordinator = Halves(launcher, ["--config", str(cfg)])
+    inputs = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    for path in inputs:
+        path.write_text("")
+    feed = subprocess.Popen(
+        [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+         f"127.0.0.1:{ports['listen']}", "--backoff-cap", "0.5", *map(str, inputs)],
+        cwd=ROOT, stderr=open(tmp_path / "feed.log", "wb"))  # noqa: SIM115
+    written: list[str] = []
+
+    def jobs() -> dict[str, int]:
+        try:
+            return dict(json.loads(status.read_text())["jobs"])
+        except (OSError, ValueError, KeyError):
+            return {}
+
+    def append(n: int) -> None:
+        for i, path in enumerate(inputs):
+            lines = corpus(n, len(written) + i)
+            with open(path, "a") as f:
+                f.write("".join(f"{line}\n" for line in lines))
+            written.extend(lines)
+
+    def done_at_least(n: int) -> bool:
+        return jobs().get("done", 0) >= n
+
+    try:
+        append(300)
+        wait_until(lambda: done_at_least(1), "a first job done", 90)
+        # 1. the coordinator's binding, while jobs run.
+        append(300)
+        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
+        coordinator.kill("binding")
+        append(300)
+        wait_until(lambda: done_at_least(5), "jobs done after the binding's death", 90)
+        # 2. its coordinator process.
+        append(300)
+        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
+        coordinator.kill("coordinator")
+        append(300)
+        wait_until(lambda: done_at_least(9), "jobs done after the coordinator's death", 90)
+        # 3. a runner, then 4. the Connect server, each mid-job.
+        append(300)
+        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
+        r1.kill()
+        r1.start()
+        append(300)
+        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
+        pid = connect_server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        connect_server.wait_restarted(pid, 120)
+        append(300)
+        expected = count_words(written)
+
+        def settled() -> bool:
+            committed = sink_dir / "committed"
+            if not committed.exists():
+                return False
+            return parse_output(committed.read_bytes())[1] == len(written)
+
+        wait_until(settled, "every line committed", 180)
+        numbers, total, counts = parse_output((sink_dir / "committed").read_bytes())
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert total == len(written)
+        assert counts == expected
+        final = jobs()
+        assert final["failed"] == 0 and final["running"] == 0
+        assert final["done"] == len(numbers)
+        assert final["attempts"] > final["decided"]  # the kills cost attempts
+    finally:
+        feed.kill()
+        sink.kill()
+        feed.wait()
+        sink.wait()
+    assert r2.process is not None and r2.process.poll() is None

@@ -1,0 +1,170 @@
+"""The job table and the word count's handlers, driven as logged inputs with no Spark:
+attempts only rise, re-sent batches are dropped, results leave in batch order, and a
+replay of the log rebuilds the same state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ambrosia_py.testing.inmemory import InMemoryCoordinator
+from services.pipeline import JobTable, Phase, WordCountPipeline, format_batch, words
+
+SETTINGS = {"runners": ["127.0.0.1:7101", "127.0.0.1:7102"], "max_attempts": 2,
+            "batch_lines": 3, "batch_seconds": 1.0}
+
+
+def table() -> JobTable:
+    t = JobTable()
+    t.configure("wc", SETTINGS)
+    return t
+
+
+def test_words_are_runs_of_ascii_letters_lowered() -> None:
+    assert words("Don't stop-2-GO!") == ["don", "t", "stop", "go"]
+    assert words("Ärger über straße") == ["rger", "ber", "stra", "e"]
+    assert words("  42 \t") == []
+
+
+def test_keys_and_attempts_come_from_the_state_and_attempts_only_rise() -> None:
+    t = table()
+    a, b = t.submit("wordcount", {"lines": ["x"]}), t.submit("wordcount", {})
+    assert (a, b) == ("wc-1", "wc-2")
+    assert [t.jobs[a].local_id, t.jobs[b].local_id] == [0, 1]
+    assert t.runner_of(a) == "127.0.0.1:7101"  # (1 + 1) % 2
+    assert not t.failed(a, 0, "boom")  # attempt 2 decided, on the other runner
+    assert (t.jobs[a].attempt, t.jobs[a].local_id) == (2, 2)
+    assert t.runner_of(a) == "127.0.0.1:7102"
+    assert t.cancels == [0]  # the failed start is cancelled at its runner
+    t.lost(a, 2, same_attempt=True)  # committed output: the same attempt, a new start
+    assert (t.jobs[a].attempt, t.jobs[a].local_id) == (2, 3)
+    t.lost(a, 2, same_attempt=False)  # an old start: changes nothing
+    assert (t.jobs[a].attempt, t.jobs[a].local_id) == (2, 3)
+    assert t.failed(a, 3, "boom again")  # the second attempt was the last
+    assert a not in t.jobs and t.counts["failed"] == 1
+    assert t.status()["recent"][-1] == ["wc-1", "failed", 2, "boom again"]
+
+
+def test_a_result_sent_again_from_batch_zero_is_kept_once() -> None:
+    t = table()
+    key = t.submit("wordcount", {})
+    assert t.batch(key, 0, 0, b'{"word":"a","count":1}\n', False) is None
+    assert t.batch(key, 0, 0, b'{"word":"a","count":1}\n', False) is None  # again: dropped
+    assert t.batch(key, 0, 2, b"x", True) is None  # skips ahead: dropped
+    assert t.batch(key, 7, 1, b"x", True) is None  # another start's: dropped
+    assert t.jobs[key].phase is Phase.RUNNING
+    done = t.batch(key, 0, 1, b'{"word":"b","count":2}\n', True)
+    assert done == b'{"word":"a","count":1}\n{"word":"b","count":2}\n'
+    assert t.batch(key, 0, 2, b"late", True) is None and t.counts["done"] == 1
+
+
+def test_the_table_survives_its_state_form() -> None:
+    t = table()
+    key = t.submit("wordcount", {"lines": ["a b"]})
+    t.batch(key, 0, 0, b"part", False)
+    t.submit("other", {})
+    t.cancel("wc-2", "asked")
+    again = JobTable.from_state(t.to_state())
+    assert again.to_state() == t.to_state()
+
+
+# ---------------------------------------------------------------- handlers, as logged
+
+
+@pytest.fixture
+def coordinator() -> Iterator[InMemoryCoordinator]:
+    """A word count instance with one sink and no runner links (its job decisions are
+    driven by the test's Impulses, as the primary's links would send them)."""
+    loop = asyncio.new_event_loop()
+    ic = InMemoryCoordinator(WordCountPipeline, "wc", config={
+        "listen": "127.0.0.1:0", "sinks": {"out": "127.0.0.1:9"}})
+    ic.engine.attach(loop, lambda: None)
+    ic.first_start()
+    ic.deliver_self()  # the configure Impulse
+    ic.send("configure_jobs", SETTINGS)
+    yield ic
+    # The primary's I/O was spawned on the loop: start it, then stop it.
+    loop.run_until_complete(asyncio.sleep(0.05))
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.close()
+
+
+def line_messages(first: int, texts: list[str]) -> list[tuple[Any, ...]]:
+    return [(5, "five", first + i, 0, b"", f"{t}\n".encode()) for i, t in enumerate(texts)]
+
+
+def rows(counts: dict[str, int]) -> bytes:
+    return b"".join(json.dumps({"word": w, "count": c}).encode() + b"\n"
+                    for w, c in counts.items())
+
+
+def test_batches_are_cut_submitted_and_emitted_in_order(
+        coordinator: InMemoryCoordinator) -> None:
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("receive", 1, line_messages(1, ["The cat", "the DOG", "a cat", "one more"]))
+    assert app.cut == 1 and app.pending == ["one more"]
+    assert app.jobs.jobs["wc-1"].args == {"lines": ["The cat", "the DOG", "a cat"]}
+    ic.send("receive", 2, line_messages(5, ["x y", "y"]))
+    assert app.cut == 2 and sorted(app.jobs.jobs) == ["wc-1", "wc-2"]
+    # Batch 2's job finishes first: it waits for batch 1.
+    ic.send("job_batch", "wc-2", 1, 0, rows({"y": 2, "x": 1, "one": 1, "more": 1}), True)
+    assert bytes(app.core.sinks["out"].pending) == b""
+    ic.send("job_batch", "wc-1", 0, 0, rows({"the": 2, "cat": 2}), False)
+    ic.send("job_batch", "wc-1", 0, 0, rows({"the": 2, "cat": 2}), False)  # sent again
+    ic.send("job_batch", "wc-1", 0, 1, rows({"dog": 1, "a": 1}), True)
+    assert bytes(app.core.sinks["out"].pending) == (
+        b"#batch\t1\t3\t6\na\t1\ncat\t2\ndog\t1\nthe\t2\n"
+        b"#batch\t2\t3\t5\nmore\t1\none\t1\nx\t1\ny\t2\n")
+    assert app.state_status()["jobs"]["done"] == 2
+    assert app.state_status()["batches"] == {"cut": 2, "emitted": 2, "waiting": 0,
+                                             "pending_lines": 0}
+
+
+def test_a_job_failing_every_attempt_reaches_on_job_failed_once(
+        coordinator: InMemoryCoordinator) -> None:
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("receive", 1, line_messages(1, ["a", "b", "c", "d", "e", "f"]))
+    ic.send("job_failed", "wc-1", 0, "JOB_FAILED: boom")
+    assert app.jobs.jobs["wc-1"].attempt == 2
+    ic.send("job_failed", "wc-1", 0, "JOB_FAILED: boom")  # the old attempt's: ignored
+    ic.send("job_batch", "wc-2", 1, 0, rows({"d": 1, "e": 1, "f": 1}), True)
+    ic.send("job_failed", "wc-1", 2, "JOB_FAILED: boom again")
+    assert "wc-1" not in app.jobs.jobs
+    assert bytes(app.core.sinks["out"].pending) == (
+        b"#failed\t1\t3\n" + format_batch(2, 3, [("d", 1), ("e", 1), ("f", 1)]))
+    status = app.state_status()["jobs"]
+    assert (status["failed"], status["done"], status["attempts"]) == (1, 1, 3)
+
+
+def test_cancel_through_the_coordinator_records_the_start_to_cancel(
+        coordinator: InMemoryCoordinator) -> None:
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    ic.send("cancel", "wc-1", "not wanted")
+    assert app.jobs.cancels == [0] and app.jobs.counts["cancelled"] == 1
+    ic.send("job_batch", "wc-1", 0, 0, rows({"a": 1}), True)  # too late: dropped
+    assert app.jobs.counts["done"] == 0
+
+
+def test_a_replay_of_the_log_rebuilds_the_same_state(
+        coordinator: InMemoryCoordinator) -> None:
+    ic = coordinator
+    ic.send("receive", 1, line_messages(1, ["a b", "b c", "c d", "d e"]))
+    ic.send("job_batch", "wc-1", 0, 0, rows({"a": 1}), False)
+    ic.send("job_lost", "wc-1", 0, False, "unknown")
+    ic.send("job_tick")  # too young by logged time: nothing cut
+    checkpoint, logged = ic.checkpoints[0], list(ic.log[1:])
+    again = InMemoryCoordinator(WordCountPipeline, "wc")
+    again.recover(checkpoint, logged, primary=False)
+    assert again.instance.checkpoint_state() == ic.instance.checkpoint_state()
+    assert again.instance.jobs.jobs["wc-1"].attempt == 2
