@@ -128,7 +128,7 @@ def _cell(value: Any) -> str:
 
 # Columns in the order a reader follows the data (status files sort their keys); any
 # other key follows them.
-_ORDER = ("stream", "sink", "job", "name", "state", "linked", "applied", "dropped", "por",
+_ORDER = ("stream", "sink", "job", "name", "state", "phase", "linked", "applied", "dropped", "por",
           "closed", "decided", "running", "done", "failed", "attempts", "attempt",
           "committed", "pending_bytes", "txn", "commits", "aborts", "active")
 
@@ -179,12 +179,14 @@ def render(name: str, report: Mapping[str, Any], age: float) -> str:
     lines += table("streams", _keyed(streams, "stream"), "stream")
     jobs = report.get("jobs")
     if isinstance(jobs, Mapping) and jobs:
-        if all(isinstance(v, Mapping) for v in jobs.values()):
-            lines += table("jobs", _keyed(jobs, "job"), "job")
-        else:
-            lines += table("jobs", [dict(jobs)], next(iter(jobs)))
+        lines += _jobs(jobs)
     elif "jobs" in report:
         lines += ["jobs: none"]
+    # Any other section of plain counters (the word count's "batches", ...): one row.
+    for key, value in report.items():
+        if (key not in ("streams", "sinks", "jobs", "linked") and isinstance(value, Mapping)
+                and value and not any(isinstance(v, (Mapping, list)) for v in value.values())):
+            lines += table(key, [dict(value)], next(iter(value)))
     sinks = _keyed(report.get("sinks") or {}, "sink")
     linked = report.get("linked") or {}
     for row in sinks:
@@ -192,6 +194,21 @@ def render(name: str, report: Mapping[str, Any], age: float) -> str:
             row["linked"] = linked[row["sink"]]
     lines += table("sinks", sinks, "sink")
     return "\n".join(lines)
+
+
+def _jobs(jobs: Mapping[str, Any]) -> list[str]:
+    """Job counters as one row; per-job entries (``{key: {...}}``) and the recent jobs
+    (``[[key, phase, attempts, reason], ...]``) as rows of their own."""
+    if all(isinstance(v, Mapping) for v in jobs.values()):
+        return table("jobs", _keyed(jobs, "job"), "job")
+    counters = {k: v for k, v in jobs.items() if not isinstance(v, (Mapping, list))}
+    lines = table("jobs", [counters], next(iter(counters))) if counters else []
+    recent = jobs.get("recent")
+    if isinstance(recent, list) and recent:
+        rows = [dict(zip(("job", "phase", "attempts", "reason"), entry, strict=False))
+                for entry in recent if isinstance(entry, list)]
+        lines += table("recent jobs", rows, "job")
+    return lines
 
 
 # ------------------------------------------------------------------ the command

@@ -94,5 +94,21 @@ def test_render_shows_job_counters_and_per_job_rows() -> None:
         "  sink  linked  committed  txn",
         "  out   yes            10  -",
     ]
+    pipeline = render("p", {"jobs": {"decided": 2, "done": 1, "recent": [
+        ["wordcount-1", "done", 2, ""], ["wordcount-2", "failed", 3, "job failed"]]},
+        "batches": {"cut": 2, "emitted": 1}}, 0)
+    assert pipeline.splitlines()[2:] == [
+        "jobs:",
+        "  decided  done",
+        "        2     1",
+        "recent jobs:",
+        "  job          phase   attempts  reason",
+        "  wordcount-1  done           2",
+        "  wordcount-2  failed         3  job failed",
+        "batches:",
+        "  cut  emitted",
+        "    2        1",
+        "sinks: none",
+    ]
     nested = render("p", {"jobs": {"7": {"state": "running", "attempt": 2}}}, 0)
     assert "  job  state    attempt" in nested and "    7  running        2" in nested
