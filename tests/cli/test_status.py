@@ -53,12 +53,14 @@ def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -
         deadline = time.monotonic() + 30
         while True:
             out = _status(home, "-i", "coord")
-            if out.returncode == 0 and "received 50" in out.stdout:
+            # Received, acked and closed are counted at different moments: wait for all.
+            if out.returncode == 0 and "acked 50" in out.stdout and out.stdout.count(
+                    " yes") >= 1:
                 break
             assert time.monotonic() < deadline, out.stdout + out.stderr
             time.sleep(0.2)
         lines = out.stdout.splitlines()
-        assert lines[0].startswith("coord: status of ") and "acked 50" in lines[0]
+        assert lines[0].startswith("coord: status of ") and "received 50, acked 50" in lines[0]
         streams = lines.index("streams:")
         assert lines[streams + 1].split() == ["stream", "name", "applied", "dropped", "por",
                                               "closed"]
