@@ -133,10 +133,9 @@ _ORDER = ("stream", "sink", "job", "name", "state", "phase", "linked", "applied"
           "committed", "pending_bytes", "txn", "commits", "aborts", "active")
 
 
-def table(title: str, rows: Sequence[Mapping[str, Any]], first: str) -> list[str]:
+def table(title: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """``rows`` (dicts) as aligned columns under ``title``: the keys of every row, known
-    ones in a fixed order and the rest as first seen, ``first`` naming each row's key
-    column."""
+    ones in a fixed order and the rest as first seen."""
     if not rows:
         return [f"{title}: none"]
     columns = [k for k in _ORDER if any(k in row for row in rows)]
@@ -152,8 +151,7 @@ def table(title: str, rows: Sequence[Mapping[str, Any]], first: str) -> list[str
         return "  ".join(v.rjust(w) if r else v.ljust(w)
                          for v, w, r in zip(values, widths, right, strict=True)).rstrip()
 
-    header = [first if i == 0 else c for i, c in enumerate(columns)]
-    return [f"{title}:", "  " + line(header), *("  " + line(r) for r in cells)]
+    return [f"{title}:", "  " + line(columns), *("  " + line(r) for r in cells)]
 
 
 def _keyed(items: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
@@ -176,7 +174,7 @@ def render(name: str, report: Mapping[str, Any], age: float) -> str:
             summary.append(f"{key} {_cell(report[key])}")
     lines = [", ".join(summary)]
     streams = report.get("streams") or {}
-    lines += table("streams", _keyed(streams, "stream"), "stream")
+    lines += table("streams", _keyed(streams, "stream"))
     jobs = report.get("jobs")
     if isinstance(jobs, Mapping) and jobs:
         lines += _jobs(jobs)
@@ -186,13 +184,13 @@ def render(name: str, report: Mapping[str, Any], age: float) -> str:
     for key, value in report.items():
         if (key not in ("streams", "sinks", "jobs", "linked") and isinstance(value, Mapping)
                 and value and not any(isinstance(v, (Mapping, list)) for v in value.values())):
-            lines += table(key, [dict(value)], next(iter(value)))
+            lines += table(key, [dict(value)])
     sinks = _keyed(report.get("sinks") or {}, "sink")
     linked = report.get("linked") or {}
     for row in sinks:
         if row["sink"] in linked:
             row["linked"] = linked[row["sink"]]
-    lines += table("sinks", sinks, "sink")
+    lines += table("sinks", sinks)
     return "\n".join(lines)
 
 
@@ -200,14 +198,14 @@ def _jobs(jobs: Mapping[str, Any]) -> list[str]:
     """Job counters as one row; per-job entries (``{key: {...}}``) and the recent jobs
     (``[[key, phase, attempts, reason], ...]``) as rows of their own."""
     if all(isinstance(v, Mapping) for v in jobs.values()):
-        return table("jobs", _keyed(jobs, "job"), "job")
+        return table("jobs", _keyed(jobs, "job"))
     counters = {k: v for k, v in jobs.items() if not isinstance(v, (Mapping, list))}
-    lines = table("jobs", [counters], next(iter(counters))) if counters else []
+    lines = table("jobs", [counters]) if counters else []
     recent = jobs.get("recent")
     if isinstance(recent, list) and recent:
         rows = [dict(zip(("job", "phase", "attempts", "reason"), entry, strict=False))
                 for entry in recent if isinstance(entry, list)]
-        lines += table("recent jobs", rows, "job")
+        lines += table("recent jobs", rows)
     return lines
 
 

@@ -112,5 +112,7 @@ def test_render_shows_job_counters_and_per_job_rows() -> None:
         "    2        1",
         "sinks: none",
     ]
+    # Status files sort their keys; the columns keep the reading order.
+    assert "  running  attempts\n" in render("p", {"jobs": {"attempts": 4, "running": 1}}, 0)
     nested = render("p", {"jobs": {"7": {"state": "running", "attempt": 2}}}, 0)
     assert "  job  state    attempt" in nested and "    7  running        2" in nested
