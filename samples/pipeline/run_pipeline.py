@@ -188,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             child.wait_for("listening on")
         p.start_coordinator()
         say(f"while it runs: ambrosia --home {p.home} status -i {NAME}")
+        w.sources_started()
         for feed in p.feeds:
             feed.start()
         plan = [] if args.no_crashes else crashes(p, w)

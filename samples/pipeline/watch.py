@@ -56,6 +56,11 @@ class Watcher:
         """Record an event (a crash, a restart) at this moment, for the plot."""
         self.events.append(Event(self.now(), label))
 
+    def sources_started(self) -> None:
+        """The feeds start now, into a new pipeline: nothing is applied yet (the first
+        status file may come after a small corpus has been read whole)."""
+        self.samples.append(Sample(self.now(), 0, 0))
+
     def poll(self) -> None:
         t = self.now()
         for k, _lines, _words in self.tail.poll():
