@@ -94,6 +94,10 @@ class SparkCoordinator(ConnectorCoordinator):
         status["jobs"] = self.jobs.status()
         return status
 
+    def live_status(self) -> dict[str, Any]:
+        live = self._jobs_live
+        return {} if live is None else {"job_links": live.report()}
+
     # ------------------------------------------------------------ inputs
     @impulse
     def configure_jobs(self, settings: dict[str, Any]) -> None:

@@ -124,6 +124,11 @@ class ConnectorCoordinator(Immortal):
         """The status derived from the state alone (a subclass adds its own parts)."""
         return self.core.status()
 
+    def live_status(self) -> dict[str, Any]:
+        """Live counters of the primary's own I/O, for the status file (a subclass with
+        I/O of its own adds them)."""
+        return {}
+
     # ------------------------------------------------------------ helpers
     def _now_ns(self) -> int:
         return int(self.ctx.now().timestamp() * 1e9)

@@ -99,6 +99,7 @@ class Live:
             received=self.sources.received, acked=self.sources.acked,
             lag=max(self.sources.received - applied, 0),
             linked={link.name: link.connected for link in self.sinks})
+        report.update(self.owner.live_status())
         return report
 
     def _write_status(self, report: dict[str, Any]) -> None:

@@ -7,13 +7,13 @@ every batch once, in order, with counts equal to a plain-Python recount."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(400),
               pytest.mark.integration, pytest.mark.slow]
 
 TARGET = "services.pipeline:WordCountPipeline"
-PIPELINE_JOBS = ("--jobs", "services.pipeline.jobs")
+PIPELINE_JOBS = ("--jobs", "services.pipeline.jobs", "--workers", "2")
 VOCABULARY = ["Alpha", "beta", "GAMMA", "delta's", "eps-ilon", "zeta", "Eta", "theta",
               "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho"]
 
@@ -85,10 +85,8 @@ class Halves:
     def kill(self, half: str) -> None:
         victim = self.p.proc.pid if half == "binding" else self.coordinator_pid()
         os.kill(victim, signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.p.proc.wait(20)  # the survivor notices and ends
-        except subprocess.TimeoutExpired:
-            pass
         self.p.kill()  # nothing of this life may linger
         self.start()
 
@@ -111,7 +109,7 @@ def test_word_counts_are_exact_through_kills_of_every_part(
         f'listen = "127.0.0.1:{ports["listen"]}"\ninterval_seconds = 0.2\n'
         f'status_seconds = 0.3\nstatus_file = "{status}"\n'
         f'runners = ["r1@127.0.0.1:{ports["r1"]}", "r2@127.0.0.1:{ports["r2"]}"]\n'
-        f'out = "{out}"\nbatch_lines = 150\nbatch_seconds = 0.3\n'
+        f'out = "{out}"\nbatch_lines = 300\nbatch_seconds = 0.3\n'
         f'[sinks]\nout = "127.0.0.1:{ports["sink"]}"\n')
     coordinator = Halves(launcher, ["--config", str(cfg)])
     inputs = [tmp_path / "a.txt", tmp_path / "b.txt"]
@@ -179,9 +177,11 @@ def test_word_counts_are_exact_through_kills_of_every_part(
         assert numbers == list(range(1, len(numbers) + 1))
         assert total == len(written)
         assert counts == expected
+        wait_until(lambda: jobs().get("done") == len(numbers), "the status file", 10)
         final = jobs()
         assert final["failed"] == 0 and final["running"] == 0
-        assert final["done"] == len(numbers)
+        links = json.loads(status.read_text())["job_links"]
+        assert links["runners"] == {f"r{i}@127.0.0.1:{ports[f'r{i}']}": True for i in (1, 2)}
         assert final["attempts"] > final["decided"]  # the kills cost attempts
     finally:
         feed.kill()
