@@ -128,9 +128,10 @@ def _cell(value: Any) -> str:
 
 # Columns in the order a reader follows the data (status files sort their keys); any
 # other key follows them.
-_ORDER = ("stream", "sink", "job", "name", "state", "phase", "linked", "applied", "dropped", "por",
-          "closed", "decided", "running", "done", "failed", "attempts", "attempt",
-          "committed", "pending_bytes", "txn", "commits", "aborts", "active")
+_ORDER = ("stream", "sink", "job", "runner", "name", "state", "phase", "linked",
+          "applied", "dropped", "por", "closed", "decided", "running", "done", "failed",
+          "attempts", "attempt", "committed", "pending_bytes", "txn", "commits", "aborts",
+          "active")
 
 
 def table(title: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -180,11 +181,19 @@ def render(name: str, report: Mapping[str, Any], age: float) -> str:
         lines += _jobs(jobs)
     elif "jobs" in report:
         lines += ["jobs: none"]
-    # Any other section of plain counters (the word count's "batches", ...): one row.
+    # Any other section (the word count's "batches", the job links, ...): its counters
+    # as one row, each table in it as rows of name and value.
     for key, value in report.items():
-        if (key not in ("streams", "sinks", "jobs", "linked") and isinstance(value, Mapping)
-                and value and not any(isinstance(v, (Mapping, list)) for v in value.values())):
-            lines += table(key, [dict(value)])
+        if key in ("streams", "sinks", "jobs", "linked") or not isinstance(value, Mapping):
+            continue
+        counters = {k: v for k, v in value.items() if not isinstance(v, (Mapping, list))}
+        if counters:
+            lines += table(key.replace("_", " "), [counters])
+        for sub, items in value.items():
+            if isinstance(items, Mapping) and items:
+                name, what = _NAMED.get(sub, ("name", "value"))
+                lines += table(f"{key.replace('_', ' ')}: {sub}",
+                               [{name: k, what: v} for k, v in items.items()])
     sinks = _keyed(report.get("sinks") or {}, "sink")
     linked = report.get("linked") or {}
     for row in sinks:
@@ -192,6 +201,10 @@ def render(name: str, report: Mapping[str, Any], age: float) -> str:
             row["linked"] = linked[row["sink"]]
     lines += table("sinks", sinks)
     return "\n".join(lines)
+
+
+# Column names of the tables inside a section: {sub-table: (key column, value column)}.
+_NAMED = {"runners": ("runner", "linked")}
 
 
 def _jobs(jobs: Mapping[str, Any]) -> list[str]:

@@ -98,7 +98,8 @@ def test_render_shows_job_counters_and_per_job_rows() -> None:
     ]
     pipeline = render("p", {"jobs": {"decided": 2, "done": 1, "recent": [
         ["wordcount-1", "done", 2, ""], ["wordcount-2", "failed", 3, "job failed"]]},
-        "batches": {"cut": 2, "emitted": 1}}, 0)
+        "batches": {"cut": 2, "emitted": 1},
+        "job_links": {"launched": 2, "runners": {"r1@127.0.0.1:7301": True}}}, 0)
     assert pipeline.splitlines()[2:] == [
         "jobs:",
         "  decided  done",
@@ -110,6 +111,12 @@ def test_render_shows_job_counters_and_per_job_rows() -> None:
         "batches:",
         "  cut  emitted",
         "    2        1",
+        "job links:",
+        "  launched",
+        "         2",
+        "job links: runners:",
+        "  runner             linked",
+        "  r1@127.0.0.1:7301  yes",
         "sinks: none",
     ]
     # Status files sort their keys; the columns keep the reading order.
