@@ -16,7 +16,11 @@ import json
 from typing import Any
 
 from ambrosia_py import impulse, rpc
-from services.connectors.coordinator import ConnectorCoordinator, CoordinatorConfig
+from services.connectors.coordinator import (
+    ConnectorCoordinator,
+    CoordinatorConfig,
+    CoordinatorConfigError,
+)
 
 from .config import PipelineConfig
 from .jobtable import JobTable
@@ -27,6 +31,8 @@ __all__ = ["SparkCoordinator"]
 
 class SparkCoordinator(ConnectorCoordinator):
     """A connector coordinator that runs Spark jobs on job runners, each exactly once."""
+
+    needs_runners = False  # a subclass that always submits jobs says so: checked at start
 
     def __init__(self) -> None:
         super().__init__()
@@ -68,8 +74,11 @@ class SparkCoordinator(ConnectorCoordinator):
 
     # ------------------------------------------------------------ lifecycle
     def coordinator_config(self) -> CoordinatorConfig:
-        self._pipeline_cfg = PipelineConfig.from_mapping(self.ctx.config)
-        return self._pipeline_cfg.coordinator
+        cfg = self._pipeline_cfg = PipelineConfig.from_mapping(self.ctx.config)
+        if self.needs_runners and not cfg.runners:
+            raise CoordinatorConfigError(f"runners: {type(self).__name__} needs at least one "
+                                         "job runner (\"name@host:port\")")
+        return cfg.coordinator
 
     def on_become_primary(self) -> None:
         super().on_become_primary()
@@ -113,9 +122,16 @@ class SparkCoordinator(ConnectorCoordinator):
     @impulse
     def job_batch(self, key: str, local_id: int, number: int, rows: bytes, last: bool) -> None:
         result = self.jobs.batch(key, local_id, number, rows, last)
-        if result is not None:
-            self.on_job_result(key, [json.loads(line) for line in result.splitlines()])
-            self._wake_jobs()
+        if result is None:
+            return
+        try:
+            parsed = [json.loads(line) for line in result.splitlines()]
+        except ValueError as err:  # a runner's fault; the same bytes fail the same on replay
+            self.ctx.log.warning("job %s: its result is not JSON lines (%s)", key, err)
+            self.on_job_failed(key, f"its result is not JSON lines: {err}")
+        else:
+            self.on_job_result(key, parsed)
+        self._wake_jobs()
 
     @impulse
     def job_failed(self, key: str, local_id: int, reason: str) -> None:

@@ -36,6 +36,8 @@ def format_batch(k: int, lines: int, rows: list[tuple[str, int]]) -> bytes:
 class WordCountPipeline(SparkCoordinator):
     """Source lines -> micro-batches -> Spark word counts -> sinks, each batch once."""
 
+    needs_runners = True
+
     def __init__(self) -> None:
         super().__init__()
         self.pending: list[str] = []  # the current micro-batch's lines

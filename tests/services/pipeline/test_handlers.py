@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
+from services.connectors.coordinator import CoordinatorConfigError
 from services.pipeline import JobTable, Phase, WordCountPipeline, format_batch, words
 
 SETTINGS = {"runners": ["127.0.0.1:7101", "127.0.0.1:7102"], "max_attempts": 2,
@@ -77,11 +78,12 @@ def test_the_table_survives_its_state_form() -> None:
 
 @pytest.fixture
 def coordinator() -> Iterator[InMemoryCoordinator]:
-    """A word count instance with one sink and no runner links (its job decisions are
-    driven by the test's Impulses, as the primary's links would send them)."""
+    """A word count instance with one sink whose primary I/O never runs during the test
+    (its job decisions are driven by the test's Impulses, as its links would send them)."""
     loop = asyncio.new_event_loop()
     ic = InMemoryCoordinator(WordCountPipeline, "wc", config={
-        "listen": "127.0.0.1:0", "sinks": {"out": "127.0.0.1:9"}})
+        "listen": "127.0.0.1:0", "sinks": {"out": "127.0.0.1:9"},
+        "runners": SETTINGS["runners"], "out": "/nonexistent"})
     ic.engine.attach(loop, lambda: None)
     ic.first_start()
     ic.deliver_self()  # the configure Impulse
@@ -168,3 +170,21 @@ def test_a_replay_of_the_log_rebuilds_the_same_state(
     again.recover(checkpoint, logged, primary=False)
     assert again.instance.checkpoint_state() == ic.instance.checkpoint_state()
     assert again.instance.jobs.jobs["wc-1"].attempt == 2
+
+
+def test_a_result_that_is_not_json_lines_fails_the_job(
+        coordinator: InMemoryCoordinator) -> None:
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    ic.send("job_batch", "wc-1", 0, 0, b"{not json\n", True)
+    assert bytes(app.core.sinks["out"].pending) == b"#failed\t1\t3\n"
+
+
+def test_the_word_count_refuses_to_start_without_runners() -> None:
+    loop = asyncio.new_event_loop()
+    ic = InMemoryCoordinator(WordCountPipeline, "wc", config={"listen": "127.0.0.1:0"})
+    ic.engine.attach(loop, lambda: None)
+    with pytest.raises(CoordinatorConfigError, match="needs at least one job runner"):
+        ic.first_start()
+    loop.close()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -189,3 +190,42 @@ def test_word_counts_are_exact_through_kills_of_every_part(
         feed.wait()
         sink.wait()
     assert r2.process is not None and r2.process.poll() is None
+
+
+def test_cancel_goes_through_the_coordinator_and_a_failing_job_fails_after_its_attempts(
+        launcher: Launcher, runners, tmp_path: Path) -> None:  # noqa: F811
+    port = free_port()
+    out = tmp_path / "out"
+    runner = runners("r1", port, out)  # the test jobs: sleepy, wordcount of a file
+    status = tmp_path / "status.json"
+    cfg = tmp_path / "app.toml"
+    cfg.write_text(f'listen = "127.0.0.1:0"\nstatus_seconds = 0.3\nstatus_file = "{status}"\n'
+                   f'runners = ["r1@127.0.0.1:{port}"]\nout = "{out}"\nmax_attempts = 2\n')
+    p = launcher.start("tests.services.jobs.spark.pipeline_app:JobsApp", "app",
+                       args=["--config", str(cfg)])
+
+    def report() -> dict[str, Any]:
+        try:
+            return dict(json.loads(status.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def settled() -> bool:
+        jobs = report().get("jobs", {})
+        return jobs.get("cancelled") == 1 and jobs.get("failed") == 1
+
+    wait_until(settled, "the cancel and the failure", 120)
+    app = report()["app"]
+    sleepy, failing = app["keys"]
+    assert (sleepy, failing) == ("app-1", "app-2")
+    [(hook, key, reason)] = app["heard"]  # no result of the cancelled job, one failure
+    assert (hook, key) == ("failed", failing)
+    assert "PATH_NOT_FOUND" in reason, reason
+    jobs = report()["jobs"]
+    assert jobs["attempts"] == 3 and jobs["running"] == 0  # 1 + 2 attempts
+    wait_until(lambda: "interruptTag ambrosia-job-app-1-1" in runner.log_text(),
+               "the runner's interruptTag", 30)
+    assert not (out / sleepy).exists()  # nothing of the cancelled job was committed
+    assert [line for line in runner.log_text().splitlines()
+            if "running wordcount attempt app-2#" in line] != []
+    p.stop()
