@@ -4,17 +4,23 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench chaos clean
+.PHONY: install demo demo-requests test test-fast lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,spark]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,spark,demo]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# The pipeline: feeds -> the coordinator immortal -> PySpark runners -> a 2PC sink, through
+# kill -9 of the binding, the coordinator process and a runner; checked exactly at the end.
 demo: $(STAMP)
+	$(PY) samples/pipeline/run_pipeline.py
+
+# The first demo: two immortals exchanging requests, the server killed part-way.
+demo-requests: $(STAMP)
 	$(PY) samples/demo/run_demo.py
 
 # The import contracts first (seconds): CI runs this target.

@@ -1,5 +1,5 @@
 """The ``ambrosia`` command's parser and entry point: the coordinator's commands, ``run``,
-and ``log dump`` able to name methods."""
+``log dump`` able to name methods, and ``status``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ambrosia_py.errors import AmbrosiaError
 
 from . import calls
 from .run import run_main
+from .status import add_status
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -77,7 +78,8 @@ def _add_run(sub: Any) -> None:
 
 # The coordinator's commands in their order, its `log` replaced by the one naming methods.
 COMMANDS: tuple[Callable[[Any], Any], ...] = (
-    *(_add_log if add is ic_cli.add_log else add for add in ic_cli.COMMANDS), _add_run)
+    *(_add_log if add is ic_cli.add_log else add for add in ic_cli.COMMANDS), _add_run,
+    add_status)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,8 +20,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ambrosia_ic import registry
 from ambrosia_ic.logdir import check_log_dir
@@ -32,7 +33,7 @@ from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
 from ambrosia_py.runtime.stops import StopSignals
 
-from . import local_coordinator
+from . import local_coordinator, status
 
 __all__ = ["build_parser", "run_main"]
 
@@ -114,6 +115,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         if upgrade_to is not None:
             reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
         _record_classes(reg, args, home, log)
+        _record_status_file(args.instance_name, config, home, log)
         check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
         estimate = local_coordinator.replay_estimate(reg, log)
         proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)
@@ -170,3 +172,15 @@ def _record_classes(reg: registry.Registration, args: argparse.Namespace, home: 
     except AmbrosiaError as err:
         log.warning("the class was not recorded for `ambrosia log dump` (give it --class): "
                     "%s", err)
+
+
+def _record_status_file(name: str, config: Mapping[str, Any], home: Path,
+                        log: logging.Logger) -> None:
+    """Remember where the instance writes its status (a ``status_file`` key in its
+    configuration), for ``ambrosia status -i NAME``. Only a convenience, like the class
+    record: if it cannot be written the instance still runs."""
+    try:
+        status.record_status_file(name, config, home)
+    except OSError as err:
+        log.warning("the status file was not recorded for `ambrosia status` (give it "
+                    "--file): %s", err.strerror or err)

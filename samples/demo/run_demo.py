@@ -1,4 +1,4 @@
-"""`make demo`: a client sends numbered requests to a server; the server is killed with
+"""`make demo-requests`: a client sends numbered requests to a server; the server is killed with
 kill -9 part-way and restarted; every request is applied exactly once, in order."""
 
 from __future__ import annotations

@@ -1,0 +1,249 @@
+"""``ambrosia status -i NAME``: a running instance's status file as tables.
+
+An instance that reports its status (the connector coordinator and the pipeline built on
+it: their ``status_file`` key) rewrites a JSON file every few seconds. ``ambrosia run``
+records where, under the registry home, so this command finds it by the instance's name
+alone; an instance whose configuration names no file may write ``status.json`` in its
+instance directory, the place looked at next. A status is only shown while the instance's
+coordinator holds its log lock: a file left by a stopped run would show counters that are
+no longer moving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ambrosia_ic import registry
+from ambrosia_ic.logstore import LOCK_NAME
+
+from ambrosia_py.errors import AmbrosiaError
+
+from .local_coordinator import lock_held
+
+__all__ = ["DEFAULT_NAME", "StatusError", "add_status", "find_status_file", "record_status_file",
+           "render", "status_main"]
+
+#: The file an instance may write in its instance directory when no location is recorded.
+DEFAULT_NAME = "status.json"
+
+
+class StatusError(AmbrosiaError):
+    """No status can be shown: the instance is unknown, not running, or reports none."""
+
+
+def _pointer_path(home: Path, name: str) -> Path:
+    return home / "status" / f"{registry.check_instance_name(name)}.json"
+
+
+def record_status_file(name: str, config: Mapping[str, Any], home: Path) -> Path | None:
+    """Remember where ``name`` writes its status (its configuration's ``status_file``, made
+    absolute against the current directory, as the instance will open it); returns it, or
+    None when the configuration names none (an older record is then removed, so that
+    ``status`` does not read a file this run no longer writes)."""
+    pointer = _pointer_path(home, name)
+    value = config.get("status_file")
+    if not isinstance(value, str) or not value:
+        pointer.unlink(missing_ok=True)
+        return None
+    path = Path(os.path.abspath(value))
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"status_file": str(path)}) + "\n")
+    os.replace(tmp, pointer)
+    return path
+
+
+def find_status_file(reg: registry.Registration, home: Path) -> Path:
+    """The status file of ``reg``'s instance: the recorded one, else ``status.json`` in
+    its instance directory.
+
+    Raises:
+        StatusError: the record is damaged.
+    """
+    pointer = _pointer_path(home, reg.instance_name)
+    try:
+        data = json.loads(pointer.read_text())
+    except FileNotFoundError:
+        return registry.instance_dir(reg) / DEFAULT_NAME
+    except (OSError, ValueError) as err:
+        raise StatusError(f"cannot read {pointer}: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("status_file"), str):
+        raise StatusError(f"{pointer}: not a status file record")
+    return Path(data["status_file"])
+
+
+def load_status(name: str, home: Path, path: Path | None = None,
+                now: float | None = None) -> tuple[dict[str, Any], float]:
+    """The status ``name`` wrote last and its age in seconds.
+
+    Raises:
+        StatusError: unknown instance, not running, no status file, or an unreadable one.
+    """
+    try:
+        reg = registry.load(name, home)
+    except AmbrosiaError as err:
+        raise StatusError(str(err)) from None
+    if path is None:
+        path = find_status_file(reg, home)
+    lock = registry.instance_dir(reg) / LOCK_NAME
+    if not lock_held(lock):
+        raise StatusError(f"{name} is not running (no coordinator holds {lock})")
+    try:
+        raw = path.read_bytes()
+        age = (time.time() if now is None else now) - path.stat().st_mtime
+    except FileNotFoundError:
+        raise StatusError(f"{name} is running but reports no status: no {path} (set "
+                          "status_file in its configuration)") from None
+    except OSError as err:
+        raise StatusError(f"cannot read {path}: {err.strerror or err}") from None
+    try:
+        report = json.loads(raw)
+    except ValueError as err:
+        raise StatusError(f"{path}: not a status report: {err}") from None
+    if not isinstance(report, dict):
+        raise StatusError(f"{path}: not a status report (expected a JSON object)")
+    return report, max(age, 0.0)
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+# Columns in the order a reader follows the data (status files sort their keys); any
+# other key follows them.
+_ORDER = ("stream", "sink", "job", "runner", "name", "state", "phase", "linked",
+          "applied", "dropped", "por", "closed", "decided", "running", "done", "failed",
+          "attempts", "attempt", "committed", "pending_bytes", "txn", "commits", "aborts",
+          "active")
+
+
+def table(title: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``rows`` (dicts) as aligned columns under ``title``: the keys of every row, known
+    ones in a fixed order and the rest as first seen."""
+    if not rows:
+        return [f"{title}: none"]
+    columns = [k for k in _ORDER if any(k in row for row in rows)]
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    # Text left, numbers right: the way a reader compares counters.
+    right = [all(r[i].lstrip("-").isdigit() or r[i] == "-" for r in cells)
+             and any(r[i] != "-" for r in cells) for i in range(len(columns))]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if r else v.ljust(w)
+                         for v, w, r in zip(values, widths, right, strict=True)).rstrip()
+
+    return [f"{title}:", "  " + line(columns), *("  " + line(r) for r in cells)]
+
+
+def _keyed(items: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """``{name: {field: value}}`` as rows whose first column is ``key``."""
+    rows = []
+    for name, fields in items.items():
+        row: dict[str, Any] = {key: name}
+        row.update(fields if isinstance(fields, Mapping) else {"value": fields})
+        rows.append(row)
+    return rows
+
+
+def render(name: str, report: Mapping[str, Any], age: float) -> str:
+    """A status report as text: a summary line, then streams, jobs and sinks."""
+    summary = [f"{name}: status of {age:.0f} s ago"]
+    if "port" in report:
+        summary.append(f"sources on port {report['port']}")
+    for key in ("connections", "received", "acked", "lag"):
+        if key in report:
+            summary.append(f"{key} {_cell(report[key])}")
+    lines = [", ".join(summary)]
+    streams = report.get("streams") or {}
+    lines += table("streams", _keyed(streams, "stream"))
+    jobs = report.get("jobs")
+    if isinstance(jobs, Mapping) and jobs:
+        lines += _jobs(jobs)
+    elif "jobs" in report:
+        lines += ["jobs: none"]
+    # Any other section (the word count's "batches", the job links, ...): its counters
+    # as one row, each table in it as rows of name and value.
+    for key, value in report.items():
+        if key in ("streams", "sinks", "jobs", "linked") or not isinstance(value, Mapping):
+            continue
+        counters = {k: v for k, v in value.items() if not isinstance(v, (Mapping, list))}
+        if counters:
+            lines += table(key.replace("_", " "), [counters])
+        for sub, items in value.items():
+            if isinstance(items, Mapping) and items:
+                name, what = _NAMED.get(sub, ("name", "value"))
+                lines += table(f"{key.replace('_', ' ')}: {sub}",
+                               [{name: k, what: v} for k, v in items.items()])
+    sinks = _keyed(report.get("sinks") or {}, "sink")
+    linked = report.get("linked") or {}
+    for row in sinks:
+        if row["sink"] in linked:
+            row["linked"] = linked[row["sink"]]
+    lines += table("sinks", sinks)
+    return "\n".join(lines)
+
+
+# Column names of the tables inside a section: {sub-table: (key column, value column)}.
+_NAMED = {"runners": ("runner", "linked")}
+
+
+def _jobs(jobs: Mapping[str, Any]) -> list[str]:
+    """Job counters as one row; per-job entries (``{key: {...}}``) and the recent jobs
+    (``[[key, phase, attempts, reason], ...]``) as rows of their own."""
+    if all(isinstance(v, Mapping) for v in jobs.values()):
+        return table("jobs", _keyed(jobs, "job"))
+    counters = {k: v for k, v in jobs.items() if not isinstance(v, (Mapping, list))}
+    lines = table("jobs", [counters]) if counters else []
+    recent = jobs.get("recent")
+    if isinstance(recent, list) and recent:
+        rows = [dict(zip(("job", "phase", "attempts", "reason"), entry, strict=False))
+                for entry in recent if isinstance(entry, list)]
+        lines += table("recent jobs", rows)
+    return lines
+
+
+# ------------------------------------------------------------------ the command
+
+
+def add_status(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("status", help="show a running instance's streams, jobs and sinks")
+    p.add_argument("-i", "--instance-name", "--instanceName", required=True,
+                   help="the registered instance")
+    p.add_argument("--file", default=None, metavar="PATH",
+                   help="read this status file (default: the one `ambrosia run` recorded "
+                        "from the configuration's status_file, else status.json in the "
+                        "instance directory)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=status_main)
+    return p
+
+
+def status_main(args: argparse.Namespace) -> int:
+    home = registry.ambrosia_home(args.home)
+    report, age = load_status(args.instance_name, home,
+                              Path(args.file) if args.file else None)
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+    else:
+        print(render(args.instance_name, report, age))
+    return 0

@@ -1,0 +1,135 @@
+"""The demo's child processes: started with their output in a log file each, killed with
+``kill -9`` or stopped with SIGTERM, and found by their parent (the coordinator that
+``ambrosia run`` starts beside the immortal)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["Child", "ChildError", "children_of", "child_env"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ChildError(RuntimeError):
+    """A child process did not start or ended when it should not have."""
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of every child: the repository importable, Spark on loopback, and
+    no ``MASTER`` (PySpark reads it and ``.remote()`` then fails)."""
+    env = {k: v for k, v in os.environ.items() if k != "MASTER"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env.update(extra or {})
+    return env
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (Linux ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")".
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+class Child:
+    """One child process, ``python -m MODULE ARGS`` by default, its stdout and stderr
+    appended to ``log``; it can be started again after it ended (same arguments)."""
+
+    def __init__(self, name: str, args: Sequence[str], log: Path,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.args = list(args)
+        self.log = log
+        self.env = child_env(env)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
+
+    def start(self) -> Child:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, *self.args], stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, cwd=ROOT, env=self.env, start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise ChildError(f"{self.name} was never started")
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def output(self) -> str:
+        """What this run of the process has written so far."""
+        with open(self.log, "rb") as f:
+            f.seek(self._log_start)
+            return f.read().decode(errors="replace")
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> None:
+        """Wait until this run's output holds ``text``.
+
+        Raises:
+            ChildError: it ended first, or ``timeout`` seconds passed.
+        """
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if not self.alive():
+                raise ChildError(f"{self.name} ended before saying {text!r}: "
+                                 f"{self.last_line()} (log {self.log})")
+            if time.monotonic() > deadline:
+                raise ChildError(f"{self.name} did not say {text!r} within {timeout:g} s "
+                                 f"(log {self.log})")
+            time.sleep(0.1)
+
+    def last_line(self) -> str:
+        lines = self.output().strip().splitlines()
+        return lines[-1] if lines else "(no output)"
+
+    def kill9(self) -> None:
+        """``kill -9`` of this process alone (its children are left to notice)."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` seconds for it to end; its exit code, or None."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (an ordinary stop), then ``kill -9`` of its whole process group if it
+        has not ended within ``timeout`` seconds, so nothing of it outlives the demo."""
+        if self.proc is None:
+            return
+        if self.alive():
+            self.proc.terminate()
+            if self.wait(timeout) is None:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)

@@ -1,0 +1,125 @@
+"""``ambrosia status -i NAME``: a real connector coordinator under ``ambrosia run``, a real
+feed, and the command run as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ambrosia_cli.status import render
+from ambrosia_py.testing import start_immortal
+from tests.launcher import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _status(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, AMBROSIA_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "ambrosia_cli", "status", *args], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port = _free_port()
+    sink_port = _free_port()  # no sink listens there: the link shows as not linked
+    data = tmp_path / "lines.txt"
+    data.write_text("".join(f"line {i}\n" for i in range(50)))
+    assert "not registered" in _status(home, "-i", "coord").stderr
+
+    coord = start_immortal(
+        "services.connectors:ConnectorCoordinator", "coord", home=home, cwd=tmp_path,
+        args=["--set", f"listen=127.0.0.1:{port}", "--set", f"sinks.out=127.0.0.1:{sink_port}",
+              "--set", "status_file=run/status.json", "--set", "status_seconds=0.2"])
+    (tmp_path / "run").mkdir()
+    try:
+        feed = subprocess.run(
+            [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+             f"127.0.0.1:{port}", "--once", str(data)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert feed.returncode == 0, feed.stderr
+        deadline = time.monotonic() + 30
+        while True:
+            out = _status(home, "-i", "coord")
+            # Received, acked and closed are counted at different moments: wait for all.
+            if out.returncode == 0 and "acked 50" in out.stdout and out.stdout.count(
+                    " yes") >= 1:
+                break
+            assert time.monotonic() < deadline, out.stdout + out.stderr
+            time.sleep(0.2)
+        lines = out.stdout.splitlines()
+        assert lines[0].startswith("coord: status of ") and "received 50, acked 50" in lines[0]
+        streams = lines.index("streams:")
+        assert lines[streams + 1].split() == ["stream", "name", "applied", "dropped", "por",
+                                              "closed"]
+        # The point of reference is the last line's offset: 10 lines of 7 bytes, 39 of 8.
+        assert lines[streams + 2].split()[1:] == [str(data), "50", "0", "382", "yes"]
+        sinks = lines.index("sinks:")
+        assert lines[sinks + 1].split()[:3] == ["sink", "linked", "committed"]
+        assert lines[sinks + 2].split()[:2] == ["out", "no"]
+        assert '"streams"' in _status(home, "-i", "coord", "--json").stdout
+        # Relative to the directory `ambrosia run` ran in, as the coordinator opened it.
+        assert (tmp_path / "run" / "status.json").exists()
+    finally:
+        assert coord.stop() == 0
+    stopped = _status(home, "-i", "coord")
+    assert stopped.returncode == 1 and stopped.stdout == ""
+    assert stopped.stderr.strip().endswith("coord is not running (no coordinator holds "
+                                           f"{home}/logs/coord_0/serverlock)")
+    assert len(stopped.stderr.splitlines()) == 1
+
+
+def test_render_shows_job_counters_and_per_job_rows() -> None:
+    report = {"streams": {}, "sinks": {"out": {"committed": 10, "txn": None}},
+              "jobs": {"decided": 3, "running": 1, "done": 2, "failed": 0, "attempts": 4},
+              "linked": {"out": True}}
+    text = render("p", report, 2.4)
+    assert text.splitlines() == [
+        "p: status of 2 s ago",
+        "streams: none",
+        "jobs:",
+        "  decided  running  done  failed  attempts",
+        "        3        1     2       0         4",
+        "sinks:",
+        "  sink  linked  committed  txn",
+        "  out   yes            10  -",
+    ]
+    pipeline = render("p", {"jobs": {"decided": 2, "done": 1, "recent": [
+        ["wordcount-1", "done", 2, ""], ["wordcount-2", "failed", 3, "job failed"]]},
+        "batches": {"cut": 2, "emitted": 1},
+        "job_links": {"launched": 2, "runners": {"r1@127.0.0.1:7301": True}}}, 0)
+    assert pipeline.splitlines()[2:] == [
+        "jobs:",
+        "  decided  done",
+        "        2     1",
+        "recent jobs:",
+        "  job          phase   attempts  reason",
+        "  wordcount-1  done           2",
+        "  wordcount-2  failed         3  job failed",
+        "batches:",
+        "  cut  emitted",
+        "    2        1",
+        "job links:",
+        "  launched",
+        "         2",
+        "job links: runners:",
+        "  runner             linked",
+        "  r1@127.0.0.1:7301  yes",
+        "sinks: none",
+    ]
+    # Status files sort their keys; the columns keep the reading order.
+    assert "  running  attempts\n" in render("p", {"jobs": {"attempts": 4, "running": 1}}, 0)
+    nested = render("p", {"jobs": {"7": {"state": "running", "attempt": 2}}}, 0)
+    assert "  job  state    attempt" in nested and "    7  running        2" in nested

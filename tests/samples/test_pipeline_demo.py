@@ -1,0 +1,72 @@
+"""The pipeline demo run as a user runs it (a small corpus, every crash), and its output
+check, which must catch what it claims to."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from samples.pipeline.corpus import count_words, write_corpus
+from samples.pipeline.output import check_output, parse_output
+from tests.launcher import ROOT
+
+GOOD = (b"#batch\t1\t2\t3\napple\t2\npear\t1\n"
+        b"#batch\t2\t1\t2\napple\t1\nfig\t1\n")
+EXPECTED = Counter({"apple": 3, "pear": 1, "fig": 1})
+
+
+def verdict(data: bytes, expected: Counter[str] = EXPECTED, lines: int = 3) -> str:
+    return check_output(*parse_output(data), expected, lines).line
+
+
+def test_the_check_passes_exact_output_and_names_each_fault() -> None:
+    assert verdict(GOOD) == ("5 words, counts equal to a batch recount, every batch "
+                             "committed once")
+    again = GOOD + b"#batch\t2\t1\t2\napple\t1\nfig\t1\n"
+    assert "not committed once each in order: [1, 2, 2] (repeated: [2])" in verdict(
+        again, lines=4)
+    gap = GOOD.replace(b"#batch\t2", b"#batch\t3")
+    assert "not committed once each in order: [1, 3]" in verdict(gap)
+    assert "1 word counts differ from the batch recount (fig 1 vs 2)" in verdict(
+        GOOD, EXPECTED + Counter({"fig": 1}))
+    assert "header says 3 words, rows hold 4" in verdict(GOOD.replace(b"pear\t1", b"pear\t2"),
+                                                        EXPECTED + Counter({"pear": 1}))
+    assert "batches cover 3 lines, the corpus has 4" in verdict(GOOD, lines=4)
+    assert "line 6: 'apple' out of order in batch 2" in verdict(GOOD.replace(b"apple\t1\nfig\t1\n",
+                                                        b"fig\t1\napple\t1\n"))
+    assert "batch 3 failed every attempt" in verdict(GOOD + b"#failed\t3\t5\n")
+    assert "ends inside a line" in verdict(GOOD[:-1])
+    assert verdict(b"").startswith("FAILED: no batch was committed")
+
+
+def test_the_corpus_is_the_same_for_the_same_seed(tmp_path: Path) -> None:
+    a = write_corpus(tmp_path / "a", 500, 2)
+    b = write_corpus(tmp_path / "b", 500, 2)
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    assert sum(len(p.read_text().splitlines()) for p in a) == 500
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.xdist_group("spark")
+def test_the_demo_survives_its_crashes_and_checks_the_output(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, "samples/pipeline/run_pipeline.py", "--small", "--dir", str(run)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    # The same corpus, counted here in plain Python by the pipeline's word rule.
+    words = sum(count_words(write_corpus(tmp_path / "again", 6000, 2)).values())
+    assert lines[-1] == (f"pipeline: {words} words, counts equal to a batch recount, "
+                         "every batch committed once")
+    for crash in ("kill -9 the coordinator's binding", "kill -9 the coordinator process",
+                  "kill -9 runner-1"):
+        assert any(crash in line for line in lines), crash
+    png = run / "pipeline.png"
+    assert f"crashes marked: {png}" in lines[-2]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
