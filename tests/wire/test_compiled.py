@@ -16,7 +16,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ambrosia_py.errors import CodecChoiceError
-from ambrosia_py.wire import _fast, _paths, encode_outgoing_rpc, encode_rpc, encode_zz32
+
+# _cfast without importorskip: a missing build must fail here, never pass as the pure path.
+from ambrosia_py.wire import (  # type: ignore[attr-defined]
+    _cfast,
+    _fast,
+    _paths,
+    encode_outgoing_rpc,
+    encode_rpc,
+    encode_zz32,
+)
 
 from .test_fast_paths import (
     ODD_DETAILS,
@@ -26,9 +35,6 @@ from .test_fast_paths import (
     to_binding_bodies,
     to_coordinator_bodies,
 )
-
-# Not importorskip: a missing build must fail here, never pass as the pure path.
-from ambrosia_py.wire import _cfast  # type: ignore[attr-defined]  # noqa: E402
 
 IMPLS = {"pure": _fast, "compiled": _cfast}
 
