@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 RAW_BYTES_MARKER = 0xFF
+_unpackb = msgpack.unpackb
+_new = tuple.__new__  # builds a NamedTuple without its Python-level __new__
 _STREAM_MARK = "__ambrosia_stream__"
 _STREAM_MIN_ITEMS = 1024  # containers at least this long are written item by item
 
@@ -79,9 +81,16 @@ class Envelope(NamedTuple):
     @classmethod
     def decode(cls, data: bytes) -> Envelope:
         try:
-            items = msgpack.unpackb(data, raw=False, strict_map_key=False)
+            items = _unpackb(data, raw=False, strict_map_key=False)
         except Exception as e:  # msgpack raises several unrelated types
             raise SerializationError(f"RPC arguments are not valid msgpack: {e}") from e
+        if type(items) is list and len(items) == 5:
+            # The usual case (what this binding writes), checked by exact types; the
+            # general checks below give the same answer for everything else.
+            ts, entropy, call_id, caller, _ = items
+            if type(ts) is int and type(entropy) is int and type(call_id) is int and (
+                    type(caller) is str):
+                return _new(cls, items)  # type: ignore[no-any-return]
         if not isinstance(items, list) or len(items) != 5:
             raise SerializationError("RPC arguments are not an ambrosia-py envelope")
         ts, entropy, call_id, caller, payload = items

@@ -95,6 +95,8 @@ class ReceiveSide(ConnectionCore):
             out.append(pending.popleft()[0])  # type: ignore[arg-type]
         decoder = self._decoder
         while not pending:
+            if self.committer_id is not None and decoder.take_incoming_rpcs(out):
+                self.last_seq_id = decoder.last_seq_id
             try:
                 item = decoder.next_event()
             except RemoteProtocolError:

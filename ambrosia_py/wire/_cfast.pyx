@@ -13,6 +13,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStri
 
 from . import _fast
 from .messages import OutgoingRpc, Rpc
+from .records import check_bytes
 
 _new = tuple.__new__
 
@@ -92,6 +93,55 @@ def incoming_rpcs(buf, Py_ssize_t pos, Py_ssize_t end, append):
         append(new(rpc, (mid, t, PyBytes_FromStringAndSize(s + q + 1, msg_end - q - 1), 0)))
         pos = msg_end
     return pos
+
+
+cdef inline long long _i64(const unsigned char* p) noexcept:
+    cdef unsigned long long u = 0
+    cdef int i
+    for i in range(7, -1, -1):
+        u = (u << 8) | p[i]
+    return <long long>u
+
+
+cdef inline long _i32(const unsigned char* p) noexcept:
+    return <int>((<unsigned int>p[3] << 24) | (<unsigned int>p[2] << 16)
+                 | (<unsigned int>p[1] << 8) | p[0])
+
+
+def incoming_records(buf, Py_ssize_t pos, last_seq, Py_ssize_t max_size, bint verify,
+                     list out):
+    """``_fast.incoming_records``: whole data records of incoming RPC calls."""
+    if type(buf) is not bytes or pos < 0:
+        return _fast.incoming_records(buf, pos, last_seq, max_size, verify, out)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(buf)
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(buf)
+    cdef const char* s = PyBytes_AS_STRING(buf)
+    cdef long length
+    cdef long long seq
+    cdef long long last = 0
+    cdef bint have_last = last_seq is not None
+    cdef Py_ssize_t end, taken
+    if have_last:
+        last = last_seq
+    append = out.append
+    while pos + 24 <= n:
+        length = _i32(p + pos + 4)
+        seq = _i64(p + pos + 16)
+        end = pos + length
+        if length < 24 or length > max_size or end > n or seq < 0 or (
+                have_last and seq != last + 1):
+            break
+        if verify and (<unsigned long long>_i64(p + pos + 8)) != <unsigned long long>check_bytes(
+                PyBytes_FromStringAndSize(s + pos + 24, length - 24)):
+            break
+        taken = len(out)
+        if incoming_rpcs(buf, pos + 24, end, append) != end:
+            del out[taken:]
+            break
+        pos = end
+        last = seq
+        have_last = True
+    return pos, (last if have_last else None)
 
 
 def outgoing_rpcs(buf, Py_ssize_t pos, Py_ssize_t limit, dict names, append, bint once):

@@ -15,7 +15,7 @@ from types import ModuleType
 from ..errors import CodecChoiceError
 from . import _fast
 
-__all__ = ["CODEC", "incoming_rpcs", "long_zz32", "outgoing_rpcs"]
+__all__ = ["CODEC", "incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs"]
 
 
 def _choose(choice: str) -> tuple[str, ModuleType]:
@@ -41,3 +41,4 @@ CODEC, _impl = _choose(os.environ.get("AMBROSIA_PY_CODEC", "auto"))
 incoming_rpcs = _impl.incoming_rpcs
 outgoing_rpcs = _impl.outgoing_rpcs
 long_zz32 = _impl.long_zz32
+incoming_records = _impl.incoming_records
