@@ -137,9 +137,10 @@ class EngineCore:
         return inst
 
     def _enter(self, ts: int, entropy: int) -> CurrentInput:
-        self._last_ts = max(self._last_ts, ts)
-        self.current_input = CurrentInput(ts, entropy)
-        return self.current_input
+        if ts > self._last_ts:
+            self._last_ts = ts
+        cur = self.current_input = CurrentInput(ts, entropy)
+        return cur
 
     def _enter_derived(self, args: bytes) -> CurrentInput:
         """Header of an input that carries none (AmbrosiaJS's): a function of the log."""

@@ -11,6 +11,7 @@ from ..errors import (
     SequenceGapError,
     WireFormatError,
 )
+from ._paths import incoming_records
 from .buffering import (
     DEFAULT_MAX_FRAME_SIZE,
     NEED_DATA,
@@ -20,7 +21,6 @@ from .buffering import (
     NeedData,
     located,
 )
-from ._paths import incoming_records
 from .messages import Checkpoint, Direction, MessageType
 from .packed import decode_messages
 from .records import CHECKPOINT_SEQ, CONTROL_SEQ, HEADER, HEADER_SIZE, LogRecord, check_bytes
