@@ -11,9 +11,9 @@ coordinator before it is delivered (group commit packs a burst into few records)
 
 Ceiling, measured in the same run: the plain-Python four-process pipeline of
 ``ceilings.pipeline_rate`` (the same bytes, a msgpack envelope per call, group-commit
-fsync at the receiver). Baselines, also in the same run, over a plain loopback TCP socket
-carrying the same bytes: bursts of the same encoded Rpc frames with a one-byte ack per burst (throughput),
-and a ping-pong of the echo call's request and reply sizes (latency).
+fsync at the receiver). Baselines, also in the same run, over a plain loopback TCP
+socket carrying the same bytes: bursts of the same encoded Rpc frames with a one-byte ack
+per burst (throughput), and a ping-pong of the echo call's request and reply sizes (latency).
 
 Memory: resident set size (VmRSS) of the sink's coordinator and binding at rest (primary,
 before the load) and their peak (VmHWM) after it, against a bare Python interpreter.
