@@ -232,7 +232,8 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         if not self._batch:
             return b""
         batch, self._batch = self._batch, []
-        return self.conn.send_rpcs(batch)
+        dests, self._batch_dests = self._batch_dests, {}
+        return self.conn.send_frames(batch, dests)
 
     def _input(self, record: LoggedInput) -> None:
         """Handle one logged input, journaled while a handler may be suspended."""
