@@ -23,9 +23,11 @@ from ambrosia_py.wire import (  # type: ignore[attr-defined]
     _fast,
     _paths,
     encode_outgoing_rpc,
+    encode_record,
     encode_rpc,
     encode_zz32,
 )
+from tests import strategies as s
 
 from .test_fast_paths import (
     ODD_DETAILS,
@@ -122,6 +124,43 @@ def test_buffers_other_than_bytes_get_the_same_answers(kind):
     assert outgoing(_cfast, kind(out), 0, 1 << 20, False) == \
         outgoing(_fast, kind(out), 0, 1 << 20, False)
     assert _cfast.long_zz32(kind(b"\x96\x01"), 0, 2) == (75, 2)
+
+
+def records(impl: Any, buf: Any, pos: int, last: int | None, limit: int, verify: bool
+            ) -> tuple[Any, ...]:
+    out: list[Any] = []
+    stop, seq = impl.incoming_records(buf, pos, last, limit, verify, out)
+    return stop, seq, [(type(m), tuple(m)) for m in out]
+
+
+def record_streams() -> st.SearchStrategy[bytes]:
+    bodies = st.lists(st.builds(encode_rpc, s.method_ids, st.sampled_from([0, 1]),
+                                st.binary(max_size=80)), min_size=1, max_size=3).map(b"".join)
+    other = st.sampled_from([encode_rpc(0, 0, b"r", reserved=1), b"\x02\x02"])  # odd ones
+    body = st.one_of(bodies, bodies, (st.tuples(bodies, other).map(b"".join)))
+    return st.lists(st.tuples(body, st.sampled_from([0, 0, 0, 1, -1, -2])), max_size=6).map(
+        lambda rs: b"".join(encode_record(1, 5 + i + skew, b) for i, (b, skew) in enumerate(rs)))
+
+
+@SETTINGS
+@given(st.one_of(record_streams(), record_streams().flatmap(s.mutations)),
+       st.sampled_from([None, 4, 5, 9]), st.sampled_from([24, 100, 1 << 20]), st.booleans())
+def test_incoming_records_agree_on_any_input(buf, last, limit, verify):
+    for pos in (0, 1):
+        assert records(_cfast, buf, pos, last, limit, verify) == \
+            records(_fast, buf, pos, last, limit, verify)
+
+
+def test_incoming_records_take_whole_records_of_calls_only():
+    calls = encode_record(1, 0, encode_rpc(7, 1, b"a") + encode_rpc(0x2F3C4D5E, 1, b"b" * 200))
+    result = encode_record(1, 1, encode_rpc(7, 1, b"c") + encode_rpc(0, 0, b"r", reserved=1))
+    for impl in IMPLS.values():
+        got = records(impl, calls + result, 0, None, 1 << 20, True)
+        assert got[:2] == (len(calls), 0) and len(got[2]) == 2
+        assert records(impl, calls, 0, 3, 1 << 20, True)[:2] == (0, 3)  # a gap: left alone
+        damaged = calls[:-1] + bytes((calls[-1] ^ 1,))
+        assert records(impl, damaged, 0, None, 1 << 20, True)[:2] == (0, None)
+        assert records(impl, damaged, 0, None, 1 << 20, False)[:2] == (len(calls), 0)
 
 
 def test_the_decoders_use_the_codec_the_environment_chose():
