@@ -141,6 +141,11 @@ class ArgumentError(UsageError):
     ports): the command's own usage error, exit code 2 as for argparse's."""
 
 
+class CodecChoiceError(UsageError, ImportError):
+    """``AMBROSIA_PY_CODEC`` names no codec, or asks for the compiled codec that is not
+    built."""
+
+
 class CoordinatorError(AmbrosiaError):
     """The coordinator cannot go on (bad registration, lost lock, broken peer)."""
 

@@ -162,6 +162,78 @@ def decode_rate(log: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
+def binding_stream(n: int) -> tuple[bytes, bytes]:
+    """What a coordinator sends a recovering ``Tally`` binding: a checkpoint, ``n`` logged
+    ticks (one per record, as a fork to itself logs them) and BecomingPrimary; and the
+    tick records alone."""
+    from ambrosia_py.testing.inmemory import InMemoryCoordinator
+    from ambrosia_py.wire import (
+        BecomingPrimary,
+        encode_checkpoint_record,
+        encode_control_record,
+        encode_record,
+    )
+
+    c = InMemoryCoordinator(Tally, NAME)
+    c.first_start()
+    state = c.take_checkpoint()
+    tick = c.log[-1]
+    records = b"".join(encode_record(1, seq, tick) for seq in range(c.seq, c.seq + n))
+    return (encode_checkpoint_record(1, len(state)) + state + records
+            + encode_control_record(1, BecomingPrimary()), records)
+
+
+def binding_replay_rate(stream: bytes, n: int) -> float:
+    """Records per second for a binding's engine (no sockets, no coordinator) to replay
+    ``stream`` fed 1 MiB at a time, as the runner feeds it."""
+    from ambrosia_py.runtime.engine import Engine, SendCheckpoint
+
+    engine = Engine(Tally, NAME)
+    engine.attach(None, lambda: None)
+    t0 = time.perf_counter()
+    for i in range(0, len(stream), 1 << 20):
+        engine.receive_data(stream[i : i + (1 << 20)])
+        while (out := engine.next_output()) is not None:
+            if isinstance(out, SendCheckpoint):
+                for _ in out.chunks(1 << 20):
+                    pass
+    elapsed = time.perf_counter() - t0
+    count = engine.instance.count  # type: ignore[union-attr]
+    if count != n + 1 or engine.conn.messages_replayed != n:
+        raise RuntimeError(f"in-process replay of {n} ticks counted {count}")
+    return n / elapsed
+
+
+def ceiling_rate(records: bytes, n: int) -> float:
+    """``ceilings.replay_rate`` over the tick records, calling a method like ``tick``."""
+    import ceilings
+
+    tally = Tally()
+    rate, calls = ceilings.replay_rate(records, tally.tick)
+    if calls != n or tally.count != n:
+        raise RuntimeError(f"the replay ceiling made {calls} calls for {n} records")
+    return rate
+
+
+def binding_rows(quick: bool) -> list[dict[str, Any]]:
+    """The binding's replay alone, beside the replay loop ceiling, interleaved."""
+    n = 10**5 if quick else 10**6
+    stream, records = binding_stream(n)
+    rates, ceils, ratios = [], [], []
+    for _ in range(3):
+        c = ceiling_rate(records, n)
+        r = binding_replay_rate(stream, n)
+        rates.append(r)
+        ceils.append(c)
+        ratios.append(r / c)
+    label = f"10^{len(str(n)) - 1}"
+    return [{"name": f"binding replay in-process, {label} records (vs the replay loop "
+                     "ceiling: frame, XXH64, msgpack, call)",
+             "value": statistics.median(rates), "unit": "records/s",
+             "baseline": statistics.median(ceils), "ratio": statistics.median(ratios),
+             "spread": _spread(ratios), "extra": {"records": n, "quick": quick}}]
+
+
 def _spread(values: list[float]) -> float:
     med = statistics.median(values)
     return (max(values) - min(values)) / med if med else 0.0
@@ -170,7 +242,8 @@ def _spread(values: list[float]) -> float:
 def run(quick: bool) -> list[dict[str, Any]]:
     sys.path.insert(0, str(HERE))
     sizes = [10**3, 10**4, 10**5] if quick else [10**3, 10**4, 10**5, 10**6]
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = binding_rows(quick)
+    ceiling: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         home0 = Path(tmp) / "startup"
         _first_start(home0)
@@ -184,6 +257,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
             _first_start(home)
             log = grow(home, n)
             dec_s, dec_n = decode_rate(log)
+            from ambrosia_ic import logstore
+
+            ticks = b"".join(r.wire for r in logstore.scan_log(log)[0][1:])
+            ceiling[n] = ceiling_rate(ticks, n - 1)
             log_bytes = log.stat().st_size  # the recovery's checkpoint removes this log
             if dec_n != n:
                 raise RuntimeError(f"the decoder read {dec_n} of {n} records")
@@ -205,6 +282,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 {"name": f"replay speed, {label} records (vs decoding them)", "value": rate,
                  "unit": "records/s", "baseline": dec_n / dec_s, "ratio": rate * dec_s / dec_n,
                  "spread": 0.0, "extra": extra},
+                {"name": f"replay speed, {label} records (vs the replay loop ceiling)",
+                 "value": rate, "unit": "records/s", "baseline": ceiling[n],
+                 "ratio": rate / ceiling[n], "spread": 0.0, "extra": extra},
                 {"name": f"recovery after a checkpoint, {label} records of history "
                          "(vs the first recovery)", "value": again, "unit": "s",
                  "baseline": elapsed, "ratio": again / elapsed, "spread": 0.0, "extra": extra},

@@ -9,9 +9,11 @@ same for the source. The source awaits ``sink.echo(i)`` PINGS times one after an
 must have been applied exactly once. Every call is logged and fsynced by the receiving
 coordinator before it is delivered (group commit packs a burst into few records).
 
-Baselines, measured in the same run over a plain loopback TCP socket carrying the same
-bytes: bursts of the same encoded Rpc frames with a one-byte ack per burst (throughput),
-and a ping-pong of the echo call's request and reply sizes (latency).
+Ceiling, measured in the same run: the plain-Python four-process pipeline of
+``ceilings.pipeline_rate`` (the same bytes, a msgpack envelope per call, group-commit
+fsync at the receiver). Baselines, also in the same run, over a plain loopback TCP
+socket carrying the same bytes: bursts of the same encoded Rpc frames with a one-byte ack
+per burst (throughput), and a ping-pong of the echo call's request and reply sizes (latency).
 
 Memory: resident set size (VmRSS) of the sink's coordinator and binding at rest (primary,
 before the load) and their peak (VmHWM) after it, against a bare Python interpreter.
@@ -321,11 +323,15 @@ def _row(name: str, values: list[float], unit: str, baselines: list[float] | Non
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(HERE))
+    import ceilings
+
     forks, burst, pings, repeats = (3000, 300, 300, 1) if quick else (20000, 500, 2000, 2)
     rates, p50s, p99s, rest_c, rest_b, peak_c, peak_b = [], [], [], [], [], [], []
-    raw_rates, raw_p50s, raw_p99s = [], [], []
+    raw_rates, raw_p50s, raw_p99s, ceiling_rates = [], [], [], []
     for _ in range(repeats):
         raw_rates.append(raw_throughput(forks, burst))
+        ceiling_rates.append(ceilings.pipeline_rate(forks, burst, PAYLOAD))
         lat = raw_latencies(pings)
         raw_p50s.append(_pct(lat, 0.5) / 1e3)
         raw_p99s.append(_pct(lat, 0.99) / 1e3)
@@ -341,6 +347,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
     sizes = {"forks": forks, "burst": burst, "pings": pings, "repeats": repeats,
              "payload_bytes": PAYLOAD, "quick": quick}
     return [
+        _row("durable fork RPCs between immortals (vs the plain-Python pipeline ceiling)",
+             rates, "RPC/s", ceiling_rates, sizes),
         _row("durable fork RPCs between immortals (vs raw loopback)", rates, "RPC/s",
              raw_rates, sizes),
         _row("await round trip p50 (vs raw loopback)", p50s, "us", raw_p50s, sizes),

@@ -7,9 +7,14 @@ the baseline (1.0 would mean decoding costs nothing beyond framing).
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ambrosia_py.wire import (
@@ -17,6 +22,7 @@ from ambrosia_py.wire import (
     LogRecordDecoder,
     MessageStreamDecoder,
     OutgoingRpc,
+    _paths,
     encode_outgoing_rpc,
     encode_record,
     encode_rpc,
@@ -135,6 +141,22 @@ def _spread(xs: list[float]) -> float:
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
+    """Every case on the codec this process uses and, when that is the compiled one, again
+    on the pure-Python one in a child process (``AMBROSIA_PY_CODEC=pure``), each row named
+    with its codec."""
+    rows = _run(quick)
+    if _paths.CODEC == "compiled":
+        env = dict(os.environ, AMBROSIA_PY_CODEC="pure")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent.parent),
+                                                        env.get("PYTHONPATH", "")) if p)
+        out = subprocess.run([sys.executable, __file__, "--json"] + (["--quick"] if quick else []),
+                             env=env, capture_output=True, text=True, check=True).stdout
+        rows += [r for r in json.loads(out) if r["name"] != rows[0]["name"]]
+    return rows
+
+
+def _run(quick: bool) -> list[dict[str, Any]]:
+    codec = f" [{_paths.CODEC} codec]"
     n = 20_000 if quick else 200_000
     repeats = 3 if quick else 9
     frames = outgoing_frames(n)
@@ -202,8 +224,13 @@ def run(quick: bool) -> list[dict[str, Any]]:
     }]
     for name, rates, ratios, own_base in rows:
         results.append({
-            "name": name, "value": statistics.median(rates), "unit": "frames/s",
+            "name": name + codec, "value": statistics.median(rates), "unit": "frames/s",
             "baseline": statistics.median(own_base), "ratio": statistics.median(ratios),
             "spread": _spread(ratios),
         })
     return results
+
+
+if __name__ == "__main__":
+    if "--json" in sys.argv:
+        print(json.dumps(_run("--quick" in sys.argv)))

@@ -28,7 +28,7 @@ from ..wire import (
 from ..wire import TakeCheckpoint as TakeCheckpointMsg
 from . import events as ev
 from ._core import ConnectionCore
-from ._state import CHECKPOINT_OWED, REPLAYING_STATES, State, Trigger
+from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger
 
 __all__ = ["ReceiveSide"]
 
@@ -75,6 +75,57 @@ class ReceiveSide(ConnectionCore):
             event = self._dispatch(msg, seq)
             if event is not None:
                 return event
+
+    def next_rpcs(self) -> list[Rpc]:
+        """The incoming RPCs next in log order, as one list, as long as each leaves the
+        state as it is (replaying, or primary): what ``next_event`` would return one by
+        one as ``IncomingRpc`` events, with the same checks, the same count of replayed
+        messages and the same errors, for one call per chunk of records instead of one
+        event per message. Empty when the next event is anything else: call
+        ``next_event`` then. Raises ``RemoteProtocolError`` on bad input, as
+        ``next_event`` does, once the RPCs before it have been returned.
+        """
+        out: list[Rpc] = []
+        state = self._state
+        if (self._out_events or state in CHECKPOINT_OWED
+                or TRANSITIONS[state].get(Trigger.RECV_RPC) is not state):
+            return out
+        pending = self._pending
+        while pending and type(pending[0][0]) is Rpc:
+            out.append(pending.popleft()[0])  # type: ignore[arg-type]
+        decoder = self._decoder
+        while not pending:
+            if self.committer_id is not None and decoder.take_incoming_rpcs(out):
+                self.last_seq_id = decoder.last_seq_id
+            try:
+                item = decoder.next_event()
+            except RemoteProtocolError:
+                if out:
+                    break  # the decoder keeps the error: the next call raises it
+                self._state = State.ERROR
+                raise
+            if item is NEED_DATA:
+                break
+            assert not isinstance(item, (CheckpointChunk, CheckpointEnd, NeedData))
+            if self.committer_id is None:
+                self.committer_id = item.committer_id
+            seq = item.seq_id
+            if seq >= 0:
+                self.last_seq_id = seq
+            messages = item.messages
+            taken = 0
+            for m in messages:
+                if type(m) is not Rpc:
+                    break
+                taken += 1
+            if taken == len(messages):
+                out += messages  # type: ignore[arg-type]
+            else:
+                out += messages[:taken]  # type: ignore[arg-type]
+                pending.extend((m, seq) for m in messages[taken:])
+        if state in REPLAYING_STATES:
+            self.messages_replayed += len(out)
+        return out
 
     def _read_record(self) -> bool:
         """Queue the next log record's messages; false if it has not fully arrived."""

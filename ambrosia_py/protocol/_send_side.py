@@ -22,7 +22,7 @@ from ..wire import TakeCheckpoint as TakeCheckpointMsg
 from ..wire.messages import AttachTo
 from . import events as ev
 from ._core import ConnectionCore
-from ._state import CHECKPOINT_OWED, State, Trigger
+from ._state import CHECKPOINT_OWED, TRANSITIONS, State, Trigger
 
 __all__ = ["SendSide"]
 
@@ -107,8 +107,9 @@ class SendSide(ConnectionCore):
         """
         dest = "" if rpc.destination == self.instance_name else rpc.destination
         impulse = rpc.rpc_type == RpcType.IMPULSE and not rpc.reserved
-        what = f"method {rpc.method_id} to {dest or 'self'}"
-        self._refuse_if_illegal(Trigger.SEND_IMPULSE if impulse else Trigger.SEND_RPC, what)
+        trigger = Trigger.SEND_IMPULSE if impulse else Trigger.SEND_RPC
+        if trigger not in TRANSITIONS[self._state]:  # the message only when refused
+            self._refuse_if_illegal(trigger, f"method {rpc.method_id} to {dest or 'self'}")
         body = encode_outgoing_rpc(dest, rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved)
         if dest and dest not in self._attached and dest not in attaching:
             attaching.append(dest)
@@ -136,6 +137,29 @@ class SendSide(ConnectionCore):
         body = self._prepare(rpc, attaching)
         impulse = rpc_type == RpcType.IMPULSE and not reserved
         return self._commit_send(impulse, attaching) + body
+
+    def send_frames(self, frames: list[bytes], destinations: Iterable[str]) -> bytes:
+        """Outgoing RPCs that are not Impulses, already encoded in the outgoing form
+        (``encode_outgoing_rpc``, or ``sized(outgoing_rpc_head(...) + args)``), with a
+        self-call's destination left empty: the bytes ``send_rpcs`` makes of the same
+        RPCs. ``destinations`` names the others' destinations, each at least once.
+
+        For a sender that encodes each call as it is made rather than building an
+        ``OutgoingRpc`` and encoding it here. All or nothing, as ``send_rpcs``.
+
+        Raises:
+            LocalProtocolError: RPCs while a checkpoint is owed or before start-up is done.
+        """
+        if not frames:
+            return b""
+        self._refuse_if_illegal(Trigger.SEND_RPC, f"{len(frames)} RPCs")
+        attached = self._attached
+        attach = self._commit_send(False, [d for d in dict.fromkeys(destinations)
+                                           if d and d not in attached])
+        if len(frames) == 1:
+            return attach + frames[0]
+        data = encode_zz32(len(frames)) + b"".join(frames)
+        return attach + encode_zz32(len(data) + 1) + _RPC_BATCH_BYTE + data
 
     def send_rpcs(self, rpcs: Iterable[OutgoingRpc]) -> bytes:
         """Several outgoing RPCs; two or more travel as one RPCBatch message.

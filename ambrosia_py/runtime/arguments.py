@@ -57,7 +57,7 @@ class ArgumentForms(EngineCore):
             return
         on_done: Done = self.handlers.log_failure
         try:
-            if ser.is_envelope(args):
+            if args and 0x90 <= args[0] <= 0x9F:  # ser.is_envelope, inline on the hot path
                 env = ser.Envelope.decode(args)
                 self._enter(env.timestamp_ns, env.entropy)
                 if env.call_id >= 0 and spec.kind is MethodKind.RPC:
@@ -80,7 +80,9 @@ class ArgumentForms(EngineCore):
 
     def _decode_payload(self, spec: MethodSpec, payload: Any) -> tuple[tuple[Any, ...],
                                                                        dict[str, Any]]:
-        if not (isinstance(payload, list) and len(payload) == 2
+        if not (type(payload) is list and len(payload) == 2 and type(payload[0]) is list
+                and type(payload[1]) is dict) and not (
+                isinstance(payload, list) and len(payload) == 2
                 and isinstance(payload[0], list) and isinstance(payload[1], dict)):
             raise SerializationError(f"arguments of {spec.name} are not [args, kwargs]")
         types = self._positional_types.get(spec.func)
@@ -88,7 +90,7 @@ class ArgumentForms(EngineCore):
             params = list(spec.signature.parameters.values())[1:]
             types = self._positional_types[spec.func] = [spec.param_type(p.name)
                                                          for p in params]
-        load = self.serializer.load
+        load = self.cls.__ambrosia_serializer__.load
         args, named = payload
         if len(args) <= len(types):  # the usual case: every argument has its type
             pos = tuple(map(load, args, types))

@@ -27,6 +27,7 @@ from ..errors import (
 from ..methods import Hosted, MethodSpec, is_hosted_class
 from ..protocol import BindingConnection
 from ..wire import OutgoingRpc
+from ..wire.encoders import outgoing_rpc_head, sized
 from . import replaylog
 from .config import EMPTY_CONFIG, freeze
 from .handling import CurrentInput
@@ -87,13 +88,19 @@ class EngineCore:
         self.handlers = Handlers(self.user_log)
         self._journal = Journal()  # what checkpoints carry while handlers are suspended
         self._suppress = False
-        self._batch: list[OutgoingRpc] = []
+        # RPCs sent while handling the input, encoded as they are sent, and the others'
+        # destinations they name (an ordered set).
+        self._batch: list[bytes] = []
+        self._batch_dests: dict[str, None] = {}
+        self._heads: dict[tuple[str, int, int], bytes] = {}  # (dest, method, type) -> head
         self._ckpt_in: IO[bytes] | None = None
         self._ckpt_out: SendCheckpoint | None = None  # handed out, maybe not yet all sent
         self._held: SendCheckpoint | None = None  # taken, to hand out after earlier bytes
         self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
         # Each method's positional parameter types, looked up once rather than per call.
         self._positional_types: dict[Callable[..., Any], list[Any]] = {}
+        # ... and how many positional arguments each binds, (least, most).
+        self._positional_counts: dict[Callable[..., Any], tuple[int, int]] = {}
 
     @property
     def is_primary(self) -> bool:
@@ -137,9 +144,10 @@ class EngineCore:
         return inst
 
     def _enter(self, ts: int, entropy: int) -> CurrentInput:
-        self._last_ts = max(self._last_ts, ts)
-        self.current_input = CurrentInput(ts, entropy)
-        return self.current_input
+        if ts > self._last_ts:
+            self._last_ts = ts
+        cur = self.current_input = CurrentInput(ts, entropy)
+        return cur
 
     def _enter_derived(self, args: bytes) -> CurrentInput:
         """Header of an input that carries none (AmbrosiaJS's): a function of the log."""
@@ -158,10 +166,20 @@ class EngineCore:
     def _send(self, dest: str, method_id: int, rpc_type: int, args: bytes) -> None:
         if self._suppress:
             return
-        rpc = OutgoingRpc(dest, method_id, int(rpc_type), args)
-        self._batch.append(rpc)
+        # Encoded now, the head once per destination and method: the frame is what
+        # BindingConnection.send_rpcs would make of the OutgoingRpc.
+        key = (dest, method_id, rpc_type)
+        head = self._heads.get(key)
+        if head is None:
+            head = outgoing_rpc_head("" if dest == self.instance_name else dest, method_id,
+                                     int(rpc_type))
+            if len(self._heads) < 4096:  # destinations and methods are few; stay bounded
+                self._heads[key] = head
+        self._batch.append(sized(head + args))
+        if dest and dest != self.instance_name:
+            self._batch_dests[dest] = None
         if self.outputs is not None:
-            self.outputs.append(rpc)
+            self.outputs.append(OutgoingRpc(dest, method_id, int(rpc_type), args))
 
     def _apply(self, record: LoggedInput) -> None:
         """Handle one logged input (the facade's dispatch; rooms re-dispatch journals)."""
@@ -171,8 +189,8 @@ class EngineCore:
                        payload: Any) -> None:
         cur = self._require_handler("sending an RPC")
         ts, entropy = cur.derive()
-        body = ser.Envelope(ts, entropy, call_id, self.instance_name, payload).encode()
-        self._send(dest, method_id, rpc_type, body)
+        self._send(dest, method_id, rpc_type,
+                   ser.encode_envelope(ts, entropy, call_id, self.instance_name, payload))
 
     def _load_json_kwargs(self, spec: MethodSpec, kw: dict[str, Any]) -> dict[str, Any]:
         """JSON arguments (AmbrosiaJS's) as the parameters' annotated types."""

@@ -52,7 +52,7 @@ from ..errors import (
 )
 from ..methods import POST_BY_IMPULSE_METHOD_ID, POST_METHOD_ID, RESULT_METHOD_ID
 from ..protocol import events as ev
-from ..wire import NEED_DATA
+from ..wire import NEED_DATA, Rpc
 from . import checkpoint as ckpt
 from .arguments import ArgumentForms
 from .core import INITIAL_MAGIC
@@ -68,6 +68,9 @@ __all__ = ["CHECKPOINT_FORMAT", "IMPULSE_QUEUE_LIMIT", "CurrentInput", "Engine",
            "SendBytes", "SendCheckpoint"]
 
 CHECKPOINT_FORMAT = ckpt.CHECKPOINT_FORMAT
+
+# Method ids that are not calls of a published method (results and AmbrosiaJS posts).
+_NOT_CALLS = frozenset({RESULT_METHOD_ID, POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID})
 
 # RPC bytes gathered into one output before it is handed out (a long replay's results).
 _BATCH_BYTES = 1 << 20
@@ -115,6 +118,15 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         pending = bytearray()
         conn = self.conn
         while True:
+            rpcs = conn.next_rpcs()
+            if rpcs:
+                # A run of RPCs (a replay's records, a burst of calls): one call per chunk.
+                out = self._handle_rpcs(rpcs)
+                if out:
+                    pending += out
+                    if len(pending) >= _BATCH_BYTES:
+                        return SendBytes(bytes(pending))
+                continue
             event = conn.next_event()
             if event is NEED_DATA:
                 break
@@ -188,11 +200,40 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             return b""
         raise LocalProtocolError(f"unexpected protocol event {event!r}")
 
+    def _handle_rpcs(self, rpcs: list[Rpc]) -> bytes:
+        """Handle incoming RPCs in log order, as one ``IncomingRpc`` event each would be;
+        the bytes to send.
+
+        A call of a published method that cannot suspend, while no handler is suspended,
+        needs no journal and goes straight to ``_apply_call``; anything else takes
+        ``_input``.
+        """
+        out: list[bytes] = []
+        handlers = self.handlers
+        by_id = self.cls.__ambrosia_by_id__
+        for method_id, rpc_type, args, reserved in rpcs:
+            spec = by_id.get(method_id)
+            if (handlers.suspended == 0 and spec is not None and not spec.may_suspend
+                    and not reserved and method_id not in _NOT_CALLS):
+                self._inputs_seen += 1
+                try:
+                    self._apply_call(method_id, args)
+                finally:
+                    self.current_input = None
+                if handlers.suspended:
+                    self._check_journal()
+            else:
+                self._input(RpcInput(method_id, rpc_type, args, reserved))
+            if self._batch:
+                out.append(self._encode_batch())
+        return b"".join(out)
+
     def _encode_batch(self) -> bytes:
         if not self._batch:
             return b""
         batch, self._batch = self._batch, []
-        return self.conn.send_rpcs(batch)
+        dests, self._batch_dests = self._batch_dests, {}
+        return self.conn.send_frames(batch, dests)
 
     def _input(self, record: LoggedInput) -> None:
         """Handle one logged input, journaled while a handler may be suspended."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -22,16 +23,40 @@ from .core import EngineCore
 __all__ = ["Sending"]
 
 
+def positional_counts(spec: MethodSpec) -> tuple[int, int]:
+    """How many positional arguments (and no keywords) ``spec``'s signature binds:
+    ``(least, most)``; ``(1, 0)``, which nothing fits, if it has keyword-only parameters
+    without defaults (then every call goes through ``signature.bind``)."""
+    least = most = 0
+    for p in list(spec.signature.parameters.values())[1:]:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            most += 1
+            if p.default is p.empty:
+                least = most
+        elif p.kind is p.VAR_POSITIONAL:
+            most = sys.maxsize
+        elif p.kind is p.KEYWORD_ONLY and p.default is p.empty:
+            return 1, 0
+    return least, most
+
+
 class Sending(EngineCore):
     """The engine's sending room (a part of ``Engine``)."""
 
     def _payload(self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        dump = self.cls.__ambrosia_serializer__.dump
+        if not kwargs:
+            # Plain positionals: a count in range is all signature.bind would check.
+            fits = self._positional_counts.get(spec.func)
+            if fits is None:
+                fits = self._positional_counts[spec.func] = positional_counts(spec)
+            if fits[0] <= len(args) <= fits[1]:
+                return [[dump(a) for a in args], {}]
         try:
             spec.signature.bind(None, *args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{spec.name}(): {e}") from None
-        s = self.serializer
-        return [[s.dump(a) for a in args], {k: s.dump(v) for k, v in kwargs.items()}]
+        return [[dump(a) for a in args], {k: dump(v) for k, v in kwargs.items()}]
 
     def call(self, dest: str, cls: type[Hosted], spec: MethodSpec, args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> PendingCall[Any]:

@@ -7,9 +7,9 @@ function of the log. No asyncio here: asyncio would resume it on a later loop tu
 
 from __future__ import annotations
 
-import inspect
 import traceback
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any
 
 from ..errors import AmbrosiaError, LocalProtocolError
@@ -45,7 +45,7 @@ class Handlers:
         except Exception as e:
             on_done(None, e)
             return
-        if inspect.iscoroutine(result):
+        if isinstance(result, CoroutineType):  # inspect.iscoroutine, without its call
             self._step(Task(result, name, on_done))
         else:
             on_done(result, None)

@@ -11,7 +11,7 @@ from ..errors import EncodeError
 from .kinds import MessageType, RpcType
 from .varint import encode_zz32
 
-__all__ = ["encode_outgoing_rpc", "encode_rpc"]
+__all__ = ["encode_outgoing_rpc", "encode_rpc", "outgoing_rpc_head", "sized"]
 
 
 def encode_rpc(method_id: int, rpc_type: int, args: bytes, reserved: int = 0) -> bytes:
@@ -72,3 +72,24 @@ def encode_outgoing_rpc(
             + _RPC_TYPE_BYTE[rpc_type] + args
         )
     return encode_zz32(len(data) + 1) + _RPC_BYTE + data
+
+
+def outgoing_rpc_head(destination: str, method_id: int, rpc_type: int) -> bytes:
+    """What an outgoing-form RPC (reserved byte 0) holds between its size and its
+    arguments: ``sized(head + args)`` is ``encode_outgoing_rpc(destination, method_id,
+    rpc_type, args)``. A sender of many calls to one method encodes this once."""
+    if rpc_type not in (0, 1, 2):
+        raise EncodeError(f"RPC type must be 0, 1 or 2, got {rpc_type}")
+    name = destination.encode("utf-8")
+    return (_RPC_BYTE + encode_zz32(len(name)) + name + b"\x00" + encode_zz32(method_id)
+            + _RPC_TYPE_BYTE[rpc_type])
+
+
+def sized(message: bytes) -> bytes:
+    """A message (type byte and data) behind its ZigZagInt size."""
+    n = len(message)
+    if n < 64:
+        return bytes((n << 1,)) + message
+    if n < 8192:
+        return bytes((((n << 1) & 0x7F) | 0x80, n >> 6)) + message
+    return encode_zz32(n) + message

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import FrameTooLargeError, RemoteProtocolError, WireFormatError
-from ._fast import outgoing_rpcs
+from ._paths import outgoing_rpcs
 from .buffering import (
     DEFAULT_MAX_FRAME_SIZE,
     NEED_DATA,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import (
     ChecksumMismatchError,
     FrameTooLargeError,
@@ -9,6 +11,7 @@ from ..errors import (
     SequenceGapError,
     WireFormatError,
 )
+from ._paths import incoming_records
 from .buffering import (
     DEFAULT_MAX_FRAME_SIZE,
     NEED_DATA,
@@ -53,6 +56,27 @@ class LogRecordDecoder(Buffered):
         self.verify_checksums = verify_checksums
         self.direction = direction
         self.last_seq_id: int | None = None  # last data record's sequence id
+
+    def take_incoming_rpcs(self, out: list[Any]) -> bool:
+        """Fast path for a replay: the whole data records buffered now that hold only
+        incoming RPC calls, their RPCs appended to ``out``; true if any were taken.
+
+        The same records ``next_event`` would return, with the same checks; it stops at
+        the first record that is anything else, fails a check or has not fully arrived,
+        and leaves it to ``next_event`` (which also reports what is wrong). Never raises.
+        """
+        if (self._error is not None or self._ckpt_remaining >= 0
+                or self.direction is Direction.TO_COORDINATOR):
+            return False
+        start = self._pos
+        pos, last = incoming_records(self._buf, start, self.last_seq_id, self.max_frame_size,
+                                     self.verify_checksums, out)
+        if pos == start:
+            return False
+        self._pos = pos
+        self.last_seq_id = last
+        self._need = HEADER_SIZE
+        return True
 
     def next_event(self) -> LogRecord | CheckpointChunk | CheckpointEnd | NeedData:
         if self._error is not None:

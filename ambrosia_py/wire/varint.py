@@ -76,6 +76,8 @@ def encode_zz32(n: int) -> bytes:
     """ZigZagInt: encode a signed 32-bit integer as a 1-5 byte varint."""
     if 0 <= n < 64:
         return _SMALL_ZZ[n]
+    if 64 <= n < 8192:  # two bytes: most message sizes, without the general loop
+        return bytes((((n << 1) & 0x7F) | 0x80, n >> 6))
     if -64 <= n < 0:
         return _SMALL_ZZ_NEG[n + 64]
     if not INT32_MIN <= n <= INT32_MAX:

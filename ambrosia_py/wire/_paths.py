@@ -1,0 +1,44 @@
+"""Which fast paths the decoders use: the compiled ones (``_cfast``) or the pure ones (``_fast``).
+
+Both give the same results on every input (``tests/wire/test_compiled.py``); the compiled
+ones are built at install when Cython and a C compiler are there. ``AMBROSIA_PY_CODEC``
+chooses, once, at import: ``auto`` (the default: compiled if built), ``pure``, or
+``compiled`` (refuse to start without it; CI uses it so a broken build cannot pass as the
+pure path).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from ..errors import CodecChoiceError
+from . import _fast
+
+__all__ = ["CODEC", "incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs"]
+
+
+def _choose(choice: str) -> tuple[str, ModuleType]:
+    if choice == "pure":
+        return "pure", _fast
+    if choice not in ("auto", "compiled"):
+        raise CodecChoiceError(
+            f"AMBROSIA_PY_CODEC={choice!r}: expected auto, pure or compiled"
+        )
+    try:
+        from . import _cfast  # type: ignore[attr-defined]
+    except ImportError as err:
+        if choice == "compiled":
+            raise CodecChoiceError(
+                f"AMBROSIA_PY_CODEC=compiled but the compiled codec is not built ({err}); "
+                "reinstall with Cython and a C compiler"
+            ) from None
+        return "pure", _fast
+    return "compiled", _cfast
+
+
+CODEC, _impl = _choose(os.environ.get("AMBROSIA_PY_CODEC", "auto"))
+incoming_rpcs = _impl.incoming_rpcs
+outgoing_rpcs = _impl.outgoing_rpcs
+long_zz32 = _impl.long_zz32
+incoming_records = _impl.incoming_records

@@ -1,0 +1,249 @@
+"""Ceilings: what plain Python does with the same bytes on this machine, in the same run.
+
+Each figure of ``bench_throughput`` and ``bench_replay`` is reported as a ratio to one of
+these (``bench_wire`` has its own: the bare framing loop). A ceiling does the essential
+work of its figure and nothing else, so a ratio of 1.0 is the most a Python
+implementation of the same design can reach.
+
+- ``pipeline_rate``: durable fork RPCs. Four processes joined by loopback-like socket
+  pairs, as the two immortals and their coordinators are: the sender packs a msgpack
+  envelope per call into an outgoing-form RPC frame and writes bursts; its "coordinator"
+  frames them, turns each into the incoming form by slicing and sends one XXH64-checked
+  record per read; the receiver's "coordinator" checks the record, appends it to a file
+  and fsyncs once per read (group commit) before passing it on; the receiving "binding"
+  frames the RPCs, unpacks each envelope and calls the method. One ack per burst goes
+  back to the sender (flow control, as the awaited echo does).
+- ``replay_rate``: replay during recovery. One loop over the same log records: header,
+  XXH64, frame, msgpack, call.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import xxhash
+
+from ambrosia_py.wire import encode_outgoing_rpc
+
+__all__ = ["pipeline_rate", "replay_rate"]
+
+_HEADER = struct.Struct("<iiQq")
+_READ = 1 << 20
+
+
+def _frames(buf: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
+    """(start, end) of each whole ``[size varint][frame]`` in ``buf[pos:]``; where the
+    first incomplete one starts."""
+    out = []
+    n = len(buf)
+    while pos < n:
+        b = buf[pos]
+        q = pos + 1
+        if b < 0x80:
+            size = b >> 1
+        else:
+            u = b & 0x7F
+            shift = 7
+            while True:
+                if q >= n:
+                    return out, pos
+                b = buf[q]
+                q += 1
+                u |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+            size = u >> 1
+        if q + size > n:
+            break
+        out.append((q, q + size))
+        pos = q + size
+    return out, pos
+
+
+def _records(buf: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:
+    """(body start, end) of each whole checked record in ``buf[pos:]``."""
+    out = []
+    n = len(buf)
+    while pos + 24 <= n:
+        _, length, check, _ = _HEADER.unpack_from(buf, pos)
+        if pos + length > n:
+            break
+        body = buf[pos + 24 : pos + length]
+        if xxhash.xxh64_intdigest(body) != check:
+            raise ValueError("check bytes do not match")
+        out.append((pos + 24, pos + length))
+        pos += length
+    return out, pos
+
+
+def _sender(out: socket.socket, acks: socket.socket, forks: int, burst: int, payload: bytes,
+            method_id: int, result: Any) -> None:
+    t0 = time.perf_counter()
+    sent = 0
+    while sent < forks:
+        n = min(burst, forks - sent)
+        frames = []
+        for i in range(sent, sent + n):
+            env = msgpack.packb([time.time_ns(), 12345, -1, "source", [[i, payload], {}]],
+                                use_bin_type=True)
+            frames.append(encode_outgoing_rpc("sink", method_id, 1, env))
+        out.sendall(b"".join(frames))
+        sent += n
+        acks.recv(1)
+    result.value = forks / (time.perf_counter() - t0)
+    out.shutdown(socket.SHUT_WR)  # other processes hold copies: close() would not end it
+
+
+def _sender_coordinator(inp: socket.socket, out: socket.socket) -> None:
+    buf = b""
+    seq = 0
+    while data := inp.recv(_READ):
+        buf += data
+        spans, pos = _frames(buf, 0)
+        parts = []
+        for a, b in spans:
+            # [0x00 RPC][dest len][dest][rest] -> [0x00 RPC][rest], with a new size
+            name_len = buf[a + 1] >> 1
+            rest = buf[a + 2 + name_len : b]
+            parts.append(bytes(((len(rest) + 1) << 1,)) if len(rest) < 63 else
+                         _varint(len(rest) + 1))
+            parts.append(b"\x00")
+            parts.append(rest)
+        buf = buf[pos:]
+        if parts:
+            body = b"".join(parts)
+            out.sendall(_HEADER.pack(1, 24 + len(body), xxhash.xxh64_intdigest(body), seq)
+                        + body)
+            seq += 1
+    out.shutdown(socket.SHUT_WR)
+
+
+def _envelope_at(frame: bytes, method_at: int) -> int:
+    """Where the envelope starts, after the method id varint at ``method_at`` and the
+    RPC type byte."""
+    q = method_at
+    while frame[q] >= 0x80:
+        q += 1
+    return q + 2
+
+
+def _varint(n: int) -> bytes:
+    u = n << 1
+    out = bytearray()
+    while u > 0x7F:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _receiver_coordinator(inp: socket.socket, out: socket.socket, log_dir: str) -> None:
+    with open(os.path.join(log_dir, "log"), "ab") as log:
+        buf = b""
+        while data := inp.recv(_READ):
+            buf += data
+            spans, pos = _records(buf, 0)
+            if spans:
+                chunk = buf[:pos]
+                log.write(chunk)
+                log.flush()
+                os.fsync(log.fileno())  # group commit: one fsync per read
+                out.sendall(chunk)
+            buf = buf[pos:]
+    out.shutdown(socket.SHUT_WR)
+
+
+def _receiver(inp: socket.socket, acks: socket.socket, forks: int, burst: int) -> None:
+    state = {"count": 0, "last": -1}
+
+    def take(i: int, payload: bytes) -> None:
+        if i != state["last"] + 1:
+            raise ValueError(f"fork {i} after {state['last']}")
+        state["last"] = i
+        state["count"] += 1
+
+    buf = b""
+    while state["count"] < forks:
+        data = inp.recv(_READ)
+        if not data:
+            break
+        buf += data
+        spans, pos = _records(buf, 0)
+        for a, b in spans:
+            for fa, fb in _frames(buf[a:b], 0)[0]:
+                # [0x00][reserved][method id][rpc type][envelope]
+                frame = buf[a + fa : a + fb]
+                _, _, _, _, (args, kwargs) = msgpack.unpackb(frame[_envelope_at(frame, 2):])
+                take(*args, **kwargs)
+                if state["count"] % burst == 0 or state["count"] == forks:
+                    acks.sendall(b"\x01")
+        buf = buf[pos:]
+
+
+def pipeline_rate(forks: int, burst: int, payload_size: int) -> float:
+    """Durable fork RPCs per second through the plain-Python four-process pipeline."""
+    ctx = mp.get_context("fork")
+    s1, c1 = socket.socketpair()  # sender -> its coordinator
+    c2, r2 = socket.socketpair()  # coordinator -> coordinator
+    r3, b3 = socket.socketpair()  # receiver's coordinator -> receiver
+    ack_in, ack_out = socket.socketpair()  # receiver -> sender, one byte per burst
+    result = ctx.Value("d", 0.0)
+    with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as log_dir:
+        procs = [
+            ctx.Process(target=_sender, args=(s1, ack_in, forks, burst, bytes(payload_size),
+                                              0x2F3C4D5E, result)),
+            ctx.Process(target=_sender_coordinator, args=(c1, c2)),
+            ctx.Process(target=_receiver_coordinator, args=(r2, r3, log_dir)),
+            ctx.Process(target=_receiver, args=(b3, ack_out, forks, burst)),
+        ]
+        for p in procs:
+            p.start()
+        for s in (s1, c1, c2, r2, r3, b3, ack_in, ack_out):
+            s.close()
+        procs[0].join(600)
+        for p in procs[1:]:
+            p.join(30)
+        if any(p.exitcode != 0 for p in procs) or not result.value:
+            raise RuntimeError(f"the ceiling pipeline failed: {[p.exitcode for p in procs]}")
+    return float(result.value)
+
+
+def replay_rate(records: bytes, call: Callable[..., Any]) -> tuple[float, int]:
+    """(records per second, calls) for one plain loop over ``records`` (data records of
+    incoming-form RPCs): header, XXH64, frame, msgpack, call."""
+    unpack = _HEADER.unpack_from
+    xxh = xxhash.xxh64_intdigest
+    unpackb = msgpack.unpackb
+    t0 = time.perf_counter()
+    pos = 0
+    n = len(records)
+    count = calls = 0
+    while pos < n:
+        _, length, check, _ = unpack(records, pos)
+        end = pos + length
+        body = records[pos + 24 : end]
+        if xxh(body) != check:
+            raise ValueError("check bytes do not match")
+        q = 0
+        while q < len(body):
+            b = body[q]
+            size = b >> 1 if b < 0x80 else ((b & 0x7F) | (body[q + 1] << 7)) >> 1
+            start = q + (1 if b < 0x80 else 2)
+            # [0x00][reserved][method id][rpc type][envelope]
+            env = _envelope_at(body, start + 2)
+            _, _, _, _, (args, kwargs) = unpackb(body[env : start + size])
+            call(*args, **kwargs)
+            calls += 1
+            q = start + size
+        pos = end
+        count += 1
+    return count / (time.perf_counter() - t0), calls
