@@ -6,8 +6,9 @@ process (tests do).
 The jobs it runs live beside this module, each in its own: ``startup`` (first start,
 recovery, upgrade), ``reading`` (the binding's messages), ``outputs`` (routing and
 self-call numbering), ``commit`` (group commit), ``checkpoints`` (asking for, collecting
-and writing checkpoints), ``link_server`` (calls from other instances), and ``sink``
-(how the log is written: standalone, or fenced for active/active replicas).
+and writing checkpoints), ``link_server`` (calls from other instances), ``sink``
+(how the log is written: standalone, or fenced for active/active replicas), and
+``frames`` (the bytes paths: RPCs passed through without decoding them).
 """
 
 from __future__ import annotations
