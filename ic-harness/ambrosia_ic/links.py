@@ -185,9 +185,13 @@ class OutboundLink:
         self.unacked: collections.deque[tuple[int, bytes]] = collections.deque(unacked or ())
         self.acked = 0  # highest number the receiver has confirmed as logged
         self._impulses: collections.deque[bytes] = collections.deque()
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.connected = False
+        # While connected: the stream, and the last number written to it. Calls added
+        # in one turn of the event loop go out together in one write (``_flush``).
+        self._out: asyncio.StreamWriter | None = None
+        self._sent = 0
+        self._flush_due = False
 
     # ------------------------------------------------------------------ state
     def add(self, rpc: bytes) -> int:
@@ -196,12 +200,29 @@ class OutboundLink:
         self.next_seq += 1
         if seq > self.acked:  # a replayed call the receiver already has is dropped
             self.unacked.append((seq, rpc))
-            self._wake.set()
+            self._schedule()
         return seq
 
     def add_impulse(self, rpc: bytes) -> None:
         self._impulses.append(rpc)
-        self._wake.set()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._out is not None and not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what was added since the last write, if connected."""
+        self._flush_due = False
+        out = self._out
+        if out is None or out.transport.is_closing():
+            return  # the stream's task sees the break and reconnects
+        if self.unacked and self.unacked[-1][0] > self._sent:
+            out.write(self._records(self._sent))
+            self._sent = self.unacked[-1][0]
+        while self._impulses:
+            out.write(encode_record(0, CONTROL_SEQ, self._take_impulses()))
 
     def trim(self, upto: int) -> None:
         if upto > self.acked:
@@ -275,39 +296,25 @@ class OutboundLink:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, last: int,
         where: tuple[str, int],
     ) -> None:
+        """Sends until the connection breaks or the destination moves. Writes happen in
+        ``_flush``; this task only watches the acknowledgements and the registry. The
+        calls wait in ``unacked`` until trimmed, so the socket's buffer needs no bound of
+        its own: a receiver that stops reading is left when the registry says it moved."""
         self.trim(last)
-        sent = last
-        loop = asyncio.get_running_loop()
-        checked = loop.time()
         acks = asyncio.get_running_loop().create_task(self._read_acks(reader))
+        self._out = writer
+        self._sent = last
         try:
+            self._flush()
             while True:
-                self._wake.clear()
-                if acks.done():
+                done, _ = await asyncio.wait({acks}, timeout=MOVE_CHECK)
+                if done:
                     acks.result()  # raises the reason the connection broke
                     return
-                if self.unacked and self.unacked[-1][0] > sent:
-                    writer.write(self._records(sent))
-                    sent = self.unacked[-1][0]
-                while self._impulses:
-                    writer.write(encode_record(0, CONTROL_SEQ, self._take_impulses()))
-                while True:  # a paused receiver may never drain: keep an eye on the registry
-                    try:
-                        await asyncio.wait_for(writer.drain(), MOVE_CHECK * 10)
-                        break
-                    except TimeoutError:
-                        if self._moved(where):
-                            return
-                waiter = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait({waiter, acks}, timeout=MOVE_CHECK,
-                                   return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                now = loop.time()
-                if now - checked >= MOVE_CHECK:
-                    checked = now
-                    if self._moved(where):
-                        return
+                if self._moved(where):
+                    return
         finally:
+            self._out = None
             acks.cancel()
             with contextlib.suppress(BaseException):
                 await acks
