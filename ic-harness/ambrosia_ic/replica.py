@@ -127,7 +127,7 @@ class ReplicaCoordinator(Coordinator):
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 fsync_in_thread: bool = False) -> None:
+                 fsync_in_thread: bool | None = None) -> None:
         if not reg.active_active:
             raise CoordinatorError(
                 f"{reg.instance_name} is not registered with --active-active; run it "

@@ -197,4 +197,4 @@ def test_an_unknown_event_loop_or_fsync_place_is_one_line(harness: Harness) -> N
         del harness.env[var]
         assert _one_line_error(r, 1) == (
             f"ambrosia: error: unknown {what} {value!r} (expected "
-            f"{'asyncio or uvloop' if var.endswith('LOOP') else 'loop or thread'})")
+            f"{'asyncio or uvloop' if var.endswith('LOOP') else 'auto, loop or thread'})")

@@ -29,10 +29,10 @@ def _ic(args: argparse.Namespace) -> int:
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
     cls = ReplicaCoordinator if reg.active_active else Coordinator
     run = _loop_runner(args.loop)
-    if args.fsync not in ("loop", "thread"):
-        raise UsageError(f"unknown fsync place {args.fsync!r} (expected loop or thread)")
-    coordinator = cls(reg, home, replica=args.replica,
-                      fsync_in_thread=args.fsync == "thread")
+    places = {"auto": None, "loop": False, "thread": True}
+    if args.fsync not in places:
+        raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
+    coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync])
     code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code
@@ -109,11 +109,12 @@ def add_ic(sub: Any) -> None:
                    help="the registered instance")
     p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
                    help="which replica of an active/active instance (default 0)")
-    p.add_argument("--fsync", choices=("loop", "thread"),
-                   default=os.environ.get("AMBROSIA_IC_FSYNC", "loop"),
+    p.add_argument("--fsync", choices=("auto", "loop", "thread"),
+                   default=os.environ.get("AMBROSIA_IC_FSYNC", "auto"),
                    help="where each log record is written and fsynced: on the event loop "
-                   "(group commit batches what arrives meanwhile) or in a thread (default: "
-                   "$AMBROSIA_IC_FSYNC, else loop)")
+                   "(group commit batches what arrives meanwhile) or in a thread; auto: "
+                   "the loop, except for active/active replicas, whose heartbeat must go "
+                   "on during a slow fsync (default: $AMBROSIA_IC_FSYNC, else auto)")
     p.add_argument("--loop", choices=("asyncio", "uvloop"),
                    default=os.environ.get("AMBROSIA_IC_LOOP", "asyncio"),
                    help="the event loop (uvloop needs the uvloop extra; default: "

@@ -11,7 +11,9 @@ it: the batching happens as it would with a thread. A thread costs a hand-off ea
 (a futex wake-up there, a self-pipe write back) and lets the loop spend CPU on small
 reads while it waits; on 2 cores shared by four processes that measured worse: forks
 1.41x and await p50 0.85x with the fsync on the loop (20,000 forks, 4 interleaved pairs).
-The thread is kept for a coordinator whose own outputs must not wait for its fsyncs.
+The thread is kept for active/active replicas (a primary's heartbeat must go on during a
+slow fsync, or standbys take it for dead) and for a coordinator whose own outputs must
+not wait for its fsyncs.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class Coordinator:
         sink: how the log is written; a standalone writer unless given (replicas of an
             active/active instance pass a fenced one, see ``replica.py``).
         fsync_in_thread: write and fsync each record in a thread instead of on the event
-            loop (see ``commit``).
+            loop (see ``commit``); None: as the sink prefers.
 
     Raises:
         CoordinatorError: the instance is active/active but ``sink`` is not fenced.
@@ -66,7 +66,7 @@ class Coordinator:
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
         sink: LogSink | None = None,
-        fsync_in_thread: bool = False,
+        fsync_in_thread: bool | None = None,
     ) -> None:
         self.sink: LogSink = sink if sink is not None else StandaloneSink()
         if (reg.active_active or replica) and not isinstance(self.sink, FencedSink):
@@ -97,7 +97,8 @@ class Coordinator:
         self.log_n = 0
         self.writer: LogWriter | None = None
         self.write_lock = asyncio.Lock()
-        self.fsync_in_thread = fsync_in_thread
+        self.fsync_in_thread = (self.sink.fsync_in_thread if fsync_in_thread is None
+                                else fsync_in_thread)
         # delivery and outputs
         self.send: asyncio.StreamWriter | None = None
         self.last_delivered = -1
