@@ -1,4 +1,5 @@
-"""Reading the binding: its bytes become messages, each handled in order.
+"""Reading the binding: its bytes become messages, each handled in order. Plain RPCs
+stay bytes (``frames``); everything else is decoded.
 
 Outputs go to routing, checkpoint streams to the collector, and the InitialMessage to
 the first start that waits for it. Malformed bytes or a message a binding must not send
