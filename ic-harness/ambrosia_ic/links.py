@@ -14,10 +14,12 @@ Handshake (before anything else; ``S`` = receiver, ``C`` = sender)::
 ``secret`` is the registry's link secret. A peer that fails its proof, or names an
 instance that is not registered, is refused (the receiver logs it and closes).
 
-Then ``C -> S``: log records (the wire codec's records, ``Direction.LINK``) whose sequence
-id is the link sequence number (1, 2, ... per sender and destination) and whose body is
-one incoming-form ``Rpc``. Impulses are not reproduced by a sender's replay, so they
-travel unnumbered in control records (sequence id -1), at most once. ``S -> C``:
+Then ``C -> S``: log records (the wire codec's records, ``Direction.LINK``) of
+incoming-form ``Rpc`` frames. Each call has a link sequence number (1, 2, ... per sender
+and destination); a record carries a run of consecutive calls, and its sequence id is the
+number of the last one (so a record of ``k`` calls with id ``n`` holds ``n-k+1 .. n``).
+Impulses are not reproduced by a sender's replay, so they travel unnumbered in control
+records (sequence id -1), at most once. ``S -> C``:
 ``TrimTo(n)`` messages once the receiver has durably logged everything up to ``n``.
 The sender keeps what is not yet trimmed and resends it after a reconnect from the
 position the receiver reports; the receiver drops numbers it has already accepted.
@@ -51,12 +53,14 @@ from ambrosia_py.wire import (
 
 __all__ = ["LINK_MAGIC", "OutboundLink", "accept_link", "open_link"]
 
-LINK_MAGIC = b"AMBRLNK1"
+# Version 2: records carry runs of calls (version 1 carried one call per record).
+LINK_MAGIC = b"AMBRLNK2"
 _NONCE = 16
 _MAC = 32
 _I64 = struct.Struct("<q")
 HANDSHAKE_TIMEOUT = 10.0
 MOVE_CHECK = 0.05  # seconds between looks at where an idle or unanswered link should go
+MAX_RECORD_BODY = 1 << 20  # a record is cut once its calls reach this many bytes
 
 
 def _mac(secret: bytes, *parts: bytes) -> bytes:
@@ -181,9 +185,13 @@ class OutboundLink:
         self.unacked: collections.deque[tuple[int, bytes]] = collections.deque(unacked or ())
         self.acked = 0  # highest number the receiver has confirmed as logged
         self._impulses: collections.deque[bytes] = collections.deque()
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.connected = False
+        # While connected: the stream, and the last number written to it. Calls added
+        # in one turn of the event loop go out together in one write (``_flush``).
+        self._out: asyncio.StreamWriter | None = None
+        self._sent = 0
+        self._flush_due = False
 
     # ------------------------------------------------------------------ state
     def add(self, rpc: bytes) -> int:
@@ -192,12 +200,29 @@ class OutboundLink:
         self.next_seq += 1
         if seq > self.acked:  # a replayed call the receiver already has is dropped
             self.unacked.append((seq, rpc))
-            self._wake.set()
+            self._schedule()
         return seq
 
     def add_impulse(self, rpc: bytes) -> None:
         self._impulses.append(rpc)
-        self._wake.set()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._out is not None and not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what was added since the last write, if connected."""
+        self._flush_due = False
+        out = self._out
+        if out is None or out.transport.is_closing():
+            return  # the stream's task sees the break and reconnects
+        if self.unacked and self.unacked[-1][0] > self._sent:
+            out.write(self._records(self._sent))
+            self._sent = self.unacked[-1][0]
+        while self._impulses:
+            out.write(encode_record(0, CONTROL_SEQ, self._take_impulses()))
 
     def trim(self, upto: int) -> None:
         if upto > self.acked:
@@ -271,46 +296,58 @@ class OutboundLink:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, last: int,
         where: tuple[str, int],
     ) -> None:
+        """Sends until the connection breaks or the destination moves. Writes happen in
+        ``_flush``; this task only watches the acknowledgements and the registry. The
+        calls wait in ``unacked`` until trimmed, so the socket's buffer needs no bound of
+        its own: a receiver that stops reading is left when the registry says it moved."""
         self.trim(last)
-        sent = last
-        loop = asyncio.get_running_loop()
-        checked = loop.time()
         acks = asyncio.get_running_loop().create_task(self._read_acks(reader))
+        self._out = writer
+        self._sent = last
         try:
+            self._flush()
             while True:
-                self._wake.clear()
-                if acks.done():
+                done, _ = await asyncio.wait({acks}, timeout=MOVE_CHECK)
+                if done:
                     acks.result()  # raises the reason the connection broke
                     return
-                if self.unacked and self.unacked[-1][0] > sent:
-                    first = self.unacked[0][0]
-                    start = max(0, sent + 1 - first)
-                    for i in range(start, len(self.unacked)):
-                        seq, rpc = self.unacked[i]
-                        writer.write(encode_record(0, seq, rpc))
-                    sent = self.unacked[-1][0]
-                while self._impulses:
-                    writer.write(encode_record(0, CONTROL_SEQ, self._impulses.popleft()))
-                while True:  # a paused receiver may never drain: keep an eye on the registry
-                    try:
-                        await asyncio.wait_for(writer.drain(), MOVE_CHECK * 10)
-                        break
-                    except TimeoutError:
-                        if self._moved(where):
-                            return
-                waiter = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait({waiter, acks}, timeout=MOVE_CHECK,
-                                   return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                now = loop.time()
-                if now - checked >= MOVE_CHECK:
-                    checked = now
-                    if self._moved(where):
-                        return
+                if self._moved(where):
+                    return
         finally:
+            self._out = None
             acks.cancel()
             with contextlib.suppress(BaseException):
                 await acks
+
+    def _records(self, sent: int) -> bytes:
+        """The calls after ``sent``, as records of up to ``MAX_RECORD_BODY`` bytes."""
+        unacked = self.unacked
+        first = unacked[0][0]
+        out: list[bytes] = []
+        run: list[bytes] = []
+        size = 0
+        seq = sent
+        for i in range(max(0, sent + 1 - first), len(unacked)):
+            seq, rpc = unacked[i]
+            run.append(rpc)
+            size += len(rpc)
+            if size >= MAX_RECORD_BODY:
+                out.append(encode_record(0, seq, b"".join(run)))
+                run.clear()
+                size = 0
+        if run:
+            out.append(encode_record(0, seq, b"".join(run)))
+        return b"".join(out)
+
+    def _take_impulses(self) -> bytes:
+        """Queued Impulses, up to about ``MAX_RECORD_BODY`` bytes of them."""
+        run: list[bytes] = []
+        size = 0
+        while self._impulses and size < MAX_RECORD_BODY:
+            rpc = self._impulses.popleft()
+            run.append(rpc)
+            size += len(rpc)
+        return b"".join(run)
 
     async def _read_acks(self, reader: asyncio.StreamReader) -> None:
         decoder = MessageStreamDecoder(direction=Direction.LINK, max_frame_size=64)

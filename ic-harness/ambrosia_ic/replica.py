@@ -126,7 +126,8 @@ class ReplicaCoordinator(Coordinator):
     coordinator with a fenced log sink, and the roles above as its start-up flow."""
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
-                 stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
+                 stdout: TextIO | None = None, stderr: TextIO | None = None,
+                 fsync_in_thread: bool | None = None) -> None:
         if not reg.active_active:
             raise CoordinatorError(
                 f"{reg.instance_name} is not registered with --active-active; run it "
@@ -134,7 +135,7 @@ class ReplicaCoordinator(Coordinator):
             )
         self.fenced = FencedSink(Epochs(registry.instance_dir(reg)))
         super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
-                         sink=self.fenced)
+                         sink=self.fenced, fsync_in_thread=fsync_in_thread)
         self.replica = registry.replica(reg, replica, home)
         self.number = replica
         self.who = f"{self.name}: replica {replica}"

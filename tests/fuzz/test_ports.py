@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 import pytest
+from ambrosia_ic.links import LINK_MAGIC
 
 from ambrosia_py.wire import (
     BecomingPrimary,
@@ -160,7 +161,7 @@ def test_a_binding_that_writes_one_byte_at_a_time_is_served(harness: Harness) ->
         time.sleep(0.15)
         if i == len(call) // 2:
             with _stranger(port) as s:  # the coordinator still answers on another port
-                assert s.recv(8) == b"AMBRLNK1"
+                assert s.recv(8) == LINK_MAGIC
         assert proc.poll() is None
     wait_until(lambda: len(d.snapshot()["acked"]) == 4, "the trickled call's ack")
     assert d.snapshot()["sent"][-1] == f"{NAME}:3"
@@ -214,7 +215,7 @@ def test_a_stranger_on_the_link_port_is_refused_and_logged(
         harness: Harness, garbage: bytes) -> None:
     proc, d = _live(harness)
     with _stranger(harness.reg(NAME).ic_port) as s:
-        assert s.recv(8) == b"AMBRLNK1"
+        assert s.recv(8) == LINK_MAGIC
         s.sendall(garbage)
         assert _closed_by_peer(s)
     wait_until(lambda: "refused a link" in harness.stderr_of(proc), "the refusal logged")
@@ -231,7 +232,7 @@ def test_a_link_handshake_that_trickles_is_cut_off_while_the_binding_is_served(
     handshake timeout (10 s) closes it; the binding is served all along."""
     proc, d = _live(harness)
     with _stranger(harness.reg(NAME).ic_port) as s:
-        assert s.recv(8) == b"AMBRLNK1"
+        assert s.recv(8) == LINK_MAGIC
         s.settimeout(0.5)
         k = 3
         closed = False

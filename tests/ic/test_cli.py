@@ -184,3 +184,17 @@ def test_register_instance_updates_a_registration_in_place(harness: Harness) -> 
     line = _one_line_error(harness.cli("register-instance", "-i", "svc", "-uv", "1"), 1)
     assert line == "ambrosia: error: upgrade version 1 is below current version 2"
     assert registry.load("svc", harness.home) == reg
+
+
+def test_an_unknown_event_loop_or_fsync_place_is_one_line(harness: Harness) -> None:
+    harness.register("alpha")
+    r = harness.cli("ic", "-i", "alpha", "--loop", "tornado")
+    assert "invalid choice: 'tornado'" in _one_line_error(r, 2)
+    for var, value, what in (("AMBROSIA_IC_LOOP", "tornado", "event loop"),
+                             ("AMBROSIA_IC_FSYNC", "later", "fsync place")):
+        harness.env[var] = value
+        r = harness.cli("ic", "-i", "alpha")
+        del harness.env[var]
+        assert _one_line_error(r, 1) == (
+            f"ambrosia: error: unknown {what} {value!r} (expected "
+            f"{'asyncio or uvloop' if var.endswith('LOOP') else 'auto, loop or thread'})")

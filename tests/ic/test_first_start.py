@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ambrosia_py.wire import (
     CONTROL_SEQ,
     InitialMessage,
@@ -19,7 +21,11 @@ from ambrosia_py.wire import (
 from .conftest import Harness, wait_until
 
 
-def test_first_start_echoes_initial_message_and_logs_self_calls(harness: Harness) -> None:
+@pytest.mark.parametrize("fsync", ["loop", "thread"])
+def test_first_start_echoes_initial_message_and_logs_self_calls(
+    harness: Harness, fsync: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AMBROSIA_IC_FSYNC", fsync)  # the coordinator's --fsync default
     reg = harness.register("alpha")
     harness.start("alpha")
     b = harness.connect("alpha")

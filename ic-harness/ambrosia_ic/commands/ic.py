@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
+
+from ambrosia_py.errors import UsageError
 
 from .. import registry
 from ..launch import STOPPED_PREFIX
@@ -25,14 +28,38 @@ def _ic(args: argparse.Namespace) -> int:
     reg = registry.load(args.instance_name, home)
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
     cls = ReplicaCoordinator if reg.active_active else Coordinator
-    coordinator = cls(reg, home, replica=args.replica)
-    code, signum = asyncio.run(_serve_until_stopped(coordinator.run()))
+    run = _loop_runner(args.loop)
+    places = {"auto": None, "loop": False, "thread": True}
+    if args.fsync not in places:
+        raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
+    coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync])
+    code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code
     # On stdout, beside the readiness line: whoever started us reads both there.
     print(f"{STOPPED_PREFIX} instance={reg.instance_name} signal={signal.Signals(signum).name}",
           flush=True)
     return EXIT_SIGINT if signum == signal.SIGINT else 0
+
+
+def _loop_runner(kind: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    """``asyncio.run``, or uvloop's ``run``, as ``kind`` asks.
+
+    Raises:
+        UsageError: an unknown loop (from $AMBROSIA_IC_LOOP), or uvloop was asked for but
+            is not installed.
+    """
+    if kind == "asyncio":
+        return asyncio.run
+    if kind != "uvloop":
+        raise UsageError(f"unknown event loop {kind!r} (expected asyncio or uvloop)")
+    try:
+        import uvloop
+    except ImportError:
+        raise UsageError("--loop uvloop needs the uvloop package: "
+                         "pip install 'ambrosia-py[uvloop]'") from None
+    run: Callable[[Coroutine[Any, Any, Any]], Any] = uvloop.run
+    return run
 
 
 async def _serve_until_stopped(run: Coroutine[Any, Any, int]) -> tuple[int, int | None]:
@@ -82,4 +109,14 @@ def add_ic(sub: Any) -> None:
                    help="the registered instance")
     p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
                    help="which replica of an active/active instance (default 0)")
+    p.add_argument("--fsync", choices=("auto", "loop", "thread"),
+                   default=os.environ.get("AMBROSIA_IC_FSYNC", "auto"),
+                   help="where each log record is written and fsynced: on the event loop "
+                   "(group commit batches what arrives meanwhile) or in a thread; auto: "
+                   "the loop, except for active/active replicas, whose heartbeat must go "
+                   "on during a slow fsync (default: $AMBROSIA_IC_FSYNC, else auto)")
+    p.add_argument("--loop", choices=("asyncio", "uvloop"),
+                   default=os.environ.get("AMBROSIA_IC_LOOP", "asyncio"),
+                   help="the event loop (uvloop needs the uvloop extra; default: "
+                   "$AMBROSIA_IC_LOOP, else asyncio)")
     p.set_defaults(handler=_ic)

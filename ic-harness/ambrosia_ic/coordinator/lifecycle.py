@@ -6,8 +6,9 @@ process (tests do).
 The jobs it runs live beside this module, each in its own: ``startup`` (first start,
 recovery, upgrade), ``reading`` (the binding's messages), ``outputs`` (routing and
 self-call numbering), ``commit`` (group commit), ``checkpoints`` (asking for, collecting
-and writing checkpoints), ``link_server`` (calls from other instances), and ``sink``
-(how the log is written: standalone, or fenced for active/active replicas).
+and writing checkpoints), ``link_server`` (calls from other instances), ``sink``
+(how the log is written: standalone, or fenced for active/active replicas), and
+``frames`` (the bytes paths: RPCs passed through without decoding them).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class Coordinator:
     Args:
         sink: how the log is written; a standalone writer unless given (replicas of an
             active/active instance pass a fenced one, see ``replica.py``).
+        fsync_in_thread: write and fsync each record in a thread instead of on the event
+            loop (see ``commit``); None: as the sink prefers.
 
     Raises:
         CoordinatorError: the instance is active/active but ``sink`` is not fenced.
@@ -63,6 +66,7 @@ class Coordinator:
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
         sink: LogSink | None = None,
+        fsync_in_thread: bool | None = None,
     ) -> None:
         self.sink: LogSink = sink if sink is not None else StandaloneSink()
         if (reg.active_active or replica) and not isinstance(self.sink, FencedSink):
@@ -97,6 +101,8 @@ class Coordinator:
         self.log_n = 0
         self.writer: LogWriter | None = None
         self.write_lock = asyncio.Lock()
+        self.fsync_in_thread = (self.sink.fsync_in_thread if fsync_in_thread is None
+                                else fsync_in_thread)
         # delivery and outputs
         self.send: asyncio.StreamWriter | None = None
         self.last_delivered = -1

@@ -17,11 +17,12 @@ from ambrosia_py.errors import (
     RemoteProtocolError,
     UnexpectedMessageError,
 )
-from ambrosia_py.wire import Direction, LogRecord, LogRecordDecoder, Rpc, TrimTo
+from ambrosia_py.wire import TrimTo
 
 from .. import registry
 from ..binding import LOOPBACK
 from ..links import HANDSHAKE_TIMEOUT, accept_link
+from .frames import LinkRecord, LinkRecords, skip_frames
 
 __all__ = ["LinkServer"]
 
@@ -107,12 +108,10 @@ class LinkServer:
             writer.close()
             return
         self._inbound.setdefault(sender, set()).add(writer)
-        decoder = LogRecordDecoder(direction=Direction.LINK)
+        records = LinkRecords()
         try:
             while data := await reader.read(1 << 16):
-                decoder.receive_data(data)
-                for rec in decoder.events():
-                    assert isinstance(rec, LogRecord)
+                for rec in records.receive_data(data):
                     self._on_record(sender, rec)
         except RemoteProtocolError as err:
             self._log(f"link from {sender} broke the protocol: {err}")
@@ -126,20 +125,19 @@ class LinkServer:
             self._inbound[sender].discard(writer)
             writer.close()
 
-    def _on_record(self, sender: str, rec: LogRecord) -> None:
-        for m in rec.messages:
-            if type(m) is not Rpc:
-                raise UnexpectedMessageError(f"{type(m).__name__} on a link")
-        body = b"".join(m.encode() for m in rec.messages)
+    def _on_record(self, sender: str, rec: LinkRecord) -> None:
+        """One record: its calls are queued as the bytes that came (checked, not decoded)."""
         if rec.seq_id < 0:
-            self._submit((None, None, body))  # an Impulse: unnumbered, at most once
+            self._submit((None, None, rec.body))  # Impulses: unnumbered, at most once
             return
         accepted = self._accepted.get(sender, self._logged(sender))
         if rec.seq_id <= accepted:
             return  # a resend of something already logged or waiting to be
-        if rec.seq_id != accepted + 1:
+        first = rec.seq_id - rec.calls + 1
+        if first > accepted + 1:
             raise UnexpectedMessageError(
-                f"link sequence number {rec.seq_id} from {sender} after {accepted}"
+                f"link calls {first}..{rec.seq_id} from {sender} after {accepted}"
             )
+        body = rec.body if first > accepted else skip_frames(rec.body, accepted + 1 - first)
         self._accepted[sender] = rec.seq_id
         self._submit((sender, rec.seq_id, body))

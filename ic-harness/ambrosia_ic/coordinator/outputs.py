@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ambrosia_py.errors import RegistryError
-from ambrosia_py.wire import OutgoingRpc, Rpc, check_bytes
+from ambrosia_py.wire import OutgoingRpc, check_bytes
 
 from .. import registry
 from ..binding import LOOPBACK
@@ -25,18 +25,26 @@ from .phase import Phase
 if TYPE_CHECKING:
     from .lifecycle import Coordinator, PendingInput
 
-__all__ = ["link_to", "restore", "route", "snapshot", "submit", "trim_self"]
+__all__ = ["link_to", "restore", "route", "route_frame", "snapshot", "submit", "trim_self"]
 
 def route(c: Coordinator, rpc: OutgoingRpc) -> None:
-    """One output of the binding (the hot path: one call per RPC it sends)."""
-    impulse = is_impulse(rpc)
-    incoming = Rpc(rpc.method_id, rpc.rpc_type, rpc.args, rpc.reserved).encode()
+    """One output of the binding that the general decoder read (anything the bytes path
+    of ``reading`` leaves to it)."""
+    route_frame(c, rpc.destination, rpc.incoming().encode(), rpc.encode(), is_impulse(rpc))
+
+
+def route_frame(c: Coordinator, destination: str, incoming: bytes, frame: bytes,
+                impulse: bool) -> None:
+    """One output of the binding, as bytes (the hot path: one call per RPC it sends).
+
+    ``frame`` is the output as the binding sent it, ``incoming`` the same call in the
+    form its destination receives."""
     if not impulse and c.digest is not None:
         if c.digest_skip:
             c.digest_skip -= 1
         else:
-            c.digest.add(check_bytes(rpc.encode()), c.last_delivered)
-    if rpc.destination in ("", c.name):
+            c.digest.add(check_bytes(frame), c.last_delivered)
+    if destination == "" or destination == c.name:
         if impulse:
             submit(c, (None, None, incoming))
             return
@@ -47,7 +55,7 @@ def route(c: Coordinator, rpc: OutgoingRpc) -> None:
         c.self_unacked.append((seq, incoming))
         submit(c, (c.name, seq, incoming))
     else:
-        link = link_to(c, rpc.destination)
+        link = c.links.get(destination) or link_to(c, destination)
         if impulse:
             link.add_impulse(incoming)
         else:

@@ -1,4 +1,5 @@
-"""Reading the binding: its bytes become messages, each handled in order.
+"""Reading the binding: its bytes become messages, each handled in order. Plain RPCs
+stay bytes (``frames``); everything else is decoded.
 
 Outputs go to routing, checkpoint streams to the collector, and the InitialMessage to
 the first start that waits for it. Malformed bytes or a message a binding must not send
@@ -16,14 +17,17 @@ from ambrosia_py.wire import (
     Checkpoint,
     CheckpointChunk,
     CheckpointEnd,
+    Incomplete,
     InitialMessage,
     MessageStreamDecoder,
     OutgoingRpc,
     RpcBatch,
     TakeCheckpoint,
+    decode_zz32,
 )
 
 from . import checkpoints, outputs
+from .frames import outgoing_frames
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
@@ -34,8 +38,19 @@ EXIT_BINDING_LOST = 1
 EXIT_MALFORMED = 2
 
 
+# A partial frame at the end of a read is kept for the bytes path up to this size; a
+# bigger one (a large call or checkpoint) goes to the decoder, which joins its chunks once.
+_KEEP_PARTIAL = 1 << 20
+
+
 async def read_binding(c: Coordinator, reader: asyncio.StreamReader) -> None:
+    """Reads until the binding goes away. Plain RPC frames take the bytes path
+    (``frames.outgoing_frames``); from the first frame that is anything else until the
+    decoder is back at a frame boundary, the stream goes through the general decoder."""
     decoder = MessageStreamDecoder()
+    limit = decoder.max_frame_size
+    names: dict[bytes, str] = {}
+    rest = b""
     while True:
         data = await reader.read(1 << 16)
         if not data:
@@ -43,12 +58,38 @@ async def read_binding(c: Coordinator, reader: asyncio.StreamReader) -> None:
                      "(restart the coordinator and the binding together to recover)")
             return
         try:
-            decoder.receive_data(data)
-            for ev in decoder.events():
-                on_message(c, ev)
+            if decoder.at_boundary:
+                buf = rest + data if rest else data
+                got, pos = outgoing_frames(buf, 0, limit, names)
+                for f in got:
+                    outputs.route_frame(c, *f)
+                rest = buf[pos:]
+                if rest and not _partial(rest, limit):
+                    decoder.receive_data(rest)
+                    rest = b""
+            else:
+                decoder.receive_data(data)
+            if not decoder.at_boundary:
+                for ev in decoder.drain():
+                    on_message(c, ev)
         except RemoteProtocolError as err:
             c.finish(EXIT_MALFORMED, f"binding sent malformed bytes: {err}")
             return
+        finally:
+            if c.digest is not None:
+                c.digest.flush()
+
+
+def _partial(rest: bytes, limit: int) -> bool:
+    """Whether ``rest`` is the start of a frame of at most ``_KEEP_PARTIAL`` bytes that
+    the next read may complete (anything else goes to the decoder)."""
+    try:
+        size, body = decode_zz32(rest, 0)
+    except Incomplete:
+        return len(rest) < 5
+    except RemoteProtocolError:
+        return False
+    return 0 < size <= min(limit, _KEEP_PARTIAL) and body + size > len(rest)
 
 
 def on_message(c: Coordinator, ev: Any) -> None:

@@ -43,6 +43,8 @@ class LogSink(Protocol):
     #: replica's binding replays a log another replica wrote: an Impulse from it then is
     #: a stray, not an input.
     keeps_early_impulses: bool
+    #: Where a record's write and fsync run unless the coordinator is told (see ``commit``).
+    fsync_in_thread: bool
 
     @property
     def epoch(self) -> int | None:
@@ -64,6 +66,7 @@ class StandaloneSink:
     writes_digests = True
     checkpoints_on_switch = True
     keeps_early_impulses = True
+    fsync_in_thread = False
 
     @property
     def epoch(self) -> int | None:
@@ -91,6 +94,9 @@ class FencedSink:
     writes_digests = False
     checkpoints_on_switch = False
     keeps_early_impulses = False
+    # A primary's heartbeat must keep beating while a slow fsync runs: standbys take a
+    # silence of LEASE for a dead primary.
+    fsync_in_thread = True
 
     def __init__(self, epochs: Epochs) -> None:
         self.epochs = epochs

@@ -13,6 +13,7 @@ __all__ = ["DIGEST_ENTRY", "DigestWriter", "is_impulse", "read_digest"]
 
 DIGEST_ENTRY = struct.Struct("<Qq")
 _IMPULSE = int(RpcType.IMPULSE)
+_pack = DIGEST_ENTRY.pack
 
 
 def is_impulse(rpc: OutgoingRpc) -> bool:
@@ -33,7 +34,11 @@ def read_digest(path: Path) -> list[tuple[int, int]]:
 
 class DigestWriter:
     """Appends digest entries with plain writes: they survive the process being killed
-    (the page cache keeps them); a power loss may cost the newest, which is harmless."""
+    (the page cache keeps them); a power loss may cost the newest, which is harmless.
+
+    ``add`` buffers; ``flush`` writes what was added in one call. The coordinator flushes
+    after each read from its binding, before any output of that read leaves the process.
+    """
 
     def __init__(self, path: Path, keep: int | None = None) -> None:
         self.path = path
@@ -41,11 +46,23 @@ class DigestWriter:
         if keep is not None:
             os.ftruncate(self._fd, keep * DIGEST_ENTRY.size)
         os.lseek(self._fd, 0, os.SEEK_END)
+        self._pending = bytearray()
 
     def add(self, output_hash: int, seq_id: int) -> None:
-        os.write(self._fd, DIGEST_ENTRY.pack(output_hash, seq_id))
+        self._pending += _pack(output_hash, seq_id)
+
+    def flush(self) -> None:
+        if self._pending:
+            view = memoryview(self._pending)
+            while view:
+                view = view[os.write(self._fd, view):]
+            view.release()
+            self._pending.clear()
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                self.flush()
+            finally:
+                os.close(self._fd)
+                self._fd = -1

@@ -1,0 +1,218 @@
+"""Frames as bytes, sans-IO: the coordinator's hot paths pass RPCs through without
+decoding them into message objects and encoding them again.
+
+- ``outgoing_frames`` cuts a binding's outgoing-form RPC frames out of a read chunk and
+  turns each into its incoming form by slicing (drop the destination, fix the size).
+  It stops at the first frame that is anything else, or odd in any way; the caller hands
+  the rest of the stream to the general decoder, which says what is wrong.
+- ``LinkRecords`` reads a link's records: each header and its check bytes are verified,
+  and the body is walked frame by frame (every frame must be a well-formed incoming-form
+  RPC) but kept as the bytes that arrived.
+
+A frame is only accepted here if re-encoding its decoded form would give the same bytes
+(minimal varints): the replay digest hashes the frame as it arrived, and must agree with
+a digest written from decoded messages. ``tests/ic/test_frames.py`` checks both paths
+against the wire codec on the same inputs.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ambrosia_py.errors import (
+    ChecksumMismatchError,
+    FrameTooLargeError,
+    RemoteProtocolError,
+    UnexpectedMessageError,
+    WireFormatError,
+)
+from ambrosia_py.wire import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, check_bytes, encode_zz32
+from ambrosia_py.wire.records import HEADER
+
+__all__ = ["MAX_LINK_RECORD", "LinkRecord", "LinkRecords", "OutgoingFrame", "outgoing_frames",
+           "rpc_frame_count", "skip_frames"]
+
+#: The largest link record a receiver accepts: a sender cuts a record once its calls
+#: reach 1 MiB, so one holds at most that plus one call of the largest frame size.
+MAX_LINK_RECORD = DEFAULT_MAX_FRAME_SIZE + (2 << 20)
+_RPC = 0  # MessageType.RPC
+_IMPULSE = 2  # RpcType.IMPULSE
+_SMALL_SIZES = tuple(bytes((n << 1, _RPC)) for n in range(64))  # a one-byte size, type byte
+
+
+class OutgoingFrame(NamedTuple):
+    """One RPC the binding sent, as bytes."""
+
+    destination: str  # "" for a self-call
+    incoming: bytes  # the same call in the form its destination receives
+    frame: bytes  # the frame exactly as the binding sent it (what the digest hashes)
+    impulse: bool  # an Impulse: not replayed, so not numbered nor in the digest
+
+
+def _zz32(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
+    """A minimal ZigZagInt of at most five bytes at ``pos`` that ends by ``end``:
+    ``(value, next_pos)``, or None (cut short, too long, not minimal, past int32)."""
+    u = 0
+    shift = 0
+    q = pos
+    stop = min(end, pos + 5)
+    while q < stop:
+        c = buf[q]
+        q += 1
+        if c < 0x80:
+            if (c == 0 and shift) or (shift == 28 and c > 0x0F):
+                return None
+            u |= c << shift
+            return (u >> 1) ^ -(u & 1), q
+        u |= (c & 0x7F) << shift
+        shift += 7
+    return None
+
+
+def outgoing_frames(buf: bytes, pos: int, limit: int,
+                    names: dict[bytes, str]) -> tuple[list[OutgoingFrame], int]:
+    """The whole outgoing-form RPC frames of at most ``limit`` bytes at ``buf[pos:]``
+    (destination names of at most 63 bytes), and where they stop. ``names`` caches
+    decoded destination names (bounded: destinations are few)."""
+    out: list[OutgoingFrame] = []
+    append = out.append
+    n = len(buf)
+    new = tuple.__new__
+    while pos + 3 <= n:
+        b = buf[pos]
+        if b < 0x80:
+            if b & 1:
+                break
+            hdr = pos + 1
+            end = hdr + (b >> 1)
+        else:
+            sized = _zz32(buf, pos, n)
+            if sized is None or not 0 < sized[0] <= limit:
+                break
+            hdr = sized[1]
+            end = hdr + sized[0]
+        if end > n or hdr + 3 > end or buf[hdr] != _RPC:
+            break
+        d = buf[hdr + 1]
+        p = hdr + 2 + (d >> 1)  # the reserved byte
+        if d & 0x81 or p >= end:
+            break
+        reserved = buf[p]
+        impulse = False
+        if not reserved:
+            got = _zz32(buf, p + 1, end)
+            if got is None or got[1] >= end or buf[got[1]] > 2:
+                break
+            impulse = buf[got[1]] == _IMPULSE
+        if d:
+            raw = buf[hdr + 2 : p]
+            name = names.get(raw)
+            if name is None:
+                try:
+                    name = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    break
+                if len(names) < 4096:
+                    names[raw] = name
+        else:
+            name = ""
+        size = end - p + 1  # type byte + reserved byte onwards
+        head = _SMALL_SIZES[size] if size < 64 else encode_zz32(size) + b"\x00"
+        append(new(OutgoingFrame, (name, head + buf[p:end], buf[pos:end], impulse)))
+        pos = end
+    return out, pos
+
+
+def rpc_frame_count(body: bytes, what: str) -> int:
+    """How many frames ``body`` holds; each must be a well-formed incoming-form RPC.
+
+    Raises:
+        WireFormatError: a frame that does not parse.
+        UnexpectedMessageError: a frame that is not an RPC.
+    """
+    pos = 0
+    end = len(body)
+    count = 0
+    while pos < end:
+        sized = _zz32(body, pos, end)
+        if sized is None or sized[0] < 2 or sized[1] + sized[0] > end:
+            raise WireFormatError(f"{what}: frame {count} does not parse")
+        hdr, frame_end = sized[1], sized[1] + sized[0]
+        if body[hdr] != _RPC:
+            raise UnexpectedMessageError(f"{what}: frame {count} is type {body[hdr]}, not an RPC")
+        if not body[hdr + 1]:
+            got = _zz32(body, hdr + 2, frame_end)
+            if got is None or got[1] >= frame_end or body[got[1]] > 2:
+                raise WireFormatError(f"{what}: RPC {count} does not parse")
+        count += 1
+        pos = frame_end
+    return count
+
+
+def skip_frames(body: bytes, k: int) -> bytes:
+    """``body`` without its first ``k`` frames (a body ``rpc_frame_count`` accepted)."""
+    pos = 0
+    for _ in range(k):
+        sized = _zz32(body, pos, len(body))
+        assert sized is not None, "skip_frames on a body that was not checked"
+        pos = sized[1] + sized[0]
+    return body[pos:]
+
+
+class LinkRecord(NamedTuple):
+    seq_id: int  # the link number of the last RPC in ``body`` (-1: unnumbered Impulses)
+    body: bytes  # incoming-form RPC frames, as they arrived
+    calls: int  # how many
+
+
+class LinkRecords:
+    """A link's record stream, fed bytes; ``records()`` returns the whole ones.
+
+    After an error every later call raises it again: the link is to be closed.
+    """
+
+    def __init__(self, max_record: int = MAX_LINK_RECORD) -> None:
+        self.max_record = max_record
+        self._buf = bytearray()
+        self._error: RemoteProtocolError | None = None
+
+    def receive_data(self, data: bytes) -> list[LinkRecord]:
+        """Buffer ``data``; the records it completes.
+
+        Raises:
+            RemoteProtocolError: bad framing, length or check bytes (``WireFormatError``
+                and its kinds), or a frame that is not an RPC (``UnexpectedMessageError``).
+        """
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        buf += data
+        out: list[LinkRecord] = []
+        pos = 0
+        n = len(buf)
+        try:
+            while n - pos >= HEADER_SIZE:
+                _, length, check, seq = HEADER.unpack_from(buf, pos)
+                if length < HEADER_SIZE:
+                    raise WireFormatError(f"link record length {length} is too small")
+                if length > self.max_record:
+                    raise FrameTooLargeError(
+                        f"link record of {length} bytes exceeds {self.max_record}")
+                if n - pos < length:
+                    break
+                body = bytes(buf[pos + HEADER_SIZE : pos + length])
+                if check_bytes(body) != check:
+                    raise ChecksumMismatchError("link record check bytes do not match",
+                                                seq_id=seq)
+                if seq < -1:
+                    raise WireFormatError(f"link record sequence id {seq}")
+                count = rpc_frame_count(body, f"link record {seq}")
+                if not count:
+                    raise WireFormatError(f"link record {seq} holds no RPC")
+                out.append(LinkRecord(seq, body, count))
+                pos += length
+        except RemoteProtocolError as err:
+            self._error = err
+            raise
+        del buf[:pos]
+        return out
