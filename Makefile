@@ -3,26 +3,39 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The real ØMQ RAFT peers (npm zmq-raft, built against the system's libzmq) for the
+# cluster tests and `make bench`.
+RAFT_DIR := ic-harness/zmq-raft
+RAFT_STAMP := $(RAFT_DIR)/node_modules/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test test-fast lint bench chaos clean
+.PHONY: install raft-cluster demo test test-fast lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,spark]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,spark,raft]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(RAFT_STAMP): $(RAFT_DIR)/package.json $(RAFT_DIR)/package-lock.json
+	command -v pkg-config >/dev/null && pkg-config --exists libzmq || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libzmq3-dev pkg-config; }
+	cd $(RAFT_DIR) && npm_config_zmq_external=true npm install --no-audit --no-fund --loglevel=error
+	touch $@
+
+raft-cluster: $(RAFT_STAMP)
 
 demo: $(STAMP)
 	$(PY) samples/demo/run_demo.py
 
 # The import contracts first (seconds): CI runs this target.
-test: $(STAMP)
+test: $(STAMP) $(RAFT_STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(RAFT_STAMP)
 	$(PY) -m pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
@@ -30,7 +43,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-bench: $(STAMP)
+bench: $(STAMP) $(RAFT_STAMP)
 	$(PY) bench/run.py
 
 chaos: $(STAMP)
