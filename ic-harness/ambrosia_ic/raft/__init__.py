@@ -10,7 +10,9 @@ from .errors import (
     RaftProtocolError,
     RaftUnavailableError,
     RequestExpiredError,
+    StreamLostError,
 )
 
 __all__ = ["ConfigUpdateError", "RaftError", "RaftProtocolError", "RaftUnavailableError",
-           "RequestExpiredError"]
+           "RequestExpiredError",
+           "StreamLostError"]

@@ -32,11 +32,19 @@ import zmq.asyncio
 from ambrosia_py.errors import EncodeError
 
 from . import frames as fr
-from .errors import ConfigUpdateError, RaftProtocolError, RaftUnavailableError, RequestExpiredError
+from .errors import (
+    ConfigUpdateError,
+    RaftProtocolError,
+    RaftUnavailableError,
+    RequestExpiredError,
+    StreamLostError,
+)
 
 __all__ = ["ELECTION_GRACE", "RESPONSE_TTL", "RaftClient", "Subscription"]
 
 RESPONSE_TTL = 0.5
+# A stream's next answer may wait behind the peer's disk: a few response times.
+STREAM_TTL_FACTOR = 4
 ELECTION_GRACE = 0.3
 T = TypeVar("T")
 
@@ -316,15 +324,18 @@ class RaftClient:
                         finished = True
                         return
                     await sock.send_multipart(follow)
-                    reply = await self._receive(sock, rid, self.timeout)
+                    reply = await self._receive(sock, rid, STREAM_TTL_FACTOR * self.response_ttl)
                     if reply is None:
-                        raise RaftUnavailableError("the leader stopped streaming entries")
+                        self._drop(self.leader_url or "")
+                        self.leader_id = self.leader_url = None
+                        raise StreamLostError("the leader stopped streaming entries")
                     got = fr.parse_entries(reply)
                     if got.status is fr.EntriesStatus.NOT_LEADER:
-                        raise RaftUnavailableError("the leader lost its leadership while "
-                                                   "streaming entries; read again")
+                        self.leader_id = self.leader_url = None
+                        raise StreamLostError("the leader lost its leadership while "
+                                              "streaming entries")
             finally:
-                if not finished and not self._closed and rid is not None:
+                if not finished and not self._closed and self.leader_url is not None:
                     # Stopped early: tell the peer, so it frees the stream's pipeline.
                     stop = [rid, fr.REQUEST_ENTRIES, self.secret,
                             fr.encode_uint(int(state["prev"] or 0)), fr.encode_nuint(0)]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ambrosia_py.errors import CoordinatorError, RemoteProtocolError
 
 __all__ = ["ConfigUpdateError", "RaftError", "RaftProtocolError", "RaftUnavailableError",
-           "RequestExpiredError"]
+           "RequestExpiredError",
+           "StreamLostError"]
 
 
 class RaftError(CoordinatorError):
@@ -18,6 +19,11 @@ class RaftProtocolError(RaftError, RemoteProtocolError):
 
 class RaftUnavailableError(RaftError):
     """No leader answered within the time allowed (the cluster is down or partitioned)."""
+
+
+class StreamLostError(RaftUnavailableError):
+    """The peer streaming entries stopped answering or lost its leadership; reading
+    again from the last entry received goes on where it stopped."""
 
 
 class RequestExpiredError(RaftError):
