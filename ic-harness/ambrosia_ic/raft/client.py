@@ -277,14 +277,28 @@ class RaftClient:
             return fr.parse_log_info(reply)
 
     async def broadcast_url(self) -> str:
-        """The leader's StateBroadcast PUB url."""
-        async with self._lock:
-            def handle(reply: list[bytes]) -> Any:
-                url = fr.parse_broadcast_url(reply)
-                return (True, url) if url is not None else _Redirect(None)
-            url: str = await self._call(
-                [self._rid32(), fr.REQUEST_BROADCAST_STATE_URL, self.secret], handle)
-            return url
+        """The leader's StateBroadcast PUB url.
+
+        A follower of zmq-raft 0.5 answers with its own PUB url, where nothing is
+        published: so the leader is found first (RequestConfig), and asked alone.
+        """
+        for _ in range(3):
+            cfg = await self.request_config()
+            url = self.peers.get(cfg.leader_id or "")
+            if url is None:
+                raise RaftProtocolError("RequestConfig: the leader is not among the peers")
+            async with self._lock:
+                sock = self._socket(url)
+                rid = self._rid32()
+                await sock.send_multipart([rid, fr.REQUEST_BROADCAST_STATE_URL, self.secret])
+                reply = await self._receive(sock, rid, self.response_ttl)
+            found = fr.parse_broadcast_url(reply) if reply is not None else None
+            if found is not None:
+                return found
+            self._drop(url)
+            self.leader_id = self.leader_url = None  # lost its leadership meanwhile
+            await asyncio.sleep(self.election_grace)
+        raise RaftUnavailableError("no leader told its StateBroadcast url")
 
     async def entries(self, prev_index: int, count: int | None = None
                       ) -> AsyncIterator[fr.EntriesReply]:
