@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from ambrosia_ic.raft.cluster import LocalCluster
 
 SECRET = "ambrosia-tests"

@@ -15,6 +15,7 @@ import asyncio
 import sys
 
 from ambrosia_ic.logstore.raft_store import HEARTBEAT, LEASE, GroupCommit, RaftLogStore
+
 from ambrosia_py.errors import LockLostError
 
 EXIT_FENCED = 3

@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
-
 from ambrosia_ic.raft import (
     ConfigUpdateError,
     RaftUnavailableError,

@@ -3,12 +3,14 @@ frames from a peer refused with one typed error."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from ambrosia_ic.raft import RaftProtocolError
+from ambrosia_ic.raft import frames as fr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambrosia_ic.raft import RaftProtocolError
-from ambrosia_ic.raft import frames as fr
 from ambrosia_py.errors import EncodeError
 
 UINTS = [
@@ -111,7 +113,7 @@ def test_responses_parse() -> None:
     (fr.parse_entries, [b"\x03", fr.encode_json([1, 2]), b"\x01", b""], "snapshot info"),
     (fr.parse_log_info, [b"\x01", b"\xc0", b"", *[b"\x01"] * 6], "uint frame of 0"),
 ])
-def test_bad_responses_are_typed(parse, frames, reason) -> None:  # type: ignore[no-untyped-def]
+def test_bad_responses_are_typed(parse: Any, frames: list[bytes], reason: str) -> None:
     with pytest.raises(RaftProtocolError, match=reason):
         parse(frames)
 

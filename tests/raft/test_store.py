@@ -18,11 +18,17 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-
-from ambrosia_ic.logstore.raft_entries import Fenced, InstanceView, Records, encode_checkpoint_end
+from ambrosia_ic.logstore.raft_entries import (
+    EpochClaimed,
+    Fenced,
+    InstanceView,
+    Records,
+    encode_checkpoint_end,
+)
 from ambrosia_ic.logstore.raft_store import LEASE, RaftLogStore
 from ambrosia_ic.raft.client import RaftClient
 from ambrosia_ic.raft.cluster import LocalCluster
+
 from ambrosia_py.errors import LockLostError, LogCorruptionError
 
 from .conftest import SECRET, restart_missing
@@ -132,7 +138,8 @@ def test_view_rules_without_a_cluster() -> None:
     assert view.apply(1, rid, b"not the store's") == []
     assert view.apply(2, rid, encode_claim("other", 1, {})) == []
     assert view.apply(3, rid, encode_claim("i", 2, {})) == [Fenced(3, 2, "E")]  # a jump
-    assert view.apply(4, rid, encode_claim("i", 1, {"r": 1}))[0].epoch == 1
+    assert view.apply(4, rid, encode_claim("i", 1, {"r": 1})) == [
+        EpochClaimed(4, 1, {"r": 1}, rid)]
     assert view.apply(4, rid, encode_records("i", 1, [b"dup"])) == []  # read twice
     assert view.apply(5, rid, encode_records("i", 1, [b"x", b""])) == [
         Records(5, 1, (b"x", b""))]

@@ -21,6 +21,7 @@ standbys on different hosts each hold a ``RaftLogStore`` on the same cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -117,7 +118,7 @@ class RaftLogStore:
             got = await self._sub.receive(timeout)
         except RaftError:
             got = None
-        if got is None:
+        if got is None or self._sub is None:
             if self._sub is not None:
                 self._sub.close()  # the leader may be gone: ask for the new one next time
                 self._sub = None
@@ -275,7 +276,5 @@ class GroupCommit:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass

@@ -139,7 +139,7 @@ class RaftClient:
         deadline = loop.time() + ttl
         while True:
             left = deadline - loop.time()
-            if left <= 0 or not await sock.poll(int(left * 1000) + 1, zmq.POLLIN):
+            if left <= 0 or not await sock.poll(int(left * 1000) + 1):
                 return None
             msg = await sock.recv_multipart()
             if msg and msg[0] == rid:
@@ -434,7 +434,7 @@ class Subscription:
     async def receive(self, timeout: float) -> fr.StateBroadcast | None:
         """The next broadcast, or None after ``timeout`` seconds without one (the leader
         sends one at least every 0.5 s: None means it is gone)."""
-        if not await self._sock.poll(int(timeout * 1000) + 1, zmq.POLLIN):
+        if not await self._sock.poll(int(timeout * 1000) + 1):
             return None
         return fr.parse_broadcast(await self._sock.recv_multipart(), self.secret)
 
