@@ -8,6 +8,8 @@ import signal
 from collections.abc import Coroutine
 from typing import Any
 
+from ambrosia_py.errors import CoordinatorError
+
 from .. import registry
 from ..launch import STOPPED_PREFIX
 from ..logdir import check_log_dir
@@ -23,6 +25,11 @@ def _ic(args: argparse.Namespace) -> int:
 
     home = registry.ambrosia_home(args.home)
     reg = registry.load(args.instance_name, home)
+    if reg.log_store:
+        raise CoordinatorError(
+            f"{reg.instance_name} is registered with the log store {reg.log_store}; this "
+            "coordinator runs only on files so far (register it with --log-store '' to use "
+            "its log directory)")
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
     cls = ReplicaCoordinator if reg.active_active else Coordinator
     coordinator = cls(reg, home, replica=args.replica)
