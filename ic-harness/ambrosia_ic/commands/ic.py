@@ -25,13 +25,15 @@ def _ic(args: argparse.Namespace) -> int:
 
     home = registry.ambrosia_home(args.home)
     reg = registry.load(args.instance_name, home)
-    if reg.log_store:
+    if reg.log_store and not reg.active_active:
         raise CoordinatorError(
-            f"{reg.instance_name} is registered with the log store {reg.log_store}; this "
-            "coordinator runs only on files so far (register it with --log-store '' to use "
-            "its log directory)")
+            f"{reg.instance_name} is registered with the log store {reg.log_store}, which "
+            "needs --active-active (or --log-store '' to use its log directory)")
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-    cls = ReplicaCoordinator if reg.active_active else Coordinator
+    cls: type[Coordinator] = ReplicaCoordinator if reg.active_active else Coordinator
+    if reg.log_store:
+        from ..raft_replica import RaftReplicaCoordinator
+        cls = RaftReplicaCoordinator
     coordinator = cls(reg, home, replica=args.replica)
     code, signum = asyncio.run(_serve_until_stopped(coordinator.run()))
     if signum is None:

@@ -22,8 +22,10 @@ cluster's log has one order:
   ignored: a paused old primary that appends after a newer claim is fenced, whatever
   it believes. Records of an epoch newer than the current one cannot be written by a
   correct writer: damage.
-- A checkpoint counts once its end entry came with all its parts; the first complete
-  checkpoint of a number wins. Readers verify its check bytes before using it.
+- A checkpoint counts once its end entry came with all its parts; the newest complete
+  checkpoint of a number wins (two of one number hold the same state, except for a
+  first start tried again, whose newest try is the one that counts). Readers verify
+  its check bytes before using it.
 """
 
 from __future__ import annotations
@@ -278,9 +280,8 @@ class InstanceView:
                 raise _damage(index, "a checkpoint end of the wrong size")
             _, number, parts, size, check = _END.unpack(body)
             have = self._parts.pop((epoch, number), {})
-            if number in self.checkpoints or sorted(have) != list(range(parts)) or sum(
-                    s for _, s in have.values()) != size:
-                return []  # a duplicate, or a writer that died half-way: not a checkpoint
+            if sorted(have) != list(range(parts)) or sum(s for _, s in have.values()) != size:
+                return []  # a writer that died half-way: not a checkpoint
             end = CheckpointEnd(index, number, tuple(have[p][0] for p in range(parts)),
                                 size, check)
             self.checkpoints[number] = end

@@ -78,6 +78,7 @@ class RaftLogStore:
         self._sub: Subscription | None = None
         self._seen_epoch_at = time.monotonic()
         self._read_lock = asyncio.Lock()
+        self._unread: list[Event] = []
 
     def close(self) -> None:
         if self._sub is not None:
@@ -88,7 +89,7 @@ class RaftLogStore:
     # ------------------------------------------------------------------ reading
     async def catch_up(self, until: int | None = None) -> list[Event]:
         """Apply every committed entry past the view (at least up to ``until``) and
-        return the events."""
+        return the events (``drain_events`` returns them too)."""
         out: list[Event] = []
         async with self._read_lock:
             while True:
@@ -108,6 +109,13 @@ class RaftLogStore:
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in out):
             self._seen_epoch_at = time.monotonic()
+        self._unread += out
+        return out
+
+    def drain_events(self) -> list[Event]:
+        """Every event of every catch-up (a claim's and an append's too) since the last
+        drain: a follower delivers from here, so nothing read on the way is lost."""
+        out, self._unread = self._unread, []
         return out
 
     async def wait(self, timeout: float) -> None:
