@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from ambrosia_ic.raft.cluster import LocalCluster
 
+from tests.ic.conftest import harness  # noqa: F401 - a fixture, used by name
+
 SECRET = "ambrosia-tests"
 
 

@@ -13,7 +13,6 @@ from ambrosia_ic.raft.cluster import LocalCluster
 
 from tests.activeactive.cluster import Cluster
 from tests.ic.conftest import Harness, wait_until
-from tests.ic.conftest import harness as harness  # noqa: F401 - a fixture, used by name
 
 from .conftest import restart_missing
 

@@ -11,10 +11,9 @@ from ambrosia_ic import registry
 from ambrosia_ic.raft.address import RaftAddress, parse_address
 from ambrosia_ic.raft.cluster import LocalCluster
 from ambrosia_ic.raft.registry import fetch_registration
-from ambrosia_py.errors import RegistryError
 
+from ambrosia_py.errors import RegistryError
 from tests.ic.conftest import Harness, free_ports
-from tests.ic.conftest import harness as harness  # noqa: F401 - a fixture, used by name
 
 
 def test_addresses() -> None:
