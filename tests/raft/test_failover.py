@@ -4,6 +4,8 @@ past its lease, and a Raft peer killed; every call applied exactly once, in orde
 
 from __future__ import annotations
 
+import functools
+import operator
 import signal
 import time
 
@@ -25,11 +27,16 @@ def start(harness: Harness, raft: LocalCluster) -> Cluster:
     wait_until(cl.drivers[0].primary.is_set, "first start")
     cl.start_replica(1)
     cl.start_replica(2)
-    for n in (1, 2):
-        wait_until(lambda n=n: "checkpoint-loaded" in cl.drivers[n].events, "following")
+    for d in (cl.drivers[1], cl.drivers[2]):
+        wait_until(functools.partial(operator.contains, d.events, "checkpoint-loaded"),
+                   "following")
     cl.start_client()
     cl.start_pump()
     return cl
+
+
+def caught_up(cl: Cluster, n: int, calls: list[str]) -> bool:
+    return cl.received_by(n) == calls
 
 
 def wait_new_primary(cl: Cluster, old: int) -> int:
@@ -54,9 +61,10 @@ def test_kill9_and_a_raft_peer_killed(harness: Harness, whole_cluster: LocalClus
     cl.stop_pump()
     calls = cl.check_exactly_once(second)
     assert len(calls) > 50
+    # Standbys following the cluster's log applied the same calls in the same order.
     for n, d in cl.drivers.items():
         if n != second and d.thread.is_alive():
-            wait_until(lambda n=n: cl.received_by(n) == calls, f"replica {n} caught up")
+            wait_until(functools.partial(caught_up, cl, n, calls), f"replica {n} caught up")
 
 
 def test_paused_primary_is_fenced(harness: Harness, whole_cluster: LocalCluster) -> None:
