@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 $(RAFT_STAMP): $(RAFT_DIR)/package.json $(RAFT_DIR)/package-lock.json
-	command -v pkg-config >/dev/null && pkg-config --exists libzmq || \
-		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libzmq3-dev pkg-config; }
+	command -v npm >/dev/null && command -v g++ >/dev/null && command -v pkg-config >/dev/null \
+		&& pkg-config --exists libzmq || { $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq libzmq3-dev pkg-config nodejs npm g++ make; }
 	cd $(RAFT_DIR) && npm_config_zmq_external=true npm install --no-audit --no-fund --loglevel=error
 	touch $@
 
