@@ -266,5 +266,6 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         await checkpoints.save(self, self.dir, n, data)
         raw = await asyncio.to_thread(checkpoint_path(self.dir, n).read_bytes)
         await self.store.write_checkpoint(n, [raw])
+        self.log(f"wrote checkpoint {n} to the cluster")
         self.loaded = n
         await checkpoints.remove_unkept(self)

@@ -35,6 +35,12 @@ def start(harness: Harness, raft: LocalCluster) -> Cluster:
     return cl
 
 
+def taken_checkpoint(harness: Harness, cl: Cluster) -> bool:
+    """Whether a follower wrote a checkpoint into the cluster (log trigger 1 MB: one
+    every 256 records)."""
+    return any("wrote checkpoint" in harness.stderr_of(p) for p in cl.procs.values())
+
+
 def caught_up(cl: Cluster, n: int, calls: list[str]) -> bool:
     return cl.received_by(n) == calls
 
@@ -58,9 +64,14 @@ def test_kill9_and_a_raft_peer_killed(harness: Harness, whole_cluster: LocalClus
     cl.start_replica(0)  # back as a standby
     cl.kill9(first)
     second = wait_new_primary(cl, first)
+    wait_until(functools.partial(taken_checkpoint, harness, cl), "a follower's checkpoint")
+    cl.start_replica(first)  # starts from that checkpoint, not the first start's
     cl.stop_pump()
     calls = cl.check_exactly_once(second)
     assert len(calls) > 50
+    loaded = [line for line in harness.stderr_of(cl.procs[first]).splitlines()
+              if "loaded checkpoint" in line]
+    assert loaded and not loaded[0].endswith("checkpoint 0 from the cluster"), loaded
     # Standbys following the cluster's log applied the same calls in the same order.
     for n, d in cl.drivers.items():
         if n != second and d.thread.is_alive():
