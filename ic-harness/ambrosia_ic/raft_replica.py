@@ -11,8 +11,10 @@ The roles and the start-up flow are those of ``replica.py``; what they rest on d
   writes them to a file) is one entry of the cluster's log, appended by the committer's
   group commit; a local copy goes to the replica's own directory for ``log dump``;
 - checkpoints go into the cluster with check bytes, numbered by the sequence id they start
-  at; every follower takes one when ``checkpoint_every`` records passed since the newest
-  (the newest complete one of a number counts: both are the same state);
+  at; the checkpointing secondary (the lowest-numbered replica that is not the primary)
+  takes one when ``checkpoint_every`` records passed since the newest, the next one up
+  only after twice as many (its elders may be down), and so on (two of one number hold
+  the same state: the newest counts);
 - senders on this machine find the primary through an epoch file it writes in the
   instance's directory (``lease.current_primary``), as for file-based replicas.
 """
@@ -143,6 +145,10 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         if not reg.log_store:
             raise CoordinatorError(f"{reg.instance_name} has no raft:// log store")
         super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr)
+        if self.upgrading_to is not None:
+            raise CoordinatorError(
+                f"{self.who}: a live upgrade of replicas whose log is in a Raft cluster is "
+                "not supported yet; register the instance's new version instead")
         self.shared_dir = registry.instance_dir(reg)  # where senders here look
         self.dir = self.shared_dir / f"replica{replica}"
         self.store = RaftLogStore(reg.log_store, log_key(reg))
@@ -177,9 +183,17 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
                 else:
                     await self._raft_take_over()
                 return
-            if self.loaded is not None and self.next_seq - self.loaded >= self.checkpoint_every:
+            if self.loaded is not None and (
+                    self.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
                 await self._checkpoint_here()
             await self.store.wait(POLL)
+
+    def _rank(self) -> int:
+        """0 for the checkpointing secondary (the lowest-numbered replica that is not the
+        primary); a higher rank checkpoints only when those below it have not, after
+        ``checkpoint_every`` more records each (they may be down)."""
+        primary = self.store.view.holder.get("replica")
+        return sum(1 for k in range(self.number) if k != primary)
 
     async def _first_start(self) -> None:
         self.role = "primary"
