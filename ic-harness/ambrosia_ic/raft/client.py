@@ -186,7 +186,7 @@ class RaftClient:
             if isinstance(answer, _Redirect) and answer.leader_id is not None:
                 if answer.leader_id not in self.peers:
                     await self._learn_peers(url)
-                if answer.leader_id in self.peers:
+                if self.peers.get(answer.leader_id, url) != url:  # not the one just asked
                     self._set_leader(answer.leader_id)
                     continue
             # Broken known leader state without a named leader: ask everyone in turn.
