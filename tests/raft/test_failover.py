@@ -69,13 +69,13 @@ def test_kill9_and_a_raft_peer_killed(harness: Harness, whole_cluster: LocalClus
     cl.stop_pump()
     calls = cl.check_exactly_once(second)
     assert len(calls) > 50
-    loaded = [line for line in harness.stderr_of(cl.procs[first]).splitlines()
-              if "loaded checkpoint" in line]
-    assert loaded and not loaded[0].endswith("checkpoint 0 from the cluster"), loaded
     # Standbys following the cluster's log applied the same calls in the same order.
     for n, d in cl.drivers.items():
         if n != second and d.thread.is_alive():
             wait_until(functools.partial(caught_up, cl, n, calls), f"replica {n} caught up")
+    loaded = [line for line in harness.stderr_of(cl.procs[first]).splitlines()
+              if "loaded checkpoint" in line]
+    assert loaded and not loaded[0].endswith("checkpoint 0 from the cluster"), loaded
 
 
 def test_paused_primary_is_fenced(harness: Harness, whole_cluster: LocalCluster) -> None:
