@@ -3,16 +3,30 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The real ØMQ RAFT peers (npm zmq-raft, built against the system's libzmq) for the
+# cluster tests and `make bench`.
+RAFT_DIR := ic-harness/zmq-raft
+RAFT_STAMP := $(RAFT_DIR)/node_modules/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo demo-requests test test-fast lint bench chaos clean
+.PHONY: install raft-cluster demo demo-requests test test-fast lint bench chaos clean
 
 $(STAMP): pyproject.toml setup.py ambrosia_py/wire/_cfast.pyx
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,spark,demo]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,spark,demo,raft]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(RAFT_STAMP): $(RAFT_DIR)/package.json $(RAFT_DIR)/package-lock.json
+	command -v npm >/dev/null && command -v g++ >/dev/null && command -v pkg-config >/dev/null \
+		&& pkg-config --exists libzmq || { $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq libzmq3-dev pkg-config nodejs npm g++ make; }
+	cd $(RAFT_DIR) && npm_config_zmq_external=true npm install --no-audit --no-fund --loglevel=error
+	touch $@
+
+raft-cluster: $(RAFT_STAMP)
 
 # The pipeline: feeds -> the coordinator immortal -> PySpark runners -> a 2PC sink, through
 # kill -9 of the binding, the coordinator process and a runner; checked exactly at the end.
@@ -26,12 +40,12 @@ demo-requests: $(STAMP)
 # The import contracts first (seconds): CI runs this target. The suite runs on the
 # compiled codec (an install that failed to build it fails here), then the wire tests
 # again on the pure-Python one.
-test: $(STAMP)
+test: $(STAMP) $(RAFT_STAMP)
 	$(VENV)/bin/lint-imports
 	AMBROSIA_PY_CODEC=compiled $(PY) -m pytest -n 2 --dist loadgroup -q
 	AMBROSIA_PY_CODEC=pure $(PY) -m pytest -n 2 -q tests/wire
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(RAFT_STAMP)
 	$(PY) -m pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
@@ -39,7 +53,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-bench: $(STAMP)
+bench: $(STAMP) $(RAFT_STAMP)
 	$(PY) bench/run.py
 
 chaos: $(STAMP)

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ambrosia_py.errors import UsageError
+from ambrosia_py.errors import CoordinatorError, UsageError
 
 from .. import registry
 from ..launch import STOPPED_PREFIX
@@ -26,8 +26,15 @@ def _ic(args: argparse.Namespace) -> int:
 
     home = registry.ambrosia_home(args.home)
     reg = registry.load(args.instance_name, home)
+    if reg.log_store and not reg.active_active:
+        raise CoordinatorError(
+            f"{reg.instance_name} is registered with the log store {reg.log_store}, which "
+            "needs --active-active (or --log-store '' to use its log directory)")
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-    cls = ReplicaCoordinator if reg.active_active else Coordinator
+    cls: type[Coordinator] = ReplicaCoordinator if reg.active_active else Coordinator
+    if reg.log_store:
+        from ..raft_replica import RaftReplicaCoordinator
+        cls = RaftReplicaCoordinator
     run = _loop_runner(args.loop)
     places = {"auto": None, "loop": False, "thread": True}
     if args.fsync not in places:

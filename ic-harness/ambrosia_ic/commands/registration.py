@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 import attrs
@@ -38,7 +39,7 @@ _NEW_INSTANCE_NEEDS = {"receive_port": "-rp/--receive-port", "send_port": "-sp/-
                        "ic_port": "-p/--ic-port", "log_dir": "-l/--log-dir"}
 _REGISTER_DEFAULTS = {"current_version": 0, "active_active": False,
                       "log_trigger_size_mb": 1000, "create_service": "auto",
-                      "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS}
+                      "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS, "log_store": ""}
 
 
 def _fill_from_registration(args: argparse.Namespace) -> None:
@@ -88,13 +89,27 @@ def _register(args: argparse.Namespace) -> int:
         log_trigger_size_mb=args.log_trigger_size_mb,
         create_service=args.create_service,
         keep_checkpoints=args.keep_checkpoints,
+        log_store=args.log_store,
         home=args.home,
     )
+    if reg.log_store:
+        _publish(reg)
     upgrade = f", upgrading to {reg.upgrade_version} at its next start" if reg.upgrading else ""
     print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
-          f"ic {reg.ic_port}, logs {registry.instance_dir(reg)}, version "
+          f"ic {reg.ic_port}, logs {reg.log_store or registry.instance_dir(reg)}, version "
           f"{reg.current_version}{upgrade}")
     return 0
+
+
+def _publish(reg: registry.Registration) -> None:
+    """The registration goes into the cluster too, for replicas on other machines."""
+    from ..raft.errors import RaftError
+    from ..raft.registry import publish_registration
+    try:
+        asyncio.run(publish_registration(reg.log_store, reg.to_json()))
+    except RaftError as err:
+        raise RegistryError(f"{reg.instance_name} is registered here, but the cluster at "
+                            f"{reg.log_store} did not take the registration: {err}") from None
 
 
 def add_register(sub: Any) -> None:
@@ -133,6 +148,10 @@ def add_register(sub: Any) -> None:
                    help="keep the last K checkpoints with their logs, so a repro can start "
                         "from any of them (at least 1; default "
                         f"{registry.DEFAULT_KEEP_CHECKPOINTS})")
+    p.add_argument("--log-store", default=None, metavar="raft://HOST:PORT,...",
+                   help="keep the log in a ØMQ RAFT cluster instead of files in the log "
+                        "directory (add ?secret=S for the cluster's secret; '' goes back to "
+                        "files)")
     p.set_defaults(handler=_register)
 
 

@@ -58,6 +58,9 @@ class Registration:
     # repro can start before the latest restart. Registrations written before this
     # option existed load with the default.
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
+    # Where the log lives: "" for files in log_dir (the default), or a ØMQ RAFT cluster
+    # (``raft://HOST:PORT,...[?secret=S]``) so replicas need no shared file system.
+    log_store: str = ""
 
     def validate(self) -> Registration:
         check_instance_name(self.instance_name)
@@ -93,6 +96,9 @@ class Registration:
             raise RegistryError(
                 f"keep-checkpoints must be at least 1, got {self.keep_checkpoints}"
             )
+        if self.log_store:
+            from ..raft.address import parse_address  # no pyzmq needed to parse
+            parse_address(self.log_store)
         if not -(1 << 31) <= self.committer_id < (1 << 31):
             raise RegistryError(f"committer id {self.committer_id} does not fit an int32")
         return self
@@ -119,7 +125,8 @@ class Registration:
         for a in attrs.fields(cls):
             value = getattr(reg, a.name)
             expected = bool if a.name == "active_active" else (
-                str if a.name in ("instance_name", "log_dir", "create_service") else int)
+                str if a.name in ("instance_name", "log_dir", "create_service", "log_store")
+                else int)
             if type(value) is not expected:
                 raise RegistryError(f"{where}: field {a.name} should be {expected.__name__}")
         try:

@@ -34,6 +34,7 @@ def register(
     log_trigger_size_mb: int = 1000,
     create_service: str = "auto",
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
+    log_store: str = "",
     home: str | os.PathLike[str] | None = None,
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
@@ -62,6 +63,7 @@ def register(
         log_trigger_size_mb=log_trigger_size_mb,
         create_service=create_service,
         keep_checkpoints=keep_checkpoints,
+        log_store=log_store,
     ).validate()
     refuse_taken_ports(home_path, (instance_name, 0),
                         {"receive port": receive_port, "send port": send_port,

@@ -1,0 +1,37 @@
+"""Registrations in the cluster: an instance registered with a ``raft://`` log store has
+its registration in the cluster's log too, so a replica on another machine can read it
+there instead of from a shared registry directory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..logstore.raft_store import RaftLogStore
+from .address import RaftAddress
+
+__all__ = ["fetch_registration", "publish_registration"]
+
+
+async def publish_registration(address: str | RaftAddress, registration: dict[str, Any],
+                               timeout: float = 10.0) -> int:
+    """Append ``registration`` (a registration's JSON form) to the cluster's log; the
+    newest one of an instance counts. Returns its log index.
+
+    Raises:
+        RaftError: the cluster did not take it within ``timeout``.
+    """
+    store = RaftLogStore(address, registration["instance_name"], timeout=timeout)
+    try:
+        return await store.register(registration)
+    finally:
+        store.close()
+
+
+async def fetch_registration(address: str | RaftAddress, name: str,
+                             timeout: float = 10.0) -> dict[str, Any] | None:
+    """The newest registration of ``name`` in the cluster's log (None: never published)."""
+    store = RaftLogStore(address, name, timeout=timeout)
+    try:
+        return await store.registration()
+    finally:
+        store.close()

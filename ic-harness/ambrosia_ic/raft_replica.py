@@ -1,0 +1,287 @@
+"""Active/active with the log in a ØMQ RAFT cluster: replicas on different machines, no
+shared file system (``register-instance --log-store raft://...``).
+
+The roles and the start-up flow are those of ``replica.py``; what they rest on differs:
+
+- the primary is whoever holds the newest epoch claimed in the cluster's log (see
+  ``logstore.raft_entries``): a standby claims when the primary was silent past the lease;
+  an old primary's records after a newer claim are ignored by every reader, and its
+  appends fail (``LockLostError``) before anything is acknowledged or delivered;
+- each data record (the coordinator's own record bytes, as a standalone coordinator
+  writes them to a file) is one entry of the cluster's log, appended by the committer's
+  group commit; a local copy goes to the replica's own directory for ``log dump``;
+- checkpoints go into the cluster with check bytes, numbered by the sequence id they start
+  at; the checkpointing secondary (the lowest-numbered replica that is not the primary)
+  takes one when ``checkpoint_every`` records passed since the newest, the next one up
+  only after twice as many (its elders may be down), and so on (two of one number hold
+  the same state: the newest counts);
+- senders on this machine find the primary through an epoch file it writes in the
+  instance's directory (``lease.current_primary``), as for file-based replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, TextIO
+
+from ambrosia_py.errors import CoordinatorError, LogCorruptionError
+from ambrosia_py.wire import (
+    HEADER_SIZE,
+    BecomingPrimary,
+    TakeCheckpoint,
+    check_bytes,
+    encode_checkpoint_record,
+    encode_control_record,
+)
+from ambrosia_py.wire.records import HEADER
+
+from . import registry
+from .coordinator import checkpoints, outputs, startup
+from .coordinator.phase import Phase
+from .coordinator.sink import FencedSink
+from .durable import replace_durably
+from .lease import EPOCH_PREFIX, Epochs
+from .logstore import (
+    CHECKPOINT_PREFIX,
+    LOG_PREFIX,
+    CheckpointFile,
+    DiskRecord,
+    LogWriter,
+    checkpoint_path,
+    log_path,
+    remove_unkept,
+)
+from .logstore.raft_entries import Records
+from .logstore.raft_store import HEARTBEAT, LEASE, RaftLogStore
+from .logstore.watermarks import decode_watermarks
+from .recovery import read_state
+from .replica import ReplicaCoordinator
+
+__all__ = ["RaftReplicaCoordinator", "RaftSink", "decode_record", "log_key"]
+
+POLL = 0.05  # the longest a follower waits for the leader's broadcast before reading
+
+
+def decode_record(data: bytes, index: int) -> DiskRecord:
+    """One data record as the committer wrote it (disk form: negative length, then the
+    watermarks), checked.
+
+    Raises:
+        LogCorruptionError: it does not parse, or its check bytes do not match.
+    """
+    if len(data) < HEADER_SIZE:
+        raise LogCorruptionError("raft log", index, "a record shorter than its header")
+    committer, stored, check, seq = HEADER.unpack_from(data, 0)
+    length = -stored - 1
+    if stored >= 0 or length < HEADER_SIZE or length > len(data):
+        raise LogCorruptionError("raft log", index, f"length field {stored} is not a record's")
+    body = data[HEADER_SIZE:length]
+    if check_bytes(body) != check:
+        raise LogCorruptionError("raft log", index, f"record {seq}: check bytes do not match")
+    try:
+        inputs, end, epoch = decode_watermarks(data, length, len(data))
+    except Exception as err:  # Incomplete or WireFormatError: either way damaged
+        raise LogCorruptionError("raft log", index, f"record {seq}: watermarks: {err}") from None
+    if end != len(data):
+        raise LogCorruptionError("raft log", index, f"record {seq}: bytes after its watermarks")
+    wire = HEADER.pack(committer, length, check, seq) + body
+    return DiskRecord(seq, 0, end, wire, inputs, epoch)
+
+
+def log_key(reg: registry.Registration) -> str:
+    """The instance's log in the cluster: its name and committer id, so an instance
+    registered afresh under an old name (a new committer id) starts a log of its own
+    instead of recovering a stranger's history."""
+    return f"{reg.instance_name}.{reg.committer_id & 0xFFFFFFFF:08x}"
+
+
+class RaftSink(FencedSink):
+    """The committer's writes go to the cluster (fenced by its epochs), then to a local
+    copy. ``write`` runs in a worker thread (the committer's ``to_thread``) and waits for
+    the append on the event loop."""
+
+    checkpoints_on_switch = False
+
+    def __init__(self, store: RaftLogStore, local: Epochs) -> None:
+        super().__init__(local)
+        self.store = store
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.first_checkpoint: Path | None = None  # a first start's, sent before record 0
+
+    @property
+    def epoch(self) -> int | None:
+        return self.store.held
+
+    def _run(self, coro: Any) -> Any:
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def write(self, writer: LogWriter, data: bytes) -> None:
+        if self.first_checkpoint is not None:
+            path, self.first_checkpoint = self.first_checkpoint, None
+            self._run(self.store.write_checkpoint(0, [path.read_bytes()]))
+        self._run(self._append(data))
+        writer.write(data)  # the local copy: the cluster holds the durable one
+
+    async def _append(self, data: bytes) -> None:
+        await self.store.append([data])
+        self.store.drain_events()  # the primary's own records: delivered already
+
+    def next_log(self, d: Path, n: int) -> LogWriter:
+        self.store.check()
+        return LogWriter(log_path(d, n))
+
+    def remove_unkept(self, d: Path, keep: int, damaged: Any) -> None:
+        remove_unkept(d, keep, (LOG_PREFIX, CHECKPOINT_PREFIX), damaged)
+
+
+class RaftReplicaCoordinator(ReplicaCoordinator):
+    """Replica ``replica`` of an active/active instance whose log is in a cluster."""
+
+    def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
+                 stdout: TextIO | None = None, stderr: TextIO | None = None,
+                 fsync_in_thread: bool | None = None) -> None:
+        if not reg.log_store:
+            raise CoordinatorError(f"{reg.instance_name} has no raft:// log store")
+        super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
+                         fsync_in_thread=fsync_in_thread)
+        if self.upgrading_to is not None:
+            raise CoordinatorError(
+                f"{self.who}: a live upgrade of replicas whose log is in a Raft cluster is "
+                "not supported yet; register the instance's new version instead")
+        self.shared_dir = registry.instance_dir(reg)  # where senders here look
+        self.dir = self.shared_dir / f"replica{replica}"
+        self.store = RaftLogStore(reg.log_store, log_key(reg))
+        self.raft_sink = RaftSink(self.store, Epochs(self.dir))
+        self.sink = self.fenced = self.raft_sink
+        self.checkpoint_every = max(16, self.trigger_bytes // 4096)
+        self.loaded: int | None = None  # the checkpoint this replica started from
+        self.backlog: list[DiskRecord] = []  # records read before a checkpoint was loaded
+
+    async def run(self) -> int:
+        try:
+            return await super().run()
+        finally:
+            self.store.close()
+
+    # ------------------------------------------------------------------ the flow
+    async def _main(self) -> None:
+        self.raft_sink.loop = asyncio.get_running_loop()
+        await self.store.catch_up()
+        if self.store.view.epoch == 0 and await self.store.claim(self._info()):
+            await self._first_start()
+            return
+        self.role = "standby"
+        self.set_phase(Phase.FOLLOWING)
+        self.log(f"following the log in {self.store.address} as a {self.role}")
+        while True:
+            await self._follow_cluster()
+            if self.store.silent_for() > LEASE and await self.store.claim(self._info()):
+                if self.store.view.record_count == 0:
+                    # The first start never logged its record 0: it is still owed.
+                    await self._first_start()
+                else:
+                    await self._raft_take_over()
+                return
+            if self.loaded is not None and (
+                    self.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
+                await self._checkpoint_here()
+            await self.store.wait(POLL)
+
+    def _rank(self) -> int:
+        """0 for the checkpointing secondary (the lowest-numbered replica that is not the
+        primary); a higher rank checkpoints only when those below it have not, after
+        ``checkpoint_every`` more records each (they may be down)."""
+        primary = self.store.view.holder.get("replica")
+        return sum(1 for k in range(self.number) if k != primary)
+
+    async def _first_start(self) -> None:
+        self.role = "primary"
+        self.log(f"first start: primary of epoch {self.store.held}")
+        self._publish_primary()
+        self.spawn(self._heartbeat())
+        self.raft_sink.first_checkpoint = checkpoint_path(self.dir, 1)
+        await startup.first_start(self)
+        await startup.go_live(self)
+
+    async def _raft_take_over(self) -> None:
+        self.role = "primary"
+        await self._follow_cluster()  # everything committed before the claim
+        self._publish_primary()
+        self.spawn(self._heartbeat())
+        n = self.log_n + 1
+        self.writer = await asyncio.to_thread(self.sink.next_log, self.dir, n)
+        self.log_n = n
+        self.deliver(encode_control_record(self.cid, BecomingPrimary()))
+        self.log(f"primary of epoch {self.store.held} from sequence id {self.next_seq}")
+        await startup.go_live(self)
+
+    def _publish_primary(self) -> None:
+        """An epoch file in the instance's directory, for senders on this machine."""
+        e = self.store.held
+        assert e is not None
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        replace_durably(self.shared_dir / f"{EPOCH_PREFIX}{e}",
+                        json.dumps({**self._info(), "epoch": e}).encode())
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT)
+            if self.store.silent_for() >= HEARTBEAT:
+                await self.store.heartbeat()
+
+    # ------------------------------------------------------------------ following
+    async def _follow_cluster(self) -> None:
+        await self.store.catch_up()
+        recs = [decode_record(r, ev.index) for ev in self.store.drain_events()
+                if isinstance(ev, Records) for r in ev.records]
+        if self.role == "primary" and self.phase is Phase.LIVE:
+            return  # its own records, delivered by the committer
+        if self.loaded is None:
+            self.backlog += recs
+            end = self.store.view.newest_checkpoint()
+            if end is None:
+                return
+            await self._load(end.number, await self.store.read_checkpoint(end))
+            recs, self.backlog = self.backlog, []
+        recs = [r for r in recs if r.seq_id >= self.next_seq]
+        for r in recs:
+            if r.seq_id != self.next_seq:
+                raise LogCorruptionError("raft log", 0, f"record {r.seq_id} where "
+                                         f"{self.next_seq} was due")
+            self._deliver_records([r])
+        if recs:
+            assert self.send is not None
+            await self.send.drain()
+
+    async def _load(self, number: int, data: bytes) -> None:
+        """Start from a checkpoint of the cluster (its check bytes verified twice: the
+        cluster's, then the file's own)."""
+        assert self.send is not None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = checkpoint_path(self.dir, max(1, number))
+        await asyncio.to_thread(replace_durably, path, data)
+        cf = CheckpointFile(path)
+        next_seq, inputs, outs = read_state(cf)
+        self.next_seq, self.inputs = next_seq, dict(inputs)
+        self.last_delivered = next_seq - 1
+        outputs.restore(self, outs)
+        self.send.write(encode_checkpoint_record(self.cid, cf.size))
+        for chunk in cf.chunks():
+            self.send.write(chunk)
+        await self.send.drain()
+        self.loaded = next_seq
+        self.log_n = max(1, number)
+        self.log(f"loaded checkpoint {number} from the cluster")
+
+    async def _checkpoint_here(self) -> None:
+        n = self.next_seq
+        data = await checkpoints.collect(self, n, TakeCheckpoint())
+        await checkpoints.save(self, self.dir, n, data)
+        raw = await asyncio.to_thread(checkpoint_path(self.dir, n).read_bytes)
+        await self.store.write_checkpoint(n, [raw])
+        self.log(f"wrote checkpoint {n} to the cluster")
+        self.loaded = n
+        await checkpoints.remove_unkept(self)

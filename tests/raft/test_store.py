@@ -1,0 +1,252 @@
+"""The log store on a real cluster: epochs fence an old primary for every reader,
+checkpoints come back only with their check bytes right, and replicas in separate
+processes (killed with ``kill -9``, paused past the lease, with a Raft peer killed)
+append every request exactly once, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from ambrosia_ic.logstore.raft_entries import (
+    EpochClaimed,
+    Fenced,
+    InstanceView,
+    Records,
+    encode_checkpoint_end,
+)
+from ambrosia_ic.logstore.raft_store import LEASE, RaftLogStore
+from ambrosia_ic.raft.client import RaftClient
+from ambrosia_ic.raft.cluster import LocalCluster
+
+from ambrosia_py.errors import LockLostError, LogCorruptionError
+
+from .conftest import SECRET, restart_missing
+from .replica_worker import EXIT_FENCED
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def fresh() -> str:
+    return f"inst-{uuid.uuid4().hex[:8]}"
+
+
+def run(body: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(body())  # type: ignore[arg-type]
+
+
+async def committed(c: LocalCluster, name: str) -> tuple[list[bytes], InstanceView]:
+    """Every record that counts, read by a reader of its own from the start."""
+    reader = RaftLogStore(c.address, name)
+    try:
+        events = await reader.catch_up()
+    finally:
+        reader.close()
+    return [r for ev in events if isinstance(ev, Records) for r in ev.records], reader.view
+
+
+def test_a_newer_claim_fences_the_old_primary(cluster: LocalCluster) -> None:
+    name = fresh()
+
+    async def body() -> None:
+        a, b = RaftLogStore(cluster.address, name), RaftLogStore(cluster.address, name)
+        try:
+            assert await a.claim({"replica": 1}) and a.held == 1
+            await a.append([b"a0", b"a1"])
+            assert await b.claim({"replica": 2}) and b.held == 2
+            with pytest.raises(LockLostError, match="fenced off"):
+                await a.append([b"a2"])  # reaches the log, after the claim: ignored
+            with pytest.raises(LockLostError):
+                await a.append([b"a3"])  # refused before sending
+            await b.append([b"b0"])
+        finally:
+            a.close()
+            b.close()
+        records, view = await committed(cluster, name)
+        assert records == [b"a0", b"a1", b"b0"]
+        assert view.epoch == 2 and view.holder == {"replica": 2}
+        assert view.fenced_count == 1
+    run(body)
+
+
+def test_racing_claims_have_one_winner(cluster: LocalCluster) -> None:
+    name = fresh()
+
+    async def body() -> None:
+        stores = [RaftLogStore(cluster.address, name) for _ in range(3)]
+        try:
+            won = await asyncio.gather(*(s.claim({"replica": i}) for i, s in enumerate(stores)))
+            assert sorted(won) == [False, False, True]
+            winner = stores[won.index(True)]
+            for s in stores:
+                await s.catch_up()
+                assert s.view.epoch == 1 and s.view.holder == winner.view.holder
+        finally:
+            for s in stores:
+                s.close()
+    run(body)
+
+
+def test_checkpoints_are_read_only_with_their_check_bytes(cluster: LocalCluster) -> None:
+    name = fresh()
+    blob = random.Random(7).randbytes(2_500_000)  # three parts
+
+    async def body() -> None:
+        s = RaftLogStore(cluster.address, name)
+        try:
+            assert await s.claim({"replica": 0})
+            assert await s.write_checkpoint(4, [blob[:1000], blob[1000:]])
+            end = s.view.checkpoints[4]
+            assert len(end.parts) == 3
+            assert await s.read_checkpoint(end) == blob
+            # The newest of a number counts (a first start tried again writes its own).
+            assert await s.write_checkpoint(4, [b"a later one of the same number"])
+            assert await s.read_checkpoint(s.view.checkpoints[4]) == (
+                b"a later one of the same number")
+            # An end entry whose check bytes do not match what the parts hold.
+            raw = RaftClient(cluster.urls, SECRET)
+            try:
+                await raw.request_update(encode_checkpoint_end(
+                    name, 1, 5, 3, end.size, end.check ^ 1))
+            finally:
+                raw.close()
+            await s.catch_up()
+            assert 5 not in s.view.checkpoints  # no parts of its own: not a checkpoint
+            forged = type(end)(end.index, 5, end.parts, end.size, end.check ^ 1)
+            with pytest.raises(LogCorruptionError, match="check bytes do not match"):
+                await s.read_checkpoint(forged)
+            await s.register({"instance_name": name, "ic_port": 1})
+            assert await s.registration() == {"instance_name": name, "ic_port": 1}
+        finally:
+            s.close()
+    run(body)
+
+
+def test_view_rules_without_a_cluster() -> None:
+    from ambrosia_ic.logstore.raft_entries import encode_claim, encode_heartbeat, encode_records
+    view = InstanceView("i")
+    rid = b"r" * 12
+    assert view.apply(1, rid, b"not the store's") == []
+    assert view.apply(2, rid, encode_claim("other", 1, {})) == []
+    assert view.apply(3, rid, encode_claim("i", 2, {})) == [Fenced(3, 2, "E")]  # a jump
+    assert view.apply(4, rid, encode_claim("i", 1, {"r": 1})) == [
+        EpochClaimed(4, 1, {"r": 1}, rid)]
+    assert view.apply(4, rid, encode_records("i", 1, [b"dup"])) == []  # read twice
+    assert view.apply(5, rid, encode_records("i", 1, [b"x", b""])) == [
+        Records(5, 1, (b"x", b""))]
+    with pytest.raises(LogCorruptionError, match="epoch 2, never claimed"):
+        view.apply(6, rid, encode_heartbeat("i", 2))
+    with pytest.raises(LogCorruptionError, match="cut short in a record"):
+        view.apply(7, rid, encode_records("i", 1, [b"abc"])[:-1])
+    with pytest.raises(LogCorruptionError, match="unknown log store entry kind"):
+        view.apply(8, rid, encode_heartbeat("i", 1).replace(b"AM\x01H", b"AM\x01Z"))
+
+
+# ---------------------------------------------------------------------- processes
+class Replica:
+    def __init__(self, c: LocalCluster, name: str, number: int, total: int) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), str(ROOT / "ic-harness"), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.raft.replica_worker", c.address, name,
+             str(number), str(total)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        self.lines: list[str] = []
+
+    def wait_line(self, prefix: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no {prefix!r} line; output: {''.join(self.lines)}")
+
+    def finish(self, timeout: float = 60.0) -> int:
+        out, _ = self.proc.communicate(timeout=timeout)
+        self.lines.append(out)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def wait_records(c: LocalCluster, name: str, at_least: int) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        n = len(asyncio.run(committed(c, name))[0])
+        if n >= at_least:
+            return n
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {at_least} records after 30 s")
+
+
+def exactly_once(c: LocalCluster, name: str, total: int) -> InstanceView:
+    records, view = asyncio.run(committed(c, name))
+    assert records == [b"req %d" % i for i in range(total)]
+    return view
+
+
+@pytest.mark.slow
+def test_primary_killed_standby_goes_on(whole_cluster: LocalCluster) -> None:
+    c, name, total = whole_cluster, fresh(), 1500
+    a = Replica(c, name, 1, total)
+    try:
+        a.wait_line("primary 1 0")
+        wait_records(c, name, random.randint(50, 600))
+        a.kill()  # kill -9
+        b = Replica(c, name, 2, total)
+        assert b.wait_line("primary 2").split()[1] == "2"
+        assert b.finish() == 0, "".join(b.lines)
+    finally:
+        a.kill()
+    assert exactly_once(c, name, total).epoch == 2
+
+
+@pytest.mark.slow
+def test_paused_primary_is_fenced_and_a_raft_peer_dies(whole_cluster: LocalCluster) -> None:
+    """SIGSTOP past the lease: the standby takes over (while a Raft peer is killed);
+    the old primary wakes up, its last append is ignored by everyone, and it stops."""
+    c, name, total = whole_cluster, fresh(), 1500
+    a = Replica(c, name, 1, total)
+    b: Replica | None = None
+    try:
+        a.wait_line("primary 1 0")
+        wait_records(c, name, 200)
+        a.proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        b = Replica(c, name, 2, total)
+        b.wait_line("primary 2")
+        assert time.monotonic() - t0 >= LEASE  # not before the lease ran out
+        wait_records(c, name, 700)
+        follower = next(p.id for p in c.peers if p.id != c.leader())
+        c.kill_peer(follower)
+        a.proc.send_signal(signal.SIGCONT)
+        assert a.finish() == EXIT_FENCED, "".join(a.lines)
+        restart_missing(c)
+        c.kill_peer(c.leader())  # and then the leader (two of three still commit)
+        assert b.finish() == 0, "".join(b.lines)
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+        a.kill()
+        if b is not None:
+            b.kill()
+    exactly_once(c, name, total)
