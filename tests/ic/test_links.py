@@ -56,7 +56,11 @@ def test_calls_across_kill9_of_either_side_arrive_exactly_once_in_order(
     for k in range(70, 80):
         da.impulse(k)
         db.impulse(k)
-    wait_until(lambda: _settled(da, db), "every call delivered and acknowledged")
+    # The last Impulses are in flight until they come back applied: wait for them too,
+    # or a snapshot taken before they return looks settled.
+    wait_until(lambda: (da.snapshot()["sent"][-1:] == ["A:79"]
+                        and db.snapshot()["sent"][-1:] == ["B:79"] and _settled(da, db)),
+               "every call delivered and acknowledged")
     a, b = da.snapshot(), db.snapshot()
     # Exactly once and in order, in both directions.
     assert len(a["sent"]) == len(set(a["sent"])) >= 40
