@@ -136,6 +136,7 @@ def _stop_with(proc: subprocess.Popen[str] | None) -> Callable[[ImmortalRunner],
         if proc is not None and proc.poll() is None:
             # The coordinator stops first (finishing the write in progress) and closes the
             # connection, which ends the runner; the binding never sees a surprise.
+            runner.stop_via_coordinator()
             proc.send_signal(signal.SIGTERM)
             asyncio.get_running_loop().call_later(_STOP_GRACE_SECONDS, runner.stop)
         else:

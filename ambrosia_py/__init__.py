@@ -26,6 +26,7 @@ from .immortal import (
     impulse,
     rpc,
 )
+from .stopping import StopReason
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "JsProxy",
     "PendingCall",
     "MethodKind",
+    "StopReason",
     "default_method_id",
     # Errors users catch
     "AmbrosiaError",

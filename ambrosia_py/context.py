@@ -21,6 +21,8 @@ import typing
 from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
+from .stopping import StopReason
+
 if typing.TYPE_CHECKING:
     import asyncio
 
@@ -52,6 +54,9 @@ class Runtime(Protocol):
 
     @property
     def is_replaying(self) -> bool: ...
+
+    @property
+    def stop_reason(self) -> StopReason | None: ...
 
     @property
     def current_input(self) -> InputHeader | None: ...
@@ -110,6 +115,13 @@ class ImmortalContext:
     def is_replaying(self) -> bool:
         """True while the inputs being handled are replays of an earlier life's."""
         return self.runtime.is_replaying
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why the instance stops, once the runtime stops it (None until then): side
+        effects read it when they are cancelled, to end an ordinary stop
+        (``StopReason.STOPPED``) otherwise than a lost coordinator."""
+        return self.runtime.stop_reason
 
     @property
     def log_replay(self) -> bool:

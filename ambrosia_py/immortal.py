@@ -45,6 +45,7 @@ from .methods import gather as gather
 from .methods import impulse as impulse
 from .methods import rpc as rpc
 from .serialization import Serializer
+from .stopping import StopReason
 
 __all__ = [
     "RESERVED_METHOD_IDS",
@@ -244,6 +245,12 @@ class Immortal:
 
     def on_upgrade(self, live: bool) -> None:
         """Called on the new version's instance right after an upgrade switched to it."""
+
+    def on_stop(self, reason: StopReason) -> None:
+        """The primary stops (``reason`` says why), just before its side-effect tasks are
+        cancelled; they can read ``self.ctx.stop_reason`` too. Not a logged input: no
+        state change, no calls. Handy to tell what a side effect holds for the instance
+        whether it was stopped (``STOPPED``) or taken over (``COORDINATOR_LOST``)."""
 
     @classmethod
     def upgrade_from(cls: type[IM], previous: Immortal) -> IM:

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import attrs
 
 from .serialization import Serializer, check_serializable, inspect_empty
+from .stopping import StopReason
 
 __all__ = [
     "POST_BY_IMPULSE_METHOD_ID",
@@ -340,6 +341,8 @@ class Hosted(Protocol):
     def on_become_primary(self) -> None: ...
 
     def on_upgrade(self, live: bool) -> None: ...
+
+    def on_stop(self, reason: StopReason) -> None: ...
 
     def checkpoint_state(self) -> Any: ...
 

@@ -26,6 +26,7 @@ from ..errors import (
 )
 from ..methods import Hosted, MethodSpec, is_hosted_class
 from ..protocol import BindingConnection
+from ..stopping import StopReason
 from ..wire import OutgoingRpc
 from ..wire.encoders import outgoing_rpc_head, sized
 from . import replaylog
@@ -78,6 +79,7 @@ class EngineCore:
         self.outputs: list[OutgoingRpc] | None = [] if record_outputs else None
         self.current_input: CurrentInput | None = None
         self.outbox = Outbox(self.outputs)
+        self.stop_reason: StopReason | None = None  # set once, as the runner stops
         self.checkpoints_taken = 0
         self.last_checkpoint_size = 0
         # Checkpointed framework state.

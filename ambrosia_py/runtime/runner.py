@@ -23,6 +23,7 @@ import sys
 import time
 
 from ..errors import CoordinatorError
+from ..stopping import StopReason
 from .engine import Engine, SendCheckpoint
 
 __all__ = ["ImmortalRunner", "connect_with_retry"]
@@ -90,6 +91,7 @@ class ImmortalRunner:
         self.log = engine.log
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.closed_by_coordinator = False
+        self.stop_asked = False  # stop() or stop_via_coordinator() was called
         # Unbounded: the reader bounds its data with _room; wake-ups and the stop mark
         # are never refused.
         self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -104,8 +106,20 @@ class ImmortalRunner:
 
     def stop(self) -> None:
         """Stop after the event being handled (safe from signal handlers on the loop)."""
-        self._stopping = True
+        self._stopping = self.stop_asked = True
         self._inbox.put_nowait(None)
+
+    def stop_via_coordinator(self) -> None:
+        """A stop was asked and the coordinator is being stopped first: its closing the
+        connection is then an ordinary stop (``StopReason.STOPPED``), not a lost one."""
+        self.stop_asked = True
+
+    @property
+    def stop_reason(self) -> StopReason:
+        """Why the run ends (or would end now): asked, the coordinator gone, or failed."""
+        if self.stop_asked:
+            return StopReason.STOPPED
+        return StopReason.COORDINATOR_LOST if self.closed_by_coordinator else StopReason.FAILED
 
     def _kick(self) -> None:
         """The engine's wakeup: outside-world code queued something to send."""
@@ -136,7 +150,7 @@ class ImmortalRunner:
             read_task.cancel()
             with contextlib.suppress(BaseException):
                 await read_task
-            await eng.stop_tasks()
+            await eng.stop_tasks(self.stop_reason)
             for w in (writer, send_writer):
                 w.close()
                 with contextlib.suppress(Exception):

@@ -17,6 +17,7 @@ from ..errors import (
     LocalProtocolError,
 )
 from ..methods import Hosted, MethodSpec, PendingCall
+from ..stopping import StopReason
 from ..wire import OutgoingRpc, RpcType
 from .core import EngineCore
 
@@ -126,6 +127,15 @@ class Sending(EngineCore):
     def request_checkpoint(self) -> None:
         self.outbox.queue_raw(self.conn.request_checkpoint())
 
-    async def stop_tasks(self) -> None:
-        """Refuse further Impulses and cancel the side-effect tasks (the runner stops)."""
+    async def stop_tasks(self, reason: StopReason) -> None:
+        """Say why (``ctx.stop_reason``, then the instance's ``on_stop`` when primary),
+        refuse further Impulses and cancel the side-effect tasks (the runner stops)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            if self.instance is not None and self.conn.is_primary:
+                try:
+                    self.instance.on_stop(reason)
+                except Exception:
+                    # The stop goes on: a hook's bug must not keep side effects running.
+                    self.log.exception("on_stop(%s) failed", reason.name)
         await self.outbox.close()

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ambrosia_py import StopReason
+
 from .config import ProcessorConfig
 from .core import KclCore, ProcessorRecord
 from .protocol import (
@@ -67,12 +69,16 @@ class ProcessorDriver:
         core: reads the processors' state anew (an upgrade or a load may replace it).
         send_checkpoint: sends ``kcl_checkpoint(token, stream_id, sequence, at_end)``.
         log: the instance's log.
+        first_token: the first checkpoint token (tokens of other lives never match).
+        stop_reason: why the instance stops (``ctx.stop_reason``), read when cancelled.
     """
 
     def __init__(self, cfg: ProcessorConfig, core: Callable[[], KclCore],
                  send_checkpoint: Callable[[int, int, int, bool], None],
-                 log: logging.LoggerAdapter[Any], first_token: int) -> None:
+                 log: logging.LoggerAdapter[Any], first_token: int,
+                 stop_reason: Callable[[], StopReason | None]) -> None:
         self.cfg = cfg
+        self._stop_reason = stop_reason
         self._core = core
         self._send_checkpoint = send_checkpoint
         self.log = log
@@ -256,20 +262,27 @@ class ProcessorDriver:
 
     async def _shutdown(self, proc: asyncio.subprocess.Process, session: ChildSession,
                         sid: int) -> None:
-        """The instance stops: the action under way may finish, then shutdownRequested,
-        each within ``shutdown_seconds``. The log takes no more inputs by now, so every
+        """The instance stops: the action under way may finish, then the end, each within
+        ``shutdown_seconds``: ``shutdownRequested`` on an ordinary stop, ``leaseLost``
+        (the older protocol: ``shutdown`` ZOMBIE) when the coordinator is gone and the
+        stream moves to another primary. The log takes no more inputs by now, so every
         checkpoint (one waiting for its Impulse too) is refused with ShutdownException;
         the records after the last recorded one come again in the next life."""
         if proc.returncode is not None:
             return
         session.stopping = True
         grace = self.cfg.shutdown_seconds
+        lost = self._stop_reason() is not StopReason.STOPPED
         try:
             if session.asking:
                 await self._write(proc, session.answer(SHUTDOWN))
             if session.awaiting:
                 await self._finish(proc, session, sid, timeout=grace)
-            await self._act(proc, session, sid, session.shutdown_requested(), timeout=grace)
+            end = session.lease_lost() if lost else session.shutdown_requested()
+            self.log.info("kcl %s: %s: %s to the processor (pid %d)", self.cfg.stream,
+                          "the coordinator is gone" if lost else "the instance stops",
+                          session.awaiting, proc.pid)
+            await self._act(proc, session, sid, end, timeout=grace)
         except (ChildFailedError, OSError) as e:
             self.log.warning("kcl %s: at the stop: %s", self.cfg.stream, e)
         except asyncio.CancelledError:

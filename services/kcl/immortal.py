@@ -105,13 +105,16 @@ class KclCoordinator(ConnectorCoordinator):
         me = self.impulse_self
         # A random start, so a token of an earlier life is never taken for one of ours.
         first = int.from_bytes(os.urandom(6))
+        ctx = self.ctx
         self._drivers = {p.stream: ProcessorDriver(p, lambda: self.kcl, me.kcl_checkpoint,
-                                                   self.ctx.log, first + (i << 32))
+                                                   ctx.log, first + (i << 32),
+                                                   lambda: ctx.stop_reason)
                          for i, p in enumerate(processors)}
         tasks = [asyncio.ensure_future(d.run()) for d in self._drivers.values()]
         try:
             # Not gather: a stop cancels this task, and each driver must be cancelled
-            # exactly once, so that its child's shutdownRequested runs undisturbed.
+            # exactly once, so that its child's end (shutdownRequested or leaseLost, as
+            # ctx.stop_reason says) runs undisturbed.
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for t in done:
                 t.result()  # a driver's bug ends the instance, as any side effect's would

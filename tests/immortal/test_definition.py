@@ -111,6 +111,7 @@ def test_public_api_is_pinned() -> None:
         "JsProxy", "PendingCall", "MethodKind", "default_method_id", "AmbrosiaError",
         "ImmortalDefinitionError", "ImpulseDuringRecoveryError", "RemoteCallError",
         "ReplayDivergenceError", "SerializationError", "UnknownMethodError", "__version__",
+        "StopReason",
     ])
     for name in ambrosia_py.__all__:
         assert hasattr(ambrosia_py, name)
