@@ -8,6 +8,10 @@ OUTPUT once (``<seq> <data>`` lines) and checkpointing after each batch and at T
 (MARKS is a directory counting them): the first life sends lines that are no messages and
 checkpoints it may not take, then a status for the wrong action; the second never
 answers a batch; later lives behave, checkpointing each batch.
+
+``children.py ends -``: either protocol (as ``initialize`` shows), checkpointing each
+batch; at the end of primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on
+stderr which end it got, then asks for a checkpoint anyway, to show the answer.
 """
 
 from __future__ import annotations
@@ -98,5 +102,25 @@ def unruly(marks: str) -> None:
         say({"action": "status", "responseFor": action})
 
 
+def ends(_: str) -> None:
+    current = False
+    last: Any = None
+    for line in sys.stdin:
+        msg = json.loads(line)
+        action = msg["action"]
+        key = "sequenceNumber" if current else "checkpoint"
+        if action == "initialize":
+            current = "sequenceNumber" in msg
+        elif action == "processRecords":
+            last = msg["records"][-1]["sequenceNumber"]
+            ask(last, key)
+        elif action == "shardEnded" or msg.get("reason") == "TERMINATE":
+            ask(None, key)
+        else:  # the end of primacy: say which, then try to checkpoint anyway
+            sys.stderr.write(f"test child: {action} {msg.get('reason', '')}".rstrip() + "\n")
+            ask(last, key)
+        say({"action": "status", "responseFor": action})
+
+
 if __name__ == "__main__":
-    {"old": old, "unruly": unruly}[sys.argv[1]](sys.argv[2])
+    {"old": old, "unruly": unruly, "ends": ends}[sys.argv[1]](sys.argv[2])

@@ -120,9 +120,11 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     os.kill(coordinator_pid(p), signal.SIGKILL)  # the log alone: the binding stops
     assert p.proc.wait(30) != 0
     p.kill()  # joins the log reader
-    # Its child was stopped as at any end of primacy: the batch under way, then
-    # shutdownRequested, each checkpoint refused (the log is gone).
-    assert any("waiting for shutdownRequested" in line for line in p.lines), p.lines[-10:]
+    # The stream moves to the next primary: the batch under way may finish (its
+    # checkpoint refused, the log being gone), then leaseLost.
+    assert any("the coordinator is gone: leaseLost to the processor" in line
+               for line in p.lines), p.lines[-10:]
+    assert any("processor: lease lost" in line for line in p.lines), p.lines[-10:]
     p = start(launcher, tmp_path, port, {})
     feed(port, 7, "orders", range(301, 321), eos=True)
     p.wait_for("processor: stream ended at 320")
@@ -131,6 +133,37 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     p.stop()
     rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[7]
     assert (rec.checkpoint, rec.finished, rec.records) == (320, True, [])
+
+
+@pytest.mark.parametrize(("protocol", "how", "end"), [
+    ("current", "kill", "leaseLost"),
+    ("current", "stop", "shutdownRequested"),
+    ("shutdown", "kill", "shutdown ZOMBIE"),
+])
+def test_end_of_primacy_says_why(launcher: Launcher, tmp_path: Path, protocol: str,
+                                 how: str, end: str) -> None:
+    """The coordinator killed -9 under the binding: the stream moves to another primary,
+    leaseLost (ZOMBIE in the older protocol). SIGTERM to ``ambrosia run``: an ordinary
+    stop, shutdownRequested. Either way the checkpoint the child then asks for is
+    refused: the log takes no more inputs."""
+    (port,) = free_ports(1)
+    body = f'{command(CHILDREN, "ends", "-")}\nprotocol = "{protocol}"\n'
+    p = start(launcher, tmp_path, port, {"s": body})
+    feed(port, 5, "s", range(1, 11), eos=False)
+    p.wait_for("kcl s: checkpoint at 10 recorded")
+    if how == "kill":
+        os.kill(coordinator_pid(p), signal.SIGKILL)
+        assert p.proc.wait(30) != 0
+        p.kill()  # joins the log reader
+    else:
+        assert p.stop() == 0
+    log = "\n".join(p.lines)
+    ends = [line.split("test child: ", 1)[1] for line in p.lines
+            if "test child: " in line and "answered" not in line]
+    assert ends == [end], p.lines[-10:]
+    assert "checkpoint '10' answered ShutdownException" in log
+    # Nothing was recorded after the end: the next life starts at checkpoint 10.
+    assert repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[5].checkpoint == 10
 
 
 def test_older_protocol_processor(launcher: Launcher, tmp_path: Path) -> None:
