@@ -132,13 +132,17 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
 
 def _stop_with(proc: subprocess.Popen[str] | None) -> Callable[[ImmortalRunner], None]:
     """What a stop signal does while the immortal runs (called on its event loop)."""
+    def stop_coordinator(runner: ImmortalRunner) -> None:
+        # The coordinator stops (finishing the write in progress) and closes the
+        # connection, which ends the runner; the binding never sees a surprise.
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        asyncio.get_running_loop().call_later(_STOP_GRACE_SECONDS, runner.stop)
+
     def on_stop(runner: ImmortalRunner) -> None:
         if proc is not None and proc.poll() is None:
-            # The coordinator stops first (finishing the write in progress) and closes the
-            # connection, which ends the runner; the binding never sees a surprise.
-            runner.stop_via_coordinator()
-            proc.send_signal(signal.SIGTERM)
-            asyncio.get_running_loop().call_later(_STOP_GRACE_SECONDS, runner.stop)
+            # The side effects end first, while the coordinator still logs their Impulses.
+            runner.stop(then=lambda: stop_coordinator(runner))
         else:
             runner.stop()
     return on_stop

@@ -115,6 +115,15 @@ class Outbox:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def cancel_tasks(self, timeout: float) -> None:
+        """Cancel the side-effect tasks and wait up to ``timeout`` seconds for them to
+        end; Impulses are still taken meanwhile."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
     async def close(self) -> None:
         """Refuse further Impulses (waiting senders get an error) and cancel side effects."""
         with self._room:

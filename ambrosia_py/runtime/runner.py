@@ -21,12 +21,13 @@ import contextlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 from ..errors import CoordinatorError
 from ..stopping import StopReason
 from .engine import Engine, SendCheckpoint
 
-__all__ = ["ImmortalRunner", "connect_with_retry"]
+__all__ = ["DRAIN_SECONDS", "ImmortalRunner", "connect_with_retry"]
 
 _KICK = b"kick"  # a distinct object, compared by identity
 _INBOX_CHUNKS = 8  # chunks read ahead of the engine before the reader waits
@@ -36,6 +37,7 @@ _INBOX_CHUNKS = 8  # chunks read ahead of the engine before the reader waits
 _CHUNK = 1 << 20
 _WRITE_HIGH_WATER = 1 << 20
 _DRAW_EVERY = 0.25  # seconds between redraws of the replay's progress bar on a terminal
+DRAIN_SECONDS = 10.0  # the longest an ordinary stop waits for side effects to end
 _LOG_EVERY = 5.0  # seconds between progress lines in the log
 _BAR = 30  # the bar's width in characters
 
@@ -78,11 +80,14 @@ class ImmortalRunner:
             otherwise it goes to the log, at INFO, every few seconds.
         replay_estimate: about how many records the recovery will replay, if known (then
             the progress is a bar with a percentage, not just a running count).
+        drain_seconds: how long an ordinary stop waits for the side effects to end
+            while their Impulses are still logged.
     """
 
     def __init__(self, engine: Engine, receive_port: int, send_port: int, *,
                  host: str = "127.0.0.1", connect_timeout: float = 15.0,
-                 progress: bool | None = None, replay_estimate: int | None = None) -> None:
+                 progress: bool | None = None, replay_estimate: int | None = None,
+                 drain_seconds: float = DRAIN_SECONDS) -> None:
         self.engine = engine
         self.receive_port = receive_port
         self.send_port = send_port
@@ -91,7 +96,9 @@ class ImmortalRunner:
         self.log = engine.log
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.closed_by_coordinator = False
-        self.stop_asked = False  # stop() or stop_via_coordinator() was called
+        self.stop_asked = False  # stop() was called
+        self.drain_seconds = drain_seconds
+        self._draining: asyncio.Task[None] | None = None
         # Unbounded: the reader bounds its data with _room; wake-ups and the stop mark
         # are never refused.
         self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -104,15 +111,29 @@ class ImmortalRunner:
         self.replay_estimate = replay_estimate
         self.peak_write_buffer = 0  # the most bytes ever waiting in the socket's buffer
 
-    def stop(self) -> None:
-        """Stop after the event being handled (safe from signal handlers on the loop)."""
-        self._stopping = self.stop_asked = True
-        self._inbox.put_nowait(None)
-
-    def stop_via_coordinator(self) -> None:
-        """A stop was asked and the coordinator is being stopped first: its closing the
-        connection is then an ordinary stop (``StopReason.STOPPED``), not a lost one."""
+    def stop(self, then: Callable[[], None] | None = None) -> None:
+        """An ordinary stop (safe from signal handlers on the loop). A primary's side
+        effects end first, while the coordinator still logs their Impulses (up to
+        ``drain_seconds``); then the runner stops after the event being handled, or, with
+        ``then``, calls it instead (``ambrosia run`` stops its coordinator then, whose
+        closing the connection ends the runner; it is an ordinary stop too). A second
+        call stops at once."""
         self.stop_asked = True
+        if self._draining is None and self.engine.is_primary and self._writer is not None:
+            self._draining = asyncio.get_running_loop().create_task(
+                self._drain(then or self._end))
+        else:
+            self._end()
+
+    async def _drain(self, then: Callable[[], None]) -> None:
+        try:
+            await self.engine.drain_tasks(StopReason.STOPPED, self.drain_seconds)
+        finally:
+            then()
+
+    def _end(self) -> None:
+        self._stopping = True
+        self._inbox.put_nowait(None)
 
     @property
     def stop_reason(self) -> StopReason:
@@ -147,9 +168,11 @@ class ImmortalRunner:
             # same end as its closing the connection while we read.
             self.closed_by_coordinator = True
         finally:
-            read_task.cancel()
-            with contextlib.suppress(BaseException):
-                await read_task
+            for task in (read_task, self._draining):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
             await eng.stop_tasks(self.stop_reason)
             for w in (writer, send_writer):
                 w.close()

@@ -130,6 +130,17 @@ class Sending(EngineCore):
     async def stop_tasks(self, reason: StopReason) -> None:
         """Say why (``ctx.stop_reason``, then the instance's ``on_stop`` when primary),
         refuse further Impulses and cancel the side-effect tasks (the runner stops)."""
+        self._say_why(reason)
+        await self.outbox.close()
+
+    async def drain_tasks(self, reason: StopReason, timeout: float) -> None:
+        """As ``stop_tasks``, but Impulses are still taken: the tasks are cancelled and
+        waited for (up to ``timeout`` seconds) while the runner still sends what they
+        queue and handles what comes back, so they can record their last results."""
+        self._say_why(reason)
+        await self.outbox.cancel_tasks(timeout)
+
+    def _say_why(self, reason: StopReason) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
             if self.instance is not None and self.conn.is_primary:
@@ -138,4 +149,3 @@ class Sending(EngineCore):
                 except Exception:
                     # The stop goes on: a hook's bug must not keep side effects running.
                     self.log.exception("on_stop(%s) failed", reason.name)
-        await self.outbox.close()

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ambrosia_py import StopReason
+from ambrosia_py import AmbrosiaError, StopReason
 
 from .config import ProcessorConfig
 from .core import KclCore, ProcessorRecord
@@ -89,6 +89,7 @@ class ProcessorDriver:
         self._ended_seen = False  # shardEnded was sent; wait for new records
         self._progressed = False  # a batch was processed in this child's life
         self._checkpointed = False  # a checkpoint was recorded in this child's life
+        self._pending: asyncio.Future[str] | None = None  # the checkpoint being recorded
         self.starts = 0
         self.pid = 0
 
@@ -247,9 +248,28 @@ class ProcessorDriver:
         token = self._next_token
         self._next_token += 1
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._answers[token] = fut
-        self._send_checkpoint(token, sid, seq, at_end)
-        return await fut
+        try:
+            self._send_checkpoint(token, sid, seq, at_end)
+        except AmbrosiaError:
+            return SHUTDOWN  # the instance stopped taking Impulses: nothing is recorded
+        self._answers[token] = self._pending = fut
+        # Shielded: an ordinary stop cancels this task, and the answer may still come.
+        answer = await asyncio.shield(fut)
+        self._pending = None
+        return answer
+
+    async def _pending_answer(self, proc: asyncio.subprocess.Process) -> str:
+        """The verdict on the checkpoint under way when an ordinary stop came: it may
+        still be recorded, for up to ``shutdown_seconds``."""
+        fut, self._pending = self._pending, None
+        error = SHUTDOWN
+        if fut is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                async with asyncio.timeout(self.cfg.shutdown_seconds):
+                    error = await fut
+        self.log.info("kcl %s: the checkpoint under way at the stop %s (pid %d)",
+                      self.cfg.stream, f"refused ({error})" if error else "recorded", proc.pid)
+        return error
 
     async def _write(self, proc: asyncio.subprocess.Process, line: bytes) -> None:
         assert proc.stdin is not None
@@ -270,12 +290,15 @@ class ProcessorDriver:
         the records after the last recorded one come again in the next life."""
         if proc.returncode is not None:
             return
-        session.stopping = True
         grace = self.cfg.shutdown_seconds
         lost = self._stop_reason() is not StopReason.STOPPED
+        # An ordinary stop may still record checkpoints: the runner logs Impulses until
+        # the side effects end (if its log has closed, the Impulse is refused).
+        session.stopping = lost
         try:
             if session.asking:
-                await self._write(proc, session.answer(SHUTDOWN))
+                error = SHUTDOWN if lost else await self._pending_answer(proc)
+                await self._write(proc, session.answer(error))
             if session.awaiting:
                 await self._finish(proc, session, sid, timeout=grace)
             end = session.lease_lost() if lost else session.shutdown_requested()
@@ -286,7 +309,11 @@ class ProcessorDriver:
         except (ChildFailedError, OSError) as e:
             self.log.warning("kcl %s: at the stop: %s", self.cfg.stream, e)
         except asyncio.CancelledError:
-            pass  # cancelled again: no more grace
+            # Cancelled again, the runner ends: no more grace, nothing more recorded.
+            if session.asking:
+                with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                    assert proc.stdin is not None
+                    proc.stdin.write(session.answer(SHUTDOWN))
 
     async def _close(self, proc: asyncio.subprocess.Process) -> None:
         """Close stdin (amazon-kclpy exits at its end), wait a moment, then kill."""

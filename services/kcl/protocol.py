@@ -137,7 +137,7 @@ class ChildSession:
         self.awaiting = ""  # the action whose status is due ("" = none)
         self.asking = False  # a checkpoint request waits for ``answer``
         self.gone = False
-        self.stopping = False  # the instance stops: no checkpoint can be recorded
+        self.stopping = False  # the log takes no more inputs: no checkpoint can be recorded
         self._ask_echo: Any = None
         self._ask_sub: Any = None
 
@@ -182,9 +182,9 @@ class ChildSession:
         return self._send("shutdown", {"action": "shutdown", "reason": "ZOMBIE"})
 
     def shutdown_requested(self) -> bytes:
-        """The instance is stopping. Its log takes no more inputs by then, so a
-        checkpoint is refused with ``ShutdownException``; the older protocol has no such
-        action and is told ``ZOMBIE`` (do not checkpoint)."""
+        """The instance is stopping on purpose: the child may checkpoint (refused with
+        ``ShutdownException`` once ``stopping`` says the log takes no more inputs); the
+        older protocol has no such action and is told ``ZOMBIE`` (do not checkpoint)."""
         if self.protocol is Protocol.CURRENT:
             return self._send("shutdownRequested", {"action": "shutdownRequested"})
         return self.lease_lost()
@@ -249,9 +249,10 @@ class ChildSession:
         key = "sequenceNumber" if "sequenceNumber" in msg else "checkpoint"
         raw, sub = msg.get(key), msg.get("subSequenceNumber")
         refuse = ""
-        if self.gone or self.stopping or self.awaiting == "shutdownRequested":
+        if self.gone or self.stopping:
             refuse = SHUTDOWN
-        elif self.awaiting not in ("processRecords", "shardEnded", "shutdown"):
+        elif self.awaiting not in ("processRecords", "shardEnded", "shutdown",
+                                   "shutdownRequested"):
             refuse = INVALID_STATE
         seq = self.delivered if raw is None else _sequence(raw)
         if not refuse and (seq is None or seq > self.delivered):

@@ -9,8 +9,8 @@ OUTPUT once (``<seq> <data>`` lines) and checkpointing after each batch and at T
 checkpoints it may not take, then a status for the wrong action; the second never
 answers a batch; later lives behave, checkpointing each batch.
 
-``children.py ends -``: either protocol (as ``initialize`` shows), checkpointing each
-batch; at the end of primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on
+``children.py ends UPTO``: either protocol (as ``initialize`` shows), checkpointing each
+batch up to sequence number UPTO (and holding later ones unrecorded); at the end of primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on
 stderr which end it got, then asks for a checkpoint anyway, to show the answer.
 """
 
@@ -102,7 +102,7 @@ def unruly(marks: str) -> None:
         say({"action": "status", "responseFor": action})
 
 
-def ends(_: str) -> None:
+def ends(upto: str) -> None:
     current = False
     last: Any = None
     for line in sys.stdin:
@@ -113,7 +113,10 @@ def ends(_: str) -> None:
             current = "sequenceNumber" in msg
         elif action == "processRecords":
             last = msg["records"][-1]["sequenceNumber"]
-            ask(last, key)
+            if int(last) <= int(upto):
+                ask(last, key)
+            else:
+                sys.stderr.write(f"test child: holding {last}\n")
         elif action == "shardEnded" or msg.get("reason") == "TERMINATE":
             ask(None, key)
         else:  # the end of primacy: say which, then try to checkpoint anyway

@@ -135,22 +135,25 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     assert (rec.checkpoint, rec.finished, rec.records) == (320, True, [])
 
 
-@pytest.mark.parametrize(("protocol", "how", "end"), [
-    ("current", "kill", "leaseLost"),
-    ("current", "stop", "shutdownRequested"),
-    ("shutdown", "kill", "shutdown ZOMBIE"),
+@pytest.mark.parametrize(("protocol", "how", "end", "answer", "kept"), [
+    ("current", "kill", "leaseLost", "ShutdownException", 10),
+    ("current", "stop", "shutdownRequested", "ok", 20),
+    ("shutdown", "kill", "shutdown ZOMBIE", "ShutdownException", 10),
+    ("shutdown", "stop", "shutdown ZOMBIE", "ShutdownException", 10),
 ])
 def test_end_of_primacy_says_why(launcher: Launcher, tmp_path: Path, protocol: str,
-                                 how: str, end: str) -> None:
+                                 how: str, end: str, answer: str, kept: int) -> None:
     """The coordinator killed -9 under the binding: the stream moves to another primary,
-    leaseLost (ZOMBIE in the older protocol). SIGTERM to ``ambrosia run``: an ordinary
-    stop, shutdownRequested. Either way the checkpoint the child then asks for is
-    refused: the log takes no more inputs."""
+    leaseLost (ZOMBIE in the older protocol), and the checkpoint the child then asks for
+    anyway is refused. SIGTERM to ``ambrosia run``: an ordinary stop, shutdownRequested,
+    whose checkpoint is recorded (the coordinator stops after the side effects)."""
     (port,) = free_ports(1)
-    body = f'{command(CHILDREN, "ends", "-")}\nprotocol = "{protocol}"\n'
+    body = f'{command(CHILDREN, "ends", 10)}\nprotocol = "{protocol}"\n'
     p = start(launcher, tmp_path, port, {"s": body})
     feed(port, 5, "s", range(1, 11), eos=False)
     p.wait_for("kcl s: checkpoint at 10 recorded")
+    feed(port, 5, "s", range(11, 21), eos=False)
+    p.wait_for("test child: holding 20")
     if how == "kill":
         os.kill(coordinator_pid(p), signal.SIGKILL)
         assert p.proc.wait(30) != 0
@@ -159,11 +162,11 @@ def test_end_of_primacy_says_why(launcher: Launcher, tmp_path: Path, protocol: s
         assert p.stop() == 0
     log = "\n".join(p.lines)
     ends = [line.split("test child: ", 1)[1] for line in p.lines
-            if "test child: " in line and "answered" not in line]
+            if "test child: " in line and "answered" not in line and "holding" not in line]
     assert ends == [end], p.lines[-10:]
-    assert "checkpoint '10' answered ShutdownException" in log
-    # Nothing was recorded after the end: the next life starts at checkpoint 10.
-    assert repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[5].checkpoint == 10
+    assert f"checkpoint '20' answered {answer}" in log
+    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[5]
+    assert rec.checkpoint == kept  # where the next life's processor starts
 
 
 def test_older_protocol_processor(launcher: Launcher, tmp_path: Path) -> None:
