@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import struct
@@ -11,7 +12,15 @@ from collections.abc import Iterator
 
 import attrs
 
-from ambrosia_py import Immortal, ImpulseDuringRecoveryError, fork, impulse, rpc
+from ambrosia_py import (
+    AmbrosiaError,
+    Immortal,
+    ImpulseDuringRecoveryError,
+    StopReason,
+    fork,
+    impulse,
+    rpc,
+)
 from ambrosia_py.errors import JournalLimitError
 
 
@@ -127,6 +136,45 @@ class Pulsed(Immortal):
     def pulse(self, n: int) -> None:
         self.pulses.append(n)
         self.ctx.log.info("pulse %d (total %d)", n, len(self.pulses))
+
+
+class Stopping(Immortal):
+    """A side effect that, cancelled at the stop, says why and records it with an
+    Impulse, waiting for it to come back handled (only an ordinary stop still logs)."""
+
+    def __init__(self) -> None:
+        self.stops: list[str] = []
+        self._recorded: asyncio.Event | None = None  # the primary's; never state
+
+    def on_stop(self, reason: StopReason) -> None:
+        self.ctx.log.info("on_stop %s", reason.name)
+
+    def on_become_primary(self) -> None:
+        self._recorded = asyncio.Event()
+        self.ctx.spawn(self._hold(self._recorded))
+
+    async def _hold(self, recorded: asyncio.Event) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            reason = self.ctx.stop_reason
+            assert reason is not None
+            self.ctx.log.info("side effect cancelled: %s", reason.name)
+            try:
+                self.impulse_self.stopped(reason.name)
+            except AmbrosiaError as e:
+                self.ctx.log.info("impulse refused at the stop: %s", e)
+                raise
+            async with asyncio.timeout(5):
+                await recorded.wait()
+            raise
+
+    @impulse
+    def stopped(self, reason: str) -> None:
+        self.stops.append(reason)
+        self.ctx.log.info("stop recorded: %s", reason)
+        if self._recorded is not None and self.ctx.is_primary and not self.ctx.is_replaying:
+            self._recorded.set()
 
 
 BLOB_SIZE = 4 << 20

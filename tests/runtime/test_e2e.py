@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from ambrosia_py.testing import checkpoints, repro
 from samples.demo.services import Client, Server
 from tests.launcher import ROOT, Launcher, wait_until
 
-from .apps import Caller, Clocked, Nondeterministic, Pulsed
+from .apps import Caller, Clocked, Nondeterministic, Pulsed, Stopping
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +60,28 @@ def test_impulses_from_outside_world_code_and_refused_during_recovery(
     p.stop()
     state = repro("pulsed", Pulsed, home=launcher.home).state
     assert state.pulses == [0, 1, 2, 3, 4, 5]
+
+
+def test_side_effects_learn_why_the_instance_stops(launcher: Launcher) -> None:
+    """SIGTERM to ``ambrosia run``: STOPPED, and the side effect's last Impulse is still
+    logged (the coordinator stops after it). The coordinator killed -9: COORDINATOR_LOST,
+    and an Impulse is refused."""
+    p = launcher.start("tests.runtime.apps:Stopping", "stopping")
+    p.wait_for("became primary")
+    assert p.stop() == 0
+    for line in ("on_stop STOPPED", "side effect cancelled: STOPPED",
+                 "stop recorded: STOPPED"):
+        assert any(line in x for x in p.lines), line
+    p = launcher.start("tests.runtime.apps:Stopping", "stopping")
+    started = p.wait_for("started the coordinator (pid")
+    p.wait_for("became primary")
+    os.kill(int(started.rsplit("pid ", 1)[1].rstrip(")")), signal.SIGKILL)
+    assert p.proc.wait(30) != 0
+    p.kill()  # joins the log reader
+    for line in ("on_stop COORDINATOR_LOST", "side effect cancelled: COORDINATOR_LOST",
+                 "impulse refused at the stop"):
+        assert any(line in x for x in p.lines), line
+    assert repro("stopping", Stopping, home=launcher.home).state.stops == ["STOPPED"]
 
 
 @pytest.mark.slow
