@@ -10,8 +10,9 @@ checkpoints it may not take, then a status for the wrong action; the second neve
 answers a batch; later lives behave, checkpointing each batch.
 
 ``children.py ends UPTO``: either protocol (as ``initialize`` shows), checkpointing each
-batch up to sequence number UPTO (and holding later ones unrecorded); at the end of primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on
-stderr which end it got, then asks for a checkpoint anyway, to show the answer.
+batch up to sequence number UPTO (later ones are held, not recorded); at the end of
+primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on stderr which end it
+got, then asks for a checkpoint anyway, to show the answer.
 """
 
 from __future__ import annotations
