@@ -160,8 +160,8 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
 
     Args:
         ports: the coordinator's receive port and send port.
-        on_stop: what a stop signal does (default: stop the runner at once); ``ambrosia
-            run`` stops the coordinator it started first instead.
+        on_stop: what a stop signal does (default: the runner's ordinary stop); ``ambrosia
+            run`` also stops the coordinator it started, once the side effects ended.
         config: the instance's configuration (``ctx.config``).
     """
     engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
