@@ -264,7 +264,7 @@ class ProcessorDriver:
         fut, self._pending = self._pending, None
         error = SHUTDOWN
         if fut is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(TimeoutError):  # a second cancel goes on up
                 async with asyncio.timeout(self.cfg.shutdown_seconds):
                     error = await fut
         self.log.info("kcl %s: the checkpoint under way at the stop %s (pid %d)",
