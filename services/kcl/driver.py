@@ -285,9 +285,10 @@ class ProcessorDriver:
         """The instance stops: the action under way may finish, then the end, each within
         ``shutdown_seconds``: ``shutdownRequested`` on an ordinary stop, ``leaseLost``
         (the older protocol: ``shutdown`` ZOMBIE) when the coordinator is gone and the
-        stream moves to another primary. The log takes no more inputs by now, so every
-        checkpoint (one waiting for its Impulse too) is refused with ShutdownException;
-        the records after the last recorded one come again in the next life."""
+        stream moves to another primary. After leaseLost every checkpoint (one waiting
+        for its Impulse too) is refused with ShutdownException; on an ordinary stop they
+        are recorded while the log still takes Impulses. The records after the last
+        recorded checkpoint come again in the next life."""
         if proc.returncode is not None:
             return
         grace = self.cfg.shutdown_seconds
