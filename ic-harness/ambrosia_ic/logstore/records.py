@@ -7,7 +7,7 @@ import mmap
 import os
 import struct
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -197,7 +197,7 @@ class LogScan:
         self.torn_at = offset
 
     def _records(self, buf: Any, size: int, pos: int, expect: int | None,
-                 names: dict[bytes, str]) -> Iterator[DiskRecord]:
+                 names: dict[bytes, str]) -> Generator[DiskRecord, None, None]:
         # ``names``: watermark names seen in this file
         while pos < size:
             if size - pos < HEADER_SIZE:
