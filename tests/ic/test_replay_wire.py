@@ -116,6 +116,6 @@ def test_spans_decide_every_damaged_byte_and_cut_as_iterating_does(tmp_path: Pat
             kinds.add(want[0] if want[0] == "damage" else "torn" if want[2] else "whole")
     assert kinds == {"damage", "torn", "whole"}
     path.write_bytes(bytes(good))
-    offsets, inputs, torn = _outcome_of_spans(path, first_seq=5, committer_id=CID)[:3]
-    assert inputs == {"peer": 6, "bob": 9, "x" * 70: 10} and torn is None
+    offsets, found, torn = _outcome_of_spans(path, first_seq=5, committer_id=CID)[:3]
+    assert found == {"peer": 6, "bob": 9, "x" * 70: 10} and torn is None
     assert isinstance(offsets, list) and len(offsets) == len(shapes)
