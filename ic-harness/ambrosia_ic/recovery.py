@@ -234,7 +234,7 @@ def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> Recove
             raise LogCorruptionError(str(log_path(d, n + i)), 0, "missing from the log chain")
     plan = RecoveryPlan(d, committer_id, cf, n, logs, next_seq, next_seq, inputs, outputs)
     for i, k in enumerate(logs):
-        scan = _log_scan(plan, k, last=i == len(logs) - 1)
+        scan = _log_scan(plan, k, plan.next_seq, last=i == len(logs) - 1)
         plan.offsets[k] = starts = array("q")
         scan.spans(starts, plan.inputs)
         plan.records += scan.count
@@ -245,23 +245,19 @@ def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> Recove
     return plan
 
 
-def _log_scan(plan: RecoveryPlan, k: int, *, last: bool) -> LogScan:
-    """The scan of log ``k`` of the plan: records must follow on from the records
-    already found; only the newest log, or a sealed one, may end torn."""
+def _log_scan(plan: RecoveryPlan, k: int, first_seq: int, *, last: bool) -> LogScan:
+    """The scan of log ``k`` of the plan, whose first record must be ``first_seq``;
+    only the newest log, or a sealed one, may end torn."""
     seal = read_seal(plan.directory, k)
     return LogScan(log_path(plan.directory, k), allow_torn_tail=last or seal is not None,
-                   first_seq=plan.next_seq, committer_id=plan.committer_id, limit=seal)
+                   first_seq=first_seq, committer_id=plan.committer_id, limit=seal)
 
 
 def replay_records(plan: RecoveryPlan) -> Iterator[DiskRecord]:
     """The whole records of the plan's logs in order, read again from disk."""
     expect = plan.start_seq
     for i, k in enumerate(plan.logs):
-        last = i == len(plan.logs) - 1
-        seal = read_seal(plan.directory, k)
-        scan = LogScan(log_path(plan.directory, k), allow_torn_tail=last or seal is not None,
-                       first_seq=expect, committer_id=plan.committer_id, limit=seal)
-        for rec in scan:
+        for rec in _log_scan(plan, k, expect, last=i == len(plan.logs) - 1):
             yield rec
             expect = rec.seq_id + 1
 
