@@ -233,35 +233,33 @@ def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> Recove
         if k != n + i:
             raise LogCorruptionError(str(log_path(d, n + i)), 0, "missing from the log chain")
     plan = RecoveryPlan(d, committer_id, cf, n, logs, next_seq, next_seq, inputs, outputs)
-    for rec in _scan(plan, plan.offsets):
-        plan.records += 1
-        plan.next_seq = rec.seq_id + 1
-        plan.inputs.update(rec.inputs)
+    for i, k in enumerate(logs):
+        scan = _log_scan(plan, k, plan.next_seq, last=i == len(logs) - 1)
+        plan.offsets[k] = starts = array("q")
+        scan.spans(starts, plan.inputs)
+        plan.records += scan.count
+        if scan.last_seq is not None:
+            plan.next_seq = scan.last_seq + 1
+        if scan.torn_at is not None:
+            plan.torn = (scan.path, scan.torn_at)
     return plan
 
 
-def _scan(plan: RecoveryPlan, offsets: dict[int, array[int]] | None = None
-          ) -> Iterator[DiskRecord]:
-    expect = plan.start_seq
-    for i, k in enumerate(plan.logs):
-        if offsets is not None:
-            offsets[k] = starts = array("q")
-        last = i == len(plan.logs) - 1
-        seal = read_seal(plan.directory, k)
-        scan = LogScan(log_path(plan.directory, k), allow_torn_tail=last or seal is not None,
-                       first_seq=expect, committer_id=plan.committer_id, limit=seal)
-        for rec in scan:
-            if offsets is not None:
-                starts.append(rec.offset)
-            yield rec
-            expect = rec.seq_id + 1
-        if scan.torn_at is not None:
-            plan.torn = (scan.path, scan.torn_at)
+def _log_scan(plan: RecoveryPlan, k: int, first_seq: int, *, last: bool) -> LogScan:
+    """The scan of log ``k`` of the plan, whose first record must be ``first_seq``;
+    only the newest log, or a sealed one, may end torn."""
+    seal = read_seal(plan.directory, k)
+    return LogScan(log_path(plan.directory, k), allow_torn_tail=last or seal is not None,
+                   first_seq=first_seq, committer_id=plan.committer_id, limit=seal)
 
 
 def replay_records(plan: RecoveryPlan) -> Iterator[DiskRecord]:
     """The whole records of the plan's logs in order, read again from disk."""
-    return _scan(plan)
+    expect = plan.start_seq
+    for i, k in enumerate(plan.logs):
+        for rec in _log_scan(plan, k, expect, last=i == len(plan.logs) - 1):
+            yield rec
+            expect = rec.seq_id + 1
 
 
 def replay_wire(plan: RecoveryPlan, max_bytes: int = 1 << 20) -> Iterator[tuple[bytearray, int]]:

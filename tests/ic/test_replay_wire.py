@@ -4,6 +4,7 @@ offsets: the same bytes, in the same order, as parsing the logs again would give
 from __future__ import annotations
 
 import os
+from array import array
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,59 @@ def test_a_scan_reads_back_every_shape_of_watermarks(tmp_path: Path) -> None:
             f.write(encode_disk_record(CID, i, b"\x04\x00\x00\x02x", inputs, epoch)[0])
     got = [(r.inputs, r.epoch) for r in LogScan(path, first_seq=0, committer_id=CID)]
     assert got == [(inputs, epoch or 0) for inputs, epoch in shapes]
+
+
+def _outcome_of_iterating(path: Path, **kwargs: object) -> tuple[object, ...]:
+    scan = LogScan(path, **kwargs)  # type: ignore[arg-type]
+    try:
+        records = list(scan)
+    except LogCorruptionError as err:
+        return ("damage", str(err))
+    inputs: dict[str, int] = {}
+    for r in records:
+        inputs.update(r.inputs)
+    return ([r.offset for r in records], inputs, scan.torn_at, scan.good_end, scan.count,
+            scan.last_seq)
+
+
+def _outcome_of_spans(path: Path, **kwargs: object) -> tuple[object, ...]:
+    scan = LogScan(path, **kwargs)  # type: ignore[arg-type]
+    starts: array[int] = array("q")
+    inputs: dict[str, int] = {}
+    try:
+        scan.spans(starts, inputs)
+    except LogCorruptionError as err:
+        return ("damage", str(err))
+    return (list(starts), inputs, scan.torn_at, scan.good_end, scan.count, scan.last_seq)
+
+
+def test_spans_decide_every_damaged_byte_and_cut_as_iterating_does(tmp_path: Path) -> None:
+    """The plan's scan (``spans``) takes usual records by a short cut: whatever a byte
+    flip or a cut does to a log, it finds the same records, watermarks, torn tail and
+    error as reading every record."""
+    shapes: list[tuple[dict[str, int], int | None]] = [
+        ({}, None), ({"peer": 1}, None), ({"peer": 2}, None), ({"bob": 7}, None),
+        ({"peer": 3}, None), ({"peer": 4, "bob": 8}, None), ({"peer": 5}, 3),
+        ({"x" * 70: 9}, None), ({"x" * 70: 10}, None), ({"peer": 6}, None), ({"bob": 9}, None),
+    ]
+    good = bytearray()
+    for i, (inputs, epoch) in enumerate(shapes):
+        good += encode_disk_record(CID, 5 + i, b"\x04\x00\x00\x02" + bytes(i), inputs, epoch)[0]
+    path = tmp_path / "serverlog2"
+    variants = [bytes(good[:cut]) for cut in range(len(good) + 1)]
+    for at in range(len(good)):
+        flipped = bytearray(good)
+        flipped[at] ^= 0x55
+        variants.append(bytes(flipped))
+    kinds = set()
+    for data in variants:
+        path.write_bytes(data)
+        for kwargs in ({"first_seq": 5, "committer_id": CID}, {"allow_torn_tail": False}):
+            want = _outcome_of_iterating(path, **kwargs)
+            assert _outcome_of_spans(path, **kwargs) == want, (data.hex(), kwargs)
+            kinds.add(want[0] if want[0] == "damage" else "torn" if want[2] else "whole")
+    assert kinds == {"damage", "torn", "whole"}
+    path.write_bytes(bytes(good))
+    offsets, found, torn = _outcome_of_spans(path, first_seq=5, committer_id=CID)[:3]
+    assert found == {"peer": 6, "bob": 9, "x" * 70: 10} and torn is None
+    assert isinstance(offsets, list) and len(offsets) == len(shapes)
