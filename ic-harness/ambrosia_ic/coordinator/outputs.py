@@ -9,6 +9,7 @@ self-calls, or by the destination, for links). Impulses carry no number: at most
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..links import OutboundLink
 from ..logstore import is_impulse
+from .cluster_primary import ClusterPrimary
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -107,9 +109,28 @@ def restore(c: Coordinator, outputs: dict[str, dict[str, Any]]) -> None:
 # ------------------------------------------------------------------ outbound links
 def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
     home = c.home
+    # The follower of dest's claims and its task, once dest has a log store.
+    found: list[tuple[ClusterPrimary, asyncio.Task[Any]]] = []
+
+    def in_cluster(reg: registry.Registration) -> tuple[str, int] | None:
+        # Imported here: raft_replica builds on this package (and loads pyzmq).
+        from ..raft_replica import log_key
+
+        key = log_key(reg)
+        if found and (found[0][0].address, found[0][0].key) != (reg.log_store, key):
+            found.pop()[1].cancel()  # registered afresh: a log of its own
+        if not found:
+            finder = ClusterPrimary(reg.log_store, key, c.log)
+            found.append((finder, c.spawn(finder.follow())))
+        return found[0][0].where
 
     def address() -> tuple[str, int]:
         reg = registry.load(dest, home)
+        if reg.log_store:
+            # The newest claim in the cluster names the primary: no directory to share.
+            where = in_cluster(reg)
+            if where is not None:
+                return where
         if reg.active_active:
             # The newest epoch file names the replica holding the log.
             port = current_primary(registry.instance_dir(reg)).get("ic_port")
