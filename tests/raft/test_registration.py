@@ -93,3 +93,41 @@ def test_ic_reads_its_registration_from_the_cluster(harness: Harness, cluster: L
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def _cmdlines_naming(d: Path) -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if str(d) in cmd:
+            out.append(cmd)
+    return out
+
+
+@pytest.mark.integration
+def test_raft_cluster_command(tmp_path: Path) -> None:
+    """``ambrosia raft-cluster``: prints an address that answers, stops its peers on
+    SIGTERM; without zmq-raft installed, one line saying how to install it."""
+    d = tmp_path / "cluster"
+    run = [sys.executable, "-m", "ambrosia_cli", "raft-cluster", "--dir", str(d)]
+    r = subprocess.run(run, env=dict(os.environ, AMBROSIA_ZMQ_RAFT=str(tmp_path / "none")),
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.startswith(f"ambrosia: error: zmq-raft is not installed at {tmp_path}")
+    assert len(r.stderr.splitlines()) == 1
+    proc = subprocess.Popen([*run, "--secret", "s"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        assert address.startswith("raft://127.0.0.1:") and address.endswith("?secret=s")
+        assert asyncio.run(fetch_registration(address, "nobody")) is None
+        assert len(_cmdlines_naming(d)) == 4  # the command and its three peers
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (0, "")
+    assert _cmdlines_naming(d) == []
