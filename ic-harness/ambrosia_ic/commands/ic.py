@@ -41,6 +41,8 @@ def _ic(args: argparse.Namespace) -> int:
     if args.fsync not in places:
         raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
     coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync])
+    if args.registry:
+        coordinator.registry_cluster = args.registry
     code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code
@@ -154,7 +156,8 @@ def add_ic(sub: Any) -> None:
                    "$AMBROSIA_IC_LOOP, else asyncio)")
     p.add_argument("--registry", default=os.environ.get("AMBROSIA_REGISTRY", ""),
                    metavar="raft://HOST:PORT,...",
-                   help="a Raft cluster to read the registration from when this machine's "
-                   "registry has none (it is kept there afterwards; default: "
-                   "$AMBROSIA_REGISTRY)")
+                   help="a Raft cluster to read registrations from when this machine's "
+                   "registry lacks them, this instance's or a callee's (they are kept "
+                   "there afterwards; default: $AMBROSIA_REGISTRY; for callees, else the "
+                   "instance's own log store)")
     p.set_defaults(handler=_ic)

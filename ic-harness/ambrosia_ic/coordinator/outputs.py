@@ -27,6 +27,8 @@ from .phase import Phase
 if TYPE_CHECKING:
     from .lifecycle import Coordinator, PendingInput
 
+ADOPT_RETRY = 1.0  # seconds between looks for a registration not yet in the cluster
+
 __all__ = ["link_to", "restore", "route", "route_frame", "snapshot", "submit", "trim_self"]
 
 def route(c: Coordinator, rpc: OutgoingRpc) -> None:
@@ -127,10 +129,9 @@ def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
     def address() -> tuple[str, int]:
         reg = registry.load(dest, home)
         if reg.log_store:
-            # The newest claim in the cluster names the primary: no directory to share.
-            where = in_cluster(reg)
-            if where is not None:
-                return where
+            # The newest claim in the cluster names the primary (no directory to share);
+            # until it is read, replica 0's address is as good a guess as any.
+            return in_cluster(reg) or (LOOPBACK, reg.ic_port)
         if reg.active_active:
             # The newest epoch file names the replica holding the log.
             port = current_primary(registry.instance_dir(reg)).get("ic_port")
@@ -139,6 +140,31 @@ def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
         return LOOPBACK, reg.ic_port
 
     return address
+
+
+async def _adopt(c: Coordinator, cluster: str, dest: str) -> None:
+    """Take ``dest``'s registration from the cluster into this registry once it is
+    published there (the link, meanwhile, retries: it finds the registration then)."""
+    # Imported here: only a coordinator that calls instances elsewhere needs pyzmq.
+    from ..raft.errors import RaftError
+    from ..raft.registry import fetch_registration
+
+    while True:
+        try:
+            doc = await fetch_registration(cluster, dest)
+        except RaftError as err:
+            c.log(f"reading the registration of {dest!r} from {cluster}: {err}")
+            doc = None
+        if doc is not None:
+            try:
+                await asyncio.to_thread(registry.adopt, doc, c.home,
+                                        f"the registration of {dest} in {cluster}")
+            except RegistryError as err:
+                c.log(f"calls to {dest!r} will wait: {err}")
+            else:
+                c.log(f"took the registration of {dest!r} from {cluster}")
+            return
+        await asyncio.sleep(ADOPT_RETRY)
 
 
 def _make_link(c: Coordinator, dest: str, next_seq: int = 1,
@@ -155,7 +181,12 @@ def link_to(c: Coordinator, dest: str) -> OutboundLink:
         try:
             registry.load(dest, c.home)
         except RegistryError as err:
-            c.log(f"calls to {dest!r} will wait: {err}")
+            if c.registry_cluster and not registry.registration_exists(dest, c.home):
+                c.log(f"calls to {dest!r} wait for its registration from the cluster at "
+                      f"{c.registry_cluster}")
+                c.spawn(_adopt(c, c.registry_cluster, dest))
+            else:
+                c.log(f"calls to {dest!r} will wait: {err}")
         link = _make_link(c, dest)
         if c.links_active:
             link.start()
