@@ -15,6 +15,7 @@ from ambrosia_py.errors import CoordinatorError, RegistryError, UsageError
 from .. import registry
 from ..launch import STOPPED_PREFIX
 from ..logdir import check_log_dir
+from ..raft.address import without_secret
 
 __all__ = ["EXIT_SIGINT", "add_ic"]
 
@@ -65,15 +66,16 @@ def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
     from ..raft.errors import RaftError
     from ..raft.registry import fetch_registration
 
+    shown = without_secret(cluster)
     try:
         doc = asyncio.run(fetch_registration(cluster, name))
     except RaftError as err:
         raise RegistryError(f"{name} is not registered in {home}, and the cluster at "
-                            f"{cluster} could not be read: {err}") from None
+                            f"{shown} could not be read: {err}") from None
     if doc is None:
         raise RegistryError(f"instance {name!r} is registered neither in {home} nor in the "
-                            f"cluster at {cluster}")
-    registry.adopt(doc, home, f"the registration of {name} in {cluster}")
+                            f"cluster at {shown}")
+    registry.adopt(doc, home, f"the registration of {name} in {shown}")
     return registry.load(name, home)
 
 

@@ -21,6 +21,7 @@ from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..links import OutboundLink
 from ..logstore import is_impulse
+from ..raft.address import without_secret
 from .cluster_primary import ClusterPrimary
 from .phase import Phase
 
@@ -149,20 +150,21 @@ async def _adopt(c: Coordinator, cluster: str, dest: str) -> None:
     from ..raft.errors import RaftError
     from ..raft.registry import fetch_registration
 
+    shown = without_secret(cluster)
     while True:
         try:
             doc = await fetch_registration(cluster, dest)
         except RaftError as err:
-            c.log(f"reading the registration of {dest!r} from {cluster}: {err}")
+            c.log(f"reading the registration of {dest!r} from {shown}: {err}")
             doc = None
         if doc is not None:
             try:
                 await asyncio.to_thread(registry.adopt, doc, c.home,
-                                        f"the registration of {dest} in {cluster}")
+                                        f"the registration of {dest} in {shown}")
             except RegistryError as err:
                 c.log(f"calls to {dest!r} will wait: {err}")
             else:
-                c.log(f"took the registration of {dest!r} from {cluster}")
+                c.log(f"took the registration of {dest!r} from {shown}")
             return
         await asyncio.sleep(ADOPT_RETRY)
 
@@ -183,7 +185,7 @@ def link_to(c: Coordinator, dest: str) -> OutboundLink:
         except RegistryError as err:
             if c.registry_cluster and not registry.registration_exists(dest, c.home):
                 c.log(f"calls to {dest!r} wait for its registration from the cluster at "
-                      f"{c.registry_cluster}")
+                      f"{without_secret(c.registry_cluster)}")
                 c.spawn(_adopt(c, c.registry_cluster, dest))
             else:
                 c.log(f"calls to {dest!r} will wait: {err}")
