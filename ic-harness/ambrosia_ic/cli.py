@@ -23,6 +23,7 @@ from . import registry
 from .commands.debug_instance import EXIT_DIVERGED, add_debug
 from .commands.ic import EXIT_SIGINT, add_ic
 from .commands.log import add_log, dump_log
+from .commands.raft_cluster import add_raft_cluster
 from .commands.registration import add_add_replica, add_register
 
 __all__ = ["COMMANDS", "EXIT_DIVERGED", "EXIT_SIGINT", "EXIT_USAGE", "Parser", "add_log",
@@ -40,7 +41,7 @@ class Parser(argparse.ArgumentParser):
 
 
 COMMANDS: tuple[Callable[[Any], Any], ...] = (
-    add_register, add_add_replica, add_ic, add_debug, add_log)
+    add_register, add_add_replica, add_ic, add_debug, add_log, add_raft_cluster)
 
 
 def build_parser(commands: Sequence[Callable[[Any], Any]] = COMMANDS

@@ -15,8 +15,9 @@ The roles and the start-up flow are those of ``replica.py``; what they rest on d
   takes one when ``checkpoint_every`` records passed since the newest, the next one up
   only after twice as many (its elders may be down), and so on (two of one number hold
   the same state: the newest counts);
-- senders on this machine find the primary through an epoch file it writes in the
-  instance's directory (``lease.current_primary``), as for file-based replicas.
+- senders find the primary through its epoch claim in the cluster, which names its link
+  address (``coordinator.cluster_primary``); it also writes an epoch file in the
+  instance's directory (``lease.current_primary``) for tools on this machine.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ambrosia_py.wire import (
 from ambrosia_py.wire.records import HEADER
 
 from . import registry
+from .binding import LOOPBACK
 from .coordinator import checkpoints, outputs, startup
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
@@ -189,6 +191,11 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
                     self.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
                 await self._checkpoint_here()
             await self.store.wait(POLL)
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        # The claim names where the primary takes links: senders on other machines
+        # read it from the cluster (``coordinator.cluster_primary``).
+        return super()._info(ic_host=LOOPBACK, **extra)
 
     def _rank(self) -> int:
         """0 for the checkpointing secondary (the lowest-numbered replica that is not the

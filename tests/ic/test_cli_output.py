@@ -43,7 +43,8 @@ def test_every_option_of_every_sub_command_has_help() -> None:
     names = [name for name, _ in _all_parsers()]
     assert names == ["ambrosia", "ambrosia register-instance", "ambrosia add-replica",
                      "ambrosia ic", "ambrosia debug-instance", "ambrosia log",
-                     "ambrosia log dump", "ambrosia run", "ambrosia status", "ambrosia run"]
+                     "ambrosia log dump", "ambrosia raft-cluster", "ambrosia run",
+                     "ambrosia status", "ambrosia run"]
     missing = []
     binding = ("python -m ambrosia_py.runtime", binding_cli.build_parser())
     for name, parser in [*_all_parsers(), binding]:

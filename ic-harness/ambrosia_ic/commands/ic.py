@@ -7,13 +7,15 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
-from ambrosia_py.errors import CoordinatorError, UsageError
+from ambrosia_py.errors import CoordinatorError, RegistryError, UsageError
 
 from .. import registry
 from ..launch import STOPPED_PREFIX
 from ..logdir import check_log_dir
+from ..raft.address import without_secret
 
 __all__ = ["EXIT_SIGINT", "add_ic"]
 
@@ -25,7 +27,7 @@ def _ic(args: argparse.Namespace) -> int:
     from ..replica import ReplicaCoordinator
 
     home = registry.ambrosia_home(args.home)
-    reg = registry.load(args.instance_name, home)
+    reg = _registration(args.instance_name, home, args.registry)
     if reg.log_store and not reg.active_active:
         raise CoordinatorError(
             f"{reg.instance_name} is registered with the log store {reg.log_store}, which "
@@ -40,6 +42,8 @@ def _ic(args: argparse.Namespace) -> int:
     if args.fsync not in places:
         raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
     coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync])
+    if args.registry:
+        coordinator.registry_cluster = args.registry
     code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code
@@ -47,6 +51,32 @@ def _ic(args: argparse.Namespace) -> int:
     print(f"{STOPPED_PREFIX} instance={reg.instance_name} signal={signal.Signals(signum).name}",
           flush=True)
     return EXIT_SIGINT if signum == signal.SIGINT else 0
+
+
+def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
+    """The local registration of ``name``; if there is none and ``cluster`` is a
+    ``raft://`` address, the one published there, stored in the local registry first
+    (with its replicas' ports) so this machine needs no copy of the registry directory.
+
+    Raises:
+        RegistryError: registered in neither place, or the cluster could not be read.
+    """
+    if not cluster or registry.registration_exists(name, home):
+        return registry.load(name, home)
+    from ..raft.errors import RaftError
+    from ..raft.registry import fetch_registration
+
+    shown = without_secret(cluster)
+    try:
+        doc = asyncio.run(fetch_registration(cluster, name))
+    except RaftError as err:
+        raise RegistryError(f"{name} is not registered in {home}, and the cluster at "
+                            f"{shown} could not be read: {err}") from None
+    if doc is None:
+        raise RegistryError(f"instance {name!r} is registered neither in {home} nor in the "
+                            f"cluster at {shown}")
+    registry.adopt(doc, home, f"the registration of {name} in {shown}")
+    return registry.load(name, home)
 
 
 def _loop_runner(kind: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:
@@ -126,4 +156,10 @@ def add_ic(sub: Any) -> None:
                    default=os.environ.get("AMBROSIA_IC_LOOP", "asyncio"),
                    help="the event loop (uvloop needs the uvloop extra; default: "
                    "$AMBROSIA_IC_LOOP, else asyncio)")
+    p.add_argument("--registry", default=os.environ.get("AMBROSIA_REGISTRY", ""),
+                   metavar="raft://HOST:PORT,...",
+                   help="a Raft cluster to read registrations from when this machine's "
+                   "registry lacks them, this instance's or a callee's (they are kept "
+                   "there afterwards; default: $AMBROSIA_REGISTRY; for callees, else the "
+                   "instance's own log store)")
     p.set_defaults(handler=_ic)

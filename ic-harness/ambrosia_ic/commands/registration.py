@@ -93,7 +93,7 @@ def _register(args: argparse.Namespace) -> int:
         home=args.home,
     )
     if reg.log_store:
-        _publish(reg)
+        _publish(reg, args.home)
     upgrade = f", upgrading to {reg.upgrade_version} at its next start" if reg.upgrading else ""
     print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
           f"ic {reg.ic_port}, logs {reg.log_store or registry.instance_dir(reg)}, version "
@@ -101,12 +101,13 @@ def _register(args: argparse.Namespace) -> int:
     return 0
 
 
-def _publish(reg: registry.Registration) -> None:
-    """The registration goes into the cluster too, for replicas on other machines."""
+def _publish(reg: registry.Registration, home: str | None) -> None:
+    """The registration and its replicas' ports go into the cluster too, for replicas
+    and callers on other machines (``ambrosia ic --registry``)."""
     from ..raft.errors import RaftError
     from ..raft.registry import publish_registration
     try:
-        asyncio.run(publish_registration(reg.log_store, reg.to_json()))
+        asyncio.run(publish_registration(reg.log_store, registry.published(reg, home)))
     except RaftError as err:
         raise RegistryError(f"{reg.instance_name} is registered here, but the cluster at "
                             f"{reg.log_store} did not take the registration: {err}") from None
@@ -161,6 +162,9 @@ def _add_replica_cmd(args: argparse.Namespace) -> int:
         receive_port=args.receive_port, send_port=args.send_port, ic_port=args.ic_port,
         upgrade_version=args.upgrade_version, home=args.home,
     )
+    reg = registry.load(args.instance_name, args.home)
+    if reg.log_store:
+        _publish(reg, args.home)
     print(f"added replica {rep.number} of {args.instance_name}: receive {rep.receive_port}, "
           f"send {rep.send_port}, ic {rep.ic_port}")
     return 0

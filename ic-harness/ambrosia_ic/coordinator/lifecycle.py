@@ -81,6 +81,9 @@ class Coordinator:
         self.cid = reg.committer_id
         self.dir = registry.instance_dir(reg)
         self.secret = registry.link_secret(home)
+        # A Raft cluster holding registrations of instances this registry lacks (callees
+        # on other machines): ``ic --registry``, else this instance's own log store.
+        self.registry_cluster = reg.log_store
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.trigger_bytes = reg.log_trigger_size_mb * 1024 * 1024

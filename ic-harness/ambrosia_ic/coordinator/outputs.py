@@ -9,6 +9,7 @@ self-calls, or by the destination, for links). Impulses carry no number: at most
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,14 @@ from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..links import OutboundLink
 from ..logstore import is_impulse
+from ..raft.address import without_secret
+from .cluster_primary import ClusterPrimary
 from .phase import Phase
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator, PendingInput
+
+ADOPT_RETRY = 1.0  # seconds between looks for a registration not yet in the cluster
 
 __all__ = ["link_to", "restore", "route", "route_frame", "snapshot", "submit", "trim_self"]
 
@@ -107,9 +112,27 @@ def restore(c: Coordinator, outputs: dict[str, dict[str, Any]]) -> None:
 # ------------------------------------------------------------------ outbound links
 def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
     home = c.home
+    # The follower of dest's claims and its task, once dest has a log store.
+    found: list[tuple[ClusterPrimary, asyncio.Task[Any]]] = []
+
+    def in_cluster(reg: registry.Registration) -> tuple[str, int] | None:
+        # Imported here: raft_replica builds on this package (and loads pyzmq).
+        from ..raft_replica import log_key
+
+        key = log_key(reg)
+        if found and (found[0][0].address, found[0][0].key) != (reg.log_store, key):
+            found.pop()[1].cancel()  # registered afresh: a log of its own
+        if not found:
+            finder = ClusterPrimary(reg.log_store, key, c.log)
+            found.append((finder, c.spawn(finder.follow())))
+        return found[0][0].where
 
     def address() -> tuple[str, int]:
         reg = registry.load(dest, home)
+        if reg.log_store:
+            # The newest claim in the cluster names the primary (no directory to share);
+            # until it is read, replica 0's address is as good a guess as any.
+            return in_cluster(reg) or (LOOPBACK, reg.ic_port)
         if reg.active_active:
             # The newest epoch file names the replica holding the log.
             port = current_primary(registry.instance_dir(reg)).get("ic_port")
@@ -118,6 +141,32 @@ def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
         return LOOPBACK, reg.ic_port
 
     return address
+
+
+async def _adopt(c: Coordinator, cluster: str, dest: str) -> None:
+    """Take ``dest``'s registration from the cluster into this registry once it is
+    published there (the link, meanwhile, retries: it finds the registration then)."""
+    # Imported here: only a coordinator that calls instances elsewhere needs pyzmq.
+    from ..raft.errors import RaftError
+    from ..raft.registry import fetch_registration
+
+    shown = without_secret(cluster)
+    while True:
+        try:
+            doc = await fetch_registration(cluster, dest)
+        except RaftError as err:
+            c.log(f"reading the registration of {dest!r} from {shown}: {err}")
+            doc = None
+        if doc is not None:
+            try:
+                await asyncio.to_thread(registry.adopt, doc, c.home,
+                                        f"the registration of {dest} in {shown}")
+            except RegistryError as err:
+                c.log(f"calls to {dest!r} will wait: {err}")
+            else:
+                c.log(f"took the registration of {dest!r} from {shown}")
+            return
+        await asyncio.sleep(ADOPT_RETRY)
 
 
 def _make_link(c: Coordinator, dest: str, next_seq: int = 1,
@@ -134,7 +183,12 @@ def link_to(c: Coordinator, dest: str) -> OutboundLink:
         try:
             registry.load(dest, c.home)
         except RegistryError as err:
-            c.log(f"calls to {dest!r} will wait: {err}")
+            if c.registry_cluster and not registry.registration_exists(dest, c.home):
+                c.log(f"calls to {dest!r} wait for its registration from the cluster at "
+                      f"{without_secret(c.registry_cluster)}")
+                c.spawn(_adopt(c, c.registry_cluster, dest))
+            else:
+                c.log(f"calls to {dest!r} will wait: {err}")
         link = _make_link(c, dest)
         if c.links_active:
             link.start()

@@ -9,7 +9,7 @@ import attrs
 
 from ambrosia_py.errors import RegistryError
 
-__all__ = ["RaftAddress", "parse_address"]
+__all__ = ["RaftAddress", "parse_address", "without_secret"]
 
 SCHEME = "raft://"
 
@@ -51,3 +51,8 @@ def parse_address(text: str) -> RaftAddress:
         urls.append(f"tcp://{name}:{int(port)}")
     secret = params.get("secret", [""])[-1]
     return RaftAddress(tuple(urls), secret)
+
+
+def without_secret(text: str) -> str:
+    """An address as messages show it: the cluster's secret left out."""
+    return text.split("?", 1)[0]

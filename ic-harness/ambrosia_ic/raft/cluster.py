@@ -188,21 +188,21 @@ class LocalCluster:
         self.stop()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ambrosia_ic.raft.cluster",
-                                     description="run a local ØMQ RAFT cluster on 127.0.0.1")
-    parser.add_argument("--dir", required=True, type=Path, help="config and data directory")
-    parser.add_argument("--peers", type=int, default=3)
-    parser.add_argument("--secret", default="")
-    args = parser.parse_args(argv)
+def serve(directory: Path, peers: int = 3, secret: str = "") -> int:
+    """Run a local cluster until SIGINT or SIGTERM (0) or a peer exits (1); prints its
+    ``raft://`` address on stdout once it has a leader.
+
+    Raises:
+        RaftError: it could not start (zmq-raft missing, a peer failed).
+    """
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # the peers are stopped on the way out, not orphaned
+
+    signal.signal(signal.SIGTERM, stop)
+    cluster = LocalCluster(directory, peers, secret)
     try:
-        cluster = LocalCluster(args.dir, args.peers, args.secret)
         cluster.start()
-    except RaftError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(cluster.address, flush=True)
-    try:
+        print(cluster.address, flush=True)
         while all(p.poll() is None for p in cluster.procs.values()):
             time.sleep(0.5)
         return 1
@@ -210,6 +210,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     finally:
         cluster.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", required=True, type=Path,
+                        help="where the peers' config, logs and data go (created if missing)")
+    parser.add_argument("--peers", type=int, default=3, help="how many peers (default 3)")
+    parser.add_argument("--secret", default="",
+                        help="the cluster's secret (default: none); clients add ?secret=S")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ambrosia_ic.raft.cluster",
+                                     description="run a local ØMQ RAFT cluster on 127.0.0.1")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return serve(args.dir, args.peers, args.secret)
+    except RaftError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from .classes import record_class, recorded_class
 from .home import HOME_HELP, ambrosia_home, link_secret
 from .instances import find_instances, instance_dir, load, registration_exists, set_versions
 from .ports import registered_ports, unregistered_free_ports
+from .published import adopt, published
 from .registration import (
     CREATE_SERVICE_MODES,
     DEFAULT_KEEP_CHECKPOINTS,
@@ -36,12 +37,14 @@ __all__ = [
     "Registration",
     "Replica",
     "add_replica",
+    "adopt",
     "ambrosia_home",
     "check_instance_name",
     "find_instances",
     "instance_dir",
     "link_secret",
     "load",
+    "published",
     "record_class",
     "recorded_class",
     "register",

@@ -1,0 +1,68 @@
+"""A registration as it is published in a Raft cluster (the instance with its replicas'
+ports), and taking one from there into a local registry: a machine that runs a replica
+needs no copy of the registry directory, only the cluster's address."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import attrs
+
+from ambrosia_py.errors import RegistryError
+
+from .home import ambrosia_home, write_durably
+from .instances import instances_dir
+from .registration import Registration
+from .replicas import Replica, replica_path
+
+__all__ = ["adopt", "published"]
+
+
+def published(reg: Registration, home: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """``reg``'s JSON form with the ports of every replica added in ``home``."""
+    d = ambrosia_home(home) / "replicas" / reg.instance_name
+    replicas: dict[str, Any] = {}
+    for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            replicas[path.stem] = json.loads(path.read_bytes())
+        except (OSError, ValueError) as err:
+            raise RegistryError(f"{path}: not a replica registration: {err}") from None
+    return {**reg.to_json(), "replicas": replicas}
+
+
+def adopt(doc: Any, home: str | os.PathLike[str] | None = None,
+          where: str = "the cluster") -> Registration:
+    """Store a published registration (``published``'s form) in ``home``'s registry.
+
+    Raises:
+        RegistryError: ``doc`` is not a valid registration or a replica in it is not.
+    """
+    if not isinstance(doc, dict):
+        raise RegistryError(f"{where}: not a registration (expected a JSON object)")
+    doc = dict(doc)
+    raw_replicas = doc.pop("replicas", {})
+    reg = Registration.from_json(doc, where)
+    if not isinstance(raw_replicas, dict):
+        raise RegistryError(f"{where}: replicas of {reg.instance_name} are not a JSON object")
+    replicas: list[Replica] = []
+    for key, value in raw_replicas.items():
+        try:
+            rep = Replica(**value)
+        except TypeError as err:
+            raise RegistryError(f"{where}: replica {key!r} of {reg.instance_name}: {err}") from None
+        if not all(type(getattr(rep, f.name)) is int for f in attrs.fields(Replica)):
+            raise RegistryError(f"{where}: replica {key!r} of {reg.instance_name}: its "
+                                "numbers are not all integers")
+        if str(rep.number) != key or rep.number < 1:
+            raise RegistryError(f"{where}: replica {key!r} of {reg.instance_name} says it is "
+                                f"replica {rep.number}")
+        replicas.append(rep)
+    home_path = ambrosia_home(home)
+    for rep in replicas:
+        write_durably(replica_path(home_path, reg.instance_name, rep.number),
+                      (json.dumps(attrs.asdict(rep)) + "\n").encode("utf-8"))
+    write_durably(instances_dir(home_path) / f"{reg.instance_name}.json",
+                  (json.dumps(reg.to_json()) + "\n").encode("utf-8"))
+    return reg
