@@ -131,13 +131,15 @@ def test_a_lock_let_go_of_while_waiting_is_a_normal_start(harness: Harness) -> N
     lock = harness.home / "logs" / "counter_0" / LOCK_NAME
     fd = os.open(lock, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    timer = threading.Timer(1.0, os.close, (fd,))
-    timer.start()
     try:
-        second = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT)
-        second.stop()
+        second = start_immortal(COUNTER, "counter", home=harness.home, cwd=ROOT,
+                                primary=False)
+        # Let go once the coordinator says it waits (a timer raced a slow start).
+        second.wait_for("is locked by another coordinator", 60)
     finally:
-        timer.join()
+        os.close(fd)
+    second.wait_for("became primary", 60)
+    second.stop()
     waits = [ln for ln in second.lines if "is locked by another coordinator" in ln]
     assert len(waits) == 1
     assert any("became primary" in ln for ln in second.lines)
