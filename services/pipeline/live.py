@@ -43,10 +43,10 @@ from services.jobs.attempts import (
     plan_params,
     reconcile,
 )
-from services.jobs.link import Held, JobLinks, RunnerAddress
+from services.jobs.link import Connected, Held, JobLinks, RunnerAddress
 
 from .config import PipelineConfig, runner_address
-from .jobtable import JobTable
+from .jobtable import JobTable, Phase
 
 if TYPE_CHECKING:
     from .coordinator import SparkCoordinator
@@ -145,6 +145,8 @@ class JobsLive:
                              [address.member])
             self.launched.add(local)
             self.counters["launched"] += 1
+            if self.links.connected(address.member):
+                self.owner.impulse_self.job_started(key, local)  # sent: the runner has it
             self.log.info("job %s: attempt %d started on %s (start %d)", key, entry.attempt,
                           table.runner_of(key), local)
 
@@ -165,6 +167,17 @@ class JobsLive:
                 self._cancelled(event)
             elif isinstance(event, Held):
                 self._held(event)
+            elif isinstance(event, Connected):
+                self._queued_sent(event.runner)
+
+    def _queued_sent(self, runner: uuid.UUID) -> None:
+        """A runner connected and was sent the starts queued for it: they are running."""
+        table = self._table()
+        for key, entry in table.jobs.items():
+            address = self.addresses.get(table.runner_of(key))
+            if (address is not None and address.member == runner
+                    and entry.phase is Phase.DECIDED and entry.local_id in self.launched):
+                self.owner.impulse_self.job_started(key, entry.local_id)
 
     def _key_of(self, job: JobId) -> str | None:
         if job.initiator != self.member:
