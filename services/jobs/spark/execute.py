@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 from pyspark.errors import PySparkException
@@ -21,7 +22,13 @@ from ..errors import AttemptReusedError, JobDefinitionError, JobRunError
 from . import _connect_internals as internals
 from .registry import JobDefinition
 
-__all__ = ["AttemptCancelledError", "cancel_attempt", "operation_state", "run_attempt"]
+__all__ = [
+    "REATTACH_POLL_SECONDS",
+    "AttemptCancelledError",
+    "cancel_attempt",
+    "operation_state",
+    "run_attempt",
+]
 
 
 class AttemptCancelledError(JobRunError):
@@ -43,8 +50,9 @@ def run_attempt(
 
     Raises:
         AttemptCancelledError: ``cancelled`` was set before the commit.
-        AttemptReusedError: the attempt's staging directory exists unfinished (the attempt was
-            launched before: never launch an operation id twice; start a new attempt).
+        AttemptReusedError: the attempt's staging directory exists unfinished and Connect
+            no longer runs its operation (failed, cancelled, or forgotten by a restarted
+            server): never launch an operation id twice; start a new attempt.
         JobDefinitionError: the job function did not return a DataFrame.
         Exception: whatever Spark or the job function raised.
     """
@@ -53,14 +61,43 @@ def run_attempt(
     staging = attempt.staging(out)
     if not is_finished(staging):
         if staging.exists():
-            raise AttemptReusedError(
-                f"attempt {attempt} was launched before ({staging} exists unfinished); "
-                "start a new attempt"
-            )
-        _write(connect, definition, attempt, args, str(staging), cancelled)
+            _reattach(connect, attempt, staging, cancelled)
+        else:
+            _write(connect, definition, attempt, args, str(staging), cancelled)
     if cancelled.is_set():
         raise AttemptCancelledError(f"attempt {attempt} was cancelled; its output is not committed")
     return commit(attempt, out)
+
+
+REATTACH_POLL_SECONDS = 0.5
+_ALIVE = (OperationState.RUNNING, OperationState.TERMINATING)
+
+
+def _reattach(connect: str, attempt: Attempt, staging: Path,
+              cancelled: threading.Event) -> None:
+    """Wait for an orphaned write of ``attempt`` (its runner died) until its staging is
+    finished. Returns when it is (or when ``cancelled`` is set: the caller refuses to
+    commit); raises ``AttemptReusedError`` when the operation no longer runs and left
+    the staging partial."""
+    state = OperationState.UNKNOWN
+    if internals.available():
+        try:
+            with internals.join_session(connect, attempt.session_id) as session:
+                while not cancelled.is_set():
+                    state = internals.operation_state(session, attempt.operation_id)
+                    if is_finished(staging) or state not in _ALIVE:
+                        break
+                    cancelled.wait(REATTACH_POLL_SECONDS)
+        except PySparkException as err:
+            if "INVALID_HANDLE" not in str(err):  # a closed session: its write is over
+                raise
+            state = OperationState.UNKNOWN
+    if is_finished(staging) or cancelled.is_set():
+        return
+    raise AttemptReusedError(
+        f"attempt {attempt} was launched before ({staging} exists unfinished) and its "
+        f"operation is {state.value}; start a new attempt"
+    )
 
 
 def _write(
