@@ -175,8 +175,11 @@ def test_the_connect_server_killed_mid_job_is_restarted_and_a_new_attempt_comple
             # The restarted server forgot every operation; the staging is partial.
             verdict = await asyncio.to_thread(reconcile, first, out, status=status)
             assert verdict is Reconciled.UNKNOWN
-            # Started again, the attempt is refused: Connect does not run it any more.
-            refused = links.start("sleepy", plan_params(first, {"rows": 8, "sleep_ms": 10}),
+            # A partial staging whose operation the restarted server does not know: a
+            # start of its attempt is refused, so that the coordinator decides the next.
+            ghost = Attempt("ghost", 1)
+            (ghost.staging(out) / "_temporary").mkdir(parents=True)
+            refused = links.start("sleepy", plan_params(ghost, {"rows": 8, "sleep_ms": 10}),
                                   [runner.member])
             cancel = await until(links, (JobCancelled, JobDone), seen)
             assert isinstance(cancel, JobCancelled) and cancel.cancel.job_id == refused
