@@ -16,6 +16,7 @@ from typing import Any
 
 from pyspark.errors import PySparkException
 from pyspark.sql.connect.dataframe import DataFrame
+from pyspark.sql.connect.session import SparkSession
 
 from ..attempts import Attempt, CommitOutcome, OperationState, commit, is_finished
 from ..errors import AttemptReusedError, JobDefinitionError, JobRunError
@@ -50,9 +51,9 @@ def run_attempt(
 
     Raises:
         AttemptCancelledError: ``cancelled`` was set before the commit.
-        AttemptReusedError: the attempt's staging directory exists unfinished and Connect
-            no longer runs its operation (failed, cancelled, or forgotten by a restarted
-            server): never launch an operation id twice; start a new attempt.
+        AttemptReusedError: the attempt was launched before and Connect no longer runs
+            its operation (failed, cancelled, or forgotten by a restarted server, its
+            staging unfinished): never launch an operation id twice; start a new attempt.
         JobDefinitionError: the job function did not return a DataFrame.
         Exception: whatever Spark or the job function raised.
     """
@@ -60,10 +61,7 @@ def run_attempt(
         return CommitOutcome.ALREADY_COMMITTED
     staging = attempt.staging(out)
     if not is_finished(staging):
-        if staging.exists():
-            _reattach(connect, attempt, staging, cancelled)
-        else:
-            _write(connect, definition, attempt, args, str(staging), cancelled)
+        _write(connect, definition, attempt, args, staging, cancelled)
     if cancelled.is_set():
         raise AttemptCancelledError(f"attempt {attempt} was cancelled; its output is not committed")
     return commit(attempt, out)
@@ -73,30 +71,40 @@ REATTACH_POLL_SECONDS = 0.5
 _ALIVE = (OperationState.RUNNING, OperationState.TERMINATING)
 
 
-def _reattach(connect: str, attempt: Attempt, staging: Path,
-              cancelled: threading.Event) -> None:
-    """Wait for an orphaned write of ``attempt`` (its runner died) until its staging is
-    finished. Returns when it is (or when ``cancelled`` is set: the caller refuses to
-    commit); raises ``AttemptReusedError`` when the operation no longer runs and left
-    the staging partial."""
-    state = OperationState.UNKNOWN
-    if internals.available():
-        try:
-            with internals.join_session(connect, attempt.session_id) as session:
-                while not cancelled.is_set():
-                    state = internals.operation_state(session, attempt.operation_id)
-                    if is_finished(staging) or state not in _ALIVE:
-                        break
-                    cancelled.wait(REATTACH_POLL_SECONDS)
-        except PySparkException as err:
-            if "INVALID_HANDLE" not in str(err):  # a closed session: its write is over
-                raise
-            state = OperationState.UNKNOWN
+def _launched_before(session: SparkSession, attempt: Attempt, staging: Path) -> OperationState:
+    """What Connect says of the attempt's operation before it is sent: anything but
+    UNKNOWN (or a staging directory left behind) means it was launched before.
+    Measured: a runner killed just after Connect reported the write RUNNING can leave no
+    staging directory for many seconds, so the directory alone cannot tell.
+
+    Raises:
+        AttemptReusedError: the attempt's session was closed (its id is refused for ever).
+    """
+    if not internals.available():
+        return OperationState.UNKNOWN
+    try:
+        return internals.operation_state(session, attempt.operation_id)
+    except PySparkException as err:
+        if "INVALID_HANDLE" not in str(err):
+            raise
+        raise AttemptReusedError(f"attempt {attempt}'s Connect session was closed; "
+                                 "start a new attempt") from None
+
+
+def _reattach(session: SparkSession, attempt: Attempt, staging: Path,
+              cancelled: threading.Event, state: OperationState) -> None:
+    """Wait for an orphaned write of ``attempt`` (its runner died) while Connect runs it,
+    until its staging is finished. Returns when it is (or when ``cancelled`` is set: the
+    caller refuses to commit); raises ``AttemptReusedError`` when the operation no longer
+    runs and left the staging unfinished."""
+    while not cancelled.is_set() and not is_finished(staging) and state in _ALIVE:
+        cancelled.wait(REATTACH_POLL_SECONDS)
+        state = internals.operation_state(session, attempt.operation_id)
     if is_finished(staging) or cancelled.is_set():
         return
     raise AttemptReusedError(
-        f"attempt {attempt} was launched before ({staging} exists unfinished) and its "
-        f"operation is {state.value}; start a new attempt"
+        f"attempt {attempt} was launched before ({staging} holds no finished output) and "
+        f"its operation is {state.value}; start a new attempt"
     )
 
 
@@ -105,11 +113,15 @@ def _write(
     definition: JobDefinition,
     attempt: Attempt,
     args: dict[str, Any],
-    staging: str,
+    staging: Path,
     cancelled: threading.Event,
 ) -> None:
     session = internals.new_session(connect, attempt.session_id)
     try:
+        state = _launched_before(session, attempt, staging)
+        if state is not OperationState.UNKNOWN or staging.exists():
+            _reattach(session, attempt, staging, cancelled, state)
+            return
         session.addTag(attempt.tag)
         frame = definition.function(session, args)
         if not isinstance(frame, DataFrame):
@@ -118,13 +130,13 @@ def _write(
             )
         if cancelled.is_set():
             raise AttemptCancelledError(f"attempt {attempt} was cancelled before its write")
-        os.makedirs(os.path.dirname(staging), exist_ok=True)
+        os.makedirs(staging.parent, exist_ok=True)
         writer = frame.write.mode("error")
         if internals.available():
             with internals.with_operation_id(session, attempt.operation_id):
-                writer.json(staging)
+                writer.json(str(staging))
         else:
-            writer.json(staging)
+            writer.json(str(staging))
     except Exception:
         if cancelled.is_set():
             raise AttemptCancelledError(f"attempt {attempt} was cancelled while it ran") from None

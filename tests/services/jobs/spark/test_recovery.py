@@ -130,6 +130,9 @@ def test_the_same_attempt_started_on_a_restarted_runner_reattaches_to_its_runnin
             links.cancel(job, 0, "lost with its runner")
             await until(links, (JobCancelled,), seen)
             assert status() is OperationState.RUNNING  # still the dead runner's write
+            # (Its staging directory may not exist yet: Connect, not the directory,
+            # tells that the attempt was launched.)
+            assert not (attempt.staging(out) / "_SUCCESS").exists()
             again = links.start("sleepy", plan, [runner.member])
             done = await until(links, (JobDone, JobCancelled), seen)
             assert done == JobDone(again), done
