@@ -79,16 +79,21 @@ def _launched_before(session: SparkSession, attempt: Attempt, staging: Path) -> 
 
     Raises:
         AttemptReusedError: the attempt's session was closed (its id is refused for ever).
+        PySparkException: Connect failed otherwise (the attempt fails; nothing was sent).
     """
     if not internals.available():
         return OperationState.UNKNOWN
     try:
         return internals.operation_state(session, attempt.operation_id)
     except PySparkException as err:
-        if "INVALID_HANDLE" not in str(err):
-            raise
-        raise AttemptReusedError(f"attempt {attempt}'s Connect session was closed; "
-                                 "start a new attempt") from None
+        # Measured: a session id never used is SESSION_NOT_FOUND (its first request
+        # creates it); a released or timed-out one is SESSION_CLOSED, for ever.
+        if "INVALID_HANDLE.SESSION_NOT_FOUND" in str(err):
+            return OperationState.UNKNOWN
+        if "INVALID_HANDLE.SESSION_CLOSED" in str(err):
+            raise AttemptReusedError(f"attempt {attempt}'s Connect session was closed; "
+                                     "start a new attempt") from None
+        raise
 
 
 def _reattach(session: SparkSession, attempt: Attempt, staging: Path,
