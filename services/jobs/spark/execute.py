@@ -9,6 +9,7 @@ uncaught exception, interpreter exit can hang in ``SparkSession.__del__``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -67,6 +68,8 @@ def run_attempt(
     return commit(attempt, out)
 
 
+log = logging.getLogger("services.jobs.spark.execute")
+
 REATTACH_POLL_SECONDS = 0.5
 _ALIVE = (OperationState.RUNNING, OperationState.TERMINATING)
 
@@ -102,6 +105,8 @@ def _reattach(session: SparkSession, attempt: Attempt, staging: Path,
     until its staging is finished. Returns when it is (or when ``cancelled`` is set: the
     caller refuses to commit); raises ``AttemptReusedError`` when the operation no longer
     runs and left the staging unfinished."""
+    log.info("attempt %s was launched before (its operation is %s): re-attached, not "
+             "sent again", attempt, state.value)
     while not cancelled.is_set() and not is_finished(staging) and state in _ALIVE:
         cancelled.wait(REATTACH_POLL_SECONDS)
         state = internals.operation_state(session, attempt.operation_id)

@@ -139,6 +139,7 @@ def test_the_same_attempt_started_on_a_restarted_runner_reattaches_to_its_runnin
             assert rows_of(seen, again) == EXPECTED
             text = restarted.log_text()
             assert text.count("this attempt's output is now the job's output") == 1
+            assert "(its operation is running): re-attached, not sent again" in text
             assert "AttemptReusedError" not in text
 
     asyncio.run(scenario())
