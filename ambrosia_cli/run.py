@@ -115,6 +115,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         if upgrade_to is not None:
             reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
         _record_classes(reg, args, home, log)
+        config = _with_default_status_file(cls, config, reg)
         _record_status_file(args.instance_name, config, home, log)
         check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
         estimate = local_coordinator.replay_estimate(reg, log)
@@ -177,6 +178,16 @@ def _record_classes(reg: registry.Registration, args: argparse.Namespace, home: 
     except AmbrosiaError as err:
         log.warning("the class was not recorded for `ambrosia log dump` (give it --class): "
                     "%s", err)
+
+
+def _with_default_status_file(cls: type, config: Mapping[str, Any],
+                              reg: registry.Registration) -> Mapping[str, Any]:
+    """The configuration with ``status_file`` set to ``status.json`` in the instance
+    directory when it names none and the class asks for one (``default_status_file``),
+    so that ``ambrosia status -i NAME`` works with no configuration at all."""
+    if not getattr(cls, "default_status_file", False) or config.get("status_file"):
+        return config
+    return {**config, "status_file": str(registry.instance_dir(reg) / status.DEFAULT_NAME)}
 
 
 def _record_status_file(name: str, config: Mapping[str, Any], home: Path,

@@ -129,8 +129,8 @@ def _cell(value: Any) -> str:
 # Columns in the order a reader follows the data (status files sort their keys); any
 # other key follows them.
 _ORDER = ("stream", "sink", "job", "runner", "name", "state", "phase", "linked",
-          "applied", "dropped", "por", "closed", "decided", "running", "done", "failed",
-          "attempts", "attempt", "committed", "pending_bytes", "txn", "commits", "aborts",
+          "applied", "dropped", "por", "closed", "decided", "waiting", "running", "done",
+          "failed", "attempts", "attempt", "committed", "pending_bytes", "txn", "commits", "aborts",
           "active")
 
 

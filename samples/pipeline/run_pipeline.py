@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
                 timed_out = True
                 break
             time.sleep(0.25)
+        w.settle(len(w.tail.headers))
         for line in w.progress():
             say(line)
         say("stopping the pipeline")

@@ -87,6 +87,19 @@ class Watcher:
         self.report = report
         return sum(s.get("applied", 0) for s in report.get("streams", {}).values())
 
+    def settle(self, batches: int, timeout: float = 3.0) -> None:
+        """Wait (a little) for a status that shows ``batches`` jobs ended: the file is
+        rewritten every ``status_seconds``, so the one read when the last batch was
+        committed may predate its job's end (it showed "1 running" with all done)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._read_status()
+            jobs = self.report.get("jobs") or {}
+            ended = sum(int(jobs.get(k, 0)) for k in ("done", "failed", "cancelled"))
+            if ended >= batches and not jobs.get("running") and not jobs.get("waiting"):
+                return
+            time.sleep(0.1)
+
     def progress(self) -> list[str]:
         """One line per stream, one for the jobs and the output."""
         t = self.now()

@@ -12,7 +12,9 @@ server::
   to the attempt's staging directory and is committed by rename; then the committed output
   streams back to the initiator as ordered ``batch``es on the result edge (JSON lines, cut
   at line ends where a line fits a batch), the last one flagged, within the byte credit
-  the initiator grants.
+  the initiator grants. A start of an attempt whose staging is partial (a runner died
+  mid-write) re-attaches to the write while Connect says it runs, then commits it; else
+  the start is refused (``ATTEMPT_REUSED``) and the initiator decides a new attempt.
 - ``cancel`` (or a ``check_response`` that releases the job): ``interruptTag`` in the
   attempt's session; nothing is committed after it.
 - on every connection from an initiator: a ``check`` with the jobs held for it; its

@@ -128,6 +128,7 @@ class SparkCoordinator(ConnectorCoordinator):
             parsed = [json.loads(line) for line in result.splitlines()]
         except ValueError as err:  # a runner's fault; the same bytes fail the same on replay
             self.ctx.log.warning("job %s: its result is not JSON lines (%s)", key, err)
+            self.jobs.unreadable(key, f"its result is not JSON lines: {err}")
             self.on_job_failed(key, f"its result is not JSON lines: {err}")
         else:
             self.on_job_result(key, parsed)

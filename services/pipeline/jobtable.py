@@ -135,6 +135,17 @@ class JobTable:
         self._end(key, Phase.DONE, "")
         return result
 
+    def unreadable(self, key: str, reason: str) -> None:
+        """The job's whole result arrived (``batch`` ended it as done) but cannot be read:
+        it counts as failed, not done."""
+        found = next((i for i in range(len(self.ended) - 1, -1, -1)
+                      if self.ended[i].key == key and self.ended[i].phase is Phase.DONE), None)
+        if found is None:
+            return
+        self.ended[found] = attrs.evolve(self.ended[found], phase=Phase.FAILED, reason=reason)
+        self.counts["done"] -= 1
+        self.counts["failed"] += 1
+
     def failed(self, key: str, local_id: int, reason: str) -> bool:
         """The current start failed (the job raised, or Spark lost it). Returns True when
         this was the last attempt allowed (the job has failed); else attempt n+1 is
@@ -180,11 +191,15 @@ class JobTable:
         return {e.local_id: k for k, e in self.jobs.items()}
 
     def status(self) -> dict[str, Any]:
-        """Jobs decided, running (decided, not ended), done, failed, cancelled, and
-        attempts decided (first attempts, retries and new attempts after a loss)."""
+        """Jobs decided; of those not ended, waiting (their current start not yet seen
+        at a runner) and running (a runner took it); done, failed, cancelled; and
+        attempts decided (first attempts, retries and new attempts after a loss).
+        ``waiting + running + done + failed + cancelled == decided`` always."""
+        phases = [e.phase for e in self.jobs.values()]
         return {
             "decided": self.jobs_decided,
-            "running": len(self.jobs),
+            "waiting": phases.count(Phase.DECIDED),
+            "running": phases.count(Phase.RUNNING),
             **self.counts,
             "recent": [[e.key, e.phase.value, e.attempts, e.reason] for e in self.ended[-8:]],
         }

@@ -11,7 +11,10 @@ failover finds the jobs it still holds.
 Reconciliation (``attempts.reconcile``, in the issue's order), for every start a runner
 does not hold (``Held.lost``: the runner restarted, or a new primary finds a start its
 runner never got): committed output or finished staging -> the same attempt is started
-again (the runner streams or commits it without running it); otherwise -> a new attempt.
+again (the runner streams or commits it without running it); partial staging -> the same
+attempt is started again too, and the runner asks Spark Connect (``GetStatus``) whether
+the orphaned write still runs: it re-attaches and commits it, or refuses the start
+(``ATTEMPT_REUSED``), which decides a new attempt; no staging -> a new attempt.
 Both are decided by the ``job_lost`` handler. A start a runner still holds is waited for:
 its committed result streams again from batch 0, and the handler drops what it has.
 """
@@ -43,10 +46,10 @@ from services.jobs.attempts import (
     plan_params,
     reconcile,
 )
-from services.jobs.link import Held, JobLinks, RunnerAddress
+from services.jobs.link import Connected, Held, JobLinks, RunnerAddress
 
 from .config import PipelineConfig, runner_address
-from .jobtable import JobTable
+from .jobtable import JobTable, Phase
 
 if TYPE_CHECKING:
     from .coordinator import SparkCoordinator
@@ -145,6 +148,8 @@ class JobsLive:
                              [address.member])
             self.launched.add(local)
             self.counters["launched"] += 1
+            if self.links.connected(address.member):
+                self.owner.impulse_self.job_started(key, local)  # sent: the runner has it
             self.log.info("job %s: attempt %d started on %s (start %d)", key, entry.attempt,
                           table.runner_of(key), local)
 
@@ -165,6 +170,17 @@ class JobsLive:
                 self._cancelled(event)
             elif isinstance(event, Held):
                 self._held(event)
+            elif isinstance(event, Connected):
+                self._queued_sent(event.runner)
+
+    def _queued_sent(self, runner: uuid.UUID) -> None:
+        """A runner connected and was sent the starts queued for it: they are running."""
+        table = self._table()
+        for key, entry in table.jobs.items():
+            address = self.addresses.get(table.runner_of(key))
+            if (address is not None and address.member == runner
+                    and entry.phase is Phase.DECIDED and entry.local_id in self.launched):
+                self.owner.impulse_self.job_started(key, entry.local_id)
 
     def _key_of(self, job: JobId) -> str | None:
         if job.initiator != self.member:
@@ -207,8 +223,15 @@ class JobsLive:
         self.counters["reconciled"] += 1
         self.log.info("job %s: attempt %d lost by its runner: %s", key, entry.attempt,
                       verdict.name)
+        why = verdict.value
         same = verdict in (Reconciled.COMMITTED, Reconciled.FINISHED_STAGING)
-        self.owner.impulse_self.job_lost(key, local, same, verdict.value)
+        if verdict is Reconciled.UNKNOWN and await asyncio.to_thread(
+                attempt.staging(self.cfg.out).is_dir):
+            # A partial write: only Connect knows whether it still runs, and the runner
+            # asks it (GetStatus) on this start; it re-attaches, or refuses the start
+            # (ATTEMPT_REUSED) and the refusal decides attempt n+1.
+            same, why = True, "the attempt's staging is partial: its runner asks Spark"
+        self.owner.impulse_self.job_lost(key, local, same, why)
 
     def report(self) -> dict[str, Any]:
         return {"runners": {name: self.links.connected(a.member)

@@ -3,6 +3,7 @@ feed, and the command run as a user runs it."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ambrosia_ic import registry
 
-from ambrosia_cli.status import render
+from ambrosia_cli.status import DEFAULT_NAME, render
 from ambrosia_py.testing import start_immortal
 from tests.launcher import ROOT
 
@@ -79,6 +81,29 @@ def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -
     assert stopped.stderr.strip().endswith("coord is not running (no coordinator holds "
                                            f"{home}/logs/coord_0/serverlock)")
     assert len(stopped.stderr.splitlines()) == 1
+
+
+def test_status_needs_no_status_file_in_the_configuration(tmp_path: Path) -> None:
+    """`ambrosia run` gives a connector coordinator a status file in its instance
+    directory when the configuration names none, and `ambrosia status` finds it."""
+    home = tmp_path / "home"
+    coord = start_immortal(
+        "services.connectors:ConnectorCoordinator", "plain", home=home, cwd=tmp_path,
+        args=["--set", f"listen=127.0.0.1:{_free_port()}", "--set", "status_seconds=0.2"])
+    try:
+        deadline = time.monotonic() + 30
+        while (out := _status(home, "-i", "plain")).returncode != 0:
+            assert "reports no status" in out.stderr, out.stderr
+            assert time.monotonic() < deadline, out.stderr
+            time.sleep(0.2)
+        assert out.stdout.startswith("plain: status of ")
+        assert "streams: none" in out.stdout.splitlines()
+        instance_dir = registry.instance_dir(registry.load("plain", home))
+        assert (instance_dir / DEFAULT_NAME).is_file()
+        pointer = json.loads((home / "status" / "plain.json").read_text())
+        assert pointer == {"status_file": str(instance_dir / DEFAULT_NAME)}
+    finally:
+        assert coord.stop() == 0
 
 
 def test_render_shows_job_counters_and_per_job_rows() -> None:

@@ -91,7 +91,8 @@ class CoordinatorConfig:
         interval_seconds: ... or when pending output is this old.
         max_frame_size: the largest frame accepted from a peer.
         batch_messages: the most MESSAGEs carried by one ``receive`` Impulse.
-        status_file: a JSON file rewritten with live counters ("" = none).
+        status_file: a JSON file rewritten with live counters ("" = none; `ambrosia run`
+            sets status.json in the instance directory when the configuration names none).
         status_seconds: how often the summary is logged and the status file rewritten.
     """
 

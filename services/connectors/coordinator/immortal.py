@@ -14,7 +14,7 @@ Run: ``ambrosia run services.connectors:ConnectorCoordinator -i NAME --config FI
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from ambrosia_py import Immortal, impulse, rpc
 
@@ -33,6 +33,10 @@ class ConnectorCoordinator(Immortal):
     """
 
     version = 0
+    #: ``ambrosia run`` gives an instance of a class that says so a ``status_file`` in its
+    #: instance directory when its configuration names none, where ``ambrosia status``
+    #: looks (``ambrosia_cli.status``); other immortals' configurations are left alone.
+    default_status_file: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.core = CoordinatorCore()

@@ -9,19 +9,28 @@ uncaught exception, interpreter exit can hang in ``SparkSession.__del__``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 from pyspark.errors import PySparkException
 from pyspark.sql.connect.dataframe import DataFrame
+from pyspark.sql.connect.session import SparkSession
 
 from ..attempts import Attempt, CommitOutcome, OperationState, commit, is_finished
 from ..errors import AttemptReusedError, JobDefinitionError, JobRunError
 from . import _connect_internals as internals
 from .registry import JobDefinition
 
-__all__ = ["AttemptCancelledError", "cancel_attempt", "operation_state", "run_attempt"]
+__all__ = [
+    "REATTACH_POLL_SECONDS",
+    "AttemptCancelledError",
+    "cancel_attempt",
+    "operation_state",
+    "run_attempt",
+]
 
 
 class AttemptCancelledError(JobRunError):
@@ -43,8 +52,9 @@ def run_attempt(
 
     Raises:
         AttemptCancelledError: ``cancelled`` was set before the commit.
-        AttemptReusedError: the attempt's staging directory exists unfinished (the attempt was
-            launched before: never launch an operation id twice; start a new attempt).
+        AttemptReusedError: the attempt was launched before and Connect no longer runs
+            its operation (failed, cancelled, or forgotten by a restarted server, its
+            staging unfinished): never launch an operation id twice; start a new attempt.
         JobDefinitionError: the job function did not return a DataFrame.
         Exception: whatever Spark or the job function raised.
     """
@@ -52,15 +62,60 @@ def run_attempt(
         return CommitOutcome.ALREADY_COMMITTED
     staging = attempt.staging(out)
     if not is_finished(staging):
-        if staging.exists():
-            raise AttemptReusedError(
-                f"attempt {attempt} was launched before ({staging} exists unfinished); "
-                "start a new attempt"
-            )
-        _write(connect, definition, attempt, args, str(staging), cancelled)
+        _write(connect, definition, attempt, args, staging, cancelled)
     if cancelled.is_set():
         raise AttemptCancelledError(f"attempt {attempt} was cancelled; its output is not committed")
     return commit(attempt, out)
+
+
+log = logging.getLogger("services.jobs.spark.execute")
+
+REATTACH_POLL_SECONDS = 0.5
+_ALIVE = (OperationState.RUNNING, OperationState.TERMINATING)
+
+
+def _launched_before(session: SparkSession, attempt: Attempt, staging: Path) -> OperationState:
+    """What Connect says of the attempt's operation before it is sent: anything but
+    UNKNOWN (or a staging directory left behind) means it was launched before.
+    Measured: a runner killed just after Connect reported the write RUNNING can leave no
+    staging directory for many seconds, so the directory alone cannot tell.
+
+    Raises:
+        AttemptReusedError: the attempt's session was closed (its id is refused for ever).
+        PySparkException: Connect failed otherwise (the attempt fails; nothing was sent).
+    """
+    if not internals.available():
+        return OperationState.UNKNOWN
+    try:
+        return internals.operation_state(session, attempt.operation_id)
+    except PySparkException as err:
+        # Measured: a session id never used is SESSION_NOT_FOUND (its first request
+        # creates it); a released or timed-out one is SESSION_CLOSED, for ever.
+        if "INVALID_HANDLE.SESSION_NOT_FOUND" in str(err):
+            return OperationState.UNKNOWN
+        if "INVALID_HANDLE.SESSION_CLOSED" in str(err):
+            raise AttemptReusedError(f"attempt {attempt}'s Connect session was closed; "
+                                     "start a new attempt") from None
+        raise
+
+
+def _reattach(session: SparkSession, attempt: Attempt, staging: Path,
+              cancelled: threading.Event, state: OperationState) -> None:
+    """Wait for an orphaned write of ``attempt`` (its runner died) while Connect runs it,
+    until its staging is finished. Returns when it is (or when ``cancelled`` is set: the
+    caller refuses to commit); raises ``AttemptReusedError`` when the operation no longer
+    runs and left the staging unfinished."""
+    log.info("attempt %s was launched before (its operation is %s): re-attached, not "
+             "sent again", attempt, state.value)
+    while not cancelled.is_set() and not is_finished(staging) and state in _ALIVE:
+        cancelled.wait(REATTACH_POLL_SECONDS)
+        state = internals.operation_state(session, attempt.operation_id)
+    if is_finished(staging) or cancelled.is_set():
+        return
+    raise AttemptReusedError(
+        f"attempt {attempt} was launched before ({staging} holds no finished output) and "
+        f"its operation is {state.value}; start a new attempt"
+    )
 
 
 def _write(
@@ -68,11 +123,15 @@ def _write(
     definition: JobDefinition,
     attempt: Attempt,
     args: dict[str, Any],
-    staging: str,
+    staging: Path,
     cancelled: threading.Event,
 ) -> None:
     session = internals.new_session(connect, attempt.session_id)
     try:
+        state = _launched_before(session, attempt, staging)
+        if state is not OperationState.UNKNOWN or staging.exists():
+            _reattach(session, attempt, staging, cancelled, state)
+            return
         session.addTag(attempt.tag)
         frame = definition.function(session, args)
         if not isinstance(frame, DataFrame):
@@ -81,13 +140,13 @@ def _write(
             )
         if cancelled.is_set():
             raise AttemptCancelledError(f"attempt {attempt} was cancelled before its write")
-        os.makedirs(os.path.dirname(staging), exist_ok=True)
+        os.makedirs(staging.parent, exist_ok=True)
         writer = frame.write.mode("error")
         if internals.available():
             with internals.with_operation_id(session, attempt.operation_id):
-                writer.json(staging)
+                writer.json(str(staging))
         else:
-            writer.json(staging)
+            writer.json(str(staging))
     except Exception:
         if cancelled.is_set():
             raise AttemptCancelledError(f"attempt {attempt} was cancelled while it ran") from None

@@ -188,3 +188,45 @@ def test_the_word_count_refuses_to_start_without_runners() -> None:
     with pytest.raises(CoordinatorConfigError, match="needs at least one job runner"):
         ic.first_start()
     loop.close()
+
+
+def job_counts(app: WordCountPipeline) -> tuple[int, ...]:
+    s = app.state_status()["jobs"]
+    return (s["decided"], s["waiting"], s["running"], s["done"], s["failed"], s["cancelled"],
+            s["attempts"])
+
+
+def test_the_job_counts_are_exact_through_retries_losses_and_completion(
+        coordinator: InMemoryCoordinator) -> None:
+    """(decided, waiting, running, done, failed, cancelled, attempts) after each input:
+    waiting + running + the ended always make up the decided, and a start the runner took
+    is running, not waiting."""
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("receive", 1, line_messages(1, ["a", "b", "c", "d", "e", "f", "g", "h", "i"]))
+    assert job_counts(app) == (3, 3, 0, 0, 0, 0, 3)
+    ic.send("job_started", "wc-1", 0)
+    ic.send("job_started", "wc-2", 1)
+    ic.send("job_started", "wc-2", 1)  # said twice (launch, then a runner's check)
+    assert job_counts(app) == (3, 1, 2, 0, 0, 0, 3)
+    ic.send("job_failed", "wc-1", 0, "JOB_FAILED: boom")  # attempt 2 decided, not started
+    assert job_counts(app) == (3, 2, 1, 0, 0, 0, 4)
+    ic.send("job_started", "wc-1", 0)  # the failed start's: changes nothing
+    assert job_counts(app) == (3, 2, 1, 0, 0, 0, 4)
+    ic.send("job_started", "wc-1", 3)
+    assert job_counts(app) == (3, 1, 2, 0, 0, 0, 4)
+    ic.send("job_lost", "wc-2", 1, True, "finished staging")  # same attempt, new start
+    assert job_counts(app) == (3, 2, 1, 0, 0, 0, 4)
+    ic.send("job_lost", "wc-3", 2, False, "unknown")  # a new attempt of a waiting job
+    assert job_counts(app) == (3, 2, 1, 0, 0, 0, 5)
+    ic.send("job_batch", "wc-2", 4, 0, rows({"d": 1, "e": 1, "f": 1}), True)
+    assert job_counts(app) == (3, 1, 1, 1, 0, 0, 5)
+    ic.send("job_batch", "wc-1", 3, 0, rows({"a": 1}), False)
+    ic.send("job_batch", "wc-1", 3, 1, rows({"b": 1, "c": 1}), True)
+    assert job_counts(app) == (3, 1, 0, 2, 0, 0, 5)
+    ic.send("job_batch", "wc-3", 5, 0, b"{not json\n", True)  # unreadable: failed
+    assert job_counts(app) == (3, 0, 0, 2, 1, 0, 5)
+    ic.send("receive", 1, line_messages(10, ["j", "k", "l"]))
+    ic.send("cancel", "wc-4", "not wanted")
+    assert job_counts(app) == (4, 0, 0, 2, 1, 1, 6)
+    assert bytes(app.core.sinks["out"].pending).count(b"#batch\t") == 2

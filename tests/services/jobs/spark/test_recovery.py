@@ -99,6 +99,54 @@ def test_a_runner_killed_mid_job_leaves_a_running_attempt_that_is_committed_not_
     assert (attempt.final(out) / ATTEMPT_FILE).read_text() == "1"
 
 
+def test_the_same_attempt_started_on_a_restarted_runner_reattaches_to_its_running_write(
+        runners, connect_server: ConnectServer, tmp_path: Path) -> None:
+    """The coordinator's start of the same attempt reaches the restarted runner while the
+    dead runner's write still runs: the runner waits for it (GetStatus), commits it once,
+    and streams it; no second operation and no attempt 2."""
+    port = free_port()
+    runner = runners(port=port)
+    address = RunnerAddress(runner.member, "127.0.0.1", port)
+    attempt = Attempt("orphan", 1)
+    out = tmp_path / "out"
+    plan = plan_params(attempt, {"rows": 8, "sleep_ms": 1500})
+
+    def status() -> OperationState:
+        return operation_state(connect_server.url, attempt)
+
+    async def scenario() -> None:
+        links = JobLinks(InitiatorJobs(COORDINATOR), [address])
+        seen: list[LinkEvent] = []
+        async with links:
+            await until(links, (Held,), seen)
+            job = links.start("sleepy", plan, [runner.member])
+            await asyncio.to_thread(wait_until, lambda: status() is OperationState.RUNNING,
+                                    "the write to run", 60)
+            runner.kill()
+            await until(links, (Disconnected,), seen)
+            restarted = await asyncio.to_thread(runners, "r1", port)
+            held = await until(links, (Held,), seen)
+            assert held == Held(runner.member, (), (job,))
+            links.cancel(job, 0, "lost with its runner")
+            await until(links, (JobCancelled,), seen)
+            assert status() is OperationState.RUNNING  # still the dead runner's write
+            # (Its staging directory may not exist yet: Connect, not the directory,
+            # tells that the attempt was launched.)
+            assert not (attempt.staging(out) / "_SUCCESS").exists()
+            again = links.start("sleepy", plan, [runner.member])
+            done = await until(links, (JobDone, JobCancelled), seen)
+            assert done == JobDone(again), done
+            assert rows_of(seen, again) == EXPECTED
+            text = restarted.log_text()
+            assert text.count("this attempt's output is now the job's output") == 1
+            assert "(its operation is running): re-attached, not sent again" in text
+            assert "AttemptReusedError" not in text
+
+    asyncio.run(scenario())
+    assert (attempt.final(out) / ATTEMPT_FILE).read_text() == "1"
+    assert not Attempt("orphan", 2).staging(out).exists()
+
+
 def test_the_connect_server_killed_mid_job_is_restarted_and_a_new_attempt_completes(
         runners, connect_server: ConnectServer, tmp_path: Path) -> None:
     runner = runners()
@@ -131,6 +179,16 @@ def test_the_connect_server_killed_mid_job_is_restarted_and_a_new_attempt_comple
             # The restarted server forgot every operation; the staging is partial.
             verdict = await asyncio.to_thread(reconcile, first, out, status=status)
             assert verdict is Reconciled.UNKNOWN
+            # A partial staging whose operation the restarted server does not know: a
+            # start of its attempt is refused, so that the coordinator decides the next.
+            ghost = Attempt("ghost", 1)
+            (ghost.staging(out) / "_temporary").mkdir(parents=True)
+            refused = links.start("sleepy", plan_params(ghost, {"rows": 8, "sleep_ms": 10}),
+                                  [runner.member])
+            cancel = await until(links, (JobCancelled, JobDone), seen)
+            assert isinstance(cancel, JobCancelled) and cancel.cancel.job_id == refused
+            assert cancel.cancel.error_code == RunnerCancelCode.ATTEMPT_REUSED
+            assert "its operation is unknown" in cancel.cancel.message
             job = links.start("sleepy", plan_params(second, {"rows": 8, "sleep_ms": 10}),
                               [runner.member])
             done = await until(links, (JobDone, JobCancelled), seen)
