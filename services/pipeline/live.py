@@ -11,10 +11,14 @@ failover finds the jobs it still holds.
 Reconciliation (``attempts.reconcile``, in the issue's order), for every start a runner
 does not hold (``Held.lost``: the runner restarted, or a new primary finds a start its
 runner never got): committed output or finished staging -> the same attempt is started
-again (the runner streams or commits it without running it); partial staging -> the same
-attempt is started again too, and the runner asks Spark Connect (``GetStatus``) whether
-the orphaned write still runs: it re-attaches and commits it, or refuses the start
-(``ATTEMPT_REUSED``), which decides a new attempt; no staging -> a new attempt.
+again (the runner streams or commits it without running it); otherwise (partial staging,
+or none yet) the same attempt is started again too, and the runner asks Spark Connect
+(``GetStatus``, in the attempt's session) what became of it: a write that still runs is
+re-attached and committed, one never launched (the session unknown) is launched, and one
+that ended without finished output makes the runner refuse the start
+(``ATTEMPT_REUSED``), which decides a new attempt. The coordinator loads no pyspark, so
+this question is the runner's; answering it there keeps a new attempt from running beside
+an orphaned write that Spark still runs.
 Both are decided by the ``job_lost`` handler. A start a runner still holds is waited for:
 its committed result streams again from batch 0, and the handler drops what it has.
 """
@@ -225,12 +229,14 @@ class JobsLive:
                       verdict.name)
         why = verdict.value
         same = verdict in (Reconciled.COMMITTED, Reconciled.FINISHED_STAGING)
-        if verdict is Reconciled.UNKNOWN and await asyncio.to_thread(
-                attempt.staging(self.cfg.out).is_dir):
-            # A partial write: only Connect knows whether it still runs, and the runner
-            # asks it (GetStatus) on this start; it re-attaches, or refuses the start
-            # (ATTEMPT_REUSED) and the refusal decides attempt n+1.
-            same, why = True, "the attempt's staging is partial: its runner asks Spark"
+        if verdict is Reconciled.UNKNOWN:
+            # Only Connect knows whether the write runs (even before its staging exists),
+            # and the runner asks it (GetStatus) on this start: it re-attaches, launches
+            # an attempt Spark never saw, or refuses (ATTEMPT_REUSED), which decides n+1.
+            partial = await asyncio.to_thread(attempt.staging(self.cfg.out).is_dir)
+            same = True
+            why = ("the attempt's staging is partial" if partial else
+                   "no staging yet") + ": its runner asks Spark"
         self.owner.impulse_self.job_lost(key, local, same, why)
 
     def report(self) -> dict[str, Any]:
