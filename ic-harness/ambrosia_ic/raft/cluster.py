@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import attrs
 
+from ..registry.ports import free_ports
 from .client import RaftClient
 from .errors import RaftError
 
@@ -48,19 +48,6 @@ def zmq_raft_script() -> Path:
         raise RaftError(f"zmq-raft is not installed at {base} (run `make raft-cluster`, or "
                         "set AMBROSIA_ZMQ_RAFT to the directory holding its node_modules)")
     return script
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @attrs.frozen
@@ -86,7 +73,7 @@ class LocalCluster:
         self.dir = Path(directory)
         self.secret = secret
         self.script = zmq_raft_script()
-        ports = _free_ports(2 * peers)
+        ports = free_ports(2 * peers)
         self.peers = [Peer(f"p{i + 1}", f"tcp://127.0.0.1:{ports[2 * i]}",
                            f"tcp://127.0.0.1:{ports[2 * i + 1]}") for i in range(peers)]
         self.request_id_ttl = request_id_ttl

@@ -13,7 +13,7 @@ from .home import ambrosia_home
 from .instances import find_instances, load
 from .replicas import replica
 
-__all__ = ["refuse_taken_ports", "registered_ports", "unregistered_free_ports"]
+__all__ = ["free_ports", "refuse_taken_ports", "registered_ports", "unregistered_free_ports"]
 
 
 def registered_ports(home: str | os.PathLike[str] | None = None
@@ -55,20 +55,25 @@ def refuse_taken_ports(home: Path, me: tuple[str, int], ports: Mapping[str, int]
         )
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 now (held open together while chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def unregistered_free_ports(n: int, home: str | os.PathLike[str] | None = None) -> list[int]:
     """``n`` distinct TCP ports that are free on 127.0.0.1 now and that no registration in
     ``home`` holds (a stopped instance's ports are free, yet still its own)."""
     taken = registered_ports(home)
     while True:
-        socks = []
-        try:
-            for _ in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", 0))
-            ports = [s.getsockname()[1] for s in socks]
-        finally:
-            for s in socks:
-                s.close()
+        ports = free_ports(n)
         if taken.keys().isdisjoint(ports):
             return ports
