@@ -18,8 +18,14 @@ def test_roles_first_start_checkpointer_standby(harness: Harness) -> None:
     wait_until(cl.drivers[0].primary.is_set, "first start")
     assert cl.drivers[0].events == ["take-becoming-primary-checkpoint"]
     cl.start_replica(1)
+    # The checkpointer role goes to whichever follower locks it first, and a coordinator
+    # reports ready before it takes a role: replica 2 starts once replica 1 has its role.
+    wait_until(lambda: "following the log as the" in harness.stderr_of(cl.procs[1]),
+               "replica 1 taking a role")
     cl.start_replica(2)
     wait_until(lambda: "checkpoint-loaded" in cl.drivers[2].events, "standby following")
+    wait_until(lambda: "following the log as the" in harness.stderr_of(cl.procs[2]),
+               "replica 2 taking a role")
     assert cl.primary() == 0
     for n in (1, 2):
         assert not cl.drivers[n].primary.is_set()
