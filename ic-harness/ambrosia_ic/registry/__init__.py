@@ -29,7 +29,7 @@ from .registration import (
     Registration,
     check_instance_name,
 )
-from .replicas import Replica, replica
+from .replicas import Replica, link_lines, replica, replicas
 from .secret import export_secret, fingerprint, import_secret, link_secret, read_secret_file
 from .writes import add_replica, register
 
@@ -51,6 +51,7 @@ __all__ = [
     "import_secret",
     "instance_dir",
     "link_hosts",
+    "link_lines",
     "link_secret",
     "load",
     "published",
@@ -61,6 +62,7 @@ __all__ = [
     "registered_ports",
     "registration_exists",
     "replica",
+    "replicas",
     "set_versions",
     "unregistered_free_ports",
 ]

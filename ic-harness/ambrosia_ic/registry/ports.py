@@ -19,7 +19,7 @@ from ambrosia_py.errors import RegistryError
 from .home import ambrosia_home
 from .hosts import LOOPBACK
 from .instances import find_instances, load
-from .replicas import replica
+from .replicas import replicas
 
 __all__ = ["free_ports", "refuse_taken_ports", "registered_ports", "unregistered_free_ports"]
 
@@ -42,13 +42,7 @@ def _registered(home_path: Path) -> dict[tuple[str, int], tuple[str, int, str]]:
     """(advertised host, port) -> (instance, replica number, which port)."""
     taken: dict[tuple[str, int], tuple[str, int, str]] = {}
     for name in find_instances(home_path):
-        reg = load(name, home_path)
-        reps = [replica(reg, 0)]
-        if reg.active_active:
-            folder = home_path / "replicas" / name
-            numbers = sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
-            reps += [replica(reg, n, home_path) for n in numbers if n != 0]
-        for rep in reps:
+        for rep in replicas(load(name, home_path), home_path):
             for which, port in (("receive port", rep.receive_port),
                                 ("send port", rep.send_port), ("ic port", rep.ic_port)):
                 taken.setdefault((rep.advertise_host, port), (name, rep.number, which))
@@ -74,14 +68,14 @@ def refuse_taken_ports(home: Path, me: tuple[str, int], ports: Mapping[str, int]
         )
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 now (held open together while chosen)."""
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """``n`` distinct TCP ports free on ``host`` now (held open together while chosen)."""
     socks = []
     try:
         for _ in range(n):
-            s = socket.socket()
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             socks.append(s)
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:

@@ -12,10 +12,10 @@ import attrs
 from ambrosia_py.errors import RegistryError
 
 from .home import ambrosia_home
-from .hosts import LOOPBACK, check_host, link_hosts
+from .hosts import LOOPBACK, check_host, format_address, link_hosts
 from .registration import Registration
 
-__all__ = ["Replica", "replica", "replica_path"]
+__all__ = ["Replica", "link_lines", "replica", "replica_path", "replicas"]
 
 
 @attrs.frozen
@@ -83,3 +83,35 @@ def replica(reg: Registration, n: int, home: str | os.PathLike[str] | None = Non
     except (OSError, ValueError) as err:
         raise RegistryError(f"{path}: not a replica registration: {err}") from None
     return Replica.from_json(data, str(path))
+
+
+def replicas(reg: Registration, home: str | os.PathLike[str] | None = None) -> list[Replica]:
+    """Every replica of ``reg`` registered in ``home``, 0 (the registration) first.
+
+    Raises:
+        RegistryError: a replica file is damaged.
+    """
+    reps = [replica(reg, 0)]
+    if reg.active_active:
+        folder = ambrosia_home(home) / "replicas" / reg.instance_name
+        numbers = sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
+        reps += [replica(reg, n, home) for n in numbers if n != 0]
+    return reps
+
+
+def link_lines(reg: Registration, home: str | os.PathLike[str] | None = None) -> list[str]:
+    """Where each replica of ``reg`` takes links, one line each, for tools to show; none
+    when every one is on 127.0.0.1 (the default, which they need not mention).
+
+    Raises:
+        RegistryError: a replica file is damaged.
+    """
+    reps = replicas(reg, home)
+    if all(r.ic_host == r.advertise_host == LOOPBACK for r in reps):
+        return []
+    lines = []
+    for r in reps:
+        who = f"replica {r.number}: " if reg.active_active else ""
+        listen = f" (listening on {r.ic_host})" if r.ic_host != r.advertise_host else ""
+        lines.append(f"{who}links at {format_address(r.advertise_host, r.ic_port)}{listen}")
+    return lines
