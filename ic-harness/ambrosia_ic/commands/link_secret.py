@@ -40,12 +40,12 @@ def add_link_secret(sub: Any) -> None:
     ops = p.add_subparsers(dest="secret_command", required=True,
                            metavar="{export,import,fingerprint}")
     e = ops.add_parser("export", help="write this registry's link secret to FILE (mode 0600)")
-    e.add_argument("file", metavar="FILE")
+    e.add_argument("file", metavar="FILE", help="where to write it (move it privately)")
     e.add_argument("--force", action="store_true",
                    help="replace FILE even if it holds something else")
     e.set_defaults(handler=_export)
     i = ops.add_parser("import", help="make the link secret in FILE this registry's")
-    i.add_argument("file", metavar="FILE")
+    i.add_argument("file", metavar="FILE", help="a file `link-secret export` wrote")
     i.add_argument("--force", action="store_true",
                    help="replace a different secret (coordinators still using the old one "
                         "are then refused)")
