@@ -246,4 +246,7 @@ def status_main(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=1, sort_keys=True))
     else:
         print(render(args.instance_name, report, age))
+        # Where other coordinators reach it, when that is not 127.0.0.1.
+        for line in registry.link_lines(registry.load(args.instance_name, home), home):
+            print(line)
     return 0

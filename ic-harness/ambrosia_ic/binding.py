@@ -33,24 +33,33 @@ BUSY_WAIT = 65.0
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-def reserve_port(port: int, what: str) -> socket.socket:
-    """A listening socket on 127.0.0.1:``port``, taken before a start writes anything
-    (a busy port must fail the start, not strand it half done); serve it later with
-    ``asyncio.start_server(sock=...)``. Connections wait in the backlog until then.
+def reserve_port(port: int, what: str, host: str = LOOPBACK) -> socket.socket:
+    """A listening socket on ``host``:``port`` (127.0.0.1 unless a link server is told
+    otherwise), taken before a start writes anything (a busy port must fail the start,
+    not strand it half done); serve it later with ``asyncio.start_server(sock=...)``.
+    Connections wait in the backlog until then.
 
     Raises:
-        CoordinatorError: the port cannot be listened on (in use, say).
+        CoordinatorError: the port cannot be listened on (in use, say, or ``host`` is not
+            an address of this machine).
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (OSError, IndexError) as err:
+        reason = getattr(err, "strerror", None) or err
+        raise CoordinatorError(f"cannot listen for {what} on {where}: {reason}") from None
+    sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, port))
+        sock.bind(addr)
         sock.listen(128)
         sock.setblocking(False)
     except OSError as err:
         sock.close()
         raise CoordinatorError(
-            f"cannot listen for {what} on {LOOPBACK}:{port}: {err.strerror or err}"
+            f"cannot listen for {what} on {where}: {err.strerror or err}"
         ) from None
     return sock
 

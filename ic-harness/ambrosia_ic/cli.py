@@ -22,6 +22,7 @@ from ambrosia_py.errors import AmbrosiaError, ArgumentError
 from . import registry
 from .commands.debug_instance import EXIT_DIVERGED, add_debug
 from .commands.ic import EXIT_SIGINT, add_ic
+from .commands.link_secret import add_link_secret
 from .commands.log import add_log, dump_log
 from .commands.raft_cluster import add_raft_cluster
 from .commands.registration import add_add_replica, add_register
@@ -41,7 +42,8 @@ class Parser(argparse.ArgumentParser):
 
 
 COMMANDS: tuple[Callable[[Any], Any], ...] = (
-    add_register, add_add_replica, add_ic, add_debug, add_log, add_raft_cluster)
+    add_register, add_add_replica, add_ic, add_debug, add_log, add_raft_cluster,
+    add_link_secret)
 
 
 def build_parser(commands: Sequence[Callable[[Any], Any]] = COMMANDS

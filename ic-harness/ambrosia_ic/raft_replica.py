@@ -15,8 +15,9 @@ The roles and the start-up flow are those of ``replica.py``; what they rest on d
   takes one when ``checkpoint_every`` records passed since the newest, the next one up
   only after twice as many (its elders may be down), and so on (two of one number hold
   the same state: the newest counts);
-- senders find the primary through its epoch claim in the cluster, which names its link
-  address (``coordinator.cluster_primary``); it also writes an epoch file in the
+- senders find the primary through its epoch claim in the cluster, which names its
+  advertised link address (``ic_host``, ``ic_port``: ``coordinator.cluster_primary``),
+  wherever they run; it also writes an epoch file in the
   instance's directory (``lease.current_primary``) for tools on this machine.
 """
 
@@ -39,8 +40,7 @@ from ambrosia_py.wire import (
 from ambrosia_py.wire.records import HEADER
 
 from . import registry
-from .binding import LOOPBACK
-from .coordinator import checkpoints, outputs, startup
+from .coordinator import LinkOptions, checkpoints, outputs, startup
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
 from .durable import replace_durably
@@ -144,11 +144,11 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 fsync_in_thread: bool | None = None) -> None:
+                 fsync_in_thread: bool | None = None, link: LinkOptions | None = None) -> None:
         if not reg.log_store:
             raise CoordinatorError(f"{reg.instance_name} has no raft:// log store")
         super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
-                         fsync_in_thread=fsync_in_thread)
+                         fsync_in_thread=fsync_in_thread, link=link)
         if self.upgrading_to is not None:
             raise CoordinatorError(
                 f"{self.who}: a live upgrade of replicas whose log is in a Raft cluster is "
@@ -191,11 +191,6 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
                     self.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
                 await self._checkpoint_here()
             await self.store.wait(POLL)
-
-    def _info(self, **extra: Any) -> dict[str, Any]:
-        # The claim names where the primary takes links: senders on other machines
-        # read it from the cluster (``coordinator.cluster_primary``).
-        return super()._info(ic_host=LOOPBACK, **extra)
 
     def _rank(self) -> int:
         """0 for the checkpointing secondary (the lowest-numbered replica that is not the

@@ -46,7 +46,7 @@ from ambrosia_py.wire import (
 )
 
 from . import registry
-from .coordinator import Coordinator, checkpoints, outputs, startup
+from .coordinator import Coordinator, LinkOptions, checkpoints, outputs, startup
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
 from .lease import HEARTBEAT, Epochs
@@ -127,7 +127,7 @@ class ReplicaCoordinator(Coordinator):
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 fsync_in_thread: bool | None = None) -> None:
+                 fsync_in_thread: bool | None = None, link: LinkOptions | None = None) -> None:
         if not reg.active_active:
             raise CoordinatorError(
                 f"{reg.instance_name} is not registered with --active-active; run it "
@@ -135,8 +135,9 @@ class ReplicaCoordinator(Coordinator):
             )
         self.fenced = FencedSink(Epochs(registry.instance_dir(reg)))
         super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
-                         sink=self.fenced, fsync_in_thread=fsync_in_thread)
+                         sink=self.fenced, fsync_in_thread=fsync_in_thread, link=link)
         self.replica = registry.replica(reg, replica, home)
+        self.set_link_hosts(self.replica.ic_host, self.replica.advertise_host)
         self.number = replica
         self.who = f"{self.name}: replica {replica}"
         self.receive_port = self.replica.receive_port
@@ -172,7 +173,9 @@ class ReplicaCoordinator(Coordinator):
         return code
 
     def _info(self, **extra: Any) -> dict[str, Any]:
-        return {"replica": self.number, "ic_port": self.ic_port, **extra}
+        # Senders dial the holder of the newest epoch at this address.
+        return {"replica": self.number, "ic_host": self.advertise, "ic_port": self.ic_port,
+                **extra}
 
     async def _main(self) -> None:
         if (self.upgrading_to is None and first_start_pending(self.dir, self.cid)

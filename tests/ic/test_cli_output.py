@@ -43,7 +43,9 @@ def test_every_option_of_every_sub_command_has_help() -> None:
     names = [name for name, _ in _all_parsers()]
     assert names == ["ambrosia", "ambrosia register-instance", "ambrosia add-replica",
                      "ambrosia ic", "ambrosia debug-instance", "ambrosia log",
-                     "ambrosia log dump", "ambrosia raft-cluster", "ambrosia run",
+                     "ambrosia log dump", "ambrosia raft-cluster", "ambrosia link-secret",
+                     "ambrosia link-secret export", "ambrosia link-secret import",
+                     "ambrosia link-secret fingerprint", "ambrosia run",
                      "ambrosia status", "ambrosia run"]
     missing = []
     binding = ("python -m ambrosia_py.runtime", binding_cli.build_parser())

@@ -133,7 +133,8 @@ def test_the_coordinators_own_dump_shows_method_ids(hello_run: Path) -> None:
                        (["run", "x:Y", "-i", "z"],
                         "ambrosia: error: argument COMMAND: invalid choice: 'run' (choose from "
                         "'register-instance', 'RegisterInstance', 'add-replica', 'AddReplica', "
-                        "'ic', 'debug-instance', 'DebugInstance', 'log', 'raft-cluster')")):
+                        "'ic', 'debug-instance', 'DebugInstance', 'log', 'raft-cluster', "
+                        "'link-secret')")):
         r = subprocess.run([sys.executable, "-m", "ambrosia_ic", *args], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
         assert (r.returncode, r.stdout, r.stderr.splitlines()[-1]) == (2, "", last)

@@ -23,7 +23,7 @@ EXIT_SIGINT = 130
 
 
 def _ic(args: argparse.Namespace) -> int:
-    from ..coordinator import Coordinator
+    from ..coordinator import Coordinator, LinkOptions
     from ..replica import ReplicaCoordinator
 
     home = registry.ambrosia_home(args.home)
@@ -41,7 +41,11 @@ def _ic(args: argparse.Namespace) -> int:
     places = {"auto": None, "loop": False, "thread": True}
     if args.fsync not in places:
         raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
-    coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync])
+    link = LinkOptions(
+        args.ic_host or None, args.advertise or None,
+        registry.read_secret_file(args.link_secret_file) if args.link_secret_file else None)
+    coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync],
+                      link=link)
     if args.registry:
         coordinator.registry_cluster = args.registry
     code, signum = run(_serve_until_stopped(coordinator.run()))
@@ -162,4 +166,15 @@ def add_ic(sub: Any) -> None:
                    "registry lacks them, this instance's or a callee's (they are kept "
                    "there afterwards; default: $AMBROSIA_REGISTRY; for callees, else the "
                    "instance's own log store)")
+    p.add_argument("--ic-host", default=None, metavar="HOST",
+                   help="listen for links on HOST for this run instead of the registered "
+                   "host (0.0.0.0 or :: need --advertise)")
+    p.add_argument("--advertise", default=None, metavar="HOST",
+                   help="the host other coordinators dial for this run (named in this "
+                   "replica's epoch claims; default: the registered one, or --ic-host)")
+    p.add_argument("--link-secret-file", default=os.environ.get("AMBROSIA_LINK_SECRET_FILE"),
+                   metavar="FILE",
+                   help="authenticate links with the secret in FILE (as `link-secret export` "
+                   "writes it) instead of the registry's (default: "
+                   "$AMBROSIA_LINK_SECRET_FILE)")
     p.set_defaults(handler=_ic)

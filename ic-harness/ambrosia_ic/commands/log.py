@@ -31,6 +31,8 @@ def dump_log(args: argparse.Namespace, describe: Describe | None = None,
     problems = 0
     if not args.json:
         print(f"instance {reg.instance_name}: {d}")
+        for line in registry.link_lines(reg, args.home):
+            print(line)
         if class_line is not None:
             print(class_line)
     for entry in dump_entries(d, reg.committer_id, describe):

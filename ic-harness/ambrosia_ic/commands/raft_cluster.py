@@ -1,4 +1,5 @@
-"""``raft-cluster``: a local ØMQ RAFT cluster on 127.0.0.1 for development and tests,
+"""``raft-cluster``: a local ØMQ RAFT cluster (on 127.0.0.1 unless ``--host`` says
+otherwise) for development and tests,
 whose ``raft://`` address goes to ``register-instance --log-store`` and ``ic --registry``."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ def _raft_cluster(args: argparse.Namespace) -> int:
     # Imported here: the other commands need neither pyzmq nor the peers' launcher.
     from ..raft.cluster import serve
 
-    return serve(args.dir, args.peers, args.secret)
+    return serve(args.dir, args.peers, args.secret, args.host)
 
 
 def add_raft_cluster(sub: Any) -> None:
@@ -30,4 +31,7 @@ def add_raft_cluster(sub: Any) -> None:
     p.add_argument("--peers", type=int, default=3, help="how many peers (default 3)")
     p.add_argument("--secret", default="",
                    help="the cluster's secret (default: none); clients add ?secret=S")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address the peers bind and are reached at (default 127.0.0.1; "
+                        "an address of this machine that the other machines can reach)")
     p.set_defaults(handler=_raft_cluster)

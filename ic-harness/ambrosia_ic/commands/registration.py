@@ -39,7 +39,12 @@ _NEW_INSTANCE_NEEDS = {"receive_port": "-rp/--receive-port", "send_port": "-sp/-
                        "ic_port": "-p/--ic-port", "log_dir": "-l/--log-dir"}
 _REGISTER_DEFAULTS = {"current_version": 0, "active_active": False,
                       "log_trigger_size_mb": 1000, "create_service": "auto",
-                      "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS, "log_store": ""}
+                      "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS, "log_store": "",
+                      "ic_host": registry.LOOPBACK}
+_IC_HOST_HELP = ("the address this coordinator listens for links on (default 127.0.0.1; "
+                 "0.0.0.0 or :: need --advertise); the binding's ports stay on 127.0.0.1")
+_ADVERTISE_HELP = ("the host other coordinators dial to reach this one, named in its epoch "
+                   "claims (default: the --ic-host)")
 
 
 def _fill_from_registration(args: argparse.Namespace) -> None:
@@ -68,6 +73,10 @@ def _fill_from_registration(args: argparse.Namespace) -> None:
     # A new current version means no upgrade unless one is asked for too; otherwise a
     # pending upgrade stays registered.
     new_current_only = args.current_version is not None and args.upgrade_version is None
+    # A new bind host is advertised itself, unless a different host was advertised before.
+    if (args.ic_host is not None and args.advertise_host is None
+            and old.advertise_host == old.ic_host):
+        args.advertise_host = args.ic_host
     for field in attrs.fields_dict(registry.Registration):
         if getattr(args, field, False) is None:
             setattr(args, field, getattr(old, field))
@@ -90,15 +99,26 @@ def _register(args: argparse.Namespace) -> int:
         create_service=args.create_service,
         keep_checkpoints=args.keep_checkpoints,
         log_store=args.log_store,
+        ic_host=args.ic_host,
+        advertise_host=args.advertise_host,
         home=args.home,
     )
     if reg.log_store:
         _publish(reg, args.home)
     upgrade = f", upgrading to {reg.upgrade_version} at its next start" if reg.upgrading else ""
+    link = _link_address(reg.ic_host, reg.advertise_host, reg.ic_port)
     print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
-          f"ic {reg.ic_port}, logs {reg.log_store or registry.instance_dir(reg)}, version "
+          f"ic {reg.ic_port}{link}, logs {reg.log_store or registry.instance_dir(reg)}, version "
           f"{reg.current_version}{upgrade}")
     return 0
+
+
+def _link_address(host: str, advertise: str, port: int) -> str:
+    """How registration lines show a link address other than the default."""
+    if host == advertise == registry.LOOPBACK:
+        return ""
+    shown = f" (links at {registry.format_address(advertise, port)}"
+    return shown + (f", listening on {host})" if host != advertise else ")")
 
 
 def _publish(reg: registry.Registration, home: str | None) -> None:
@@ -153,6 +173,9 @@ def add_register(sub: Any) -> None:
                    help="keep the log in a ØMQ RAFT cluster instead of files in the log "
                         "directory (add ?secret=S for the cluster's secret; '' goes back to "
                         "files)")
+    p.add_argument("--ic-host", default=None, metavar="HOST", help=_IC_HOST_HELP)
+    p.add_argument("--advertise", dest="advertise_host", default=None, metavar="HOST",
+                   help=_ADVERTISE_HELP)
     p.set_defaults(handler=_register)
 
 
@@ -160,13 +183,15 @@ def _add_replica_cmd(args: argparse.Namespace) -> int:
     rep = registry.add_replica(
         instance_name=args.instance_name, replica=args.replica,
         receive_port=args.receive_port, send_port=args.send_port, ic_port=args.ic_port,
-        upgrade_version=args.upgrade_version, home=args.home,
+        upgrade_version=args.upgrade_version, ic_host=args.ic_host,
+        advertise_host=args.advertise_host, home=args.home,
     )
     reg = registry.load(args.instance_name, args.home)
     if reg.log_store:
         _publish(reg, args.home)
     print(f"added replica {rep.number} of {args.instance_name}: receive {rep.receive_port}, "
-          f"send {rep.send_port}, ic {rep.ic_port}")
+          f"send {rep.send_port}, ic {rep.ic_port}"
+          f"{_link_address(rep.ic_host, rep.advertise_host, rep.ic_port)}")
     return 0
 
 
@@ -185,4 +210,7 @@ def add_add_replica(sub: Any) -> None:
                    help="the port other coordinators connect to while this replica is primary")
     p.add_argument("-uv", "--upgrade-version", "--upgradeVersion", type=int, default=None,
                    help="this replica upgrades the instance to this version")
+    p.add_argument("--ic-host", default=registry.LOOPBACK, metavar="HOST", help=_IC_HOST_HELP)
+    p.add_argument("--advertise", dest="advertise_host", default=None, metavar="HOST",
+                   help=_ADVERTISE_HELP)
     p.set_defaults(handler=_add_replica_cmd)

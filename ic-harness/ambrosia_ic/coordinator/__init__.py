@@ -3,10 +3,10 @@ the modules beside it each hold one job (see ``lifecycle``'s docstring)."""
 
 from __future__ import annotations
 
-from .lifecycle import Coordinator, PendingInput
+from .lifecycle import Coordinator, LinkOptions, PendingInput
 from .phase import TRANSITIONS, Phase
 from .reading import EXIT_BINDING_LOST, EXIT_MALFORMED
 from .sink import FencedSink, LogSink, StandaloneSink
 
 __all__ = ["EXIT_BINDING_LOST", "EXIT_MALFORMED", "TRANSITIONS", "Coordinator", "FencedSink",
-           "PendingInput", "LogSink", "Phase", "StandaloneSink"]
+           "LinkOptions", "PendingInput", "LogSink", "Phase", "StandaloneSink"]

@@ -21,6 +21,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
+
 from ambrosia_py.errors import AmbrosiaError, CoordinatorError
 from ambrosia_py.wire import InitialMessage
 
@@ -34,7 +36,7 @@ from .link_server import LinkServer
 from .phase import Phase, next_phase
 from .sink import FencedSink, LogSink, StandaloneSink
 
-__all__ = ["Coordinator", "PendingInput"]
+__all__ = ["Coordinator", "LinkOptions", "PendingInput"]
 
 # An input queued for the committer's next log record: (input key, link sequence number,
 # message bytes); key is the sender's instance name (our own for self-calls) or None for
@@ -44,10 +46,22 @@ PendingInput = tuple[str | None, int | None, bytes]
 MainFlow = Callable[[], Coroutine[Any, Any, None]]
 
 
+@attrs.frozen
+class LinkOptions:
+    """What one run of a coordinator uses for links instead of what is registered
+    (``ambrosia ic --ic-host/--advertise/--link-secret-file``); None keeps the registered
+    value. A new ``host`` without ``advertise`` advertises that host."""
+
+    host: str | None = None
+    advertise: str | None = None
+    secret: bytes | None = None
+
+
 class Coordinator:
     """The coordinator of one registered instance.
 
     Args:
+        link: overrides of the registered link address and of the registry's secret.
         sink: how the log is written; a standalone writer unless given (replicas of an
             active/active instance pass a fenced one, see ``replica.py``).
         fsync_in_thread: write and fsync each record in a thread instead of on the event
@@ -67,7 +81,9 @@ class Coordinator:
         stderr: TextIO | None = None,
         sink: LogSink | None = None,
         fsync_in_thread: bool | None = None,
+        link: LinkOptions | None = None,
     ) -> None:
+        self.link_options = link or LinkOptions()
         self.sink: LogSink = sink if sink is not None else StandaloneSink()
         if (reg.active_active or replica) and not isinstance(self.sink, FencedSink):
             raise CoordinatorError(
@@ -80,7 +96,7 @@ class Coordinator:
         self.home = home
         self.cid = reg.committer_id
         self.dir = registry.instance_dir(reg)
-        self.secret = registry.link_secret(home)
+        self.secret = self.link_options.secret or registry.link_secret(home)
         # A Raft cluster holding registrations of instances this registry lacks (callees
         # on other machines): ``ic --registry``, else this instance's own log store.
         self.registry_cluster = reg.log_store
@@ -117,6 +133,9 @@ class Coordinator:
         self.link_server = LinkServer(
             self.name, home, self.secret, self.ic_port, lambda s: self.inputs.get(s, 0),
             lambda item: outputs.submit(self, item), self.log)
+        # Where the link server listens, and the host others dial (epoch claims name it).
+        self.ic_host = self.advertise = ""
+        self.set_link_hosts(reg.ic_host, reg.advertise_host)
         # checkpoints and the replay digest
         self.checkpoints = CheckpointCollector()
         self.digest: DigestWriter | None = None
@@ -133,6 +152,21 @@ class Coordinator:
         self.new_lock: InstanceLock | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._done: asyncio.Future[tuple[int, str]] | None = None
+
+    def set_link_hosts(self, host: str, advertise: str) -> None:
+        """Listen for links as registered (``host``, dialled at ``advertise``), unless
+        this run was told otherwise.
+
+        Raises:
+            RegistryError: the overrides make no address (a wildcard, not advertised).
+        """
+        o = self.link_options
+        if o.host is not None or o.advertise is not None:
+            host, advertise = registry.link_hosts(
+                o.host or host,
+                o.advertise or (advertise if o.host is None or advertise != host else None))
+        self.ic_host, self.advertise = host, advertise
+        self.link_server.host = host
 
     # ------------------------------------------------------------------ plumbing
     def log(self, text: str) -> None:
@@ -201,10 +235,14 @@ class Coordinator:
         try:
             # Every port first: a busy one must stop the start before anything is
             # written (or, for a replica, before it claims an epoch).
-            self.link_server.sock = reserve_port(self.ic_port, "links")
+            self.link_server.sock = reserve_port(self.ic_port, "links", self.ic_host)
             await ports.open()
             main = choose()
-            print(f"ambrosia-ic ready: instance={self.name} {ready_fields}",
+            # Links elsewhere than 127.0.0.1 are said; the usual line stays as it was.
+            link = ("" if self.advertise == self.ic_host == registry.LOOPBACK else
+                    f" link={registry.format_address(self.advertise, self.ic_port)}"
+                    + (f" listen={self.ic_host}" if self.ic_host != self.advertise else ""))
+            print(f"ambrosia-ic ready: instance={self.name} {ready_fields}{link}",
                   file=self.stdout, flush=True)
             reader, self.send = await ports.accept()
             self.spawn(reading.read_binding(self, reader))

@@ -31,7 +31,7 @@ Submit = Callable[[tuple[str | None, int | None, bytes]], None]
 
 
 class LinkServer:
-    """Accepts links for instance ``name`` on ``port``.
+    """Accepts links for instance ``name`` on ``host``:``port``.
 
     Args:
         logged: the last link sequence number logged from a sender (0: none).
@@ -45,6 +45,7 @@ class LinkServer:
         self.home = home
         self.secret = secret
         self.port = port
+        self.host = LOOPBACK  # the replica's bind host, set before ``open``
         self._logged = logged
         self._submit = submit
         self._log = log
@@ -63,11 +64,12 @@ class LinkServer:
             if self.sock is not None:
                 self._server = await asyncio.start_server(self._on_link, sock=self.sock)
             else:
-                self._server = await asyncio.start_server(self._on_link, LOOPBACK, self.port,
+                self._server = await asyncio.start_server(self._on_link, self.host, self.port,
                                                           reuse_address=True)
         except OSError as err:
             raise CoordinatorError(
-                f"cannot listen for links on {LOOPBACK}:{self.port}: {err.strerror}"
+                f"cannot listen for links on {registry.format_address(self.host, self.port)}: "
+                f"{err.strerror}"
             ) from None
 
     def close(self) -> None:
@@ -104,7 +106,8 @@ class LinkServer:
                 HANDSHAKE_TIMEOUT,
             )
         except (TimeoutError, LinkAuthenticationError, OSError, asyncio.IncompleteReadError) as err:
-            self._log(f"refused a link from {peer[0]}:{peer[1]}: {str(err) or type(err).__name__}")
+            who = registry.format_address(peer[0], peer[1])
+            self._log(f"refused a link from {who}: {str(err) or type(err).__name__}")
             writer.close()
             return
         self._inbound.setdefault(sender, set()).add(writer)

@@ -17,12 +17,11 @@ from ambrosia_py.errors import RegistryError
 from ambrosia_py.wire import OutgoingRpc, check_bytes
 
 from .. import registry
-from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..links import OutboundLink
 from ..logstore import is_impulse
 from ..raft.address import without_secret
-from .cluster_primary import ClusterPrimary
+from .cluster_primary import ClusterPrimary, claimed_address
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -132,13 +131,13 @@ def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
         if reg.log_store:
             # The newest claim in the cluster names the primary (no directory to share);
             # until it is read, replica 0's address is as good a guess as any.
-            return in_cluster(reg) or (LOOPBACK, reg.ic_port)
+            return in_cluster(reg) or (reg.advertise_host, reg.ic_port)
         if reg.active_active:
             # The newest epoch file names the replica holding the log.
-            port = current_primary(registry.instance_dir(reg)).get("ic_port")
-            if isinstance(port, int):
-                return LOOPBACK, port
-        return LOOPBACK, reg.ic_port
+            where = claimed_address(current_primary(registry.instance_dir(reg)))
+            if where is not None:
+                return where
+        return reg.advertise_host, reg.ic_port
 
     return address
 

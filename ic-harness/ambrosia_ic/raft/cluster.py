@@ -1,11 +1,12 @@
 """A local ØMQ RAFT cluster for development and tests: N peers of the npm package
-``zmq-raft`` on 127.0.0.1, each a ``node`` process with its own data directory.
+``zmq-raft`` on one host (127.0.0.1 unless told otherwise), each a ``node`` process
+with its own data directory.
 
 ``make raft-cluster`` installs the package in ``ic-harness/zmq-raft`` (``make test``
 does it too); ``AMBROSIA_ZMQ_RAFT`` names another installation (the directory holding
 ``node_modules``). Run one by hand with::
 
-    python -m ambrosia_ic.raft.cluster --dir /tmp/raft --peers 3 [--secret S]
+    python -m ambrosia_ic.raft.cluster --dir /tmp/raft --peers 3 [--secret S] [--host H]
 
 which prints the peers' urls (the ``raft://`` address to register) and runs until
 interrupted.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import attrs
 
+from ..registry.hosts import LOOPBACK
 from ..registry.ports import free_ports
 from .client import RaftClient
 from .errors import RaftError
@@ -66,16 +69,20 @@ class LocalCluster:
         secret: the cluster's secret.
         request_id_ttl: how long (ms) a request id stays fresh (the cluster's minimum
             is 60 s; the default is 8 hours).
+        host: the address every peer binds and is reached at (an IP address: ØMQ binds
+            no names).
     """
 
     def __init__(self, directory: Path, peers: int = 3, secret: str = "",
-                 request_id_ttl: int | None = None) -> None:
+                 request_id_ttl: int | None = None, host: str = LOOPBACK) -> None:
         self.dir = Path(directory)
         self.secret = secret
+        self.host = _check_host(host)
         self.script = zmq_raft_script()
-        ports = free_ports(2 * peers)
-        self.peers = [Peer(f"p{i + 1}", f"tcp://127.0.0.1:{ports[2 * i]}",
-                           f"tcp://127.0.0.1:{ports[2 * i + 1]}") for i in range(peers)]
+        ports = free_ports(2 * peers, self.host)
+        at = f"[{host}]" if ":" in host else host
+        self.peers = [Peer(f"p{i + 1}", f"tcp://{at}:{ports[2 * i]}",
+                           f"tcp://{at}:{ports[2 * i + 1]}") for i in range(peers)]
         self.request_id_ttl = request_id_ttl
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -175,7 +182,19 @@ class LocalCluster:
         self.stop()
 
 
-def serve(directory: Path, peers: int = 3, secret: str = "") -> int:
+def _check_host(host: str) -> str:
+    """Raises RaftError unless ``host`` is an IP address peers can be dialled at."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise RaftError(f"--host {host!r} is not an IP address (the peers bind it)") from None
+    if ip.is_unspecified:
+        raise RaftError(f"--host {host} is not an address the peers can be reached at: give "
+                        "one of this machine's addresses")
+    return host
+
+
+def serve(directory: Path, peers: int = 3, secret: str = "", host: str = LOOPBACK) -> int:
     """Run a local cluster until SIGINT or SIGTERM (0) or a peer exits (1); prints its
     ``raft://`` address on stdout once it has a leader.
 
@@ -186,7 +205,7 @@ def serve(directory: Path, peers: int = 3, secret: str = "") -> int:
         raise KeyboardInterrupt  # the peers are stopped on the way out, not orphaned
 
     signal.signal(signal.SIGTERM, stop)
-    cluster = LocalCluster(directory, peers, secret)
+    cluster = LocalCluster(directory, peers, secret, host=host)
     try:
         cluster.start()
         print(cluster.address, flush=True)
@@ -205,15 +224,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peers", type=int, default=3, help="how many peers (default 3)")
     parser.add_argument("--secret", default="",
                         help="the cluster's secret (default: none); clients add ?secret=S")
+    parser.add_argument("--host", default=LOOPBACK,
+                        help="the address the peers bind and are reached at (default "
+                             "127.0.0.1)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ambrosia_ic.raft.cluster",
-                                     description="run a local ØMQ RAFT cluster on 127.0.0.1")
+                                     description="run a local ØMQ RAFT cluster")
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return serve(args.dir, args.peers, args.secret)
+        return serve(args.dir, args.peers, args.secret, args.host)
     except RaftError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ The real coordinator keeps registrations in Azure tables. Ours keeps them as fil
 ```
 $AMBROSIA_HOME/                 (default ~/.ambrosia)
   link-secret                   32 random bytes (hex); coordinators prove they know it
+                                (copied between machines with `ambrosia link-secret`)
   instances/<name>.json         one registration per instance
   replicas/<name>/<N>.json      active/active replica N's ports (replica 0: the registration's)
   classes/<name>.json           per version, the MODULE:CLASS `ambrosia run` ran (and from where)
@@ -17,7 +18,8 @@ environment"), so two registries can be used in one process.
 from __future__ import annotations
 
 from .classes import record_class, recorded_class
-from .home import HOME_HELP, ambrosia_home, link_secret
+from .home import HOME_HELP, ambrosia_home
+from .hosts import LOOPBACK, format_address, link_hosts
 from .instances import find_instances, instance_dir, load, registration_exists, set_versions
 from .ports import registered_ports, unregistered_free_ports
 from .published import adopt, published
@@ -27,30 +29,40 @@ from .registration import (
     Registration,
     check_instance_name,
 )
-from .replicas import Replica, replica
+from .replicas import Replica, link_lines, replica, replicas
+from .secret import export_secret, fingerprint, import_secret, link_secret, read_secret_file
 from .writes import add_replica, register
 
 __all__ = [
     "CREATE_SERVICE_MODES",
     "DEFAULT_KEEP_CHECKPOINTS",
     "HOME_HELP",
+    "LOOPBACK",
     "Registration",
     "Replica",
     "add_replica",
     "adopt",
     "ambrosia_home",
     "check_instance_name",
+    "export_secret",
     "find_instances",
+    "fingerprint",
+    "format_address",
+    "import_secret",
     "instance_dir",
+    "link_hosts",
+    "link_lines",
     "link_secret",
     "load",
     "published",
+    "read_secret_file",
     "record_class",
     "recorded_class",
     "register",
     "registered_ports",
     "registration_exists",
     "replica",
+    "replicas",
     "set_versions",
     "unregistered_free_ports",
 ]

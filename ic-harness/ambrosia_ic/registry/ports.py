@@ -1,4 +1,11 @@
-"""Ports in use: no two instances (or replicas) may be registered with one port."""
+"""Ports in use: no two instances (or replicas) on one machine may be registered with
+one port.
+
+A registry can hold replicas on several machines (a registration taken from a Raft
+cluster lists them all), and the same ports on two machines do not collide. The machine
+of a replica is known by its advertised host: replicas advertising different hosts are
+taken to run on different machines (two addresses of one machine with the same port
+would still fail at ``ambrosia ic``, in one line, before anything is written)."""
 
 from __future__ import annotations
 
@@ -10,59 +17,65 @@ from pathlib import Path
 from ambrosia_py.errors import RegistryError
 
 from .home import ambrosia_home
+from .hosts import LOOPBACK
 from .instances import find_instances, load
-from .replicas import replica
+from .replicas import replicas
 
 __all__ = ["free_ports", "refuse_taken_ports", "registered_ports", "unregistered_free_ports"]
 
 
 def registered_ports(home: str | os.PathLike[str] | None = None
                      ) -> dict[int, tuple[str, int, str]]:
-    """Every port the registry hands out: port -> (instance, replica number, which port).
+    """Every port the registry hands out: port -> (instance, replica number, which port),
+    on any machine.
 
     Raises:
         RegistryError: a registration or replica file is damaged.
     """
-    home_path = ambrosia_home(home)
     taken: dict[int, tuple[str, int, str]] = {}
-    for name in find_instances(home_path):
-        reg = load(name, home_path)
-        reps = [replica(reg, 0)]
-        if reg.active_active:
-            folder = home_path / "replicas" / name
-            numbers = sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
-            reps += [replica(reg, n, home_path) for n in numbers if n != 0]
-        for rep in reps:
-            for which, port in (("receive port", rep.receive_port),
-                                ("send port", rep.send_port), ("ic port", rep.ic_port)):
-                taken.setdefault(port, (name, rep.number, which))
+    for (_, port), owner in _registered(ambrosia_home(home)).items():
+        taken.setdefault(port, owner)
     return taken
 
 
-def refuse_taken_ports(home: Path, me: tuple[str, int], ports: Mapping[str, int]) -> None:
+def _registered(home_path: Path) -> dict[tuple[str, int], tuple[str, int, str]]:
+    """(advertised host, port) -> (instance, replica number, which port)."""
+    taken: dict[tuple[str, int], tuple[str, int, str]] = {}
+    for name in find_instances(home_path):
+        for rep in replicas(load(name, home_path), home_path):
+            for which, port in (("receive port", rep.receive_port),
+                                ("send port", rep.send_port), ("ic port", rep.ic_port)):
+                taken.setdefault((rep.advertise_host, port), (name, rep.number, which))
+    return taken
+
+
+def refuse_taken_ports(home: Path, me: tuple[str, int], ports: Mapping[str, int],
+                       machine: str) -> None:
     """Two coordinators cannot listen on one port: refuse a port that another instance (or
-    another replica) is registered with. ``me`` (instance, replica) may keep its own."""
-    taken = registered_ports(home)
+    another replica) on the same machine (advertised host) is registered with. ``me``
+    (instance, replica) may keep its own."""
+    taken = _registered(home)
     for mine, port in ports.items():
-        owner = taken.get(port)
+        owner = taken.get((machine, port))
         if owner is None or owner[:2] == me:
             continue
         name, number, which = owner
         whose = f"instance {name!r}" if number == 0 else f"replica {number} of {name!r}"
+        where = "" if machine == LOOPBACK else f" on {machine}"
         raise RegistryError(
-            f"{mine} {port} is already registered to {whose} (its {which}); every instance "
-            "and replica needs ports of its own"
+            f"{mine} {port} is already registered to {whose} (its {which}){where}; every "
+            "instance and replica needs ports of its own"
         )
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 now (held open together while chosen)."""
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """``n`` distinct TCP ports free on ``host`` now (held open together while chosen)."""
     socks = []
     try:
         for _ in range(n):
-            s = socket.socket()
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
             socks.append(s)
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:

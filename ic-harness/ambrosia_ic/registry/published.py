@@ -48,13 +48,7 @@ def adopt(doc: Any, home: str | os.PathLike[str] | None = None,
         raise RegistryError(f"{where}: replicas of {reg.instance_name} are not a JSON object")
     replicas: list[Replica] = []
     for key, value in raw_replicas.items():
-        try:
-            rep = Replica(**value)
-        except TypeError as err:
-            raise RegistryError(f"{where}: replica {key!r} of {reg.instance_name}: {err}") from None
-        if not all(type(getattr(rep, f.name)) is int for f in attrs.fields(Replica)):
-            raise RegistryError(f"{where}: replica {key!r} of {reg.instance_name}: its "
-                                "numbers are not all integers")
+        rep = Replica.from_json(value, f"{where}: replica {key!r} of {reg.instance_name}")
         if str(rep.number) != key or rep.number < 1:
             raise RegistryError(f"{where}: replica {key!r} of {reg.instance_name} says it is "
                                 f"replica {rep.number}")

@@ -9,6 +9,8 @@ import attrs
 
 from ambrosia_py.errors import RegistryError
 
+from .hosts import LOOPBACK, check_host, link_hosts
+
 __all__ = ["CREATE_SERVICE_MODES", "DEFAULT_KEEP_CHECKPOINTS", "Registration",
            "check_instance_name",
            "check_port"]
@@ -61,6 +63,10 @@ class Registration:
     # Where the log lives: "" for files in log_dir (the default), or a ØMQ RAFT cluster
     # (``raft://HOST:PORT,...[?secret=S]``) so replicas need no shared file system.
     log_store: str = ""
+    # Where replica 0's link server listens, and the host other coordinators dial (its
+    # epoch claims name it). Registrations written before these existed load as 127.0.0.1.
+    ic_host: str = LOOPBACK
+    advertise_host: str = LOOPBACK
 
     def validate(self) -> Registration:
         check_instance_name(self.instance_name)
@@ -96,6 +102,9 @@ class Registration:
             raise RegistryError(
                 f"keep-checkpoints must be at least 1, got {self.keep_checkpoints}"
             )
+        check_host("ic host", self.ic_host)
+        check_host("advertised host", self.advertise_host)
+        link_hosts(self.ic_host, self.advertise_host)
         if self.log_store:
             from ..raft.address import parse_address  # no pyzmq needed to parse
             parse_address(self.log_store)
@@ -125,7 +134,8 @@ class Registration:
         for a in attrs.fields(cls):
             value = getattr(reg, a.name)
             expected = bool if a.name == "active_active" else (
-                str if a.name in ("instance_name", "log_dir", "create_service", "log_store")
+                str if a.name in ("instance_name", "log_dir", "create_service", "log_store",
+                                "ic_host", "advertise_host")
                 else int)
             if type(value) is not expected:
                 raise RegistryError(f"{where}: field {a.name} should be {expected.__name__}")

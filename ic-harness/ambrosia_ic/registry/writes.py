@@ -12,11 +12,13 @@ import attrs
 from ambrosia_py.errors import CoordinatorError, RegistryError
 
 from ..logdir import check_log_dir
-from .home import ambrosia_home, link_secret, write_durably
+from .home import ambrosia_home, write_durably
+from .hosts import LOOPBACK, link_hosts
 from .instances import instances_dir, load
 from .ports import refuse_taken_ports
 from .registration import DEFAULT_KEEP_CHECKPOINTS, Registration, check_instance_name, check_port
 from .replicas import Replica, replica_path
+from .secret import link_secret
 
 __all__ = ["add_replica", "register"]
 
@@ -35,17 +37,22 @@ def register(
     create_service: str = "auto",
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
     log_store: str = "",
+    ic_host: str = LOOPBACK,
+    advertise_host: str | None = None,
     home: str | os.PathLike[str] | None = None,
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
 
-    The log directory is created if missing, and must take a new file.
+    The log directory is created if missing, and must take a new file. ``ic_host`` is
+    where the link server listens, ``advertise_host`` what others dial (default: the
+    same; required when ``ic_host`` is a wildcard such as 0.0.0.0).
 
     Raises:
         RegistryError: an argument is invalid, a port is another instance's, or the log
             directory cannot be used.
     """
     check_instance_name(instance_name)
+    ic_host, advertise = link_hosts(ic_host, advertise_host)
     home_path = ambrosia_home(home)
     committer_id = secrets.randbits(32) - (1 << 31)
     with contextlib.suppress(RegistryError):
@@ -64,10 +71,12 @@ def register(
         create_service=create_service,
         keep_checkpoints=keep_checkpoints,
         log_store=log_store,
+        ic_host=ic_host,
+        advertise_host=advertise,
     ).validate()
     refuse_taken_ports(home_path, (instance_name, 0),
                         {"receive port": receive_port, "send port": send_port,
-                         "ic port": ic_port})
+                         "ic port": ic_port}, advertise)
     try:
         check_log_dir(reg.log_dir)
     except CoordinatorError as err:
@@ -86,9 +95,12 @@ def add_replica(
     send_port: int,
     ic_port: int,
     upgrade_version: int | None = None,
+    ic_host: str = LOOPBACK,
+    advertise_host: str | None = None,
     home: str | os.PathLike[str] | None = None,
 ) -> Replica:
-    """Register replica ``replica`` (>= 1) of an active/active instance.
+    """Register replica ``replica`` (>= 1) of an active/active instance, its link server
+    on ``ic_host``, dialled at ``advertise_host`` (as ``register``'s).
 
     Raises:
         RegistryError: the instance is not registered as active/active, or a port is bad.
@@ -111,10 +123,11 @@ def add_replica(
         raise RegistryError(
             f"upgrade version {uv} is below current version {reg.current_version}"
         )
+    host, advertise = link_hosts(ic_host, advertise_host)
     refuse_taken_ports(home_path, (instance_name, replica),
                         {"receive port": receive_port, "send port": send_port,
-                         "ic port": ic_port})
-    rep = Replica(replica, receive_port, send_port, ic_port, uv)
+                         "ic port": ic_port}, advertise)
+    rep = Replica(replica, receive_port, send_port, ic_port, uv, host, advertise)
     write_durably(replica_path(home_path, instance_name, replica),
                       (json.dumps(attrs.asdict(rep)) + "\n").encode("utf-8"))
     return rep
