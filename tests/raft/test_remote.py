@@ -36,7 +36,10 @@ def test_caller_elsewhere_follows_the_claim(tmp_path: Path, cluster: LocalCluste
     server, caller = Harness(tmp_path / "server"), Harness(tmp_path / "caller")
     try:
         cl = Cluster(server, replicas=2, log_store=cluster.address)
-        caller.register("C")
+        # Both "machines" are this one: C's ports must not be S's registered ones either.
+        rp, sp, ip = registry.unregistered_free_ports(3, server.home)
+        registry.register(instance_name="C", receive_port=rp, send_port=sp, ic_port=ip,
+                          log_dir=caller.logs, home=caller.home)
         # What `register-instance --log-store` does on the server's machine.
         asyncio.run(publish_registration(cluster.address,
                                          registry.published(server.reg("S"), server.home)))
