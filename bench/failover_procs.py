@@ -90,7 +90,8 @@ def wait_until(cond: Any, what: str, limit: float = 60.0) -> Any:
 class ReplicaSet:
     """The server's replicas and the caller, in ``tmp`` (its own registry)."""
 
-    def __init__(self, tmp: Path, log_store: str = "", replicas: int = REPLICAS) -> None:
+    def __init__(self, tmp: Path, log_store: str = "", replicas: int = REPLICAS,
+                 lease_ms: int = 1000) -> None:
         self.tmp = tmp
         self.home = tmp / "home"
         self.log_store = log_store
@@ -104,7 +105,7 @@ class ReplicaSet:
         rp, sp, ip = free_ports(3)
         registry.register(instance_name=SERVER, receive_port=rp, send_port=sp, ic_port=ip,
                           log_dir=tmp / "logs", active_active=True, log_store=log_store,
-                          home=self.home)
+                          lease_ms=lease_ms, home=self.home)
         for n in range(1, replicas):
             rp, sp, ip = free_ports(3)
             registry.add_replica(instance_name=SERVER, replica=n, receive_port=rp,
@@ -218,9 +219,10 @@ class ReplicaSet:
         return done
 
 
-def measure(tmp: Path, log_store: str, kills: list[str]) -> dict[str, Any]:
+def measure(tmp: Path, log_store: str, kills: list[str], lease_ms: int = 1000
+            ) -> dict[str, Any]:
     """One replica set; one kill per item of ``kills``. Returns the samples per kind."""
-    rs = ReplicaSet(tmp, log_store)
+    rs = ReplicaSet(tmp, log_store, lease_ms=lease_ms)
     out: dict[str, Any] = {k: [] for k in set(kills)}
     try:
         rs.start()

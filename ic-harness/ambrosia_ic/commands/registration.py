@@ -39,7 +39,8 @@ _NEW_INSTANCE_NEEDS = {"receive_port": "-rp/--receive-port", "send_port": "-sp/-
                        "ic_port": "-p/--ic-port", "log_dir": "-l/--log-dir"}
 _REGISTER_DEFAULTS = {"current_version": 0, "active_active": False,
                       "log_trigger_size_mb": 1000, "create_service": "auto",
-                      "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS, "log_store": ""}
+                      "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS, "log_store": "",
+                      "lease_ms": 1000}
 
 
 def _fill_from_registration(args: argparse.Namespace) -> None:
@@ -90,6 +91,7 @@ def _register(args: argparse.Namespace) -> int:
         create_service=args.create_service,
         keep_checkpoints=args.keep_checkpoints,
         log_store=args.log_store,
+        lease_ms=args.lease_ms,
         home=args.home,
     )
     if reg.log_store:
@@ -153,6 +155,11 @@ def add_register(sub: Any) -> None:
                    help="keep the log in a ØMQ RAFT cluster instead of files in the log "
                         "directory (add ?secret=S for the cluster's secret; '' goes back to "
                         "files)")
+    p.add_argument("--lease-ms", type=int, default=None, metavar="MS",
+                   help="with --log-store: a standby takes over when the primary was silent "
+                        "this long (default 1000; the primary renews it every MS/5). Shorter "
+                        "means faster failover and more takeovers after a mere stall; a "
+                        "stalled primary is fenced by the log either way")
     p.set_defaults(handler=_register)
 
 

@@ -35,6 +35,7 @@ def register(
     create_service: str = "auto",
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS,
     log_store: str = "",
+    lease_ms: int = 1000,
     home: str | os.PathLike[str] | None = None,
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
@@ -64,6 +65,7 @@ def register(
         create_service=create_service,
         keep_checkpoints=keep_checkpoints,
         log_store=log_store,
+        lease_ms=lease_ms,
     ).validate()
     refuse_taken_ports(home_path, (instance_name, 0),
                         {"receive port": receive_port, "send port": send_port,
