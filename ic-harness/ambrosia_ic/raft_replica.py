@@ -244,8 +244,10 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         e = self.store.held
         assert e is not None
         self.shared_dir.mkdir(parents=True, exist_ok=True)
-        replace_durably(self.shared_dir / f"{EPOCH_PREFIX}{e}",
-                        json.dumps({**self._info(), "epoch": e}).encode())
+        # Where the claim is in the log too: callers here start reading there.
+        info = {**self._info(), "epoch": e, "log_key": self.store.name,
+                "claim_index": self.store.view.claim_index}
+        replace_durably(self.shared_dir / f"{EPOCH_PREFIX}{e}", json.dumps(info).encode())
 
     async def _heartbeat(self) -> None:
         while True:

@@ -212,8 +212,9 @@ class InstanceView:
     """One instance's state as the log says it, fed every committed entry in order.
 
     ``apply`` returns the events of one entry (none for other instances' entries);
-    ``epoch`` and ``holder`` say who is primary; ``checkpoints`` maps each complete
-    checkpoint number to its end event.
+    ``epoch`` and ``holder`` say who is primary (``claim_index`` is where it claimed);
+    ``checkpoints`` maps each complete checkpoint number to its end event;
+    ``entries_read`` counts the entries applied, every instance's.
     """
 
     def __init__(self, name: str) -> None:
@@ -221,7 +222,9 @@ class InstanceView:
         self.epoch = 0
         self.holder: dict[str, Any] = {}
         self.claim_reqid = b""
+        self.claim_index = 0
         self.last_index = 0
+        self.entries_read = 0
         self.checkpoints: dict[int, CheckpointEnd] = {}
         self.registration: dict[str, Any] | None = None
         self.record_count = 0  # records that count, in every Records event so far
@@ -232,6 +235,7 @@ class InstanceView:
         if index <= self.last_index:
             return []  # read twice (a stream resumed): the first reading counted
         self.last_index = index
+        self.entries_read += 1
         got = decode_store_entry(data, index)
         if got is None or got[1] != self.name:
             return []
@@ -255,6 +259,7 @@ class InstanceView:
             except ValueError:
                 raise _damage(index, "an epoch claim whose holder is not JSON") from None
             self.epoch, self.holder, self.claim_reqid = epoch, holder, reqid
+            self.claim_index = index
             return [EpochClaimed(index, epoch, holder, reqid)]
         if epoch < self.epoch:
             self.fenced_count += 1
@@ -287,6 +292,18 @@ class InstanceView:
             self.checkpoints[number] = end
             return [end]
         raise _damage(index, f"unknown log store entry kind {kind!r}")
+
+    def start_at_claim(self, index: int, epoch: int) -> None:
+        """Skip the log before the claim of ``epoch`` at ``index``, one that a reader of
+        the whole log found valid: from there on this view folds the entries as every
+        reader does, since the claims before it are settled. Only the claims are right
+        afterwards (records and checkpoints before ``index`` were never read): for a
+        reader that only needs to know who is primary.
+        """
+        if self.last_index or index < 1 or epoch < 1:
+            raise ValueError(f"cannot start a view at claim {epoch} at index {index}")
+        self.last_index = index - 1
+        self.epoch = epoch - 1
 
     def newest_checkpoint(self) -> CheckpointEnd | None:
         return self.checkpoints[max(self.checkpoints)] if self.checkpoints else None

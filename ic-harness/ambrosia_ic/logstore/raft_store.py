@@ -100,7 +100,10 @@ class RaftLogStore:
                                 "raft log", got.last_index, "the cluster compacted the log "
                                 "into a snapshot this store does not read")
                         for e in got.entries:
-                            out += self.view.apply(e.index, e.reqid, e.data)
+                            evs = self.view.apply(e.index, e.reqid, e.data)
+                            out += evs
+                            # Kept at once: a read that fails later loses none of them.
+                            self._unread += evs
                 except StreamLostError:
                     continue  # a new leader streams the rest
                 if until is None or self.view.last_index >= until:
@@ -109,7 +112,6 @@ class RaftLogStore:
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in out):
             self._seen_epoch_at = time.monotonic()
-        self._unread += out
         return out
 
     def drain_events(self) -> list[Event]:

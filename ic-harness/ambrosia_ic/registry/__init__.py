@@ -8,6 +8,7 @@ $AMBROSIA_HOME/                 (default ~/.ambrosia)
   instances/<name>.json         one registration per instance
   replicas/<name>/<N>.json      active/active replica N's ports (replica 0: the registration's)
   classes/<name>.json           per version, the MODULE:CLASS `ambrosia run` ran (and from where)
+  claims/<log key>.json         a Raft-backed callee's newest epoch claim seen here (a hint)
 ```
 
 Every function takes the home directory explicitly (``home=None`` means "from the
@@ -16,6 +17,7 @@ environment"), so two registries can be used in one process.
 
 from __future__ import annotations
 
+from .claims import remember_claim, remembered_claim
 from .classes import record_class, recorded_class
 from .home import HOME_HELP, ambrosia_home, link_secret
 from .instances import find_instances, instance_dir, load, registration_exists, set_versions
@@ -50,6 +52,8 @@ __all__ = [
     "register",
     "registered_ports",
     "registration_exists",
+    "remember_claim",
+    "remembered_claim",
     "replica",
     "set_versions",
     "unregistered_free_ports",
