@@ -47,7 +47,8 @@ from ambrosia_ic.raft.cluster import LocalCluster  # noqa: E402
 
 BATCH = 64
 SHORT_LEASE_MS = 300
-_ACCOUNT = re.compile(r"silent ([\d.]+) s .*claim ([\d.]+) ms, log up to the claim ([\d.]+) ms")
+_ACCOUNT = re.compile(r"(?:silent ([\d.]+) s|resigned).*claim ([\d.]+) ms, log up to the "
+                      r"claim ([\d.]+) ms")
 RECORD = b"r" * 100
 
 
@@ -165,7 +166,9 @@ def _split(samples: list[dict[str, Any]]) -> dict[str, float]:
         m = _ACCOUNT.search(s["account"])
         if m is None:
             continue
-        silent, claim, read = float(m[1]), float(m[2]) / 1000, float(m[3]) / 1000
+        # A primary that resigned (its binding died) left no lease to wait out.
+        silent = float(m[1]) if m[1] else 0.0
+        claim, read = float(m[2]) / 1000, float(m[3]) / 1000
         parts["lease_wait_s"].append(silent)
         parts["claim_s"].append(claim)
         parts["read_to_claim_s"].append(read)

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ambrosia_py.errors import CoordinatorError, LogCorruptionError
+from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
 from ambrosia_py.wire import (
     HEADER_SIZE,
     BecomingPrimary,
@@ -59,12 +60,14 @@ from .logstore import (
 from .logstore.raft_entries import Records
 from .logstore.raft_store import RaftLogStore
 from .logstore.watermarks import decode_watermarks
+from .raft.errors import RaftError
 from .recovery import read_state
 from .replica import ReplicaCoordinator
 
 __all__ = ["RaftReplicaCoordinator", "RaftSink", "decode_record", "log_key"]
 
 POLL = 0.05  # the longest a follower waits for the leader's broadcast before reading
+RESIGN_TIMEOUT = 2.0
 
 
 def decode_record(data: bytes, index: int) -> DiskRecord:
@@ -167,9 +170,24 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
 
     async def run(self) -> int:
         try:
-            return await super().run()
+            code = await super().run()
+            await self._resign()
+            return code
         finally:
             self.store.close()
+
+    async def _resign(self) -> None:
+        """A primary that stops (its binding died, or it was told to) gives up its epoch,
+        so a standby need not wait out the lease. Best effort: a cluster that does not
+        take it in time leaves the lease to run out, as after ``kill -9``."""
+        if self.role != "primary" or self.store.held is None:
+            return
+        epoch = self.store.held
+        try:
+            await asyncio.wait_for(self.store.resign(), RESIGN_TIMEOUT)
+        except (RaftError, LockLostError, TimeoutError):
+            return
+        self.log(f"resigned epoch {epoch}: a standby takes over without waiting out the lease")
 
     # ------------------------------------------------------------------ the flow
     async def _main(self) -> None:
@@ -226,9 +244,10 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         before = self.next_seq
         await self._follow_cluster()  # everything committed before the claim
         # Where a takeover's time goes, for operators and the failover benchmark.
-        self.log(f"took over epoch {self.store.held}: the primary was silent {silent:.3f} s "
-                 f"(lease {self.lease:g} s), claim {1000 * claim:.1f} ms, log up to the "
-                 f"claim {1000 * (time.monotonic() - reading):.1f} ms "
+        gone = ("the primary resigned" if math.isinf(silent) else
+                f"the primary was silent {silent:.3f} s (lease {self.lease:g} s)")
+        self.log(f"took over epoch {self.store.held}: {gone}, claim {1000 * claim:.1f} ms, "
+                 f"log up to the claim {1000 * (time.monotonic() - reading):.1f} ms "
                  f"({self.next_seq - before} records)")
         self._publish_primary()
         self.spawn(self._heartbeat())
