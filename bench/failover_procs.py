@@ -209,14 +209,23 @@ class ReplicaSet:
         (self.tmp / "stop").write_text("")
         text = wait_until(lambda: (t := self.replies.read_text()) and "done " in t and t,
                           "the caller's last reply", 120)
-        errors = [ln for ln in text.splitlines() if ln.startswith("error")]
-        numbers = [int(ln.split()[0]) for ln in text.splitlines()
-                   if ln and ln[0].isdigit()]
-        done = int(text.split("done ", 1)[1].split()[0])
-        if errors or numbers != list(range(1, done + 1)):
-            raise RuntimeError(f"the caller's replies are wrong: {errors[:3]} "
-                               f"({len(numbers)} replies for {done} requests)")
-        return done
+        return check_replies(text)
+
+
+def check_replies(text: str) -> int:
+    """The number of requests in a finished caller's replies file.
+
+    Raises:
+        RuntimeError: it reports a wrong reply or state, or misses or repeats a reply.
+    """
+    lines = text.splitlines()
+    errors = [ln for ln in lines if ln.startswith("error")]
+    numbers = [int(ln.split()[0]) for ln in lines if ln and ln[0].isdigit()]
+    done = [int(ln.split()[1]) for ln in lines if ln.startswith("done ")]
+    if errors or len(done) != 1 or numbers != list(range(1, done[0] + 1)):
+        raise RuntimeError(f"the caller's replies are wrong: {errors[:3]} ({len(numbers)} "
+                           f"replies, done {done})")
+    return done[0]
 
 
 def measure(tmp: Path, log_store: str, kills: list[str], lease_ms: int = 1000
