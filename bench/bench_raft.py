@@ -9,12 +9,22 @@
   primary was silent past the lease (``LEASE``) and its claim is in the log. Baseline:
   the same with epoch files in a local directory, where the kernel frees the dead
   holder's flock at once. Ratio = local / raft (below 1: raft takes over more slowly).
+- failover through coordinators (``failover_procs``): a three-replica active/active
+  instance (``ambrosia ic --replica N`` + ``ambrosia run`` each) answering a caller
+  immortal that awaits one call after another; ``kill -9`` of the primary's coordinator,
+  and separately of its binding; the time from the kill to the first reply from the new
+  primary, every request checked applied exactly once. The log in the cluster (with
+  the default lease, and with a 300 ms one) against local files, in the same run;
+  ratio = local / raft. ``extra`` splits the Raft takeover: the silence the standby
+  waited (the lease), the claim's round trips, reading the log up to the claim, and
+  the rest (the binding becoming primary, the caller's link moving, the first call).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -29,12 +39,16 @@ for p in (ROOT, ROOT / "ic-harness"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+import failover_procs  # noqa: E402
 from ambrosia_ic.lease import Epochs  # noqa: E402
 from ambrosia_ic.logstore import LogWriter  # noqa: E402
 from ambrosia_ic.logstore.raft_store import LEASE, GroupCommit, RaftLogStore  # noqa: E402
 from ambrosia_ic.raft.cluster import LocalCluster  # noqa: E402
 
 BATCH = 64
+SHORT_LEASE_MS = 300
+_ACCOUNT = re.compile(r"(?:silent ([\d.]+) s|resigned).*claim ([\d.]+) ms, log up to the "
+                      r"claim ([\d.]+) ms")
 RECORD = b"r" * 100
 
 
@@ -144,6 +158,50 @@ def _raft_failover(c: LocalCluster) -> float:
         primary.wait()
 
 
+def _split(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """Medians of where the Raft takeovers' time went (from the new primary's account)."""
+    parts: dict[str, list[float]] = {"lease_wait_s": [], "claim_s": [], "read_to_claim_s": [],
+                                     "rest_s": []}
+    for s in samples:
+        m = _ACCOUNT.search(s["account"])
+        if m is None:
+            continue
+        # A primary that resigned (its binding died) left no lease to wait out.
+        silent = float(m[1]) if m[1] else 0.0
+        claim, read = float(m[2]) / 1000, float(m[3]) / 1000
+        parts["lease_wait_s"].append(silent)
+        parts["claim_s"].append(claim)
+        parts["read_to_claim_s"].append(read)
+        parts["rest_s"].append(s["seconds"] - silent - claim - read)
+    return {k: round(statistics.median(v), 4) for k, v in parts.items() if v}
+
+
+def _through_coordinators(tmp: Path, cluster: LocalCluster, quick: bool
+                          ) -> list[dict[str, Any]]:
+    kills = ["coordinator", "binding"] * (1 if quick else 3)
+    runs = {
+        "local": failover_procs.measure(tmp / "fo-local", "", kills),
+        "raft": failover_procs.measure(tmp / "fo-raft", cluster.address, kills),
+        "short": failover_procs.measure(tmp / "fo-short", cluster.address, kills,
+                                        lease_ms=SHORT_LEASE_MS),
+    }
+    out = []
+    for what in ("coordinator", "binding"):
+        local = [s["seconds"] for s in runs["local"][what]]
+        for run_name, label in (("raft", "lease 1 s"), ("short", f"lease {SHORT_LEASE_MS} ms")):
+            samples = runs[run_name][what]
+            row = _result(f"failover through coordinators, kill -9 of the primary's {what} "
+                          f"-> first reply, Raft log ({label}) (vs local files)", "s",
+                          [s["seconds"] for s in samples], local, invert=True)
+            row["extra"] = {"samples": [round(s["seconds"], 4) for s in samples],
+                            "local_samples": [round(x, 4) for x in local],
+                            "takeover": _split(samples),
+                            "requests_checked": runs[run_name]["requests"],
+                            "local_requests_checked": runs["local"]["requests"]}
+            out.append(row)
+    return out
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     repeats = 2 if quick else 5
     seconds = 0.5 if quick else 2.0
@@ -159,6 +217,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 local_rates.append(_local_appends(d, seconds))
             raft_fo = [_raft_failover(cluster) for _ in range(repeats)]
             local_fo = [_local_failover(Path(tmp) / f"epochs{i}") for i in range(repeats)]
+            through = _through_coordinators(Path(tmp), cluster, quick)
         finally:
             cluster.stop()
     return [
@@ -166,6 +225,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 "records/s", raft_rates, local_rates),
         _result("failover, kill -9 of the primary to the standby's epoch (vs local epochs)",
                 "s", raft_fo, local_fo, invert=True),
+        *through,
     ]
 
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ambrosia_py.errors import CoordinatorError, LogCorruptionError
+from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
 from ambrosia_py.wire import (
     HEADER_SIZE,
     BecomingPrimary,
@@ -56,14 +58,16 @@ from .logstore import (
     remove_unkept,
 )
 from .logstore.raft_entries import Records
-from .logstore.raft_store import HEARTBEAT, LEASE, RaftLogStore
+from .logstore.raft_store import RaftLogStore
 from .logstore.watermarks import decode_watermarks
+from .raft.errors import RaftError
 from .recovery import read_state
 from .replica import ReplicaCoordinator
 
 __all__ = ["RaftReplicaCoordinator", "RaftSink", "decode_record", "log_key"]
 
 POLL = 0.05  # the longest a follower waits for the leader's broadcast before reading
+RESIGN_TIMEOUT = 2.0
 
 
 def decode_record(data: bytes, index: int) -> DiskRecord:
@@ -159,14 +163,31 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         self.raft_sink = RaftSink(self.store, Epochs(self.dir))
         self.sink = self.fenced = self.raft_sink
         self.checkpoint_every = max(16, self.trigger_bytes // 4096)
+        self.lease = reg.lease_ms / 1000
+        self.heartbeat_every = self.lease / 5
         self.loaded: int | None = None  # the checkpoint this replica started from
         self.backlog: list[DiskRecord] = []  # records read before a checkpoint was loaded
 
     async def run(self) -> int:
         try:
-            return await super().run()
+            code = await super().run()
+            await self._resign()
+            return code
         finally:
             self.store.close()
+
+    async def _resign(self) -> None:
+        """A primary that stops (its binding died, or it was told to) gives up its epoch,
+        so a standby need not wait out the lease. Best effort: a cluster that does not
+        take it in time leaves the lease to run out, as after ``kill -9``."""
+        if self.role != "primary" or self.store.held is None:
+            return
+        epoch = self.store.held
+        try:
+            await asyncio.wait_for(self.store.resign(), RESIGN_TIMEOUT)
+        except (RaftError, LockLostError, TimeoutError):
+            return
+        self.log(f"resigned epoch {epoch}: a standby takes over without waiting out the lease")
 
     # ------------------------------------------------------------------ the flow
     async def _main(self) -> None:
@@ -180,17 +201,21 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         self.log(f"following the log in {self.store.address} as a {self.role}")
         while True:
             await self._follow_cluster()
-            if self.store.silent_for() > LEASE and await self.store.claim(self._info()):
+            silent = self.store.silent_for()
+            claiming = time.monotonic()
+            if silent > self.lease and await self.store.claim(self._info()):
                 if self.store.view.record_count == 0:
                     # The first start never logged its record 0: it is still owed.
                     await self._first_start()
                 else:
-                    await self._raft_take_over()
+                    await self._raft_take_over(silent, time.monotonic() - claiming)
                 return
             if self.loaded is not None and (
                     self.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
                 await self._checkpoint_here()
-            await self.store.wait(POLL)
+            # A dead primary sends no broadcasts: wake up when its lease runs out, not
+            # up to a poll interval later.
+            await self.store.wait(min(POLL, max(0.002, self.lease - silent)))
 
     def _rank(self) -> int:
         """0 for the checkpointing secondary (the lowest-numbered replica that is not the
@@ -208,9 +233,17 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         await startup.first_start(self)
         await startup.go_live(self)
 
-    async def _raft_take_over(self) -> None:
+    async def _raft_take_over(self, silent: float, claim: float) -> None:
         self.role = "primary"
+        reading = time.monotonic()
+        before = self.next_seq
         await self._follow_cluster()  # everything committed before the claim
+        # Where a takeover's time goes, for operators and the failover benchmark.
+        gone = ("the primary resigned" if math.isinf(silent) else
+                f"the primary was silent {silent:.3f} s (lease {self.lease:g} s)")
+        self.log(f"took over epoch {self.store.held}: {gone}, claim {1000 * claim:.1f} ms, "
+                 f"log up to the claim {1000 * (time.monotonic() - reading):.1f} ms "
+                 f"({self.next_seq - before} records)")
         self._publish_primary()
         self.spawn(self._heartbeat())
         n = self.log_n + 1
@@ -225,13 +258,15 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         e = self.store.held
         assert e is not None
         self.shared_dir.mkdir(parents=True, exist_ok=True)
-        replace_durably(self.shared_dir / f"{EPOCH_PREFIX}{e}",
-                        json.dumps({**self._info(), "epoch": e}).encode())
+        # Where the claim is in the log too: callers here start reading there.
+        info = {**self._info(), "epoch": e, "log_key": self.store.name,
+                "claim_index": self.store.view.claim_index}
+        replace_durably(self.shared_dir / f"{EPOCH_PREFIX}{e}", json.dumps(info).encode())
 
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT)
-            if self.store.silent_for() >= HEARTBEAT:
+            await asyncio.sleep(self.heartbeat_every)
+            if self.store.silent_for() >= self.heartbeat_every:
                 await self.store.heartbeat()
 
     # ------------------------------------------------------------------ following

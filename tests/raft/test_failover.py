@@ -97,3 +97,16 @@ def test_paused_primary_is_fenced(harness: Harness, whole_cluster: LocalCluster)
     cl.stop_pump()
     calls = cl.check_exactly_once(new)
     assert len(calls) > 50
+
+
+def test_a_primary_whose_binding_dies_resigns(harness: Harness,
+                                              whole_cluster: LocalCluster) -> None:
+    cl = start(harness, whole_cluster)
+    time.sleep(0.3)
+    cl.drivers[0].b.close()  # the binding is gone: the coordinator exits
+    assert cl.procs[0].wait(30) != 0
+    assert "resigned epoch 1" in harness.stderr_of(cl.procs[0])
+    new = wait_new_primary(cl, 0)
+    assert "took over epoch 2: the primary resigned" in harness.stderr_of(cl.procs[new])
+    cl.stop_pump()
+    assert len(cl.check_exactly_once(new)) > 20

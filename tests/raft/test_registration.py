@@ -48,17 +48,28 @@ def test_register_with_a_raft_log_store(harness: Harness, cluster: LocalCluster)
     assert reg.log_store == cluster.address
     published = asyncio.run(fetch_registration(cluster.address, "svc"))
     assert published == {**reg.to_json(), "replicas": {}}
+    assert reg.lease_ms == 1000
+    # The lease: a registration option, kept when not given, within bounds.
+    r = harness.cli(*base, "--lease-ms", "50")
+    assert (r.returncode, r.stderr) == (1, "ambrosia: error: lease must be 100..600000 ms, "
+                                           "got 50\n")
+    assert harness.cli(*base, "--lease-ms", "300").returncode == 0
+    doc = asyncio.run(fetch_registration(cluster.address, "svc"))
+    assert doc is not None and doc["lease_ms"] == 300
     # Options not given keep the registered store; '' goes back to files.
     assert harness.cli(*base).returncode == 0
     assert registry.load("svc", harness.home).log_store == cluster.address
+    assert registry.load("svc", harness.home).lease_ms == 300
     assert harness.cli(*base, "--log-store", "").returncode == 0
     assert registry.load("svc", harness.home).log_store == ""
     # A registration written before the option existed loads with files.
     path = harness.home / "instances" / "svc.json"
     data = json.loads(path.read_text())
     del data["log_store"]
+    del data["lease_ms"]
     path.write_text(json.dumps(data))
     assert registry.load("svc", harness.home).log_store == ""
+    assert registry.load("svc", harness.home).lease_ms == 1000
 
 
 @pytest.mark.integration

@@ -250,3 +250,30 @@ def test_paused_primary_is_fenced_and_a_raft_peer_dies(whole_cluster: LocalClust
         if b is not None:
             b.kill()
     exactly_once(c, name, total)
+
+
+def test_a_primary_that_resigns_lets_a_standby_claim_at_once(cluster: LocalCluster) -> None:
+    name = fresh()
+
+    async def body() -> None:
+        a, b = RaftLogStore(cluster.address, name), RaftLogStore(cluster.address, name)
+        try:
+            assert await a.claim({"replica": 1})
+            await a.append([b"a0"])
+            await b.catch_up()
+            assert b.silent_for() < LEASE
+            await a.resign()
+            with pytest.raises(LockLostError):
+                await a.append([b"a1"])  # nothing after the resignation
+            await b.catch_up()
+            assert b.silent_for() > LEASE  # no lease left to wait out
+            assert await b.claim({"replica": 2})
+            await b.catch_up()
+            assert b.silent_for() < LEASE  # the new epoch's holder has not resigned
+            await b.append([b"b0"])
+        finally:
+            a.close()
+            b.close()
+        records, view = await committed(cluster, name)
+        assert records == [b"a0", b"b0"] and view.epoch == 2 and not view.resigned
+    run(body)

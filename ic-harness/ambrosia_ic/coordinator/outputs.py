@@ -21,7 +21,7 @@ from ..lease import current_primary
 from ..links import OutboundLink
 from ..logstore import is_impulse
 from ..raft.address import without_secret
-from .cluster_primary import ClusterPrimary, claimed_address
+from .cluster_primary import ClaimMark, ClusterPrimary, claimed_address, known_claim
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -122,7 +122,14 @@ def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
         if found and (found[0][0].address, found[0][0].key) != (reg.log_store, key):
             found.pop()[1].cancel()  # registered afresh: a log of its own
         if not found:
-            finder = ClusterPrimary(reg.log_store, key, c.log)
+            cluster = without_secret(reg.log_store)
+
+            def remember(mark: ClaimMark) -> None:
+                c.spawn(asyncio.to_thread(registry.remember_claim, home, cluster, key,
+                                          mark.index, mark.epoch))
+
+            finder = ClusterPrimary(reg.log_store, key, c.log,
+                                    start=known_claim(home, reg, key), remember=remember)
             found.append((finder, c.spawn(finder.follow())))
         return found[0][0].where
 

@@ -7,7 +7,7 @@ many instances, and the registry)::
     "AM" version(1) kind(1) u16 name length, name (UTF-8), body
 
     E  epoch claim     i64 epoch, JSON holder info (replica, link port, ...)
-    H  heartbeat       i64 epoch
+    H  heartbeat       i64 epoch [, u8 1: its holder resigned the epoch]
     R  records         i64 epoch, u32 n, n x (u32 length, bytes): one group commit
     C  checkpoint part i64 epoch, u32 checkpoint number, u32 part number, bytes
     K  checkpoint end  i64 epoch, u32 number, u32 parts, u64 size, u64 XXH64 of the parts
@@ -22,6 +22,9 @@ cluster's log has one order:
   ignored: a paused old primary that appends after a newer claim is fenced, whatever
   it believes. Records of an epoch newer than the current one cannot be written by a
   correct writer: damage.
+- A heartbeat of the current epoch that says its holder resigned (a primary that stops,
+  e.g. when its binding died) lets a standby claim without waiting out the lease.
+  Readers that predate it see a heartbeat.
 - A checkpoint counts once its end entry came with all its parts; the newest complete
   checkpoint of a number wins (two of one number hold the same state, except for a
   first start tried again, whose newest try is the one that counts). Readers verify
@@ -74,8 +77,8 @@ def encode_claim(name: str, epoch: int, holder: dict[str, Any]) -> bytes:
     return _head(b"E", name) + _I64.pack(epoch) + json.dumps(holder).encode()
 
 
-def encode_heartbeat(name: str, epoch: int) -> bytes:
-    return _head(b"H", name) + _I64.pack(epoch)
+def encode_heartbeat(name: str, epoch: int, resign: bool = False) -> bytes:
+    return _head(b"H", name) + _I64.pack(epoch) + (b"\x01" if resign else b"")
 
 
 def encode_records(name: str, epoch: int, records: Sequence[bytes]) -> bytes:
@@ -111,6 +114,7 @@ class EpochClaimed:
 class Heartbeat:
     index: int
     epoch: int
+    resigned: bool = False
 
 
 @attrs.frozen
@@ -212,8 +216,9 @@ class InstanceView:
     """One instance's state as the log says it, fed every committed entry in order.
 
     ``apply`` returns the events of one entry (none for other instances' entries);
-    ``epoch`` and ``holder`` say who is primary; ``checkpoints`` maps each complete
-    checkpoint number to its end event.
+    ``epoch`` and ``holder`` say who is primary (``claim_index`` is where it claimed);
+    ``checkpoints`` maps each complete checkpoint number to its end event;
+    ``entries_read`` counts the entries applied, every instance's.
     """
 
     def __init__(self, name: str) -> None:
@@ -221,7 +226,10 @@ class InstanceView:
         self.epoch = 0
         self.holder: dict[str, Any] = {}
         self.claim_reqid = b""
+        self.claim_index = 0
+        self.resigned = False  # the current epoch's holder said it stopped
         self.last_index = 0
+        self.entries_read = 0
         self.checkpoints: dict[int, CheckpointEnd] = {}
         self.registration: dict[str, Any] | None = None
         self.record_count = 0  # records that count, in every Records event so far
@@ -232,6 +240,7 @@ class InstanceView:
         if index <= self.last_index:
             return []  # read twice (a stream resumed): the first reading counted
         self.last_index = index
+        self.entries_read += 1
         got = decode_store_entry(data, index)
         if got is None or got[1] != self.name:
             return []
@@ -255,6 +264,8 @@ class InstanceView:
             except ValueError:
                 raise _damage(index, "an epoch claim whose holder is not JSON") from None
             self.epoch, self.holder, self.claim_reqid = epoch, holder, reqid
+            self.claim_index = index
+            self.resigned = False
             return [EpochClaimed(index, epoch, holder, reqid)]
         if epoch < self.epoch:
             self.fenced_count += 1
@@ -263,7 +274,9 @@ class InstanceView:
             raise _damage(index, f"a {kind!r} entry of epoch {epoch}, never claimed "
                           f"(the current epoch is {self.epoch})")
         if kind == "H":
-            return [Heartbeat(index, epoch)]
+            resigned = body[8:9] == b"\x01"
+            self.resigned = self.resigned or resigned
+            return [Heartbeat(index, epoch, resigned)]
         if kind == "R":
             records = _records(body, index)[1]
             self.record_count += len(records)
@@ -287,6 +300,18 @@ class InstanceView:
             self.checkpoints[number] = end
             return [end]
         raise _damage(index, f"unknown log store entry kind {kind!r}")
+
+    def start_at_claim(self, index: int, epoch: int) -> None:
+        """Skip the log before the claim of ``epoch`` at ``index``, one that a reader of
+        the whole log found valid: from there on this view folds the entries as every
+        reader does, since the claims before it are settled. Only the claims are right
+        afterwards (records and checkpoints before ``index`` were never read): for a
+        reader that only needs to know who is primary.
+        """
+        if self.last_index or index < 1 or epoch < 1:
+            raise ValueError(f"cannot start a view at claim {epoch} at index {index}")
+        self.last_index = index - 1
+        self.epoch = epoch - 1
 
     def newest_checkpoint(self) -> CheckpointEnd | None:
         return self.checkpoints[max(self.checkpoints)] if self.checkpoints else None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -100,7 +101,10 @@ class RaftLogStore:
                                 "raft log", got.last_index, "the cluster compacted the log "
                                 "into a snapshot this store does not read")
                         for e in got.entries:
-                            out += self.view.apply(e.index, e.reqid, e.data)
+                            evs = self.view.apply(e.index, e.reqid, e.data)
+                            out += evs
+                            # Kept at once: a read that fails later loses none of them.
+                            self._unread += evs
                 except StreamLostError:
                     continue  # a new leader streams the rest
                 if until is None or self.view.last_index >= until:
@@ -109,7 +113,6 @@ class RaftLogStore:
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in out):
             self._seen_epoch_at = time.monotonic()
-        self._unread += out
         return out
 
     def drain_events(self) -> list[Event]:
@@ -135,7 +138,10 @@ class RaftLogStore:
             got = await self._sub.receive(timeout)
 
     def silent_for(self) -> float:
-        """Seconds since this reader last saw anything of the current epoch."""
+        """Seconds since this reader last saw anything of the current epoch (infinite
+        once its holder resigned: nobody is left to wait for)."""
+        if self.view.resigned:
+            return math.inf
         return time.monotonic() - self._seen_epoch_at
 
     # ------------------------------------------------------------------ writing
@@ -153,8 +159,12 @@ class RaftLogStore:
         return False
 
     def check(self) -> None:
-        """Raises LockLostError if a newer epoch was claimed (as far as the view knows)."""
-        if self.held is None or self.view.epoch != self.held:
+        """Raises LockLostError if a newer epoch was claimed (as far as the view knows), or
+        this store holds none (never claimed, or resigned)."""
+        if self.held is None:
+            raise LockLostError(f"raft log of {self.name}: this store holds no epoch (not "
+                                "claimed, or resigned); it writes nothing")
+        if self.view.epoch != self.held:
             raise LockLostError(
                 f"raft log of {self.name}: epoch {self.view.epoch} was claimed after this "
                 f"primary's epoch {self.held}; it was fenced off and stops without writing")
@@ -173,13 +183,25 @@ class RaftLogStore:
             LockLostError: this store does not hold the newest epoch (not claimed, or
                 fenced by a newer claim); the records do not count for any reader.
         """
-        assert self.held is not None, "append before claim"
+        self.check()
+        assert self.held is not None
         return await self._append_fenced(encode_records(self.name, self.held, records))
 
     async def heartbeat(self) -> None:
         """Renew the lease (the primary, when it has nothing to append)."""
         assert self.held is not None, "heartbeat before claim"
         await self._append_fenced(encode_heartbeat(self.name, self.held))
+
+    async def resign(self) -> None:
+        """Give up the epoch (a primary that stops): standbys claim the next one without
+        waiting out the lease. Nothing is appended after it by this store.
+
+        Raises:
+            LockLostError: a newer epoch was claimed already (nothing to give up).
+        """
+        assert self.held is not None, "resign before claim"
+        await self._append_fenced(encode_heartbeat(self.name, self.held, resign=True))
+        self.held = None
 
     # ------------------------------------------------------------------ checkpoints
     async def write_checkpoint(self, number: int, pieces: Iterable[bytes]) -> bool:

@@ -9,6 +9,7 @@ $AMBROSIA_HOME/                 (default ~/.ambrosia)
   instances/<name>.json         one registration per instance
   replicas/<name>/<N>.json      active/active replica N's ports (replica 0: the registration's)
   classes/<name>.json           per version, the MODULE:CLASS `ambrosia run` ran (and from where)
+  claims/<log key>.json         a Raft-backed callee's newest epoch claim seen here (a hint)
 ```
 
 Every function takes the home directory explicitly (``home=None`` means "from the
@@ -17,6 +18,7 @@ environment"), so two registries can be used in one process.
 
 from __future__ import annotations
 
+from .claims import remember_claim, remembered_claim
 from .classes import record_class, recorded_class
 from .home import HOME_HELP, ambrosia_home
 from .hosts import LOOPBACK, format_address, link_hosts
@@ -61,6 +63,8 @@ __all__ = [
     "register",
     "registered_ports",
     "registration_exists",
+    "remember_claim",
+    "remembered_claim",
     "replica",
     "replicas",
     "set_versions",

@@ -11,12 +11,16 @@ from ambrosia_py.errors import RegistryError
 
 from .hosts import LOOPBACK, check_host, link_hosts
 
-__all__ = ["CREATE_SERVICE_MODES", "DEFAULT_KEEP_CHECKPOINTS", "Registration",
+__all__ = ["CREATE_SERVICE_MODES", "DEFAULT_KEEP_CHECKPOINTS", "MAX_LEASE_MS",
+           "MIN_LEASE_MS", "Registration",
            "check_instance_name",
            "check_port"]
 
 CREATE_SERVICE_MODES = ("auto", "no-recovery", "always-recover")
 DEFAULT_KEEP_CHECKPOINTS = 2
+# A lease below a Raft round trip or two would move the primary at every hiccup.
+MIN_LEASE_MS = 100
+MAX_LEASE_MS = 600_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -67,6 +71,10 @@ class Registration:
     # epoch claims name it). Registrations written before these existed load as 127.0.0.1.
     ic_host: str = LOOPBACK
     advertise_host: str = LOOPBACK
+    # With the log in a cluster: a standby that saw nothing of the primary this long
+    # claims the next epoch (the primary renews it every fifth of it). Only availability
+    # rests on it: a primary paused past it is fenced by the log's order.
+    lease_ms: int = 1000
 
     def validate(self) -> Registration:
         check_instance_name(self.instance_name)
@@ -108,6 +116,9 @@ class Registration:
         if self.log_store:
             from ..raft.address import parse_address  # no pyzmq needed to parse
             parse_address(self.log_store)
+        if not MIN_LEASE_MS <= self.lease_ms <= MAX_LEASE_MS:
+            raise RegistryError(f"lease must be {MIN_LEASE_MS}..{MAX_LEASE_MS} ms, got "
+                                f"{self.lease_ms}")
         if not -(1 << 31) <= self.committer_id < (1 << 31):
             raise RegistryError(f"committer id {self.committer_id} does not fit an int32")
         return self

@@ -39,6 +39,7 @@ def register(
     log_store: str = "",
     ic_host: str = LOOPBACK,
     advertise_host: str | None = None,
+    lease_ms: int = 1000,
     home: str | os.PathLike[str] | None = None,
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
@@ -73,6 +74,7 @@ def register(
         log_store=log_store,
         ic_host=ic_host,
         advertise_host=advertise,
+        lease_ms=lease_ms,
     ).validate()
     refuse_taken_ports(home_path, (instance_name, 0),
                         {"receive port": receive_port, "send port": send_port,
