@@ -15,6 +15,9 @@ input.
   most 63 bytes (counterpart: ``MessageStreamDecoder``'s general path).
 - ``incoming_records``: whole data records whose bodies hold only incoming RPC calls, as a
   replay streams them (counterpart: ``LogRecordDecoder.next_event``, record by record).
+- ``stored_spans``: a coordinator's log file as a recovery scans it, records stored with
+  one input watermark each (counterpart: the general reader of ``ambrosia_ic``'s
+  ``LogScan``, record by record).
 ``MessageStreamDecoder.next_event`` keeps one more fast path inline (a whole self-call
 with a one-byte size and method id: a function call would cost a fifth of its time); the
 same tests cover it through the decoder.
@@ -22,13 +25,15 @@ same tests cover it through the decoder.
 
 from __future__ import annotations
 
+import struct
+from array import array
 from collections.abc import Callable
 from typing import Any
 
 from .messages import OutgoingRpc, Rpc
 from .records import HEADER, check_bytes
 
-__all__ = ["incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs"]
+__all__ = ["incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs", "stored_spans"]
 
 _header = HEADER.unpack_from
 
@@ -168,3 +173,51 @@ def incoming_records(buf: bytes, pos: int, last_seq: int | None, max_size: int, 
         pos = end
         last_seq = seq
     return pos, last_seq
+
+
+def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect: int | None,
+                 names: dict[bytes, str], inputs: dict[str, int], starts: array[int]
+                 ) -> tuple[int, int, int | None]:
+    """The usual records of a coordinator's log file from ``pos`` to ``size``:
+    ``(next_pos, records taken, last sequence id taken or None)``.
+
+    A stored record is a log record whose length field holds ``-length - 1``, followed by
+    its watermarks (``ambrosia_ic.logstore.watermarks``). The usual one has the committer
+    ``committer_id`` and the sequence id ``expect`` (None: any), intact check bytes, and
+    the watermarks of one input whose name is a key of ``names`` (names seen earlier in
+    the scan) with no trims: ``02, zz32 length, name, two int64, 00``. For each, its
+    start is appended to ``starts`` and ``inputs[name]`` set to its input watermark.
+    Anything else, a torn tail included, stops the loop there, for the general reader.
+    """
+    append = starts.append
+    count = 0
+    last = None
+    # By the byte holding the name's length: the watermarks unpacked in one call.
+    layouts: dict[int, Any] = {}
+    while size - pos >= 24:
+        committer, stored, check, seq = _header(buf, pos)
+        end = pos - stored - 1  # where the body ends
+        if (stored >= -24 or end + 2 >= size or seq < 0
+                or (committer_id is not None and committer != committer_id)
+                or (expect is not None and seq != expect)):
+            break
+        mark = buf[end + 1]
+        layout = layouts.get(mark)
+        if layout is None:
+            if mark & 0x81:
+                break
+            layout = layouts[mark] = struct.Struct(f"<BB{mark >> 1}sqqB")
+        if end + layout.size > size:
+            break
+        n, _, raw, value, _, trims = layout.unpack_from(buf, end)
+        name = names.get(raw) if n == 2 and trims == 0 else None
+        if name is None or check_bytes(buf[pos + 24 : end]) != check:
+            break
+        inputs[name] = value
+        append(pos)
+        count += 1
+        last = seq
+        expect = seq + 1
+        pos = end + layout.size
+    return pos, count, last
+
