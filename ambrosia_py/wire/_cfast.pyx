@@ -13,7 +13,7 @@ from array import array
 
 from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
 
 from . import _fast
 from .messages import OutgoingRpc, Rpc
@@ -288,3 +288,46 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
         if have_value:
             inputs[name] = value
     return pos, count, (last if count else None)
+
+
+def stored_as_wire(buf, offsets, Py_ssize_t i, long long seq, Py_ssize_t max_bytes):
+    """``_fast.stored_as_wire``: stored records cut into their wire form."""
+    if (i < 0 or not isinstance(offsets, array) or offsets.typecode != "q"
+            or not PyObject_CheckBuffer(buf)):
+        return _fast.stored_as_wire(buf, offsets, i, seq, max_bytes)
+    cdef const unsigned char[::1] view = buf
+    cdef const long long[::1] offs = offsets
+    cdef Py_ssize_t size = view.shape[0]
+    cdef Py_ssize_t n = offs.shape[0]
+    cdef Py_ssize_t first = i, total = 0, pos, length, at, j
+    cdef long stored
+    cdef bint ok = True
+    # First the records to take and their size, then one copy each into the result.
+    while i < n:
+        pos = offs[i]
+        if pos < 0 or pos + 24 > size:
+            ok = False
+            break
+        stored = _i32(&view[pos + 4])
+        length = -(<Py_ssize_t>stored) - 1
+        if _i64(&view[pos + 16]) != seq or length < 24 or pos + length > size:
+            ok = False
+            break
+        total += length
+        i += 1
+        seq += 1
+        if total >= max_bytes:
+            break
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* dst = PyBytes_AS_STRING(out)
+    at = 0
+    for j in range(first, i):
+        pos = offs[j]
+        length = -(<Py_ssize_t>_i32(&view[pos + 4])) - 1
+        memcpy(dst + at, &view[pos], length)
+        dst[at + 4] = length & 0xFF
+        dst[at + 5] = (length >> 8) & 0xFF
+        dst[at + 6] = (length >> 16) & 0xFF
+        dst[at + 7] = (length >> 24) & 0xFF
+        at += length
+    return out, i, ok

@@ -18,6 +18,8 @@ input.
 - ``stored_spans``: a coordinator's log file as a recovery scans it, records stored with
   one input watermark each (counterpart: the general reader of ``ambrosia_ic``'s
   ``LogScan``, record by record).
+- ``stored_as_wire``: records a scan found, cut from the file into their wire form to be
+  replayed (it checks only that each is still where the scan found it).
 ``MessageStreamDecoder.next_event`` keeps one more fast path inline (a whole self-call
 with a one-byte size and method id: a function call would cost a fifth of its time); the
 same tests cover it through the decoder.
@@ -27,15 +29,17 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .messages import OutgoingRpc, Rpc
 from .records import HEADER, check_bytes
 
-__all__ = ["incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs", "stored_spans"]
+__all__ = ["incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs", "stored_as_wire",
+           "stored_spans"]
 
 _header = HEADER.unpack_from
+_set_length = struct.Struct("<i").pack_into
 
 # NamedTuple.__new__ is a Python function; tuple.__new__ builds the same object in C.
 _new = tuple.__new__
@@ -221,3 +225,33 @@ def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect
         pos = end + layout.size
     return pos, count, last
 
+
+def stored_as_wire(buf: Any, offsets: Sequence[int], i: int, seq: int, max_bytes: int
+                   ) -> tuple[bytes | bytearray, int, bool]:
+    """The stored records that start at ``offsets[i:]``, whose sequence ids are ``seq``,
+    ``seq + 1``, ..., in their wire form (positive length, no watermarks), one after
+    another until there are ``max_bytes`` or more: ``(bytes, next index, ok)``.
+
+    ``ok`` is False when the record at the next index is not a stored record of the
+    expected sequence id that fits in ``buf`` (the file changed since it was scanned);
+    nothing of it is taken.
+    """
+    size = len(buf)
+    out = bytearray()
+    n = len(offsets)
+    while i < n:
+        pos = offsets[i]
+        if pos < 0 or pos + 24 > size:
+            return out, i, False
+        _, stored, _, got = _header(buf, pos)
+        length = -stored - 1
+        if got != seq or length < 24 or pos + length > size:
+            return out, i, False
+        at = len(out)
+        out += buf[pos : pos + length]
+        _set_length(out, at + 4, length)
+        i += 1
+        seq += 1
+        if len(out) >= max_bytes:
+            break
+    return out, i, True

@@ -16,7 +16,7 @@ from ..errors import CodecChoiceError
 from . import _fast
 
 __all__ = ["CODEC", "incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs",
-           "stored_spans"]
+           "stored_as_wire", "stored_spans"]
 
 
 def _choose(choice: str) -> tuple[str, ModuleType]:
@@ -44,3 +44,4 @@ outgoing_rpcs = _impl.outgoing_rpcs
 long_zz32 = _impl.long_zz32
 incoming_records = _impl.incoming_records
 stored_spans = _impl.stored_spans
+stored_as_wire = _impl.stored_as_wire

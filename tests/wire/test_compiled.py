@@ -257,3 +257,44 @@ def test_stored_spans_take_the_usual_records_and_stop_at_anything_else(tmp_path)
         starts = array("l")
         assert impl.stored_spans(whole, 0, len(whole), 7, 5, names, inputs, starts) == \
             (0, 0, None)  # no name seen yet: the general reader decodes the first
+
+
+def as_wire(impl: Any, buf: Any, offsets: Any, i: int, seq: int, max_bytes: int
+            ) -> tuple[bytes, int, bool]:
+    out, nxt, ok = impl.stored_as_wire(buf, offsets, i, seq, max_bytes)
+    return bytes(out), nxt, ok
+
+
+def stored_log(n: int) -> tuple[bytes, list[int]]:
+    records = [stored(7, 5 + i, bytes([i % 256]) * (i % 40), one_input(b"peer", i))
+               for i in range(n)]
+    return b"".join(records), [sum(map(len, records[:i])) for i in range(n)]
+
+
+@SETTINGS
+@given(st.integers(0, 12), st.data())
+def test_stored_as_wire_agree_on_any_input(n, data):
+    buf, offsets = stored_log(n)
+    buf = data.draw(st.one_of(st.just(buf), s.mutations(buf))) if buf else buf
+    offsets = data.draw(st.one_of(st.just(offsets), st.permutations(offsets)))
+    i = data.draw(st.integers(0, n))
+    seq = data.draw(st.sampled_from([5 + i, 4 + i, 5]))
+    max_bytes = data.draw(st.sampled_from([0, 1, 30, 100, 1 << 20]))
+    want = as_wire(_fast, buf, offsets, i, seq, max_bytes)
+    assert as_wire(_cfast, buf, array("q", offsets), i, seq, max_bytes) == want
+    assert as_wire(_cfast, buf, offsets, i, seq, max_bytes) == want  # a list: pure
+
+
+def test_stored_as_wire_cuts_the_wire_form_and_stops_at_a_changed_record():
+    buf, offsets = stored_log(300)
+    wire = [encode_record(7, 5 + i, bytes([i % 256]) * (i % 40)) for i in range(300)]
+    for impl in IMPLS.values():
+        starts = array("q", offsets)
+        assert as_wire(impl, buf, starts, 0, 5, 1 << 20) == (b"".join(wire), 300, True)
+        got, nxt, ok = as_wire(impl, buf, starts, 10, 15, 100)
+        assert ok and got == b"".join(wire[10:nxt]) and len(got) >= 100
+        assert len(got) - len(wire[nxt - 1]) < 100  # it stops at the first record past it
+        assert as_wire(impl, buf, starts, 10, 16, 100) == (b"", 10, False)
+        cut = buf[: offsets[201] + 20]  # the file lost the end of record 201
+        assert as_wire(impl, cut, starts, 0, 5, 1 << 20) == (b"".join(wire[:201]), 201, False)
+        assert as_wire(impl, buf, starts, 300, 305, 1 << 20) == (b"", 300, True)

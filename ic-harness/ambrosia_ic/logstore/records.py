@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from array import array
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any, NamedTuple
 
 from ambrosia_py.errors import LogCorruptionError, WireFormatError
 from ambrosia_py.wire import HEADER_SIZE, Incomplete, check_bytes
-from ambrosia_py.wire._paths import stored_spans
+from ambrosia_py.wire._paths import stored_as_wire, stored_spans
 from ambrosia_py.wire.records import HEADER as _HEADER
 
 from .watermarks import decode_watermarks as _decode_watermarks
@@ -22,7 +21,6 @@ from .watermarks import encode_watermarks as _encode_watermarks
 __all__ = ["DiskRecord", "LogScan", "LogWriter", "encode_disk_record", "scan_log",
            "wire_batches"]
 
-_I32 = struct.Struct("<i")
 
 
 def encode_disk_record(
@@ -229,15 +227,16 @@ class LogScan:
 
 
 def wire_batches(path: Path, offsets: Sequence[int], first_seq: int,
-                 max_bytes: int = 1 << 20) -> Iterator[tuple[bytearray, int]]:
+                 max_bytes: int = 1 << 20) -> Iterator[tuple[bytes | bytearray, int]]:
     """The records that start at ``offsets`` of a log a ``LogScan`` has already read, in
     their wire form (positive length, no watermarks), as ``(bytes, last sequence id)``
     batches of about ``max_bytes``.
 
     A recovery scans its logs once to check them and to plan; sending them again needs
-    neither the check bytes nor the watermarks, only the spans the scan found. Each
-    header is still compared with the expected sequence id, so a file that changed since
-    the scan is reported as damage instead of replaying something else.
+    neither the check bytes nor the watermarks, only the spans the scan found (cut by the
+    codec's ``stored_as_wire``, compiled when built). Each header is still compared with
+    the expected sequence id, so a file that changed since the scan is reported as damage
+    instead of replaying something else.
     """
     if not offsets:
         return
@@ -247,28 +246,18 @@ def wire_batches(path: Path, offsets: Sequence[int], first_seq: int,
         raise LogCorruptionError(str(path), 0, f"cannot open: {err.strerror}") from None
     try:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            size = len(buf)
-            unpack = _HEADER.unpack_from
-            pack_length = _I32.pack_into
-            out = bytearray()
-            seq = first_seq
-            for pos in offsets:
-                _, stored, _, got = unpack(buf, pos) if pos + HEADER_SIZE <= size else (0, 0, 0, -1)
-                length = -stored - 1
-                if got != seq or length < HEADER_SIZE or pos + length > size:
-                    raise LogCorruptionError(str(path), pos, f"record {seq} changed since the "
-                                             "log was scanned")
-                at = len(out)
-                out += buf[pos : pos + length]
-                pack_length(out, at + 4, length)
-                seq += 1
-                if len(out) >= max_bytes:
-                    yield out, seq - 1
-                    out = bytearray()
-            if out:
+            i, seq = 0, first_seq
+            while i < len(offsets):
+                out, nxt, ok = stored_as_wire(buf, offsets, i, seq, max_bytes)
+                seq += nxt - i
+                i = nxt
+                if not ok:
+                    raise LogCorruptionError(str(path), offsets[i], f"record {seq} changed "
+                                             "since the log was scanned")
                 yield out, seq - 1
     finally:
         f.close()
+
 
 def scan_log(path: Path, **kwargs: Any) -> tuple[list[DiskRecord], LogScan]:
     """Every whole record of a file (see ``LogScan``), and the scan's findings."""
