@@ -17,9 +17,11 @@ input.
   replay streams them (counterpart: ``LogRecordDecoder.next_event``, record by record).
 - ``stored_spans``: a coordinator's log file as a recovery scans it, records stored with
   one input watermark each (counterpart: the general reader of ``ambrosia_ic``'s
-  ``LogScan``, record by record).
+  ``LogScan``, record by record; ``tests/ic/test_replay_wire.py`` holds them together
+  over every damaged byte and cut of a log).
 - ``stored_as_wire``: records a scan found, cut from the file into their wire form to be
-  replayed (it checks only that each is still where the scan found it).
+  replayed (it checks only that each is still where the scan found it; it returns
+  whether it stopped at a record that is not, and the caller raises).
 ``MessageStreamDecoder.next_event`` keeps one more fast path inline (a whole self-call
 with a one-byte size and method id: a function call would cost a fifth of its time); the
 same tests cover it through the decoder.
