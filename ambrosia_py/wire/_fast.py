@@ -196,12 +196,13 @@ def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect
     Anything else, a torn tail included, stops the loop there, for the general reader.
     """
     append = starts.append
+    header, check_of, name_of = _header, check_bytes, names.get  # locals: a hot loop
     count = 0
     last = None
     # By the byte holding the name's length: the watermarks unpacked in one call.
-    layouts: dict[int, Any] = {}
+    layouts: dict[int, tuple[Any, int]] = {}
     while size - pos >= 24:
-        committer, stored, check, seq = _header(buf, pos)
+        committer, stored, check, seq = header(buf, pos)
         end = pos - stored - 1  # where the body ends
         if (stored >= -24 or end + 2 >= size or seq < 0
                 or (committer_id is not None and committer != committer_id)
@@ -212,19 +213,21 @@ def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect
         if layout is None:
             if mark & 0x81:
                 break
-            layout = layouts[mark] = struct.Struct(f"<BB{mark >> 1}sqqB")
-        if end + layout.size > size:
+            packed = struct.Struct(f"<BB{mark >> 1}sqqB")
+            layout = layouts[mark] = (packed.unpack_from, packed.size)
+        unpack, length = layout
+        if end + length > size:
             break
-        n, _, raw, value, _, trims = layout.unpack_from(buf, end)
-        name = names.get(raw) if n == 2 and trims == 0 else None
-        if name is None or check_bytes(buf[pos + 24 : end]) != check:
+        n, _, raw, value, _, trims = unpack(buf, end)
+        name = name_of(raw) if n == 2 and trims == 0 else None
+        if name is None or check_of(buf[pos + 24 : end]) != check:
             break
         inputs[name] = value
         append(pos)
         count += 1
         last = seq
         expect = seq + 1
-        pos = end + layout.size
+        pos = end + length
     return pos, count, last
 
 
