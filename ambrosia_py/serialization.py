@@ -57,6 +57,12 @@ _PRIMITIVES = (int, float, str, bytes, bool, type(None), bytearray)
 _AS_IS = frozenset((int, float, str, bytes, bool))  # immutable: loading one returns it
 
 
+def loads_as_is(tp: Any) -> bool:
+    """Whether ``Serializer.load(value, tp)`` returns a value whose type is exactly ``tp``
+    unchanged (so a caller that checked the type may skip the call)."""
+    return tp in _AS_IS
+
+
 class Envelope(NamedTuple):
     """The Python-to-Python argument form of an RPC.
 

@@ -20,7 +20,10 @@ the replayed state must count N - 1 ticks.
   nothing. Its time is shown beside the first recovery's: periodic checkpoints keep
   recovery flat however long the history.
 
-Quick mode stops at 10^5 records; full mode goes to 10^6.
+Quick mode stops at 10^5 records; full mode goes to 10^6. To measure some sizes alone
+(the 10^6 row takes a while in full mode)::
+
+    python bench/bench_replay.py --sizes 1000000 [--no-binding]
 """
 
 from __future__ import annotations
@@ -239,10 +242,12 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / med if med else 0.0
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
+def run(quick: bool, sizes: list[int] | None = None, binding: bool = True
+        ) -> list[dict[str, Any]]:
     sys.path.insert(0, str(HERE))
-    sizes = [10**3, 10**4, 10**5] if quick else [10**3, 10**4, 10**5, 10**6]
-    rows: list[dict[str, Any]] = binding_rows(quick)
+    if sizes is None:
+        sizes = [10**3, 10**4, 10**5] if quick else [10**3, 10**4, 10**5, 10**6]
+    rows: list[dict[str, Any]] = binding_rows(quick) if binding else []
     ceiling: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
         home0 = Path(tmp) / "startup"
@@ -290,3 +295,25 @@ def run(quick: bool) -> list[dict[str, Any]]:
                  "baseline": elapsed, "ratio": again / elapsed, "spread": 0.0, "extra": extra},
             ]
     return rows
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="recovery and replay at chosen log sizes")
+    parser.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")],
+                        default=[10**6], help="records per log, comma-separated")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer start-up runs; the binding row at 10^5 records")
+    parser.add_argument("--no-binding", action="store_true",
+                        help="leave out the binding's in-process replay row")
+    args = parser.parse_args()
+    for row in run(args.quick, args.sizes, not args.no_binding):
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        base = "-" if row["baseline"] is None else f"{row['baseline']:,.3f}"
+        print(f"{row['name']}: {row['value']:,.3f} {row['unit']} (baseline {base}, "
+              f"ratio {ratio})")
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,8 @@
 coordinators of either side are killed with ``kill -9``.
 
 A client immortal sends requests 1..N to a server immortal, awaiting each reply; the
-server appends each request to its state (checkpointed every few requests) and replies.
+server appends each request to its state (checkpointed every few requests), forks a
+``tally`` of it to itself (a fork, as a long replay is mostly made of), and replies.
 Each instance runs as two processes, so either half can die on its own: its coordinator
 (``ambrosia ic``) and its binding (``ambrosia run ... --ic-receive-port --ic-send-port``).
 A driver, seeded, waits until the server has applied a random request number, then kills
@@ -10,9 +11,10 @@ one of the four processes; the other half of that instance fails with it (they f
 together), both are restarted, and the run goes on. K kills later it waits for the client
 to finish, stops everything and checks, by replaying each instance's kept checkpoint and
 log with ``debug-instance``, that the server applied 1..N exactly once and in order and
-that the client holds every reply.
+that the client holds every reply, and that the server tallied 1..N exactly once and in
+order too.
 
-    python bench/chaos.py --requests 2000 --kills 20 [--seed S]
+    python bench/chaos.py --requests 2000 --kills 20 [--seed S] [--victims server-binding,...]
 
 The seed is printed first; a failure prints the command that reproduces the schedule.
 (Process timing is not seeded, so a reproduction replays the same kill points and victims,
@@ -40,11 +42,12 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(1, str(ROOT))
 
-from ambrosia_py import Immortal, rpc  # noqa: E402
+from ambrosia_py import Immortal, fork, rpc  # noqa: E402
 
 SERVER = "chaos-server"
 CLIENT = "chaos-client"
 APPLIED = "chaos server applied "
+TALLIED = "chaos server tallied "
 DONE = "chaos client done "
 VICTIMS = ("server binding", "server coordinator", "client binding", "client coordinator")
 
@@ -54,16 +57,29 @@ class ChaosServer(Immortal):
 
     def __init__(self) -> None:
         self.applied: list[int] = []
+        self.tallied: list[int] = []
 
     @rpc
     async def apply(self, n: int) -> list[int]:
         self.applied.append(n)
+        self.self_proxy.tally(n)
         if not self.ctx.is_replaying:
             self.ctx.log.info("%s%d", APPLIED, n)
             every = int(os.environ.get("CHAOS_CHECKPOINT_EVERY", "0"))
             if every and n % every == 0:
                 self.ctx.request_checkpoint()
         return [n, len(self.applied)]
+
+    @fork
+    def tally(self, n: int) -> None:
+        self.tallied.append(n)
+        if not self.ctx.is_replaying:
+            self.ctx.log.info("%s%d", TALLIED, n)
+
+    def on_become_primary(self) -> None:
+        # Tallies handled only in replay logged nothing (replayed lines are quiet).
+        if self.tallied:
+            self.ctx.log.info("%s%d", TALLIED, self.tallied[-1])
 
 
 class ChaosClient(Immortal):
@@ -243,6 +259,7 @@ class ChaosRun:
         requests: N, the numbered requests the client sends.
         kills: K, the ``kill -9``s.
         seed: seeds the kill points and victims.
+        victims: the processes that may be killed (default: all four ``VICTIMS``).
         workdir: AMBROSIA_HOME, logs and every process's stderr go here.
         checkpoint_every: the server asks for a checkpoint after every this many requests
             (0: only the checkpoints each start takes).
@@ -251,9 +268,13 @@ class ChaosRun:
 
     def __init__(self, requests: int, kills: int, seed: int, workdir: Path, *,
                  checkpoint_every: int | None = None, stall: float = 90.0,
+                 victims: tuple[str, ...] = VICTIMS,
                  say: Callable[[str], None] = print) -> None:
         if requests < 2 or kills < 0:
             raise ValueError("need at least 2 requests and a non-negative kill count")
+        if not victims or set(victims) - set(VICTIMS):
+            raise ValueError(f"victims must be some of {', '.join(VICTIMS)}")
+        self.victims = victims
         self.requests = requests
         self.kills = kills
         self.seed = seed
@@ -268,6 +289,7 @@ class ChaosRun:
         self.env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         self.progress = 0
+        self.tallied = 0
         self.done = False
         self.checkpoints = 0
         self._cond = threading.Condition()
@@ -275,8 +297,10 @@ class ChaosRun:
         self.client = _Instance(self, CLIENT, "chaos:ChaosClient")
 
     def reproduce(self) -> str:
+        victims = ",".join(v.replace(" ", "-") for v in self.victims)
         return (f"python bench/chaos.py --requests {self.requests} --kills {self.kills} "
-                f"--seed {self.seed} --checkpoint-every {self.checkpoint_every}")
+                f"--seed {self.seed} --checkpoint-every {self.checkpoint_every} "
+                f"--victims {victims}")
 
     def on_line(self, line: str) -> None:
         at = line.find(APPLIED)
@@ -285,6 +309,12 @@ class ChaosRun:
             with self._cond:
                 if n > self.progress:
                     self.progress = n
+                    self._cond.notify_all()
+        elif TALLIED in line:
+            n = int(line[line.find(TALLIED) + len(TALLIED):].split()[0])
+            with self._cond:
+                if n > self.tallied:
+                    self.tallied = n
                     self._cond.notify_all()
         elif DONE in line:
             with self._cond:
@@ -321,7 +351,7 @@ class ChaosRun:
         """(server progress to wait for, victim, extra delay in s) per kill, from the seed."""
         rng = random.Random(self.seed)
         points = sorted(rng.randrange(1, self.requests) for _ in range(self.kills))
-        return [(p, rng.choice(VICTIMS), rng.uniform(0.0, 0.05)) for p in points]
+        return [(p, rng.choice(self.victims), rng.uniform(0.0, 0.05)) for p in points]
 
     def execute(self) -> dict[str, Any]:
         schedule = self.schedule()
@@ -343,6 +373,7 @@ class ChaosRun:
                 inst.reap()
                 inst.start()
             self._wait("the client to finish", lambda: self.done)
+            self._wait("the server's last tally", lambda: self.tallied >= self.requests)
         finally:
             self.client.stop()
             self.server.stop()
@@ -361,19 +392,23 @@ class ChaosRun:
 
         server = repro(SERVER, app.ChaosServer, home=self.home).state
         client = repro(CLIENT, app.ChaosClient, home=self.home).state
-        problems = check_states(self.requests, server.applied, client.replies, client.done)
+        problems = check_states(self.requests, server.applied, client.replies, client.done,
+                                server.tallied)
         if problems:
             raise ChaosError("; ".join(problems))
 
 
-def check_states(n: int, applied: list[int], replies: list[list[int]], done: bool) -> list[str]:
+def check_states(n: int, applied: list[int], replies: list[list[int]], done: bool,
+                 tallied: list[int] | None = None) -> list[str]:
     """What is wrong with the final states of a run of ``n`` requests (nothing: [])."""
     problems = []
-    if applied != list(range(1, n + 1)):
-        dups = len(applied) - len(set(applied))
-        bad = next((i for i, x in enumerate(applied) if x != i + 1), len(applied))
-        problems.append(f"the server applied {len(applied)} requests ({dups} duplicates), "
-                        f"first wrong at index {bad}: {applied[max(0, bad - 3):bad + 3]}")
+    for what, got in (("applied", applied), ("tallied", tallied)):
+        if got is None or got == list(range(1, n + 1)):
+            continue
+        dups = len(got) - len(set(got))
+        bad = next((i for i, x in enumerate(got) if x != i + 1), len(got))
+        problems.append(f"the server {what} {len(got)} requests ({dups} duplicates), "
+                        f"first wrong at index {bad}: {got[max(0, bad - 3):bad + 3]}")
     if not done:
         problems.append("the client has not finished")
     want = [[i, i] for i in range(1, n + 1)]
@@ -392,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="default: random")
     parser.add_argument("--checkpoint-every", type=int, default=None,
                         help="server checkpoint interval in requests (default N/10)")
+    parser.add_argument("--victims", default=",".join(v.replace(" ", "-") for v in VICTIMS),
+                        help="the processes that may be killed, comma-separated (default: "
+                             "all four)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
@@ -400,10 +438,13 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"chaos: {text}", flush=True)
 
+    victims = tuple(v.strip().replace("-", " ") for v in args.victims.split(","))
+    if set(victims) - set(VICTIMS):
+        parser.error(f"--victims: choose from {', '.join(v.replace(' ', '-') for v in VICTIMS)}")
     run = ChaosRun(args.requests, args.kills, seed, workdir,
-                   checkpoint_every=args.checkpoint_every, say=say)
-    say(f"seed {seed}, N={args.requests} requests, K={args.kills} kills, checkpoint every "
-        f"{run.checkpoint_every} requests")
+                   checkpoint_every=args.checkpoint_every, victims=victims, say=say)
+    say(f"seed {seed}, N={args.requests} requests, K={args.kills} kills of {args.victims}, "
+        f"checkpoint every {run.checkpoint_every} requests")
     ok = False
     try:
         summary = run.execute()

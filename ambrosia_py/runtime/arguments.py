@@ -21,13 +21,41 @@ from ..errors import (
     SerializationError,
     UnknownMethodError,
 )
-from ..methods import RESULT_METHOD_ID, MethodKind, MethodSpec, PendingCall
+from ..methods import (
+    POST_BY_IMPULSE_METHOD_ID,
+    POST_METHOD_ID,
+    RESULT_METHOD_ID,
+    MethodKind,
+    MethodSpec,
+    PendingCall,
+)
 from ..wire import RpcType
 from . import jsconv, replaylog
 from .core import INITIAL_MAGIC, EngineCore
 from .stepping import Done
 
-__all__ = ["ArgumentForms"]
+__all__ = ["NOT_CALLS", "ArgumentForms", "CallPlan"]
+
+# Method ids that are not calls of a published method (results and AmbrosiaJS posts).
+NOT_CALLS = frozenset({RESULT_METHOD_ID, POST_METHOD_ID, POST_BY_IMPULSE_METHOD_ID})
+
+
+class CallPlan:
+    """How a run of RPCs calls one published method that cannot suspend.
+
+    ``types``: its positional parameters' types when every one is loaded as it is
+    (``serialization.loads_as_is``), so arguments of exactly those types are passed
+    unchanged; None otherwise.
+    """
+
+    __slots__ = ("func", "is_rpc", "name", "types")
+
+    def __init__(self, func: Any, name: str, types: tuple[type, ...] | None,
+                 is_rpc: bool) -> None:
+        self.func = func
+        self.name = name
+        self.types = types
+        self.is_rpc = is_rpc
 
 
 class ArgumentForms(EngineCore):
@@ -78,6 +106,25 @@ class ArgumentForms(EngineCore):
             return
         self.handlers.start(getattr(self.instance, spec.name), pos, kw, spec.name, on_done)
 
+    def _call_plan(self, mid: int) -> CallPlan | None:
+        """The plan of method ``mid`` for ``Engine._handle_rpcs``; None when its calls
+        must go through ``_input`` (not a published method, or one that may suspend)."""
+        spec = self.cls.__ambrosia_by_id__.get(mid)
+        if spec is None or spec.may_suspend or mid in NOT_CALLS or self.instance is None:
+            return None
+        types = tuple(self._positional_types_of(spec))
+        plain = type(self.serializer) is ser.Serializer and all(map(ser.loads_as_is, types))
+        return CallPlan(getattr(self.instance, spec.name), spec.name,
+                        types if plain else None, spec.kind is MethodKind.RPC)
+
+    def _positional_types_of(self, spec: MethodSpec) -> list[Any]:
+        types = self._positional_types.get(spec.func)
+        if types is None:
+            params = list(spec.signature.parameters.values())[1:]
+            types = self._positional_types[spec.func] = [spec.param_type(p.name)
+                                                         for p in params]
+        return types
+
     def _decode_payload(self, spec: MethodSpec, payload: Any) -> tuple[tuple[Any, ...],
                                                                        dict[str, Any]]:
         if not (type(payload) is list and len(payload) == 2 and type(payload[0]) is list
@@ -85,11 +132,7 @@ class ArgumentForms(EngineCore):
                 isinstance(payload, list) and len(payload) == 2
                 and isinstance(payload[0], list) and isinstance(payload[1], dict)):
             raise SerializationError(f"arguments of {spec.name} are not [args, kwargs]")
-        types = self._positional_types.get(spec.func)
-        if types is None:
-            params = list(spec.signature.parameters.values())[1:]
-            types = self._positional_types[spec.func] = [spec.param_type(p.name)
-                                                         for p in params]
+        types = self._positional_types_of(spec)
         load = self.cls.__ambrosia_serializer__.load
         args, named = payload
         if len(args) <= len(types):  # the usual case: every argument has its type

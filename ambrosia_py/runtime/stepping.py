@@ -8,7 +8,7 @@ function of the log. No asyncio here: asyncio would resume it on a later loop tu
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import CoroutineType
 from typing import Any
 
@@ -37,7 +37,7 @@ class Handlers:
         self.waiters: dict[int, list[Task]] = {}
         self.suspended = 0
 
-    def start(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+    def start(self, func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
               name: str, on_done: Done) -> None:
         """Run a handler up to its first await (or to its end)."""
         try:
@@ -45,6 +45,11 @@ class Handlers:
         except Exception as e:
             on_done(None, e)
             return
+        self.returned(result, name, on_done)
+
+    def returned(self, result: Any, name: str, on_done: Done) -> None:
+        """A handler returned ``result``: a coroutine runs up to its first await (or to
+        its end); anything else is its outcome."""
         if isinstance(result, CoroutineType):  # inspect.iscoroutine, without its call
             self._step(Task(result, name, on_done))
         else:

@@ -15,7 +15,8 @@ from types import ModuleType
 from ..errors import CodecChoiceError
 from . import _fast
 
-__all__ = ["CODEC", "incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs"]
+__all__ = ["CODEC", "incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs",
+           "stored_as_wire", "stored_spans"]
 
 
 def _choose(choice: str) -> tuple[str, ModuleType]:
@@ -42,3 +43,5 @@ incoming_rpcs = _impl.incoming_rpcs
 outgoing_rpcs = _impl.outgoing_rpcs
 long_zz32 = _impl.long_zz32
 incoming_records = _impl.incoming_records
+stored_spans = _impl.stored_spans
+stored_as_wire = _impl.stored_as_wire

@@ -262,7 +262,8 @@ def replay_records(plan: RecoveryPlan) -> Iterator[DiskRecord]:
             expect = rec.seq_id + 1
 
 
-def replay_wire(plan: RecoveryPlan, max_bytes: int = 1 << 20) -> Iterator[tuple[bytearray, int]]:
+def replay_wire(plan: RecoveryPlan, max_bytes: int = 1 << 20
+                ) -> Iterator[tuple[bytes | bytearray, int]]:
     """The plan's records in wire form, ``(bytes, last sequence id)`` about ``max_bytes``
     at a time, from the record spans ``plan_recovery`` found (no second parse)."""
     seq = plan.start_seq

@@ -73,3 +73,19 @@ def test_the_checker_names_what_is_wrong(chaos: ModuleType, applied: list[int],
     assert chaos.check_states(3, [1, 2, 3], [[1, 1], [2, 2], [3, 3]], True) == []
     problems = chaos.check_states(3, applied, replies, done)
     assert len(problems) == 1 and complaint in problems[0], problems
+
+
+def test_the_checker_names_a_tally_broken_by_a_replay(chaos: ModuleType) -> None:
+    replies = [[1, 1], [2, 2], [3, 3]]
+    assert chaos.check_states(3, [1, 2, 3], replies, True, [1, 2, 3]) == []
+    problems = chaos.check_states(3, [1, 2, 3], replies, True, [1, 2, 2, 3])
+    assert len(problems) == 1 and "tallied 4 requests (1 duplicates)" in problems[0], problems
+    assert "tallied 2" in chaos.check_states(3, [1, 2, 3], replies, True, [1, 3])[0]
+
+
+def test_victims_can_be_chosen(chaos: ModuleType, tmp_path: Path) -> None:
+    only = ("server binding", "client binding")
+    plan = chaos.ChaosRun(500, 40, 7, tmp_path / "a", victims=only).schedule()
+    assert {v for _, v, _ in plan} == set(only)
+    with pytest.raises(ValueError, match="victims must be some of"):
+        chaos.ChaosRun(500, 4, 7, tmp_path / "b", victims=("server disk",))

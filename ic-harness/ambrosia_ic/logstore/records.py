@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from array import array
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any, NamedTuple
 
 from ambrosia_py.errors import LogCorruptionError, WireFormatError
 from ambrosia_py.wire import HEADER_SIZE, Incomplete, check_bytes
+from ambrosia_py.wire._paths import stored_as_wire, stored_spans
 from ambrosia_py.wire.records import HEADER as _HEADER
 
 from .watermarks import decode_watermarks as _decode_watermarks
@@ -21,7 +21,6 @@ from .watermarks import encode_watermarks as _encode_watermarks
 __all__ = ["DiskRecord", "LogScan", "LogWriter", "encode_disk_record", "scan_log",
            "wire_batches"]
 
-_I32 = struct.Struct("<i")
 
 
 def encode_disk_record(
@@ -133,55 +132,35 @@ class LogScan:
             f.close()
 
     def _spans(self, buf: Any, size: int, starts: array[int], inputs: dict[str, int]) -> None:
-        # The usual record (right committer and sequence id, one input watermark under
-        # a name seen before, no trims, check bytes good) is taken here with one unpack
-        # for its header and one for its watermarks; anything else goes through
-        # ``_records`` one record at a time, so every decision about damage and torn
-        # tails is made by the one general reader.
+        # The usual records (right committer and sequence id, one input watermark under
+        # a name seen before, no trims, check bytes good) are taken by the codec's
+        # ``stored_spans``, compiled when built; anything else goes through ``_records``
+        # one record at a time, so every decision about damage and torn tails is made by
+        # the one general reader.
         pos = self.start
         expect = self.first_seq
         cid = self.committer_id
         names: dict[bytes, str] = {}
-        # By the byte holding a one-watermark record's name length: the layout
-        # ``count 1, length, name, two int64, no trims`` unpacked in one call.
-        layouts: dict[int, tuple[Any, int]] = {}
-        unpack = _HEADER.unpack_from
-        check_of = check_bytes
-        append = starts.append
         count = 0
         last = self.last_seq
         try:
             while pos < size:
-                if size - pos >= HEADER_SIZE:
-                    committer, stored, check, seq = unpack(buf, pos)
-                    end = pos - stored - 1  # where the body ends, for a stored length
-                    if (stored < -HEADER_SIZE and end + 2 < size and seq >= 0
-                            and (cid is None or committer == cid)
-                            and (expect is None or seq == expect)):
-                        layout = layouts.get(buf[end + 1])
-                        if layout is not None and end + layout[1] <= size:
-                            n, _, raw, value, _, trims = layout[0](buf, end)
-                            name = names.get(raw) if n == 2 and trims == 0 else None
-                            if name is not None and check_of(buf[pos + HEADER_SIZE : end]) == check:
-                                inputs[name] = value
-                                append(pos)
-                                count += 1
-                                last = seq
-                                expect = seq + 1
-                                pos = end + layout[1]
-                                continue
+                pos, taken, got = stored_spans(buf, pos, size, cid, expect, names, inputs,
+                                               starts)
+                if taken:
+                    count += taken
+                    last = got
+                    expect = last + 1
+                if pos >= size:
+                    break
                 self.good_end = pos
                 records = self._records(buf, size, pos, expect, names)
                 rec = next(records, None)
                 records.close()
                 if rec is None:
                     return  # a torn tail (``torn_at`` is set)
-                for name in rec.inputs:
-                    ln = len(name.encode())
-                    if ln < 64 and 2 * ln not in layouts:
-                        layouts[2 * ln] = _watermark_layout(ln)
                 inputs.update(rec.inputs)
-                append(pos)
+                starts.append(pos)
                 count += 1
                 last = rec.seq_id
                 expect = last + 1
@@ -247,24 +226,17 @@ class LogScan:
             pos = end
 
 
-def _watermark_layout(name_length: int) -> tuple[Any, int]:
-    """``(unpack_from, size)`` of the watermarks of one input with a name of
-    ``name_length`` bytes and no trims: zz32 1 is the byte 2, a length under 64 is one
-    zz32 byte, zz32 0 is the byte 0."""
-    layout = struct.Struct(f"<BB{name_length}sqqB")
-    return layout.unpack_from, layout.size
-
-
 def wire_batches(path: Path, offsets: Sequence[int], first_seq: int,
-                 max_bytes: int = 1 << 20) -> Iterator[tuple[bytearray, int]]:
+                 max_bytes: int = 1 << 20) -> Iterator[tuple[bytes | bytearray, int]]:
     """The records that start at ``offsets`` of a log a ``LogScan`` has already read, in
     their wire form (positive length, no watermarks), as ``(bytes, last sequence id)``
     batches of about ``max_bytes``.
 
     A recovery scans its logs once to check them and to plan; sending them again needs
-    neither the check bytes nor the watermarks, only the spans the scan found. Each
-    header is still compared with the expected sequence id, so a file that changed since
-    the scan is reported as damage instead of replaying something else.
+    neither the check bytes nor the watermarks, only the spans the scan found (cut by the
+    codec's ``stored_as_wire``, compiled when built). Each header is still compared with
+    the expected sequence id, so a file that changed since the scan is reported as damage
+    instead of replaying something else.
     """
     if not offsets:
         return
@@ -274,28 +246,18 @@ def wire_batches(path: Path, offsets: Sequence[int], first_seq: int,
         raise LogCorruptionError(str(path), 0, f"cannot open: {err.strerror}") from None
     try:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            size = len(buf)
-            unpack = _HEADER.unpack_from
-            pack_length = _I32.pack_into
-            out = bytearray()
-            seq = first_seq
-            for pos in offsets:
-                _, stored, _, got = unpack(buf, pos) if pos + HEADER_SIZE <= size else (0, 0, 0, -1)
-                length = -stored - 1
-                if got != seq or length < HEADER_SIZE or pos + length > size:
-                    raise LogCorruptionError(str(path), pos, f"record {seq} changed since the "
-                                             "log was scanned")
-                at = len(out)
-                out += buf[pos : pos + length]
-                pack_length(out, at + 4, length)
-                seq += 1
-                if len(out) >= max_bytes:
-                    yield out, seq - 1
-                    out = bytearray()
-            if out:
+            i, seq = 0, first_seq
+            while i < len(offsets):
+                out, nxt, ok = stored_as_wire(buf, offsets, i, seq, max_bytes)
+                seq += nxt - i
+                i = nxt
+                if not ok:
+                    raise LogCorruptionError(str(path), offsets[i], f"record {seq} changed "
+                                             "since the log was scanned")
                 yield out, seq - 1
     finally:
         f.close()
+
 
 def scan_log(path: Path, **kwargs: Any) -> tuple[list[DiskRecord], LogScan]:
     """Every whole record of a file (see ``LogScan``), and the scan's findings."""
