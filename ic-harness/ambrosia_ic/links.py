@@ -12,7 +12,8 @@ Handshake (before anything else; ``S`` = receiver, ``C`` = sender)::
     S -> C  HMAC-SHA256(secret, b"S" + nonce_c + nonce_s), int64 last logged seq number
 
 ``secret`` is the registry's link secret. A peer that fails its proof, or names an
-instance that is not registered, is refused (the receiver logs it and closes).
+instance that is not registered (nor published in the cluster the receiver reads
+registrations from), is refused (the receiver logs it and closes).
 
 Then ``C -> S``: log records (the wire codec's records, ``Direction.LINK``) of
 incoming-form ``Rpc`` frames. Each call has a link sequence number (1, 2, ... per sender
@@ -34,7 +35,7 @@ import hashlib
 import hmac
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ambrosia_py.errors import (
     LinkAuthenticationError,
@@ -97,7 +98,7 @@ async def accept_link(
     writer: asyncio.StreamWriter,
     secret: bytes,
     my_name: str,
-    is_registered: Callable[[str], bool],
+    is_registered: Callable[[str], Awaitable[bool]],
     last_logged: Callable[[str], int],
 ) -> str:
     """Receiver side of the handshake. Returns the authenticated sender's name.
@@ -122,7 +123,7 @@ async def accept_link(
         )
     if dest != my_name:
         raise LinkAuthenticationError(f"peer {sender!r} wanted {dest!r}, this is {my_name!r}")
-    if not is_registered(sender):
+    if not await is_registered(sender):
         raise LinkAuthenticationError(f"peer {sender!r} is not a registered instance")
     writer.write(_mac(secret, b"S", nonce_c, nonce_s) + _I64.pack(last_logged(sender)))
     await writer.drain()

@@ -1,15 +1,17 @@
 """Replicas and a caller on four "machines": each its own $AMBROSIA_HOME and its own
 address (Linux routes all of 127/8 to this host, so 127.0.0.2..5 stand for four hosts),
-and a Raft cluster on a fifth. Only replica 0's machine registers anything; the others
-get the registration from the cluster and the link secret as a file. No link server
+and a Raft cluster on a fifth. Only replica 0's machine registers S; the others get the
+registration from the cluster and the link secret as a file. The caller, whose log stays
+in files, publishes its registration in the cluster (``--publish``): no machine of S has
+a copy until S's primary takes it from there at the caller's first link. No link server
 listens on 127.0.0.1. The primary is killed with ``kill -9`` while the caller streams
-calls: every call applied exactly once, in order. A caller with the wrong secret is
-refused, in one line on each side."""
+calls: every call applied exactly once, in order, and every reply back at the caller. A
+caller with the wrong secret, and one with the right secret that is registered nowhere S
+looks, are refused, in one line on each side."""
 
 from __future__ import annotations
 
 import functools
-import json
 import operator
 import os
 import signal
@@ -84,7 +86,7 @@ def _run(m: list[Harness], raft: subprocess.Popen[str]) -> None:
         raft.kill()
         assert raft.stderr is not None
         raise AssertionError(f"the cluster did not start: {raft.stderr.read()}")
-    ports = registry.unregistered_free_ports(15, m[0].home)
+    ports = registry.unregistered_free_ports(18, m[0].home)
     home0 = m[0]
     r = home0.cli("register-instance", "-i", "S", "-rp", str(ports[0]), "-sp", str(ports[1]),
                   "-p", str(ports[2]), "-l", str(home0.logs), "-aa", "--log-store", address,
@@ -102,13 +104,12 @@ def _run(m: list[Harness], raft: subprocess.Popen[str]) -> None:
         assert r.returncode == 0, r.stderr
     caller = m[3]
     r = caller.cli("register-instance", "-i", "C", "-rp", str(ports[9]), "-sp", str(ports[10]),
-                   "-p", str(ports[11]), "-l", str(caller.logs), "--ic-host", CALLER)
+                   "-p", str(ports[11]), "-l", str(caller.logs), "--ic-host", CALLER,
+                   "--publish", address)
     assert r.returncode == 0, r.stderr
-    # S's replicas must know C to take its calls: the operator copies its registration.
-    c_doc = json.loads((caller.home / "instances" / "C.json").read_text())
-    for h in m[:3]:
-        (h.home / "instances").mkdir(parents=True, exist_ok=True)
-        (h.home / "instances" / "C.json").write_text(json.dumps(c_doc))
+    assert r.stdout.rstrip().endswith(f", published in {address.split('?')[0]}"), r.stdout
+    # S's machines have no copy of C's registration: S takes it at C's first link.
+    assert not any(registry.registration_exists("C", h.home) for h in m[:3])
 
     procs: dict[int, subprocess.Popen[str]] = {}
     drivers: dict[int, Driver] = {}
@@ -162,25 +163,47 @@ def _run(m: list[Harness], raft: subprocess.Popen[str]) -> None:
     assert drivers[new].snapshot()["received"] == expected
     assert client.error is None and all(d.error is None for d in drivers.values())
     assert "took the registration of 'S' from raft://" in caller.stderr_of(c_proc)
+    # The first primary took C's from the cluster at C's first link (not later, for its
+    # first reply), and kept it.
+    first = m[0].stderr_of(procs[0])
+    assert "took the registration of 'C' from raft://" in first
+    assert "calls to 'C' wait" not in first
+    assert m[0].reg("C") == caller.reg("C")
 
-    # A caller whose secret is not the instance's: refused, one line on each side.
+    # Two strangers on a fifth machine: W has the wrong secret; U has the right one
+    # but is registered nowhere S looks. Each is refused, in one line on each side.
     stranger = m[4]
-    r = stranger.cli("register-instance", "-i", "W", "-rp", str(ports[12]), "-sp",
-                     str(ports[13]), "-p", str(ports[14]), "-l", str(stranger.logs))
-    assert r.returncode == 0, r.stderr
-    w_proc = start_ic(stranger, "W", 0, "--link-secret-file", _wrong_secret(stranger),
-                      cluster=address)
-    w = Driver(stranger.connect("W"), CounterApp("W", "S")).start()
-    wait_until(w.primary.is_set, "the stranger's first start")
-    w.impulse(0)
-    wait_until(lambda: "link to S: 'S' refused the link" in stranger.stderr_of(w_proc),
-               "the stranger's refusal")
-    wait_until(lambda: "peer claiming to be 'W' failed the link authentication"
-               in m[new].stderr_of(procs[new]), "the primary's refusal")
-    assert w.snapshot()["acked"] == []
-    refusals = [line for line in m[new].stderr_of(procs[new]).splitlines() if "'W'" in line]
-    assert all(line.startswith("ambrosia-ic: S: replica ") and "refused a link from " in line
-               for line in refusals), refusals
+    strangers: dict[str, tuple[subprocess.Popen[str], Driver]] = {}
+    for k, name in enumerate(("W", "U")):
+        r = stranger.cli("register-instance", "-i", name, "-rp", str(ports[12 + 3 * k]),
+                         "-sp", str(ports[13 + 3 * k]), "-p", str(ports[14 + 3 * k]),
+                         "-l", str(stranger.logs))
+        assert r.returncode == 0, r.stderr
+        secret_file = _wrong_secret(stranger) if name == "W" else str(secret)
+        proc = start_ic(stranger, name, 0, "--link-secret-file", secret_file, cluster=address)
+        strangers[name] = (proc, Driver(stranger.connect(name), CounterApp(name, "S")).start())
+    for name, (proc, drv) in strangers.items():
+        wait_until(drv.primary.is_set, f"{name}'s first start")
+        drv.impulse(0)
+        wait_until(functools.partial(_logged, stranger, proc, "link to S: 'S' refused the link"),
+                   f"{name}'s refusal")
+    refused = {"W": "peer claiming to be 'W' failed the link authentication",
+               "U": "peer 'U' is not a registered instance"}
+    for name, why in refused.items():
+        wait_until(functools.partial(_logged, m[new], procs[new], why),
+                   f"the primary's refusal of {name}")
+    for name, (_, drv) in strangers.items():
+        assert drv.snapshot()["acked"] == []
+        lines = [line for line in m[new].stderr_of(procs[new]).splitlines()
+                 if f"'{name}'" in line]
+        assert lines and all(line.startswith("ambrosia-ic: S: replica ")
+                             and "refused a link from " in line and line.endswith(refused[name])
+                             for line in lines), lines
+    assert not registry.registration_exists("U", m[new].home)
+
+
+def _logged(h: Harness, proc: subprocess.Popen[str], text: str) -> bool:
+    return text in h.stderr_of(proc)
 
 
 def _wrong_secret(h: Harness) -> str:

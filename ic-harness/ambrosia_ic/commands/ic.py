@@ -163,9 +163,10 @@ def add_ic(sub: Any) -> None:
     p.add_argument("--registry", default=os.environ.get("AMBROSIA_REGISTRY", ""),
                    metavar="raft://HOST:PORT,...",
                    help="a Raft cluster to read registrations from when this machine's "
-                   "registry lacks them, this instance's or a callee's (they are kept "
-                   "there afterwards; default: $AMBROSIA_REGISTRY; for callees, else the "
-                   "instance's own log store)")
+                   "registry lacks them, this instance's, a callee's or a caller's at its "
+                   "first link (they are kept there afterwards; default: "
+                   "$AMBROSIA_REGISTRY; for callees and callers, else the instance's own "
+                   "log store)")
     p.add_argument("--ic-host", default=None, metavar="HOST",
                    help="listen for links on HOST for this run instead of the registered "
                    "host (0.0.0.0 or :: need --advertise)")

@@ -105,13 +105,12 @@ def _register(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         home=args.home,
     )
-    if reg.log_store:
-        _publish(reg, args.home)
+    _publish(reg, args.home, args.publish)
     upgrade = f", upgrading to {reg.upgrade_version} at its next start" if reg.upgrading else ""
     link = _link_address(reg.ic_host, reg.advertise_host, reg.ic_port)
     print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
           f"ic {reg.ic_port}{link}, logs {reg.log_store or registry.instance_dir(reg)}, version "
-          f"{reg.current_version}{upgrade}")
+          f"{reg.current_version}{upgrade}{_published(args.publish)}")
     return 0
 
 
@@ -123,16 +122,47 @@ def _link_address(host: str, advertise: str, port: int) -> str:
     return shown + (f", listening on {host})" if host != advertise else ")")
 
 
-def _publish(reg: registry.Registration, home: str | None) -> None:
-    """The registration and its replicas' ports go into the cluster too, for replicas
-    and callers on other machines (``ambrosia ic --registry``)."""
+def _cluster(value: str) -> str:
+    """``--publish``'s argument: a ``raft://`` address.
+
+    Raises:
+        argparse.ArgumentTypeError: it is not one (argparse says so in one line).
+    """
+    from ..raft.address import parse_address  # no pyzmq needed to parse
+    try:
+        parse_address(value, "cluster")
+    except RegistryError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def _publish(reg: registry.Registration, home: str | None, also: str | None) -> None:
+    """The registration and its replicas' link addresses go into the cluster of its log
+    store and into ``also`` (``--publish``), for replicas and callers on other machines
+    (``ambrosia ic --registry``) and for callees, which take a caller's registration from
+    their cluster at its first link."""
+    from ..raft.address import without_secret
     from ..raft.errors import RaftError
     from ..raft.registry import publish_registration
-    try:
-        asyncio.run(publish_registration(reg.log_store, registry.published(reg, home)))
-    except RaftError as err:
-        raise RegistryError(f"{reg.instance_name} is registered here, but the cluster at "
-                            f"{reg.log_store} did not take the registration: {err}") from None
+    for cluster in dict.fromkeys(c for c in (reg.log_store, also) if c):
+        try:
+            asyncio.run(publish_registration(cluster, registry.published(reg, home)))
+        except RaftError as err:
+            raise RegistryError(f"{reg.instance_name} is registered here, but the cluster at "
+                                f"{without_secret(cluster)} did not take the registration: "
+                                f"{err}") from None
+
+
+def _published(cluster: str | None) -> str:
+    """How registration lines show a ``--publish`` (a log store's cluster goes unsaid)."""
+    from ..raft.address import without_secret
+    return f", published in {without_secret(cluster)}" if cluster else ""
+
+
+_PUBLISH_HELP = ("also publish the registration (with its replicas' link addresses) in "
+                 "this ØMQ RAFT cluster (add ?secret=S for its secret), where callees and "
+                 "replicas on other machines find it; a --log-store cluster gets it anyway. "
+                 "Not kept: give it again after each change")
 
 
 def add_register(sub: Any) -> None:
@@ -183,6 +213,8 @@ def add_register(sub: Any) -> None:
                         "this long (default 1000; the primary renews it every MS/5). Shorter "
                         "means faster failover and more takeovers after a mere stall; a "
                         "stalled primary is fenced by the log either way")
+    p.add_argument("--publish", type=_cluster, default=None, metavar="raft://HOST:PORT,...",
+                   help=_PUBLISH_HELP)
     p.set_defaults(handler=_register)
 
 
@@ -194,11 +226,11 @@ def _add_replica_cmd(args: argparse.Namespace) -> int:
         advertise_host=args.advertise_host, home=args.home,
     )
     reg = registry.load(args.instance_name, args.home)
-    if reg.log_store:
-        _publish(reg, args.home)
+    _publish(reg, args.home, args.publish)
     print(f"added replica {rep.number} of {args.instance_name}: receive {rep.receive_port}, "
           f"send {rep.send_port}, ic {rep.ic_port}"
-          f"{_link_address(rep.ic_host, rep.advertise_host, rep.ic_port)}")
+          f"{_link_address(rep.ic_host, rep.advertise_host, rep.ic_port)}"
+          f"{_published(args.publish)}")
     return 0
 
 
@@ -220,4 +252,6 @@ def add_add_replica(sub: Any) -> None:
     p.add_argument("--ic-host", default=registry.LOOPBACK, metavar="HOST", help=_IC_HOST_HELP)
     p.add_argument("--advertise", dest="advertise_host", default=None, metavar="HOST",
                    help=_ADVERTISE_HELP)
+    p.add_argument("--publish", type=_cluster, default=None, metavar="raft://HOST:PORT,...",
+                   help=_PUBLISH_HELP)
     p.set_defaults(handler=_add_replica_cmd)

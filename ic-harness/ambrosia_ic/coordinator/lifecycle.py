@@ -34,6 +34,7 @@ from . import outputs, reading, startup
 from .checkpoints import CheckpointCollector
 from .link_server import LinkServer
 from .phase import Phase, next_phase
+from .senders import KnownSenders
 from .sink import FencedSink, LogSink, StandaloneSink
 
 __all__ = ["Coordinator", "LinkOptions", "PendingInput"]
@@ -130,9 +131,12 @@ class Coordinator:
         self.self_next = 1
         self.self_unacked: collections.deque[tuple[int, bytes]] = collections.deque()
         self.links: dict[str, OutboundLink] = {}
+        # Senders this registry lacks are looked up in ``registry_cluster`` (read at each
+        # lookup: ``ic --registry`` sets it after this).
+        self.senders = KnownSenders(home, lambda: self.registry_cluster, self.log, self.spawn)
         self.link_server = LinkServer(
             self.name, home, self.secret, self.ic_port, lambda s: self.inputs.get(s, 0),
-            lambda item: outputs.submit(self, item), self.log)
+            lambda item: outputs.submit(self, item), self.log, self.senders.known_sender)
         # Where the link server listens, and the host others dial (epoch claims name it).
         self.ic_host = self.advertise = ""
         self.set_link_hosts(reg.ic_host, reg.advertise_host)

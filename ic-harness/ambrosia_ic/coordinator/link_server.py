@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from ambrosia_py.errors import (
@@ -36,11 +36,13 @@ class LinkServer:
     Args:
         logged: the last link sequence number logged from a sender (0: none).
         submit: queues an input for the committer.
+        known: whether a sender may link (default: registered in ``home``).
     """
 
     def __init__(self, name: str, home: Path, secret: bytes, port: int,
                  logged: Callable[[str], int], submit: Submit,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None],
+                 known: Callable[[str], Awaitable[bool]] | None = None) -> None:
         self.name = name
         self.home = home
         self.secret = secret
@@ -49,6 +51,7 @@ class LinkServer:
         self._logged = logged
         self._submit = submit
         self._log = log
+        self._known = known
         self.sock: socket.socket | None = None  # reserved before the start began
         self._server: asyncio.Server | None = None
         self._inbound: dict[str, set[asyncio.StreamWriter]] = {}
@@ -90,7 +93,9 @@ class LinkServer:
                 for w in writers:
                     w.write(ack)
 
-    def _is_registered(self, name: str) -> bool:
+    async def _is_registered(self, name: str) -> bool:
+        if self._known is not None:
+            return await self._known(name)
         try:
             registry.load(name, self.home)
         except RegistryError:

@@ -27,27 +27,27 @@ class RaftAddress:
         return SCHEME + hosts + query
 
 
-def parse_address(text: str) -> RaftAddress:
-    """Parse a ``raft://`` log store address.
+def parse_address(text: str, what: str = "log store") -> RaftAddress:
+    """Parse a ``raft://`` address (``what`` names it in errors).
 
     Raises:
         RegistryError: not of the form above (one line saying what is wrong).
     """
     if not isinstance(text, str) or not text.startswith(SCHEME):
-        raise RegistryError(f"log store {text!r} is not a raft:// address")
+        raise RegistryError(f"{what} {text!r} is not a raft:// address")
     rest = text[len(SCHEME):]
     hosts, _, query = rest.partition("?")
     hosts = hosts.rstrip("/")
     params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=False)
     unknown = set(params) - {"secret"}
     if unknown:
-        raise RegistryError(f"log store {text!r}: unknown parameter {sorted(unknown)[0]!r} "
+        raise RegistryError(f"{what} {text!r}: unknown parameter {sorted(unknown)[0]!r} "
                             "(only secret is known)")
     urls = []
     for host in hosts.split(","):
         name, sep, port = host.rpartition(":")
         if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
-            raise RegistryError(f"log store {text!r}: {host!r} is not HOST:PORT")
+            raise RegistryError(f"{what} {text!r}: {host!r} is not HOST:PORT")
         urls.append(f"tcp://{name}:{int(port)}")
     secret = params.get("secret", [""])[-1]
     return RaftAddress(tuple(urls), secret)

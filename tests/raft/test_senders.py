@@ -1,0 +1,119 @@
+"""Senders a callee does not know: ``--publish`` puts an instance whose log stays in files
+into the cluster; the callee's ``KnownSenders`` takes it from there, remembers a "not
+there" for a while, and answers a handshake before a silent cluster does."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ambrosia_ic import registry
+from ambrosia_ic.coordinator.senders import KnownSenders
+from ambrosia_ic.raft.cluster import LocalCluster
+from ambrosia_ic.raft.registry import fetch_registration, publish_registration
+
+from tests.ic.conftest import Harness, free_ports
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def unique(prefix: str) -> str:
+    """The cluster is shared by a worker's tests: each instance name is new to it."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def test_publish_an_instance_with_its_log_in_files(harness: Harness,
+                                                   cluster: LocalCluster) -> None:
+    name = unique("pub")
+    rp, sp, ip = free_ports(3)
+    base = ["register-instance", "-i", name, "-rp", str(rp), "-sp", str(sp), "-p", str(ip),
+            "-l", str(harness.logs)]
+    r = harness.cli(*base, "--publish", "raft://127.0.0.1")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines()[-1] == ("ambrosia register-instance: error: argument "
+                                         "--publish: cluster 'raft://127.0.0.1': '127.0.0.1' "
+                                         "is not HOST:PORT")
+    assert not registry.registration_exists(name, harness.home)
+    r = harness.cli(*base, "--publish", cluster.address)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith(f", published in {cluster.address.split('?')[0]}")
+    reg = registry.load(name, harness.home)
+    assert reg.log_store == ""  # published, not moved: the log stays in files
+    doc = asyncio.run(fetch_registration(cluster.address, name))
+    assert doc == {**reg.to_json(), "replicas": {}}
+
+
+class Lookups:
+    """A ``KnownSenders`` on ``home`` and the tasks and lines it made."""
+
+    def __init__(self, home: Path, cluster: str, **kw: float) -> None:
+        self.lines: list[str] = []
+        self.tasks: list[asyncio.Task[bool]] = []
+        self.senders = KnownSenders(home, lambda: cluster, self.lines.append, self.spawn, **kw)
+
+    def spawn(self, coro: Coroutine[Any, Any, bool]) -> asyncio.Task[bool]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.append(task)
+        return task
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+def test_a_stranger_is_remembered_then_adopted_once_published(
+        tmp_path: Path, cluster: LocalCluster) -> None:
+    name = unique("late")
+    there = Harness(tmp_path / "there")
+    try:
+        reg = there.register(name)
+    finally:
+        there.close()
+    home = tmp_path / "here"
+
+    async def run() -> None:
+        look = Lookups(home, cluster.address, forget=1.0)
+        try:
+            assert not await look.senders.known_sender(name)
+            await publish_registration(cluster.address, registry.published(reg, there.home))
+            # Refused unasked while the cluster's "not there" stands...
+            assert not await look.senders.known_sender(name)
+            assert not registry.registration_exists(name, home)
+            await asyncio.sleep(1.1)
+            # ...then asked again, and taken.
+            assert await look.senders.known_sender(name)
+        finally:
+            await look.close()
+        assert look.lines == [f"took the registration of {name!r} from "
+                              f"{cluster.address.split('?')[0]}"]
+
+    asyncio.run(run())
+    assert registry.load(name, home) == reg
+
+
+def test_a_silent_cluster_is_not_waited_for(tmp_path: Path) -> None:
+    (silent,) = free_ports(1)  # nothing answers there
+    here = Harness(tmp_path / "here")
+    try:
+        known = here.register("K")
+    finally:
+        here.close()
+
+    async def run() -> None:
+        look = Lookups(here.home, f"raft://127.0.0.1:{silent}", wait=0.2)
+        try:
+            # The handshake is answered before the lookup gives up (its line comes later).
+            assert not await look.senders.known_sender("Q")
+            assert look.lines == []
+            assert not look.tasks[0].done()
+            # Meanwhile, registered senders are answered at once.
+            assert await look.senders.known_sender(known.instance_name)
+        finally:
+            await look.close()
+
+    asyncio.run(run())
