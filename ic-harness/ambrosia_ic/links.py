@@ -176,6 +176,7 @@ class OutboundLink:
     calls not yet trimmed by the receiver, and a task that (re)connects and sends them.
 
     ``add`` never blocks and works before the link is up: calls wait in ``unacked``.
+    They are written soon after (or, with ``flush_soon=False``, when ``flush`` is called).
     """
 
     def __init__(
@@ -187,6 +188,8 @@ class OutboundLink:
         log: Callable[[str], None],
         next_seq: int = 1,
         unacked: list[tuple[int, bytes]] | None = None,
+        *,
+        flush_soon: bool = True,
     ) -> None:
         self.my_name = my_name
         self.dest = dest
@@ -204,6 +207,9 @@ class OutboundLink:
         self._out: asyncio.StreamWriter | None = None
         self._sent = 0
         self._flush_due = False
+        # False: the owner calls ``flush`` itself after each batch of adds (a coordinator
+        # does after each read from its binding), which saves a turn of the event loop.
+        self._flush_soon = flush_soon
 
     # ------------------------------------------------------------------ state
     def add(self, rpc: bytes) -> int:
@@ -220,7 +226,7 @@ class OutboundLink:
         self._schedule()
 
     def _schedule(self) -> None:
-        if self._out is not None and not self._flush_due:
+        if self._flush_soon and self._out is not None and not self._flush_due:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self.flush)
 

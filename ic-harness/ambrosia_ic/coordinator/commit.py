@@ -72,8 +72,6 @@ def after_burst(c: Coordinator) -> None:
             if c.pending:
                 c.wake.set()
         else:
-            for link in c.links.values():
-                link.flush()  # this read's outputs leave before the fsync
             while c.pending or c.switch_requested:
                 if c.switch_requested:
                     checkpoints.switch_log(c)

@@ -33,7 +33,7 @@ from ambrosia_py.wire import (
 )
 
 from . import checkpoints, commit, outputs
-from .frames import outgoing_frames
+from .frames import batch_frames, outgoing_frames
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
@@ -86,6 +86,8 @@ class BindingReader(asyncio.Protocol):
             # Before any output of this read leaves the process.
             if c.digest is not None:
                 c.digest.flush()
+        for link in c.links.values():
+            link.flush()
         commit.after_burst(c)
 
     def eof_received(self) -> bool:
@@ -107,9 +109,16 @@ class BindingReader(asyncio.Protocol):
         decoder = self.decoder
         if decoder.at_boundary:
             buf = self.rest + data if self.rest else data
-            got, pos = outgoing_frames(buf, 0, self.limit, self.names)
-            for f in got:
-                outputs.route_frame(c, *f)
+            limit, names = self.limit, self.names
+            got, pos = outgoing_frames(buf, 0, limit, names)
+            while True:
+                for f in got:
+                    outputs.route_frame(c, *f)
+                if pos >= len(buf) or (batch := batch_frames(buf, pos, limit, names)) is None:
+                    break
+                got, pos = batch
+                more, pos = outgoing_frames(buf, pos, limit, names)
+                got += more
             self.rest = buf[pos:]
             if self.rest and not _partial(self.rest, self.limit):
                 decoder.receive_data(self.rest)
