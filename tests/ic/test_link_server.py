@@ -81,11 +81,19 @@ def test_records_behind_the_hello_in_one_segment_are_queued_and_acknowledged(
             assert bursts and bursts[-1] == 2  # committed after the read that brought them
             await loop.sock_sendall(s, third[9:])
             await _until(lambda: len(queued) == 3, "the third record queued")
-            server.acknowledge({"A": 5})
+            # Acknowledgements made close together go out as one, the highest.
+            server.acknowledge({"A": 3})
+            server.acknowledge({"A": 5, "C": 1})  # C has no link: nothing to send it
             got = b""
             while len(got) < len(TrimTo(5).encode()):
                 got += await loop.sock_recv(s, 64)
             assert got == TrimTo(5).encode()
+            await asyncio.sleep(0.05)
+            try:
+                got = s.recv(64)
+            except BlockingIOError:
+                got = b""
+            assert got == b""
         assert lines == []
 
     _serve(tmp_path, test)
