@@ -155,6 +155,8 @@ async def _after_drain(c: Coordinator) -> None:
     assert c.send is not None
     try:
         await c.send.drain()
+    except ConnectionError:
+        return  # the binding went away: its reader says so and stops the coordinator
     finally:
         c.drain_wait = None
     regulate(c)
