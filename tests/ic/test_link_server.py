@@ -5,9 +5,12 @@ back-pressure (a paused server reads nothing until it resumes)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from ambrosia_ic import registry
 from ambrosia_ic.binding import LOOPBACK
@@ -133,3 +136,40 @@ def test_a_paused_server_reads_nothing_until_it_resumes(tmp_path: Path) -> None:
         writer.close()
 
     _serve(tmp_path, test)
+
+
+def test_links_pause_while_the_binding_reads_nothing_or_the_log_is_behind(
+        tmp_path: Path) -> None:
+    """``commit.regulate`` over a real send connection whose binding stops reading."""
+    from ambrosia_ic.coordinator import commit
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ours, binding = socket.socketpair()
+        binding.setblocking(False)
+        _, send = await asyncio.open_connection(sock=ours)
+        server = LinkServer("B", tmp_path, SECRET, 0, lambda s: 0, lambda item: None, print)
+        c: Any = SimpleNamespace(send=send, link_server=server, pending=collections.deque(),
+                                 drain_wait=None, spawn=loop.create_task)
+        commit.regulate(c)
+        assert not server.paused
+        sent = 8 << 20  # more than the socket's buffers hold: the rest waits in ours
+        send.write(bytes(sent))
+        commit.regulate(c)
+        assert server.paused and c.drain_wait is not None
+        await asyncio.sleep(0.1)
+        assert server.paused  # still nothing read
+        got = 0
+        while got < sent:
+            got += len(await loop.sock_recv(binding, 1 << 20))
+        await _until(lambda: not server.paused and c.drain_wait is None, "links resumed")
+        c.pending.extend([(None, None, b"x")] * (commit.MAX_PENDING + 1))
+        commit.regulate(c)
+        assert server.paused  # the log is behind
+        c.pending.clear()
+        commit.regulate(c)
+        assert not server.paused
+        send.close()
+        binding.close()
+
+    asyncio.run(main())
