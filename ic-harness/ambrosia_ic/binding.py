@@ -8,6 +8,11 @@ forever. A connection is therefore only accepted as the binding's once its partn
 the other port has arrived. One that waits longer than ``pair_timeout`` seconds for its
 partner is dropped (and logged in one line), as is one that a newer connection to the
 same port replaces; the ports keep listening for the real binding meanwhile.
+
+The receive connection is held by a plain protocol (``_Held``) until it is accepted, and
+then handed to the protocol the coordinator reads it with (``accept_into``): the
+coordinator parses and logs in that protocol's callbacks, with no reader task between
+the socket and the log. ``accept()`` hands it to a stream reader instead.
 """
 
 from __future__ import annotations
@@ -31,6 +36,62 @@ PAIR_TIMEOUT = 5.0
 BUSY_WAIT = 65.0
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+# Bytes a receive connection may send before it is accepted; it is paused beyond that.
+_HELD_LIMIT = 1 << 16
+
+
+class _Held(asyncio.Protocol):
+    """A receive connection waiting to be accepted: what it sends (or its end) is kept
+    and passed on, in order, to the protocol it is handed to."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._data = bytearray()
+        self._eof = False
+        self._lost: tuple[Exception | None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._data += data
+        if len(self._data) > _HELD_LIMIT and self.transport is not None:
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        return True  # keep it half open: the protocol it goes to decides
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = (exc,)
+
+    # What the waiting list needs of a connection (a StreamWriter offers the same).
+    def get_extra_info(self, name: str) -> Any:
+        return None if self.transport is None else self.transport.get_extra_info(name)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def hand_to(self, protocol: asyncio.Protocol) -> None:
+        """From now on ``protocol`` gets this connection's callbacks, starting with
+        whatever came before."""
+        transport = self.transport
+        assert transport is not None
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if self._data:
+            data = bytes(self._data)
+            self._data.clear()
+            protocol.data_received(data)
+        if self._lost is not None:
+            protocol.connection_lost(self._lost[0])
+            return
+        if self._eof and not protocol.eof_received():
+            transport.close()
+        elif not transport.is_closing():
+            transport.resume_reading()
 
 
 def reserve_port(port: int, what: str, host: str = LOOPBACK) -> socket.socket:
@@ -86,8 +147,8 @@ class BindingPorts:
         self.busy_wait = busy_wait
         self._servers: list[asyncio.Server] = []
         # port name -> the connection waiting there for its partner, and its deadline
-        self._waiting: dict[str, tuple[Stream, asyncio.TimerHandle]] = {}
-        self._binding: asyncio.Future[tuple[Stream, Stream]] | None = None
+        self._waiting: dict[str, tuple[_Held | Stream, asyncio.TimerHandle]] = {}
+        self._binding: asyncio.Future[tuple[_Held, Stream]] | None = None
 
     async def open(self) -> None:
         """Listen on both ports.
@@ -106,11 +167,14 @@ class BindingPorts:
         that is waited out, for a while."""
         deadline = asyncio.get_running_loop().time() + self.busy_wait
         said = False
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                return await asyncio.start_server(
-                    self._handler(side), LOOPBACK, port, reuse_address=True
-                )
+                if side == "receive":
+                    return await loop.create_server(self._receive_protocol, LOOPBACK, port,
+                                                    reuse_address=True)
+                return await asyncio.start_server(self._on_send, LOOPBACK, port,
+                                                  reuse_address=True)
             except OSError as err:
                 if err.errno == errno.EADDRINUSE and not await _someone_listens(port):
                     if asyncio.get_running_loop().time() < deadline:
@@ -128,48 +192,65 @@ class BindingPorts:
                     f"cannot listen on {LOOPBACK}:{port} (the {side} port): {why}"
                 ) from None
 
-    def _handler(self, side: str) -> Any:
+    def _receive_protocol(self) -> _Held:
+        held = _Held()
+        # Runs once the transport exists (after connection_made).
+        asyncio.get_running_loop().call_soon(self._arrived, "receive", held)
+        return held
+
+    async def _on_send(self, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
+        self._arrived("send", (reader, writer))
+
+    def _arrived(self, side: str, conn: _Held | Stream) -> None:
         other = "send" if side == "receive" else "receive"
-
-        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            binding = self._binding
-            if binding is None or binding.done():
-                writer.close()  # one binding per coordinator
-                return
-            if side in self._waiting:
-                self._drop(side, f"a newer connection to the {side} port replaced it")
-            partner = self._waiting.pop(other, None)
-            if partner is None:
-                timer = asyncio.get_running_loop().call_later(
-                    self.pair_timeout, self._drop, side,
-                    f"no connection to the {other} port followed within "
-                    f"{self.pair_timeout:g} s",
-                )
-                self._waiting[side] = ((reader, writer), timer)
-                return
-            partner[1].cancel()
-            mine = (reader, writer)
-            binding.set_result((mine, partner[0]) if side == "receive" else (partner[0], mine))
-
-        return on_connect
+        binding = self._binding
+        if binding is None or binding.done():
+            _close(conn)  # one binding per coordinator
+            return
+        if side in self._waiting:
+            self._drop(side, f"a newer connection to the {side} port replaced it")
+        partner = self._waiting.pop(other, None)
+        if partner is None:
+            timer = asyncio.get_running_loop().call_later(
+                self.pair_timeout, self._drop, side,
+                f"no connection to the {other} port followed within "
+                f"{self.pair_timeout:g} s",
+            )
+            self._waiting[side] = (conn, timer)
+            return
+        partner[1].cancel()
+        held, stream = (conn, partner[0]) if side == "receive" else (partner[0], conn)
+        assert isinstance(held, _Held) and isinstance(stream, tuple)
+        binding.set_result((held, stream))
 
     def _drop(self, side: str, why: str) -> None:
-        (_, writer), timer = self._waiting.pop(side)
+        conn, timer = self._waiting.pop(side)
         timer.cancel()
+        writer = conn if isinstance(conn, _Held) else conn[1]
         peer = writer.get_extra_info("peername") or ("?", "?")
         self.log(f"dropped a connection to the {side} port from {peer[0]}:{peer[1]}: {why}")
         writer.close()
 
-    async def accept(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """The receive port's reader (binding -> coordinator) and the send port's writer.
+    async def accept_into(self, protocol: asyncio.Protocol) -> asyncio.StreamWriter:
+        """Wait for the binding; ``protocol`` gets the receive connection (binding ->
+        coordinator, with anything it sent already); returns the send port's writer.
 
         Both connections stay open until ``close()``; the ports stop listening.
         """
         assert self._binding is not None, "open() first"
-        (reader, _), (_, writer) = await self._binding
+        held, (_, writer) = await self._binding
         for server in self._servers:
             server.close()
         self._servers.clear()
+        held.hand_to(protocol)
+        return writer
+
+    async def accept(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The receive port's reader (binding -> coordinator) and the send port's writer."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        writer = await self.accept_into(asyncio.StreamReaderProtocol(reader, loop=loop))
         return reader, writer
 
     def close(self) -> None:
@@ -178,14 +259,18 @@ class BindingPorts:
             server.close()
         self._servers.clear()
         for side in list(self._waiting):
-            (_, writer), timer = self._waiting.pop(side)
+            conn, timer = self._waiting.pop(side)
             timer.cancel()
-            writer.close()
+            _close(conn)
         binding = self._binding
         if binding is not None and binding.done() and not binding.cancelled():
-            for _, writer in binding.result():
+            for conn in binding.result():
                 with contextlib.suppress(Exception):
-                    writer.close()
+                    _close(conn)
+
+
+def _close(conn: _Held | Stream) -> None:
+    (conn if isinstance(conn, _Held) else conn[1]).close()
 
 
 async def _someone_listens(port: int) -> bool:

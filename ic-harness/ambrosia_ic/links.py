@@ -35,7 +35,9 @@ import hashlib
 import hmac
 import os
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+
+import attrs
 
 from ambrosia_py.errors import (
     LinkAuthenticationError,
@@ -52,7 +54,8 @@ from ambrosia_py.wire import (
     encode_zz32,
 )
 
-__all__ = ["LINK_MAGIC", "OutboundLink", "accept_link", "open_link"]
+__all__ = ["HELLO_MAX", "LINK_MAGIC", "Hello", "OutboundLink", "challenge", "check_hello",
+           "hello_reply", "not_registered", "open_link"]
 
 # Version 2: records carry runs of calls (version 1 carried one call per record).
 LINK_MAGIC = b"AMBRLNK2"
@@ -68,54 +71,71 @@ def _mac(secret: bytes, *parts: bytes) -> bytes:
     return hmac.new(secret, b"".join(parts), hashlib.sha256).digest()
 
 
-async def _read_name(reader: asyncio.StreamReader) -> str:
-    raw = b""
-    while True:
-        raw += await reader.readexactly(1)
-        try:
-            n, _ = decode_zz32(raw, 0)
-            break
-        except Incomplete:
-            if len(raw) >= 5:
-                raise LinkAuthenticationError("malformed link handshake") from None
-        except RemoteProtocolError:  # an over-long or overflowing length
-            raise LinkAuthenticationError("malformed link handshake") from None
-    if not 0 < n <= 128:
-        raise LinkAuthenticationError(f"link handshake names an instance of {n} bytes")
-    try:
-        return (await reader.readexactly(n)).decode("utf-8")
-    except UnicodeDecodeError:
-        raise LinkAuthenticationError("link handshake name is not UTF-8") from None
-
-
 def _name(s: str) -> bytes:
     raw = s.encode("utf-8")
     return encode_zz32(len(raw)) + raw
 
 
-async def accept_link(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    secret: bytes,
-    my_name: str,
-    is_registered: Callable[[str], Awaitable[bool]],
-    last_logged: Callable[[str], int],
-) -> str:
-    """Receiver side of the handshake. Returns the authenticated sender's name.
+# The longest hello a sender sends: two names of at most 128 bytes with their lengths,
+# its nonce and its proof.
+HELLO_MAX = 2 * (5 + 128) + _NONCE + _MAC
+
+
+def challenge() -> tuple[bytes, bytes]:
+    """The receiver's first bytes, and the nonce they carry."""
+    nonce_s = os.urandom(_NONCE)
+    return LINK_MAGIC + nonce_s, nonce_s
+
+
+def _hello_name(buf: bytes | bytearray, pos: int) -> tuple[str, int] | None:
+    try:
+        n, body = decode_zz32(buf, pos)
+    except Incomplete:
+        return None
+    except RemoteProtocolError:  # an over-long or overflowing length
+        raise LinkAuthenticationError("malformed link handshake") from None
+    if not 0 < n <= 128:
+        raise LinkAuthenticationError(f"link handshake names an instance of {n} bytes")
+    if len(buf) < body + n:
+        return None
+    try:
+        return bytes(buf[body : body + n]).decode("utf-8"), body + n
+    except UnicodeDecodeError:
+        raise LinkAuthenticationError("link handshake name is not UTF-8") from None
+
+
+@attrs.frozen
+class Hello:
+    """A sender's hello whose proof checked: who it is, its nonce, and the bytes it took."""
+
+    sender: str
+    nonce_c: bytes
+    used: int
+
+
+def check_hello(buf: bytes | bytearray, nonce_s: bytes, secret: bytes,
+                my_name: str) -> Hello | None:
+    """Receiver side of the handshake, sans-IO: the sender's hello at the start of
+    ``buf`` checked, or None while it is incomplete. Whether the sender may link
+    (the link server's ``known``) is asked separately: it may take a lookup.
 
     Raises:
-        LinkAuthenticationError: the peer did not prove it knows the secret.
+        LinkAuthenticationError: the hello is malformed, or the peer did not prove it
+            knows the secret, or wants another instance.
     """
-    nonce_s = os.urandom(_NONCE)
-    writer.write(LINK_MAGIC + nonce_s)
-    await writer.drain()
-    try:
-        sender = await _read_name(reader)
-        dest = await _read_name(reader)
-        nonce_c = await reader.readexactly(_NONCE)
-        proof = await reader.readexactly(_MAC)
-    except asyncio.IncompleteReadError:
-        raise LinkAuthenticationError("the peer closed during the link handshake") from None
+    got = _hello_name(buf, 0)
+    if got is None:
+        return None
+    sender, pos = got
+    got = _hello_name(buf, pos)
+    if got is None:
+        return None
+    dest, pos = got
+    end = pos + _NONCE + _MAC
+    if len(buf) < end:
+        return None
+    nonce_c = bytes(buf[pos : pos + _NONCE])
+    proof = bytes(buf[pos + _NONCE : end])
     expected = _mac(secret, b"C", nonce_s, nonce_c, sender.encode(), b"\0", dest.encode())
     if not hmac.compare_digest(proof, expected):
         raise LinkAuthenticationError(
@@ -123,11 +143,16 @@ async def accept_link(
         )
     if dest != my_name:
         raise LinkAuthenticationError(f"peer {sender!r} wanted {dest!r}, this is {my_name!r}")
-    if not await is_registered(sender):
-        raise LinkAuthenticationError(f"peer {sender!r} is not a registered instance")
-    writer.write(_mac(secret, b"S", nonce_c, nonce_s) + _I64.pack(last_logged(sender)))
-    await writer.drain()
-    return sender
+    return Hello(sender, nonce_c, end)
+
+
+def not_registered(sender: str) -> LinkAuthenticationError:
+    return LinkAuthenticationError(f"peer {sender!r} is not a registered instance")
+
+
+def hello_reply(secret: bytes, hello: Hello, nonce_s: bytes, last_logged: int) -> bytes:
+    """The receiver's answer to an admitted hello: its proof and the last call logged."""
+    return _mac(secret, b"S", hello.nonce_c, nonce_s) + _I64.pack(last_logged)
 
 
 async def open_link(
@@ -165,6 +190,7 @@ class OutboundLink:
     calls not yet trimmed by the receiver, and a task that (re)connects and sends them.
 
     ``add`` never blocks and works before the link is up: calls wait in ``unacked``.
+    They are written soon after (or, with ``flush_soon=False``, when ``flush`` is called).
     """
 
     def __init__(
@@ -176,6 +202,8 @@ class OutboundLink:
         log: Callable[[str], None],
         next_seq: int = 1,
         unacked: list[tuple[int, bytes]] | None = None,
+        *,
+        flush_soon: bool = True,
     ) -> None:
         self.my_name = my_name
         self.dest = dest
@@ -189,10 +217,13 @@ class OutboundLink:
         self._task: asyncio.Task[None] | None = None
         self.connected = False
         # While connected: the stream, and the last number written to it. Calls added
-        # in one turn of the event loop go out together in one write (``_flush``).
+        # in one turn of the event loop go out together in one write (``flush``).
         self._out: asyncio.StreamWriter | None = None
         self._sent = 0
         self._flush_due = False
+        # False: the owner calls ``flush`` itself after each batch of adds (a coordinator
+        # does after each read from its binding), which saves a turn of the event loop.
+        self._flush_soon = flush_soon
 
     # ------------------------------------------------------------------ state
     def add(self, rpc: bytes) -> int:
@@ -209,12 +240,13 @@ class OutboundLink:
         self._schedule()
 
     def _schedule(self) -> None:
-        if self._out is not None and not self._flush_due:
+        if self._flush_soon and self._out is not None and not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def _flush(self) -> None:
-        """Write what was added since the last write, if connected."""
+    def flush(self) -> None:
+        """Write what was added since the last write, if connected (called soon after
+        each add, or at once by a coordinator about to block on an fsync)."""
         self._flush_due = False
         out = self._out
         if out is None or out.transport.is_closing():
@@ -298,7 +330,7 @@ class OutboundLink:
         where: tuple[str, int],
     ) -> None:
         """Sends until the connection breaks or the destination moves. Writes happen in
-        ``_flush``; this task only watches the acknowledgements and the registry. The
+        ``flush``; this task only watches the acknowledgements and the registry. The
         calls wait in ``unacked`` until trimmed, so the socket's buffer needs no bound of
         its own: a receiver that stops reading is left when the registry says it moved."""
         self.trim(last)
@@ -306,7 +338,7 @@ class OutboundLink:
         self._out = writer
         self._sent = last
         try:
-            self._flush()
+            self.flush()
             while True:
                 done, _ = await asyncio.wait({acks}, timeout=MOVE_CHECK)
                 if done:

@@ -11,6 +11,7 @@ import pytest
 from ambrosia_ic.coordinator.frames import (
     LinkRecord,
     LinkRecords,
+    batch_frames,
     outgoing_frames,
     rpc_frame_count,
     skip_frames,
@@ -31,6 +32,7 @@ from ambrosia_py.wire import (
     MessageStreamDecoder,
     OutgoingRpc,
     Rpc,
+    RpcBatch,
     TrimTo,
     encode_record,
 )
@@ -94,6 +96,38 @@ def test_damaged_or_cut_streams_never_raise_and_agree_with_the_codec(
     stream = b"".join(m.encode() for m in msgs)
     check_against_codec(data.draw(s.mutations(stream)))
     check_against_codec(stream[: data.draw(st.integers(0, len(stream)))])
+
+
+def check_batch_against_codec(stream: bytes) -> None:
+    """``batch_frames`` accepts only what the codec reads as one RpcBatch, with the same
+    RPCs in the same bytes as if each had been sent alone."""
+    got = batch_frames(stream, 0, DEFAULT_MAX_FRAME_SIZE, {})
+    if got is None:
+        return
+    frames, end = got
+    events = decoded(stream)
+    assert events and type(events[0]) is RpcBatch
+    assert end == len(events[0].encode())
+    assert len(frames) == len(events[0].rpcs)
+    for f, ev in zip(frames, events[0].rpcs, strict=True):
+        assert type(ev) is OutgoingRpc
+        assert f.frame == ev.encode()
+        assert f.incoming == ev.incoming().encode()
+        assert f.destination == ev.destination
+        assert f.impulse == is_impulse(ev)
+
+
+@SETTINGS
+@given(st.lists(big_outgoing, min_size=1, max_size=8), st.data())
+def test_batch_frames_are_the_codecs_batch_and_refuse_anything_odd(
+    rpcs: list[OutgoingRpc], data: st.DataObject
+) -> None:
+    stream = RpcBatch(tuple(rpcs)).encode()
+    short = all(len(r.destination.encode()) <= 63 for r in rpcs)
+    assert (batch_frames(stream, 0, DEFAULT_MAX_FRAME_SIZE, {}) is not None) == short
+    check_batch_against_codec(stream)
+    check_batch_against_codec(data.draw(s.mutations(stream)))
+    check_batch_against_codec(stream[: data.draw(st.integers(0, len(stream)))])
 
 
 def test_a_non_minimal_size_is_left_to_the_decoder() -> None:

@@ -1,19 +1,26 @@
 """Group commit: inputs (self-calls, Impulses, calls arriving on links) wait in
-``pending``; the committer packs whatever has gathered into one data record, writes and
+``pending``; a commit packs whatever has gathered into one data record, writes and
 fsyncs it, and only then delivers it to the binding and acknowledges it to senders.
-While one fsync runs the next batch gathers, so throughput does not pay one fsync per
-call.
 
-Where the fsync runs is a choice (``Coordinator.fsync_in_thread``). By default it runs
-on the event loop: the loop stops for the fsync, and what arrives meanwhile waits in the
-kernel's socket buffers, so the next read takes it all at once and the next record packs
-it: the batching happens as it would with a thread. A thread costs a hand-off each way
-(a futex wake-up there, a self-pipe write back) and lets the loop spend CPU on small
-reads while it waits; on 2 cores shared by four processes that measured worse: forks
-1.41x and await p50 0.85x with the fsync on the loop (20,000 forks, 4 interleaved pairs).
-The thread is kept for active/active replicas (a primary's heartbeat must go on during a
-slow fsync, or standbys take it for dead) and for a coordinator whose own outputs must
-not wait for its fsyncs.
+Where the commit runs is a choice (``Coordinator.fsync_in_thread``). By default it runs
+on the event loop, in the callback of the read that brought the inputs
+(``after_burst``): one commit per read burst, written and fsynced right there, with no
+task to wake and no thread hop. What arrives meanwhile waits in the kernel's socket
+buffers, so the next read takes it all at once and the next record packs it: the
+batching happens as it would with a thread. A thread costs a hand-off each way (a futex
+wake-up there, a self-pipe write back) and lets the loop spend CPU on small reads while
+it waits; on 2 cores shared by four processes that measured worse: forks 1.41x and await
+p50 0.85x with the fsync on the loop (20,000 forks, 4 interleaved pairs). The thread is
+kept for active/active replicas (a primary's heartbeat must go on during a slow fsync,
+or standbys take it for dead) and for a coordinator whose own outputs must not wait for
+its fsyncs; there the ``committer`` task commits, woken by ``wake``. That task also
+commits, in either mode, what gathers outside a read (a recovery's self-calls, a
+checkpoint the binding asks for).
+
+Back-pressure (``regulate``): inbound links stop being read while the binding is not
+reading what was delivered (the send buffer is over its high-water mark) or while the
+log is behind (more than ``MAX_PENDING`` inputs wait). The binding itself is never
+paused (see ``reading``).
 """
 
 from __future__ import annotations
@@ -21,19 +28,26 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ..logstore import encode_disk_record
+from ..logstore import LogWriter, encode_disk_record
 from . import checkpoints, outputs
+from .phase import Phase
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
 
-__all__ = ["MAX_BATCH_BYTES", "commit_batch", "committer"]
+__all__ = ["MAX_BATCH_BYTES", "MAX_PENDING", "after_burst", "commit_batch", "committer",
+           "regulate"]
 
 MAX_BATCH_BYTES = 1 << 20
+MAX_PENDING = 1024  # inputs waiting for the log before the links are paused
+
+# (sequence id, disk bytes, wire bytes, input watermarks, senders acknowledged)
+_Batch = tuple[int, bytes, bytes, dict[str, int], set[str]]
 
 
 async def committer(c: Coordinator) -> None:
-    """Runs while live: commits what gathers, and moves to the next log when asked."""
+    """Runs while live: commits what gathers outside a read (all of it when the fsync
+    runs in a thread), and moves to the next log when asked."""
     assert c.send is not None
     while True:
         await c.wake.wait()
@@ -43,11 +57,46 @@ async def committer(c: Coordinator) -> None:
                 checkpoints.switch_log(c)
                 continue
             await commit_batch(c)
+            regulate(c)
         await c.send.drain()
+
+
+def after_burst(c: Coordinator) -> None:
+    """After a read from the binding or a link: commit what it brought, on the loop,
+    right now (or wake the committer, if the fsync runs in a thread or a write is in
+    progress). An error stops the coordinator with one line."""
+    if c.phase is not Phase.LIVE or c.stopping:
+        return
+    try:
+        if c.fsync_in_thread or c.write_lock.locked():
+            if c.pending:
+                c.wake.set()
+        else:
+            while c.pending or c.switch_requested:
+                if c.switch_requested:
+                    checkpoints.switch_log(c)
+                    continue
+                _written(c, *_write(c, _take(c)))
+        regulate(c)
+    except Exception as err:  # in a callback: stop with one line
+        c.fail(err)
 
 
 async def commit_batch(c: Coordinator) -> None:
     """Log what is pending (up to ``MAX_BATCH_BYTES``) as one record, then deliver it."""
+    batch = _take(c)
+    writer = c.writer
+    assert writer is not None
+    async with c.write_lock:
+        if c.fsync_in_thread:
+            await asyncio.to_thread(c.sink.write, writer, batch[1])
+        else:
+            c.sink.write(writer, batch[1])
+    _written(c, batch, writer)
+
+
+def _take(c: Coordinator) -> _Batch:
+    """The next record: what is pending, up to ``MAX_BATCH_BYTES``."""
     batch: list[bytes] = []
     size = 0
     inputs = dict(c.inputs)
@@ -62,13 +111,19 @@ async def commit_batch(c: Coordinator) -> None:
             senders.add(key)
     seq_id = c.next_seq
     disk, wire = encode_disk_record(c.cid, seq_id, b"".join(batch), inputs, c.sink.epoch)
+    return seq_id, disk, wire, inputs, senders
+
+
+def _write(c: Coordinator, batch: _Batch) -> tuple[_Batch, LogWriter]:
     writer = c.writer
-    assert writer is not None and c.send is not None
-    async with c.write_lock:
-        if c.fsync_in_thread:
-            await asyncio.to_thread(c.sink.write, writer, disk)
-        else:
-            c.sink.write(writer, disk)
+    assert writer is not None
+    c.sink.write(writer, batch[1])
+    return batch, writer
+
+
+def _written(c: Coordinator, batch: _Batch, writer: LogWriter) -> None:
+    """The record is durable: deliver it and acknowledge its calls."""
+    seq_id, _, wire, inputs, senders = batch
     c.next_seq = seq_id + 1
     c.inputs = inputs
     c.deliver(wire)
@@ -77,3 +132,31 @@ async def commit_batch(c: Coordinator) -> None:
     c.link_server.acknowledge({s: inputs[s] for s in senders if s != c.name})
     if writer.size >= c.trigger_bytes and not c.ckpt_in_flight:
         c.switch_requested = True
+
+
+def regulate(c: Coordinator) -> None:
+    """Pause the inbound links while the binding's buffer is full or the log is behind;
+    resume them once neither holds."""
+    send = c.send
+    if send is None:
+        return
+    server = c.link_server
+    transport = send.transport
+    full = transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
+    if full or len(c.pending) > MAX_PENDING:
+        server.pause()
+        if full and c.drain_wait is None:
+            c.drain_wait = c.spawn(_after_drain(c))
+    elif c.drain_wait is None:
+        server.resume()
+
+
+async def _after_drain(c: Coordinator) -> None:
+    assert c.send is not None
+    try:
+        await c.send.drain()
+    except ConnectionError:
+        return  # the binding went away: its reader says so and stops the coordinator
+    finally:
+        c.drain_wait = None
+    regulate(c)

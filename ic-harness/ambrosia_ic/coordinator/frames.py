@@ -5,6 +5,7 @@ decoding them into message objects and encoding them again.
   turns each into its incoming form by slicing (drop the destination, fix the size).
   It stops at the first frame that is anything else, or odd in any way; the caller hands
   the rest of the stream to the general decoder, which says what is wrong.
+  ``batch_frames`` does the same for the RPCs inside a whole ``RpcBatch`` frame.
 - ``LinkRecords`` reads a link's records: each header and its check bytes are verified,
   and the body is walked frame by frame (every frame must be a well-formed incoming-form
   RPC) but kept as the bytes that arrived.
@@ -29,13 +30,14 @@ from ambrosia_py.errors import (
 from ambrosia_py.wire import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, check_bytes, encode_zz32
 from ambrosia_py.wire.records import HEADER
 
-__all__ = ["MAX_LINK_RECORD", "LinkRecord", "LinkRecords", "OutgoingFrame", "outgoing_frames",
-           "rpc_frame_count", "skip_frames"]
+__all__ = ["MAX_LINK_RECORD", "LinkRecord", "LinkRecords", "OutgoingFrame", "batch_frames",
+           "outgoing_frames", "rpc_frame_count", "skip_frames"]
 
 #: The largest link record a receiver accepts: a sender cuts a record once its calls
 #: reach 1 MiB, so one holds at most that plus one call of the largest frame size.
 MAX_LINK_RECORD = DEFAULT_MAX_FRAME_SIZE + (2 << 20)
 _RPC = 0  # MessageType.RPC
+_RPC_BATCH = 5  # MessageType.RPC_BATCH
 _IMPULSE = 2  # RpcType.IMPULSE
 _SMALL_SIZES = tuple(bytes((n << 1, _RPC)) for n in range(64))  # a one-byte size, type byte
 
@@ -70,13 +72,14 @@ def _zz32(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
 
 
 def outgoing_frames(buf: bytes, pos: int, limit: int,
-                    names: dict[bytes, str]) -> tuple[list[OutgoingFrame], int]:
-    """The whole outgoing-form RPC frames of at most ``limit`` bytes at ``buf[pos:]``
+                    names: dict[bytes, str],
+                    stop: int | None = None) -> tuple[list[OutgoingFrame], int]:
+    """The whole outgoing-form RPC frames of at most ``limit`` bytes at ``buf[pos:stop]``
     (destination names of at most 63 bytes), and where they stop. ``names`` caches
     decoded destination names (bounded: destinations are few)."""
     out: list[OutgoingFrame] = []
     append = out.append
-    n = len(buf)
+    n = len(buf) if stop is None else stop
     new = tuple.__new__
     while pos + 3 <= n:
         b = buf[pos]
@@ -121,6 +124,28 @@ def outgoing_frames(buf: bytes, pos: int, limit: int,
         append(new(OutgoingFrame, (name, head + buf[p:end], buf[pos:end], impulse)))
         pos = end
     return out, pos
+
+
+def batch_frames(buf: bytes, pos: int, limit: int,
+                 names: dict[bytes, str]) -> tuple[list[OutgoingFrame], int] | None:
+    """The RPCs of the whole ``RpcBatch`` frame at ``buf[pos:]`` and where it ends, or
+    None if there is none there or anything about it is odd (the general decoder then
+    reads it and says what is wrong). Its RPCs are cut out as ``outgoing_frames`` cuts
+    single ones, so each is handled, and hashed for the digest, as if sent alone."""
+    sized = _zz32(buf, pos, len(buf))
+    if sized is None or not 0 < sized[0] <= limit:
+        return None
+    hdr = sized[1]
+    end = hdr + sized[0]
+    if end > len(buf) or buf[hdr] != _RPC_BATCH:
+        return None
+    counted = _zz32(buf, hdr + 1, end)
+    if counted is None or counted[0] <= 0:
+        return None
+    got, at = outgoing_frames(buf, counted[1], limit, names, end)
+    if at != end or len(got) != counted[0]:
+        return None
+    return got, end
 
 
 def rpc_frame_count(body: bytes, what: str) -> int:

@@ -1,5 +1,5 @@
 """The live coordinator of one registered instance: its state, and its process
-lifecycle (open the ports, run the start-up flow and the binding reader as tasks, stop
+lifecycle (open the ports, read the binding, run the start-up flow as a task, stop
 cleanly). One ``Coordinator`` object holds all of its state, so several can run in one
 process (tests do).
 
@@ -30,7 +30,7 @@ from .. import registry
 from ..binding import BindingPorts, reserve_port
 from ..links import OutboundLink
 from ..logstore import DigestWriter, InstanceLock, LogWriter
-from . import outputs, reading, startup
+from . import commit, outputs, reading, startup
 from .checkpoints import CheckpointCollector
 from .link_server import LinkServer
 from .phase import Phase, next_phase
@@ -128,6 +128,8 @@ class Coordinator:
         self.last_delivered = -1
         self.pending: collections.deque[PendingInput] = collections.deque()
         self.wake = asyncio.Event()  # something to commit, or a checkpoint to take
+        # While set, the links wait for the binding to read what was delivered.
+        self.drain_wait: asyncio.Task[None] | None = None
         self.self_next = 1
         self.self_unacked: collections.deque[tuple[int, bytes]] = collections.deque()
         self.links: dict[str, OutboundLink] = {}
@@ -136,7 +138,8 @@ class Coordinator:
         self.senders = KnownSenders(home, lambda: self.registry_cluster, self.log, self.spawn)
         self.link_server = LinkServer(
             self.name, home, self.secret, self.ic_port, lambda s: self.inputs.get(s, 0),
-            lambda item: outputs.submit(self, item), self.log, self.senders.known_sender)
+            lambda item: outputs.submit(self, item), self.log,
+            known=self.senders.known_sender, burst_done=lambda: commit.after_burst(self))
         # Where the link server listens, and the host others dial (epoch claims name it).
         self.ic_host = self.advertise = ""
         self.set_link_hosts(reg.ic_host, reg.advertise_host)
@@ -200,10 +203,19 @@ class Coordinator:
             return
         err = task.exception()
         if err is not None:
-            if isinstance(err, AmbrosiaError):
-                self.finish(1, str(err))
-            else:
-                self.finish(1, f"internal error: {type(err).__name__}: {err}")
+            self.fail(err)
+
+    def fail(self, err: BaseException) -> None:
+        """Stop with exit code 1 and one line for ``err`` (a task's or a callback's)."""
+        if isinstance(err, AmbrosiaError):
+            self.finish(1, str(err))
+        else:
+            self.finish(1, f"internal error: {type(err).__name__}: {err}")
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the coordinator was told to stop (nothing more is committed)."""
+        return self._done is not None and self._done.done()
 
     def deliver(self, data: bytes) -> None:
         assert self.send is not None
@@ -248,8 +260,7 @@ class Coordinator:
                     + (f" listen={self.ic_host}" if self.ic_host != self.advertise else ""))
             print(f"ambrosia-ic ready: instance={self.name} {ready_fields}{link}",
                   file=self.stdout, flush=True)
-            reader, self.send = await ports.accept()
-            self.spawn(reading.read_binding(self, reader))
+            self.send = await ports.accept_into(reading.BindingReader(self))
             self.spawn(main())
             return await self._done
         finally:

@@ -1,6 +1,11 @@
 """The link server: other instances' coordinators connect here, authenticate, and send
 numbered records of calls; each is queued once, in order, and acknowledged (TrimTo) once
 logged. A sender that reconnects resends from the position the handshake names.
+
+Each inbound link is an ``asyncio.Protocol`` (``_Inbound``): the handshake and the
+records are parsed sans-IO (``links.check_hello``, ``frames.LinkRecords``) in its
+callbacks, and each read ends with ``burst_done`` (the coordinator commits what it
+brought). No task or event stands between the socket and the log.
 """
 
 from __future__ import annotations
@@ -21,10 +26,20 @@ from ambrosia_py.wire import TrimTo
 
 from .. import registry
 from ..binding import LOOPBACK
-from ..links import HANDSHAKE_TIMEOUT, accept_link
+from ..links import (
+    HANDSHAKE_TIMEOUT,
+    HELLO_MAX,
+    Hello,
+    challenge,
+    check_hello,
+    hello_reply,
+    not_registered,
+)
 from .frames import LinkRecord, LinkRecords, skip_frames
 
-__all__ = ["LinkServer"]
+__all__ = ["ACK_DELAY", "LinkServer"]
+
+ACK_DELAY = 0.002  # seconds: acknowledgements made within this go out together
 
 # (input key, link sequence number, message bytes), as the commit queue holds them.
 Submit = Callable[[tuple[str | None, int | None, bytes]], None]
@@ -37,12 +52,14 @@ class LinkServer:
         logged: the last link sequence number logged from a sender (0: none).
         submit: queues an input for the committer.
         known: whether a sender may link (default: registered in ``home``).
+        burst_done: called after each read from a link (the coordinator commits).
     """
 
     def __init__(self, name: str, home: Path, secret: bytes, port: int,
                  logged: Callable[[str], int], submit: Submit,
                  log: Callable[[str], None],
-                 known: Callable[[str], Awaitable[bool]] | None = None) -> None:
+                 known: Callable[[str], Awaitable[bool]] | None = None,
+                 burst_done: Callable[[], None] = lambda: None) -> None:
         self.name = name
         self.home = home
         self.secret = secret
@@ -52,10 +69,14 @@ class LinkServer:
         self._submit = submit
         self._log = log
         self._known = known
+        self._burst_done = burst_done
         self.sock: socket.socket | None = None  # reserved before the start began
         self._server: asyncio.Server | None = None
-        self._inbound: dict[str, set[asyncio.StreamWriter]] = {}
+        self._inbound: dict[str, set[asyncio.Transport]] = {}
         self._accepted: dict[str, int] = {}
+        self._acks: dict[str, int] = {}  # positions to acknowledge when the timer fires
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self.paused = False
 
     async def open(self) -> None:
         """Start accepting.
@@ -63,12 +84,14 @@ class LinkServer:
         Raises:
             CoordinatorError: the port cannot be listened on (one line naming it).
         """
+        loop = asyncio.get_running_loop()
         try:
             if self.sock is not None:
-                self._server = await asyncio.start_server(self._on_link, sock=self.sock)
+                self._server = await loop.create_server(lambda: _Inbound(self),
+                                                        sock=self.sock)
             else:
-                self._server = await asyncio.start_server(self._on_link, self.host, self.port,
-                                                          reuse_address=True)
+                self._server = await loop.create_server(lambda: _Inbound(self), self.host,
+                                                        self.port, reuse_address=True)
         except OSError as err:
             raise CoordinatorError(
                 f"cannot listen for links on {registry.format_address(self.host, self.port)}: "
@@ -76,22 +99,55 @@ class LinkServer:
             ) from None
 
     def close(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         if self._server is not None:
             self._server.close()
         elif self.sock is not None:
             self.sock.close()
-        for writers in self._inbound.values():
-            for w in writers:
-                w.close()
+        for transports in self._inbound.values():
+            for t in transports:
+                t.close()
+
+    def pause(self) -> None:
+        """Stop reading every inbound link (back-pressure; see ``commit``)."""
+        if not self.paused:
+            self.paused = True
+            for transports in self._inbound.values():
+                for t in transports:
+                    t.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            for transports in self._inbound.values():
+                for t in transports:
+                    if not t.is_closing():
+                        t.resume_reading()
 
     def acknowledge(self, positions: Mapping[str, int]) -> None:
-        """Tell each sender how far its calls are logged."""
+        """Tell each sender how far its calls are logged, within ``ACK_DELAY``: the
+        acknowledgements of that time go out together. Nothing waits for them (they
+        only let senders forget calls), but each one wakes its sender, and on the
+        machine's few cores that wake-up competes with the call's own round trip."""
+        acks = self._acks
         for sender, seq in positions.items():
-            writers = self._inbound.get(sender)
-            if writers:
+            if seq > acks.get(sender, 0):
+                acks[sender] = seq
+        if acks and self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY,
+                                                                    self._send_acks)
+
+    def _send_acks(self) -> None:
+        self._ack_timer = None
+        acks, self._acks = self._acks, {}
+        for sender, seq in acks.items():
+            transports = self._inbound.get(sender)
+            if transports:
                 ack = TrimTo(seq).encode()
-                for w in writers:
-                    w.write(ack)
+                for t in transports:
+                    t.write(ack)
 
     async def _is_registered(self, name: str) -> bool:
         if self._known is not None:
@@ -102,36 +158,13 @@ class LinkServer:
             return False
         return True
 
-    async def _on_link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        try:
-            sender = await asyncio.wait_for(
-                accept_link(reader, writer, self.secret, self.name, self._is_registered,
-                            self._logged),
-                HANDSHAKE_TIMEOUT,
-            )
-        except (TimeoutError, LinkAuthenticationError, OSError, asyncio.IncompleteReadError) as err:
-            who = registry.format_address(peer[0], peer[1])
-            self._log(f"refused a link from {who}: {str(err) or type(err).__name__}")
-            writer.close()
-            return
-        self._inbound.setdefault(sender, set()).add(writer)
-        records = LinkRecords()
-        try:
-            while data := await reader.read(1 << 16):
-                for rec in records.receive_data(data):
-                    self._on_record(sender, rec)
-        except RemoteProtocolError as err:
-            self._log(f"link from {sender} broke the protocol: {err}")
-        except OSError:
-            pass  # the sender went away: it reconnects and resends from our position
-        except asyncio.CancelledError:
-            # The coordinator is stopping. Ending normally keeps asyncio's stream callback
-            # (Python 3.11) from printing a traceback for a cancelled handler.
-            pass
-        finally:
-            self._inbound[sender].discard(writer)
-            writer.close()
+    def _joined(self, sender: str, transport: asyncio.Transport) -> None:
+        self._inbound.setdefault(sender, set()).add(transport)
+        if self.paused:
+            transport.pause_reading()
+
+    def _left(self, sender: str, transport: asyncio.Transport) -> None:
+        self._inbound.get(sender, set()).discard(transport)
 
     def _on_record(self, sender: str, rec: LinkRecord) -> None:
         """One record: its calls are queued as the bytes that came (checked, not decoded)."""
@@ -149,3 +182,108 @@ class LinkServer:
         body = rec.body if first > accepted else skip_frames(rec.body, accepted + 1 - first)
         self._accepted[sender] = rec.seq_id
         self._submit((sender, rec.seq_id, body))
+
+
+class _Inbound(asyncio.Protocol):
+    """One inbound link: the handshake, then records until it breaks. A peer that fails
+    the handshake (or is too slow with it) is refused with one line; one that breaks the
+    protocol afterwards is logged and dropped (it reconnects and resends)."""
+
+    def __init__(self, server: LinkServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer = ("?", "?")
+        self.nonce_s = b""
+        self.hello: bytearray | None = bytearray()
+        self.sender: str | None = None
+        self.records = LinkRecords()
+        self.timer: asyncio.TimerHandle | None = None
+        self.admitting: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername") or self.peer
+        first, self.nonce_s = challenge()
+        transport.write(first)
+        self.timer = asyncio.get_running_loop().call_later(
+            HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
+
+    def _refuse(self, why: str) -> None:
+        if self.hello is None:
+            return
+        self.hello = None
+        who = registry.format_address(str(self.peer[0]), self.peer[1])  # type: ignore[arg-type]
+        self.server._log(f"refused a link from {who}: {why}")
+        if self.timer is not None:
+            self.timer.cancel()
+        assert self.transport is not None
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.sender is None:
+            if self.hello is None:
+                return  # refused: the transport is closing
+            self.hello += data
+            if self.admitting is not None:
+                return  # kept until the sender is admitted
+            server = self.server
+            try:
+                got = check_hello(self.hello, self.nonce_s, server.secret, server.name)
+                if got is None and len(self.hello) >= HELLO_MAX:
+                    raise LinkAuthenticationError("malformed link handshake")
+            except LinkAuthenticationError as err:
+                self._refuse(str(err))
+                return
+            if got is not None:
+                # Whether the sender may link can take a lookup (a registration in the
+                # cluster): asked off this callback, still within the handshake's time.
+                self.admitting = asyncio.get_running_loop().create_task(self._admit(got))
+            return
+        self._records(self.sender, data)
+
+    async def _admit(self, hello: Hello) -> None:
+        server = self.server
+        try:
+            known = await server._is_registered(hello.sender)
+        except asyncio.CancelledError:
+            return  # the connection went away first
+        if self.hello is None:
+            return  # refused meanwhile (the handshake's time ran out)
+        if not known:
+            self._refuse(str(not_registered(hello.sender)))
+            return
+        assert self.transport is not None and self.timer is not None
+        self.timer.cancel()
+        self.transport.write(hello_reply(server.secret, hello, self.nonce_s,
+                                         server._logged(hello.sender)))
+        data = bytes(self.hello[hello.used:])
+        self.hello = None
+        self.sender = hello.sender
+        server._joined(hello.sender, self.transport)
+        if data:
+            self._records(hello.sender, data)
+
+    def _records(self, sender: str, data: bytes) -> None:
+        server = self.server
+        try:
+            for rec in self.records.receive_data(data):
+                server._on_record(sender, rec)
+        except RemoteProtocolError as err:
+            server._log(f"link from {sender} broke the protocol: {err}")
+            assert self.transport is not None
+            self.transport.close()
+        server._burst_done()
+
+    def eof_received(self) -> bool:
+        return False  # the sender went away: it reconnects and resends from our position
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.admitting is not None and self.sender is None:
+            self.admitting.cancel()
+        if self.sender is not None:
+            self.server._left(self.sender, self.transport)  # type: ignore[arg-type]
+        elif self.hello is not None:
+            self._refuse("the peer closed during the link handshake")

