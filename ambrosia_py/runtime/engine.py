@@ -103,8 +103,9 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         """
         self.outbox.attach(loop, wakeup)
 
-    def receive_data(self, data: bytes) -> None:
-        """Bytes read from the coordinator's send port; act on them with ``next_output``."""
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Bytes read from the coordinator's send port (copied if need be: the caller may
+        reuse its buffer); act on them with ``next_output``."""
         self.conn.receive_data(data)
 
     def next_output(self) -> Output | None:

@@ -102,7 +102,8 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
                 raise AssertionError(
                     f"no bytes for {_RECV_TIMEOUT}s after {len(seen)} of {FLOOD} Impulses: "
                     f"{inst._accepted} accepted, {len(engine.outbox._impulses)} still queued, "
-                    f"{runner._inbox.qsize()} in the runner's inbox, first missing: "
+                    f"{runner.peak_write_buffer} bytes at most in the write buffer, first "
+                    "missing: "
                     f"{sorted(set(range(FLOOD)) - set(seen))[:3]}") from None
             assert data, "the binding closed its connection"
             decoder.receive_data(data)
