@@ -98,6 +98,9 @@ class EngineCore:
         self._ckpt_in: IO[bytes] | None = None
         self._ckpt_out: SendCheckpoint | None = None  # handed out, maybe not yet all sent
         self._held: SendCheckpoint | None = None  # taken, to hand out after earlier bytes
+        # The last next_output handled everything received and queued: the next call
+        # would return None (the runner skips it, one call per input it reads).
+        self.settled = False
         self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
         # Each method's positional parameter types, looked up once rather than per call.
         self._positional_types: dict[Callable[..., Any], list[Any]] = {}

@@ -111,7 +111,9 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
     def next_output(self) -> Output | None:
         """Handle the events received so far and return the next thing to send: bytes, or a
         checkpoint to stream (all of it, before calling again). None: nothing until more
-        data is received or ``wakeup`` is called."""
+        data is received or ``wakeup`` is called; nor is there when this sets ``settled``
+        (a driver may skip the call that would return that None)."""
+        self.settled = False
         if self._ckpt_out is not None and not self._ckpt_out.done:
             raise LocalProtocolError("the checkpoint handed out was not sent to its end")
         if self._held is not None:
@@ -146,6 +148,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
                     return SendBytes(bytes(pending))
         if not conn.owes_checkpoint and conn.is_primary:
             pending += self._take_outbox()
+        self.settled = True
         return SendBytes(bytes(pending)) if pending else None
 
     def _take_outbox(self) -> bytes:

@@ -262,13 +262,15 @@ class ImmortalRunner:
                     if isinstance(out, SendCheckpoint):
                         self._go_slow(out)
                         return
-                    writer.write(out.data)
+                    transport.write(out.data)
                     size = transport.get_write_buffer_size()
                     if size > self.peak_write_buffer:
                         self.peak_write_buffer = size
                     if size > _WRITE_HIGH_WATER or transport.is_closing():
                         self._go_slow(None)
                         return
+                    if eng.settled:
+                        break
                 if not self._again:
                     break
         except Exception as e:  # the run ends with it, as the engine raised it
