@@ -14,7 +14,7 @@ from ambrosia_py.errors import WireFormatError
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.runner import ImmortalRunner
 
-from .apps import Calculator
+from .apps import Flooder
 
 
 async def _bad_coordinator(record: bytes) -> ImmortalRunner:
@@ -29,7 +29,7 @@ async def _bad_coordinator(record: bytes) -> ImmortalRunner:
     recv = await asyncio.start_server(on_connect, "127.0.0.1", 0)
     send = await asyncio.start_server(on_connect, "127.0.0.1", 0)
     rp, sp = (srv.sockets[0].getsockname()[1] for srv in (recv, send))
-    engine = Engine(Calculator, "calculator", logger=logging.getLogger("test.bad-bytes"))
+    engine = Engine(Flooder, "flooder", logger=logging.getLogger("test.bad-bytes"))
     runner = ImmortalRunner(engine, rp, sp, progress=False)
     task = asyncio.create_task(runner.run())
     try:
