@@ -196,7 +196,7 @@ class ImmortalRunner:
         loop = asyncio.get_running_loop()
         eng = self.engine
         self._ended = loop.create_future()
-        eng.attach(loop, self._kick)  # handlers run on this loop's thread
+        eng.attach(loop, self._kick, self._flush)  # handlers run on this loop's thread
         # The receive port first, then the send port (the coordinator expects this order).
         _, writer = await connect_with_retry(self.host, self.receive_port, self.connect_timeout)
         self._writer = writer
@@ -280,6 +280,16 @@ class ImmortalRunner:
             self._pumping = False
         if self.progress or self.log.isEnabledFor(logging.INFO):
             self._report_progress()
+
+    def _flush(self, data: bytes) -> None:
+        """A long handler's RPCs so far, written while it runs (the slow path's drain,
+        if the buffer passes its mark, comes once the handler is done)."""
+        assert self._writer is not None
+        transport = self._writer.transport
+        if not transport.is_closing():
+            transport.write(data)
+            self.peak_write_buffer = max(self.peak_write_buffer,
+                                         transport.get_write_buffer_size())
 
     def _go_slow(self, first: SendCheckpoint | None) -> None:
         assert self._port.transport is not None
