@@ -46,8 +46,8 @@ _MESSAGE_INPUT = {
 class ReceiveSide(ConnectionCore):
     """Feeding the connection and reading its events (see ``BindingConnection``)."""
 
-    def receive_data(self, data: bytes) -> None:
-        """Bytes from the coordinator's send port."""
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Bytes from the coordinator's send port (copied: the caller may reuse them)."""
         if self._state is State.ERROR:
             raise LocalProtocolError("the connection is broken by an earlier protocol error")
         try:

@@ -37,9 +37,10 @@ from .outbox import Outbox
 from .outputs import SendCheckpoint
 from .stepping import Handlers
 
-__all__ = ["INITIAL_MAGIC", "EngineCore"]
+__all__ = ["FLUSH_EVERY", "INITIAL_MAGIC", "EngineCore"]
 
 INITIAL_MAGIC = "ambrosia-py"  # the InitialMessage header of this binding
+FLUSH_EVERY = 256  # RPCs a handler sends before they are written early (Engine.attach)
 
 
 class EngineCore:
@@ -95,9 +96,16 @@ class EngineCore:
         self._batch: list[bytes] = []
         self._batch_dests: dict[str, None] = {}
         self._heads: dict[tuple[str, int, int], bytes] = {}  # (dest, method, type) -> head
+        # Encoded bytes of the inputs handled in this next_output, not yet handed out, and
+        # the driver's early write (Engine.attach).
+        self._out_pending = bytearray()
+        self._flush: Callable[[bytes], None] | None = None
         self._ckpt_in: IO[bytes] | None = None
         self._ckpt_out: SendCheckpoint | None = None  # handed out, maybe not yet all sent
         self._held: SendCheckpoint | None = None  # taken, to hand out after earlier bytes
+        # The last next_output handled everything received and queued: the next call
+        # would return None (the runner skips it, one call per input it reads).
+        self.settled = False
         self._loaded_upgraded = False  # the checkpoint loaded was already upgrade_to's
         # Each method's positional parameter types, looked up once rather than per call.
         self._positional_types: dict[Callable[..., Any], list[Any]] = {}
@@ -177,11 +185,25 @@ class EngineCore:
                                      int(rpc_type))
             if len(self._heads) < 4096:  # destinations and methods are few; stay bounded
                 self._heads[key] = head
-        self._batch.append(sized(head + args))
+        batch = self._batch
+        batch.append(sized(head + args))
         if dest and dest != self.instance_name:
             self._batch_dests[dest] = None
         if self.outputs is not None:
             self.outputs.append(OutgoingRpc(dest, method_id, int(rpc_type), args))
+        if len(batch) >= FLUSH_EVERY and self._flush is not None and self.conn.is_primary:
+            # A long handler: what it sent so far goes now, after what came before it.
+            out = self._out_pending
+            data = bytes(out) + self._encode_batch()
+            del out[:]
+            self._flush(data)
+
+    def _encode_batch(self) -> bytes:
+        if not self._batch:
+            return b""
+        batch, self._batch = self._batch, []
+        dests, self._batch_dests = self._batch_dests, {}
+        return self.conn.send_frames(batch, dests)
 
     def _apply(self, record: LoggedInput) -> None:
         """Handle one logged input (the facade's dispatch; rooms re-dispatch journals)."""

@@ -92,41 +92,47 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         config: the instance's configuration (``ctx.config``; see ``runtime.config``).
     """
 
-    def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None]
-               ) -> None:
+    def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None],
+               flush: Callable[[bytes], None] | None = None) -> None:
         """Drive the engine from the calling thread (handlers run on it).
 
         Args:
             loop: the event loop side effects (``ctx.spawn``) run on, if any.
             wakeup: called on this thread when outside-world code queued something to
                 send: call ``next_output`` then.
+            flush: if given, called during a long handler of a primary with bytes to
+                write now, every ``FLUSH_EVERY`` RPCs the handler sends (so the
+                coordinator starts on them before it ends); they go before anything
+                ``next_output`` returns afterwards.
         """
         self.outbox.attach(loop, wakeup)
+        self._flush = flush
 
-    def receive_data(self, data: bytes) -> None:
-        """Bytes read from the coordinator's send port; act on them with ``next_output``."""
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Bytes read from the coordinator's send port (copied if need be: the caller may
+        reuse its buffer); act on them with ``next_output``."""
         self.conn.receive_data(data)
 
     def next_output(self) -> Output | None:
         """Handle the events received so far and return the next thing to send: bytes, or a
         checkpoint to stream (all of it, before calling again). None: nothing until more
-        data is received or ``wakeup`` is called."""
+        data is received or ``wakeup`` is called; nor is there when this sets ``settled``
+        (a driver may skip the call that would return that None)."""
+        self.settled = False
         if self._ckpt_out is not None and not self._ckpt_out.done:
             raise LocalProtocolError("the checkpoint handed out was not sent to its end")
         if self._held is not None:
             self._ckpt_out, self._held = self._held, None
             return self._ckpt_out
-        pending = bytearray()
+        pending = self._out_pending = bytearray()  # an early flush empties it
         conn = self.conn
         while True:
             rpcs = conn.next_rpcs()
             if rpcs:
                 # A run of RPCs (a replay's records, a burst of calls): one call per chunk.
-                out = self._handle_rpcs(rpcs)
-                if out:
-                    pending += out
-                    if len(pending) >= _BATCH_BYTES:
-                        return SendBytes(bytes(pending))
+                self._handle_rpcs(rpcs)
+                if len(pending) >= _BATCH_BYTES:
+                    return SendBytes(bytes(pending))
                 continue
             event = conn.next_event()
             if event is NEED_DATA:
@@ -145,6 +151,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
                     return SendBytes(bytes(pending))
         if not conn.owes_checkpoint and conn.is_primary:
             pending += self._take_outbox()
+        self.settled = True
         return SendBytes(bytes(pending)) if pending else None
 
     def _take_outbox(self) -> bytes:
@@ -201,9 +208,9 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             return b""
         raise LocalProtocolError(f"unexpected protocol event {event!r}")
 
-    def _handle_rpcs(self, rpcs: list[Rpc]) -> bytes:
+    def _handle_rpcs(self, rpcs: list[Rpc]) -> None:
         """Handle incoming RPCs in log order, as one ``IncomingRpc`` event each would be;
-        the bytes to send.
+        the bytes to send go to ``_out_pending``.
 
         A call of a published method that cannot suspend, while no handler is suspended,
         needs no journal. The usual one (a fork in this binding's envelope whose
@@ -211,7 +218,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
         is run right here, which is most of a long replay; any other such call goes
         straight to ``_apply_call``; anything else takes ``_input``.
         """
-        out: list[bytes] = []
+        out = self._out_pending
         handlers = self.handlers
         plans: dict[int, CallPlan | None] = {}  # by method id, for this run of RPCs
         unpack = _unpackb
@@ -251,7 +258,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
                         if handlers.suspended:
                             self._check_journal()
                         if self._batch:
-                            out.append(self._encode_batch())
+                            out += self._encode_batch()
                         continue
                 self._inputs_seen += 1
                 try:
@@ -263,15 +270,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             else:
                 self._input(RpcInput(method_id, rpc_type, args, reserved))
             if self._batch:
-                out.append(self._encode_batch())
-        return b"".join(out)
-
-    def _encode_batch(self) -> bytes:
-        if not self._batch:
-            return b""
-        batch, self._batch = self._batch, []
-        dests, self._batch_dests = self._batch_dests, {}
-        return self.conn.send_frames(batch, dests)
+                out += self._encode_batch()
 
     def _input(self, record: LoggedInput) -> None:
         """Handle one logged input, journaled while a handler may be suspended."""

@@ -88,6 +88,10 @@ class Outbox:
 
     def take(self) -> tuple[list[OutgoingRpc], list[bytes]]:
         """Everything queued, emptying the queue and waking the waiting senders."""
+        if not self._impulses and not self._raw:
+            # Read without the lock, as the engine asks after every input: a sender that
+            # queues just after this look calls ``wake`` next, so nothing waits unseen.
+            return [], []
         with self._room:
             impulses, self._impulses = self._impulses, []
             raw, self._raw = self._raw, []

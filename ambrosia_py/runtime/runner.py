@@ -1,17 +1,21 @@
 """The only place with sockets: connects an ``Engine`` to its coordinator's two ports.
 
-Plain I/O, as with any sans-IO session: one task reads the coordinator's send port into
-a bounded queue (so a fast coordinator cannot make us buffer without bound); the main
-task hands what it reads to ``Engine.receive_data`` and writes what ``Engine.next_output``
-returns (bytes, or a checkpoint's chunks), waiting on ``drain()`` so that a slow
-coordinator slows us down rather than growing our write buffer. Impulses from
-outside-world threads are bounded too: past ``IMPULSE_QUEUE_LIMIT`` queued bytes the
-sending thread waits (see ``outbox``), so a coordinator that stops reading stops the
-producers instead of filling memory.
+Plain I/O, as with any sans-IO session, done in the callbacks of the loop: the send
+port is read by a protocol whose ``data_received`` hands the bytes to
+``Engine.receive_data`` and, in the same callback, writes what ``Engine.next_output``
+returns. An awaited call's result thus resumes its handler, and what the handler sends
+goes out, in the one loop turn that read the result (a reader task and a queue between
+them cost two more turns per message, most of a binding's time in a round trip).
 
-The engine's ``wakeup`` (something was queued by another thread) sets a flag and puts at
-most one wake-up in the queue, beside the data; the data's bound does not apply to it,
-so a wake-up is never dropped, whatever the queue holds.
+Back-pressure keeps its bounds: when the receive port's write buffer passes its high
+water mark (a slow coordinator), or a checkpoint is to be streamed, the callback stops
+reading the send port and a task takes over, waiting on ``drain()`` between writes, and
+reads again once everything is written. Impulses from outside-world threads are bounded
+too: past ``IMPULSE_QUEUE_LIMIT`` queued bytes the sending thread waits (see ``outbox``),
+so a coordinator that stops reading stops the producers instead of filling memory.
+
+The engine's ``wakeup`` (something was queued by another thread) runs the same pump; one
+that comes while the pump runs makes it go round once more.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from ..errors import CoordinatorError
 from ..stopping import StopReason
@@ -29,11 +34,10 @@ from .engine import Engine, SendCheckpoint
 
 __all__ = ["DRAIN_SECONDS", "ImmortalRunner", "connect_with_retry"]
 
-_KICK = b"kick"  # a distinct object, compared by identity
-_INBOX_CHUNKS = 8  # chunks read ahead of the engine before the reader waits
+_T = TypeVar("_T")
+
 # Reads and checkpoint sends of up to 1 MiB: at 64 KiB a large checkpoint or a long replay
-# paid a loop turn, a queue hop and a decoder call per 64 KiB. The reader buffers at most
-# two chunks before it stops reading the socket, and the inbox holds at most 8.
+# paid a loop turn and a decoder call per 64 KiB.
 _CHUNK = 1 << 20
 _WRITE_HIGH_WATER = 1 << 20
 _DRAW_EVERY = 0.25  # seconds between redraws of the replay's progress bar on a terminal
@@ -55,11 +59,17 @@ def progress_line(done: int, total: int | None) -> str:
 async def connect_with_retry(host: str, port: int, timeout: float
                              ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Connect, retrying while the coordinator starts (up to ``timeout`` seconds)."""
+    return await _retrying(lambda: asyncio.open_connection(host, port, limit=_CHUNK),
+                           host, port, timeout)
+
+
+async def _retrying(connect: Callable[[], Awaitable[_T]], host: str, port: int,
+                    timeout: float) -> _T:
     deadline = time.monotonic() + timeout
     delay = 0.02
     while True:
         try:
-            return await asyncio.open_connection(host, port, limit=_CHUNK)
+            return await connect()
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise CoordinatorError(
@@ -67,6 +77,33 @@ async def connect_with_retry(host: str, port: int, timeout: float
                 ) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
+
+
+class _SendPort(asyncio.BufferedProtocol):
+    """The coordinator's send port, read into one buffer and handed to the runner in the
+    callback that read it."""
+
+    def __init__(self, runner: ImmortalRunner) -> None:
+        self._runner = runner
+        self._buf = memoryview(bytearray(_CHUNK))
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._runner._received(self._buf[:nbytes])
+
+    def eof_received(self) -> bool:
+        self._runner._closed()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._runner._closed()
 
 
 class ImmortalRunner:
@@ -99,13 +136,14 @@ class ImmortalRunner:
         self.stop_asked = False  # stop() was called
         self.drain_seconds = drain_seconds
         self._draining: asyncio.Task[None] | None = None
-        # Unbounded: the reader bounds its data with _room; wake-ups and the stop mark
-        # are never refused.
-        self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._room = asyncio.Semaphore(_INBOX_CHUNKS)
-        self._kicked = False  # a wake-up is in the inbox, not yet taken
         self._writer: asyncio.StreamWriter | None = None
-        self._stopping = False
+        self._port = _SendPort(self)
+        # Set once the run ends: None, or the error the engine raised.
+        self._ended: asyncio.Future[None] | None = None
+        self._slow: asyncio.Task[None] | None = None  # writes waiting on drain()
+        self._pumping = False
+        self._again = False  # a wake-up came while the pump ran
+        self._eof = False  # the coordinator closed the send port
         self._last_progress = time.monotonic()
         self._drew_progress = False
         self.replay_estimate = replay_estimate
@@ -131,9 +169,13 @@ class ImmortalRunner:
         finally:
             then()
 
-    def _end(self) -> None:
-        self._stopping = True
-        self._inbox.put_nowait(None)
+    def _end(self, error: BaseException | None = None) -> None:
+        ended = self._ended
+        if ended is not None and not ended.done():
+            if error is None:
+                ended.set_result(None)
+            else:
+                ended.set_exception(error)
 
     @property
     def stop_reason(self) -> StopReason:
@@ -144,89 +186,149 @@ class ImmortalRunner:
 
     def _kick(self) -> None:
         """The engine's wakeup: outside-world code queued something to send."""
-        if not self._kicked:
-            self._kicked = True
-            self._inbox.put_nowait(_KICK)
+        if self._pumping:
+            self._again = True
+        elif (self._slow is None and self._port.transport is not None
+              and self._ended is not None and not self._ended.done()):
+            self._pump()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         eng = self.engine
-        eng.attach(loop, self._kick)  # handlers run on this loop's thread
+        self._ended = loop.create_future()
+        eng.attach(loop, self._kick, self._flush)  # handlers run on this loop's thread
         # The receive port first, then the send port (the coordinator expects this order).
         _, writer = await connect_with_retry(self.host, self.receive_port, self.connect_timeout)
         self._writer = writer
         writer.transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
-        reader, send_writer = await connect_with_retry(self.host, self.send_port,
-                                                       self.connect_timeout)
-        self.log.info("connected to the coordinator (receive port %d, send port %d)",
-                      self.receive_port, self.send_port)
-        read_task = loop.create_task(self._read_loop(reader))
+        port = self._port
         try:
-            await self._main_loop()
+            await _retrying(lambda: loop.create_connection(lambda: port, self.host,
+                                                           self.send_port),
+                            self.host, self.send_port, self.connect_timeout)
+            self.log.info("connected to the coordinator (receive port %d, send port %d)",
+                          self.receive_port, self.send_port)
+            await self._ended
         except ConnectionError:
             # The coordinator went away while we wrote to it (it stopped, or died): the
             # same end as its closing the connection while we read.
             self.closed_by_coordinator = True
         finally:
-            for task in (read_task, self._draining):
+            self._ended.cancel()  # late callbacks do nothing
+            for task in (self._slow, self._draining):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
             await eng.stop_tasks(self.stop_reason)
-            for w in (writer, send_writer):
-                w.close()
-                with contextlib.suppress(Exception):
-                    await w.wait_closed()
+            if port.transport is not None:
+                port.transport.close()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+    def _received(self, data: memoryview) -> None:
+        """Bytes from the send port, handled now unless the slow path has the engine."""
+        if self._ended is None or self._ended.done():
+            return
+        try:
+            self.engine.receive_data(data)
+        except Exception as e:  # the run ends with it, as the engine raised it
+            self._end(e)
+            return
+        if self._slow is None:
+            self._pump()
+
+    def _closed(self) -> None:
+        # Whoever started the runner says what that means (a stop, an error, the end of a
+        # debug replay). What came before it is handled first, as it was read first.
+        self._eof = True
+        if self._slow is None:
+            self.closed_by_coordinator = True
+            self._end()
+
+    def _pump(self) -> None:
+        """Write everything the engine has to send now, in this callback; hand over to
+        ``_pump_slowly`` when a write must wait or a checkpoint is to be streamed."""
+        eng = self.engine
+        writer = self._writer
+        assert writer is not None
+        transport = writer.transport
+        self._pumping = True
         try:
             while True:
-                await self._room.acquire()
-                data = await reader.read(_CHUNK)
-                self._inbox.put_nowait(data)
-                if not data:
-                    return
-        except (ConnectionError, OSError):
-            self._inbox.put_nowait(b"")
-
-    async def _main_loop(self) -> None:
-        eng = self.engine
-        while not self._stopping:
-            data = await self._inbox.get()
-            if data is None:
-                break
-            if data is _KICK:
-                self._kicked = False  # a wake-up from now on is a new one
-            else:
-                self._room.release()
-                if not data:
-                    # Whoever started the runner says what that means (a stop, an error,
-                    # the end of a debug replay).
-                    self.closed_by_coordinator = True
+                self._again = False
+                while (out := eng.next_output()) is not None:
+                    if isinstance(out, SendCheckpoint):
+                        self._go_slow(out)
+                        return
+                    transport.write(out.data)
+                    size = transport.get_write_buffer_size()
+                    if size > self.peak_write_buffer:
+                        self.peak_write_buffer = size
+                    if size > _WRITE_HIGH_WATER or transport.is_closing():
+                        self._go_slow(None)
+                        return
+                    if eng.settled:
+                        break
+                if not self._again:
                     break
-                eng.receive_data(data)
-            await self._pump()
+        except Exception as e:  # the run ends with it, as the engine raised it
+            self._end(e)
+            return
+        finally:
+            self._pumping = False
+        if self.progress or self.log.isEnabledFor(logging.INFO):
+            self._report_progress()
+
+    def _flush(self, data: bytes) -> None:
+        """A long handler's RPCs so far, written while it runs (the slow path's drain,
+        if the buffer passes its mark, comes once the handler is done)."""
+        assert self._writer is not None
+        transport = self._writer.transport
+        if not transport.is_closing():
+            transport.write(data)
+            self.peak_write_buffer = max(self.peak_write_buffer,
+                                         transport.get_write_buffer_size())
+
+    def _go_slow(self, first: SendCheckpoint | None) -> None:
+        assert self._port.transport is not None
+        self._port.transport.pause_reading()
+        self._slow = asyncio.get_running_loop().create_task(self._pump_slowly(first))
+
+    async def _pump_slowly(self, first: SendCheckpoint | None) -> None:
+        try:
+            if first is not None:
+                await self._stream(first)
+            await self._write(b"")
+            while (out := self.engine.next_output()) is not None:
+                if isinstance(out, SendCheckpoint):
+                    await self._stream(out)
+                else:
+                    await self._write(out.data)
+        except Exception as e:  # ConnectionError included: run() says what it means
+            self._end(e)
+            return
+        finally:
+            self._slow = None
+        if self._eof:
+            self._closed()
+            return
+        assert self._port.transport is not None
+        self._port.transport.resume_reading()
+        self._pump()  # wake-ups that came meanwhile
+
+    async def _stream(self, ckpt: SendCheckpoint) -> None:
+        for chunk in ckpt.chunks(_CHUNK):
+            await self._write(chunk)
 
     async def _write(self, data: bytes) -> None:
         assert self._writer is not None
-        self._writer.write(data)
+        if data:
+            self._writer.write(data)
         self.peak_write_buffer = max(self.peak_write_buffer,
                                      self._writer.transport.get_write_buffer_size())
         await self._writer.drain()
-
-    async def _pump(self) -> None:
-        """Write everything the engine has to send now."""
-        eng = self.engine
-        while (out := eng.next_output()) is not None:
-            if isinstance(out, SendCheckpoint):
-                for chunk in out.chunks(_CHUNK):
-                    await self._write(chunk)
-            else:
-                await self._write(out.data)
-        # Once per chunk read, not per record: replay's hot loop stays as it was.
-        if self.progress or self.log.isEnabledFor(logging.INFO):
-            self._report_progress()
 
     def _report_progress(self) -> None:
         conn = self.engine.conn

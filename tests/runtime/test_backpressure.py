@@ -90,7 +90,15 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
         _wait(lambda: engine.blocked_senders > 0, "the flooding thread to wait for room")
         inst = engine.instance
         assert isinstance(inst, Flooder)
-        stalled_at = inst._accepted
+        # Stalled for good, not just for a moment: the kernel's socket buffers and the
+        # runner's write buffer are full, so nothing moves for half a second.
+        stalled_at, still = -1, 0
+        deadline = time.monotonic() + 60
+        while still < 5 and inst._accepted < FLOOD and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = inst._accepted
+            still = still + 1 if now == stalled_at and engine.blocked_senders else 0
+            stalled_at = now
         total = FLOOD * (FLOOD_PAD + 40)
         assert stalled_at < FLOOD and total > 10 * (IMPULSE_QUEUE_LIMIT + _WRITE_HIGH_WATER)
         # Reading resumes: everything arrives, in order.
@@ -102,7 +110,8 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
                 raise AssertionError(
                     f"no bytes for {_RECV_TIMEOUT}s after {len(seen)} of {FLOOD} Impulses: "
                     f"{inst._accepted} accepted, {len(engine.outbox._impulses)} still queued, "
-                    f"{runner._inbox.qsize()} in the runner's inbox, first missing: "
+                    f"{runner.peak_write_buffer} bytes at most in the write buffer, first "
+                    "missing: "
                     f"{sorted(set(range(FLOOD)) - set(seen))[:3]}") from None
             assert data, "the binding closed its connection"
             decoder.receive_data(data)
