@@ -90,7 +90,10 @@ def _run(m: list[Harness], raft: subprocess.Popen[str]) -> None:
     home0 = m[0]
     r = home0.cli("register-instance", "-i", "S", "-rp", str(ports[0]), "-sp", str(ports[1]),
                   "-p", str(ports[2]), "-l", str(home0.logs), "-aa", "--log-store", address,
-                  "--ic-host", HOSTS[0])
+                  "--ic-host", HOSTS[0],
+                  # Under load a new primary's first heartbeats can come later than 1 s
+                  # and a standby rightly takes over again; this test names the primary.
+                  "--lease-ms", "4000")
     assert r.returncode == 0, r.stderr
     for n in (1, 2):
         r = home0.cli("add-replica", "-i", "S", "-r", str(n), "-rp", str(ports[3 * n]),
