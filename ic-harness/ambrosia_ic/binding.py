@@ -23,7 +23,7 @@ import errno
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ambrosia_py.errors import CoordinatorError
 
@@ -44,15 +44,17 @@ class _Held(asyncio.Protocol):
     """A receive connection waiting to be accepted: what it sends (or its end) is kept
     and passed on, in order, to the protocol it is handed to."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_made: Callable[[_Held], None]) -> None:
+        self._on_made = on_made
         self.transport: asyncio.Transport | None = None
         self._data = bytearray()
         self._eof = False
         self._lost: tuple[Exception | None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's do not subclass asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
+        self._on_made(self)
 
     def data_received(self, data: bytes) -> None:
         self._data += data
@@ -193,10 +195,9 @@ class BindingPorts:
                 ) from None
 
     def _receive_protocol(self) -> _Held:
-        held = _Held()
-        # Runs once the transport exists (after connection_made).
-        asyncio.get_running_loop().call_soon(self._arrived, "receive", held)
-        return held
+        # Offered once its transport exists: asyncio calls connection_made in a later
+        # turn of the loop than the factory, uvloop in the same one.
+        return _Held(lambda held: self._arrived("receive", held))
 
     async def _on_send(self, reader: asyncio.StreamReader,
                        writer: asyncio.StreamWriter) -> None:

@@ -15,7 +15,7 @@ ways at once keeps that from locking up (back-pressure goes to the links instead
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ambrosia_py.errors import RemoteProtocolError, UnexpectedMessageError
 from ambrosia_py.wire import (
@@ -66,8 +66,8 @@ class BindingReader(asyncio.Protocol):
         self.failed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's do not subclass asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self.failed:
