@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import AmbrosiaError, UsageError
+from ..loops import LOOPS, loop_runner
 from .config import load_config
 from .engine import Engine
 from .runner import ImmortalRunner
@@ -122,6 +123,9 @@ def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_po
                         "coordinator upgrades")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="the instance's configuration, a TOML file (ctx.config)")
+    p.add_argument("--loop", choices=LOOPS, default=os.environ.get("AMBROSIA_PY_LOOP", "auto"),
+                   help="the binding's event loop: auto (uvloop if installed, else asyncio), "
+                   "asyncio or uvloop (default: $AMBROSIA_PY_LOOP, else auto)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
                    help="set one configuration key over the file's (repeatable; KEY may be "
                         "dotted, VALUE is a TOML value or else a string)")
@@ -154,7 +158,8 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
                  ports: tuple[int, int], stops: StopSignals, log: logging.Logger, *,
                  replay_estimate: int | None = None,
                  on_stop: Callable[[ImmortalRunner], None] | None = None,
-                 config: Mapping[str, Any] | None = None) -> ImmortalRunner:
+                 config: Mapping[str, Any] | None = None,
+                 loop: str = "auto") -> ImmortalRunner:
     """Run the immortal until its coordinator closes the connection or a stop signal
     stops it; returns the runner, which says how it ended.
 
@@ -163,10 +168,15 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
         on_stop: what a stop signal does (default: the runner's ordinary stop); ``ambrosia
             run`` also stops the coordinator it started, once the side effects ended.
         config: the instance's configuration (``ctx.config``).
+        loop: ``auto``, ``asyncio`` or ``uvloop`` (see ``ambrosia_py.loops``).
+
+    Raises:
+        UsageError: ``loop`` is unknown, or uvloop is asked for but not installed.
     """
+    run = loop_runner(loop, setting="--loop or $AMBROSIA_PY_LOOP")
     engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
     runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate)
-    asyncio.run(_run(runner, stops, on_stop))
+    run(_run(runner, stops, on_stop))
     return runner
 
 
@@ -214,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config, args.sets)
             runner = run_immortal(cls, upgrade_to, name,
                                   (args.ic_receive_port, args.ic_send_port), stops, log,
-                                  config=config)
+                                  config=config, loop=args.loop)
             code, line = outcome(name, runner, stops, args.debug_replay)
         except AmbrosiaError as e:
             code, line = (stopped(name, stops) if stops.signum is not None

@@ -195,6 +195,6 @@ def test_an_unknown_event_loop_or_fsync_place_is_one_line(harness: Harness) -> N
         harness.env[var] = value
         r = harness.cli("ic", "-i", "alpha")
         del harness.env[var]
-        assert _one_line_error(r, 1) == (
-            f"ambrosia: error: unknown {what} {value!r} (expected "
-            f"{'asyncio or uvloop' if var.endswith('LOOP') else 'auto, loop or thread'})")
+        expected = ("in --loop or $AMBROSIA_IC_LOOP (expected auto, asyncio, uvloop)"
+                    if var.endswith("LOOP") else "(expected auto, loop or thread)")
+        assert _one_line_error(r, 1) == f"ambrosia: error: unknown {what} {value!r} {expected}"

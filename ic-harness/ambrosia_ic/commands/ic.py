@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import os
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from ambrosia_py.errors import CoordinatorError, RegistryError, UsageError
+from ambrosia_py.loops import LOOPS, loop_runner
 
 from .. import registry
 from ..launch import STOPPED_PREFIX
@@ -37,7 +38,7 @@ def _ic(args: argparse.Namespace) -> int:
     if reg.log_store:
         from ..raft_replica import RaftReplicaCoordinator
         cls = RaftReplicaCoordinator
-    run = _loop_runner(args.loop)
+    run = loop_runner(args.loop, setting="--loop or $AMBROSIA_IC_LOOP")
     places = {"auto": None, "loop": False, "thread": True}
     if args.fsync not in places:
         raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
@@ -81,26 +82,6 @@ def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
                             f"cluster at {shown}")
     registry.adopt(doc, home, f"the registration of {name} in {shown}")
     return registry.load(name, home)
-
-
-def _loop_runner(kind: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    """``asyncio.run``, or uvloop's ``run``, as ``kind`` asks.
-
-    Raises:
-        UsageError: an unknown loop (from $AMBROSIA_IC_LOOP), or uvloop was asked for but
-            is not installed.
-    """
-    if kind == "asyncio":
-        return asyncio.run
-    if kind != "uvloop":
-        raise UsageError(f"unknown event loop {kind!r} (expected asyncio or uvloop)")
-    try:
-        import uvloop
-    except ImportError:
-        raise UsageError("--loop uvloop needs the uvloop package: "
-                         "pip install 'ambrosia-py[uvloop]'") from None
-    run: Callable[[Coroutine[Any, Any, Any]], Any] = uvloop.run
-    return run
 
 
 async def _serve_until_stopped(run: Coroutine[Any, Any, int]) -> tuple[int, int | None]:
@@ -156,10 +137,10 @@ def add_ic(sub: Any) -> None:
                    "(group commit batches what arrives meanwhile) or in a thread; auto: "
                    "the loop, except for active/active replicas, whose heartbeat must go "
                    "on during a slow fsync (default: $AMBROSIA_IC_FSYNC, else auto)")
-    p.add_argument("--loop", choices=("asyncio", "uvloop"),
-                   default=os.environ.get("AMBROSIA_IC_LOOP", "asyncio"),
-                   help="the event loop (uvloop needs the uvloop extra; default: "
-                   "$AMBROSIA_IC_LOOP, else asyncio)")
+    p.add_argument("--loop", choices=LOOPS,
+                   default=os.environ.get("AMBROSIA_IC_LOOP", "auto"),
+                   help="the event loop: auto (uvloop if installed, else asyncio), asyncio "
+                   "or uvloop (default: $AMBROSIA_IC_LOOP, else auto)")
     p.add_argument("--registry", default=os.environ.get("AMBROSIA_REGISTRY", ""),
                    metavar="raft://HOST:PORT,...",
                    help="a Raft cluster to read registrations from when this machine's "

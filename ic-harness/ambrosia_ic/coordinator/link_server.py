@@ -14,6 +14,7 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import cast
 
 from ambrosia_py.errors import (
     CoordinatorError,
@@ -201,11 +202,11 @@ class _Inbound(asyncio.Protocol):
         self.admitting: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.peer = transport.get_extra_info("peername") or self.peer
+        # A stream transport (uvloop's do not subclass asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
+        self.peer = self.transport.get_extra_info("peername") or self.peer
         first, self.nonce_s = challenge()
-        transport.write(first)
+        self.transport.write(first)
         self.timer = asyncio.get_running_loop().call_later(
             HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
 

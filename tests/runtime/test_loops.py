@@ -1,0 +1,74 @@
+"""The event loop of both processes: uvloop by default where it is installed, asyncio's when
+asked, and the same behaviour on either (an awaited call across a crash of the caller)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.testing import ImmortalProcess, repro
+from tests.launcher import ROOT, Launcher
+
+from .apps import Caller
+
+pytestmark = pytest.mark.integration
+
+
+def _uses_uvloop(pid: int) -> bool:
+    """Whether the process runs a uvloop loop: libuv wakes its loop through an eventfd,
+    asyncio's loop through a socket pair (importing uvloop alone opens neither)."""
+    fds = Path(f"/proc/{pid}/fd")
+    return any("eventfd" in os.readlink(fd) for fd in fds.iterdir())
+
+
+def _coordinator_pid(p: ImmortalProcess) -> int:
+    line = p.wait_for("started the coordinator (pid")
+    return int(line.rsplit("pid ", 1)[1].split(")")[0])
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", None])
+def test_an_awaited_call_across_a_crash_on_each_loop(launcher: Launcher,
+                                                      loop: str | None) -> None:
+    from ambrosia_ic import registry
+
+    env = dict(os.environ)
+    for var in ("AMBROSIA_PY_LOOP", "AMBROSIA_IC_LOOP"):
+        env.pop(var, None)
+        if loop is not None:  # None: the default, which is uvloop (a dependency)
+            env[var] = loop
+    rp, sp, icp = free_ports(3)
+    registry.register(instance_name="calc", receive_port=rp, send_port=sp, ic_port=icp,
+                      log_dir=str(launcher.home / "logs"), home=launcher.home)
+    caller = launcher.start("tests.runtime.apps:Caller", "caller", primary=False, env=env)
+    caller.wait_for("caller: awaiting calc")
+    caller.kill()  # the call is in the log, its result is not
+    caller = launcher.start("tests.runtime.apps:Caller", "caller", env=env)
+    calc = launcher.start("tests.runtime.apps:Calculator", "calc", env=env)
+    caller.wait_for("caller: done")
+    want_uvloop = loop != "asyncio"
+    for p in (caller, calc):
+        assert _uses_uvloop(p.proc.pid) is want_uvloop
+        assert _uses_uvloop(_coordinator_pid(p)) is want_uvloop
+    caller.stop()
+    calc.stop()
+    state = repro("caller", Caller, home=launcher.home).state
+    assert state.results == [3.5, "ZeroDivisionError: division by zero", [42, "HI"],
+                             "RemoteCallError"]
+
+
+def test_an_unknown_loop_stops_ambrosia_run_before_it_starts_anything(tmp_path: Path) -> None:
+    env = dict(os.environ, AMBROSIA_HOME=str(tmp_path), AMBROSIA_PY_LOOP="trio",
+               PYTHONPATH=os.pathsep.join((str(ROOT), os.environ.get("PYTHONPATH", ""))))
+    r = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", "tests.runtime.apps:Caller",
+                        "-i", "caller"], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "ambrosia run: error: unknown event loop 'trio' in --loop or $AMBROSIA_PY_LOOP "
+        "(expected auto, asyncio, uvloop)"]
+    assert not (tmp_path / "logs").exists() and not list(tmp_path.glob("*/caller*"))
