@@ -116,8 +116,9 @@ class LogScan:
 
     A whole record followed only by zeros, whose own last bytes are zero, may be a
     write cut short whose missing bytes read as zeros; its watermarks (not covered by
-    the check bytes) must then look whole (``watermarks.cut_short``), and name at least
-    the senders named before it in the scan (``known``), or it is a torn tail.
+    the check bytes) must then look whole (``watermarks.cut_short``), and hold every
+    sender's watermark and the epoch at least where the records before it in the scan
+    left them (watermarks only grow), or it is a torn tail.
 
     Args:
         allow_torn_tail: if False a torn record is damage (only the newest file may
@@ -255,23 +256,24 @@ class LogScan:
                 return
             committer, stored, check, seq = _HEADER.unpack_from(buf, pos)
             length = -stored - 1
+            bad = None
             if stored >= 0 or length < HEADER_SIZE:
-                if written <= pos + HEADER_SIZE:
-                    self._torn(pos, "a record header cut short, zeros after it")
+                bad = f"length field {stored} is not a stored record length"
+            elif self.committer_id is not None and committer != self.committer_id:
+                bad = f"committer id {committer} is not this instance's {self.committer_id}"
+            elif seq < 0:
+                bad = f"sequence id {seq} in a log file (data records only)"
+            elif expect is not None and seq != expect:
+                bad = f"sequence id {seq} where {expect} was expected"
+            if bad is not None:
+                if written <= pos + HEADER_SIZE:  # a header cut short, zeros after it
+                    self._torn(pos, f"the final record's header is cut short: {bad}")
                     return
-                raise self._damage(pos, f"length field {stored} is not a stored record length")
-            if self.committer_id is not None and committer != self.committer_id:
-                raise self._damage(
-                    pos, f"committer id {committer} is not this instance's {self.committer_id}"
-                )
+                raise self._damage(pos, bad)
             body_end = pos + length
             if body_end > size:
                 self._torn(pos, "the record runs past the end of the file")
                 return
-            if seq < 0:
-                raise self._damage(pos, f"sequence id {seq} in a log file (data records only)")
-            if expect is not None and seq != expect:
-                raise self._damage(pos, f"sequence id {seq} where {expect} was expected")
             body = buf[pos + HEADER_SIZE : body_end]
             try:
                 inputs, end, epoch = _decode_watermarks(buf, body_end, size, names)
@@ -292,8 +294,8 @@ class LogScan:
                     return
                 raise self._damage(pos, f"record {seq}: check bytes do not match its body")
             if written < end < size and (
-                    _cut_short(buf, body_end, end) or not known.keys() <= inputs.keys()
-                    or epoch < self._epoch):
+                    _cut_short(buf, body_end, end) or epoch < self._epoch
+                    or any(inputs.get(k, -1) < v for k, v in known.items())):
                 self._torn(pos, "the final record's watermarks were cut short")
                 return
             wire = _HEADER.pack(committer, length, check, seq) + body
