@@ -109,6 +109,13 @@ def test_a_record_cut_short_over_zeros_is_torn_or_whole_never_wrong(
         assert known == (recs[-1].inputs if len(recs) == 3 else first), cut
         if epoch is not None:
             assert all(r.epoch == epoch for r in recs)
+        # A follower's look starting at the record has nothing before it to compare
+        # with: only the marks of a cut show. What they cannot (no watermarks at all,
+        # no epoch) a follower drops for its epoch of 0.
+        alone, _ = scan_log(path, committer_id=CID, first_seq=2, start=len(head))
+        for r in alone:
+            assert r == whole or (r.epoch == 0 and r.inputs in ({}, whole.inputs)
+                                  and r.wire == whole.wire), cut
 
 
 def _file(path: Path, data: bytes) -> Path:

@@ -108,15 +108,16 @@ def _decode_watermarks_general(buf: Any, pos: int, size: int,
 def cut_short(buf: Any, pos: int, end: int) -> bool:
     """Whether the watermarks at ``pos``..``end`` (which ``decode_watermarks`` read)
     show the marks of a write cut short over zeros: an empty name or one with a zero
-    byte, an input's two watermarks unequal (``encode_watermarks`` writes each twice),
-    or an epoch of zero.
+    byte, an input's two watermarks unequal (``encode_watermarks`` writes each twice) or
+    zero (link and self-call numbers start at 1), or an epoch of zero.
 
     A record's check bytes cover its body only; a write into space filled with zeros
     that stopped inside the watermarks leaves zeros that parse. A name is never empty
     nor holds a zero byte, so a cut in a name or its length shows; a cut in the first
     watermark leaves it unequal to the second (zero); a cut in the second leaves the
-    first whole. What a cut before the count of inputs or of trims leaves (none) is
-    the caller's to judge, against the names seen before.
+    first whole, and a cut at the start of the first leaves both zero. What a cut before
+    the count of inputs or of trims leaves (none) is the caller's to judge, against the
+    records before it.
     """
     n, pos = _zz32_at(buf, pos, end)
     for _ in range(n):
@@ -124,7 +125,7 @@ def cut_short(buf: Any, pos: int, end: int) -> bool:
         if ln <= 0 or 0 in buf[pos : pos + ln]:
             return True
         first, second = _TWO_I64.unpack_from(buf, pos + ln)
-        if first != second:
+        if first != second or first <= 0:
             return True
         pos += ln + 16
     n, pos = _zz32_at(buf, pos, end)
