@@ -136,7 +136,7 @@ class RaftSink(FencedSink):
         await self.store.append([data])
         self.store.drain_events()  # the primary's own records: delivered already
 
-    def next_log(self, d: Path, n: int) -> LogWriter:
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
         self.store.check()
         return self.open_log(log_path(d, n))
 

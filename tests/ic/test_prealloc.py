@@ -20,7 +20,10 @@ from ambrosia_ic.logstore import (
 from ambrosia_ic.recovery import coordinator_state, plan_recovery
 
 from ambrosia_py.errors import LogCorruptionError
-from ambrosia_py.wire import Checkpoint
+from ambrosia_py.wire import Checkpoint, TakeCheckpoint
+
+from .conftest import Harness, wait_until
+from .test_first_start import _run_chain
 
 CID = 77
 
@@ -170,3 +173,44 @@ def test_a_region_must_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="a log region of -1 bytes"):
         LogWriter(tmp_path / "serverlog1", region=-1)
     assert not (tmp_path / "serverlog1").exists()
+
+
+def test_kill9_with_records_in_the_zeros_then_recovery_and_a_live_dump(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coordinator writing 4 KiB ahead: a log switch leaves the older log cut at its
+    last record, a dump of the live log shows its records, a kill -9 leaves zeros past
+    the end, and the recovery replays exactly what was logged and cuts them."""
+    monkeypatch.setenv("AMBROSIA_IC_PREALLOC", "4")
+    harness.register("alpha")
+    proc = harness.start("alpha")
+    d1 = harness.drive("alpha")
+    wait_until(d1.primary.is_set, "primary")
+    _run_chain(d1, 0, 30)  # 5 KiB of records or so: the region is extended
+    idir = harness.instance_dir("alpha")
+    d1.b.send(TakeCheckpoint())
+    wait_until(lambda: (idir / "serverchkpt2").exists(), "checkpoint 2")
+    log1, log2 = log_path(idir, 1), log_path(idir, 2)
+    assert log1.stat().st_size == scan_log(log1, allow_torn_tail=False)[1].good_end > 4096
+    _run_chain(d1, 30, 45)
+    live, scan = scan_log(log2)
+    assert scan.zero_tail and log2.stat().st_size > scan.good_end
+    r = harness.cli("log", "dump", "-i", "alpha")
+    assert r.returncode == 0, r.stderr
+    seqs = [int(ln.split()[1]) for ln in r.stdout.splitlines() if ln.startswith("  seq ")]
+    assert seqs[-len(live):] == [rec.seq_id for rec in live]
+    assert "torn" not in r.stdout
+    before = d1.snapshot()
+    harness.kill9(proc)
+    d1.thread.join(30)
+    assert log2.stat().st_size > scan_log(log2)[1].good_end  # the zeros stay
+
+    proc = harness.start("alpha")
+    d2 = harness.drive("alpha")
+    wait_until(d2.primary.is_set, "primary after recovery")
+    assert d2.snapshot() == before
+    assert d2.records == d1.records[d1.marks["take-checkpoint"]:]
+    assert "cutting a torn record" not in harness.stderr_of(proc)  # zeros are no news
+    assert log2.stat().st_size == scan_log(log2, allow_torn_tail=False)[1].good_end
+    _run_chain(d2, 45, 47)
+    after = d2.snapshot()
+    assert after["sent"] == [f"alpha:{k}" for k in range(47)] == after["acked"]

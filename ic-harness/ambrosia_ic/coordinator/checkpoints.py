@@ -139,9 +139,7 @@ def switch_log(c: Coordinator) -> None:
     standalone coordinator checkpoints the state at its start."""
     c.switch_requested = False
     n = c.log_n + 1
-    if c.writer is not None:
-        c.sink.leave_log(c.writer)  # before log n exists (see ``sink``)
-    new = c.sink.next_log(c.dir, n)
+    new = c.sink.next_log(c.dir, n, c.writer)
     if c.sink.checkpoints_on_switch:
         c.ckpt_in_flight = True
         position = (c.next_seq, dict(c.inputs))

@@ -87,11 +87,8 @@ class LogSink(Protocol):
     def open_log(self, path: Path) -> LogWriter:
         """A writer of a new log file at ``path`` (a first start's or a recovery's)."""
 
-    def leave_log(self, writer: LogWriter) -> None:
-        """Before the next log is created: finish this one (blocking)."""
-
-    def next_log(self, d: Path, n: int) -> LogWriter:
-        """Open log ``n`` of ``d`` to move on to it (blocking)."""
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
+        """Open log ``n`` of ``d`` to move on to it from ``old``'s log (blocking)."""
 
     def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
         """Once a new checkpoint is durable: remove what no kept checkpoint needs."""
@@ -119,11 +116,10 @@ class StandaloneSink:
     def open_log(self, path: Path) -> LogWriter:
         return LogWriter(path, region=self.region)
 
-    def leave_log(self, writer: LogWriter) -> None:
-        # Before the next log exists: a crash after this leaves no older log with zeros.
-        writer.trim()
-
-    def next_log(self, d: Path, n: int) -> LogWriter:
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
+        if old is not None:
+            # Before log n exists: a crash after this leaves no older log with zeros.
+            old.trim()
         return self.open_log(log_path(d, n))
 
     def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
@@ -164,12 +160,10 @@ class FencedSink:
         # Never trimmed: followers may be reading it through a map (see the module).
         return LogWriter(path, exclusive=exclusive, region=self.region, trim_on_close=False)
 
-    def leave_log(self, writer: LogWriter) -> None:
-        pass  # the zeros stay; the log's end is its last whole record, or its seal
-
-    def next_log(self, d: Path, n: int) -> LogWriter:
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
         """Raises LockLostError if another replica claimed a newer epoch or created the
-        log first."""
+        log first. ``old``'s zeros stay: its log ends at its last whole record, or at
+        its seal."""
         self.epochs.check()
         try:
             writer = self.open_log(log_path(d, n), exclusive=True)
