@@ -132,10 +132,11 @@ def grow(home: Path, total: int) -> Path:
 
     reg = registry.load(NAME, home)
     log = _log_file(home)
-    records, _ = logstore.scan_log(log)
+    records, scan = logstore.scan_log(log)
     tick = records[-1]
     body, inputs = tick.body, tick.inputs
     seq = tick.seq_id + 1
+    os.truncate(log, scan.good_end)  # a coordinator that was killed leaves zeros past it
     with open(log, "ab") as f:
         buf = bytearray()
         for _ in range(total - len(records)):

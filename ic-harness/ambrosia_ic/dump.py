@@ -105,7 +105,7 @@ def dump_entries(d: Path, committer_id: int | None = None,
         except LogCorruptionError as err:
             yield {"kind": "problem", "file": err.path, "offset": err.offset, "reason": err.reason}
             continue
-        if scan.torn_at is not None:
+        if scan.torn_at is not None and not scan.zero_tail:  # zeros: not written yet
             yield {"kind": "problem", "file": str(path), "offset": scan.torn_at,
                    "reason": "torn final record (a crash during a write); the coordinator "
                              "cuts it off when it recovers"}

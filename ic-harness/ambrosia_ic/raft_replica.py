@@ -111,7 +111,8 @@ class RaftSink(FencedSink):
     checkpoints_on_switch = False
 
     def __init__(self, store: RaftLogStore, local: Epochs) -> None:
-        super().__init__(local)
+        # The local copy is never synced: appending costs it nothing.
+        super().__init__(local, region=0)
         self.store = store
         self.loop: asyncio.AbstractEventLoop | None = None
         self.first_checkpoint: Path | None = None  # a first start's, sent before record 0
@@ -135,9 +136,9 @@ class RaftSink(FencedSink):
         await self.store.append([data])
         self.store.drain_events()  # the primary's own records: delivered already
 
-    def next_log(self, d: Path, n: int) -> LogWriter:
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
         self.store.check()
-        return LogWriter(log_path(d, n))
+        return self.open_log(log_path(d, n))
 
     def remove_unkept(self, d: Path, keep: int, damaged: Any) -> None:
         remove_unkept(d, keep, (LOG_PREFIX, CHECKPOINT_PREFIX), damaged)

@@ -25,6 +25,7 @@ from .logstore import (
     log_path,
     read_seal,
     wire_batches,
+    written_end,
 )
 
 __all__ = ["RecoveryPlan", "ReplayEstimate", "check_no_orphan_logs", "coordinator_state",
@@ -41,7 +42,8 @@ class RecoveryPlan:
     """What a recovery from checkpoint ``checkpoint`` will replay.
 
     ``next_seq`` and ``inputs`` are the state after the last whole record; ``torn`` is
-    ``(path, offset)`` of a torn tail in the newest log, if any; ``offsets`` holds, per
+    ``(path, offset)`` of a torn tail in the newest log, if any (``torn_zeros``: nothing
+    but the zeros a live log ends in, not a torn record); ``offsets`` holds, per
     log, where each of its whole records starts (8 bytes a record), so the replay need
     not parse the logs a second time.
     """
@@ -57,6 +59,7 @@ class RecoveryPlan:
     outputs: dict[str, dict[str, Any]]
     records: int = 0
     torn: tuple[Path, int] | None = None
+    torn_zeros: bool = False
     offsets: dict[int, array[int]] = attrs.Factory(dict)
     # Newer checkpoints passed over because they are damaged (newest first).
     damaged: list[tuple[int, LogCorruptionError]] = attrs.Factory(list)
@@ -242,12 +245,15 @@ def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> Recove
             plan.next_seq = scan.last_seq + 1
         if scan.torn_at is not None:
             plan.torn = (scan.path, scan.torn_at)
+            plan.torn_zeros = scan.zero_tail
     return plan
 
 
 def _log_scan(plan: RecoveryPlan, k: int, first_seq: int, *, last: bool) -> LogScan:
     """The scan of log ``k`` of the plan, whose first record must be ``first_seq``;
-    only the newest log, or a sealed one, may end torn."""
+    only the newest log, or a sealed one, may end torn. Any may end in zeros (an
+    active/active primary leaves them; they never hide a record: the next log's first
+    sequence id is checked against this one's last)."""
     seal = read_seal(plan.directory, k)
     return LogScan(log_path(plan.directory, k), allow_torn_tail=last or seal is not None,
                    first_seq=first_seq, committer_id=plan.committer_id, limit=seal)
@@ -276,8 +282,9 @@ def replay_wire(plan: RecoveryPlan, max_bytes: int = 1 << 20
 @attrs.frozen
 class ReplayEstimate:
     """How much a recovery from the newest checkpoint will replay, from the log files'
-    sizes: ``records`` is exact when ``exact`` (every record was read), otherwise the
-    bytes divided by the mean size of the first records."""
+    written sizes (without a live log's zero tail): ``records`` is exact when ``exact``
+    (every record was read), otherwise the bytes divided by the mean size of the first
+    records."""
 
     records: int
     log_bytes: int
@@ -296,12 +303,12 @@ def estimate_replay(d: Path, sample: int = 1000) -> ReplayEstimate | None:
     sizes = []
     for k in file_numbers(d, LOG_PREFIX):
         if k >= n:
-            try:
-                sizes.append((k, log_path(d, k).stat().st_size))
+            try:  # not the file's size: a live log ends in zeros written ahead
+                sizes.append((k, written_end(log_path(d, k))))
             except FileNotFoundError:
                 continue
     total = sum(size for _, size in sizes)
-    counted = spanned = 0
+    counted = spanned = ends = 0
     whole = True  # every record so far was read
     try:
         for k, _ in sizes:
@@ -314,8 +321,9 @@ def estimate_replay(d: Path, sample: int = 1000) -> ReplayEstimate | None:
                     break
             if not whole:
                 break
+            ends += scan.good_end
     except LogCorruptionError:
         whole = False
     if whole:
-        return ReplayEstimate(counted, total, True)
+        return ReplayEstimate(counted, ends, True)
     return ReplayEstimate(round(total * counted / spanned) if spanned else 0, total, False)

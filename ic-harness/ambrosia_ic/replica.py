@@ -106,14 +106,16 @@ class LogTail:
             while keep < len(recs) and recs[keep].epoch >= e:
                 keep += 1
             recs = recs[:keep]
-        elif seal is None and scan.torn_at is not None:
+        elif seal is None and scan.torn_at is not None and not scan.zero_tail:
             raise LogCorruptionError(str(path), scan.torn_at,
                                      "an incomplete record in a log that was moved past")
         if recs:
             self.offset = recs[-1].end
             self.next_seq = recs[-1].seq_id + 1
+        # A log moved past may end in zeros: its primary writes ahead and never cuts them.
+        whole = scan.torn_at is None or scan.zero_tail
         done = (seal is not None and self.offset >= seal) or (
-            seal is None and has_next and scan.torn_at is None and self.offset == scan.good_end)
+            seal is None and has_next and whole and self.offset == scan.good_end)
         return recs, done
 
     def next_log(self) -> None:

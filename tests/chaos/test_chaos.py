@@ -49,6 +49,26 @@ def test_every_request_applied_once_in_order_across_random_kills(
     assert sum(ln.startswith("kill ") for ln in lines) == 6, lines
 
 
+@pytest.mark.slow
+def test_coordinator_kills_while_records_go_into_zeros_written_ahead(
+        chaos: ModuleType, tmp_path: Path) -> None:
+    """Only coordinators are killed, writing 4 KiB ahead (an extension every few dozen
+    records, a log switch at every checkpoint): each kill leaves a log ending in zeros,
+    perhaps a record cut short over them or a switch half done."""
+    seed = random.SystemRandom().randrange(1 << 32)
+    lines: list[str] = []
+    run = chaos.ChaosRun(100, 5, seed, tmp_path, checkpoint_every=10, stall=60.0,
+                         victims=("server coordinator", "client coordinator"),
+                         say=lines.append)
+    run.env["AMBROSIA_IC_PREALLOC"] = "4"
+    try:
+        run.execute()
+    except chaos.ChaosError as e:
+        pytest.fail(f"seed {seed} (AMBROSIA_IC_PREALLOC=4): {e}\n"
+                    f"reproduce with: AMBROSIA_IC_PREALLOC=4 {run.reproduce()}")
+    assert sum(ln.startswith("kill ") for ln in lines) == 5, lines
+
+
 def test_a_kill_schedule_depends_only_on_the_seed(chaos: ModuleType, tmp_path: Path) -> None:
     a = chaos.ChaosRun(500, 8, 7, tmp_path / "a").schedule()
     b = chaos.ChaosRun(500, 8, 7, tmp_path / "b").schedule()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import registry
 from ambrosia_ic.coordinator import Coordinator, FencedSink, StandaloneSink
+from ambrosia_ic.coordinator.sink import log_region
 from ambrosia_ic.lease import Epochs
 from ambrosia_ic.logstore import log_path
 from ambrosia_ic.replica import ReplicaCoordinator
@@ -29,12 +30,14 @@ def test_a_fenced_primary_stops_writing_once_a_newer_epoch_is_claimed(tmp_path: 
     with pytest.raises(LockLostError) as err:
         sink.write(writer, b"record two")
     assert str(err.value) == fenced
-    assert log_path(tmp_path, 1).read_bytes() == b"record one"
+    # Then zeros written ahead, which a primary never cuts (followers may be reading).
+    assert log_path(tmp_path, 1).read_bytes().rstrip(b"\0") == b"record one"
     with pytest.raises(LockLostError) as err:
         sink.next_log(tmp_path, 2)
     assert str(err.value) == fenced
     assert not log_path(tmp_path, 2).exists()
     writer.close()
+    assert log_path(tmp_path, 1).stat().st_size > len(b"record one")
     mine.close()
     other.close()
 
@@ -58,6 +61,28 @@ def test_a_standalone_writer_stamps_no_epoch_and_appends(tmp_path: Path) -> None
     sink.write(writer, b"then this")
     writer.close()
     assert log_path(tmp_path, 2).read_bytes() == b"cut-off tail kept by the recovery then this"
+
+
+def test_a_standalone_writer_cuts_the_zeros_off_before_the_next_log_exists(
+        tmp_path: Path) -> None:
+    sink = StandaloneSink(region=4096)
+    first = sink.next_log(tmp_path, 1)
+    sink.write(first, b"record one")
+    assert log_path(tmp_path, 1).stat().st_size > first.size  # zeros written ahead
+    second = sink.next_log(tmp_path, 2, first)
+    # Cut before ``first`` is closed: a crash now leaves no older log ending in zeros.
+    assert log_path(tmp_path, 1).read_bytes() == b"record one"
+    first.close()
+    second.close()
+    assert log_path(tmp_path, 2).read_bytes() == b""
+
+
+def test_the_region_comes_from_the_environment() -> None:
+    assert log_region({}) == log_region({"AMBROSIA_IC_PREALLOC": "1"}) == 1 << 20
+    assert log_region({"AMBROSIA_IC_PREALLOC": "0"}) == 0
+    assert log_region({"AMBROSIA_IC_PREALLOC": "64"}) == 64 * 1024
+    with pytest.raises(CoordinatorError, match=r"AMBROSIA_IC_PREALLOC='x': expected 0"):
+        log_region({"AMBROSIA_IC_PREALLOC": "x"})
 
 
 def _files(d: Path) -> list[str]:

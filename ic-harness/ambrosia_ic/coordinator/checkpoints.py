@@ -139,7 +139,7 @@ def switch_log(c: Coordinator) -> None:
     standalone coordinator checkpoints the state at its start."""
     c.switch_requested = False
     n = c.log_n + 1
-    new = c.sink.next_log(c.dir, n)
+    new = c.sink.next_log(c.dir, n, c.writer)
     if c.sink.checkpoints_on_switch:
         c.ckpt_in_flight = True
         position = (c.next_seq, dict(c.inputs))

@@ -7,20 +7,28 @@ primary shares the directory with replicas that may claim a newer epoch at any m
 it checks before and after each write that nobody did (a claimed epoch means the seal
 may already lie before this record), creates each log file exclusively, stamps its epoch
 on every record, and leaves checkpoints to the checkpointing secondary.
+
+Both write records into zeros written ahead (``LogWriter``'s region) unless
+``$AMBROSIA_IC_PREALLOC`` is 0. A standalone coordinator cuts the zeros off a log before
+it creates the next one (and when it stops), so only its newest log ends in zeros. An
+active/active primary leaves them: its followers read the log through a map, which a
+file cut shorter under it would fault; readers take a zero tail in any log for its end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import os
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from ambrosia_py.errors import LockLostError
+from ambrosia_py.errors import CoordinatorError, LockLostError
 
 from ..durable import fsync_dir
 from ..lease import Epochs
 from ..logstore import (
     CHECKPOINT_PREFIX,
+    DEFAULT_REGION,
     DIGEST_PREFIX,
     LOG_PREFIX,
     SEAL_PREFIX,
@@ -29,7 +37,30 @@ from ..logstore import (
     remove_unkept,
 )
 
-__all__ = ["FencedSink", "LogSink", "StandaloneSink"]
+__all__ = ["FencedSink", "LogSink", "StandaloneSink", "log_region"]
+
+PREALLOC_ENV = "AMBROSIA_IC_PREALLOC"
+
+
+def log_region(environ: Mapping[str, str] = os.environ) -> int:
+    """The bytes of zeros a log writer keeps ahead (``LogWriter``), from
+    ``$AMBROSIA_IC_PREALLOC``: unset or 1, the default; 0, none (records are appended:
+    for A/B measurements, or a file system where overwriting does not pay); N > 1, N KiB.
+
+    Raises:
+        CoordinatorError: the variable is not a whole number.
+    """
+    raw = environ.get(PREALLOC_ENV, "").strip()
+    if not raw:
+        return DEFAULT_REGION
+    try:
+        kib = int(raw)
+    except ValueError:
+        raise CoordinatorError(f"${PREALLOC_ENV}={raw!r}: expected 0 (off), 1 (on) or a "
+                               "region in KiB") from None
+    if kib < 0:
+        raise CoordinatorError(f"${PREALLOC_ENV}={raw!r}: a region cannot be negative")
+    return DEFAULT_REGION if kib == 1 else kib * 1024
 
 
 class LogSink(Protocol):
@@ -53,8 +84,11 @@ class LogSink(Protocol):
     def write(self, writer: LogWriter, data: bytes) -> None:
         """Append ``data`` durably (blocking: call it off the event loop)."""
 
-    def next_log(self, d: Path, n: int) -> LogWriter:
-        """Open log ``n`` of ``d`` to move on to it (blocking)."""
+    def open_log(self, path: Path) -> LogWriter:
+        """A writer of a new log file at ``path`` (a first start's or a recovery's)."""
+
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
+        """Open log ``n`` of ``d`` to move on to it from ``old``'s log (blocking)."""
 
     def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
         """Once a new checkpoint is durable: remove what no kept checkpoint needs."""
@@ -68,6 +102,9 @@ class StandaloneSink:
     keeps_early_impulses = True
     fsync_in_thread = False
 
+    def __init__(self, region: int | None = None) -> None:
+        self.region = log_region() if region is None else region
+
     @property
     def epoch(self) -> int | None:
         return None
@@ -76,8 +113,14 @@ class StandaloneSink:
         writer.write(data)
         writer.sync()
 
-    def next_log(self, d: Path, n: int) -> LogWriter:
-        return LogWriter(log_path(d, n))
+    def open_log(self, path: Path) -> LogWriter:
+        return LogWriter(path, region=self.region)
+
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
+        if old is not None:
+            # Before log n exists: a crash after this leaves no older log with zeros.
+            old.trim()
+        return self.open_log(log_path(d, n))
 
     def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
         # The last K checkpoints with their logs and digests: what a repro from any needs.
@@ -98,8 +141,9 @@ class FencedSink:
     # silence of LEASE for a dead primary.
     fsync_in_thread = True
 
-    def __init__(self, epochs: Epochs) -> None:
+    def __init__(self, epochs: Epochs, region: int | None = None) -> None:
         self.epochs = epochs
+        self.region = log_region() if region is None else region
 
     @property
     def epoch(self) -> int | None:
@@ -112,12 +156,17 @@ class FencedSink:
         # Claimed meanwhile? Then this record may lie past the seal: say nothing.
         self.epochs.check()
 
-    def next_log(self, d: Path, n: int) -> LogWriter:
+    def open_log(self, path: Path, exclusive: bool = False) -> LogWriter:
+        # Never trimmed: followers may be reading it through a map (see the module).
+        return LogWriter(path, exclusive=exclusive, region=self.region, trim_on_close=False)
+
+    def next_log(self, d: Path, n: int, old: LogWriter | None = None) -> LogWriter:
         """Raises LockLostError if another replica claimed a newer epoch or created the
-        log first."""
+        log first. ``old``'s zeros stay: its log ends at its last whole record, or at
+        its seal."""
         self.epochs.check()
         try:
-            writer = LogWriter(log_path(d, n), exclusive=True)
+            writer = self.open_log(log_path(d, n), exclusive=True)
         except FileExistsError:
             raise LockLostError(f"{log_path(d, n)} was created by another primary") from None
         fsync_dir(d)

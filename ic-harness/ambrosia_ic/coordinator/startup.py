@@ -81,7 +81,8 @@ def choose_flow(c: Coordinator) -> RecoveryPlan | None:
         c.damaged = {n for n, _ in plan.damaged}
     if plan is not None and plan.torn is not None:
         path, offset = plan.torn
-        c.log(f"cutting a torn record off {path} at offset {offset}")
+        if not plan.torn_zeros:  # zeros past the end are what a live log looks like
+            c.log(f"cutting a torn record off {path} at offset {offset}")
         LogWriter(path, truncate_at=offset).close()
     return plan
 
@@ -158,7 +159,7 @@ async def first_start(c: Coordinator) -> None:
     await c.send.drain()
     initial = await c.initial
     await checkpoints.save(c, c.dir, 1, await fut, (0, {}))
-    c.writer = LogWriter(log_path(c.dir, 1))
+    c.writer = c.sink.open_log(log_path(c.dir, 1))
     c.log_n = 1
     await asyncio.to_thread(fsync_dir, c.dir)
     # The InitialMessage, echoed whole, is the first data record (with the self-calls
@@ -197,7 +198,7 @@ async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
         await _upgrade(c, new_n)
         return
     data = await checkpoints.collect(c, new_n, TakeBecomingPrimaryCheckpoint())
-    c.writer = LogWriter(log_path(c.dir, new_n))
+    c.writer = c.sink.open_log(log_path(c.dir, new_n))
     c.log_n = new_n
     await checkpoints.save(c, c.dir, new_n, data)
     await checkpoints.remove_unkept(c)
@@ -225,7 +226,7 @@ async def _upgrade(c: Coordinator, new_n: int) -> None:
     c.dir = new_dir  # the new version's digest starts with its checkpoint
     data = await checkpoints.collect(c, new_n, UpgradeTakeCheckpoint())
     await checkpoints.save(c, new_dir, new_n, data)
-    c.writer = LogWriter(log_path(new_dir, new_n))
+    c.writer = c.sink.open_log(log_path(new_dir, new_n))
     c.log_n = new_n
     await asyncio.to_thread(fsync_dir, new_dir)
     c.reg = registry.set_versions(c.name, m, m, c.home)

@@ -11,7 +11,9 @@ Layout (the real coordinator's): ``<log-dir>/<instance>_<version>/``
 
   The input watermarks after a record are the whole map (sender -> last link sequence
   number logged), so the last whole record of a file says where every sender stands. A
-  follower can tail a file: records are only ever appended, and each one is self-checking.
+  live log may end in zeros: its writer fills space ahead with zeros and writes records
+  into it (``LogWriter``); readers take a zero tail for space not written yet. Records
+  only ever go at the end, and each is self-checking, so a follower can tail a file.
 - ``serverchkpt<N>``::
 
       "AMBRCKP2"  int32 n  n bytes of coordinator state (msgpack)
@@ -51,13 +53,23 @@ from .layout import (
     seal_path,
 )
 from .lock import InstanceLock
-from .records import DiskRecord, LogScan, LogWriter, encode_disk_record, scan_log, wire_batches
+from .records import (
+    DEFAULT_REGION,
+    DiskRecord,
+    LogScan,
+    LogWriter,
+    encode_disk_record,
+    scan_log,
+    wire_batches,
+    written_end,
+)
 from .seals import read_seal, write_seal
 from .watermarks import EPOCH_KEY
 
 __all__ = [
     "CHECKPOINT_MAGIC",
     "CHECKPOINT_PREFIX",
+    "DEFAULT_REGION",
     "DIGEST_ENTRY",
     "DIGEST_PREFIX",
     "EPOCH_KEY",
@@ -85,4 +97,5 @@ __all__ = [
     "wire_batches",
     "write_checkpoint",
     "write_seal",
+    "written_end",
 ]

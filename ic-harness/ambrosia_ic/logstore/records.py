@@ -1,5 +1,10 @@
 """Data records in log files: encoding them, scanning a file (telling a torn tail from
-damage), cutting replay batches from a scanned file, and appending."""
+damage), cutting replay batches from a scanned file, and writing them.
+
+A live log may end in zeros: the writer fills a region ahead of its end with zeros,
+syncs it once, and then writes records into it (see ``LogWriter``). Readers take that
+zero tail for space not written yet, never for records.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +20,48 @@ from ambrosia_py.wire import HEADER_SIZE, Incomplete, check_bytes
 from ambrosia_py.wire._paths import stored_as_wire, stored_spans
 from ambrosia_py.wire.records import HEADER as _HEADER
 
+from .watermarks import cut_short as _cut_short
 from .watermarks import decode_watermarks as _decode_watermarks
 from .watermarks import encode_watermarks as _encode_watermarks
 
-__all__ = ["DiskRecord", "LogScan", "LogWriter", "encode_disk_record", "scan_log",
-           "wire_batches"]
+__all__ = ["DEFAULT_REGION", "DiskRecord", "LogScan", "LogWriter", "encode_disk_record",
+           "scan_log", "wire_batches", "written_end"]
+
+#: How far ahead of its end a log writer keeps zeros written and synced. Filling 1 MiB
+#: and syncing it took about 1.2 ms here (4 MiB: 5-6 ms), once per MiB of log; the
+#: commits in between each save the journal commit an append's sync pays.
+DEFAULT_REGION = 1 << 20
+_PAGE = 4096
+_CHUNK = 1 << 16
+_ZEROS = bytes(_CHUNK)
+# Watermarks a cut-short write may have left after a whole body: past this many bytes of
+# them a record that does not parse is damage, not a torn tail.
+_MAX_TORN_WATERMARKS = 4096
+
+
+def _zeros_from(buf: Any, start: int, size: int) -> int:
+    """Where the bytes of ``buf[start:size]`` that are not zero end (``start`` if all
+    are zero). Compares 64 KiB at a time from the end: a 1 MiB zero tail costs about 75
+    us, where counting its zeros took 0.6 ms (a standby looks every 5 ms)."""
+    end = size
+    while end > start:
+        lo = max(start, end - _CHUNK)
+        chunk = buf[lo:end]
+        if chunk != _ZEROS[: end - lo]:
+            return lo + len(chunk.rstrip(b"\0"))
+        end = lo
+    return start
+
+
+def written_end(path: Path) -> int:
+    """Where what was written of a log file ends, without its zero tail (a live log's
+    logical size, give or take the zero bytes its last record ends with)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if not size:
+            return 0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _zeros_from(buf, 0, size)
 
 
 
@@ -62,13 +104,25 @@ class LogScan:
     ``good_end`` is the offset just after the last whole record.
 
     A torn tail is a final record that runs past the end of the file, or whose check
-    bytes fail while nothing follows it, or a tail of zero bytes (a crash during a
-    write, or a power loss that left zero-filled blocks). Anything else that does not
-    parse is damage: ``LogCorruptionError`` naming the file and offset.
+    bytes or watermarks fail while nothing but zeros follows it (a crash during a
+    write into space the writer had filled with zeros, or a power loss). Anything else
+    that does not parse is damage: ``LogCorruptionError`` naming the file and offset.
+
+    A zero tail (nothing but zero bytes from a record boundary to the end) is space the
+    writer had not written yet: ``zero_tail`` says the scan ended on one. In a scan that
+    allows a torn tail it is reported as one (``torn_at``: a recovery cuts it off);
+    otherwise it simply ends the file, since it cannot hide a record (the next log's
+    first sequence id is checked against this one's last).
+
+    A whole record followed only by zeros, whose own last bytes are zero, may be a
+    write cut short whose missing bytes read as zeros; its watermarks (not covered by
+    the check bytes) must then look whole (``watermarks.cut_short``), and hold every
+    sender's watermark and the epoch at least where the records before it in the scan
+    left them (watermarks only grow), or it is a torn tail.
 
     Args:
-        allow_torn_tail: if False a torn tail is damage too (only the newest file may
-            have one: the coordinator cuts it off before appending again).
+        allow_torn_tail: if False a torn record is damage (only the newest file may
+            have one: the coordinator cuts it off before writing again).
         first_seq: the sequence id the first record must have, if known.
     """
 
@@ -85,6 +139,8 @@ class LogScan:
         self.good_end = 0
         self.last_seq: int | None = None
         self.count = 0
+        self.zero_tail = False
+        self._epoch = 0  # the newest epoch a record of this scan carried
 
     def _damage(self, offset: int, reason: str) -> LogCorruptionError:
         return LogCorruptionError(str(self.path), offset, reason)
@@ -102,7 +158,9 @@ class LogScan:
             if size <= self.start:
                 return
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                yield from self._records(buf, size, self.start, self.first_seq, {})
+                written = _zeros_from(buf, self.start, size)
+                yield from self._records(buf, size, written, self.start, self.first_seq,
+                                         {}, {})
         finally:
             f.close()
 
@@ -137,16 +195,19 @@ class LogScan:
         # ``stored_spans``, compiled when built; anything else goes through ``_records``
         # one record at a time, so every decision about damage and torn tails is made by
         # the one general reader.
+        # The codec takes only records that end where something was written (``written``),
+        # so the one before a zero tail gets the general reader's look at its watermarks.
         pos = self.start
         expect = self.first_seq
         cid = self.committer_id
         names: dict[bytes, str] = {}
         count = 0
         last = self.last_seq
+        written = _zeros_from(buf, pos, size)
         try:
             while pos < size:
-                pos, taken, got = stored_spans(buf, pos, size, cid, expect, names, inputs,
-                                               starts)
+                pos, taken, got = stored_spans(buf, pos, written, cid, expect, names,
+                                               inputs, starts)
                 if taken:
                     count += taken
                     last = got
@@ -154,7 +215,7 @@ class LogScan:
                 if pos >= size:
                     break
                 self.good_end = pos
-                records = self._records(buf, size, pos, expect, names)
+                records = self._records(buf, size, written, pos, expect, names, inputs)
                 rec = next(records, None)
                 records.close()
                 if rec is None:
@@ -170,54 +231,76 @@ class LogScan:
             self.count += count
             self.last_seq = last
 
-    def _torn(self, buf: Any, offset: int, size: int, reason: str) -> None:
+    def _torn(self, offset: int, reason: str) -> None:
         if not self.allow_torn_tail:
             raise self._damage(offset, f"incomplete record at the end of a closed log: {reason}")
         self.torn_at = offset
 
-    def _records(self, buf: Any, size: int, pos: int, expect: int | None,
-                 names: dict[bytes, str]) -> Generator[DiskRecord, None, None]:
-        # ``names``: watermark names seen in this file
+    def _zeros(self, offset: int) -> None:
+        """Nothing but zeros from ``offset`` on: space not written yet."""
+        self.zero_tail = True
+        if self.allow_torn_tail:
+            self.torn_at = offset
+
+    def _records(self, buf: Any, size: int, written: int, pos: int, expect: int | None,
+                 names: dict[bytes, str], known: dict[str, int]
+                 ) -> Generator[DiskRecord, None, None]:
+        # ``written``: where the bytes that are not zero end; ``names``: watermark names
+        # seen in this file; ``known``: the input watermarks so far (their names at least)
         while pos < size:
+            if written <= pos:
+                self._zeros(pos)
+                return
             if size - pos < HEADER_SIZE:
-                self._torn(buf, pos, size, "the file ends inside a record header")
+                self._torn(pos, "the file ends inside a record header")
                 return
             committer, stored, check, seq = _HEADER.unpack_from(buf, pos)
             length = -stored - 1
+            bad = None
             if stored >= 0 or length < HEADER_SIZE:
-                if buf[pos:size].count(0) == size - pos:
-                    self._torn(buf, pos, size, "the file ends in zero bytes")
+                bad = f"length field {stored} is not a stored record length"
+            elif self.committer_id is not None and committer != self.committer_id:
+                bad = f"committer id {committer} is not this instance's {self.committer_id}"
+            elif seq < 0:
+                bad = f"sequence id {seq} in a log file (data records only)"
+            elif expect is not None and seq != expect:
+                bad = f"sequence id {seq} where {expect} was expected"
+            if bad is not None:
+                if written <= pos + HEADER_SIZE:  # a header cut short, zeros after it
+                    self._torn(pos, f"the final record's header is cut short: {bad}")
                     return
-                raise self._damage(pos, f"length field {stored} is not a stored record length")
-            if self.committer_id is not None and committer != self.committer_id:
-                raise self._damage(
-                    pos, f"committer id {committer} is not this instance's {self.committer_id}"
-                )
+                raise self._damage(pos, bad)
             body_end = pos + length
             if body_end > size:
-                self._torn(buf, pos, size, "the record runs past the end of the file")
+                self._torn(pos, "the record runs past the end of the file")
                 return
-            if seq < 0:
-                raise self._damage(pos, f"sequence id {seq} in a log file (data records only)")
-            if expect is not None and seq != expect:
-                raise self._damage(pos, f"sequence id {seq} where {expect} was expected")
             body = buf[pos + HEADER_SIZE : body_end]
             try:
                 inputs, end, epoch = _decode_watermarks(buf, body_end, size, names)
             except Incomplete:
                 if check_bytes(body) == check:
-                    self._torn(buf, pos, size, "the file ends inside a record's watermarks")
+                    self._torn(pos, "the file ends inside a record's watermarks")
                 else:
-                    self._torn(buf, pos, size, "the final record's check bytes do not match")
+                    self._torn(pos, "the final record's check bytes do not match")
                 return
             except WireFormatError as err:
+                if written <= body_end + _MAX_TORN_WATERMARKS:
+                    self._torn(pos, f"the final record's watermarks do not parse: {err.reason}")
+                    return
                 raise self._damage(body_end, f"watermarks do not parse: {err.reason}") from None
             if check_bytes(body) != check:
-                if end >= size:
-                    self._torn(buf, pos, size, "the final record's check bytes do not match")
+                if written <= end:
+                    self._torn(pos, "the final record's check bytes do not match")
                     return
                 raise self._damage(pos, f"record {seq}: check bytes do not match its body")
+            if written < end < size and (
+                    _cut_short(buf, body_end, end) or epoch < self._epoch
+                    or any(inputs.get(k, -1) < v for k, v in known.items())):
+                self._torn(pos, "the final record's watermarks were cut short")
+                return
             wire = _HEADER.pack(committer, length, check, seq) + body
+            known.update(inputs)
+            self._epoch = max(self._epoch, epoch)
             yield DiskRecord(seq, pos, end, wire, inputs, epoch)
             self.count += 1
             self.last_seq = seq
@@ -266,27 +349,77 @@ def scan_log(path: Path, **kwargs: Any) -> tuple[list[DiskRecord], LogScan]:
 
 
 class LogWriter:
-    """Appends records to one log file. ``write`` and ``sync`` block: call them off the
-    event loop (the coordinator's committer does, so group commit pays one fsync per batch)."""
+    """Writes records to one log file. ``write`` and ``sync`` block: call them off the
+    event loop (the coordinator's committer does, so group commit pays one fsync per batch).
+
+    With a ``region`` (bytes), the writer keeps that much space past its end filled
+    with zeros and synced, and writes each record into it at its own end (``size``, the
+    logical size; the file is longer). An append changes the file's size, and ext4 then
+    commits its journal in every sync (append + fdatasync about 200-290 us here); an
+    overwrite of synced zeros syncs only the data (130-160 us). The zeros are written
+    and synced once per region, when a record reaches them. Without a region, records
+    are appended.
+
+    ``trim`` cuts the zeros off (and syncs): a writer moving on to the next log calls it
+    first, so an older log ends at its last record. ``close`` trims unless the writer
+    was made with ``trim_on_close=False`` (an active/active primary, whose followers
+    read the file through a map that a shrinking file would fault).
+
+    Args:
+        truncate_at: cut an existing file to this size first (a recovery cutting a torn
+            tail).
+        exclusive: an active/active primary starting a log must be its only creator.
+        region: bytes of zeros kept ahead of the end (0: append).
+    """
 
     def __init__(self, path: Path, truncate_at: int | None = None,
-                 exclusive: bool = False) -> None:
+                 exclusive: bool = False, *, region: int = 0,
+                 trim_on_close: bool = True) -> None:
+        if region < 0:
+            raise ValueError(f"a log region of {region} bytes")
         self.path = path
-        # exclusive: an active/active primary starting a log must be its only creator.
         flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else 0)
         self._fd = os.open(path, flags, 0o644)
         if truncate_at is not None:
             os.ftruncate(self._fd, truncate_at)
             os.fsync(self._fd)
         self.size = os.lseek(self._fd, 0, os.SEEK_END)
+        self.region = region
+        self._reserved = self.size  # where the zeros written ahead end
+        self._trim_on_close = trim_on_close
         self._synced = False
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
+        end = self.size + len(data)
+        if not self.region:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            self.size = end
+            return
+        at = self.size
         while view:
-            n = os.write(self._fd, view)
+            n = os.pwrite(self._fd, view, at)
             view = view[n:]
-        self.size += len(data)
+            at += n
+        self.size = end
+        if end >= self._reserved:  # at least one zero byte stays past the end
+            self._extend()
+
+    def _extend(self) -> None:
+        """Zeros from the end (or from where they end) up to a region past the end,
+        then an fsync: the record just written is durable with them, and the file's
+        new size too, so the following commits sync data only."""
+        start = max(self._reserved, self.size)
+        stop = -(-(self.size + self.region) // _PAGE) * _PAGE
+        zeros = bytes(min(self.region, stop - start))
+        at = start
+        while at < stop:
+            at += os.pwrite(self._fd, memoryview(zeros)[: stop - at], at)
+        os.fsync(self._fd)
+        self._synced = True
+        self._reserved = stop
 
     def sync(self) -> None:
         """Make what was written durable. The first sync of a writer is an fsync (all of
@@ -299,7 +432,19 @@ class LogWriter:
             os.fsync(self._fd)
             self._synced = True
 
+    def trim(self) -> None:
+        """Cut the zeros past the end off, durably (nothing if there are none)."""
+        if self._fd >= 0 and self._reserved > self.size:
+            os.ftruncate(self._fd, self.size)
+            os.fsync(self._fd)
+            self._reserved = self.size
+
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._fd < 0:
+            return
+        try:
+            if self._trim_on_close:
+                self.trim()
+        finally:
             os.close(self._fd)
             self._fd = -1

@@ -13,9 +13,10 @@ from typing import Any
 from ambrosia_py.errors import WireFormatError
 from ambrosia_py.wire import Incomplete, decode_zz32, encode_zz32
 
-__all__ = ["EPOCH_KEY", "decode_watermarks", "encode_watermarks"]
+__all__ = ["EPOCH_KEY", "cut_short", "decode_watermarks", "encode_watermarks"]
 
 _I64 = struct.Struct("<q")
+_TWO_I64 = struct.Struct("<qq")
 
 # An active/active primary stamps its epoch on every record it writes, as a trim entry
 # under a name no instance can have (names start with a letter or digit); followers use
@@ -102,3 +103,37 @@ def _decode_watermarks_general(buf: Any, pos: int, size: int,
             epoch = _I64.unpack_from(buf, pos + ln)[0]
         pos += ln + 8
     return inputs, pos, epoch
+
+
+def cut_short(buf: Any, pos: int, end: int) -> bool:
+    """Whether the watermarks at ``pos``..``end`` (which ``decode_watermarks`` read)
+    show the marks of a write cut short over zeros: an empty name or one with a zero
+    byte, an input's two watermarks unequal (``encode_watermarks`` writes each twice) or
+    zero (link and self-call numbers start at 1), or an epoch of zero.
+
+    A record's check bytes cover its body only; a write into space filled with zeros
+    that stopped inside the watermarks leaves zeros that parse. A name is never empty
+    nor holds a zero byte, so a cut in a name or its length shows; a cut in the first
+    watermark leaves it unequal to the second (zero); a cut in the second leaves the
+    first whole, and a cut at the start of the first leaves both zero. What a cut before
+    the count of inputs or of trims leaves (none) is the caller's to judge, against the
+    records before it.
+    """
+    n, pos = _zz32_at(buf, pos, end)
+    for _ in range(n):
+        ln, pos = _zz32_at(buf, pos, end)
+        if ln <= 0 or 0 in buf[pos : pos + ln]:
+            return True
+        first, second = _TWO_I64.unpack_from(buf, pos + ln)
+        if first != second or first <= 0:
+            return True
+        pos += ln + 16
+    n, pos = _zz32_at(buf, pos, end)
+    for _ in range(n):
+        ln, pos = _zz32_at(buf, pos, end)
+        if ln <= 0 or 0 in buf[pos : pos + ln]:
+            return True
+        if bytes(buf[pos : pos + ln]) == _EPOCH_RAW and _I64.unpack_from(buf, pos + ln)[0] <= 0:
+            return True
+        pos += ln + 8
+    return False
