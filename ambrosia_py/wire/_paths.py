@@ -15,8 +15,8 @@ from types import ModuleType
 from ..errors import CodecChoiceError
 from . import _fast
 
-__all__ = ["CODEC", "incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs",
-           "stored_as_wire", "stored_spans"]
+__all__ = ["CODEC", "incoming_frame_count", "incoming_records", "incoming_rpcs", "long_zz32",
+           "outgoing_frames", "outgoing_rpcs", "stored_as_wire", "stored_spans"]
 
 
 def _choose(choice: str) -> tuple[str, ModuleType]:
@@ -45,3 +45,5 @@ long_zz32 = _impl.long_zz32
 incoming_records = _impl.incoming_records
 stored_spans = _impl.stored_spans
 stored_as_wire = _impl.stored_as_wire
+outgoing_frames = _impl.outgoing_frames
+incoming_frame_count = _impl.incoming_frame_count
