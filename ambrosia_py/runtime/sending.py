@@ -47,14 +47,15 @@ class Sending(EngineCore):
     """The engine's sending room (a part of ``Engine``)."""
 
     def _payload(self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        dump = self.cls.__ambrosia_serializer__.dump
+        serializer = self.cls.__ambrosia_serializer__
         if not kwargs:
             # Plain positionals: a count in range is all signature.bind would check.
             fits = self._positional_counts.get(spec.func)
             if fits is None:
                 fits = self._positional_counts[spec.func] = positional_counts(spec)
             if fits[0] <= len(args) <= fits[1]:
-                return [[dump(a) for a in args], {}]
+                return [serializer.dump_all(args), {}]
+        dump = serializer.dump
         try:
             spec.signature.bind(None, *args, **kwargs)
         except TypeError as e:
@@ -86,7 +87,7 @@ class Sending(EngineCore):
         payload = self._payload(spec, args, kwargs)
         ts, entropy = cur.derive()
         self._send(dest, spec.method_id, _FORK,
-                   ser.encode_envelope(ts, entropy, -1, self.instance_name, payload))
+                   self._encode_envelope(ts, entropy, -1, self.instance_name, payload))
 
     def _check_impulse(self, what: str) -> None:
         if not self.conn.is_primary:
