@@ -19,6 +19,10 @@ __all__ = ["CODEC", "incoming_frame_count", "incoming_records", "incoming_rpcs",
            "outgoing_frames", "outgoing_rpcs", "stored_as_wire", "stored_spans"]
 
 
+_FUNCTIONS = ("incoming_frame_count", "incoming_records", "incoming_rpcs", "long_zz32",
+              "outgoing_frames", "outgoing_rpcs", "stored_as_wire", "stored_spans")
+
+
 def _choose(choice: str) -> tuple[str, ModuleType]:
     if choice == "pure":
         return "pure", _fast
@@ -28,6 +32,10 @@ def _choose(choice: str) -> tuple[str, ModuleType]:
         )
     try:
         from . import _cfast  # type: ignore[attr-defined]
+
+        missing = [name for name in _FUNCTIONS if not hasattr(_cfast, name)]
+        if missing:  # built from an older _cfast.pyx: rebuild it
+            raise ImportError(f"the build is out of date, it lacks {', '.join(missing)}")
     except ImportError as err:
         if choice == "compiled":
             raise CodecChoiceError(

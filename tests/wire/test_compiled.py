@@ -357,3 +357,10 @@ def test_incoming_frame_count_agrees_on_any_input(buf, skip, short):
     assert _cfast.incoming_frame_count(buf, pos, end) == _fast.incoming_frame_count(buf, pos, end)
     assert _cfast.incoming_frame_count(bytearray(buf), pos, end) == \
         _fast.incoming_frame_count(buf, pos, end)
+
+
+def test_a_build_from_an_older_codec_is_not_taken_for_a_current_one(monkeypatch):
+    monkeypatch.delattr(_cfast, "outgoing_frames")  # as a build from before it existed
+    with pytest.raises(CodecChoiceError, match="out of date, it lacks outgoing_frames"):
+        _paths._choose("compiled")
+    assert _paths._choose("auto") == ("pure", _fast)
