@@ -298,7 +298,8 @@ class MethodRef:
             return self.impulse(*args, **kwargs)
         if self._spec.kind is MethodKind.RPC:
             return self._ctx.runtime.call(self._dest, self._cls, self._spec, args, kwargs)
-        return self.fork(*args, **kwargs)
+        self._ctx.runtime.fork(self._dest, self._spec, args, kwargs)  # ``fork``, one call less
+        return None
 
     def fork(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget (from a handler)."""
@@ -318,7 +319,7 @@ class MethodRef:
 class ImmortalProxy(Generic[IM]):
     """Calls to another immortal (or this one), typed by its class."""
 
-    __slots__ = ("_cls", "_ctx", "_dest", "_impulse")
+    __slots__ = ("_cls", "_ctx", "_dest", "_impulse", "_refs")
 
     def __init__(self, ctx: ImmortalContext, dest: str, cls: type[IM], *, impulse: bool):
         if not (isinstance(cls, type) and issubclass(cls, Immortal)):
@@ -327,15 +328,23 @@ class ImmortalProxy(Generic[IM]):
         self._dest = dest
         self._cls = cls
         self._impulse = impulse
+        # Each method's reference, made on first use: a loop of forks asks for the same
+        # one every time, and a MethodRef holds nothing that changes.
+        self._refs: dict[str, MethodRef] = {}
 
     def __getattr__(self, name: str) -> MethodRef:
+        ref = self._refs.get(name)
+        if ref is not None:
+            return ref
         spec = self._cls.__ambrosia_methods__.get(name)
         if spec is None:
             published = ", ".join(sorted(self._cls.__ambrosia_methods__)) or "none"
             raise AttributeError(
                 f"{self._cls.__qualname__} publishes no method {name!r} (published: {published})"
             )
-        return MethodRef(self._ctx, self._dest, self._cls, spec, self._impulse)
+        ref = self._refs[name] = MethodRef(self._ctx, self._dest, self._cls, spec,
+                                           self._impulse)
+        return ref
 
     def __repr__(self) -> str:
         return f"<ImmortalProxy {self._dest!r} ({self._cls.__qualname__})>"

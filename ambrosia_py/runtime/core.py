@@ -96,6 +96,9 @@ class EngineCore:
         self._batch: list[bytes] = []
         self._batch_dests: dict[str, None] = {}
         self._heads: dict[tuple[str, int, int], bytes] = {}  # (dest, method, type) -> head
+        # Envelopes of the RPCs handlers send (on this thread only; Impulses from other
+        # threads use ser.encode_envelope): one msgpack packer kept, not one per call.
+        self._encode_envelope = ser.envelope_encoder()
         # Encoded bytes of the inputs handled in this next_output, not yet handed out, and
         # the driver's early write (Engine.attach).
         self._out_pending = bytearray()
@@ -186,7 +189,11 @@ class EngineCore:
             if len(self._heads) < 4096:  # destinations and methods are few; stay bounded
                 self._heads[key] = head
         batch = self._batch
-        batch.append(sized(head + args))
+        frame = head + args
+        n = len(frame)
+        # ``sized`` inline for the usual size of two bytes.
+        batch.append(bytes((((n << 1) & 0x7F) | 0x80, n >> 6)) + frame if 64 <= n < 8192
+                     else sized(frame))
         if dest and dest != self.instance_name:
             self._batch_dests[dest] = None
         if self.outputs is not None:
@@ -214,7 +221,7 @@ class EngineCore:
         cur = self._require_handler("sending an RPC")
         ts, entropy = cur.derive()
         self._send(dest, method_id, rpc_type,
-                   ser.encode_envelope(ts, entropy, call_id, self.instance_name, payload))
+                   self._encode_envelope(ts, entropy, call_id, self.instance_name, payload))
 
     def _load_json_kwargs(self, spec: MethodSpec, kw: dict[str, Any]) -> dict[str, Any]:
         """JSON arguments (AmbrosiaJS's) as the parameters' annotated types."""

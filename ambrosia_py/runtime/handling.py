@@ -33,7 +33,10 @@ class CurrentInput:
 
     def derive(self) -> tuple[int, int]:
         """Header for an RPC sent while handling this input: a function of this input."""
-        return self.timestamp_ns, self.rng.getrandbits(63)
+        rng = self._rng
+        if rng is None:
+            rng = self._rng = random.Random(self.entropy)
+        return self.timestamp_ns, rng.getrandbits(63)
 
 
 class Task:

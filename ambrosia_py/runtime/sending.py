@@ -23,6 +23,8 @@ from .core import EngineCore
 
 __all__ = ["Sending"]
 
+_FORK = int(RpcType.FORK)
+
 
 def positional_counts(spec: MethodSpec) -> tuple[int, int]:
     """How many positional arguments (and no keywords) ``spec``'s signature binds:
@@ -45,14 +47,15 @@ class Sending(EngineCore):
     """The engine's sending room (a part of ``Engine``)."""
 
     def _payload(self, spec: MethodSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        dump = self.cls.__ambrosia_serializer__.dump
+        serializer = self.cls.__ambrosia_serializer__
         if not kwargs:
             # Plain positionals: a count in range is all signature.bind would check.
             fits = self._positional_counts.get(spec.func)
             if fits is None:
                 fits = self._positional_counts[spec.func] = positional_counts(spec)
             if fits[0] <= len(args) <= fits[1]:
-                return [[dump(a) for a in args], {}]
+                return [serializer.dump_all(args), {}]
+        dump = serializer.dump
         try:
             spec.signature.bind(None, *args, **kwargs)
         except TypeError as e:
@@ -76,9 +79,15 @@ class Sending(EngineCore):
 
     def fork(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> None:
-        self._require_handler(f"forking {spec.name}")
-        self._send_envelope(dest, spec.method_id, RpcType.FORK, -1,
-                            self._payload(spec, args, kwargs))
+        # ``_send_envelope`` inline (the hot path of a handler that forks in a loop): the
+        # handler check once, its message built only when it fails.
+        cur = self.current_input
+        if cur is None or not self.outbox.on_engine_thread():
+            cur = self._require_handler(f"forking {spec.name}")
+        payload = self._payload(spec, args, kwargs)
+        ts, entropy = cur.derive()
+        self._send(dest, spec.method_id, _FORK,
+                   self._encode_envelope(ts, entropy, -1, self.instance_name, payload))
 
     def _check_impulse(self, what: str) -> None:
         if not self.conn.is_primary:

@@ -12,11 +12,17 @@ one pure-Python decoder. A buffer that is not ``bytes`` goes to ``_fast`` unchan
 from array import array
 
 from cpython.buffer cimport PyObject_CheckBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.bytes cimport (
+    PyBytes_AS_STRING,
+    PyBytes_FromStringAndSize,
+    PyBytes_GET_SIZE,
+)
+from cpython.list cimport PyList_Append
 from libc.string cimport memcmp, memcpy
 
 from . import _fast
 from .messages import OutgoingRpc, Rpc
+from .outgoing import OutgoingFrame
 from .records import check_bytes
 
 _new = tuple.__new__
@@ -202,6 +208,110 @@ def outgoing_rpcs(buf, Py_ssize_t pos, Py_ssize_t limit, dict names, append, bin
         if once:
             break
     return pos
+
+
+def outgoing_frames(buf, Py_ssize_t pos, Py_ssize_t stop, Py_ssize_t limit, dict names,
+                    list out):
+    """``_fast.outgoing_frames``: outgoing-form RPCs cut out as ``OutgoingFrame``."""
+    if type(buf) is not bytes or pos < 0 or stop > PyBytes_GET_SIZE(buf):
+        return _fast.outgoing_frames(buf, pos, stop, limit, names, out)
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(buf)
+    cdef const char* s = PyBytes_AS_STRING(buf)
+    cdef unsigned char b, d
+    cdef long size, mid
+    cdef Py_ssize_t hdr, end, q, r, n
+    cdef bint impulse
+    cdef char* w
+    new = _new
+    frame_type = OutgoingFrame
+    while pos + 3 <= stop:
+        b = p[pos]
+        if b < 0x80:
+            if b & 1:
+                break
+            hdr = pos + 1
+            end = hdr + (b >> 1)
+        else:
+            if not _long_zz32(p, pos, stop, &size, &hdr) or size <= 0 or size > limit:
+                break
+            end = hdr + size
+        if end > stop or hdr + 3 > end or p[hdr]:
+            break
+        d = p[hdr + 1]
+        r = hdr + 2 + (d >> 1)  # the reserved byte
+        if d & 0x81 or r >= end:
+            break
+        impulse = False
+        if not p[r]:
+            if r + 1 >= end:
+                break
+            if p[r + 1] < 0x80:
+                q = r + 2
+            elif not _long_zz32(p, r + 1, end, &mid, &q):
+                break
+            if q >= end or p[q] > 2:
+                break
+            impulse = p[q] == 2
+        if d:
+            raw = PyBytes_FromStringAndSize(s + hdr + 2, r - hdr - 2)
+            name = names.get(raw)
+            if name is None:
+                try:
+                    name = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    break
+                if len(names) < 4096:
+                    names[raw] = name
+        else:
+            name = ""
+        size = end - r + 1  # type byte + reserved byte onwards
+        n = 1 if size < 64 else 2 if size < 8192 else 3 if size < 1048576 else 4 if size < 134217728 else 5
+        incoming = PyBytes_FromStringAndSize(NULL, n + size)
+        w = PyBytes_AS_STRING(incoming)
+        mid = size << 1  # the ZigZag of a positive size
+        for q in range(n - 1):
+            w[q] = <char>((mid & 0x7F) | 0x80)
+            mid >>= 7
+        w[n - 1] = <char>mid
+        w[n] = 0  # MessageType.RPC
+        memcpy(w + n + 1, s + r, end - r)
+        PyList_Append(out, new(frame_type, (
+            name, incoming, PyBytes_FromStringAndSize(s + pos, end - pos), impulse)))
+        pos = end
+    return pos
+
+
+def incoming_frame_count(body, Py_ssize_t pos, Py_ssize_t end):
+    """``_fast.incoming_frame_count``: ``(count, where the counted frames end)``."""
+    if type(body) is not bytes or pos < 0 or end > PyBytes_GET_SIZE(body):
+        return _fast.incoming_frame_count(body, pos, end)
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(body)
+    cdef unsigned char b
+    cdef long size, mid
+    cdef Py_ssize_t hdr, frame_end, q
+    cdef Py_ssize_t count = 0
+    while pos < end:
+        b = p[pos]
+        if b < 0x80:
+            size = (b >> 1) ^ -(b & 1)
+            hdr = pos + 1
+        elif not _long_zz32(p, pos, end, &size, &hdr):
+            break
+        frame_end = hdr + size
+        if size < 2 or frame_end > end or p[hdr]:
+            break
+        if not p[hdr + 1]:
+            if hdr + 2 >= frame_end:
+                break
+            if p[hdr + 2] < 0x80:
+                q = hdr + 3
+            elif not _long_zz32(p, hdr + 2, frame_end, &mid, &q):
+                break
+            if q >= frame_end or p[q] > 2:
+                break
+        count += 1
+        pos = frame_end
+    return count, pos
 
 
 cdef void _flush_starts(starts, long long* pending, Py_ssize_t* k):

@@ -22,6 +22,13 @@ input.
 - ``stored_as_wire``: records a scan found, cut from the file into their wire form to be
   replayed (it checks only that each is still where the scan found it; it returns
   whether it stopped at a record that is not, and the caller raises).
+- ``outgoing_frames``: outgoing-form RPCs on a binding's stream cut out as bytes, each
+  turned into its incoming form by slicing, for a coordinator that passes them through
+  (counterpart: the general decoder's ``OutgoingRpc``, its ``encode`` and the
+  ``encode`` of its ``incoming()``; ``tests/ic/test_frames.py``).
+- ``incoming_frame_count``: how many well-formed incoming-form RPC frames a link
+  record's body holds (counterpart: ``ambrosia_ic``'s ``rpc_frame_count``, which says
+  what is wrong with the frame this stops at).
 ``MessageStreamDecoder.next_event`` keeps one more fast path inline (a whole self-call
 with a one-byte size and method id: a function call would cost a fifth of its time); the
 same tests cover it through the decoder.
@@ -35,16 +42,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .messages import OutgoingRpc, Rpc
+from .outgoing import OutgoingFrame
 from .records import HEADER, check_bytes
+from .varint import encode_zz32
 
-__all__ = ["incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs", "stored_as_wire",
-           "stored_spans"]
+__all__ = ["incoming_frame_count", "incoming_records", "incoming_rpcs", "long_zz32",
+           "outgoing_frames", "outgoing_rpcs", "stored_as_wire", "stored_spans"]
 
 _header = HEADER.unpack_from
 _set_length = struct.Struct("<i").pack_into
 
 # NamedTuple.__new__ is a Python function; tuple.__new__ builds the same object in C.
 _new = tuple.__new__
+_IMPULSE = 2  # RpcType.IMPULSE
+_SMALL_SIZES = tuple(bytes((n << 1, 0)) for n in range(64))  # a one-byte size, type RPC
 
 
 def long_zz32(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
@@ -154,6 +165,99 @@ def outgoing_rpcs(buf: bytes, pos: int, limit: int, names: dict[bytes, str],
         if once:
             break
     return pos
+
+
+def outgoing_frames(buf: bytes, pos: int, stop: int, limit: int, names: dict[bytes, str],
+                    out: list[OutgoingFrame]) -> int:
+    """The whole outgoing-form RPC frames of at most ``limit`` bytes at ``buf[pos:stop]``
+    (destination names of at most 63 bytes, minimal varints), each appended to ``out``
+    as an ``OutgoingFrame``; returns where they stop. ``names`` caches decoded
+    destination names (bounded: destinations are few)."""
+    append = out.append
+    while pos + 3 <= stop:
+        b = buf[pos]
+        if b < 0x80:
+            if b & 1:
+                break
+            hdr = pos + 1
+            end = hdr + (b >> 1)
+        else:
+            sized = long_zz32(buf, pos, stop)
+            if sized is None or not 0 < sized[0] <= limit:
+                break
+            hdr = sized[1]
+            end = hdr + sized[0]
+        if end > stop or hdr + 3 > end or buf[hdr]:
+            break
+        d = buf[hdr + 1]
+        p = hdr + 2 + (d >> 1)  # the reserved byte
+        if d & 0x81 or p >= end:
+            break
+        impulse = False
+        if not buf[p]:
+            m = buf[p + 1] if p + 1 < end else 0x80
+            if m < 0x80:
+                q = p + 2
+            else:
+                got = long_zz32(buf, p + 1, end) if p + 1 < end else None
+                if got is None:
+                    break
+                q = got[1]
+            if q >= end or buf[q] > 2:
+                break
+            impulse = buf[q] == _IMPULSE
+        if d:
+            raw = buf[hdr + 2 : p]
+            name = names.get(raw)
+            if name is None:
+                try:
+                    name = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    break
+                if len(names) < 4096:
+                    names[raw] = name
+        else:
+            name = ""
+        size = end - p + 1  # type byte + reserved byte onwards
+        head = _SMALL_SIZES[size] if size < 64 else encode_zz32(size) + b"\x00"
+        append(_new(OutgoingFrame, (name, head + buf[p:end], buf[pos:end], impulse)))
+        pos = end
+    return pos
+
+
+def incoming_frame_count(body: bytes, pos: int, end: int) -> tuple[int, int]:
+    """How many well-formed incoming-form RPC frames follow one another in
+    ``body[pos:end]``, and where the last of them ends: the size a minimal varint of at
+    least 2 and within ``end``, the type RPC and, for a call (reserved byte 0), a
+    minimal method id followed by an RPC type of at most 2."""
+    count = 0
+    while pos < end:
+        b = body[pos]
+        if b < 0x80:
+            size = (b >> 1) ^ -(b & 1)
+            hdr = pos + 1
+        else:
+            sized = long_zz32(body, pos, end)
+            if sized is None:
+                break
+            size, hdr = sized
+        frame_end = hdr + size
+        if size < 2 or frame_end > end or body[hdr]:
+            break
+        if not body[hdr + 1]:
+            m = body[hdr + 2] if hdr + 2 < frame_end else 0x80
+            if m < 0x80:
+                q = hdr + 3
+            else:
+                got = long_zz32(body, hdr + 2, frame_end) if hdr + 2 < frame_end else None
+                if got is None:
+                    break
+                q = got[1]
+            if q >= frame_end or body[q] > 2:
+                break
+        count += 1
+        pos = frame_end
+    return count, pos
 
 
 

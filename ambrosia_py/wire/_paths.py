@@ -15,8 +15,12 @@ from types import ModuleType
 from ..errors import CodecChoiceError
 from . import _fast
 
-__all__ = ["CODEC", "incoming_records", "incoming_rpcs", "long_zz32", "outgoing_rpcs",
-           "stored_as_wire", "stored_spans"]
+__all__ = ["CODEC", "incoming_frame_count", "incoming_records", "incoming_rpcs", "long_zz32",
+           "outgoing_frames", "outgoing_rpcs", "stored_as_wire", "stored_spans"]
+
+
+_FUNCTIONS = ("incoming_frame_count", "incoming_records", "incoming_rpcs", "long_zz32",
+              "outgoing_frames", "outgoing_rpcs", "stored_as_wire", "stored_spans")
 
 
 def _choose(choice: str) -> tuple[str, ModuleType]:
@@ -28,6 +32,10 @@ def _choose(choice: str) -> tuple[str, ModuleType]:
         )
     try:
         from . import _cfast  # type: ignore[attr-defined]
+
+        missing = [name for name in _FUNCTIONS if not hasattr(_cfast, name)]
+        if missing:  # built from an older _cfast.pyx: rebuild it
+            raise ImportError(f"the build is out of date, it lacks {', '.join(missing)}")
     except ImportError as err:
         if choice == "compiled":
             raise CodecChoiceError(
@@ -45,3 +53,5 @@ long_zz32 = _impl.long_zz32
 incoming_records = _impl.incoming_records
 stored_spans = _impl.stored_spans
 stored_as_wire = _impl.stored_as_wire
+outgoing_frames = _impl.outgoing_frames
+incoming_frame_count = _impl.incoming_frame_count

@@ -235,6 +235,19 @@ class OutboundLink:
             self._schedule()
         return seq
 
+    def add_run(self, rpcs: list[bytes]) -> None:
+        """``add`` each of ``rpcs`` in turn (a read's run of calls to this destination)."""
+        seq = self.next_seq
+        acked = self.acked
+        append = self.unacked.append
+        for rpc in rpcs:
+            if seq > acked:
+                append((seq, rpc))
+            seq += 1
+        self.next_seq = seq
+        if seq - 1 > acked:
+            self._schedule()
+
     def add_impulse(self, rpc: bytes) -> None:
         self._impulses.append(rpc)
         self._schedule()

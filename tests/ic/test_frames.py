@@ -11,6 +11,7 @@ import pytest
 from ambrosia_ic.coordinator.frames import (
     LinkRecord,
     LinkRecords,
+    _checked_frame_count,
     batch_frames,
     outgoing_frames,
     rpc_frame_count,
@@ -36,6 +37,7 @@ from ambrosia_py.wire import (
     TrimTo,
     encode_record,
 )
+from ambrosia_py.wire._paths import incoming_frame_count
 from tests import strategies as s
 
 SETTINGS = settings(max_examples=300, deadline=None,
@@ -203,3 +205,33 @@ def test_a_resent_run_is_queued_from_the_first_call_not_yet_accepted(tmp_path: P
         feed(7, calls[6:7])
     feed(CONTROL_SEQ, calls[5:7])  # Impulses: unnumbered
     assert queued[-1] == (None, None, calls[5].encode() + calls[6].encode())
+
+
+@SETTINGS
+@given(st.lists(st.one_of(s.incoming_rpcs().map(lambda r: r.encode()),
+                          st.just(TrimTo(4).encode()), st.binary(max_size=6)),
+                min_size=1, max_size=5).map(b"".join), st.data())
+def test_the_codecs_count_takes_exactly_the_bodies_the_checking_loop_takes(
+    body: bytes, data: st.DataObject
+) -> None:
+    counts_alike(data.draw(st.one_of(st.just(body), s.mutations(body))))
+
+
+def counts_alike(body: bytes) -> None:
+    count, pos = incoming_frame_count(body, 0, len(body))
+    try:
+        checked: int | None = _checked_frame_count(body, "x")
+    except RemoteProtocolError:
+        checked = None
+    assert (count if pos == len(body) else None) == checked
+
+
+@pytest.mark.parametrize("body", [
+    b"\x02\x00", b"\x02\x00\x02\x00", b"\x04\x00\x00", b"\x04\x00\x01", b"\x06\x00\x00\x0e\x01",
+    b"\x06\x00\x00\x0e\x03", b"\x06\x00\x00\x80\x01", b"\x08\x00\x00\x80\x01\x01",
+    b"\x08\x00\x00\x80\x00\x01", b"\x80\x00", b"\x01\x00", b"\x00",
+    b"\x0a\x00\x00\xff\xff\xff\xff\x0f", b"\x0c\x00\x00\xff\xff\xff\xff\x1f\x01",
+])
+def test_the_codecs_count_agrees_with_the_checking_loop_on_edge_bodies(body: bytes) -> None:
+    counts_alike(body)
+    counts_alike(Rpc(5, 1, b"ok").encode() + body)

@@ -104,3 +104,35 @@ def test_a_call_that_does_not_bind_is_still_refused_with_the_methods_name(caplog
         c.send("bad")
     assert "take(): missing a required argument: 'payload'" in caplog.text
     assert c.engine.outputs == before  # nothing was sent
+
+
+envelope_values = st.recursive(
+    st.one_of(st.integers(-(1 << 63), (1 << 64) - 1), st.text(max_size=20),
+              st.binary(max_size=40), st.booleans(), st.none()),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=10)
+
+
+@given(st.lists(st.tuples(st.integers(0, 1 << 62), st.integers(0, (1 << 63) - 1),
+                          st.integers(-1, 1000), st.text(max_size=10),
+                          st.one_of(envelope_values, st.just(object()))), max_size=6))
+def test_a_kept_packer_packs_what_packb_packs_and_recovers_from_errors(calls):
+    encode = ser.envelope_encoder()
+    for call in calls:
+        try:
+            want: Any = ser.encode_envelope(*call)
+        except ser.SerializationError as e:
+            want = str(e)
+        try:
+            got: Any = encode(*call)
+        except ser.SerializationError as e:
+            got = str(e)
+        assert got == want
+
+
+def test_a_kept_packer_after_a_large_envelope_packs_small_ones_alike():
+    encode = ser.envelope_encoder()
+    for size in (0, 3 << 20, 5, 2 << 20, 7):
+        call = (1, 2, -1, "me", [[bytes(size)], {}])
+        assert encode(*call) == ser.encode_envelope(*call)

@@ -22,6 +22,7 @@ from ambrosia_py.errors import CodecChoiceError
 
 # _cfast without importorskip: a missing build must fail here, never pass as the pure path.
 from ambrosia_py.wire import (  # type: ignore[attr-defined]
+    OutgoingRpc,
     _cfast,
     _fast,
     _paths,
@@ -30,6 +31,7 @@ from ambrosia_py.wire import (  # type: ignore[attr-defined]
     encode_rpc,
     encode_zz32,
 )
+from ambrosia_py.wire.outgoing import OutgoingFrame
 from ambrosia_py.wire.records import HEADER, check_bytes
 from tests import strategies as s
 
@@ -298,3 +300,67 @@ def test_stored_as_wire_cuts_the_wire_form_and_stops_at_a_changed_record():
         cut = buf[: offsets[201] + 20]  # the file lost the end of record 201
         assert as_wire(impl, cut, starts, 0, 5, 1 << 20) == (b"".join(wire[:201]), 201, False)
         assert as_wire(impl, buf, starts, 300, 305, 1 << 20) == (b"", 300, True)
+
+
+def frames(impl: Any, buf: Any, pos: int, stop: int, limit: int) -> tuple[Any, ...]:
+    out: list[Any] = []
+    names: dict[bytes, str] = {}
+    at = impl.outgoing_frames(buf, pos, stop, limit, names, out)
+    return at, [(type(f), tuple(f)) for f in out], names
+
+
+# Sizes of one, two and three bytes: the compiled loop writes the incoming form's size.
+BIG_OUTGOING = [encode_outgoing_rpc("peer", 9, 2, b"i" * n) for n in (50, 58, 8180, 8200)]
+
+
+@pytest.mark.parametrize("buf", GOLDEN_OUTGOING + BIG_OUTGOING)
+@pytest.mark.parametrize("limit", [64, 1 << 16, 1 << 20])
+def test_outgoing_frames_agree_on_golden_inputs(buf, limit):
+    for pos in range(min(len(buf), 4) + 1):
+        for short in (0, 1, 7):
+            stop = max(pos, len(buf) - short)
+            assert frames(_cfast, buf, pos, stop, limit) == frames(_fast, buf, pos, stop, limit)
+
+
+@SETTINGS
+@given(damaged(to_coordinator_bodies), st.integers(0, 3), st.integers(0, 3),
+       st.integers(1, 1 << 20))
+def test_outgoing_frames_agree_on_any_input(buf, pos, short, limit):
+    stop = max(0, len(buf) - short)
+    assert frames(_cfast, buf, pos, stop, limit) == frames(_fast, buf, pos, stop, limit)
+
+
+def test_outgoing_frames_turn_each_call_into_its_incoming_form():
+    rpcs = [OutgoingRpc("peer", 9, 1, b"a" * n) for n in (0, 55, 70, 9000)]
+    rpcs += [OutgoingRpc("", -5, 2, b"i"), OutgoingRpc("", 0, 0, b"r", 1)]
+    buf = b"".join(r.encode() for r in rpcs)
+    for impl in IMPLS.values():
+        out: list[Any] = []
+        assert impl.outgoing_frames(buf, 0, len(buf), 1 << 20, {}, out) == len(buf)
+        assert out == [OutgoingFrame(r.destination, r.incoming().encode(), r.encode(),
+                                     r.rpc_type == 2 and r.reserved == 0) for r in rpcs]
+
+
+@pytest.mark.parametrize("buf", GOLDEN_INCOMING)
+def test_incoming_frame_count_agrees_on_golden_inputs(buf):
+    for pos in range(min(len(buf), 4) + 1):
+        for end in range(pos, len(buf) + 1):
+            assert _cfast.incoming_frame_count(buf, pos, end) == \
+                _fast.incoming_frame_count(buf, pos, end)
+
+
+@SETTINGS
+@given(damaged(to_binding_bodies), st.integers(0, 3), st.integers(0, 3))
+def test_incoming_frame_count_agrees_on_any_input(buf, skip, short):
+    end = max(0, len(buf) - short)
+    pos = min(skip, end)
+    assert _cfast.incoming_frame_count(buf, pos, end) == _fast.incoming_frame_count(buf, pos, end)
+    assert _cfast.incoming_frame_count(bytearray(buf), pos, end) == \
+        _fast.incoming_frame_count(buf, pos, end)
+
+
+def test_a_build_from_an_older_codec_is_not_taken_for_a_current_one(monkeypatch):
+    monkeypatch.delattr(_cfast, "outgoing_frames")  # as a build from before it existed
+    with pytest.raises(CodecChoiceError, match="out of date, it lacks outgoing_frames"):
+        _paths._choose("compiled")
+    assert _paths._choose("auto") == ("pure", _fast)

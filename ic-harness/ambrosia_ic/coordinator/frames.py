@@ -13,7 +13,9 @@ decoding them into message objects and encoding them again.
 A frame is only accepted here if re-encoding its decoded form would give the same bytes
 (minimal varints): the replay digest hashes the frame as it arrived, and must agree with
 a digest written from decoded messages. ``tests/ic/test_frames.py`` checks both paths
-against the wire codec on the same inputs.
+against the wire codec on the same inputs. The per-frame loops are the codec's
+(``outgoing_frames``, ``incoming_frame_count``: compiled when built, pure otherwise,
+``tests/wire/test_compiled.py`` holds the two together).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from ambrosia_py.errors import (
     UnexpectedMessageError,
     WireFormatError,
 )
-from ambrosia_py.wire import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, check_bytes, encode_zz32
+from ambrosia_py.wire import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, check_bytes
+from ambrosia_py.wire._paths import incoming_frame_count
+from ambrosia_py.wire._paths import outgoing_frames as _outgoing_frames
+from ambrosia_py.wire.outgoing import OutgoingFrame
 from ambrosia_py.wire.records import HEADER
 
 __all__ = ["MAX_LINK_RECORD", "LinkRecord", "LinkRecords", "OutgoingFrame", "batch_frames",
@@ -38,17 +43,6 @@ __all__ = ["MAX_LINK_RECORD", "LinkRecord", "LinkRecords", "OutgoingFrame", "bat
 MAX_LINK_RECORD = DEFAULT_MAX_FRAME_SIZE + (2 << 20)
 _RPC = 0  # MessageType.RPC
 _RPC_BATCH = 5  # MessageType.RPC_BATCH
-_IMPULSE = 2  # RpcType.IMPULSE
-_SMALL_SIZES = tuple(bytes((n << 1, _RPC)) for n in range(64))  # a one-byte size, type byte
-
-
-class OutgoingFrame(NamedTuple):
-    """One RPC the binding sent, as bytes."""
-
-    destination: str  # "" for a self-call
-    incoming: bytes  # the same call in the form its destination receives
-    frame: bytes  # the frame exactly as the binding sent it (what the digest hashes)
-    impulse: bool  # an Impulse: not replayed, so not numbered nor in the digest
 
 
 def _zz32(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
@@ -76,53 +70,10 @@ def outgoing_frames(buf: bytes, pos: int, limit: int,
                     stop: int | None = None) -> tuple[list[OutgoingFrame], int]:
     """The whole outgoing-form RPC frames of at most ``limit`` bytes at ``buf[pos:stop]``
     (destination names of at most 63 bytes), and where they stop. ``names`` caches
-    decoded destination names (bounded: destinations are few)."""
+    decoded destination names (bounded: destinations are few). The codec's loop, compiled
+    when built."""
     out: list[OutgoingFrame] = []
-    append = out.append
-    n = len(buf) if stop is None else stop
-    new = tuple.__new__
-    while pos + 3 <= n:
-        b = buf[pos]
-        if b < 0x80:
-            if b & 1:
-                break
-            hdr = pos + 1
-            end = hdr + (b >> 1)
-        else:
-            sized = _zz32(buf, pos, n)
-            if sized is None or not 0 < sized[0] <= limit:
-                break
-            hdr = sized[1]
-            end = hdr + sized[0]
-        if end > n or hdr + 3 > end or buf[hdr] != _RPC:
-            break
-        d = buf[hdr + 1]
-        p = hdr + 2 + (d >> 1)  # the reserved byte
-        if d & 0x81 or p >= end:
-            break
-        reserved = buf[p]
-        impulse = False
-        if not reserved:
-            got = _zz32(buf, p + 1, end)
-            if got is None or got[1] >= end or buf[got[1]] > 2:
-                break
-            impulse = buf[got[1]] == _IMPULSE
-        if d:
-            raw = buf[hdr + 2 : p]
-            name = names.get(raw)
-            if name is None:
-                try:
-                    name = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    break
-                if len(names) < 4096:
-                    names[raw] = name
-        else:
-            name = ""
-        size = end - p + 1  # type byte + reserved byte onwards
-        head = _SMALL_SIZES[size] if size < 64 else encode_zz32(size) + b"\x00"
-        append(new(OutgoingFrame, (name, head + buf[p:end], buf[pos:end], impulse)))
-        pos = end
+    pos = _outgoing_frames(buf, pos, len(buf) if stop is None else stop, limit, names, out)
     return out, pos
 
 
@@ -155,6 +106,15 @@ def rpc_frame_count(body: bytes, what: str) -> int:
         WireFormatError: a frame that does not parse.
         UnexpectedMessageError: a frame that is not an RPC.
     """
+    count, pos = incoming_frame_count(body, 0, len(body))
+    if pos == len(body):
+        return count
+    return _checked_frame_count(body, what)
+
+
+def _checked_frame_count(body: bytes, what: str) -> int:
+    """``rpc_frame_count`` frame by frame, saying what is wrong with the first bad one
+    (the codec's count stops there without a word)."""
     pos = 0
     end = len(body)
     count = 0

@@ -112,8 +112,7 @@ class BindingReader(asyncio.Protocol):
             limit, names = self.limit, self.names
             got, pos = outgoing_frames(buf, 0, limit, names)
             while True:
-                for f in got:
-                    outputs.route_frame(c, *f)
+                outputs.route_frames(c, got)
                 if pos >= len(buf) or (batch := batch_frames(buf, pos, limit, names)) is None:
                     break
                 got, pos = batch

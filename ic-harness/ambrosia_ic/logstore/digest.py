@@ -51,6 +51,10 @@ class DigestWriter:
     def add(self, output_hash: int, seq_id: int) -> None:
         self._pending += _pack(output_hash, seq_id)
 
+    def add_run(self, output_hashes: list[int], seq_id: int) -> None:
+        """``add`` each of ``output_hashes``, all with ``seq_id``."""
+        self._pending += b"".join([_pack(h, seq_id) for h in output_hashes])
+
     def flush(self) -> None:
         if self._pending:
             view = memoryview(self._pending)
