@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import UsageError
 
-__all__ = ["LOOPS", "loop_runner", "uvloop_available"]
+__all__ = ["LOOPS", "loop_runner", "uvloop_available", "write_unless_closing"]
 
 LOOPS = ("auto", "asyncio", "uvloop")
 
@@ -53,3 +53,22 @@ def loop_runner(kind: str, *, setting: str) -> Runner:
                          "(pip install uvloop, or choose asyncio)") from None
     run: Runner = uvloop.run
     return run
+
+
+class _Writable(Protocol):
+    def is_closing(self) -> bool: ...
+
+    def write(self, data: bytes | bytearray | memoryview) -> None: ...
+
+
+def write_unless_closing(stream: _Writable, data: bytes | bytearray | memoryview) -> None:
+    """``stream.write(data)`` (a transport or a ``StreamWriter``), dropped if the
+    connection is closing or closed, on either loop.
+
+    asyncio's transports drop such a write (and ``drain()`` then raises
+    ``ConnectionResetError``); uvloop's raise ``RuntimeError`` instead. A peer can close
+    a connection between any two callbacks, so every write to a socket goes through here
+    and the loss is noticed where it always was: the reader's end of file, or ``drain()``.
+    """
+    if not stream.is_closing():
+        stream.write(data)

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
 from ..errors import CoordinatorError
+from ..loops import write_unless_closing
 from ..stopping import StopReason
 from .engine import Engine, SendCheckpoint
 
@@ -262,7 +263,7 @@ class ImmortalRunner:
                     if isinstance(out, SendCheckpoint):
                         self._go_slow(out)
                         return
-                    transport.write(out.data)
+                    write_unless_closing(transport, out.data)
                     size = transport.get_write_buffer_size()
                     if size > self.peak_write_buffer:
                         self.peak_write_buffer = size
@@ -325,7 +326,7 @@ class ImmortalRunner:
     async def _write(self, data: bytes) -> None:
         assert self._writer is not None
         if data:
-            self._writer.write(data)
+            write_unless_closing(self._writer, data)
         self.peak_write_buffer = max(self.peak_write_buffer,
                                      self._writer.transport.get_write_buffer_size())
         await self._writer.drain()

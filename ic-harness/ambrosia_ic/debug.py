@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import attrs
 
 from ambrosia_py.errors import CoordinatorError, RemoteProtocolError, ReplayDivergenceError
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import (
     Checkpoint,
     CheckpointChunk,
@@ -139,14 +140,16 @@ async def run_debug_instance(
         reader, send = await ports.accept()
         closed = asyncio.get_running_loop().create_task(_read(reader, replay))
         try:
-            send.write(encode_checkpoint_record(reg.committer_id, plan.checkpoint.size))
+            write_unless_closing(
+                send, encode_checkpoint_record(reg.committer_id, plan.checkpoint.size))
             for chunk in plan.checkpoint.chunks():
-                send.write(chunk)
+                write_unless_closing(send, chunk)
                 await send.drain()
             if testing_upgrade:
-                send.write(encode_control_record(reg.committer_id, UpgradeService()))
+                write_unless_closing(
+                    send, encode_control_record(reg.committer_id, UpgradeService()))
             for rec in replay_records(plan):
-                send.write(rec.wire)
+                write_unless_closing(send, rec.wire)
                 replay.last_delivered = rec.seq_id
                 result.records_replayed += 1
                 if result.records_replayed % 256 == 0:

@@ -43,6 +43,7 @@ from ambrosia_py.errors import (
     LinkAuthenticationError,
     RemoteProtocolError,
 )
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import (
     CONTROL_SEQ,
     Direction,
@@ -167,7 +168,7 @@ async def open_link(
             raise LinkAuthenticationError(f"{host}:{port} does not speak the link protocol")
         nonce_s = head[len(LINK_MAGIC):]
         nonce_c = os.urandom(_NONCE)
-        writer.write(
+        write_unless_closing(writer,
             _name(my_name) + _name(dest) + nonce_c
             + _mac(secret, b"C", nonce_s, nonce_c, my_name.encode(), b"\0", dest.encode())
         )

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import (
     HEADER_SIZE,
     BecomingPrimary,
@@ -306,9 +307,9 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         self.next_seq, self.inputs = next_seq, dict(inputs)
         self.last_delivered = next_seq - 1
         outputs.restore(self, outs)
-        self.send.write(encode_checkpoint_record(self.cid, cf.size))
+        write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
         for chunk in cf.chunks():
-            self.send.write(chunk)
+            write_unless_closing(self.send, chunk)
         await self.send.drain()
         self.loaded = next_seq
         self.log_n = max(1, number)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import (
     BecomingPrimary,
     TakeCheckpoint,
@@ -245,9 +246,9 @@ class ReplicaCoordinator(Coordinator):
         self.inputs = dict(inputs)
         self.last_delivered = next_seq - 1
         outputs.restore(self, outs)
-        self.send.write(encode_checkpoint_record(self.cid, cf.size))
+        write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
         for chunk in chunks:
-            self.send.write(chunk)
+            write_unless_closing(self.send, chunk)
         await self.send.drain()
         self.tail = LogTail(self.dir, self.cid, c, next_seq)
         self.log_n = c

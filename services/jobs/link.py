@@ -32,6 +32,8 @@ from typing import Any
 
 import attrs
 
+from ambrosia_py.loops import write_unless_closing
+
 from ._state import InitiatorState, Role
 from .attempts import OperationState, Reconciled, reconcile
 from .connection import DEFAULT_INITIAL_CREDITS, JobConnection
@@ -189,7 +191,7 @@ class JobLinks:
         batch = deliver.batch
         if link.conn is conn and link.writer is not None and batch.rows and not batch.last:
             grant = FlowControl(batch.job_id, batch.edge, len(batch.rows))
-            link.writer.write(conn.send(grant))
+            write_unless_closing(link.writer, conn.send(grant))
 
     def _emit(self, event: LinkEvent, conn: JobConnection | None = None) -> None:
         self._events.put_nowait((event, conn))
@@ -210,7 +212,7 @@ class JobLinks:
             if isinstance(message, (Start, Cancel)):
                 link.queued.append(message)
             return
-        link.writer.write(link.conn.send(message))
+        write_unless_closing(link.writer, link.conn.send(message))
         if isinstance(message, Start):
             link.started_here.add(message.job_id)
 

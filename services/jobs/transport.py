@@ -13,6 +13,8 @@ import asyncio
 import uuid
 from typing import Final
 
+from ambrosia_py.loops import write_unless_closing
+
 from .errors import HelloError
 
 __all__ = ["HELLO_MAGIC", "HELLO_SIZE", "exchange_hello", "hello", "parse_hello"]
@@ -49,7 +51,7 @@ async def exchange_hello(
     Raises:
         HelloError: bad hello bytes, or the peer closed or stayed silent first.
     """
-    writer.write(hello(member))
+    write_unless_closing(writer, hello(member))
     try:
         await writer.drain()
         data = await asyncio.wait_for(reader.readexactly(HELLO_SIZE), timeout)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ambrosia_py import AmbrosiaError, StopReason
+from ambrosia_py.loops import write_unless_closing
 
 from .config import ProcessorConfig
 from .core import KclCore, ProcessorRecord
@@ -274,7 +275,7 @@ class ProcessorDriver:
     async def _write(self, proc: asyncio.subprocess.Process, line: bytes) -> None:
         assert proc.stdin is not None
         try:
-            proc.stdin.write(line)
+            write_unless_closing(proc.stdin, line)
             await proc.stdin.drain()
         except (ConnectionError, OSError):
             code = await proc.wait()
@@ -314,7 +315,7 @@ class ProcessorDriver:
             if session.asking:
                 with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                     assert proc.stdin is not None
-                    proc.stdin.write(session.answer(SHUTDOWN))
+                    write_unless_closing(proc.stdin, session.answer(SHUTDOWN))
 
     async def _close(self, proc: asyncio.subprocess.Process) -> None:
         """Close stdin (amazon-kclpy exits at its end), wait a moment, then kill."""

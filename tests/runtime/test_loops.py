@@ -3,6 +3,7 @@ asked, and the same behaviour on either (an awaited call across a crash of the c
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ambrosia_py.loops import loop_runner, write_unless_closing
 from ambrosia_py.runtime.cli import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from tests.launcher import ROOT, Launcher
@@ -72,3 +74,30 @@ def test_an_unknown_loop_stops_ambrosia_run_before_it_starts_anything(tmp_path: 
         "ambrosia run: error: unknown event loop 'trio' in --loop or $AMBROSIA_PY_LOOP "
         "(expected auto, asyncio, uvloop)"]
     assert not (tmp_path / "logs").exists() and not list(tmp_path.glob("*/caller*"))
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_write_to_a_closed_connection_is_dropped_on_either_loop(loop: str) -> None:
+    """uvloop raises where asyncio drops; every write to a socket is made as asyncio's."""
+    async def main() -> tuple[bool, str]:
+        async def hang_up(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        host, port = server.sockets[0].getsockname()[:2]
+        reader, writer = await asyncio.open_connection(host, port)
+        assert await reader.read() == b""  # the peer hung up
+        writer.close()
+        await writer.wait_closed()
+        write_unless_closing(writer, b"dropped")  # must not raise, on either loop
+        try:
+            writer.write(b"raw")
+            raw = "dropped"
+        except RuntimeError:
+            raw = "raised"
+        server.close()
+        return writer.is_closing(), raw
+
+    closing, raw = loop_runner(loop, setting="test")(main())
+    assert closing
+    assert raw == ("raised" if loop == "uvloop" else "dropped")

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import attrs
 
 from ambrosia_py.errors import AmbrosiaError, CoordinatorError
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import InitialMessage
 
 from .. import registry
@@ -219,7 +220,7 @@ class Coordinator:
 
     def deliver(self, data: bytes) -> None:
         assert self.send is not None
-        self.send.write(data)
+        write_unless_closing(self.send, data)
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:

@@ -23,6 +23,7 @@ from ambrosia_py.errors import (
     RemoteProtocolError,
     UnexpectedMessageError,
 )
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import TrimTo
 
 from .. import registry
@@ -148,7 +149,7 @@ class LinkServer:
             if transports:
                 ack = TrimTo(seq).encode()
                 for t in transports:
-                    t.write(ack)
+                    write_unless_closing(t, ack)
 
     async def _is_registered(self, name: str) -> bool:
         if self._known is not None:
@@ -206,7 +207,7 @@ class _Inbound(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.peer = self.transport.get_extra_info("peername") or self.peer
         first, self.nonce_s = challenge()
-        self.transport.write(first)
+        write_unless_closing(self.transport, first)
         self.timer = asyncio.get_running_loop().call_later(
             HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
 
@@ -256,7 +257,7 @@ class _Inbound(asyncio.Protocol):
             return
         assert self.transport is not None and self.timer is not None
         self.timer.cancel()
-        self.transport.write(hello_reply(server.secret, hello, self.nonce_s,
+        write_unless_closing(self.transport, hello_reply(server.secret, hello, self.nonce_s,
                                          server._logged(hello.sender)))
         data = bytes(self.hello[hello.used:])
         self.hello = None

@@ -9,6 +9,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ambrosia_py.errors import CoordinatorError
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import (
     TakeBecomingPrimaryCheckpoint,
     UpgradeTakeCheckpoint,
@@ -182,15 +183,15 @@ async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
     c.digest = DigestWriter(dpath, keep=c.digest_skip)
     send = c.send
     assert send is not None
-    send.write(encode_checkpoint_record(c.cid, plan.checkpoint.size))
+    write_unless_closing(send, encode_checkpoint_record(c.cid, plan.checkpoint.size))
     for chunk in plan.checkpoint.chunks():
-        send.write(chunk)
+        write_unless_closing(send, chunk)
         await send.drain()
     # Replayed records go out about 1 MiB per write (a write per record costs the
     # transport a send() call each time its buffer has just drained), cut from the
     # spans the plan's scan found: the logs are checked and parsed once per recovery.
     for wire, last in replay_wire(plan):
-        send.write(wire)
+        write_unless_closing(send, wire)
         c.last_delivered = last
         await send.drain()
     new_n = plan.last_log + 1

@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import NEED_DATA
 
 from .._state import Role
@@ -139,7 +140,7 @@ class SinkLink:
                 self._changed.set()
 
         async def send(*events: Any) -> None:
-            writer.write(b"".join(conn.send(e) for e in events))
+            write_unless_closing(writer, b"".join(conn.send(e) for e in events))
             await writer.drain()
 
         def unexpected(event: Any) -> SinkLinkError:
@@ -198,7 +199,7 @@ class SinkLink:
                 await self._round(send, expect, until)
         except ConnectorProtocolError as e:
             with contextlib.suppress(Exception):
-                writer.write(conn.take_error_frame())
+                write_unless_closing(writer, conn.take_error_frame())
             raise SinkLinkError(str(e)) from None
         finally:
             reading.cancel()

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ambrosia_py.loops import write_unless_closing
+
 from .._state import ConnectionState, Role
 from ..connection import ConnectorConnection
 from ..errors import ConnectorProtocolError
@@ -62,7 +64,7 @@ class _Source:
 
     def write(self, data: bytes) -> None:
         if self.alive and data:
-            self.writer.write(data)
+            write_unless_closing(self.writer, data)
 
     @property
     def peer(self) -> str:
