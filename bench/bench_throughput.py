@@ -329,9 +329,13 @@ def run(quick: bool) -> list[dict[str, Any]]:
     forks, burst, pings, repeats = (3000, 300, 300, 1) if quick else (20000, 500, 2000, 2)
     rates, p50s, p99s, rest_c, rest_b, peak_c, peak_b = [], [], [], [], [], [], []
     raw_rates, raw_p50s, raw_p99s, ceiling_rates = [], [], [], []
+    ceiling_p50s, ceiling_p99s = [], []
     for _ in range(repeats):
         raw_rates.append(raw_throughput(forks, burst))
         ceiling_rates.append(ceilings.pipeline_rate(forks, burst, PAYLOAD))
+        lat = ceilings.round_trips(pings)
+        ceiling_p50s.append(_pct(lat, 0.5) / 1e3)
+        ceiling_p99s.append(_pct(lat, 0.99) / 1e3)
         lat = raw_latencies(pings)
         raw_p50s.append(_pct(lat, 0.5) / 1e3)
         raw_p99s.append(_pct(lat, 0.99) / 1e3)
@@ -351,6 +355,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
              rates, "RPC/s", ceiling_rates, sizes),
         _row("durable fork RPCs between immortals (vs raw loopback)", rates, "RPC/s",
              raw_rates, sizes),
+        _row("await round trip p50 (vs the plain-Python round trip with two log syncs)", p50s,
+             "us", ceiling_p50s, sizes),
+        _row("await round trip p99 (vs the plain-Python round trip with two log syncs)", p99s,
+             "us", ceiling_p99s, sizes),
         _row("await round trip p50 (vs raw loopback)", p50s, "us", raw_p50s, sizes),
         _row("await round trip p99 (vs raw loopback)", p99s, "us", raw_p99s, sizes),
         _row("coordinator RSS at rest (vs bare python)", rest_c, "MiB", bare),

@@ -13,6 +13,14 @@ implementation of the same design can reach.
   and fsyncs once per read (group commit) before passing it on; the receiving "binding"
   frames the RPCs, unpacks each envelope and calls the method. One ack per burst goes
   back to the sender (flow control, as the awaited echo does).
+- ``round_trips``: the awaited call. Four processes joined by TCP loopback connections
+  (TCP_NODELAY), as the two immortals and their coordinators are: the caller packs a
+  msgpack envelope into an outgoing-form RPC and waits; each "coordinator" turns a frame
+  from its binding into the incoming form by slicing and sends it to the other as one
+  XXH64-checked record, and a record from the other is checked, appended to its log and
+  synced (fdatasync after the file's first fsync, as the coordinator's log writer does)
+  before its frame goes to its binding; the callee unpacks the envelope, calls the method
+  and sends the result the same way back. Two log syncs per round trip.
 - ``replay_rate``: replay during recovery. One loop over the same log records: header,
   XXH64, frame, msgpack, call.
 """
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import selectors
 import socket
 import struct
 import tempfile
@@ -33,7 +42,7 @@ import xxhash
 
 from ambrosia_py.wire import encode_outgoing_rpc
 
-__all__ = ["pipeline_rate", "replay_rate"]
+__all__ = ["pipeline_rate", "replay_rate", "round_trips"]
 
 _HEADER = struct.Struct("<iiQq")
 _READ = 1 << 20
@@ -215,6 +224,143 @@ def pipeline_rate(forks: int, burst: int, payload_size: int) -> float:
         if any(p.exitcode != 0 for p in procs) or not result.value:
             raise RuntimeError(f"the ceiling pipeline failed: {[p.exitcode for p in procs]}")
     return float(result.value)
+
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    server = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(server.getsockname())
+    b, _ = server.accept()
+    server.close()
+    for s in (a, b):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return a, b
+
+
+def _to_incoming(buf: bytes, a: int, b: int) -> bytes:
+    """The incoming form of the outgoing-form RPC frame ``buf[a:b]`` (destination cut)."""
+    name_len = buf[a + 1] >> 1
+    rest = buf[a + 2 + name_len : b]
+    return _varint(len(rest) + 1) + b"\x00" + rest
+
+
+def _rt_coordinator(binding: socket.socket, link: socket.socket, log_dir: str) -> None:
+    """Frames from the binding go to the link as records; records from the link are
+    checked, logged and synced, then their frames go to the binding."""
+    fd = os.open(os.path.join(log_dir, "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    synced = False
+    seq = 0
+    bufs = {binding: b"", link: b""}
+    sel = selectors.DefaultSelector()
+    for s in (binding, link):
+        sel.register(s, selectors.EVENT_READ)
+    try:
+        while True:
+            for key, _ in sel.select():
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                data = sock.recv(_READ)
+                if not data:
+                    return
+                buf = bufs[sock] + data
+                if sock is binding:
+                    spans, pos = _frames(buf, 0)
+                    if spans:
+                        body = b"".join(_to_incoming(buf, a, b) for a, b in spans)
+                        link.sendall(_HEADER.pack(1, 24 + len(body),
+                                                  xxhash.xxh64_intdigest(body), seq) + body)
+                        seq += 1
+                else:
+                    spans, pos = _records(buf, 0)
+                    if spans:
+                        os.write(fd, buf[:pos])
+                        if synced:
+                            os.fdatasync(fd)
+                        else:
+                            os.fsync(fd)
+                            synced = True
+                        binding.sendall(b"".join(buf[a:b] for a, b in spans))
+                bufs[sock] = buf[pos:]
+    finally:
+        os.close(fd)
+
+
+def _rt_callee(conn: socket.socket, method_id: int) -> None:
+    buf = b""
+    while data := conn.recv(_READ):
+        buf += data
+        spans, pos = _frames(buf, 0)
+        for a, b in spans:
+            frame = buf[a:b]
+            _, call_id, _, _, (args, _) = msgpack.unpackb(frame[_envelope_at(frame, 2):])
+            env = msgpack.packb([call_id, True, args[0]], use_bin_type=True)
+            conn.sendall(encode_outgoing_rpc("caller", -3, 1, env))
+        buf = buf[pos:]
+
+
+def _rt_caller(conn: socket.socket, pings: int, method_id: int, result: str) -> None:
+    out = []
+    buf = b""
+    for i in range(pings):
+        t0 = time.perf_counter_ns()
+        env = msgpack.packb([time.time_ns(), i, -1, "caller", [[i], {}]], use_bin_type=True)
+        conn.sendall(encode_outgoing_rpc("callee", method_id, 0, env))
+        while True:
+            spans, pos = _frames(buf, 0)
+            if spans:
+                break
+            buf += conn.recv(_READ)
+        a, b = spans[0]
+        frame = buf[a:b]
+        got = msgpack.unpackb(frame[_envelope_at(frame, 2):])
+        buf = buf[b:]
+        if got[0] != i or got[2] != i:
+            raise ValueError(f"reply {got} to call {i}")
+        out.append(time.perf_counter_ns() - t0)
+    with open(result, "w") as f:
+        f.write(" ".join(map(str, out)))
+
+
+def _alone(target: Callable[..., None], socks: list[socket.socket], *args: Any) -> None:
+    """Run ``target`` with only its own sockets open (``args``), so each connection ends
+    when the one process holding its other end stops."""
+    for s in socks:
+        if s not in args:
+            s.close()
+    target(*args)
+
+
+def round_trips(pings: int, warmup: int = 20) -> list[int]:
+    """Round trips (ns) of an awaited call through the plain-Python four processes."""
+    ctx = mp.get_context("fork")
+    caller, coord_a = _tcp_pair()
+    link_a, link_b = _tcp_pair()
+    coord_b, callee = _tcp_pair()
+    with tempfile.TemporaryDirectory(prefix="bench-rt-") as tmp:
+        result = os.path.join(tmp, "latencies")
+        os.mkdir(os.path.join(tmp, "a"))
+        os.mkdir(os.path.join(tmp, "b"))
+        socks = [caller, coord_a, link_a, link_b, coord_b, callee]
+        procs = [
+            ctx.Process(target=_alone, args=(f, socks, *args)) for f, args in (
+                (_rt_caller, (caller, pings + warmup, 0x2F3C4D5E, result)),
+                (_rt_coordinator, (coord_a, link_a, os.path.join(tmp, "a"))),
+                (_rt_coordinator, (coord_b, link_b, os.path.join(tmp, "b"))),
+                (_rt_callee, (callee, 0x2F3C4D5E)),
+            )
+        ]
+        for p in procs:
+            p.start()
+        for s in socks:
+            s.close()
+        procs[0].join(600)
+        for p in procs[1:]:
+            p.join(30)
+            if p.exitcode is None:
+                p.kill()
+        if any(p.exitcode != 0 for p in procs) or not os.path.exists(result):
+            raise RuntimeError(f"the round-trip ceiling failed: {[p.exitcode for p in procs]}")
+        with open(result) as f:
+            return [int(x) for x in f.read().split()][warmup:]
 
 
 def replay_rate(records: bytes, call: Callable[..., Any]) -> tuple[float, int]:
