@@ -42,7 +42,7 @@ import xxhash
 
 from ambrosia_py.wire import encode_outgoing_rpc
 
-__all__ = ["pipeline_rate", "replay_rate", "round_trips"]
+__all__ = ["pipeline_rate", "replay_rate", "round_trips", "tcp_pair"]
 
 _HEADER = struct.Struct("<iiQq")
 _READ = 1 << 20
@@ -226,7 +226,8 @@ def pipeline_rate(forks: int, burst: int, payload_size: int) -> float:
     return float(result.value)
 
 
-def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """Both ends of one TCP loopback connection, with TCP_NODELAY (as the immortals' are)."""
     server = socket.create_server(("127.0.0.1", 0))
     a = socket.create_connection(server.getsockname())
     b, _ = server.accept()
@@ -284,7 +285,7 @@ def _rt_coordinator(binding: socket.socket, link: socket.socket, log_dir: str) -
         os.close(fd)
 
 
-def _rt_callee(conn: socket.socket, method_id: int) -> None:
+def _rt_callee(conn: socket.socket) -> None:
     buf = b""
     while data := conn.recv(_READ):
         buf += data
@@ -305,7 +306,7 @@ def _rt_caller(conn: socket.socket, pings: int, method_id: int, result: str) -> 
         env = msgpack.packb([time.time_ns(), i, -1, "caller", [[i], {}]], use_bin_type=True)
         conn.sendall(encode_outgoing_rpc("callee", method_id, 0, env))
         while True:
-            spans, pos = _frames(buf, 0)
+            spans, _ = _frames(buf, 0)
             if spans:
                 break
             buf += conn.recv(_READ)
@@ -332,9 +333,9 @@ def _alone(target: Callable[..., None], socks: list[socket.socket], *args: Any) 
 def round_trips(pings: int, warmup: int = 20) -> list[int]:
     """Round trips (ns) of an awaited call through the plain-Python four processes."""
     ctx = mp.get_context("fork")
-    caller, coord_a = _tcp_pair()
-    link_a, link_b = _tcp_pair()
-    coord_b, callee = _tcp_pair()
+    caller, coord_a = tcp_pair()
+    link_a, link_b = tcp_pair()
+    coord_b, callee = tcp_pair()
     with tempfile.TemporaryDirectory(prefix="bench-rt-") as tmp:
         result = os.path.join(tmp, "latencies")
         os.mkdir(os.path.join(tmp, "a"))
@@ -345,7 +346,7 @@ def round_trips(pings: int, warmup: int = 20) -> list[int]:
                 (_rt_caller, (caller, pings + warmup, 0x2F3C4D5E, result)),
                 (_rt_coordinator, (coord_a, link_a, os.path.join(tmp, "a"))),
                 (_rt_coordinator, (coord_b, link_b, os.path.join(tmp, "b"))),
-                (_rt_callee, (callee, 0x2F3C4D5E)),
+                (_rt_callee, (callee,)),
             )
         ]
         for p in procs:
