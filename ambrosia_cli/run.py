@@ -28,7 +28,7 @@ from ambrosia_ic import registry
 from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_py.errors import AmbrosiaError, UsageError
-from ambrosia_py.loops import loop_runner
+from ambrosia_py.loops import loop_runner, slice_us
 from ambrosia_py.runtime import cli as binding
 from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
@@ -102,7 +102,9 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     cls = binding.load_class(args.target)
     config = load_config(args.config, args.sets)  # a bad one fails before anything starts
     upgrade_to = binding.load_class(args.upgrade_to) if args.upgrade_to else None
-    loop_runner(args.loop, setting="--loop or $AMBROSIA_PY_LOOP")  # checked before a start
+    # Both checked before anything starts.
+    loop_runner(args.loop, setting="--loop or $AMBROSIA_PY_LOOP")
+    slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US")
     if (args.ic_receive_port is None) != (args.ic_send_port is None):
         raise UsageError("--ic-receive-port and --ic-send-port go together")
     if args.ic_receive_port is not None:

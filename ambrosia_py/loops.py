@@ -1,5 +1,5 @@
-"""Which event loop runs a binding or a coordinator: uvloop where it is installed, else
-asyncio's own.
+"""How a binding or a coordinator runs: on uvloop where it is installed, else asyncio's own
+loop, and with a short scheduler slice where the kernel takes one.
 
 An await round trip between two immortals crosses four processes, each turning its event
 loop once or twice per message; uvloop's turns are cheaper (measured: await p50 about 0.9x
@@ -11,12 +11,17 @@ comparing the two.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
+import platform
+import struct
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from .errors import UsageError
 
-__all__ = ["LOOPS", "loop_runner", "uvloop_available", "write_unless_closing"]
+__all__ = ["DEFAULT_SLICE_US", "LOOPS", "loop_runner", "shorten_slice", "slice_us",
+           "uvloop_available", "write_unless_closing"]
 
 LOOPS = ("auto", "asyncio", "uvloop")
 
@@ -72,3 +77,66 @@ def write_unless_closing(stream: _Writable, data: bytes | bytearray | memoryview
     """
     if not stream.is_closing():
         stream.write(data)
+
+
+# --------------------------------------------------------------------- scheduler slice
+DEFAULT_SLICE_US = 100
+# sched_setattr / sched_getattr system call numbers by machine.
+_SCHED_CALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "arm64": (274, 275)}
+# struct sched_attr (56 bytes): size, policy, flags, nice, priority, runtime, deadline,
+# period, util_min, util_max.
+_SCHED_ATTR = struct.Struct("IIQiIQQQII")
+_SCHED_OTHER = 0
+
+
+def slice_us(value: str | None, *, setting: str) -> int:
+    """The slice asked for by ``value`` (``$AMBROSIA_SLICE_US``; unset: the default, 0:
+    leave the kernel's).
+
+    Raises:
+        UsageError: not a whole number of microseconds from 0 to 100,000.
+    """
+    if value is None or value == "":
+        return DEFAULT_SLICE_US
+    try:
+        us = int(value)
+    except ValueError:
+        us = -1
+    if not 0 <= us <= 100_000:
+        raise UsageError(f"{setting} must be a whole number of microseconds from 0 to "
+                         f"100000 (0: the kernel's own slice), got {value!r}")
+    return us
+
+
+def shorten_slice(us: int) -> bool:
+    """Ask the kernel to run this process in slices of ``us`` microseconds; whether it did.
+
+    An await round trip wakes four processes one after another. On a busy machine each
+    wake-up may wait for whatever holds the CPU to finish its slice (1.4 ms by default
+    here); Linux's EEVDF scheduler (6.12 and later) lets a task ask for a shorter slice,
+    with which a woken task preempts sooner, without more CPU time overall. Measured
+    with both cores kept busy by two spinning processes: await p99 6.4 -> 4.8 ms, p50 and
+    CPU unchanged (bench/README.md). Only ordinary (SCHED_OTHER) processes are changed,
+    keeping their nice value; anywhere the call does not exist, is refused or is ignored,
+    nothing changes.
+    """
+    calls = _SCHED_CALLS.get(platform.machine())
+    if us <= 0 or calls is None or not hasattr(os, "getpriority"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        buf = ctypes.create_string_buffer(_SCHED_ATTR.size)
+        if libc.syscall(calls[1], 0, buf, _SCHED_ATTR.size, 0) != 0:
+            return False
+        attr = list(_SCHED_ATTR.unpack(buf.raw))
+        if attr[1] != _SCHED_OTHER:
+            return False  # real-time, batch or idle: someone chose that on purpose
+        attr[0], attr[5] = _SCHED_ATTR.size, us * 1000
+        new = ctypes.create_string_buffer(_SCHED_ATTR.pack(*attr), _SCHED_ATTR.size)
+        if libc.syscall(calls[0], 0, new, 0) != 0:
+            return False
+        if libc.syscall(calls[1], 0, buf, _SCHED_ATTR.size, 0) != 0:
+            return False
+        return bool(_SCHED_ATTR.unpack(buf.raw)[5] == us * 1000)
+    except (OSError, AttributeError):
+        return False

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import AmbrosiaError, UsageError
-from ..loops import LOOPS, loop_runner
+from ..loops import LOOPS, loop_runner, shorten_slice, slice_us
 from .config import load_config
 from .engine import Engine
 from .runner import ImmortalRunner
@@ -171,9 +171,11 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
         loop: ``auto``, ``asyncio`` or ``uvloop`` (see ``ambrosia_py.loops``).
 
     Raises:
-        UsageError: ``loop`` is unknown, or uvloop is asked for but not installed.
+        UsageError: ``loop`` is unknown, or uvloop is asked for but not installed, or
+            ``$AMBROSIA_SLICE_US`` is not a number of microseconds.
     """
     run = loop_runner(loop, setting="--loop or $AMBROSIA_PY_LOOP")
+    shorten_slice(slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US"))
     engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
     runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate)
     run(_run(runner, stops, on_stop))

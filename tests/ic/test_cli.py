@@ -198,3 +198,9 @@ def test_an_unknown_event_loop_or_fsync_place_is_one_line(harness: Harness) -> N
         expected = ("in --loop or $AMBROSIA_IC_LOOP (expected auto, asyncio, uvloop)"
                     if var.endswith("LOOP") else "(expected auto, loop or thread)")
         assert _one_line_error(r, 1) == f"ambrosia: error: unknown {what} {value!r} {expected}"
+    harness.env["AMBROSIA_SLICE_US"] = "-5"
+    r = harness.cli("ic", "-i", "alpha")
+    del harness.env["AMBROSIA_SLICE_US"]
+    assert _one_line_error(r, 1) == (
+        "ambrosia: error: $AMBROSIA_SLICE_US must be a whole number of microseconds from 0 "
+        "to 100000 (0: the kernel's own slice), got '-5'")

@@ -28,21 +28,33 @@ def _uses_uvloop(pid: int) -> bool:
     return any("eventfd" in os.readlink(fd) for fd in fds.iterdir())
 
 
+def _slice_ns(pid: int) -> int:
+    """The scheduler slice the kernel runs the process's main thread in."""
+    for line in Path(f"/proc/{pid}/sched").read_text().splitlines():
+        if line.startswith("se.slice"):
+            return int(line.split(":")[1])
+    raise AssertionError("the kernel shows no se.slice")
+
+
 def _coordinator_pid(p: ImmortalProcess) -> int:
     line = p.wait_for("started the coordinator (pid")
     return int(line.rsplit("pid ", 1)[1].split(")")[0])
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop", None])
-def test_an_awaited_call_across_a_crash_on_each_loop(launcher: Launcher,
-                                                      loop: str | None) -> None:
+@pytest.mark.parametrize(("loop", "slice_us"), [("asyncio", "0"), ("uvloop", "250"),
+                                               (None, None)])
+def test_an_awaited_call_across_a_crash_on_each_loop(launcher: Launcher, loop: str | None,
+                                                      slice_us: str | None) -> None:
+    """None: the defaults, uvloop (a dependency) and a 100 us slice."""
     from ambrosia_ic import registry
 
     env = dict(os.environ)
-    for var in ("AMBROSIA_PY_LOOP", "AMBROSIA_IC_LOOP"):
+    for var in ("AMBROSIA_PY_LOOP", "AMBROSIA_IC_LOOP", "AMBROSIA_SLICE_US"):
         env.pop(var, None)
-        if loop is not None:  # None: the default, which is uvloop (a dependency)
-            env[var] = loop
+    if loop is not None:
+        env["AMBROSIA_PY_LOOP"] = env["AMBROSIA_IC_LOOP"] = loop
+    if slice_us is not None:
+        env["AMBROSIA_SLICE_US"] = slice_us
     rp, sp, icp = free_ports(3)
     registry.register(instance_name="calc", receive_port=rp, send_port=sp, ic_port=icp,
                       log_dir=str(launcher.home / "logs"), home=launcher.home)
@@ -53,9 +65,12 @@ def test_an_awaited_call_across_a_crash_on_each_loop(launcher: Launcher,
     calc = launcher.start("tests.runtime.apps:Calculator", "calc", env=env)
     caller.wait_for("caller: done")
     want_uvloop = loop != "asyncio"
+    kernels = _slice_ns(os.getpid())  # this test's process: the kernel's own slice
+    want_slice = {"0": kernels, "250": 250_000, None: 100_000}[slice_us]
     for p in (caller, calc):
-        assert _uses_uvloop(p.proc.pid) is want_uvloop
-        assert _uses_uvloop(_coordinator_pid(p)) is want_uvloop
+        for pid in (p.proc.pid, _coordinator_pid(p)):
+            assert _uses_uvloop(pid) is want_uvloop
+            assert _slice_ns(pid) == want_slice
     caller.stop()
     calc.stop()
     state = repro("caller", Caller, home=launcher.home).state
@@ -63,16 +78,21 @@ def test_an_awaited_call_across_a_crash_on_each_loop(launcher: Launcher,
                              "RemoteCallError"]
 
 
-def test_an_unknown_loop_stops_ambrosia_run_before_it_starts_anything(tmp_path: Path) -> None:
-    env = dict(os.environ, AMBROSIA_HOME=str(tmp_path), AMBROSIA_PY_LOOP="trio",
+@pytest.mark.parametrize(("var", "value", "error"), [
+    ("AMBROSIA_PY_LOOP", "trio", "unknown event loop 'trio' in --loop or $AMBROSIA_PY_LOOP "
+     "(expected auto, asyncio, uvloop)"),
+    ("AMBROSIA_SLICE_US", "1ms", "$AMBROSIA_SLICE_US must be a whole number of microseconds "
+     "from 0 to 100000 (0: the kernel's own slice), got '1ms'"),
+])
+def test_a_bad_setting_stops_ambrosia_run_before_it_starts_anything(
+        tmp_path: Path, var: str, value: str, error: str) -> None:
+    env = dict(os.environ, AMBROSIA_HOME=str(tmp_path), **{var: value},
                PYTHONPATH=os.pathsep.join((str(ROOT), os.environ.get("PYTHONPATH", ""))))
     r = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", "tests.runtime.apps:Caller",
                         "-i", "caller"], env=env, cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == [
-        "ambrosia run: error: unknown event loop 'trio' in --loop or $AMBROSIA_PY_LOOP "
-        "(expected auto, asyncio, uvloop)"]
+    assert r.stderr.strip().splitlines() == [f"ambrosia run: error: {error}"]
     assert not (tmp_path / "logs").exists() and not list(tmp_path.glob("*/caller*"))
 
 
@@ -101,3 +121,18 @@ def test_a_write_to_a_closed_connection_is_dropped_on_either_loop(loop: str) -> 
     closing, raw = loop_runner(loop, setting="test")(main())
     assert closing
     assert raw == ("raised" if loop == "uvloop" else "dropped")
+
+
+def test_a_shorter_slice_keeps_the_nice_value_and_leaves_batch_processes_alone() -> None:
+    code = (
+        "import os, sys\n"
+        "from ambrosia_py.loops import shorten_slice\n"
+        "os.nice(5)\n"
+        "done = shorten_slice(300)\n"
+        "print(done, os.getpriority(os.PRIO_PROCESS, 0))\n"
+        "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
+        "print(shorten_slice(200))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.stdout.split() == ["True", "5", "False"], r.stderr

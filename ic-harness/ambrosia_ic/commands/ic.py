@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ambrosia_py.errors import CoordinatorError, RegistryError, UsageError
-from ambrosia_py.loops import LOOPS, loop_runner
+from ambrosia_py.loops import LOOPS, loop_runner, shorten_slice, slice_us
 
 from .. import registry
 from ..launch import STOPPED_PREFIX
@@ -39,6 +39,7 @@ def _ic(args: argparse.Namespace) -> int:
         from ..raft_replica import RaftReplicaCoordinator
         cls = RaftReplicaCoordinator
     run = loop_runner(args.loop, setting="--loop or $AMBROSIA_IC_LOOP")
+    shorten_slice(slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US"))
     places = {"auto": None, "loop": False, "thread": True}
     if args.fsync not in places:
         raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
