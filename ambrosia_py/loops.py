@@ -87,6 +87,7 @@ _SCHED_CALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "arm64": (274, 275)
 # period, util_min, util_max.
 _SCHED_ATTR = struct.Struct("IIQiIQQQII")
 _SCHED_OTHER = 0
+_SCHED_FLAG_RESET_ON_FORK = 0x01
 
 
 def slice_us(value: str | None, *, setting: str) -> int:
@@ -118,7 +119,7 @@ def shorten_slice(us: int) -> bool:
     with both cores kept busy by two spinning processes: await p99 6.4 -> 4.8 ms, p50 and
     CPU unchanged (bench/README.md). Only ordinary (SCHED_OTHER) processes are changed,
     keeping their nice value; anywhere the call does not exist, is refused or is ignored,
-    nothing changes.
+    nothing changes. Processes it starts later get the kernel's slice again.
     """
     calls = _SCHED_CALLS.get(platform.machine())
     if us <= 0 or calls is None or not hasattr(os, "getpriority"):
@@ -131,7 +132,10 @@ def shorten_slice(us: int) -> bool:
         attr = list(_SCHED_ATTR.unpack(buf.raw))
         if attr[1] != _SCHED_OTHER:
             return False  # real-time, batch or idle: someone chose that on purpose
-        attr[0], attr[5] = _SCHED_ATTR.size, us * 1000
+        # Children start with the kernel's slice: a Spark JVM or a record processor a
+        # service starts is throughput work, not a hop of a call.
+        attr[0], attr[2], attr[5] = (_SCHED_ATTR.size, attr[2] | _SCHED_FLAG_RESET_ON_FORK,
+                                     us * 1000)
         new = ctypes.create_string_buffer(_SCHED_ATTR.pack(*attr), _SCHED_ATTR.size)
         if libc.syscall(calls[0], 0, new, 0) != 0:
             return False

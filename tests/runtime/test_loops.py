@@ -123,16 +123,21 @@ def test_a_write_to_a_closed_connection_is_dropped_on_either_loop(loop: str) -> 
     assert raw == ("raised" if loop == "uvloop" else "dropped")
 
 
-def test_a_shorter_slice_keeps_the_nice_value_and_leaves_batch_processes_alone() -> None:
+def test_a_shorter_slice_keeps_the_nice_value_spares_children_and_batch_processes() -> None:
     code = (
-        "import os, sys\n"
+        "import os, subprocess, sys\n"
         "from ambrosia_py.loops import shorten_slice\n"
+        "from tests.runtime.test_loops import _slice_ns\n"
         "os.nice(5)\n"
         "done = shorten_slice(300)\n"
-        "print(done, os.getpriority(os.PRIO_PROCESS, 0))\n"
+        "print(done, os.getpriority(os.PRIO_PROCESS, 0), _slice_ns(os.getpid()))\n"
+        "child = subprocess.Popen(['sleep', '5'])\n"
+        "print(_slice_ns(child.pid))\n"
+        "child.kill()\n"
         "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))\n"
         "print(shorten_slice(200))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert r.stdout.split() == ["True", "5", "False"], r.stderr
+    kernels = _slice_ns(os.getpid())
+    assert r.stdout.split() == ["True", "5", "300000", str(kernels), "False"], r.stderr
