@@ -195,7 +195,7 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
     async def _main(self) -> None:
         self.raft_sink.loop = asyncio.get_running_loop()
         await self.store.catch_up()
-        if self.store.view.epoch == 0 and await self.store.claim(self._info()):
+        if self.store.view.epoch == 0 and await self.store.claim(self._info(), after=0):
             await self._first_start()
             return
         self.role = "standby"
@@ -205,7 +205,8 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
             await self._follow_cluster()
             silent = self.store.silent_for()
             claiming = time.monotonic()
-            if silent > self.lease and await self.store.claim(self._info()):
+            if silent > self.lease and await self.store.claim(self._info(),
+                                                             after=self.store.view.epoch):
                 if self.store.view.record_count == 0:
                     # The first start never logged its record 0: it is still owed.
                     await self._first_start()

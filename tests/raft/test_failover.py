@@ -49,7 +49,13 @@ def wait_new_primary(cl: Cluster, old: int) -> int:
     new = cl.wait_primary(not_=old)
     assert cl.drivers[new].events[-1] == "becoming-primary"
     sent = cl.sent
-    wait_until(lambda: len(cl.received_by(new)) > sent, "the new primary applying calls")
+    try:
+        wait_until(lambda: len(cl.received_by(new)) > sent, "the new primary applying calls")
+    except AssertionError as err:  # say what each replica last said
+        tails = "\n".join(f"replica {n}: " + " | ".join(
+            cl.h.stderr_of(p).strip().splitlines()[-6:]) for n, p in cl.procs.items())
+        raise AssertionError(f"{err} (replica {new} took over; the epoch file names "
+                             f"{cl.primary()})\n{tails}") from None
     return new
 
 

@@ -57,6 +57,31 @@ async def committed(c: LocalCluster, name: str) -> tuple[list[bytes], InstanceVi
     return [r for ev in events if isinstance(ev, Records) for r in ev.records], reader.view
 
 
+def test_a_standby_that_lost_the_race_does_not_claim_past_the_winner(
+        cluster: LocalCluster) -> None:
+    """Two standbys find the same primary silent at once: the first claim wins, and the
+    second, catching up, sees it and claims nothing (it would fence the new primary)."""
+    name = fresh()
+
+    async def body() -> None:
+        a, b = RaftLogStore(cluster.address, name), RaftLogStore(cluster.address, name)
+        try:
+            assert await b.claim({"replica": 0}) and b.held == 1
+            await a.catch_up()
+            assert a.view.epoch == 1
+            assert await b.claim({"replica": 1}, after=1) and b.held == 2
+            # a still takes epoch 1 for the newest: the race is lost when it catches up.
+            assert not await a.claim({"replica": 2}, after=1)
+            assert a.held is None and a.view.epoch == 2
+            await b.append([b"b0"])  # the winner is not fenced
+        finally:
+            a.close()
+            b.close()
+        assert (await committed(cluster, name))[1].epoch == 2
+
+    run(body)
+
+
 def test_a_newer_claim_fences_the_old_primary(cluster: LocalCluster) -> None:
     name = fresh()
 

@@ -145,10 +145,19 @@ class RaftLogStore:
         return time.monotonic() - self._seen_epoch_at
 
     # ------------------------------------------------------------------ writing
-    async def claim(self, holder: dict[str, Any]) -> bool:
+    async def claim(self, holder: dict[str, Any], *, after: int | None = None) -> bool:
         """Claim the epoch after the newest one this view knows; True if this claim was
-        the first of its epoch in the log (this store is then its holder)."""
+        the first of its epoch in the log (this store is then its holder).
+
+        Args:
+            after: the epoch the caller found silent. If catching up finds a newer one,
+                nothing is claimed: another standby took over meanwhile, and its claim is
+                the new primary's first sign of life (claiming past it would fence a
+                primary nobody found silent, a second takeover right after the first).
+        """
         await self.catch_up()
+        if after is not None and self.view.epoch != after:
+            return False
         epoch = self.view.epoch + 1
         rid = self._writer.request_ids.new()
         index = await self._writer.request_update(encode_claim(self.name, epoch, holder), rid)
