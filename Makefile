@@ -20,9 +20,15 @@ $(STAMP): pyproject.toml setup.py ambrosia_py/wire/_cfast.pyx
 install: $(STAMP)
 
 $(RAFT_STAMP): $(RAFT_DIR)/package.json $(RAFT_DIR)/package-lock.json
-	command -v npm >/dev/null && command -v g++ >/dev/null && command -v pkg-config >/dev/null \
-		&& pkg-config --exists libzmq || { $(SUDO) apt-get update -qq && \
-		$(SUDO) apt-get install -y -qq libzmq3-dev pkg-config nodejs npm g++ make; }
+	@# Only what is missing: Debian's nodejs and npm conflict with a Node installed otherwise.
+	missing=""; \
+	command -v pkg-config >/dev/null || missing="$$missing pkg-config"; \
+	pkg-config --exists libzmq 2>/dev/null || missing="$$missing libzmq3-dev"; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
+	command -v make >/dev/null || missing="$$missing make"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	[ -z "$$missing" ] || { echo "installing$$missing"; $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq $$missing; }
 	cd $(RAFT_DIR) && npm_config_zmq_external=true npm install --no-audit --no-fund --loglevel=error
 	touch $@
 

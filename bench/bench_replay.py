@@ -94,7 +94,7 @@ def _first_start(home: Path) -> None:
     from ambrosia_ic import registry
     from bench_throughput import _Pair
 
-    from ambrosia_py.runtime.cli import free_ports
+    from ambrosia_py.ports import free_ports
 
     rp, sp, icp = free_ports(3)
     registry.register(instance_name=NAME, receive_port=rp, send_port=sp, ic_port=icp,

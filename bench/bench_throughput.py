@@ -172,7 +172,7 @@ def run_immortals(forks: int, burst: int, pings: int) -> dict[str, Any]:
     """One run of the workload; the source's result plus memory figures (kB)."""
     from ambrosia_ic import registry
 
-    from ambrosia_py.runtime.cli import free_ports
+    from ambrosia_py.ports import free_ports
 
     with tempfile.TemporaryDirectory(prefix="bench-rpc-") as tmp:
         home = Path(tmp)

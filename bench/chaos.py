@@ -340,7 +340,7 @@ class ChaosRun:
     def _register(self) -> None:
         from ambrosia_ic import registry
 
-        from ambrosia_py.runtime.cli import free_ports
+        from ambrosia_py.ports import free_ports
 
         for name in (SERVER, CLIENT):
             rp, sp, icp = free_ports(3)

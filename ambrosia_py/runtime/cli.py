@@ -17,13 +17,13 @@ import asyncio
 import importlib
 import logging
 import os
-import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import AmbrosiaError, UsageError
 from ..loops import LOOPS, loop_runner, shorten_slice, slice_us
+from ..ports import free_ports
 from .config import load_config
 from .engine import Engine
 from .runner import ImmortalRunner
@@ -87,20 +87,6 @@ def _is_immortal_class(obj: Any) -> bool:
     return (isinstance(obj, type)
             and isinstance(obj.__dict__.get("__ambrosia_by_id__"), dict)
             and "__ambrosia_serializer__" in obj.__dict__)
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_port_help: str,

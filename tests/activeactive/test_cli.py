@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ambrosia_ic import registry
 
-from tests.ic.conftest import Harness, free_ports
+from ambrosia_py.ports import free_ports
+from tests.ic.conftest import Harness
 
 
 def test_add_replica_and_its_refusals(harness: Harness) -> None:

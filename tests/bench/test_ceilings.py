@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import ceilings  # noqa: E402
+import ceilings
 
 
 def test_round_trips_returns_one_timing_per_call_after_the_warm_up() -> None:

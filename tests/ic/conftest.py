@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,19 +16,6 @@ import pytest
 from ambrosia_ic import launch, registry
 
 from .rawbinding import CounterApp, Driver, RawBinding
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def wait_until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:

@@ -7,7 +7,9 @@ import json
 import attrs
 from ambrosia_ic import registry
 
-from .conftest import Harness, free_ports
+from ambrosia_py.ports import free_ports
+
+from .conftest import Harness
 
 
 def test_register_instance_with_the_real_tools_short_forms(harness: Harness) -> None:

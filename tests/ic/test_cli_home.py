@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import registry
 
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
 from tests.launcher import ROOT
-
-from .conftest import free_ports
 
 pytestmark = pytest.mark.integration
 

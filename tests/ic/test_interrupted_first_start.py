@@ -139,7 +139,7 @@ def test_counter_sample_with_its_link_port_held_counts_exactly_once(tmp_path: Pa
     ``ambrosia run`` cannot listen on the instance's link port."""
     from ambrosia_ic import registry
 
-    from .conftest import free_ports
+    from ambrosia_py.ports import free_ports
 
     home = tmp_path / "home"
     rp, sp, ip = free_ports(3)

@@ -17,9 +17,8 @@ from ambrosia_ic.binding import LOOPBACK
 from ambrosia_ic.coordinator.link_server import LinkServer
 from ambrosia_ic.links import LINK_MAGIC, _mac, _name, open_link
 
+from ambrosia_py.ports import free_ports
 from ambrosia_py.wire import Rpc, TrimTo, encode_record
-
-from .conftest import free_ports
 
 SECRET = b"k" * 32
 Queued = list[tuple[str | None, int | None, bytes]]

@@ -14,9 +14,10 @@ import pytest
 from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_py.errors import CoordinatorError
+from ambrosia_py.ports import free_ports
 from tests.launcher import ROOT
 
-from .conftest import Harness, free_ports
+from .conftest import Harness
 from .test_cli import _one_line_error
 
 

@@ -10,11 +10,12 @@ import pytest
 from ambrosia_ic import registry
 
 from ambrosia_py.errors import CoordinatorError
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import checkpoints, repro, start_immortal
 from ambrosia_py.wire import TakeCheckpoint
 from samples.counter.counter import Counter
 
-from .conftest import Harness, free_ports, wait_until
+from .conftest import Harness, wait_until
 from .rawbinding import CounterApp
 from .test_debug_instance import _debug
 from .test_first_start import _run_chain

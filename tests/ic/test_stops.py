@@ -12,11 +12,12 @@ import pytest
 from ambrosia_ic.logstore import LOCK_NAME
 
 from ambrosia_cli.local_coordinator import lock_held
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, start_immortal
 from samples.counter.counter import Counter
 from tests.launcher import ROOT
 
-from .conftest import Harness, free_ports, wait_until
+from .conftest import Harness, wait_until
 from .test_first_start import _run_chain
 
 pytestmark = pytest.mark.integration

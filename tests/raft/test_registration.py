@@ -19,7 +19,8 @@ from ambrosia_ic.raft.cluster import LocalCluster
 from ambrosia_ic.raft.registry import fetch_registration
 
 from ambrosia_py.errors import RegistryError
-from tests.ic.conftest import Harness, free_ports
+from ambrosia_py.ports import free_ports
+from tests.ic.conftest import Harness
 
 
 def test_addresses() -> None:

@@ -16,7 +16,8 @@ from ambrosia_ic.coordinator.senders import KnownSenders
 from ambrosia_ic.raft.cluster import LocalCluster
 from ambrosia_ic.raft.registry import fetch_registration, publish_registration
 
-from tests.ic.conftest import Harness, free_ports
+from ambrosia_py.ports import free_ports
+from tests.ic.conftest import Harness
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from ambrosia_py.immortal import RESULT_METHOD_ID, default_method_id
-from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.ports import free_ports
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.journal import InitialInput, RpcInput, input_from_wire, input_size
 from ambrosia_py.serialization import Envelope

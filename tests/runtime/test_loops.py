@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ambrosia_py.loops import loop_runner, write_unless_closing
-from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from tests.launcher import ROOT, Launcher
 

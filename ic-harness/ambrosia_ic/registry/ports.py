@@ -10,11 +10,11 @@ would still fail at ``ambrosia ic``, in one line, before anything is written).""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 
 from ambrosia_py.errors import RegistryError
+from ambrosia_py.ports import free_ports
 
 from .home import ambrosia_home
 from .hosts import LOOPBACK
@@ -66,20 +66,6 @@ def refuse_taken_ports(home: Path, me: tuple[str, int], ports: Mapping[str, int]
             f"{mine} {port} is already registered to {whose} (its {which}){where}; every "
             "instance and replica needs ports of its own"
         )
-
-
-def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
-    """``n`` distinct TCP ports free on ``host`` now (held open together while chosen)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-            socks.append(s)
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def unregistered_free_ports(n: int, home: str | os.PathLike[str] | None = None) -> list[int]:

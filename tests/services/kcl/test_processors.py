@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from services.connectors import EosMessage
 from services.kcl import KclCoordinator

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.runtime.cli import free_ports
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import upgrade_test
 from services.connectors import ConnectorCoordinator
 from services.connectors.clients import stream_id_of
