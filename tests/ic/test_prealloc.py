@@ -214,3 +214,51 @@ def test_kill9_with_records_in_the_zeros_then_recovery_and_a_live_dump(
     _run_chain(d2, 45, 47)
     after = d2.snapshot()
     assert after["sent"] == [f"alpha:{k}" for k in range(47)] == after["acked"]
+
+
+_TRIMMED_UNDER_A_READER = '''
+import mmap, sys
+from array import array
+from pathlib import Path
+from ambrosia_ic.logstore import LogScan, LogWriter, records
+
+path, how = Path(sys.argv[1]), sys.argv[2]
+real = mmap.mmap
+
+def map_then_trim(fd, length, *a, **kw):
+    m = real(fd, length, *a, **kw)
+    WRITER.close()  # the writer cuts its zero tail off right after the reader mapped it
+    return m
+
+WRITER = LogWriter(path, region=1 << 20)
+for seq in range(50):
+    WRITER.write(RECORDS[seq])
+WRITER.sync()
+records.mmap.mmap = map_then_trim
+scan = LogScan(path, committer_id=CID, first_seq=0)
+if how == "iterate":
+    got = [r.seq_id for r in scan]
+else:
+    starts = array("q")
+    scan.spans(starts, {})
+    got = list(range(scan.count))
+print(len(got), scan.good_end, path.stat().st_size)
+'''
+
+
+@pytest.mark.parametrize("how", ["iterate", "spans"])
+def test_a_reader_survives_the_zero_tail_cut_off_under_it(tmp_path: Path, how: str) -> None:
+    """The writer trims its zeros when it closes a log or moves on; a reader that had the
+    file mapped (``ambrosia log dump`` of a live log, a recovery plan) must not touch a
+    page past the new end (a SIGBUS ends it with no word)."""
+    import subprocess
+    import sys
+
+    recs = [_record(seq) for seq in range(50)]
+    script = (f"CID = {CID}\nRECORDS = {recs!r}\n" + _TRIMMED_UNDER_A_READER)
+    path = tmp_path / "serverlog1"
+    out = subprocess.run([sys.executable, "-c", script, str(path), how], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    size = sum(map(len, recs))
+    assert out.stdout.split() == ["50", str(size), str(size)]
