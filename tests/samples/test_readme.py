@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ambrosia_py.ports import ephemeral_range
 from tests.launcher import ROOT
 
 pytestmark = pytest.mark.integration
@@ -88,8 +89,10 @@ def test_the_repro_recipe_records_runs_and_its_pytest_snippet_passes(tmp_path: P
 
 
 def _free_range(n: int) -> int:
-    """A base ``P`` with ports ``P+1 .. P+n`` free on 127.0.0.1."""
-    for base in range(20000 + os.getpid() % 1000 * 20, 60000, 97):
+    """A base ``P`` with ports ``P+1 .. P+n`` free on 127.0.0.1, below the ephemeral range
+    (where an outgoing connection could take one before the recipe listens on it)."""
+    lo, _ = ephemeral_range()
+    for base in range(16000 + os.getpid() % 500 * 20, lo - n - 1, 97):
         socks = []
         try:
             for port in range(base + 1, base + n + 1):
@@ -107,9 +110,9 @@ def _free_range(n: int) -> int:
 
 def test_the_active_active_recipe_fails_over_to_the_standby(tmp_path: Path) -> None:
     (recipe,) = _blocks(_section("Active/active"), "sh")
-    assert re.search(r"^P=47100 ", recipe, re.M)
+    assert re.search(r"^P=27100 ", recipe, re.M)
     # The one edit a user may need: a free port range on this busy machine.
-    recipe = re.sub(r"^P=47100 ", f"P={_free_range(9)} ", recipe, flags=re.M)
+    recipe = re.sub(r"^P=27100 ", f"P={_free_range(9)} ", recipe, flags=re.M)
     r = _bash(recipe, _checkout(tmp_path), tmp_path, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     shown = [re.sub(r"^[\d-]+ [\d:,]+ ", "", ln) for ln in r.stdout.splitlines()
@@ -144,7 +147,7 @@ def _commands(path: Path) -> list[str]:
 
 
 def _argv(command: str) -> list[str]:
-    command = re.sub(r"\$\(\(P\+(\d)\)\)", lambda m: str(47100 + int(m.group(1))), command)
+    command = re.sub(r"\$\(\(P\+(\d)\)\)", lambda m: str(27100 + int(m.group(1))), command)
     command = command.replace("$AMBROSIA_HOME", "/tmp/home")
     argv = []
     for token in shlex.split(command)[1:]:
