@@ -8,6 +8,7 @@ coordinator; the binding itself only ever sees two ports.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -23,20 +24,22 @@ from ambrosia_ic.logstore import LOCK_NAME
 
 from ambrosia_py.errors import CoordinatorError, RegistryError
 
-__all__ = ["ensure_registered", "how_it_ended", "lock_held", "register_upgrade",
-           "replay_estimate", "start", "stop", "was_stopped"]
+__all__ = ["ensure_registered", "how_it_ended", "lock_held", "port_taken", "register_upgrade",
+           "replay_estimate", "start", "start_new", "stop", "was_stopped"]
 
+# How many port draws a new instance's first start makes (see ``start_new``).
+FIRST_START_TRIES = 3
 # How long a start waits for the previous run's coordinator to let go of the log lock.
 LOCK_WAIT_SECONDS = 5.0
 
 
 def ensure_registered(name: str, home: Path, log: logging.Logger,
-                      version: int = 0) -> registry.Registration:
-    """The registration of ``name``; registered now (free ports no other registration
-    holds, logs under ``home/logs``, current version ``version``: the class's, so that the
-    registry and the classes count versions alike) if there is none."""
+                      version: int = 0) -> tuple[registry.Registration, bool]:
+    """The registration of ``name``, and whether it was registered just now (free ports no
+    other registration holds, logs under ``home/logs``, current version ``version``: the
+    class's, so that the registry and the classes count versions alike)."""
     try:
-        return registry.load(name, home)
+        return registry.load(name, home), False
     except RegistryError:
         if (home / "instances" / f"{name}.json").exists():
             raise
@@ -45,7 +48,41 @@ def ensure_registered(name: str, home: Path, log: logging.Logger,
                             log_dir=str(home / "logs"), current_version=version, home=home)
     log.info("registered %s (receive port %d, send port %d, logs in %s)", name, rp, sp,
              home / "logs")
-    return reg
+    return reg, True
+
+
+def start_new(reg: registry.Registration, home: Path, log: logging.Logger,
+              stopping: Callable[[], bool] = lambda: False
+              ) -> tuple[subprocess.Popen[str], registry.Registration]:
+    """Start the coordinator of an instance registered just now with ports drawn for it.
+
+    Another program may take such a port in the moment before the coordinator listens;
+    the instance is then registered again with new ports (it has run nowhere yet, and
+    nobody else knows its ports), up to ``FIRST_START_TRIES`` times, instead of keeping
+    a registration whose every start fails on that port.
+
+    Raises:
+        CoordinatorError: the coordinator could not start.
+    """
+    for attempt in range(1, FIRST_START_TRIES + 1):
+        try:
+            return start(reg, home, log, stopping), reg
+        except CoordinatorError as err:
+            if attempt == FIRST_START_TRIES or not port_taken(err) or stopping():
+                raise
+            rp, sp, icp = registry.unregistered_free_ports(3, home)
+            log.warning("%s; registering %s again with new ports (receive port %d, send "
+                        "port %d)", err, reg.instance_name, rp, sp)
+            reg = registry.register(instance_name=reg.instance_name, receive_port=rp,
+                                    send_port=sp, ic_port=icp, log_dir=reg.log_dir,
+                                    current_version=reg.current_version, home=home)
+    raise AssertionError("unreachable")
+
+
+def port_taken(err: CoordinatorError) -> bool:
+    """Whether a coordinator failed to start because a port of its was in use."""
+    text = str(err)
+    return "cannot listen" in text and os.strerror(errno.EADDRINUSE) in text
 
 
 def register_upgrade(reg: registry.Registration, version: int, home: Path,

@@ -114,8 +114,8 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
             raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
                              "(the ports `ambrosia debug-instance` listens on)")
         home = registry.ambrosia_home(args.home)
-        reg = local_coordinator.ensure_registered(args.instance_name, home, log,
-                                                  version=cls.version)
+        reg, new = local_coordinator.ensure_registered(args.instance_name, home, log,
+                                                       version=cls.version)
         if upgrade_to is not None:
             reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
         _record_classes(reg, args, home, log)
@@ -123,7 +123,13 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         _record_status_file(args.instance_name, config, home, log)
         check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
         estimate = local_coordinator.replay_estimate(reg, log)
-        proc = local_coordinator.start(reg, home, log, lambda: stops.signum is not None)
+        def stopping() -> bool:
+            return stops.signum is not None
+
+        if new:
+            proc, reg = local_coordinator.start_new(reg, home, log, stopping)
+        else:
+            proc = local_coordinator.start(reg, home, log, stopping)
         started.append(proc)
         log.info("started the coordinator (pid %d)", proc.pid)
         rp, sp = reg.receive_port, reg.send_port

@@ -145,6 +145,70 @@ def test_a_lock_let_go_of_while_waiting_is_a_normal_start(harness: Harness) -> N
     assert any("became primary" in ln for ln in second.lines)
 
 
+def test_a_new_instance_whose_drawn_port_was_taken_is_registered_again(
+        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """``ambrosia run`` draws a new instance's ports; another program may listen on one
+    before the coordinator does. The first start draws again rather than leave a
+    registration every start fails on."""
+    import logging
+
+    from ambrosia_cli import local_coordinator
+
+    reg = harness.register("svc")  # as run registers it, just now
+    with socket_listening(reg.send_port), caplog.at_level(logging.WARNING):
+        proc, now = local_coordinator.start_new(reg, harness.home, logging.getLogger("t"))
+    harness.procs.append(proc)
+    assert now == harness.reg("svc")  # stored, and what the coordinator was started with
+    assert now.send_port != reg.send_port
+    assert (now.committer_id, now.log_dir, now.current_version) == (
+        reg.committer_id, reg.log_dir, reg.current_version)
+    [said] = caplog.messages
+    assert said == (f"the coordinator of svc did not start: cannot listen on 127.0.0.1:"
+                    f"{reg.send_port} (the send port): Address already in use; registering "
+                    f"svc again with new ports (receive port {now.receive_port}, send port "
+                    f"{now.send_port})")
+    d = harness.drive("svc")  # a binding on the new ports gets the first start
+    wait_until(d.primary.is_set, "primary")
+
+
+def test_a_new_instance_gives_up_after_three_draws(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from ambrosia_ic import registry
+
+    from ambrosia_cli import local_coordinator
+    from ambrosia_py.errors import CoordinatorError
+    from ambrosia_py.ports import free_ports
+
+    reg = harness.register("svc")
+    held = [free_ports(3) for _ in range(2)]  # (receive, send, link) ports drawn next
+    draws = iter(held)
+    monkeypatch.setattr(registry, "unregistered_free_ports", lambda n, home: next(draws))
+    ports = [reg.send_port] + [h[1] for h in held]
+    listening = [socket_listening(p) for p in ports]
+    try:
+        with pytest.raises(CoordinatorError, match=f"127.0.0.1:{ports[-1]} .the send port.: "
+                                                   "Address already in use"):
+            local_coordinator.start_new(reg, harness.home, logging.getLogger("t"))
+    finally:
+        for s in listening:
+            s.__exit__()
+    assert next(draws, None) is None  # two draws after the first ports: three tries
+
+
+def test_only_a_port_in_use_is_a_reason_to_draw_again() -> None:
+    from ambrosia_cli.local_coordinator import port_taken
+    from ambrosia_py.errors import CoordinatorError
+
+    assert port_taken(CoordinatorError(
+        "svc did not start: cannot listen for links on 127.0.0.1:7: Address already in use"))
+    assert not port_taken(CoordinatorError(
+        "svc did not start: cannot listen for links on 10.9.9.9:7: Cannot assign requested "
+        "address"))
+    assert not port_taken(CoordinatorError("svc did not start: the log directory is full"))
+
+
 class socket_listening:  # noqa: N801 - used as a context manager, like contextlib's
     """Hold ``port`` with a listening socket (another program on the coordinator's port)."""
 
