@@ -421,7 +421,7 @@ def check_states(n: int, applied: list[int], replies: list[list[int]], done: boo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--requests", type=int, default=2000, help="N (default 2000)")
     parser.add_argument("--kills", type=int, default=20, help="K (default 20)")
     parser.add_argument("--seed", type=int, default=None, help="default: random")

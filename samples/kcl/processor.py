@@ -73,7 +73,7 @@ class ExactlyOnceFile(processor.RecordProcessorBase):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("output")
     p.add_argument("--delay", type=float, default=0.0, help="seconds to sleep per record")
     args = p.parse_args()
