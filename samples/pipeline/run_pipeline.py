@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from ambrosia_py.ports import free_ports  # noqa: E402
 from samples.pipeline.corpus import count_words, write_corpus  # noqa: E402
 from samples.pipeline.output import check_output, parse_output  # noqa: E402
 from samples.pipeline.procs import Child, ChildError, children_of  # noqa: E402
@@ -40,9 +40,8 @@ def say(text: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    return free_ports(1)[0]
 
 
 class Pipeline:
@@ -56,9 +55,7 @@ class Pipeline:
         self.logs = run_dir / "logs"
         self.sink_dir = run_dir / "sink"
         self.status_file = run_dir / "status.json"
-        self.listen = free_port()
-        sink_port = free_port()
-        runner_ports = [free_port() for _ in range(runners)]
+        self.listen, sink_port, *runner_ports = free_ports(2 + runners)  # all distinct
         self.sink = Child("sink", ["-m", "services.connectors.clients.filesink", "--listen",
                                    f"127.0.0.1:{sink_port}", "--dir", str(self.sink_dir)],
                           self.logs / "sink.log")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 from ambrosia_ic import registry
 
 from ambrosia_cli.status import DEFAULT_NAME, render
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import start_immortal
 from tests.launcher import ROOT
 
@@ -22,9 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    return free_ports(1)[0]
 
 
 def _status(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -35,8 +34,7 @@ def _status(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    port = _free_port()
-    sink_port = _free_port()  # no sink listens there: the link shows as not linked
+    port, sink_port = free_ports(2)  # no sink listens on the second: shown as not linked
     data = tmp_path / "lines.txt"
     data.write_text("".join(f"line {i}\n" for i in range(50)))
     assert "not registered" in _status(home, "-i", "coord").stderr

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ambrosia_py.ports import free_ports
 from ambrosia_py.wire import NEED_DATA
 from services.connectors import (
     SINK_VERSION,
@@ -39,9 +40,8 @@ ROOT = Path(__file__).resolve().parents[4]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    return free_ports(1)[0]
 
 
 class SinkProcess:

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ambrosia_py.ports import free_ports
 from services.jobs.attempts import member_id
 from services.jobs.spark import ConnectServer
 
@@ -27,9 +27,8 @@ JOBS_MODULE = "tests.services.jobs.spark.jobs_for_tests"
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    return free_ports(1)[0]
 
 
 def wait_until(cond: Callable[[], Any], what: str, limit: float = 120.0) -> Any:

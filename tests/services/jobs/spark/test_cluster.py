@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from ambrosia_py.ports import free_ports
 from services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
 from services.jobs.attempts import Attempt, plan_params
 from services.jobs.link import JobLinks, LinkEvent, RunnerAddress
 from services.jobs.spark import ConnectServer, StandaloneCluster
 
-from .conftest import RunnerProcess, committed_counts, counts_of, free_port
+from .conftest import RunnerProcess, committed_counts, counts_of
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(300)]
 
@@ -27,10 +28,11 @@ def test_a_standalone_cluster_runs_the_word_count_exactly(
     text, expected = words
     attempt = Attempt("cluster-wc", 1)
     out = tmp_path / "out"
-    cluster = StandaloneCluster(free_port(), cores=1, memory="1g", log_dir=tmp_path / "cluster")
+    cluster_port, connect_port = free_ports(2)
+    cluster = StandaloneCluster(cluster_port, cores=1, memory="1g", log_dir=tmp_path / "cluster")
     with cluster:
         confs = {"spark.cores.max": "1", "spark.executor.memory": "512m"}
-        with ConnectServer(free_port(), master=cluster.url, log_dir=tmp_path / "connect",
+        with ConnectServer(connect_port, master=cluster.url, log_dir=tmp_path / "connect",
                            confs=confs) as server:
             runner = RunnerProcess("cluster-runner", server.url, out, tmp_path / "runner.log")
             runner.start()

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
 from services.jobs.spark import ConnectServer
 from services.pipeline import count_words
@@ -95,7 +96,7 @@ class Halves:
 def test_word_counts_are_exact_through_kills_of_every_part(
         launcher: Launcher, runners, connect_server: ConnectServer,  # noqa: F811
         tmp_path: Path) -> None:
-    ports = {name: free_port() for name in ("listen", "sink", "r1", "r2")}
+    ports = dict(zip(("listen", "sink", "r1", "r2"), free_ports(4), strict=True))
     out = tmp_path / "out"
     r1 = runners("r1", ports["r1"], out, PIPELINE_JOBS)
     r2 = runners("r2", ports["r2"], out, PIPELINE_JOBS)
