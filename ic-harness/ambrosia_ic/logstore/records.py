@@ -8,6 +8,7 @@ zero tail for space not written yet, never for records.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from array import array
@@ -148,7 +149,10 @@ class LogScan:
     def _damage(self, offset: int, reason: str) -> LogCorruptionError:
         return LogCorruptionError(str(self.path), offset, reason)
 
-    def __iter__(self) -> Iterator[DiskRecord]:
+    @contextlib.contextmanager
+    def _mapped(self) -> Iterator[tuple[Any, int, int] | None]:
+        """The file mapped, its size (up to ``limit``) and where what is not zero ends;
+        None if it holds nothing past ``start`` (a zero tail is noted as such)."""
         try:
             f = open(self.path, "rb")  # noqa: SIM115 - closed in the finally below
         except OSError as err:
@@ -159,16 +163,24 @@ class LogScan:
             if self.limit is not None:
                 size = min(size, self.limit)
             if size <= self.start:
+                yield None
                 return
             written = _zeros_from(f.fileno(), self.start, size)
-            if written <= self.start:  # the file may have been cut to nothing since
+            if written <= self.start:  # (the file may have been cut to nothing since)
                 self._zeros(self.start)
+                yield None
                 return
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                yield from self._records(buf, size, written, self.start, self.first_seq,
-                                         {}, {})
+                yield buf, size, written
         finally:
             f.close()
+
+    def __iter__(self) -> Iterator[DiskRecord]:
+        with self._mapped() as mapped:
+            if mapped is not None:
+                buf, size, written = mapped
+                yield from self._records(buf, size, written, self.start, self.first_seq,
+                                         {}, {})
 
     def spans(self, starts: array[int], inputs: dict[str, int]) -> None:
         """Check every record as iterating does, without building ``DiskRecord``s:
@@ -179,25 +191,9 @@ class LogScan:
         A recovery plan needs only these, and building a record object per record
         was most of its scan's time.
         """
-        try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed in the finally below
-        except OSError as err:
-            raise self._damage(0, f"cannot open: {err.strerror}") from None
-        try:
-            size = os.fstat(f.fileno()).st_size
-            self.good_end = self.start
-            if self.limit is not None:
-                size = min(size, self.limit)
-            if size <= self.start:
-                return
-            written = _zeros_from(f.fileno(), self.start, size)
-            if written <= self.start:
-                self._zeros(self.start)
-                return
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                self._spans(buf, size, written, starts, inputs)
-        finally:
-            f.close()
+        with self._mapped() as mapped:
+            if mapped is not None:
+                self._spans(*mapped, starts, inputs)
 
     def _spans(self, buf: Any, size: int, written: int, starts: array[int],
                inputs: dict[str, int]) -> None:
