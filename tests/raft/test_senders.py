@@ -44,8 +44,25 @@ def test_publish_an_instance_with_its_log_in_files(harness: Harness,
     assert r.stdout.rstrip().endswith(f", published in {cluster.address.split('?')[0]}")
     reg = registry.load(name, harness.home)
     assert reg.log_store == ""  # published, not moved: the log stays in files
+    assert reg.publish == cluster.address  # and kept
     doc = asyncio.run(fetch_registration(cluster.address, name))
     assert doc == {**reg.to_json(), "replicas": {}}
+    # A later change is published again without being told.
+    (ip2,) = free_ports(1)
+    r = harness.cli("register-instance", "-i", name, "-p", str(ip2))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith(f", published in {cluster.address.split('?')[0]}")
+    reg = registry.load(name, harness.home)
+    assert reg.ic_port == ip2
+    assert asyncio.run(fetch_registration(cluster.address, name)) == {**reg.to_json(),
+                                                                      "replicas": {}}
+    # --publish '' stops it: the next change stays here.
+    r = harness.cli("register-instance", "-i", name, "--publish", "")
+    assert r.returncode == 0 and "published" not in r.stdout, r.stdout + r.stderr
+    r = harness.cli("register-instance", "-i", name, "-cv", "3")
+    assert r.returncode == 0 and "published" not in r.stdout, r.stdout + r.stderr
+    doc = asyncio.run(fetch_registration(cluster.address, name))
+    assert (doc["current_version"], doc["ic_port"]) == (0, ip2)  # as last published
 
 
 class Lookups:

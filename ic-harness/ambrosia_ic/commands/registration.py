@@ -41,7 +41,7 @@ _REGISTER_DEFAULTS = {"current_version": 0, "active_active": False,
                       "log_trigger_size_mb": 1000, "create_service": "auto",
                       "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS, "log_store": "",
                       "ic_host": registry.LOOPBACK,
-                      "lease_ms": 1000}
+                      "lease_ms": 1000, "publish": ""}
 _IC_HOST_HELP = ("the address this coordinator listens for links on (default 127.0.0.1; "
                  "0.0.0.0 or :: need --advertise); the binding's ports stay on 127.0.0.1")
 _ADVERTISE_HELP = ("the host other coordinators dial to reach this one, named in its epoch "
@@ -103,14 +103,15 @@ def _register(args: argparse.Namespace) -> int:
         ic_host=args.ic_host,
         advertise_host=args.advertise_host,
         lease_ms=args.lease_ms,
+        publish=args.publish,
         home=args.home,
     )
-    _publish(reg, args.home, args.publish)
+    _publish(reg, args.home)
     upgrade = f", upgrading to {reg.upgrade_version} at its next start" if reg.upgrading else ""
     link = _link_address(reg.ic_host, reg.advertise_host, reg.ic_port)
     print(f"registered {reg.instance_name}: receive {reg.receive_port}, send {reg.send_port}, "
           f"ic {reg.ic_port}{link}, logs {reg.log_store or registry.instance_dir(reg)}, version "
-          f"{reg.current_version}{upgrade}{_published(args.publish)}")
+          f"{reg.current_version}{upgrade}{_published(reg.publish)}")
     return 0
 
 
@@ -123,12 +124,14 @@ def _link_address(host: str, advertise: str, port: int) -> str:
 
 
 def _cluster(value: str) -> str:
-    """``--publish``'s argument: a ``raft://`` address.
+    """``--publish``'s argument: a ``raft://`` address ('' for none).
 
     Raises:
         argparse.ArgumentTypeError: it is not one (argparse says so in one line).
     """
     from ..raft.address import parse_address  # no pyzmq needed to parse
+    if not value:
+        return value
     try:
         parse_address(value, "cluster")
     except RegistryError as err:
@@ -136,15 +139,15 @@ def _cluster(value: str) -> str:
     return value
 
 
-def _publish(reg: registry.Registration, home: str | None, also: str | None) -> None:
+def _publish(reg: registry.Registration, home: str | None, also: str | None = None) -> None:
     """The registration and its replicas' link addresses go into the cluster of its log
-    store and into ``also`` (``--publish``), for replicas and callers on other machines
-    (``ambrosia ic --registry``) and for callees, which take a caller's registration from
-    their cluster at its first link."""
+    store, the one it is registered to be published in (``--publish``) and ``also``, for
+    replicas and callers on other machines (``ambrosia ic --registry``) and for callees,
+    which take a caller's registration from their cluster at its first link."""
     from ..raft.address import without_secret
     from ..raft.errors import RaftError
     from ..raft.registry import publish_registration
-    for cluster in dict.fromkeys(c for c in (reg.log_store, also) if c):
+    for cluster in dict.fromkeys(c for c in (reg.log_store, reg.publish, also) if c):
         try:
             asyncio.run(publish_registration(cluster, registry.published(reg, home)))
         except RaftError as err:
@@ -153,16 +156,23 @@ def _publish(reg: registry.Registration, home: str | None, also: str | None) -> 
                                 f"{err}") from None
 
 
-def _published(cluster: str | None) -> str:
-    """How registration lines show a ``--publish`` (a log store's cluster goes unsaid)."""
+def _published(*clusters: str | None) -> str:
+    """How registration lines show where ``--publish`` put it (a log store's cluster goes
+    unsaid)."""
     from ..raft.address import without_secret
-    return f", published in {without_secret(cluster)}" if cluster else ""
+    shown = list(dict.fromkeys(without_secret(c) for c in clusters if c))
+    return f", published in {' and '.join(shown)}" if shown else ""
 
 
 _PUBLISH_HELP = ("also publish the registration (with its replicas' link addresses) in "
                  "this ØMQ RAFT cluster (add ?secret=S for its secret), where callees and "
                  "replicas on other machines find it; a --log-store cluster gets it anyway. "
-                 "Not kept: give it again after each change")
+                 "Kept: each later change (add-replica too) is published there again; "
+                 "'' stops it")
+
+_PUBLISH_ONCE_HELP = ("also publish the registration (with its replicas' link addresses) in "
+                      "this ØMQ RAFT cluster, this once; the clusters of --log-store and of "
+                      "register-instance --publish get it anyway")
 
 
 def add_register(sub: Any) -> None:
@@ -230,7 +240,7 @@ def _add_replica_cmd(args: argparse.Namespace) -> int:
     print(f"added replica {rep.number} of {args.instance_name}: receive {rep.receive_port}, "
           f"send {rep.send_port}, ic {rep.ic_port}"
           f"{_link_address(rep.ic_host, rep.advertise_host, rep.ic_port)}"
-          f"{_published(args.publish)}")
+          f"{_published(reg.publish, args.publish)}")
     return 0
 
 
@@ -253,5 +263,5 @@ def add_add_replica(sub: Any) -> None:
     p.add_argument("--advertise", dest="advertise_host", default=None, metavar="HOST",
                    help=_ADVERTISE_HELP)
     p.add_argument("--publish", type=_cluster, default=None, metavar="raft://HOST:PORT,...",
-                   help=_PUBLISH_HELP)
+                   help=_PUBLISH_ONCE_HELP)
     p.set_defaults(handler=_add_replica_cmd)

@@ -75,6 +75,9 @@ class Registration:
     # claims the next epoch (the primary renews it every fifth of it). Only availability
     # rests on it: a primary paused past it is fenced by the log's order.
     lease_ms: int = 1000
+    # A ØMQ RAFT cluster the registration is also published in (``--publish``), for
+    # callees and replicas elsewhere; each change to it is published there again.
+    publish: str = ""
 
     def validate(self) -> Registration:
         check_instance_name(self.instance_name)
@@ -113,9 +116,12 @@ class Registration:
         check_host("ic host", self.ic_host)
         check_host("advertised host", self.advertise_host)
         link_hosts(self.ic_host, self.advertise_host)
-        if self.log_store:
+        if self.log_store or self.publish:
             from ..raft.address import parse_address  # no pyzmq needed to parse
-            parse_address(self.log_store)
+            if self.log_store:
+                parse_address(self.log_store)
+            if self.publish:
+                parse_address(self.publish)
         if not MIN_LEASE_MS <= self.lease_ms <= MAX_LEASE_MS:
             raise RegistryError(f"lease must be {MIN_LEASE_MS}..{MAX_LEASE_MS} ms, got "
                                 f"{self.lease_ms}")
@@ -146,7 +152,7 @@ class Registration:
             value = getattr(reg, a.name)
             expected = bool if a.name == "active_active" else (
                 str if a.name in ("instance_name", "log_dir", "create_service", "log_store",
-                                "ic_host", "advertise_host")
+                                "ic_host", "advertise_host", "publish")
                 else int)
             if type(value) is not expected:
                 raise RegistryError(f"{where}: field {a.name} should be {expected.__name__}")

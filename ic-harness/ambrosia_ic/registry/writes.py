@@ -40,6 +40,7 @@ def register(
     ic_host: str = LOOPBACK,
     advertise_host: str | None = None,
     lease_ms: int = 1000,
+    publish: str = "",
     home: str | os.PathLike[str] | None = None,
 ) -> Registration:
     """Register (or re-register) an instance. Returns the stored registration.
@@ -75,6 +76,7 @@ def register(
         ic_host=ic_host,
         advertise_host=advertise,
         lease_ms=lease_ms,
+        publish=publish,
     ).validate()
     refuse_taken_ports(home_path, (instance_name, 0),
                         {"receive port": receive_port, "send port": send_port,
