@@ -205,6 +205,7 @@ class OutboundLink:
         unacked: list[tuple[int, bytes]] | None = None,
         *,
         flush_soon: bool = True,
+        unreachable: Callable[[], None] | None = None,
     ) -> None:
         self.my_name = my_name
         self.dest = dest
@@ -225,6 +226,8 @@ class OutboundLink:
         # False: the owner calls ``flush`` itself after each batch of adds (a coordinator
         # does after each read from its binding), which saves a turn of the event loop.
         self._flush_soon = flush_soon
+        # Called at each failed connection attempt (the owner may look for a new address).
+        self._unreachable = unreachable
 
     # ------------------------------------------------------------------ state
     def add(self, rpc: bytes) -> int:
@@ -310,6 +313,8 @@ class OutboundLink:
             except (TimeoutError, OSError, LinkAuthenticationError) as err:
                 if isinstance(err, LinkAuthenticationError):
                     self.log(f"link to {self.dest}: {err}")
+                elif self._unreachable is not None:
+                    self._unreachable()
                 await asyncio.sleep(delay)
                 # Short: an active/active failover should cost little more than a retry.
                 delay = min(delay * 2, 0.1)

@@ -135,3 +135,68 @@ def test_a_silent_cluster_is_not_waited_for(tmp_path: Path) -> None:
             await look.close()
 
     asyncio.run(run())
+
+
+def test_a_caller_registered_again_elsewhere_is_taken_again_when_unreachable(
+        tmp_path: Path, cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The callee took the caller's registration from the cluster at its first link. The
+    caller moves to a new link port (registered again, published again on its own): the
+    callee's replies cannot connect to the old port, so it looks in the cluster, takes
+    the newer registration, and the replies arrive."""
+    import shutil
+
+    from tests.ic.conftest import wait_until
+
+    callee, caller = Harness(tmp_path / "callee"), Harness(tmp_path / "caller")
+    s, c = unique("S"), unique("C")
+    try:
+        for h, name in ((callee, s), (caller, c)):
+            # Both "machines" are this one: no port of one registry may be the other's.
+            rp, sp, ip = registry.unregistered_free_ports(3, callee.home)
+            r = h.cli("register-instance", "-i", name, "-rp", str(rp), "-sp", str(sp),
+                      "-p", str(ip), "-l", str(h.logs), "--publish", cluster.address)
+            assert r.returncode == 0, r.stderr
+        shutil.copyfile(callee.home / "link-secret", caller.home / "link-secret")
+        monkeypatch.setenv("AMBROSIA_REGISTRY", cluster.address)
+        ps = callee.start(s)
+        ds = callee.drive(s)
+        pc = caller.start(c)
+        dc = caller.drive(c, peer=s)
+        wait_until(lambda: ds.primary.is_set() and dc.primary.is_set(), "both primary")
+        dc.impulse(1)
+        wait_until(lambda: dc.snapshot()["acked"] == [f"{c}:1"], "the first reply")
+        assert registry.adopted(c, callee.home)  # taken at C's first link
+
+        caller.kill9(pc)
+        (new_port,) = registry.unregistered_free_ports(1, callee.home)
+        r = caller.cli("register-instance", "-i", c, "-p", str(new_port))
+        assert r.returncode == 0 and "published in" in r.stdout, r.stdout + r.stderr
+        pc = caller.start(c)
+        dc = caller.drive(c, peer=s)
+        wait_until(dc.primary.is_set, "the caller back")
+        dc.impulse(2)
+        wait_until(lambda: f"{c}:2" in ds.snapshot()["received"], "the call after the move")
+        wait_until(lambda: dc.snapshot()["acked"] == [f"{c}:1", f"{c}:2"],
+                   "the reply after the move")
+        assert callee.reg(c).ic_port == new_port
+        assert f"took a newer registration of {c!r} from" in callee.stderr_of(ps)
+        assert ps.poll() is None
+    finally:
+        caller.close()
+        callee.close()
+
+
+def test_a_registration_made_here_is_never_taken_from_the_cluster_again(
+        tmp_path: Path) -> None:
+    there, here = Harness(tmp_path / "there"), tmp_path / "here"
+    try:
+        reg = there.register("X")
+    finally:
+        there.close()
+    registry.adopt(registry.published(reg, there.home), here)
+    assert registry.adopted("X", here) and registry.load("X", here) == reg
+    rp, sp, ip = registry.unregistered_free_ports(3, here)
+    registry.register(instance_name="X", receive_port=rp, send_port=sp, ic_port=ip,
+                      log_dir=tmp_path / "logs", home=here)
+    assert not registry.adopted("X", here)
+    assert registry.adopted("X", there.home) is False

@@ -10,6 +10,7 @@ self-calls, or by the destination, for links). Impulses carry no number: at most
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from .lifecycle import Coordinator, PendingInput
 
 ADOPT_RETRY = 1.0  # seconds between looks for a registration not yet in the cluster
+# Seconds between looks in the cluster for a newer registration of a destination taken
+# from there, while its link cannot connect.
+REFRESH_EVERY = 2.0
 
 __all__ = ["link_to", "restore", "route", "route_frame", "route_frames", "snapshot", "submit",
            "trim_self"]
@@ -201,11 +205,66 @@ async def _adopt(c: Coordinator, cluster: str, dest: str) -> None:
         await asyncio.sleep(ADOPT_RETRY)
 
 
+def _refresher(c: Coordinator, dest: str) -> Callable[[], None]:
+    """What a link to ``dest`` calls when it cannot connect: a destination whose
+    registration was taken from the cluster may have been registered again since (new
+    ports or hosts, published there again), and this registry would keep the old one for
+    good. Looks at most every ``REFRESH_EVERY`` seconds; a registration made here is
+    never replaced."""
+    next_look = 0.0
+
+    def unreachable() -> None:
+        nonlocal next_look
+        now = time.monotonic()
+        if now < next_look or not c.registry_cluster:
+            return
+        next_look = now + REFRESH_EVERY
+        c.spawn(_refresh(c, c.registry_cluster, dest))
+
+    return unreachable
+
+
+async def _refresh(c: Coordinator, cluster: str, dest: str) -> None:
+    """Take ``dest``'s registration from the cluster again if it was taken from there
+    and the cluster now holds another."""
+    from ..raft.errors import RaftError
+    from ..raft.registry import fetch_registration
+
+    if not await asyncio.to_thread(registry.adopted, dest, c.home):
+        return
+    shown = without_secret(cluster)
+    try:
+        doc = await fetch_registration(cluster, dest)
+    except RaftError as err:
+        c.log(f"reading the registration of {dest!r} from {shown}: {err}")
+        return
+    if doc is None:
+        return
+
+    def take() -> bool:
+        try:
+            if registry.published(registry.load(dest, c.home), c.home) == doc:
+                return False
+        except RegistryError:
+            pass  # damaged here: the cluster's is better
+        if not registry.adopted(dest, c.home):  # registered here meanwhile
+            return False
+        registry.adopt(doc, c.home, f"the registration of {dest} in {shown}")
+        return True
+
+    try:
+        if await asyncio.to_thread(take):
+            c.log(f"took a newer registration of {dest!r} from {shown} (its link could "
+                  "not connect to the one taken before)")
+    except RegistryError as err:
+        c.log(f"the registration of {dest!r} in {shown} was not taken: {err}")
+
+
 def _make_link(c: Coordinator, dest: str, next_seq: int = 1,
                unacked: list[tuple[int, bytes]] | None = None) -> OutboundLink:
     # Flushed by the binding's reader after each read (``reading``), not a loop turn later.
     link = OutboundLink(c.name, dest, c.secret, _address(c, dest), c.log, next_seq, unacked,
-                        flush_soon=False)
+                        flush_soon=False, unreachable=_refresher(c, dest))
     c.links[dest] = link
     return link
 

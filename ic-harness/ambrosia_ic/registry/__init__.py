@@ -24,7 +24,7 @@ from .home import HOME_HELP, ambrosia_home
 from .hosts import LOOPBACK, format_address, link_hosts
 from .instances import find_instances, instance_dir, load, registration_exists, set_versions
 from .ports import registered_ports, unregistered_free_ports
-from .published import adopt, published
+from .published import adopt, adopted, published
 from .registration import (
     CREATE_SERVICE_MODES,
     DEFAULT_KEEP_CHECKPOINTS,
@@ -44,6 +44,7 @@ __all__ = [
     "Replica",
     "add_replica",
     "adopt",
+    "adopted",
     "ambrosia_home",
     "check_instance_name",
     "export_secret",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -17,7 +18,18 @@ from .instances import instances_dir
 from .registration import Registration
 from .replicas import Replica, replica_path
 
-__all__ = ["adopt", "published"]
+__all__ = ["adopt", "adopted", "adopted_marker", "published"]
+
+
+def adopted_marker(home: str | os.PathLike[str] | None, name: str) -> Path:
+    """The file that says ``name``'s registration here was taken from a cluster (a
+    registration made here removes it: a local one wins, and is never replaced)."""
+    return instances_dir(ambrosia_home(home)) / f"{name}.adopted"
+
+
+def adopted(name: str, home: str | os.PathLike[str] | None = None) -> bool:
+    """Whether ``name``'s registration here was taken from a cluster."""
+    return adopted_marker(home, name).exists()
 
 
 def published(reg: Registration, home: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -57,6 +69,7 @@ def adopt(doc: Any, home: str | os.PathLike[str] | None = None,
     for rep in replicas:
         write_durably(replica_path(home_path, reg.instance_name, rep.number),
                       (json.dumps(attrs.asdict(rep)) + "\n").encode("utf-8"))
+    write_durably(adopted_marker(home_path, reg.instance_name), where.encode("utf-8") + b"\n")
     write_durably(instances_dir(home_path) / f"{reg.instance_name}.json",
                   (json.dumps(reg.to_json()) + "\n").encode("utf-8"))
     return reg

@@ -16,6 +16,7 @@ from .home import ambrosia_home, write_durably
 from .hosts import LOOPBACK, link_hosts
 from .instances import instances_dir, load
 from .ports import refuse_taken_ports
+from .published import adopted_marker
 from .registration import DEFAULT_KEEP_CHECKPOINTS, Registration, check_instance_name, check_port
 from .replicas import Replica, replica_path
 from .secret import link_secret
@@ -86,6 +87,10 @@ def register(
     except CoordinatorError as err:
         raise RegistryError(str(err)) from None
     link_secret(home_path, create=True)
+    # Registered here now: a registration taken from a cluster is never refreshed over it
+    # (the mark goes first, so a crash in between leaves a local one, not a refreshable one).
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(adopted_marker(home_path, instance_name))
     path = instances_dir(home_path) / f"{instance_name}.json"
     write_durably(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
     return reg
