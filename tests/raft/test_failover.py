@@ -111,7 +111,10 @@ def test_paused_primary_is_fenced(harness: Harness, whole_cluster: LocalCluster)
 
 def test_a_primary_whose_binding_dies_resigns(harness: Harness,
                                               whole_cluster: LocalCluster) -> None:
-    cl = start(harness, whole_cluster)
+    # A 4 s lease, as above: the test names replica 0 as the one that resigns, and under
+    # load a standby could otherwise take over from it first (a resignation is followed
+    # at once, whatever the lease).
+    cl = start(harness, whole_cluster, lease_ms=4000)
     time.sleep(0.3)
     cl.drivers[0].b.close()  # the binding is gone: the coordinator exits
     assert cl.procs[0].wait(30) != 0
