@@ -101,7 +101,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     estimate: int | None = None
     cls = binding.load_class(args.target)
     config = load_config(args.config, args.sets)  # a bad one fails before anything starts
-    upgrade_to = binding.load_class(args.upgrade_to) if args.upgrade_to else None
+    upgrade_to = binding.load_upgrade_target(args.upgrade_to, cls)  # before it is registered
     # Both checked before anything starts.
     loop_runner(args.loop, setting="--loop or $AMBROSIA_PY_LOOP")
     slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US")

@@ -13,6 +13,7 @@ from .errors import (
     ReplayDivergenceError,
     SerializationError,
     UnknownMethodError,
+    UpgradeError,
 )
 from .immortal import (
     Immortal,
@@ -52,5 +53,6 @@ __all__ = [
     "ReplayDivergenceError",
     "SerializationError",
     "UnknownMethodError",
+    "UpgradeError",
     "__version__",
 ]

@@ -109,6 +109,11 @@ class ImmortalDefinitionError(AmbrosiaError, TypeError):
         )
 
 
+class UpgradeError(AmbrosiaError, TypeError):
+    """A live upgrade (or an upgrade test) cannot convert VCurrent's state to VNext's: the
+    new class keeps its state differently and does not say how to convert it."""
+
+
 class SerializationError(AmbrosiaError, ValueError):
     """Arguments, results or state could not be serialized or deserialized."""
 

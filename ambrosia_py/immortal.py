@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
+from . import upgrading
 from .context import ImmortalContext, Runtime
 from .errors import (
     ImmortalDefinitionError,
@@ -179,6 +180,9 @@ class Immortal:
         # comparing the class's methods with this base class's.
         cls.__ambrosia_state_form__ = (StateForm.STREAM if has_cp else
                                        StateForm.OBJECT if has_cs else StateForm.ATTRIBUTES)
+        if "upgrade_from" not in vars(cls):
+            # The default rule, not whatever a base converted from: see ``upgrading``.
+            cls.upgrade_from = vars(Immortal)["upgrade_from"]  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ runtime access
     def __ambrosia_attach__(self, runtime: Runtime, instance_name: str,
@@ -253,12 +257,42 @@ class Immortal:
         whether it was stopped (``STOPPED``) or taken over (``COORDINATOR_LOST``)."""
 
     @classmethod
+    @upgrading.mark_default
     def upgrade_from(cls: type[IM], previous: Immortal) -> IM:
-        """Build this (VNext) class's instance from the VCurrent one. Override to convert."""
-        raise NotImplementedError(
-            f"{cls.__qualname__} does not define upgrade_from(previous) (the state conversion "
-            f"from {type(previous).__qualname__})"
-        )
+        """Build this (VNext) class's instance from the VCurrent one. Override to convert.
+
+        The default is the identity on ``previous``'s checkpointed state, when this class
+        keeps its state as ``type(previous)`` does (the same checkpoint methods, or the
+        same attributes): a next version that changes only code needs no conversion.
+        Otherwise a base class's own ``upgrade_from`` is used if this class keeps its
+        state exactly as that base does; otherwise ``UpgradeError`` names the difference.
+        A conversion is never inherited by a class that changes the state it was written
+        for, so nothing the class added is silently left out.
+
+        Raises:
+            UpgradeError: the state differs and this class says nothing of how to convert.
+        """
+        return upgrading.default_conversion(cls, previous)
+
+    @classmethod
+    def keep_state(cls: type[IM], previous: Immortal) -> IM:
+        """A new instance holding ``previous``'s state unchanged, as its checkpoint would
+        bring it back: for an ``upgrade_from`` of a class whose state is the same as the
+        previous version's though the two were written apart (a copy of the class)."""
+        return upgrading.keep_state(cls, previous)
+
+    @classmethod
+    def upgrade_problem(cls, previous_cls: type[Immortal]) -> str | None:
+        """Why a live upgrade from ``previous_cls`` to this class cannot convert the state,
+        or None: asked before an upgrade is registered, so that a class that cannot take
+        the state is refused before anything changes (the conversion checks again)."""
+        if not upgrading.is_default(cls):
+            return None  # it says how to convert
+        try:
+            sample: Immortal | None = previous_cls()
+        except Exception:
+            sample = None  # its __init__ needs the runtime: compared by class alone
+        return upgrading.conversion_problem(cls, previous_cls, sample)
 
     # ------------------------------------------------------------ state
     def checkpoint_state(self) -> Any:

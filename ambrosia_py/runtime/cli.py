@@ -196,6 +196,25 @@ def outcome(name: str, runner: ImmortalRunner, stops: StopSignals,
     return 0, f"{name} stopped"
 
 
+def load_upgrade_target(target: str | None, cls: type[Any]) -> type[Any] | None:
+    """The class of ``--upgrade-to`` (None without one), checked to take ``cls``'s state.
+
+    Raises:
+        UsageError: as ``load_class``, or the class keeps its state otherwise than ``cls``
+            and says nothing of how to convert it (refused before anything changes).
+    """
+    if not target:
+        return None
+    upgrade_to = load_class(target)
+    problem = upgrade_to.upgrade_problem(cls)
+    if problem is not None:
+        raise UsageError(
+            f"--upgrade-to {target}: {upgrade_to.__qualname__} cannot take the state of "
+            f"{cls.__qualname__} as it is: {problem}; define "
+            f"{upgrade_to.__qualname__}.upgrade_from(previous) to say how")
+    return upgrade_to
+
+
 def stopped(name: str, stops: StopSignals) -> tuple[int, str]:
     return stops.exit_code, f"{name} stopped ({stops.name})"
 
@@ -208,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with StopSignals() as stops:
         try:
             cls = load_class(args.target)
-            upgrade_to = load_class(args.upgrade_to) if args.upgrade_to else None
+            upgrade_to = load_upgrade_target(args.upgrade_to, cls)
             config = load_config(args.config, args.sets)
             runner = run_immortal(cls, upgrade_to, name,
                                   (args.ic_receive_port, args.ic_send_port), stops, log,

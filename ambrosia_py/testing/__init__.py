@@ -91,13 +91,14 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
                  home: str | os.PathLike[str] | None = None, idle_timeout: float = 1.5,
                  timeout: float = 120.0, config: Mapping[str, Any] | None = None
                  ) -> ReplayResult[S]:
-    """Load checkpoint ``checkpoint`` (any kept one, by default the oldest) with VCurrent,
-    convert it to VNext (``convert`` or ``cls_next.upgrade_from``) and replay the log with
-    VNext (an upgrade test).
+    """Load checkpoint ``checkpoint`` (any kept one, by default the newest) with VCurrent,
+    convert it to VNext (``convert`` or ``cls_next.upgrade_from``) and replay the log after
+    it with VNext (an upgrade test). The newest by default, so that a test of a
+    long-running instance converts the state it has now, not the empty one of its start.
 
     After a live upgrade to VNext (its checkpoints already hold VNext), the test replays the
     whole history instead: the version before the upgrade from ``checkpoint`` (default: its
-    oldest kept) converted and replayed with VNext, then the upgraded version's files from
+    newest kept) converted and replayed with VNext, then the upgraded version's files from
     its first kept checkpoint with VNext; the result holds the final state and every output.
     ``config`` is the instances' ``ctx.config`` (default: empty).
 
@@ -113,10 +114,11 @@ def upgrade_test(instance_name: str, cls_current: type[Immortal], cls_next: type
         version = _upgrades.version_of_checkpoint(instance_name, checkpoint, home)
     if version is None or version == _upgrades.current_version(instance_name, home):
         try:
-            return _debug(*args, checkpoint, home, idle_timeout, timeout, config=config)
+            return _debug(*args, checkpoint, home, idle_timeout, timeout, config=config,
+                          newest=True)
         except AlreadyUpgradedError:
             checkpoint = None  # the current version is VNext's: test the upgrade itself
-    hist = _upgrades.history(instance_name, version, checkpoint, home)
+    hist = _upgrades.history(instance_name, version, checkpoint, home, newest=True)
     first = _debug(*args, hist.old_checkpoint, home, idle_timeout, timeout,
                    version=hist.old_version, config=config)
     second = _debug(instance_name, cls_next, None, None, hist.new_checkpoint, home,
@@ -133,12 +135,13 @@ def checkpoints(instance_name: str, home: str | os.PathLike[str] | None = None,
 def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
            convert: Callable[[Any], Any] | None, checkpoint: int | None,
            home: str | os.PathLike[str] | None, idle_timeout: float, timeout: float,
-           version: int | None = None, config: Mapping[str, Any] | None = None) -> Any:
+           version: int | None = None, config: Mapping[str, Any] | None = None,
+           newest: bool = False) -> Any:
     kept = checkpoints(name, home, version)
     if not kept:
         raise CoordinatorError(f"{name} has no checkpoint to replay from")
     if checkpoint is None:
-        checkpoint = kept[0]
+        checkpoint = kept[-1] if newest else kept[0]
     elif checkpoint not in kept:
         raise CoordinatorError(f"{name} has no checkpoint {checkpoint} to replay from (kept: "
                                f"{', '.join(map(str, kept))})")

@@ -56,12 +56,13 @@ def version_of_checkpoint(name: str, checkpoint: int,
 
 
 def history(name: str, old_version: int | None, old_checkpoint: int | None,
-            home: str | os.PathLike[str] | None) -> UpgradeHistory:
+            home: str | os.PathLike[str] | None, *, newest: bool = False) -> UpgradeHistory:
     """The two parts of an upgrade test that spans a finished live upgrade.
 
     Args:
         old_version: N, or None for the newest version before the current one.
-        old_checkpoint: the checkpoint of N to start from, or None for N's oldest kept.
+        old_checkpoint: the checkpoint of N to start from, or None for N's oldest kept
+            (its newest with ``newest``).
 
     Raises:
         AlreadyUpgradedError: no earlier version's files are kept, so there is nothing
@@ -80,7 +81,9 @@ def history(name: str, old_version: int | None, old_checkpoint: int | None,
     newer = sorted(v for v in by_version if v > old_version)
     if not newer:  # pragma: no cover - only reached after a finished upgrade
         raise AlreadyUpgradedError(f"{name} has no version after {old_version} to replay")
-    first = old_checkpoint if old_checkpoint is not None else by_version[old_version][0]
+    first = old_checkpoint
+    if first is None:
+        first = by_version[old_version][-1 if newest else 0]
     return UpgradeHistory(old_version, first, newer[0], by_version[newer[0]][0])
 
 

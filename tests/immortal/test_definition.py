@@ -110,7 +110,8 @@ def test_public_api_is_pinned() -> None:
         "Immortal", "rpc", "fork", "impulse", "gather", "ImmortalContext", "ImmortalProxy",
         "JsProxy", "PendingCall", "MethodKind", "default_method_id", "AmbrosiaError",
         "ImmortalDefinitionError", "ImpulseDuringRecoveryError", "RemoteCallError",
-        "ReplayDivergenceError", "SerializationError", "UnknownMethodError", "__version__",
+        "ReplayDivergenceError", "SerializationError", "UnknownMethodError", "UpgradeError",
+        "__version__",
         "StopReason",
     ])
     for name in ambrosia_py.__all__:

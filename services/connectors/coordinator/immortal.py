@@ -8,13 +8,19 @@ All network I/O lives in ``live.Live``, started in ``on_become_primary``; its ou
 back as Impulses, and the handlers wake it (only when primary and not replaying) after
 they change what it must act on.
 
+A live upgrade to a next version that keeps the state as it is (a subclass that changes
+only code) needs no conversion: ``Immortal.upgrade_from`` carries the whole state, the
+streams, sinks and whatever a subclass added. The new instance is built while the
+upgrading process is still recovering, so its own ``on_become_primary`` starts the network
+I/O bound to it; nothing of the old instance's I/O lives on.
+
 Run: ``ambrosia run services.connectors:ConnectorCoordinator -i NAME --config FILE``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from ambrosia_py import Immortal, impulse, rpc
 
@@ -68,23 +74,6 @@ class ConnectorCoordinator(Immortal):
             self.impulse_self.configure(wanted)
         self._live = Live(self, cfg)
         self.ctx.spawn(self._live.run())
-
-    @classmethod
-    def upgrade_from(cls, previous: Immortal) -> Self:
-        """The state conversion of a live upgrade: the new version takes the core as it
-        is, so a subclass that only changes what applied messages produce needs none.
-        Override to convert more (call this for the core).
-
-        The new instance is built while the upgrading process is still recovering
-        (UpgradeTakeCheckpoint only comes before BecomingPrimary), so its own
-        ``on_become_primary`` starts the network I/O bound to it; nothing of the old
-        instance's I/O lives on in that process."""
-        if not isinstance(previous, ConnectorCoordinator):
-            raise TypeError(f"{cls.__qualname__} cannot take the state of "
-                            f"{type(previous).__qualname__}: not a ConnectorCoordinator")
-        new = cls()
-        new.core = previous.core
-        return new
 
     def coordinator_config(self) -> CoordinatorConfig:
         """This coordinator's part of ``ctx.config`` (a subclass with keys of its own

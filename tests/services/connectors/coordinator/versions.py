@@ -26,8 +26,10 @@ class CoordinatorV1(ConnectorCoordinator):
 
     @classmethod
     def upgrade_from(cls, previous: Immortal) -> Self:
-        new = super().upgrade_from(previous)
-        new.v1_runs = 0
+        # Version 0 keeps only the core; the count starts at the upgrade.
+        assert isinstance(previous, ConnectorCoordinator)
+        new = cls()
+        new.core = previous.core
         return new
 
     def on_messages(self, stream_id: int, messages: Sequence[Applied]) -> None:
