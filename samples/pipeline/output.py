@@ -65,10 +65,11 @@ class Verdict:
 
 
 def check_output(batches: list[Batch], problems: list[str], expected: Counter[str],
-                 total_lines: int) -> Verdict:
+                 total_lines: int, through: str = "") -> Verdict:
     """Compare the committed batches with the recount of the whole corpus: every batch
     once, numbered consecutively, each header true to its rows, and the merged counts
-    equal to ``expected``."""
+    equal to ``expected``. ``through`` names what the run went through (crashes, an
+    upgrade), said in the verdict."""
     problems = list(problems)
     numbers = [b.number for b in batches]
     if not batches:
@@ -98,7 +99,7 @@ def check_output(batches: list[Batch], problems: list[str], expected: Counter[st
         return Verdict(False, "FAILED: " + "; ".join(problems[:5])
                        + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
     return Verdict(True, f"{total} words, counts equal to a batch recount, every batch "
-                         "committed once")
+                         "committed once" + (f", through {through}" if through else ""))
 
 
 def _span(numbers: list[int]) -> str:

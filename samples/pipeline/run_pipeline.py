@@ -2,13 +2,15 @@
 
 Source feeds -> the pipeline coordinator (an immortal) -> PySpark word counts per
 micro-batch on job runners (Spark Connect) -> a 2PC file sink. Part-way the coordinator's
-binding, then its coordinator process, then a runner are killed with kill -9 and restarted.
-At the end the committed output is checked against a plain PySpark count of the corpus.
+binding, then its coordinator process, then a runner are killed with kill -9 and restarted,
+and between two crashes the coordinator is upgraded live to its next version. At the end the
+committed output is checked against a plain PySpark count of the corpus.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -33,6 +35,10 @@ NAME = "wordcount"
 # When to crash, as the share of the corpus's lines committed: the binding, then the
 # coordinator process, then a runner.
 KILL_AT = (0.2, 0.45, 0.7)
+# When to upgrade the coordinator live to its next version, and to which class.
+UPGRADE_AT = 0.58
+NEXT = "samples.pipeline.next_version:WordCountPipelineV1"
+UPGRADED = "upgraded to WordCountPipelineV1 version 1 (live)"
 
 
 def say(text: str) -> None:
@@ -147,6 +153,39 @@ def crashes(p: Pipeline, w: Watcher) -> list[tuple[float, Callable[[], None]]]:
     return list(zip(KILL_AT, (binding, coordinator, runner), strict=True))
 
 
+def upgrade(p: Pipeline, w: Watcher) -> tuple[float, Callable[[], None]]:
+    """The live upgrade: stop ``ambrosia run`` (an ordinary stop, with batches and jobs in
+    flight) and start it again with ``--upgrade-to`` the next version, which takes the
+    whole state and goes on; every later start names the upgrade too (a no-op once done)."""
+
+    def switch() -> None:
+        say(f"live upgrade: stopping ambrosia run (pid {p.coordinator.pid}) and starting it "
+            f"again with --upgrade-to {NEXT}")
+        w.mark("upgrade to v1")
+        p.coordinator.stop()
+        p.coordinator.args += ["--upgrade-to", NEXT]
+        p.start_coordinator()
+        p.coordinator.wait_for(UPGRADED)
+        say("the coordinator runs version 1 now, from the state version 0 left")
+        w.mark("upgraded")
+
+    return UPGRADE_AT, switch
+
+
+def upgraded(p: Pipeline) -> str | None:
+    """Why the run does not show the live upgrade through to its end, or None: the
+    coordinator said it switched, and its last status came from version 1's code."""
+    if UPGRADED not in p.coordinator.log.read_text(errors="replace"):
+        return "the coordinator never said it was upgraded live"
+    try:
+        version = json.loads(p.status_file.read_text()).get("code_version")
+    except (OSError, ValueError):
+        version = None
+    if version != 1:
+        return f"the last status came from code version {version}, not the upgraded 1"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.dir or tempfile.mkdtemp(prefix="ambrosia-pipeline-")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
         for feed in p.feeds:
             feed.start()
         plan = [] if args.no_crashes else crashes(p, w)
+        if not args.no_upgrade:
+            plan = sorted([*plan, upgrade(p, w)], key=lambda step: step[0])
         deadline = time.monotonic() + args.timeout
         timed_out = False
         committed_before = 0
@@ -233,7 +274,15 @@ def run(args: argparse.Namespace) -> int:
     batches, problems = parse_output((p.sink_dir / "committed").read_bytes())
     if timed_out:
         problems.append(f"timed out after {args.timeout:g} s")
-    verdict = check_output(batches, problems, expected, args.lines)
+    through = []
+    if not args.no_crashes:
+        through.append(f"{len(KILL_AT)} kill -9 crashes")
+    if not args.no_upgrade:
+        why = upgraded(p)
+        if why is not None:
+            problems.append(why)
+        through.append("a live upgrade to version 1")
+    verdict = check_output(batches, problems, expected, args.lines, " and ".join(through))
     from samples.pipeline.plot import plot_run
 
     png = plot_run(run_dir / "pipeline.png", w.samples, w.commit_latencies(), w.events,
@@ -259,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dir", default=None,
                         help="run directory (default: a new one under the temp directory)")
     parser.add_argument("--no-crashes", action="store_true", help="kill nothing")
+    parser.add_argument("--no-upgrade", action="store_true",
+                        help="do not upgrade the coordinator live part-way")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="give up after this many seconds")
     return parser

@@ -26,6 +26,8 @@ def verdict(data: bytes, expected: Counter[str] = EXPECTED, lines: int = 3) -> s
 def test_the_check_passes_exact_output_and_names_each_fault() -> None:
     assert verdict(GOOD) == ("5 words, counts equal to a batch recount, every batch "
                              "committed once")
+    assert check_output(*parse_output(GOOD), EXPECTED, 3, "a live upgrade").line.endswith(
+        "committed once, through a live upgrade")
     again = GOOD + b"#batch\t2\t1\t2\napple\t1\nfig\t1\n"
     assert "not committed once each in order: [1, 2, 2] (repeated: [2])" in verdict(
         again, lines=4)
@@ -63,10 +65,12 @@ def test_the_demo_survives_its_crashes_and_checks_the_output(tmp_path: Path) -> 
     # The same corpus, counted here in plain Python by the pipeline's word rule.
     words = sum(count_words(write_corpus(tmp_path / "again", 6000, 2)).values())
     assert lines[-1] == (f"pipeline: {words} words, counts equal to a batch recount, "
-                         "every batch committed once")
-    for crash in ("kill -9 the coordinator's binding", "kill -9 the coordinator process",
-                  "kill -9 runner-1"):
-        assert any(crash in line for line in lines), crash
+                         "every batch committed once, through 3 kill -9 crashes and a live "
+                         "upgrade to version 1")
+    for step in ("kill -9 the coordinator's binding", "kill -9 the coordinator process",
+                 "live upgrade: stopping ambrosia run", "the coordinator runs version 1 now",
+                 "kill -9 runner-1"):
+        assert any(step in line for line in lines), step
     png = run / "pipeline.png"
     assert f"crashes marked: {png}" in lines[-2]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,11 +1,13 @@
 """A ``SparkCoordinator`` for the tests: at its first job tick it submits a long job and
 a job that fails every attempt, and cancels the long one once it has run for a while
-(logged time). What its hooks saw is state, shown by the status."""
+(logged time). What its hooks saw is state, shown by the status. And the pipeline's
+version after the sample's next one, for a second live upgrade."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from samples.pipeline.next_version import WordCountPipelineV1
 from services.pipeline import SparkCoordinator
 
 CANCEL_AFTER_NS = 4_000_000_000
@@ -51,3 +53,9 @@ class JobsApp(SparkCoordinator):
         super().load_state(state)
         self.submitted_at, keys, heard = state["app"]
         self.keys, self.heard = list(keys), [list(h) for h in heard]
+
+
+class WordCountPipelineV2(WordCountPipelineV1):
+    """Version 2: version 1 again, under the next number."""
+
+    version = 2

@@ -10,28 +10,35 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ambrosia_ic import registry
 
 from ambrosia_py.ports import free_ports
-from ambrosia_py.testing import ImmortalProcess
+from ambrosia_py.testing import ImmortalProcess, upgrade_test
+from samples.pipeline.next_version import WordCountPipelineV1
 from services.jobs.spark import ConnectServer
 from services.pipeline import count_words
 from tests.launcher import ROOT, Launcher, launcher  # noqa: F401 - the fixture
 
 from .conftest import free_port, wait_until
+from .pipeline_app import WordCountPipelineV2
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(400),
               pytest.mark.integration, pytest.mark.slow]
 
 TARGET = "services.pipeline:WordCountPipeline"
+NEXT = {1: "samples.pipeline.next_version:WordCountPipelineV1",
+        2: "tests.services.jobs.spark.pipeline_app:WordCountPipelineV2"}
 PIPELINE_JOBS = ("--jobs", "services.pipeline.jobs", "--workers", "2")
 VOCABULARY = ["Alpha", "beta", "GAMMA", "delta's", "eps-ilon", "zeta", "Eta", "theta",
               "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho"]
@@ -71,11 +78,13 @@ class Halves:
     def __init__(self, launcher: Launcher, args: list[str]) -> None:  # noqa: F811
         self.launcher = launcher
         self.args = args
+        self.target = TARGET
         self.p: ImmortalProcess = self.start()
 
-    def start(self) -> ImmortalProcess:
-        self.p = self.launcher.start(TARGET, "wc", args=self.args)
-        self.p.wait_for("listening for sources")
+    def start(self, wait: bool = True) -> ImmortalProcess:
+        self.p = self.launcher.start(self.target, "wc", args=self.args, primary=False)
+        if wait:
+            self.p.wait_for("listening for sources")
         return self.p
 
     def coordinator_pid(self) -> int:
@@ -93,106 +102,180 @@ class Halves:
         self.start()
 
 
+class PipelineRun:
+    """Two runners, the real 2PC file sink, the pipeline and a feed tailing two files that
+    the test appends to; ``check`` compares the committed output with a recount."""
+
+    def __init__(self, launcher: Launcher, runners: Any, tmp_path: Path) -> None:  # noqa: F811
+        self.ports = dict(zip(("listen", "sink", "r1", "r2"), free_ports(4), strict=True))
+        ports = self.ports
+        out = tmp_path / "out"
+        self.r1 = runners("r1", ports["r1"], out, PIPELINE_JOBS)
+        self.r2 = runners("r2", ports["r2"], out, PIPELINE_JOBS)
+        self.sink_dir = tmp_path / "sink"
+        self.sink = subprocess.Popen(
+            [sys.executable, "-m", "services.connectors.clients.filesink", "--listen",
+             f"127.0.0.1:{ports['sink']}", "--dir", str(self.sink_dir)],
+            cwd=ROOT, stderr=open(tmp_path / "sink.log", "wb"))  # noqa: SIM115
+        self.status = tmp_path / "status.json"
+        self.cfg = tmp_path / "wc.toml"
+        self.cfg.write_text(
+            f'listen = "127.0.0.1:{ports["listen"]}"\ninterval_seconds = 0.2\n'
+            f'status_seconds = 0.3\nstatus_file = "{self.status}"\n'
+            f'runners = ["r1@127.0.0.1:{ports["r1"]}", "r2@127.0.0.1:{ports["r2"]}"]\n'
+            f'out = "{out}"\nbatch_lines = 300\nbatch_seconds = 0.3\n'
+            f'[sinks]\nout = "127.0.0.1:{ports["sink"]}"\n')
+        self.coordinator = Halves(launcher, ["--config", str(self.cfg)])
+        self.inputs = [tmp_path / "a.txt", tmp_path / "b.txt"]
+        for path in self.inputs:
+            path.write_text("")
+        self.feed = subprocess.Popen(
+            [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+             f"127.0.0.1:{ports['listen']}", "--backoff-cap", "0.5", *map(str, self.inputs)],
+            cwd=ROOT, stderr=open(tmp_path / "feed.log", "wb"))  # noqa: SIM115
+        self.written: list[str] = []
+
+    def report(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.status.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def jobs(self) -> dict[str, int]:
+        return dict(self.report().get("jobs", {}))
+
+    def append(self, n: int) -> None:
+        for i, path in enumerate(self.inputs):
+            lines = corpus(n, len(self.written) + i)
+            with open(path, "a") as f:
+                f.write("".join(f"{line}\n" for line in lines))
+            self.written.extend(lines)
+
+    def done_at_least(self, n: int) -> bool:
+        return self.jobs().get("done", 0) >= n
+
+    def running(self) -> None:
+        wait_until(lambda: self.jobs().get("running", 0) > 0, "jobs running", 30)
+
+    def check(self) -> list[int]:
+        """Waits for every line written to be committed; then every batch must be there
+        once, in order, with counts equal to a recount. Returns the batch numbers."""
+        committed = self.sink_dir / "committed"
+
+        def settled() -> bool:
+            return (committed.exists()
+                    and parse_output(committed.read_bytes())[1] == len(self.written))
+
+        wait_until(settled, "every line committed", 180)
+        numbers, total, counts = parse_output(committed.read_bytes())
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert total == len(self.written)
+        assert counts == count_words(self.written)
+        wait_until(lambda: self.jobs().get("done") == len(numbers), "the status file", 10)
+        final = self.jobs()
+        assert final["failed"] == 0 and final["running"] == 0
+        return numbers
+
+    def close(self) -> None:
+        self.feed.kill()
+        self.sink.kill()
+        self.feed.wait()
+        self.sink.wait()
+
+
 def test_word_counts_are_exact_through_kills_of_every_part(
         launcher: Launcher, runners, connect_server: ConnectServer,  # noqa: F811
         tmp_path: Path) -> None:
-    ports = dict(zip(("listen", "sink", "r1", "r2"), free_ports(4), strict=True))
-    out = tmp_path / "out"
-    r1 = runners("r1", ports["r1"], out, PIPELINE_JOBS)
-    r2 = runners("r2", ports["r2"], out, PIPELINE_JOBS)
-    sink_dir = tmp_path / "sink"
-    sink = subprocess.Popen(
-        [sys.executable, "-m", "services.connectors.clients.filesink", "--listen",
-         f"127.0.0.1:{ports['sink']}", "--dir", str(sink_dir)],
-        cwd=ROOT, stderr=open(tmp_path / "sink.log", "wb"))  # noqa: SIM115
-    status = tmp_path / "status.json"
-    cfg = tmp_path / "wc.toml"
-    cfg.write_text(
-        f'listen = "127.0.0.1:{ports["listen"]}"\ninterval_seconds = 0.2\n'
-        f'status_seconds = 0.3\nstatus_file = "{status}"\n'
-        f'runners = ["r1@127.0.0.1:{ports["r1"]}", "r2@127.0.0.1:{ports["r2"]}"]\n'
-        f'out = "{out}"\nbatch_lines = 300\nbatch_seconds = 0.3\n'
-        f'[sinks]\nout = "127.0.0.1:{ports["sink"]}"\n')
-    coordinator = Halves(launcher, ["--config", str(cfg)])
-    inputs = [tmp_path / "a.txt", tmp_path / "b.txt"]
-    for path in inputs:
-        path.write_text("")
-    feed = subprocess.Popen(
-        [sys.executable, "-m", "services.connectors.clients.feed", "--to",
-         f"127.0.0.1:{ports['listen']}", "--backoff-cap", "0.5", *map(str, inputs)],
-        cwd=ROOT, stderr=open(tmp_path / "feed.log", "wb"))  # noqa: SIM115
-    written: list[str] = []
-
-    def jobs() -> dict[str, int]:
-        try:
-            return dict(json.loads(status.read_text())["jobs"])
-        except (OSError, ValueError, KeyError):
-            return {}
-
-    def append(n: int) -> None:
-        for i, path in enumerate(inputs):
-            lines = corpus(n, len(written) + i)
-            with open(path, "a") as f:
-                f.write("".join(f"{line}\n" for line in lines))
-            written.extend(lines)
-
-    def done_at_least(n: int) -> bool:
-        return jobs().get("done", 0) >= n
-
+    run = PipelineRun(launcher, runners, tmp_path)
+    coordinator = run.coordinator
     try:
-        append(300)
-        wait_until(lambda: done_at_least(1), "a first job done", 90)
+        run.append(300)
+        wait_until(lambda: run.done_at_least(1), "a first job done", 90)
         # 1. the coordinator's binding, while jobs run.
-        append(300)
-        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
+        run.append(300)
+        run.running()
         coordinator.kill("binding")
-        append(300)
-        wait_until(lambda: done_at_least(5), "jobs done after the binding's death", 90)
+        run.append(300)
+        wait_until(lambda: run.done_at_least(5), "jobs done after the binding's death", 90)
         # 2. its coordinator process.
-        append(300)
-        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
+        run.append(300)
+        run.running()
         coordinator.kill("coordinator")
-        append(300)
-        wait_until(lambda: done_at_least(9), "jobs done after the coordinator's death", 90)
+        run.append(300)
+        wait_until(lambda: run.done_at_least(9), "jobs done after the coordinator's death", 90)
         # 3. a runner, then 4. the Connect server, each mid-job.
-        append(300)
-        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
-        r1.kill()
-        r1.start()
-        append(300)
-        wait_until(lambda: jobs().get("running", 0) > 0, "jobs running", 30)
+        run.append(300)
+        run.running()
+        run.r1.kill()
+        run.r1.start()
+        run.append(300)
+        run.running()
         pid = connect_server.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         connect_server.wait_restarted(pid, 120)
-        append(300)
-        expected = count_words(written)
-
-        def settled() -> bool:
-            committed = sink_dir / "committed"
-            if not committed.exists():
-                return False
-            return parse_output(committed.read_bytes())[1] == len(written)
-
-        wait_until(settled, "every line committed", 180)
-        numbers, total, counts = parse_output((sink_dir / "committed").read_bytes())
-        assert numbers == list(range(1, len(numbers) + 1))
-        assert total == len(written)
-        assert counts == expected
-        wait_until(lambda: jobs().get("done") == len(numbers), "the status file", 10)
-        final = jobs()
-        assert final["failed"] == 0 and final["running"] == 0
-        links = json.loads(status.read_text())["job_links"]
-        assert links["runners"] == {f"r{i}@127.0.0.1:{ports[f'r{i}']}": True for i in (1, 2)}
+        run.append(300)
+        run.check()
+        links = json.loads(run.status.read_text())["job_links"]
+        assert links["runners"] == {f"r{i}@127.0.0.1:{run.ports[f'r{i}']}": True
+                                    for i in (1, 2)}
         # Whether a kill cost an attempt depends on when it landed (the status file that
         # times the kills lags under load), so attempts are not asserted here; the
         # exact output above is what the kills must not change.
     finally:
-        feed.kill()
-        sink.kill()
-        feed.wait()
-        sink.wait()
-    assert r2.process is not None and r2.process.poll() is None
+        run.close()
+    assert run.r2.process is not None and run.r2.process.poll() is None
+
+
+def test_live_upgrades_mid_run_and_a_kill_during_one_lose_no_batch(
+        launcher: Launcher, runners, connect_server: ConnectServer,  # noqa: F811
+        tmp_path: Path) -> None:
+    """Version 0 -> 1 with batches, jobs and sink transactions in flight, then 1 -> 2
+    killed with kill -9 at a random moment of the switch and started again. A conversion
+    that dropped the job table or the batches would lose lines (their positions are kept,
+    so the feed never sends them again) and number batches from 1 again."""
+    run = PipelineRun(launcher, runners, tmp_path)
+    coordinator = run.coordinator
+    rng = random.Random(os.environ.get("PYTEST_XDIST_WORKER", "") + str(os.getpid()))
+    try:
+        run.append(300)
+        wait_until(lambda: run.done_at_least(1), "a first job done", 90)
+        run.append(600)
+        run.running()
+        before = run.report()["batches"]
+        assert before["cut"] > before["emitted"]  # batches in flight at the switch
+        coordinator.p.stop()
+        coordinator.args = ["--config", str(run.cfg), "--upgrade-to", NEXT[1]]
+        coordinator.start()
+        coordinator.p.wait_for("upgraded to WordCountPipelineV1 version 1 (live)")
+        took = coordinator.p.wait_for("version 1 took over")
+        carried = re.search(r"took over: (\d+) batches cut", took)
+        assert carried is not None and int(carried[1]) >= before["cut"], took
+        run.append(300)
+        wait_until(lambda: run.report().get("code_version") == 1, "version 1's status", 30)
+        wait_until(lambda: run.done_at_least(before["cut"] + 1), "jobs done after it", 90)
+        # Version 1 -> 2, killed during the switch.
+        run.append(300)
+        run.running()
+        coordinator.p.stop()
+        coordinator.target = NEXT[1]
+        coordinator.args = ["--config", str(run.cfg), "--upgrade-to", NEXT[2]]
+        coordinator.start(wait=False)
+        coordinator.p.wait_for("registered the upgrade of wc from version 1 to version 2")
+        time.sleep(rng.uniform(0.0, 2.0))
+        coordinator.p.kill()
+        coordinator.start()
+        run.append(300)
+        wait_until(lambda: run.report().get("code_version") == 2, "version 2's status", 60)
+        numbers = run.check()
+        assert registry.load("wc", launcher.home).current_version == 2
+    finally:
+        run.close()
+    coordinator.p.stop()
+    # The upgrade test of the whole history ends where the live run did.
+    replayed = upgrade_test("wc", WordCountPipelineV1, WordCountPipelineV2, home=launcher.home)
+    assert replayed.state.emitted == len(numbers)
+    assert isinstance(replayed.state, WordCountPipelineV2)
 
 
 def test_cancel_goes_through_the_coordinator_and_a_failing_job_fails_after_its_attempts(
