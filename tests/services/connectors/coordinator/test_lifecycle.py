@@ -5,25 +5,27 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import upgrade_test
-from services.connectors import ConnectorCoordinator
 from services.connectors.clients import stream_id_of
 from tests.launcher import ROOT, Launcher, wait_until
 
 from ..clients.helpers import SinkProcess
-from .versions import CoordinatorV1
+from .versions import CoordinatorV1, CoordinatorV2
 
 pytestmark = pytest.mark.integration
 
 TARGET = "services.connectors:ConnectorCoordinator"
 V1 = "tests.services.connectors.coordinator.versions:CoordinatorV1"
+V2 = "tests.services.connectors.coordinator.versions:CoordinatorV2"
 PROBE = "tests.services.connectors.coordinator.versions:StatusProbe"
 BURST = 1500  # lines per burst of the tailed file; the coordinator grants 1000 credits
 ONCE_LINES = 2500
@@ -51,6 +53,14 @@ def feed(tmp: Path, log: str, *args: str) -> subprocess.Popen[bytes]:
 def committed_lines(sink_dir: Path) -> list[bytes]:
     path = sink_dir / "committed"
     return path.read_bytes().splitlines(keepends=True) if path.exists() else []
+
+
+def ask_status(launcher: Launcher, probe: str) -> dict[str, object]:
+    """The coordinator's status, as another immortal's call gets it."""
+    p = launcher.start(PROBE, probe)
+    answer = json.loads(p.wait_for("status answer: ").split("status answer: ", 1)[1])
+    p.stop()
+    return dict(answer)
 
 
 @pytest.mark.slow
@@ -95,19 +105,33 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
 
         wait_until(complete, 60)
         assert feeds[1].wait(30) == 0, (tmp_path / "feed-c.log").read_text()
+        # The status RPC, called by another immortal, from the state of version 1.
+        before = ask_status(launcher, "probe-1")
+        # Version 1 -> 2, which adds nothing, with lines in flight and a kill -9 at a
+        # random moment of the switch: version 1's own count goes on, not from 0.
+        append(tailed, "a", 4 * BURST, BURST)
+        assert v1.stop() == 0
+        args = ["--config", str(cfg), "--upgrade-to", V2]
+        v2 = launcher.start(V1, "coord", args=args, primary=False)
+        v2.wait_for("registered the upgrade of coord from version 1 to version 2")
+        time.sleep(random.uniform(0.0, 1.5))
+        v2.kill()
+        v2 = launcher.start(V1, "coord", args=args)
+        v2.wait_for("listening for sources")
+        append(tailed, "a", 5 * BURST, BURST)
+        want["a"] = [line("a", i) for i in range(6 * BURST)]
+        wait_until(complete, 60)
         feed_log = (tmp_path / "feed-a.log").read_text()
         # It reconnected (told by RESTART, or by a reset when the stop closed the socket
         # with its lines unread) and logged no warning storm on the way.
-        assert feed_log.count("connected to") >= 2 and "raised exception" not in feed_log
-        # The status RPC, called by another immortal, from the state of version 1.
-        probe = launcher.start(PROBE, "probe")
-        answer = json.loads(probe.wait_for("status answer: ").split("status answer: ", 1)[1])
-        assert v1.stop() == 0
-        # The upgrade test replays version 0's history converted, then version 1's: the
-        # conversion is deterministic and ends in the state the live run answered with.
-        replayed = upgrade_test("coord", ConnectorCoordinator, CoordinatorV1,
-                                home=launcher.home)
-        assert replayed.status == "ok"
+        assert feed_log.count("connected to") >= 3 and "raised exception" not in feed_log
+        answer = ask_status(launcher, "probe-2")
+        assert answer["v1_runs"] > before["v1_runs"] > 0
+        assert v2.stop() == 0
+        # The upgrade test replays version 1's history (from its newest checkpoint)
+        # converted, then version 2's: it ends in the state the live run answered with.
+        replayed = upgrade_test("coord", CoordinatorV1, CoordinatorV2, home=launcher.home)
+        assert replayed.status == "ok" and isinstance(replayed.state, CoordinatorV2)
         assert {**replayed.state.core.status(), "v1_runs": replayed.state.v1_runs} == answer
     finally:
         for f in feeds:
@@ -121,7 +145,7 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
     a, c = streams[str(stream_id_of("a.log"))], streams[str(stream_id_of("c.log"))]
     # A line's message id is its start offset: the point of reference is the last line's.
     assert (a["name"], a["applied"], a["por"], a["closed"]) == (
-        "a.log", 4 * BURST, len(a_bytes) - len(want["a"][-1]), False)
+        "a.log", 6 * BURST, len(a_bytes) - len(want["a"][-1]), False)
     assert (c["name"], c["applied"], c["por"], c["closed"]) == (
         "c.log", ONCE_LINES, len(c_bytes) - len(want["c"][-1]), True)
     out = answer["sinks"]["out"]

@@ -50,6 +50,12 @@ class CoordinatorV1(ConnectorCoordinator):
         return report
 
 
+class CoordinatorV2(CoordinatorV1):
+    """Version 2: version 1's code and state under the next number (no conversion)."""
+
+    version = 2
+
+
 class StatusProbe(Immortal):
     """Calls the coordinator's ``status`` RPC once, at its first start, and logs the
     answer as one JSON line (``status answer: {...}``)."""
