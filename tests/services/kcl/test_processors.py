@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import sys
@@ -16,16 +17,19 @@ from pathlib import Path
 import pytest
 
 from ambrosia_py.ports import free_ports
-from ambrosia_py.testing import ImmortalProcess, repro
+from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from services.connectors import EosMessage
 from services.kcl import KclCoordinator
 from tests.launcher import ROOT, Launcher, wait_until
 from tests.services.connectors.coordinator.peers import Source, lines
 
+from .versions import KclCoordinatorV1, KclCoordinatorV2
+
 pytestmark = pytest.mark.integration
 
 TARGET = "services.kcl:KclCoordinator"
 CHILDREN = Path(__file__).with_name("children.py")
+VERSIONS = "tests.services.kcl.versions:KclCoordinator"
 
 
 def start(launcher: Launcher, tmp_path: Path, port: int, processors: dict[str, str]
@@ -133,6 +137,46 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     assert json.loads(out.read_text().splitlines()[0].split(" ", 1)[1]) == "s7 line 1\n"
     p.stop()
     rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[7]
+    assert (rec.checkpoint, rec.finished, rec.records) == (320, True, [])
+
+
+@pytest.mark.slow
+def test_live_upgrades_mid_batch_and_a_kill_during_one_lose_nothing(
+        launcher: Launcher, tmp_path: Path, kclpy: Path) -> None:
+    """Version 0 -> 1 stopped mid-batch with records kept for the processor, then 1 -> 2
+    killed with kill -9 at a random moment of the switch: the processor goes on from its
+    last recorded checkpoint and writes every record once, in order. A conversion that
+    left out the records kept for it (the feed is never asked for them again) or its
+    checkpoint would show as a gap or a repeat."""
+    (port,) = free_ports(1)
+    out = tmp_path / "out.txt"
+    body = (f'{command(ROOT / "samples" / "kcl" / "processor.py", out, "--delay", 0.01)}\n'
+            f'env = {{ PYTHONPATH = "{kclpy}" }}\nbatch_records = 25\n')
+    p = start(launcher, tmp_path, port, {"orders": body})
+    feed(port, 7, "orders", range(1, 301), eos=False)
+    wait_until(lambda: out.exists() and len(written(out)) >= 60, 30)
+    p.stop()  # mid-batch: records kept for the processor after its checkpoint
+    config = ["--config", str(tmp_path / "coord.toml")]
+    p = launcher.start(TARGET, "coord", args=[*config, "--upgrade-to", f"{VERSIONS}V1"])
+    p.wait_for("upgraded to KclCoordinatorV1 version 1 (live)")
+    resumed = p.wait_for("started processor (pid")
+    assert int(resumed.rsplit(" ", 1)[1]) >= 50  # from the checkpoint version 0 recorded
+    wait_until(lambda: len(written(out)) >= 150, 30)
+    p.stop()
+    args = [*config, "--upgrade-to", f"{VERSIONS}V2"]
+    p = launcher.start(f"{VERSIONS}V1", "coord", args=args, primary=False)
+    p.wait_for("registered the upgrade of coord from version 1 to version 2")
+    time.sleep(random.uniform(0.0, 1.5))
+    p.kill()
+    p = launcher.start(f"{VERSIONS}V1", "coord", args=args)
+    p.wait_for("listening for sources")
+    feed(port, 7, "orders", range(301, 321), eos=True)
+    p.wait_for("processor: stream ended at 320", timeout=60)
+    assert written(out) == list(range(1, 321))  # every record once, in order
+    p.stop()
+    state = upgrade_test("coord", KclCoordinatorV1, KclCoordinatorV2, home=launcher.home).state
+    assert isinstance(state, KclCoordinatorV2)
+    rec = state.kcl.streams[7]
     assert (rec.checkpoint, rec.finished, rec.records) == (320, True, [])
 
 
