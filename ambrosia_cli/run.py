@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
     p.add_argument("--home", default=None,
                    help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
+    p.add_argument("--start-afresh", action="store_true",
+                   help="forget that the instance ever started, so that an empty log "
+                        "directory is a first start (its earlier history is not recovered); "
+                        "without it, an instance that has started refuses to start afresh")
     binding.add_log_level(p)
     return p
 
@@ -116,6 +120,9 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         home = registry.ambrosia_home(args.home)
         reg, new = local_coordinator.ensure_registered(args.instance_name, home, log,
                                                        version=cls.version)
+        if args.start_afresh and registry.start_afresh(args.instance_name, home):
+            log.warning("--start-afresh: %s starts afresh if its log directory %s holds no "
+                        "log", args.instance_name, registry.instance_dir(reg))
         if upgrade_to is not None:
             reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
         _record_classes(reg, args, home, log)

@@ -57,6 +57,16 @@ def choose_flow(c: Coordinator) -> RecoveryPlan | None:
         _prepare_upgrade(c)
     mode = c.reg.create_service
     if first_start_pending(c.dir, c.cid):
+        if registry.has_started(c.name, c.home):
+            # Its history is somewhere else (a home copied or moved with its registration
+            # naming the old directory, a directory removed or emptied): starting afresh
+            # would apply everything again under numbers that were used.
+            raise CoordinatorError(
+                f"{c.name} has started before, but its log directory {c.dir} holds no log "
+                "to recover from (moved, removed or emptied?); register it again with "
+                "the directory that holds its log (ambrosia register-instance -i "
+                f"{c.name} -l DIR), or start it afresh on purpose with ambrosia run "
+                "--start-afresh")
         leftovers = latest_checkpoint(c.dir) is not None
         if mode == "always-recover":
             raise CoordinatorError(
@@ -136,7 +146,9 @@ async def start(c: Coordinator, plan: RecoveryPlan | None) -> None:
 
 
 async def go_live(c: Coordinator) -> None:
-    """Links may connect, the committer runs, and other instances may call in."""
+    """Links may connect, the committer runs, and other instances may call in. From here
+    on the instance has a history: an empty log directory is never a first start again."""
+    await asyncio.to_thread(registry.mark_started, c.name, c.home)
     c.set_phase(Phase.LIVE)
     if not c.links_active:
         c.links_active = True

@@ -26,14 +26,19 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
-import zmq
-import zmq.asyncio
+try:  # pyzmq comes with the optional ``raft`` extra: only a raft:// store needs it
+    import zmq
+    import zmq.asyncio
+    _NO_ZMQ: str | None = None
+except ModuleNotFoundError as err:
+    _NO_ZMQ = str(err)
 
 from ambrosia_py.errors import EncodeError
 
 from . import frames as fr
 from .errors import (
     ConfigUpdateError,
+    RaftError,
     RaftProtocolError,
     RaftUnavailableError,
     RequestExpiredError,
@@ -78,6 +83,7 @@ class RaftClient:
                  context: zmq.asyncio.Context | None = None) -> None:
         if not seeds:
             raise EncodeError("a RAFT client needs at least one peer url")
+        _require_zmq()
         self.secret = secret.encode() if isinstance(secret, str) else bytes(secret)
         self.seeds = tuple(seeds)
         self.timeout = timeout
@@ -418,6 +424,12 @@ def _config_outcome(reply: list[bytes]) -> Any:
     if got.status == 3:
         raise ConfigUpdateError("the cluster is busy with an earlier configuration change")
     raise ConfigUpdateError(f"the cluster refused the configuration: {got.error!r}")
+
+
+def _require_zmq() -> None:
+    if _NO_ZMQ is not None:
+        raise RaftError(f"a ØMQ RAFT cluster is reached through pyzmq, which is not installed "
+                        f"({_NO_ZMQ}): pip install 'ambrosia-py[raft]'")
 
 
 class Subscription:

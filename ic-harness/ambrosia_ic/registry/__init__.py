@@ -22,7 +22,16 @@ from .claims import remember_claim, remembered_claim
 from .classes import record_class, recorded_class
 from .home import HOME_HELP, ambrosia_home
 from .hosts import LOOPBACK, format_address, link_hosts
-from .instances import find_instances, instance_dir, load, registration_exists, set_versions
+from .instances import (
+    find_instances,
+    has_started,
+    instance_dir,
+    load,
+    mark_started,
+    registration_exists,
+    set_versions,
+    start_afresh,
+)
 from .ports import registered_ports, unregistered_free_ports
 from .published import adopt, adopted, published
 from .registration import (
@@ -51,12 +60,14 @@ __all__ = [
     "find_instances",
     "fingerprint",
     "format_address",
+    "has_started",
     "import_secret",
     "instance_dir",
     "link_hosts",
     "link_lines",
     "link_secret",
     "load",
+    "mark_started",
     "published",
     "read_secret_file",
     "record_class",
@@ -69,5 +80,6 @@ __all__ = [
     "replica",
     "replicas",
     "set_versions",
+    "start_afresh",
     "unregistered_free_ports",
 ]

@@ -13,8 +13,11 @@ from ambrosia_py.errors import RegistryError
 from .home import ambrosia_home, write_durably
 from .registration import Registration, check_instance_name
 
-__all__ = ["find_instances", "instance_dir", "instances_dir", "load", "registration_exists",
-           "set_versions"]
+__all__ = ["find_instances", "has_started", "instance_dir", "instances_dir", "load",
+           "mark_started", "registration_exists", "registration_json", "set_versions",
+           "start_afresh"]
+
+_STARTED = ".started"  # beside NAME.json: the instance's first start was logged
 
 
 def instances_dir(home: Path) -> Path:
@@ -46,7 +49,46 @@ def load(name: str, home: str | os.PathLike[str] | None = None) -> Registration:
     reg = Registration.from_json(data, str(path))
     if reg.instance_name != name:
         raise RegistryError(f"{path}: registers {reg.instance_name!r}, not {name!r}")
+    if reg.log_dir and not os.path.isabs(reg.log_dir):
+        # Logs kept in the home are named relative to it, so a home copied or moved
+        # whole takes its logs along.
+        reg = attrs.evolve(reg, log_dir=os.path.join(os.path.abspath(home_path), reg.log_dir))
     return reg
+
+
+def registration_json(reg: Registration, home: Path) -> bytes:
+    """The file's bytes: a log directory inside the home is kept relative to it."""
+    data = reg.to_json()
+    base = os.path.abspath(home)
+    if reg.log_dir and os.path.commonpath([base, os.path.abspath(reg.log_dir)]) == base:
+        data["log_dir"] = os.path.relpath(os.path.abspath(reg.log_dir), base)
+    return (json.dumps(data, indent=2) + "\n").encode("utf-8")
+
+
+def _started_path(name: str, home: str | os.PathLike[str] | None) -> Path:
+    return instances_dir(ambrosia_home(home)) / f"{check_instance_name(name)}{_STARTED}"
+
+
+def mark_started(name: str, home: str | os.PathLike[str] | None = None) -> None:
+    """Record, durably and once, that ``name``'s first start was logged: from then on an
+    empty or missing log directory is a history gone astray, never a first start."""
+    path = _started_path(name, home)
+    if not path.exists():
+        write_durably(path, b"the first start of this instance was logged\n")
+
+
+def has_started(name: str, home: str | os.PathLike[str] | None = None) -> bool:
+    return _started_path(name, home).exists()
+
+
+def start_afresh(name: str, home: str | os.PathLike[str] | None = None) -> bool:
+    """Forget that ``name`` ever started (its next start on an empty log directory is a
+    first start again); whether it had."""
+    try:
+        os.unlink(_started_path(name, home))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def registration_exists(name: str, home: str | os.PathLike[str] | None = None) -> bool:
@@ -65,7 +107,7 @@ def set_versions(name: str, current: int, upgrade: int,
     reg = attrs.evolve(load(name, home_path), current_version=current,
                        upgrade_version=upgrade).validate()
     path = instances_dir(home_path) / f"{name}.json"
-    write_durably(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
+    write_durably(path, registration_json(reg, home_path))
     return reg
 
 

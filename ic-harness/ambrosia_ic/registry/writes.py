@@ -14,7 +14,7 @@ from ambrosia_py.errors import CoordinatorError, RegistryError
 from ..logdir import check_log_dir
 from .home import ambrosia_home, write_durably
 from .hosts import LOOPBACK, link_hosts
-from .instances import instances_dir, load
+from .instances import instances_dir, load, registration_json
 from .ports import refuse_taken_ports
 from .published import adopted_marker
 from .registration import DEFAULT_KEEP_CHECKPOINTS, Registration, check_instance_name, check_port
@@ -92,7 +92,7 @@ def register(
     with contextlib.suppress(FileNotFoundError):
         os.unlink(adopted_marker(home_path, instance_name))
     path = instances_dir(home_path) / f"{instance_name}.json"
-    write_durably(path, (json.dumps(reg.to_json(), indent=2) + "\n").encode("utf-8"))
+    write_durably(path, registration_json(reg, home_path))
     return reg
 
 
