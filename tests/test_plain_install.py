@@ -1,0 +1,63 @@
+"""The package as `pip install .` leaves it, with no extras, in a fresh virtual
+environment: an immortal and its coordinator must start and stop there. Optional extras
+(pyzmq for raft://, pyspark, matplotlib) stay optional; a coordinator that imported one of
+them unconditionally failed here on every start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+def test_a_plain_install_with_no_extras_runs_an_immortal(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    installed = subprocess.run([str(py), "-m", "pip", "install", "-q", str(ROOT)], env=env,
+                               capture_output=True, text=True, timeout=800)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    for extra in ("zmq", "pyspark", "matplotlib"):  # none of the extras came along
+        probe = subprocess.run([str(py), "-c", f"import {extra}"], env=env,
+                               capture_output=True, timeout=60)
+        assert probe.returncode != 0, f"{extra} is installed without its extra"
+    # An immortal of the user's own, outside the repository (nothing imported from it).
+    app = tmp_path / "app"
+    app.mkdir()
+    shutil.copy(ROOT / "samples" / "counter" / "counter.py", app / "counter_app.py")
+    run_env = dict(env, AMBROSIA_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([str(venv / "bin" / "ambrosia"), "run", "counter_app:Counter",
+                             "-i", "counter"], cwd=app, env=run_env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 120
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.rstrip().endswith("count is 1") or time.monotonic() > deadline:
+                break
+        # Its first start, then the increment it forked to itself, applied.
+        assert any(ln.endswith("count is 1") for ln in lines), "\n".join(lines)
+        assert all(str(ROOT) not in ln for ln in lines)
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=30)
+        lines += rest.splitlines()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, "\n".join(lines[-20:])
+    assert lines[-1] == "ambrosia run: counter stopped (SIGTERM)"
