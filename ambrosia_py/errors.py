@@ -114,6 +114,11 @@ class UpgradeError(AmbrosiaError, TypeError):
     new class keeps its state differently and does not say how to convert it."""
 
 
+class SideEffectError(AmbrosiaError):
+    """A side effect of the primary (a task started with ``ctx.spawn``) ended with an
+    error: the instance stops, saying which, in one line."""
+
+
 class SerializationError(AmbrosiaError, ValueError):
     """Arguments, results or state could not be serialized or deserialized."""
 

@@ -93,7 +93,8 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
     """
 
     def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None],
-               flush: Callable[[bytes], None] | None = None) -> None:
+               flush: Callable[[bytes], None] | None = None,
+               failed: Callable[[BaseException], None] | None = None) -> None:
         """Drive the engine from the calling thread (handlers run on it).
 
         Args:
@@ -104,8 +105,9 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
                 write now, every ``FLUSH_EVERY`` RPCs the handler sends (so the
                 coordinator starts on them before it ends); they go before anything
                 ``next_output`` returns afterwards.
+            failed: called with the error of a side-effect task that ended with one.
         """
-        self.outbox.attach(loop, wakeup)
+        self.outbox.attach(loop, wakeup, failed)
         self._flush = flush
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:

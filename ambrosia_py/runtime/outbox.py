@@ -50,12 +50,16 @@ class Outbox:
         self._queued_bytes = 0
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.failed: Callable[[BaseException], None] | None = None
 
-    def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None]) -> None:
-        """Drive the engine from the calling thread; ``wakeup`` is called on it."""
+    def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None],
+               failed: Callable[[BaseException], None] | None = None) -> None:
+        """Drive the engine from the calling thread; ``wakeup`` is called on it, and
+        ``failed`` with the error of a side-effect task that ended with one."""
         self.loop = loop
         self.loop_thread = threading.get_ident()
         self.wakeup = wakeup
+        self.failed = failed
 
     def on_engine_thread(self) -> bool:
         return threading.get_ident() == self.loop_thread
@@ -116,8 +120,16 @@ class Outbox:
             )
         task = self.loop.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_ended)
         return task
+
+    def _task_ended(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()  # retrieved here: never "exception was never retrieved"
+        if error is not None and self.failed is not None:
+            self.failed(error)
 
     async def cancel_tasks(self, timeout: float) -> None:
         """Cancel the side-effect tasks and wait up to ``timeout`` seconds for them to

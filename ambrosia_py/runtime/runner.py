@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
-from ..errors import CoordinatorError
+from ..errors import AmbrosiaError, CoordinatorError, SideEffectError
 from ..loops import write_unless_closing
 from ..stopping import StopReason
 from .engine import Engine, SendCheckpoint
@@ -178,6 +178,15 @@ class ImmortalRunner:
             else:
                 ended.set_exception(error)
 
+    def _side_effect_failed(self, error: BaseException) -> None:
+        """A side effect's error ends the instance, in one line naming it (its traceback
+        at DEBUG level): as an error of a handler would, never a task left dead."""
+        self.log.debug("the failed side effect's traceback", exc_info=error)
+        what = str(error) if isinstance(error, AmbrosiaError) else (
+            f"{type(error).__name__}: {' '.join(str(error).split())}")
+        self._end(SideEffectError(f"a side effect of {self.engine.instance_name} failed: "
+                                  f"{what}"))
+
     @property
     def stop_reason(self) -> StopReason:
         """Why the run ends (or would end now): asked, the coordinator gone, or failed."""
@@ -197,7 +206,8 @@ class ImmortalRunner:
         loop = asyncio.get_running_loop()
         eng = self.engine
         self._ended = loop.create_future()
-        eng.attach(loop, self._kick, self._flush)  # handlers run on this loop's thread
+        # Handlers run on this loop's thread; a failed side effect ends the run.
+        eng.attach(loop, self._kick, self._flush, self._side_effect_failed)
         # The receive port first, then the send port (the coordinator expects this order).
         _, writer = await connect_with_retry(self.host, self.receive_port, self.connect_timeout)
         self._writer = writer

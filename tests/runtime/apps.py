@@ -406,3 +406,22 @@ class Waiters(Immortal):
     @fork
     def pad(self, data: bytes) -> None:
         pass
+
+
+class FailingEffect(Immortal):
+    """Its side effect sends one Impulse, then fails: the instance must stop, saying so."""
+
+    def __init__(self) -> None:
+        self.pokes = 0
+
+    def on_become_primary(self) -> None:
+        self.ctx.spawn(self._effect())
+
+    async def _effect(self) -> None:
+        self.impulse_self.poke()
+        await asyncio.sleep(0.2)
+        raise ValueError("the disk\nis   gone")
+
+    @impulse
+    def poke(self) -> None:
+        self.pokes += 1

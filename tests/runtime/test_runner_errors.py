@@ -13,6 +13,7 @@ import pytest
 from ambrosia_py.errors import WireFormatError
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.runner import ImmortalRunner
+from tests.launcher import Launcher
 
 from .apps import Flooder
 
@@ -49,3 +50,13 @@ def test_bad_bytes_from_the_coordinator_end_the_run_with_the_typed_error() -> No
     record = struct.pack("<iiQq", 1, 5, 0, 0)
     with pytest.raises(WireFormatError, match="smaller than the 24-byte header"):
         asyncio.run(_bad_coordinator(record))
+
+
+@pytest.mark.integration
+def test_a_failed_side_effect_stops_the_instance_in_one_line(launcher: Launcher) -> None:
+    p = launcher.start("tests.runtime.apps:FailingEffect", "effect")
+    assert p.proc.wait(30) == 1
+    p.kill()  # joins the log reader
+    assert p.lines[-1] == ("ambrosia run: error: a side effect of effect failed: ValueError: "
+                           "the disk is gone")
+    assert not any("Traceback" in line or "never retrieved" in line for line in p.lines)

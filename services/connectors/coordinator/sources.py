@@ -37,6 +37,7 @@ from ..frames import (
     Ok,
     Restart,
 )
+from .config import CoordinatorConfigError
 from .core import FROM_START, CoordinatorCore, Incoming
 
 if TYPE_CHECKING:
@@ -112,7 +113,12 @@ class SourceListener:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         host, port = self.cfg.listen_address
-        self.server = await asyncio.start_server(self._serve, host, port)
+        try:
+            self.server = await asyncio.start_server(self._serve, host, port)
+        except OSError as err:  # the instance stops with this line (a failed side effect)
+            raise CoordinatorConfigError(
+                f"listen: cannot listen for sources on {host}:{port}: "
+                f"{err.strerror or err}") from None
         self.port = self.server.sockets[0].getsockname()[1]
         self.log.info("listening for sources on %s:%d", host, self.port)
 

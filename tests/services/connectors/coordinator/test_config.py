@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from ambrosia_py.ports import free_ports
 from services.connectors import CoordinatorConfig
 from services.connectors.coordinator import CoordinatorConfigError
+from tests.launcher import ROOT
 
 
 def test_defaults_and_the_decision_part() -> None:
@@ -32,3 +39,28 @@ def test_bad_values_are_one_line_naming_the_key(config: dict[str, object],
     with pytest.raises(CoordinatorConfigError) as info:
         CoordinatorConfig.from_mapping(config)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.integration
+def test_a_listen_port_in_use_stops_the_instance_in_one_line(tmp_path: Path) -> None:
+    """Another program holds the port: the instance must not run on without a listener
+    (it did, after an unretrieved task's traceback); it stops, naming the address."""
+    (port,) = free_ports(1)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    cfg = tmp_path / "coord.toml"
+    cfg.write_text(f'listen = "127.0.0.1:{port}"\n')
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ambrosia_cli", "--home", str(tmp_path / "home"), "run",
+             "services.connectors:ConnectorCoordinator", "-i", "cc", "--config", str(cfg)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        holder.close()
+    assert done.returncode == 1
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("ambrosia run: error: a side effect of cc failed: listen: cannot "
+                           f"listen for sources on 127.0.0.1:{port}: "), last
+    assert "in use" in last
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr
