@@ -41,7 +41,7 @@ class KclCoordinator(ConnectorCoordinator):
     # ------------------------------------------------------------ hooks
     def coordinator_config(self) -> CoordinatorConfig:
         return CoordinatorConfig.from_mapping(
-            {k: v for k, v in self.ctx.config.items() if k != "kcl"})
+            {k: v for k, v in self.ctx.config.items() if k != "kcl"}, ("kcl",))
 
     def on_messages(self, stream_id: int, messages: Sequence[Applied]) -> None:
         super().on_messages(stream_id, messages)

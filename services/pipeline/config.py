@@ -92,7 +92,7 @@ class PipelineConfig:
         if "runners" in mine and isinstance(mine["runners"], (list, tuple)):
             mine["runners"] = list(mine["runners"])
         rest = {k: v for k, v in config.items() if k not in JOB_KEYS}
-        return cls(CoordinatorConfig.from_mapping(rest), **mine)
+        return cls(CoordinatorConfig.from_mapping(rest, JOB_KEYS), **mine)
 
     def addresses(self) -> list[RunnerAddress]:
         return [runner_address(r) for r in self.runners]

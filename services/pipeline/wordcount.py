@@ -37,6 +37,7 @@ class WordCountPipeline(SparkCoordinator):
     """Source lines -> micro-batches -> Spark word counts -> sinks, each batch once."""
 
     needs_runners = True
+    needs_sinks = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -4,7 +4,7 @@ the rest (addresses, credits, sizes of reads) shapes the primary's I/O only."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -113,8 +113,13 @@ class CoordinatorConfig:
     status_seconds: float = attrs.field(default=5.0, validator=_seconds("status_seconds"))
 
     @classmethod
-    def from_mapping(cls, config: Mapping[str, Any]) -> CoordinatorConfig:
-        """Build from ``ctx.config``.
+    def from_mapping(cls, config: Mapping[str, Any],
+                     other_keys: Sequence[str] = ()) -> CoordinatorConfig:
+        """Build from ``ctx.config``, less the keys of a subclass's own.
+
+        Args:
+            other_keys: the keys a subclass took out first, named among the known ones
+                when an unknown key is refused.
 
         Raises:
             CoordinatorConfigError: an unknown key, or a bad value (one line naming it).
@@ -122,7 +127,7 @@ class CoordinatorConfig:
         unknown = sorted(set(config) - set(_KEYS))
         if unknown:
             raise CoordinatorConfigError(f"unknown configuration key(s) {', '.join(unknown)} "
-                                         f"(known: {', '.join(_KEYS)})")
+                                         f"(known: {', '.join((*_KEYS, *other_keys))})")
         return cls(**dict(config))
 
     @property

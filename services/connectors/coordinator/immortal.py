@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from ambrosia_py import Immortal, impulse, rpc
 
-from .config import CoordinatorConfig
+from .config import CoordinatorConfig, CoordinatorConfigError
 from .core import Applied, CoordinatorCore, Incoming
 from .live import Live
 
@@ -64,9 +64,23 @@ class ConnectorCoordinator(Immortal):
         """Called (in a handler, deterministically) when a stream's EOS was applied."""
 
     # ------------------------------------------------------------ lifecycle
+    #: A subclass whose output can only go to sinks says so: started with none, it refuses.
+    needs_sinks: ClassVar[bool] = False
+
     def on_become_primary(self) -> None:
         # A bad configuration stops the instance with its one-line error.
         cfg = self.coordinator_config()
+        if not cfg.sinks:
+            if self.needs_sinks:
+                raise CoordinatorConfigError(
+                    f"sinks: {type(self).__name__} commits its output to sinks and none is "
+                    "configured (a [sinks] table of NAME = \"host:port\")")
+            self.ctx.log.warning("no sinks are configured ([sinks]): output is committed "
+                                 "nowhere")
+        if "listen" not in self.ctx.config:
+            host, port = cfg.listen_address
+            self.ctx.log.info("no listen key: sources connect to the default %s:%d", host,
+                              port)
         wanted = cfg.decision_part()
         if wanted != self.core.settings or self.core.instance != self.ctx.instance_name:
             # Configuration is outside-world input: it reaches the state as an Impulse,

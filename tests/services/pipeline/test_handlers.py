@@ -230,3 +230,44 @@ def test_the_job_counts_are_exact_through_retries_losses_and_completion(
     ic.send("cancel", "wc-4", "not wanted")
     assert job_counts(app) == (4, 0, 0, 2, 1, 1, 6)
     assert bytes(app.core.sinks["out"].pending).count(b"#batch\t") == 2
+
+
+def test_an_unknown_key_is_refused_naming_the_pipelines_own_keys_among_the_known() -> None:
+    from services.pipeline.config import PipelineConfig
+
+    with pytest.raises(CoordinatorConfigError) as info:
+        PipelineConfig.from_mapping({"batch_line": 5})
+    message = str(info.value)
+    assert message.startswith("unknown configuration key(s) batch_line (known: listen, ")
+    assert message.endswith(", runners, out, max_attempts, batch_lines, batch_seconds)")
+
+
+def test_the_word_count_refuses_to_start_without_sinks() -> None:
+    loop = asyncio.new_event_loop()
+    ic = InMemoryCoordinator(WordCountPipeline, "wc", config={
+        "listen": "127.0.0.1:0", "runners": SETTINGS["runners"], "out": "/nonexistent"})
+    ic.engine.attach(loop, lambda: None)
+    with pytest.raises(CoordinatorConfigError) as info:
+        ic.first_start()
+    assert str(info.value) == ("sinks: WordCountPipeline commits its output to sinks and none "
+                               'is configured (a [sinks] table of NAME = "host:port")')
+    loop.close()
+
+
+def test_a_coordinator_with_no_sinks_and_no_listen_says_so_at_start(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from services.connectors import ConnectorCoordinator
+
+    loop = asyncio.new_event_loop()
+    ic = InMemoryCoordinator(ConnectorCoordinator, "cc", config={})
+    ic.engine.attach(loop, lambda: None)
+    with caplog.at_level("INFO"):
+        ic.first_start()
+    said = [r.getMessage() for r in caplog.records]
+    assert "no sinks are configured ([sinks]): output is committed nowhere" in said
+    assert "no listen key: sources connect to the default 127.0.0.1:7100" in said
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.close()
