@@ -142,7 +142,8 @@ class SparkCoordinator(ConnectorCoordinator):
 
     @impulse
     def job_lost(self, key: str, local_id: int, same_attempt: bool, why: str) -> None:
-        self.jobs.lost(key, local_id, same_attempt)
+        if self.jobs.lost(key, local_id, same_attempt, why):
+            self.on_job_failed(key, self.jobs.ended[-1].reason)
         self._wake_jobs()
 
     @rpc

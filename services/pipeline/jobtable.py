@@ -25,9 +25,13 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["KEEP_ENDED", "Ended", "JobEntry", "JobTable", "Phase"]
+__all__ = ["KEEP_ENDED", "MAX_LOSSES", "Ended", "JobEntry", "JobTable", "Phase"]
 
 KEEP_ENDED: Final = 64  # ended jobs remembered by key (and cancels the primary must send)
+# Starts of one job lost by its runners (each a new attempt, not a failure of the job's
+# code) before the job fails: a request every runner refuses would otherwise be started
+# again for ever.
+MAX_LOSSES: Final = 12
 
 
 class Phase(enum.Enum):
@@ -54,6 +58,7 @@ class JobEntry:
     rows: bytearray = attrs.field(factory=bytearray)
     failures: list[str] = attrs.field(factory=list)  # why each failed attempt failed
     starts: int = 1  # protocol starts made for this job (attempts and restreams)
+    losses: int = 0  # starts lost by a runner that decided a new attempt
 
 
 @attrs.frozen
@@ -160,15 +165,23 @@ class JobTable:
         self._next_attempt(entry)
         return False
 
-    def lost(self, key: str, local_id: int, same_attempt: bool) -> None:
+    def lost(self, key: str, local_id: int, same_attempt: bool, why: str = "") -> bool:
         """Reconciliation after a crash: nothing of the current start runs any more.
         ``same_attempt``: its output is committed or its staging finished, so the same
         attempt is started again (the runner commits or streams it, never runs it);
-        otherwise attempt n+1 is decided. Neither counts as a failure."""
+        otherwise attempt n+1 is decided. Neither counts as a failure of the job's code,
+        but the ``MAX_LOSSES``-th loss ends the job as failed (``why`` says the last):
+        returns True then."""
         entry = self._current(key, local_id)
         if entry is None:
-            return
+            return False
         self._remember(self.cancels, entry.local_id)
+        if not same_attempt:
+            entry.losses += 1
+            if entry.losses >= MAX_LOSSES:
+                self._end(key, Phase.FAILED, f"lost by its runners {entry.losses} times "
+                                             f"(the last: {why or 'no reason given'})")
+                return True
         if same_attempt:
             entry.local_id = self._take_local()
             entry.starts += 1
@@ -177,6 +190,7 @@ class JobTable:
             entry.rows.clear()
         else:
             self._next_attempt(entry)
+        return False
 
     # ------------------------------------------------------------ queries
     def runner_of(self, key: str) -> str:
@@ -242,7 +256,7 @@ class JobTable:
             "runners": list(self.runners), "jobs_decided": self.jobs_decided,
             "next_local": self.next_local,
             "jobs": [[k, [e.name, e.args, e.attempt, e.local_id, e.phase.value, e.expected,
-                          bytes(e.rows), list(e.failures), e.starts]]
+                          bytes(e.rows), list(e.failures), e.starts, e.losses]]
                      for k, e in self.jobs.items()],
             "ended": [[e.key, e.phase.value, e.attempts, e.reason] for e in self.ended],
             "cancels": list(self.cancels), "counts": dict(self.counts),
@@ -261,7 +275,8 @@ class JobTable:
         table.next_local = state["next_local"]
         for key, f in state["jobs"]:
             table.jobs[key] = JobEntry(f[0], dict(f[1]), f[2], f[3], Phase(f[4]), f[5],
-                                       bytearray(f[6]), list(f[7]), f[8])
+                                       bytearray(f[6]), list(f[7]), f[8],
+                                       f[9] if len(f) > 9 else 0)  # older: no count
         table.ended = [Ended(k, Phase(p), a, r) for k, p, a, r in state["ended"]]
         table.cancels = list(state["cancels"])
         table.counts = dict(state["counts"])

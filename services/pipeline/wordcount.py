@@ -2,9 +2,10 @@
 to every sink exactly once and in batch order.
 
 Applied source lines go into the current micro-batch (state). A batch is cut, in a
-handler, when it holds ``batch_lines`` lines, or at a ``job_tick`` once its first line is
-``batch_seconds`` old (logged time), and becomes job ``wordcount`` with the lines as its
-arguments. Results are emitted strictly in batch order (a later batch whose job finished
+handler, when it holds ``batch_lines`` lines or ``BATCH_BYTES`` bytes of text (so that its
+job request stays well within the runners' 16 MiB frame limit however long the lines),
+or at a ``job_tick`` once its first line is ``batch_seconds`` old (logged time), and
+becomes job ``wordcount`` with the lines as its arguments. Results are emitted strictly in batch order (a later batch whose job finished
 first waits), each as::
 
     #batch\t<k>\t<lines>\t<words>\n
@@ -18,11 +19,21 @@ Run: ``ambrosia run services.pipeline:WordCountPipeline -i NAME --config FILE``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from .coordinator import SparkCoordinator
 
-__all__ = ["WordCountPipeline", "format_batch"]
+__all__ = ["BATCH_BYTES", "WordCountPipeline", "format_batch"]
+
+# The most bytes the lines of one batch take in its job request (their UTF-8 and msgpack's
+# 5-byte string header each, at most): a runner refuses a frame over 16 MiB
+# (``services.jobs.DEFAULT_MAX_FRAME_SIZE``), and the request's own fields are small.
+BATCH_BYTES: Final = 12 << 20
+
+
+def _request_bytes(line: str) -> int:
+    # isascii() is a flag lookup: the common case costs no encoding.
+    return 5 + (len(line) if line.isascii() else len(line.encode()))
 
 
 def format_batch(k: int, lines: int, rows: list[tuple[str, int]]) -> bytes:
@@ -47,6 +58,7 @@ class WordCountPipeline(SparkCoordinator):
         self.batches: dict[int, list[Any]] = {}  # k -> [job key, lines], until emitted
         self.results: dict[int, bytes] = {}  # k -> formatted output waiting its turn
         self.emitted = 0  # the last k emitted
+        self._pending_bytes = 0  # of the pending lines: derived, not checkpointed
 
     # ------------------------------------------------------------ decisions
     def on_messages(self, stream_id: int, messages: Any) -> None:
@@ -56,7 +68,8 @@ class WordCountPipeline(SparkCoordinator):
                 if not self.pending:
                     self.pending_since = self._now_ns()
                 self.pending.append(line)
-                if len(self.pending) >= limit:
+                self._pending_bytes += _request_bytes(line)
+                if len(self.pending) >= limit or self._pending_bytes >= BATCH_BYTES:
                     self._cut()
 
     def wants_job_tick(self, now_ns: int) -> bool:
@@ -76,6 +89,7 @@ class WordCountPipeline(SparkCoordinator):
         self.batches[self.cut] = [key, len(self.pending)]
         self.pending = []
         self.pending_since = None
+        self._pending_bytes = 0
 
     def _k_of(self, key: str) -> int | None:
         return next((k for k, (job, _) in self.batches.items() if job == key), None)
@@ -115,6 +129,7 @@ class WordCountPipeline(SparkCoordinator):
         super().load_state(state)
         pending, since, cut, batches, results, emitted = state["wordcount"]
         self.pending, self.pending_since, self.cut = list(pending), since, cut
+        self._pending_bytes = sum(map(_request_bytes, self.pending))
         self.batches = {k: list(v) for k, v in batches}
         self.results = {k: bytes(v) for k, v in results}
         self.emitted = emitted

@@ -271,3 +271,45 @@ def test_a_coordinator_with_no_sinks_and_no_listen_says_so_at_start(
         task.cancel()
     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
     loop.close()
+
+
+def test_a_batch_of_long_lines_is_cut_before_its_request_outgrows_a_runners_frame(
+        coordinator: InMemoryCoordinator) -> None:
+    """Lines of 1 MiB with batches of 1,000 lines: a request of 1,000 MiB would be refused
+    by every runner (16 MiB frames) and started again for ever."""
+    import msgpack
+
+    from services.jobs import DEFAULT_MAX_FRAME_SIZE
+    from services.pipeline.wordcount import BATCH_BYTES
+
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("configure_jobs", {**SETTINGS, "batch_lines": 1000})
+    ascii_line, wide_line = "x" * (1 << 20), "é" * (1 << 19)  # 1 MiB of UTF-8 each
+    for i in range(14):
+        ic.send("receive", 1, line_messages(1 + i, [ascii_line if i % 2 else wide_line]))
+    assert app.cut == 1 and len(app.pending) == 2
+    lines = app.jobs.jobs["wc-1"].args["lines"]
+    assert len(lines) == 12  # 12 MiB and 60 bytes of headers: past BATCH_BYTES
+    size = len(msgpack.packb({"lines": lines}))
+    assert BATCH_BYTES <= size < DEFAULT_MAX_FRAME_SIZE - (1 << 20)
+
+
+def test_a_job_lost_again_and_again_fails_instead_of_starting_for_ever(
+        coordinator: InMemoryCoordinator) -> None:
+    from services.pipeline.jobtable import MAX_LOSSES
+
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    for loss in range(MAX_LOSSES):
+        entry = app.jobs.jobs["wc-1"]
+        assert entry.losses == loss
+        ic.send("job_lost", "wc-1", entry.local_id, False, "refused: the frame is too large")
+    assert "wc-1" not in app.jobs.jobs
+    assert app.jobs.status()["recent"][-1] == [
+        "wc-1", "failed", MAX_LOSSES,
+        f"lost by its runners {MAX_LOSSES} times (the last: refused: the frame is too large)"]
+    assert bytes(app.core.sinks["out"].pending) == b"#failed\t1\t3\n"  # later batches go on
+    again = JobTable.from_state(app.jobs.to_state())
+    assert again.to_state() == app.jobs.to_state()
