@@ -5,8 +5,8 @@ Applied source lines go into the current micro-batch (state). A batch is cut, in
 handler, when it holds ``batch_lines`` lines or ``BATCH_BYTES`` bytes of text (so that its
 job request stays well within the runners' 16 MiB frame limit however long the lines),
 or at a ``job_tick`` once its first line is ``batch_seconds`` old (logged time), and
-becomes job ``wordcount`` with the lines as its arguments. Results are emitted strictly in batch order (a later batch whose job finished
-first waits), each as::
+becomes job ``wordcount`` with the lines as its arguments. Results are emitted strictly
+in batch order (a later batch whose job finished first waits), each as::
 
     #batch\t<k>\t<lines>\t<words>\n
     <word>\t<count>\n           (one per word, sorted by word)
