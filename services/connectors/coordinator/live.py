@@ -98,7 +98,8 @@ class Live:
             port=self.sources.port, connections=self.sources.connections,
             received=self.sources.received, acked=self.sources.acked,
             lag=max(self.sources.received - applied, 0),
-            linked={link.name: link.connected for link in self.sinks})
+            linked={link.name: link.connected for link in self.sinks},
+            aborts_in_a_row={link.name: link.aborts_in_a_row for link in self.sinks})
         report.update(self.owner.live_status())
         return report
 

@@ -41,6 +41,7 @@ SINK_STREAM_ID = 1
 CHUNK = 64 * 1024  # the most output bytes in one MESSAGE
 _FIRST_DELAY = 0.05
 _MAX_DELAY = 2.0
+_ABORTS_SAID = 3  # no votes in a row after which the back-off is said (once)
 _READ = 64 * 1024
 
 
@@ -79,6 +80,7 @@ class SinkLink:
         self._changed = asyncio.Event()
         self.connected = False
         self.sessions = 0
+        self.aborts_in_a_row = 0  # transactions the sink voted no on since its last commit
 
     def wake(self) -> None:
         """The state changed: look again."""
@@ -103,7 +105,13 @@ class SinkLink:
                 reader, writer = await asyncio.open_connection(self.host, self.port)
                 await self._session(reader, writer)
             except _ReconnectError:
-                delay = 0.0
+                # The first abort is sent again at once; a sink that keeps voting no is
+                # asked again with back-off, said once and then counted in the status.
+                delay = 0.0 if self.aborts_in_a_row <= 1 else max(delay, _FIRST_DELAY)
+                if self.aborts_in_a_row == _ABORTS_SAID:
+                    self.log.warning("sink %s (%s:%d) voted no on %d transactions in a row; "
+                                     "asking again with back-off", self.name, self.host,
+                                     self.port, self.aborts_in_a_row)
             except (OSError, SinkLinkError) as e:
                 reason = e.strerror if isinstance(e, OSError) and e.strerror else e
                 if self.connected or delay == _FIRST_DELAY:
@@ -115,8 +123,8 @@ class SinkLink:
                     writer.close()
                     with contextlib.suppress(Exception):
                         await writer.wait_closed()
-            if self.sessions != linked and delay:
-                delay = _FIRST_DELAY  # it was linked: the back-off starts again
+            if self.sessions != linked and delay and not self.aborts_in_a_row:
+                delay = _FIRST_DELAY  # it was linked and committed: the back-off starts again
             await asyncio.sleep(delay)
             delay = min(max(delay * 2, _FIRST_DELAY), _MAX_DELAY)
 
@@ -177,7 +185,6 @@ class SinkLink:
                              self.instance))
             await expect(Ok)
             self.sessions += 1
-            self.connected = True
             rtag = int.from_bytes(os.urandom(7)) + 1
             await send(ListUncommitted(rtag))
             listed = await expect(ReplyUncommitted)
@@ -189,10 +196,24 @@ class SinkLink:
                 await send(*(Phase2(t, c) for t, c in rec.settlement))
             await send(Notify(SINK_STREAM_ID, self.name, rec.committed))
             ack = await expect(NotifyAck)
-            if not ack.success or ack.point_of_reference != rec.committed:
+            if not ack.success:
+                raise SinkLinkError("the sink refused the output stream (NOTIFY_ACK "
+                                    "without success)")
+            if ack.point_of_reference > rec.committed:
+                # It holds output this coordinator never committed: a Phase1 from our
+                # offset would be voted no, and its abort would cut the sink's file back.
                 raise SinkLinkError(f"the sink's offset is {ack.point_of_reference} but "
-                                    f"{rec.committed} bytes are committed (success "
-                                    f"{ack.success}): refusing to send a transaction")
+                                    f"{rec.committed} bytes are committed: refusing to send "
+                                    "a transaction")
+            if ack.point_of_reference < rec.committed:
+                # As Wallaroo's sink side: the offset a sink answers may come from its
+                # memory (aloc_sink says 0 after its restart, its file holding every
+                # committed byte); its own checks of the data and of Phase1 decide.
+                self.log.info("sink %s (%s:%d) says offset %d, below the %d bytes committed "
+                              "(a restarted sink that keeps its offset in memory); going on "
+                              "from %d", self.name, self.host, self.port,
+                              ack.point_of_reference, rec.committed, rec.committed)
+            self.connected = True
             self.log.info("sink %s (%s:%d): linked at offset %d", self.name, self.host,
                           self.port, rec.committed)
             while True:
@@ -227,6 +248,7 @@ class SinkLink:
         if decision is None:
             raise SinkLinkError(f"transaction {txn} was settled elsewhere")
         await send(Phase2(txn, decision))
+        self.aborts_in_a_row = 0 if decision else self.aborts_in_a_row + 1
         if not decision:
             self.log.info("sink %s: transaction %s aborted; sending it again", self.name, txn)
             raise _ReconnectError

@@ -153,8 +153,38 @@ def test_aborts_and_cut_links_are_settled_and_committed_once(launcher: Launcher,
     p.stop()
 
 
-def test_a_sink_that_lost_committed_bytes_gets_no_transaction(launcher: Launcher,
-                                                             tmp_path: Path) -> None:
+def test_a_restarted_sink_that_says_offset_0_still_gets_the_next_transactions(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """aloc_sink after its restart answers NOTIFY with 0 (from memory) though its file holds
+    every committed byte: as Wallaroo's sink side, the coordinator goes on from what it
+    committed (it used to refuse, ten times a second, for ever)."""
+    sink = MemorySink()
+    (port,) = free_ports(1)
+    p = start(launcher, tmp_path, sink, port)
+    src = Source(port)
+    src.hello()
+    src.notify(4, "four")
+    src.send(*lines(4, range(1, 11)))
+    src.wait_acked(4, 10)
+    wait_until(lambda: sink.committed_bytes == expected(4, 10), 30)
+    src.close()
+    p.stop()
+    sink.restarted = True
+    p = start(launcher, tmp_path, sink, port)
+    p.wait_for(f"says offset 0, below the {len(expected(4, 10))} bytes committed")
+    src = Source(port)
+    src.hello()
+    src.notify(4, "four")
+    src.send(*lines(4, range(11, 21)))
+    src.wait_acked(4, 20)
+    wait_until(lambda: sink.committed_bytes == expected(4, 20), 30)
+    assert not sink.violations
+    src.close()
+    p.stop()
+
+
+def test_a_sink_that_lost_committed_bytes_commits_nothing_and_is_asked_with_back_off(
+        launcher: Launcher, tmp_path: Path) -> None:
     sink = MemorySink()
     (port,) = free_ports(1)
     p = start(launcher, tmp_path, sink, port)
@@ -168,11 +198,17 @@ def test_a_sink_that_lost_committed_bytes_gets_no_transaction(launcher: Launcher
     p.stop()
     empty = MemorySink()  # "the same sink", its output gone
     p = start(launcher, tmp_path, empty, port, **{"sinks.out": f"127.0.0.1:{empty.port}"})
-    p.wait_for(f"the sink's offset is 0 but {len(expected(4, 10))} bytes are committed")
     src = Source(port)
     src.hello()
     src.notify(4, "four")
     src.send(*lines(4, range(11, 21)))
     src.wait_acked(4, 20)  # sources go on; output waits in the state
-    assert empty.phase1s == [] and empty.output == b""
+    # Its own checks refuse every transaction (data past its offset, a Phase1 not at its
+    # committed offset); the coordinator asks again, with back-off, and says so once.
+    p.wait_for("voted no on 3 transactions in a row; asking again with back-off")
+    assert empty.committed == 0 and all(not commit for _, commit in empty.phase2s)
+    assert not empty.violations  # nothing committed was cut
+    asked = len(empty.phase1s)
+    time.sleep(1.0)
+    assert len(empty.phase1s) - asked <= 4  # not a tight loop
     p.stop()
