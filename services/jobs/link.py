@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
@@ -55,6 +56,8 @@ __all__ = [
     "reconcile",
 ]
 
+
+UNREACHABLE_SAY_EVERY = 60.0  # seconds between warnings about a runner that cannot be reached
 log = logging.getLogger("services.jobs.link")
 
 
@@ -232,13 +235,28 @@ class JobLinks:
     async def _maintain(self, link: _Link) -> None:
         backoff = 0.05
         address = link.address
+        failing_since: float | None = None  # when connecting began to fail, this streak
+        said_at = 0.0
         while True:
             try:
                 reader, writer = await asyncio.open_connection(address.host, address.port)
-            except OSError:
+            except OSError as err:
+                # Said at once, then once a minute while it lasts: jobs for this runner
+                # wait for it, and a silent wait looks like a hang.
+                now = time.monotonic()
+                if failing_since is None or now - said_at >= UNREACHABLE_SAY_EVERY:
+                    failing_since = now if failing_since is None else failing_since
+                    said_at = now
+                    log.warning("cannot reach runner %s at %s:%d (%s) for %.0f s; jobs for it "
+                                "wait, retrying", address.member, address.host, address.port,
+                                err.strerror or err, now - failing_since)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
                 continue
+            if failing_since is not None:
+                log.info("runner %s at %s:%d reached after %.0f s", address.member,
+                         address.host, address.port, time.monotonic() - failing_since)
+                failing_since = None
             reason = "closed by the runner"
             try:
                 peer = await exchange_hello(reader, writer, self.jobs.member_id)

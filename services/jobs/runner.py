@@ -65,6 +65,12 @@ from .transport import exchange_hello
 
 __all__ = ["DEFAULT_BATCH_BYTES", "Runner", "main", "result_chunks"]
 
+
+
+def _first_line(err: BaseException) -> str:
+    """The error's message on one line, at most 300 characters."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 log = logging.getLogger("services.jobs.runner")
 
 DEFAULT_BATCH_BYTES = 64 * 1024
@@ -244,7 +250,9 @@ class Runner:
         peer.send(message)
 
     def _refuse(self, job_id: JobId, code: RunnerCancelCode, err: BaseException) -> None:
-        log.warning("job %s: %s", job_id, err, exc_info=err)
+        # One line; the traceback (Spark's run to dozens of lines) only at DEBUG level.
+        log.warning("job %s: %s: %s", job_id, type(err).__name__, _first_line(err))
+        log.debug("job %s: the traceback", job_id, exc_info=err)
         if self.jobs.state(job_id) in (JobState.STARTED, JobState.RUNNING):
             message = f"{type(err).__name__}: {err}"[:1000]
             self._apply(self.jobs.request_cancel(job_id, int(code), message))
@@ -268,6 +276,10 @@ class Runner:
 
     def _finished(self, job: _Job, future: asyncio.Future[Any]) -> None:
         job_id = job.start.job_id
+        if future.cancelled():  # the runner is stopping: its initiator reconciles it later
+            self._running.pop(job_id, None)
+            log.info("job %s: not finished, the runner stops", job_id)
+            return
         err = future.exception()
         if job.cancelled.is_set() or self._running.get(job_id) is not job:
             self._running.pop(job_id, None)

@@ -154,8 +154,11 @@ class JobsLive:
             self.counters["launched"] += 1
             if self.links.connected(address.member):
                 self.owner.impulse_self.job_started(key, local)  # sent: the runner has it
-            self.log.info("job %s: attempt %d started on %s (start %d)", key, entry.attempt,
-                          table.runner_of(key), local)
+                self.log.info("job %s: attempt %d started on %s (start %d)", key,
+                              entry.attempt, table.runner_of(key), local)
+            else:
+                self.log.info("job %s: attempt %d queued for %s, not linked yet (start %d)",
+                              key, entry.attempt, table.runner_of(key), local)
 
     # ------------------------------------------------------------ what runners say
     async def _events(self) -> None:

@@ -70,3 +70,39 @@ def test_a_connect_server_on_a_taken_port_is_refused(connect_server: ConnectServ
                                                        tmp_path) -> None:
     with pytest.raises(SparkServerError, match=f"port {connect_server.port} is already in use"):
         ConnectServer(connect_server.port, log_dir=tmp_path).start()
+
+
+def test_a_failed_attempt_and_a_stop_with_jobs_queued_are_one_line_each(runners) -> None:
+    """A job's error is one line (Spark's traceback runs to dozens, at DEBUG only), and a
+    runner stopped with jobs still queued says so per job, with no CancelledError
+    traceback for each."""
+    from services.jobs import InitiatorJobs
+    from services.jobs.attempts import Attempt, plan_params
+    from services.jobs.link import JobLinks, RunnerAddress
+
+    runner = runners(extra=("--workers", "1"))
+
+    async def scenario() -> None:
+        links = JobLinks(InitiatorJobs(COORDINATOR),
+                         [RunnerAddress(runner.member, "127.0.0.1", runner.port)])
+        async with links:
+            links.start("wordcount", plan_params(Attempt("bad", 1),
+                                                 {"input": "/nonexistent/words.txt"}),
+                        [runner.member])
+            for i in range(4):  # one runs, three wait for the worker
+                links.start("sleepy", plan_params(Attempt(f"slow-{i}", 1),
+                                                  {"rows": 4, "sleep_ms": 3000}),
+                            [runner.member])
+            for _ in range(600):  # the failure first: then the sleepers hold the worker
+                if "PATH_NOT_FOUND" in runner.log_text():
+                    break
+                await asyncio.sleep(0.1)
+
+    asyncio.run(scenario())
+    assert runner.process is not None
+    runner.process.terminate()
+    runner.process.wait(60)
+    log = runner.log_text()
+    failed = [line for line in log.splitlines() if "PATH_NOT_FOUND" in line]
+    assert len(failed) == 1, log[-3000:]
+    assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]

@@ -1,0 +1,50 @@
+"""A runner address nothing listens on is said at once, and again while it lasts (once a
+minute), never a silent wait behind "started"; reaching it later is said too."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+import pytest
+
+from ambrosia_py.ports import free_ports
+from services.jobs import InitiatorJobs
+from services.jobs.attempts import member_id
+from services.jobs.link import Connected, JobLinks, RunnerAddress
+from services.jobs.transport import exchange_hello
+
+COORDINATOR = uuid.UUID("c4c4c4c4-c4c4-c4c4-c4c4-c4c4c4c4c4c4")
+
+
+def test_an_unreachable_runner_is_said_once_then_its_reaching(
+        caplog: pytest.LogCaptureFixture) -> None:
+    (port,) = free_ports(1)
+    member = member_id("r1")
+
+    async def scenario() -> None:
+        links = JobLinks(InitiatorJobs(COORDINATOR), [RunnerAddress(member, "127.0.0.1", port)],
+                         max_backoff=0.05)
+        async with links:
+            await asyncio.sleep(0.6)  # a dozen failed attempts
+
+            async def runner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                await exchange_hello(r, w, member)
+                await asyncio.sleep(5)
+
+            server = await asyncio.start_server(runner, "127.0.0.1", port)
+            async with server:
+                async with asyncio.timeout(10):
+                    while not isinstance(await links.next_event(), Connected):
+                        pass
+
+    with caplog.at_level(logging.INFO, logger="services.jobs.link"):
+        asyncio.run(scenario())
+    said = [r.getMessage() for r in caplog.records]
+    cannot = [m for m in said if m.startswith("cannot reach runner")]
+    assert len(cannot) == 1, said
+    assert cannot[0].startswith(f"cannot reach runner {member} at 127.0.0.1:{port} (")
+    assert cannot[0].endswith("for 0 s; jobs for it wait, retrying")
+    assert any(m.startswith(f"runner {member} at 127.0.0.1:{port} reached after ")
+               for m in said), said
