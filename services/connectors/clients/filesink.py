@@ -7,9 +7,10 @@ settles; ACK(1, [(1, output offset)]) for an EOS), with two differences: an abor
 cuts below the committed offset, and a commit may leave written bytes after the range
 pending. The durable side is ``sinkstore.SinkStore``.
 
-One connection at a time: a second one, while the first lives, gets an ERROR frame and is
-closed, because two writers to one output would interleave their offsets. File I/O runs
-on the event loop thread; nothing is answered before it is durable anyway.
+One connection at a time, because two writers to one output would interleave their
+offsets: a connection counts once its HELLO is accepted (within ``--handshake-timeout``
+seconds, or it is closed), and a newer accepted one replaces it. File I/O runs on the
+event loop thread; nothing is answered before it is durable anyway.
 
     python -m services.connectors.clients.filesink --listen 127.0.0.1:7200 --dir DIR [--cookie C]
 """
@@ -24,6 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
+
+from ambrosia_py.wire import NEED_DATA
 from services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
     Ack,
@@ -54,6 +58,7 @@ from .sinkstore import DATA_STREAM_ID, SinkStore
 __all__ = ["SINK_CREDITS", "FileSink", "main"]
 
 SINK_CREDITS = 500  # what Wallaroo's 2PC file sink granted; its peers ignore credits
+HANDSHAKE_SECONDS = 5.0  # how long a new connection may take to send its HELLO
 log = logging.getLogger(__name__)
 
 
@@ -61,8 +66,24 @@ class _RefusedError(Exception):
     """The peer asked for something this sink does not do; the reason goes in ERROR."""
 
 
+@attrs.define
+class _Session:
+    """The authenticated connection being served."""
+
+    peer: Any
+    writer: asyncio.StreamWriter
+    ended: asyncio.Event = attrs.Factory(asyncio.Event)
+
+
 class FileSink:
     """Serves ``store`` to one sink link at a time.
+
+    A connection holds the sink only once its HELLO was accepted (the right version and
+    cookie), which must come within ``handshake_seconds``: a stranger that connects and
+    says nothing is closed then, and never blocks the coordinator's link. A newer
+    accepted connection replaces the one being served (a coordinator that reconnected,
+    or took over from a fenced one, is the live writer; the old connection is closed and
+    its unprepared bytes dropped), so two writers never interleave their offsets.
 
     Made inside a running event loop.
 
@@ -70,6 +91,7 @@ class FileSink:
         store: the recovered output directory.
         cookie: the cookie a HELLO must carry (b"" = none).
         max_frame_size: the largest frame accepted.
+        handshake_seconds: how long a new connection may take to send its HELLO.
     """
 
     def __init__(
@@ -78,11 +100,14 @@ class FileSink:
         *,
         cookie: bytes = b"",
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        handshake_seconds: float = HANDSHAKE_SECONDS,
     ) -> None:
         self.store = store
         self.cookie = cookie
         self.max_frame_size = max_frame_size
-        self._busy = False
+        self.handshake_seconds = handshake_seconds
+        self._session: _Session | None = None
+        self._claiming = asyncio.Lock()
         self.failed: asyncio.Future[SinkStorageError] = asyncio.get_running_loop().create_future()
         """Resolved when the files fail: the sink must stop (a restart recovers)."""
 
@@ -92,18 +117,22 @@ class FileSink:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        if self._busy:
-            log.warning("refused a second connection from %s: one is being served", peer)
-            refusal = ConnectorConnection(Role.WORKER, twopc=True)
-            writer.write(refusal.send(ErrorFrame("this sink serves one connection at a time")))
-            await _close(writer)
-            return
-        self._busy = True
-        log.info("connection from %s (output offset %d, committed %d)", peer,
-                 self.store.output_offset, self.store.committed_offset)
+        conn = ConnectorConnection(
+            Role.WORKER, cookie=self.cookie, twopc=True, max_frame_size=self.max_frame_size
+        )
+        mine: _Session | None = None
         try:
-            self.store.start_session()
-            why = await self._session(reader, writer)
+            try:
+                async with asyncio.timeout(self.handshake_seconds):
+                    why = await self._handshake(conn, reader, writer)
+            except TimeoutError:
+                why = f"no HELLO within {self.handshake_seconds:g} s"
+            if why is None:
+                mine = await self._claim(peer, writer)
+                log.info("connection from %s (output offset %d, committed %d)", peer,
+                         self.store.output_offset, self.store.committed_offset)
+                self.store.start_session()
+                why = await self._serve_session(conn, reader, writer)
         except SinkStorageError as e:
             log.error("%s; stopping (a restart recovers from the txn log)", e)
             why = "storage failed"
@@ -119,17 +148,50 @@ class FileSink:
             log.info("connection from %s ended: the sink is stopping", peer)
             return
         finally:
-            self._busy = False
+            if mine is not None:
+                mine.ended.set()
+                if self._session is mine:
+                    self._session = None
         await _close(writer)
         log.info("connection from %s ended: %s", peer, why)
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
-        conn = ConnectorConnection(
-            Role.WORKER, cookie=self.cookie, twopc=True, max_frame_size=self.max_frame_size
-        )
+    async def _handshake(self, conn: ConnectorConnection, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> str | None:
+        """Reads up to the peer's HELLO and answers it; None once it is accepted, else why
+        the connection ends (the reason is sent in ERROR where the protocol says so)."""
         while True:
-            data = await reader.read(1 << 16)
-            conn.receive_data(data)
+            try:
+                event = conn.next_event()
+            except ConnectorProtocolError as e:
+                writer.write(conn.take_error_frame())
+                return f"protocol error: {e.reason}"
+            if event is NEED_DATA:
+                conn.receive_data(await reader.read(1 << 16))
+                continue
+            if isinstance(event, Hello):
+                writer.write(conn.send(Ok(SINK_CREDITS)))
+                await writer.drain()
+                return None
+            if isinstance(event, ConnectionClosed):
+                return "closed by the peer before its HELLO"
+            return f"{type(event).__name__} before HELLO"  # pragma: no cover - the rules refuse it
+
+    async def _claim(self, peer: Any, writer: asyncio.StreamWriter) -> _Session:
+        """This connection becomes the one served; the one before it is closed first."""
+        async with self._claiming:
+            old = self._session
+            if old is not None:
+                log.warning("a new connection from %s replaces the one from %s", peer,
+                            old.peer)
+                old.writer.close()
+                await old.ended.wait()
+            self._session = _Session(peer, writer)
+            return self._session
+
+    async def _serve_session(self, conn: ConnectorConnection, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> str:
+        ended = False
+        while True:
             try:
                 for event in conn.events():
                     if isinstance(event, ConnectionClosed):
@@ -149,15 +211,16 @@ class FileSink:
                 writer.write(conn.send(ErrorFrame(str(e))))
                 return f"refused: {e}"
             await writer.drain()
-            if not data:
+            if ended:
                 return "closed by the peer"
+            data = await reader.read(1 << 16)
+            ended = not data
+            conn.receive_data(data)
 
     def _answer(self, event: Event) -> list[Event]:
         """What the sink sends for ``event`` (its durable effects happen first)."""
         store = self.store
         match event:
-            case Hello():
-                return [Ok(SINK_CREDITS)]
             case Notify(stream_id) if stream_id != DATA_STREAM_ID:
                 raise _RefusedError(
                     f"this sink takes stream {DATA_STREAM_ID} only, not {stream_id}"
@@ -200,7 +263,8 @@ async def _close(writer: asyncio.StreamWriter) -> None:
 
 async def _run(args: argparse.Namespace) -> None:
     store = SinkStore(Path(args.dir))
-    sink = FileSink(store, cookie=args.cookie.encode(), max_frame_size=args.max_frame_size)
+    sink = FileSink(store, cookie=args.cookie.encode(), max_frame_size=args.max_frame_size,
+                    handshake_seconds=args.handshake_timeout)
     server = await sink.start(args.listen)
     host, port = server.sockets[0].getsockname()[:2]
     log.info("listening on %s (directory %s, committed %d bytes)",
@@ -229,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cookie", default="", help="the cookie a HELLO must carry")
     p.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE,
                    help="the largest frame accepted, in bytes")
+    p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_SECONDS,
+                   metavar="SECONDS", help="how long a new connection may take to send its "
+                   f"HELLO before it is closed (default {HANDSHAKE_SECONDS:g})")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ambrosia-sink: %(message)s")
     try:

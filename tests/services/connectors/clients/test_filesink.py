@@ -146,9 +146,11 @@ def test_bad_input_gets_error_and_close_and_committed_data_stays(tmp_path: Path)
         assert c.phase1("t1", 0, 5)
         c.phase2("t1", True)
         c.sync()
-        # While this connection lives, a second one is refused.
-        (second,) = _answer(sink.port, b"")
-        assert second == ErrorFrame("this sink serves one connection at a time")
+        # While this connection lives, one with the wrong cookie is refused, and the
+        # first goes on undisturbed.
+        (second,) = _answer(sink.port, encode_frame(Hello(SINK_VERSION, b"x", "p", "i")))
+        assert type(second) is ErrorFrame and "wrong cookie" in second.reason
+        c.sync()
         c.close()
         hello = encode_frame(Hello(SINK_VERSION, b"secret", "p", "i"))
         cases = {
@@ -190,3 +192,39 @@ def test_an_ordinary_stop_with_a_connection_open_is_quiet(sink: SinkProcess) -> 
     assert "ended: the sink is stopping" in log
     assert "Traceback" not in log, log
     c.close()
+
+
+def test_a_silent_stranger_never_holds_the_sink_and_a_newer_link_takes_over(
+        tmp_path: Path) -> None:
+    """An idle TCP connection used to block every commit for as long as it stayed. Now
+    it holds nothing until its HELLO, and is closed when none comes in time; a second
+    accepted link replaces the first (a coordinator that reconnected is the live one)."""
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log", cookie="secret",
+                       extra=["--handshake-timeout", "1"])
+    stranger = socket.create_connection(("127.0.0.1", sink.port), timeout=10)
+    try:
+        first = SinkClient(sink.port, cookie=b"secret")
+        first.handshake()  # at once: the stranger holds nothing
+        first.notify()
+        first.data(0, b"one\n")
+        assert first.phase1("t1", 0, 4)
+        first.phase2("t1", True)
+        first.sync()
+        assert stranger.recv(1) == b""  # closed after its second of silence
+        second = SinkClient(sink.port, cookie=b"secret")
+        second.handshake()
+        assert second.notify() == 4
+        with pytest.raises(ConnectionResetError):
+            first.sync()  # replaced: closed by the sink
+        second.data(4, b"two\n")
+        assert second.phase1("t2", 4, 8)
+        second.phase2("t2", True)
+        second.sync()
+        assert sink.committed() == b"one\ntwo\n"
+        log = sink.log.read_text()
+        assert "ended: no HELLO within 1 s" in log
+        assert "a new connection from" in log and "replaces the one from" in log
+        assert "Traceback" not in log
+    finally:
+        stranger.close()
+        sink.kill()
