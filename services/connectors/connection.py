@@ -128,6 +128,11 @@ class ConnectorConnection:
         return self._state
 
     @property
+    def partial_frame(self) -> bool:
+        """Whether bytes of a frame not yet complete are buffered."""
+        return not self._reader.at_boundary
+
+    @property
     def error(self) -> ConnectorProtocolError | None:
         """The error that broke the connection, if one did."""
         return self._error

@@ -17,7 +17,7 @@ __all__ = ["CoordinatorConfig", "CoordinatorConfigError", "parse_address"]
 
 _KEYS = ("listen", "advertise", "cookie", "credits", "sinks", "interval_bytes",
          "interval_seconds", "max_frame_size", "batch_messages", "status_file",
-         "status_seconds")
+         "status_seconds", "handshake_seconds", "max_sources")
 
 
 class CoordinatorConfigError(UsageError):
@@ -94,6 +94,10 @@ class CoordinatorConfig:
         status_file: a JSON file rewritten with live counters ("" = none; `ambrosia run`
             sets status.json in the instance directory when the configuration names none).
         status_seconds: how often the summary is logged and the status file rewritten.
+        handshake_seconds: how long a source may take to send its HELLO, or the rest of
+            a frame it began, before it is closed (a connected source may idle between
+            frames for as long as it likes).
+        max_sources: the most source connections at once; one more is refused.
     """
 
     listen: str = attrs.field(default="127.0.0.1:7100", validator=_address("listen"))
@@ -111,6 +115,9 @@ class CoordinatorConfig:
     batch_messages: int = attrs.field(default=512, validator=_int("batch_messages", 1))
     status_file: str = attrs.field(default="", validator=_text("status_file"))
     status_seconds: float = attrs.field(default=5.0, validator=_seconds("status_seconds"))
+    handshake_seconds: float = attrs.field(default=10.0,
+                                           validator=_seconds("handshake_seconds"))
+    max_sources: int = attrs.field(default=256, validator=_int("max_sources", 1))
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any],

@@ -214,11 +214,30 @@ class SourceListener:
         conn = ConnectorConnection(Role.WORKER, cookie=self._cookie,
                                    max_frame_size=self.cfg.max_frame_size)
         src = _Source(self._count, writer, conn)
+        if len(self._sources) >= self.cfg.max_sources:
+            self.log.warning("%s: refused: %d sources are connected (max_sources)",
+                             src.peer, len(self._sources))
+            with contextlib.suppress(Exception):
+                writer.write(conn.send(ErrorFrame("too many connections")))
+                writer.close()
+            return
         self._sources.add(src)
         try:
             while src.alive:
                 await self._room.wait()
-                data = await reader.read(_READ)
+                # A HELLO, and the rest of a frame begun, must come in time; between
+                # frames a source may be idle for as long as it likes.
+                waiting = conn.state is ConnectionState.CONNECTED or conn.partial_frame
+                try:
+                    async with asyncio.timeout(self.cfg.handshake_seconds if waiting
+                                               else None):
+                        data = await reader.read(_READ)
+                except TimeoutError:
+                    what = ("no HELLO" if conn.state is ConnectionState.CONNECTED
+                            else "the rest of a frame not sent")
+                    self.log.warning("%s: %s within %g s; closed", src.peer, what,
+                                     self.cfg.handshake_seconds)
+                    return
                 conn.receive_data(data)
                 for event in conn.events():
                     if not self._on_event(src, event):

@@ -100,3 +100,43 @@ def test_bad_sources_get_error_and_a_close_and_lose_nothing(launcher: Launcher,
     assert not any("Traceback" in line for line in p.lines)
     assert sum("; closed" in line for line in p.lines) == len(reasons)
     p.stop()
+
+
+def test_silent_and_half_sent_sources_are_closed_in_time_and_their_number_is_bounded(
+        launcher: Launcher, tmp_path: Path) -> None:
+    sink = MemorySink(cookie=COOKIE)
+    (port,) = free_ports(1)
+    p = start(launcher, tmp_path, sink, port, cookie="secret", handshake_seconds=1.0,
+              max_sources=3)
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    half = Source(port, cookie=COOKIE)
+    half.hello()
+    half.notify(1, "one")
+    frame = encode_frame(lines(1, [1])[0])
+    half.raw(frame[:len(frame) // 2])  # and nothing more
+    # Three connections held: a fourth is refused at once, with ERROR.
+    extra = Source(port, cookie=COOKIE)
+    assert "too many connections" in extra.error_reply()
+    p.wait_for("refused: 3 sources are connected (max_sources)")
+    for s in silent:  # closed after their second of silence
+        assert s.recv(1) == b""
+        s.close()
+    p.wait_for("no HELLO within 1 s; closed", count=2)
+    p.wait_for("the rest of a frame not sent within 1 s; closed")
+    # A source idle between frames is left alone; a good one streams as ever.
+    idle = Source(port, cookie=COOKIE)
+    idle.hello()
+    idle.notify(2, "two")
+    good = Source(port, cookie=COOKIE)
+    good.hello()
+    good.notify(1, "one")
+    good.send(*lines(1, range(1, 6)))
+    good.wait_acked(1, 5)
+    good.close()
+    idle.send(*lines(2, [1]))
+    idle.wait_acked(2, 1)  # 1 s and more after its NOTIFY
+    wait_until(lambda: per_stream(sink.committed_bytes) == {1: expected(1, 5),
+                                                            2: expected(2, 1)}, 30)
+    assert not any("Traceback" in line for line in p.lines)
+    idle.close()
+    p.stop()
