@@ -71,6 +71,7 @@ def _first_line(err: BaseException) -> str:
     """The error's message on one line, at most 300 characters."""
     text = " ".join(str(err).split())
     return text if len(text) <= 300 else text[:297] + "..."
+DEFAULT_MAX_CONNECTIONS = 64  # initiators are a few coordinators; the rest is strangers
 log = logging.getLogger("services.jobs.runner")
 
 DEFAULT_BATCH_BYTES = 64 * 1024
@@ -131,6 +132,8 @@ class Runner:
         initial_credits: every stream's starting byte credit (as the initiator's).
         batch_bytes: the largest result batch (at most ``initial_credits``).
         workers: jobs that may run at once.
+        max_connections: the most connections at once, in their hello or linked; one
+            more is closed at once, with one log line.
     """
 
     def __init__(
@@ -143,6 +146,7 @@ class Runner:
         initial_credits: int = DEFAULT_INITIAL_CREDITS,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         workers: int = 4,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         if not 0 < batch_bytes <= initial_credits:
             raise ValueError(f"batch_bytes {batch_bytes} must be 1..initial_credits")
@@ -157,6 +161,8 @@ class Runner:
         self._peers: dict[uuid.UUID, _Peer] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="job")
         self._server: asyncio.Server | None = None
+        self.max_connections = max_connections
+        self._connections = 0
 
     # ------------------------------------------------------------ serving
     async def listen(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -178,6 +184,19 @@ class Runner:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         where = writer.get_extra_info("peername")
+        if self._connections >= self.max_connections:
+            log.warning("refused a connection from %s: %d connections are open "
+                        "(--max-connections)", where, self._connections)
+            writer.close()
+            return
+        self._connections += 1
+        try:
+            await self._serve_connection(reader, writer, where)
+        finally:
+            self._connections -= 1
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter, where: Any) -> None:
         try:
             initiator = await exchange_hello(reader, writer, self.member)
         except (HelloError, OSError) as err:
@@ -379,7 +398,7 @@ def _parse_listen(text: str) -> tuple[str, int]:
 async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
     runner = Runner(member_id(args.member), registry, args.connect, args.out,
                     initial_credits=args.credits, batch_bytes=args.batch_bytes,
-                    workers=args.workers)
+                    workers=args.workers, max_connections=args.max_connections)
     host, port = args.listen
     port = await runner.listen(host, port)
     print(f"runner {args.member} ({runner.member}) listening on {host}:{port}; "
@@ -402,9 +421,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", required=True, help="MODULE[,MODULE] with @spark_job functions")
     parser.add_argument("--member", required=True, help="this runner's member name")
     parser.add_argument("--out", required=True, help="output root directory")
-    parser.add_argument("--credits", type=int, default=DEFAULT_INITIAL_CREDITS)
-    parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--credits", type=int, default=DEFAULT_INITIAL_CREDITS,
+                        help="every result stream's starting credit in bytes, as the "
+                             f"initiator's (default {DEFAULT_INITIAL_CREDITS})")
+    parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
+                        help="the largest result batch in bytes, at most --credits "
+                             f"(default {DEFAULT_BATCH_BYTES})")
+    parser.add_argument("--workers", type=int, default=4,
+                        help="jobs that may run at once; more wait for one to end "
+                             "(default 4)")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="the most connections at once, in their hello or linked; one "
+                             f"more is closed (default {DEFAULT_MAX_CONNECTIONS})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

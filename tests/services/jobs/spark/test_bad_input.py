@@ -13,7 +13,7 @@ import pytest
 from services.jobs import Check, JobConnection, Role
 from services.jobs.errors import SparkServerError
 from services.jobs.spark import ConnectServer
-from services.jobs.transport import HELLO_MAGIC, exchange_hello
+from services.jobs.transport import HELLO_MAGIC, HELLO_SIZE, exchange_hello
 
 from .conftest import ROOT
 
@@ -106,3 +106,21 @@ def test_a_failed_attempt_and_a_stop_with_jobs_queued_are_one_line_each(runners)
     failed = [line for line in log.splitlines() if "PATH_NOT_FOUND" in line]
     assert len(failed) == 1, log[-3000:]
     assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
+
+
+def test_connections_past_the_limit_are_closed_at_once(runners) -> None:
+    import socket
+
+    runner = runners(extra=("--max-connections", "3"))
+    held = [socket.create_connection(("127.0.0.1", runner.port), timeout=10)
+            for _ in range(3)]
+    try:
+        for s in held:  # each is served: the runner's hello arrives
+            assert s.recv(HELLO_SIZE).startswith(HELLO_MAGIC)
+        with socket.create_connection(("127.0.0.1", runner.port), timeout=10) as extra:
+            assert extra.recv(1) == b""  # closed, no hello
+    finally:
+        for s in held:
+            s.close()
+    log = runner.log_text()
+    assert "refused a connection from" in log and "3 connections are open" in log
