@@ -197,7 +197,7 @@ class ConnectServer:
         )
         try:
             wait_for_port("127.0.0.1", self.port, self.start_timeout, process)
-        except SparkServerError:
+        except BaseException:  # not up, or a stop asked meanwhile: the JVM goes too
             _stop(process, 5)
             raise
         return process
@@ -390,18 +390,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--conf {item!r} is not KEY=VALUE")
         confs[key] = value
     server = ConnectServer(args.port, master=args.master, log_dir=args.log, confs=confs)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # While the server starts (15-20 s of JVM), a stop interrupts the wait, and the
+        # start takes its JVM down with it; afterwards it ends the main thread's wait.
+        if not stop.is_set() and server.pid is None:
+            stop.set()
+            raise _StopAskedError(signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
     try:
         server.start()
     except SparkServerError as err:
         print(f"error: {err} (log: {server.log_path})", file=sys.stderr)
         return 1
+    except _StopAskedError as why:
+        server.stop()
+        print(f"stopped ({why}) before the server was ready", file=sys.stderr)
+        return 0
     print(f"Spark Connect server at {server.url} (log: {server.log_path})", flush=True)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     stop.wait()
     server.stop()
     return 0
+
+
+class _StopAskedError(Exception):
+    """A stop signal came while the server was starting."""
 
 
 if __name__ == "__main__":

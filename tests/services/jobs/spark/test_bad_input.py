@@ -124,3 +124,44 @@ def test_connections_past_the_limit_are_closed_at_once(runners) -> None:
             s.close()
     log = runner.log_text()
     assert "refused a connection from" in log and "3 connections are open" in log
+
+
+def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None:
+    """SIGTERM during the 15-20 s of JVM start-up used to leave the JVM running and holding
+    the port (the handlers came after the start), so the next start failed."""
+    import signal
+    import socket
+    import time
+    from pathlib import Path
+
+    from ambrosia_py.ports import free_ports
+
+    (port,) = free_ports(1)
+    proc = subprocess.Popen([sys.executable, "-m", "services.jobs.spark.server", "--port",
+                             str(port), "--log", str(tmp_path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        children: list[str] = []
+        deadline = time.monotonic() + 30
+        while not children and time.monotonic() < deadline:
+            path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+            children = path.read_text().split() if path.exists() else []
+            time.sleep(0.05)
+        assert children, "the JVM was not started"
+        jvm = int(children[0])
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert err.strip().splitlines()[-1] == "stopped (SIGTERM) before the server was ready"
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{jvm}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    gone = not Path(f"/proc/{jvm}").exists() or "zombie" in Path(
+        f"/proc/{jvm}/status").read_text().lower()
+    assert gone, "the JVM outlived its server"
+    with socket.socket() as s:  # the port is free for the next start
+        s.bind(("127.0.0.1", port))
