@@ -38,6 +38,7 @@ from .protocol import (
 
 __all__ = ["ChildFailedError", "ProcessorDriver"]
 
+_SAY_AGAIN_AT = frozenset({10, 100, 1000, 10000})  # failures in a row said again
 MAX_LINE = 16 << 20  # the longest stdout line taken from a child
 _MIN_PAUSE = 0.1
 
@@ -93,6 +94,8 @@ class ProcessorDriver:
         self._pending: asyncio.Future[str] | None = None  # the checkpoint being recorded
         self.starts = 0
         self.pid = 0
+        self.failures_in_a_row = 0  # child failures since it last processed a batch
+        self.last_failure = ""
 
     # ------------------------------------------------------------ from handlers
     def wake(self) -> None:
@@ -130,11 +133,22 @@ class ProcessorDriver:
             try:
                 await self._life()
                 pause = _MIN_PAUSE
+                self.failures_in_a_row = 0
             except ChildFailedError as e:
                 if self._progressed:
                     pause = _MIN_PAUSE
-                self.log.warning("kcl %s: %s; started again in %.1f s", self.cfg.stream, e,
-                                 pause)
+                    self.failures_in_a_row = 0
+                self.failures_in_a_row += 1
+                # Said when it is new (the first, or another reason), then counted: a
+                # child that fails at every start would fill the log with one line each.
+                if (self.failures_in_a_row == 1 or str(e) != self.last_failure
+                        or self.failures_in_a_row in _SAY_AGAIN_AT):
+                    again = ("" if self.failures_in_a_row == 1 else
+                             f" ({self.failures_in_a_row} failures in a row)")
+                    self.log.warning("kcl %s: %s%s; started again in %.1f s, with back-off "
+                                     "up to %g s while it fails", self.cfg.stream, e, again,
+                                     pause, self.cfg.restart_max_seconds)
+                self.last_failure = str(e)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, self.cfg.restart_max_seconds)
 
@@ -333,9 +347,27 @@ class ProcessorDriver:
         self._answers.clear()
 
     async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        """The child's stderr, one log line per line it wrote (indentation kept; a line
+        cut by a read is joined first; one longer than ``MAX_LINE`` goes in pieces)."""
         assert proc.stderr is not None
         pid = proc.pid
+        pending = b""
         while chunk := await proc.stderr.read(65536):
-            for text in chunk.decode("utf-8", "replace").splitlines():
-                if text.strip():
-                    self.log.info("kcl %s (pid %d): %s", self.cfg.stream, pid, text)
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > MAX_LINE:
+                lines.append(pending)
+                pending = b""
+            for line in lines:
+                self._say_stderr(pid, line)
+        self._say_stderr(pid, pending)
+
+    def _say_stderr(self, pid: int, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if text.strip():
+            self.log.info("kcl %s (pid %d): %s", self.cfg.stream, pid, text)
+
+    def report(self) -> dict[str, Any]:
+        """The processor's live counters, for the status file."""
+        return {"pid": self.pid, "starts": self.starts,
+                "failures_in_a_row": self.failures_in_a_row,
+                "last_failure": self.last_failure}

@@ -71,6 +71,11 @@ class KclCoordinator(ConnectorCoordinator):
         super().load_state(state["coordinator"])
         self.kcl = KclCore.from_state(state["kcl"])
 
+    def live_status(self) -> dict[str, Any]:
+        live = super().live_status()
+        live["processors"] = {name: d.report() for name, d in sorted(self._drivers.items())}
+        return live
+
     # ------------------------------------------------------------ inputs
     @impulse
     def kcl_configure(self, names: list[str]) -> None:

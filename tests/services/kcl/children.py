@@ -9,6 +9,9 @@ OUTPUT once (``<seq> <data>`` lines) and checkpointing after each batch and at T
 checkpoints it may not take, then a status for the wrong action; the second never
 answers a batch; later lives behave, checkpointing each batch.
 
+``children.py crashes WIDTH``: a traceback and a WIDTH-character line on stderr, then an
+exit before answering ``initialize``, at every start.
+
 ``children.py ends UPTO``: either protocol (as ``initialize`` shows), checkpointing each
 batch up to sequence number UPTO (later ones are held, not recorded); at the end of
 primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on stderr which end it
@@ -126,5 +129,15 @@ def ends(upto: str) -> None:
         say({"action": "status", "responseFor": action})
 
 
+def crashes(width: str) -> None:
+    """Writes a traceback (indented lines) and one line of ``width`` characters in a single
+    write to stderr, then exits before answering ``initialize``: at every start."""
+    long_line = "x" * int(width)
+    sys.stderr.write("Traceback (most recent call last):\n  File \"child.py\", line 1\n"
+                     f"    boom()\nRuntimeError: crashes at start\n{long_line}\n")
+    sys.stderr.flush()
+    sys.exit(5)
+
+
 if __name__ == "__main__":
-    {"old": old, "unruly": unruly, "ends": ends}[sys.argv[1]](sys.argv[2])
+    {"old": old, "unruly": unruly, "ends": ends, "crashes": crashes}[sys.argv[1]](sys.argv[2])

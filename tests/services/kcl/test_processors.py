@@ -263,3 +263,35 @@ def test_a_bad_processor_entry_stops_the_instance_with_one_line(launcher: Launch
     p.kill()  # joins the log reader
     assert p.lines[-1] == ('ambrosia run: error: kcl.orders.protocol must be "current" or '
                            '"shutdown", got \'v9\'')
+
+
+def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """Its stderr comes line by line (indentation kept, a 100,000-character line whole),
+    its failure is said once and then counted in the status, and it is started again with
+    back-off: not a line per 64 KiB read, nor a warning every few seconds for ever."""
+    (port,) = free_ports(1)
+    body = f'{command(CHILDREN, "crashes", 100_000)}\nrestart_max_seconds = 0.4\n'
+    status = tmp_path / "status.json"
+    (tmp_path / "coord.toml").write_text(
+        f'listen = "127.0.0.1:{port}"\nstatus_seconds = 0.3\nstatus_file = "{status}"\n'
+        f'[kcl.bad]\n{body}\n')
+    p = start(launcher, tmp_path, port, {})
+    feed(port, 6, "bad", range(1, 3), eos=False)
+    wait_until(lambda: sum("started processor (pid" in ln for ln in p.lines) >= 6, 30)
+    lines = [ln.split("): ", 1)[1] for ln in p.lines if "kcl bad (pid " in ln]
+    assert lines[:5] == ["Traceback (most recent call last):", '  File "child.py", line 1',
+                         "    boom()", "RuntimeError: crashes at start", "x" * 100_000]
+    warnings = [ln for ln in p.lines if "started again in" in ln]
+    assert len(warnings) == 1, warnings  # the same reason each time: said once
+    assert "with back-off up to 0.4 s while it fails" in warnings[0]
+
+    def counted() -> bool:
+        try:
+            bad = json.loads(status.read_text())["processors"]["bad"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return bad["failures_in_a_row"] >= 5 and bad["last_failure"] != ""
+
+    wait_until(counted, 30)
+    p.stop()
