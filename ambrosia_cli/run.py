@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,8 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         return binding.stopped(args.instance_name, stops)
     runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops, log,
                                   replay_estimate=estimate, on_stop=_stop_with(proc),
-                                  config=config, loop=args.loop)
+                                  on_failure=_stop_first(proc), config=config,
+                                  loop=args.loop)
     return _outcome(args, runner, stops, proc)
 
 
@@ -164,6 +165,19 @@ def _stop_with(proc: subprocess.Popen[str] | None) -> Callable[[ImmortalRunner],
         else:
             runner.stop()
     return on_stop
+
+
+def _stop_first(proc: subprocess.Popen[str] | None) -> Callable[[], Awaitable[None]] | None:
+    """When the immortal fails (a bad configuration, a handler's or a side effect's error),
+    its coordinator is stopped as an ordinary stop before the binding lets go of it: the
+    error is then the one line said, not preceded by the coordinator's line about a
+    binding that went away."""
+    if proc is None:
+        return None
+
+    async def stop() -> None:
+        await asyncio.to_thread(local_coordinator.stop, proc, _STOP_GRACE_SECONDS)
+    return stop
 
 
 def _outcome(args: argparse.Namespace, runner: ImmortalRunner, stops: StopSignals,

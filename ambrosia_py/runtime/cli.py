@@ -18,7 +18,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import AmbrosiaError, UsageError
@@ -144,6 +144,7 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
                  ports: tuple[int, int], stops: StopSignals, log: logging.Logger, *,
                  replay_estimate: int | None = None,
                  on_stop: Callable[[ImmortalRunner], None] | None = None,
+                 on_failure: Callable[[], Awaitable[None]] | None = None,
                  config: Mapping[str, Any] | None = None,
                  loop: str = "auto") -> ImmortalRunner:
     """Run the immortal until its coordinator closes the connection or a stop signal
@@ -153,6 +154,9 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
         ports: the coordinator's receive port and send port.
         on_stop: what a stop signal does (default: the runner's ordinary stop); ``ambrosia
             run`` also stops the coordinator it started, once the side effects ended.
+        on_failure: awaited when the immortal fails (its error ends the run), before the
+            connection closes: ``ambrosia run`` stops its coordinator there, so that it
+            ends as stopped rather than saying that its binding went away.
         config: the instance's configuration (``ctx.config``).
         loop: ``auto``, ``asyncio`` or ``uvloop`` (see ``ambrosia_py.loops``).
 
@@ -163,7 +167,8 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
     run = loop_runner(loop, setting="--loop or $AMBROSIA_PY_LOOP")
     shorten_slice(slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US"))
     engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
-    runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate)
+    runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate,
+                            on_failure=on_failure)
     run(_run(runner, stops, on_stop))
     return runner
 

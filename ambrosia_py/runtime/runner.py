@@ -125,7 +125,8 @@ class ImmortalRunner:
     def __init__(self, engine: Engine, receive_port: int, send_port: int, *,
                  host: str = "127.0.0.1", connect_timeout: float = 15.0,
                  progress: bool | None = None, replay_estimate: int | None = None,
-                 drain_seconds: float = DRAIN_SECONDS) -> None:
+                 drain_seconds: float = DRAIN_SECONDS,
+                 on_failure: Callable[[], Awaitable[None]] | None = None) -> None:
         self.engine = engine
         self.receive_port = receive_port
         self.send_port = send_port
@@ -136,6 +137,7 @@ class ImmortalRunner:
         self.closed_by_coordinator = False
         self.stop_asked = False  # stop() was called
         self.drain_seconds = drain_seconds
+        self.on_failure = on_failure
         self._draining: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._port = _SendPort(self)
@@ -224,6 +226,13 @@ class ImmortalRunner:
             # The coordinator went away while we wrote to it (it stopped, or died): the
             # same end as its closing the connection while we read.
             self.closed_by_coordinator = True
+        except Exception:
+            # The immortal failed: whoever runs its coordinator may stop it first, while
+            # the connection is still open (it then ends as stopped, not as abandoned).
+            if self.on_failure is not None:
+                with contextlib.suppress(Exception):
+                    await self.on_failure()
+            raise
         finally:
             self._ended.cancel()  # late callbacks do nothing
             for task in (self._slow, self._draining):

@@ -60,3 +60,5 @@ def test_a_failed_side_effect_stops_the_instance_in_one_line(launcher: Launcher)
     assert p.lines[-1] == ("ambrosia run: error: a side effect of effect failed: ValueError: "
                            "the disk is gone")
     assert not any("Traceback" in line or "never retrieved" in line for line in p.lines)
+    # Its coordinator was stopped first: it says nothing of a binding that went away.
+    assert not any("the binding closed its connection" in line for line in p.lines)
