@@ -51,8 +51,11 @@ def feed(tmp: Path, log: str, *args: str) -> subprocess.Popen[bytes]:
 
 
 def committed_lines(sink_dir: Path) -> list[bytes]:
+    """The whole lines of the sink's committed file: a commit copies its range there in
+    chunks, so a read during a copy may end inside a line, which is left for later."""
     path = sink_dir / "committed"
-    return path.read_bytes().splitlines(keepends=True) if path.exists() else []
+    lines = path.read_bytes().splitlines(keepends=True) if path.exists() else []
+    return lines if not lines or lines[-1].endswith(b"\n") else lines[:-1]
 
 
 def ask_status(launcher: Launcher, probe: str) -> dict[str, object]:

@@ -163,8 +163,10 @@ class PipelineRun:
         committed = self.sink_dir / "committed"
 
         def settled() -> bool:
-            return (committed.exists()
-                    and parse_output(committed.read_bytes())[1] == len(self.written))
+            # A commit copies its range in chunks: a read during a copy may end inside
+            # a line, and is looked at again later.
+            data = committed.read_bytes() if committed.exists() else b""
+            return data.endswith(b"\n") and parse_output(data)[1] == len(self.written)
 
         wait_until(settled, "every line committed", 180)
         numbers, total, counts = parse_output(committed.read_bytes())
