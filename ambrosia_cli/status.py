@@ -4,9 +4,9 @@ An instance that reports its status (the connector coordinator and the pipeline 
 it: their ``status_file`` key) rewrites a JSON file every few seconds. ``ambrosia run``
 records where, under the registry home, so this command finds it by the instance's name
 alone; an instance whose configuration names no file may write ``status.json`` in its
-instance directory, the place looked at next. A status is only shown while the instance's
-coordinator holds its log lock: a file left by a stopped run would show counters that are
-no longer moving.
+instance directory, the place looked at next. Every status says how old it is; one left by
+a stopped instance (whose coordinator no longer holds its log lock) is shown as that: its
+last status, which an ordinary stop writes once more as it ends.
 """
 
 from __future__ import annotations
@@ -79,11 +79,11 @@ def find_status_file(reg: registry.Registration, home: Path) -> Path:
 
 
 def load_status(name: str, home: Path, path: Path | None = None,
-                now: float | None = None) -> tuple[dict[str, Any], float]:
-    """The status ``name`` wrote last and its age in seconds.
+                now: float | None = None) -> tuple[dict[str, Any], float, bool]:
+    """The status ``name`` wrote last, its age in seconds, and whether it is running.
 
     Raises:
-        StatusError: unknown instance, not running, no status file, or an unreadable one.
+        StatusError: unknown instance, no status file, or an unreadable one.
     """
     try:
         reg = registry.load(name, home)
@@ -92,12 +92,14 @@ def load_status(name: str, home: Path, path: Path | None = None,
     if path is None:
         path = find_status_file(reg, home)
     lock = registry.instance_dir(reg) / LOCK_NAME
-    if not lock_held(lock):
-        raise StatusError(f"{name} is not running (no coordinator holds {lock})")
+    running = lock_held(lock)
     try:
         raw = path.read_bytes()
         age = (time.time() if now is None else now) - path.stat().st_mtime
     except FileNotFoundError:
+        if not running:
+            raise StatusError(f"{name} is not running (no coordinator holds {lock}) and "
+                              f"left no status ({path})") from None
         raise StatusError(f"{name} is running but reports no status: no {path} (set "
                           "status_file in its configuration)") from None
     except OSError as err:
@@ -108,7 +110,7 @@ def load_status(name: str, home: Path, path: Path | None = None,
         raise StatusError(f"{path}: not a status report: {err}") from None
     if not isinstance(report, dict):
         raise StatusError(f"{path}: not a status report (expected a JSON object)")
-    return report, max(age, 0.0)
+    return report, max(age, 0.0), running
 
 
 # ------------------------------------------------------------------ rendering
@@ -165,9 +167,19 @@ def _keyed(items: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     return rows
 
 
-def render(name: str, report: Mapping[str, Any], age: float) -> str:
-    """A status report as text: a summary line, then streams, jobs and sinks."""
-    summary = [f"{name}: status of {age:.0f} s ago"]
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def render(name: str, report: Mapping[str, Any], age: float, running: bool = True) -> str:
+    """A status report as text: a summary line (how old the status is, and whether the
+    instance still runs), then streams, jobs and sinks."""
+    summary = [f"{name}: status of {_age(age)} ago" if running else
+               f"{name}: stopped; its last status, of {_age(age)} ago"]
     if "port" in report:
         summary.append(f"sources on port {report['port']}")
     for key in ("connections", "received", "acked", "lag"):
@@ -226,7 +238,8 @@ def _jobs(jobs: Mapping[str, Any]) -> list[str]:
 
 
 def add_status(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser("status", help="show a running instance's streams, jobs and sinks")
+    p = sub.add_parser("status", help="show an instance's streams, jobs and sinks, from its "
+                                      "status file (a stopped instance's last one)")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
                    help="the registered instance")
     p.add_argument("--file", default=None, metavar="PATH",
@@ -240,12 +253,13 @@ def add_status(sub: Any) -> argparse.ArgumentParser:
 
 def status_main(args: argparse.Namespace) -> int:
     home = registry.ambrosia_home(args.home)
-    report, age = load_status(args.instance_name, home,
-                              Path(args.file) if args.file else None)
+    report, age, running = load_status(args.instance_name, home,
+                                       Path(args.file) if args.file else None)
     if args.json:
-        print(json.dumps(report, indent=1, sort_keys=True))
+        print(json.dumps({**report, "age_seconds": round(age, 3), "running": running},
+                         indent=1, sort_keys=True))
     else:
-        print(render(args.instance_name, report, age))
+        print(render(args.instance_name, report, age, running))
         # Where other coordinators reach it, when that is not 127.0.0.1.
         for line in registry.link_lines(registry.load(args.instance_name, home), home):
             print(line)

@@ -74,11 +74,21 @@ def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -
         assert (tmp_path / "run" / "status.json").exists()
     finally:
         assert coord.stop() == 0
+    # Stopped: its last status, written as it stopped, said to be that.
     stopped = _status(home, "-i", "coord")
-    assert stopped.returncode == 1 and stopped.stdout == ""
-    assert stopped.stderr.strip().endswith("coord is not running (no coordinator holds "
-                                           f"{home}/logs/coord_0/serverlock)")
-    assert len(stopped.stderr.splitlines()) == 1
+    assert stopped.returncode == 0, stopped.stderr
+    first = stopped.stdout.splitlines()[0]
+    assert first.startswith("coord: stopped; its last status, of ") and "acked 50" in first
+    report = json.loads(_status(home, "-i", "coord", "--json").stdout)
+    assert report["running"] is False and report["age_seconds"] < 60
+    # With no status file left, one line says why.
+    (tmp_path / "run" / "status.json").unlink()
+    gone = _status(home, "-i", "coord")
+    assert gone.returncode == 1 and gone.stdout == ""
+    assert gone.stderr.strip().endswith(
+        f"coord is not running (no coordinator holds {home}/logs/coord_0/serverlock) and "
+        f"left no status ({tmp_path / 'run' / 'status.json'})")
+    assert len(gone.stderr.splitlines()) == 1
 
 
 def test_status_needs_no_status_file_in_the_configuration(tmp_path: Path) -> None:
@@ -123,6 +133,8 @@ def test_render_shows_job_counters_and_per_job_rows() -> None:
         ["wordcount-1", "done", 2, ""], ["wordcount-2", "failed", 3, "job failed"]]},
         "batches": {"cut": 2, "emitted": 1},
         "job_links": {"launched": 2, "runners": {"r1@127.0.0.1:7301": True}}}, 0)
+    assert render("p", {}, 300, running=False).splitlines()[0] == (
+        "p: stopped; its last status, of 5 min ago")
     assert pipeline.splitlines()[2:] == [
         "jobs:",
         "  decided  done",

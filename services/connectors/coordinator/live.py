@@ -64,6 +64,8 @@ class Live:
             for t in tasks:
                 with contextlib.suppress(BaseException):
                     await t
+            if self.cfg.status_file:  # the last status: what `ambrosia status` shows now
+                self._write_status(self.report())
 
     async def _ticker(self) -> None:
         """A ``tick`` Impulse when some sink's uncut output is old enough to cut."""
