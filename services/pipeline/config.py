@@ -6,6 +6,7 @@ keys, split apart and checked with one-line errors.
 | ``runners`` | ``[]`` | runners, ``"host:port"`` (named by the address) or ``"name@host:port"`` |
 | ``out`` | ``""`` | the job output root the runners write under (needed with runners) |
 | ``max_attempts`` | ``3`` | attempts of a job that may fail before ``on_job_failed`` |
+| ``job_timeout_seconds`` | ``600`` | an attempt with no whole result this long fails (0: never) |
 | ``batch_lines`` | ``2000`` | (word count) lines per micro-batch |
 | ``batch_seconds`` | ``1.0`` | (word count) ... or cut a batch this old at a tick |
 """
@@ -27,7 +28,8 @@ from services.jobs.link import RunnerAddress
 
 __all__ = ["JOB_KEYS", "PipelineConfig", "runner_address"]
 
-JOB_KEYS = ("runners", "out", "max_attempts", "batch_lines", "batch_seconds")
+JOB_KEYS = ("runners", "out", "max_attempts", "batch_lines", "batch_seconds",
+            "job_timeout_seconds")
 
 
 def runner_address(text: str) -> RunnerAddress:
@@ -65,6 +67,12 @@ def _seconds(_i: Any, _a: Any, value: Any) -> None:
         raise CoordinatorConfigError(f"batch_seconds must be a number > 0, got {value!r}")
 
 
+def _timeout(_i: Any, _a: Any, value: Any) -> None:
+    if type(value) not in (int, float) or value < 0:
+        raise CoordinatorConfigError(f"job_timeout_seconds must be a number >= 0 (0: no "
+                                     f"timeout), got {value!r}")
+
+
 def _text(_i: Any, _a: Any, value: Any) -> None:
     if type(value) is not str:
         raise CoordinatorConfigError(f"out must be a directory path, got {value!r}")
@@ -80,6 +88,7 @@ class PipelineConfig:
     max_attempts: int = attrs.field(default=3, validator=_int("max_attempts", 1))
     batch_lines: int = attrs.field(default=2000, validator=_int("batch_lines", 1))
     batch_seconds: float = attrs.field(default=1.0, validator=_seconds)
+    job_timeout_seconds: float = attrs.field(default=600.0, validator=_timeout)
 
     def __attrs_post_init__(self) -> None:
         if self.runners and not self.out:
@@ -100,4 +109,5 @@ class PipelineConfig:
     def decision_part(self) -> dict[str, Any]:
         """What the job handlers decide with (reaches the state by an Impulse)."""
         return {"runners": list(self.runners), "max_attempts": self.max_attempts,
-                "batch_lines": self.batch_lines, "batch_seconds": float(self.batch_seconds)}
+                "batch_lines": self.batch_lines, "batch_seconds": float(self.batch_seconds),
+                "job_timeout_seconds": float(self.job_timeout_seconds)}

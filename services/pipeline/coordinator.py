@@ -46,7 +46,7 @@ class SparkCoordinator(ConnectorCoordinator):
         plain msgpack data. Returns its key, derived from the state (``<instance>-<n>``)."""
         if not self.jobs.runners:
             raise RuntimeError("submit_job needs at least one runner in the configuration")
-        key = self.jobs.submit(name, args)
+        key = self.jobs.submit(name, args, self._now_ns())
         self._wake_jobs()
         return key
 
@@ -66,7 +66,8 @@ class SparkCoordinator(ConnectorCoordinator):
         self.ctx.log.warning("job %s failed: %s", key, reason)
 
     def wants_job_tick(self, now_ns: int) -> bool:
-        """Asked (outside handlers, on the primary) whether a ``job_tick`` is due."""
+        """Asked (outside handlers, on the primary) whether a ``job_tick`` is due for the
+        subclass's own time-driven decisions (job timeouts are asked apart)."""
         return False
 
     def on_job_tick(self) -> None:
@@ -136,13 +137,13 @@ class SparkCoordinator(ConnectorCoordinator):
 
     @impulse
     def job_failed(self, key: str, local_id: int, reason: str) -> None:
-        if self.jobs.failed(key, local_id, reason):
+        if self.jobs.failed(key, local_id, reason, self._now_ns()):
             self.on_job_failed(key, reason)
         self._wake_jobs()
 
     @impulse
     def job_lost(self, key: str, local_id: int, same_attempt: bool, why: str) -> None:
-        if self.jobs.lost(key, local_id, same_attempt, why):
+        if self.jobs.lost(key, local_id, same_attempt, why, self._now_ns()):
             self.on_job_failed(key, self.jobs.ended[-1].reason)
         self._wake_jobs()
 
@@ -155,7 +156,14 @@ class SparkCoordinator(ConnectorCoordinator):
     def job_tick(self) -> None:
         if self._jobs_live is not None and self._is_live():
             self._jobs_live.tick_sent = False
+        now = self._now_ns()
+        for key in self.jobs.timed_out(now):  # by logged time: a replay decides the same
+            self.ctx.log.warning("job %s: %s", key, f"attempt {self.jobs.jobs[key].attempt} "
+                                 "timed out; the next goes to the next runner")
+            if self.jobs.expire(key, now):
+                self.on_job_failed(key, self.jobs.ended[-1].reason)
         self.on_job_tick()
+        self._wake_jobs()
 
     # ------------------------------------------------------------ helpers
     def _wake_jobs(self) -> None:

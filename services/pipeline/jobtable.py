@@ -59,6 +59,7 @@ class JobEntry:
     failures: list[str] = attrs.field(factory=list)  # why each failed attempt failed
     starts: int = 1  # protocol starts made for this job (attempts and restreams)
     losses: int = 0  # starts lost by a runner that decided a new attempt
+    since_ns: int = 0  # logged time the current start was decided (0: not known)
 
 
 @attrs.frozen
@@ -97,12 +98,20 @@ class JobTable:
         self.runners = list(settings["runners"])
         self.max_attempts = int(settings["max_attempts"])
 
+    @property
+    def timeout_ns(self) -> int:
+        """How long a start may go without its whole result before its attempt fails
+        (``job_timeout_seconds``; 0: for ever)."""
+        return int(float(self.settings.get("job_timeout_seconds", 0)) * 1e9)
+
     # ------------------------------------------------------------ decisions
-    def submit(self, name: str, args: dict[str, Any]) -> str:
-        """Decide a new job; returns its key. Its attempt 1 is decided with it."""
+    def submit(self, name: str, args: dict[str, Any], now_ns: int = 0) -> str:
+        """Decide a new job at logged time ``now_ns``; returns its key. Its attempt 1 is
+        decided with it."""
         self.jobs_decided += 1
         key = f"{self.instance}-{self.jobs_decided}"
-        self.jobs[key] = JobEntry(name, dict(args), local_id=self._take_local())
+        self.jobs[key] = JobEntry(name, dict(args), local_id=self._take_local(),
+                                  since_ns=now_ns)
         self.counts["attempts"] += 1
         return key
 
@@ -151,10 +160,10 @@ class JobTable:
         self.counts["done"] -= 1
         self.counts["failed"] += 1
 
-    def failed(self, key: str, local_id: int, reason: str) -> bool:
+    def failed(self, key: str, local_id: int, reason: str, now_ns: int = 0) -> bool:
         """The current start failed (the job raised, or Spark lost it). Returns True when
         this was the last attempt allowed (the job has failed); else attempt n+1 is
-        decided."""
+        decided (at logged time ``now_ns``)."""
         entry = self._current(key, local_id)
         if entry is None:
             return False
@@ -162,10 +171,26 @@ class JobTable:
         if entry.attempt >= self.max_attempts:
             self._end(key, Phase.FAILED, reason)
             return True
-        self._next_attempt(entry)
+        self._next_attempt(entry, now_ns)
         return False
 
-    def lost(self, key: str, local_id: int, same_attempt: bool, why: str = "") -> bool:
+    def timed_out(self, now_ns: int) -> list[str]:
+        """Jobs whose current start has gone ``timeout_ns`` without its whole result, by
+        logged time (a runner hung, stopped, or cut off from Spark), oldest first."""
+        limit = self.timeout_ns
+        if not limit:
+            return []
+        return [k for k, e in self.jobs.items() if e.since_ns and now_ns - e.since_ns >= limit]
+
+    def expire(self, key: str, now_ns: int) -> bool:
+        """The current start of ``key`` timed out: it fails as an attempt, so the next
+        one goes to the next runner (returns True when that was the last)."""
+        entry = self.jobs[key]
+        return self.failed(key, entry.local_id, f"no result within "
+                           f"{self.timeout_ns / 1e9:g} s from {self.runner_of(key)}", now_ns)
+
+    def lost(self, key: str, local_id: int, same_attempt: bool, why: str = "",
+             now_ns: int = 0) -> bool:
         """Reconciliation after a crash: nothing of the current start runs any more.
         ``same_attempt``: its output is committed or its staging finished, so the same
         attempt is started again (the runner commits or streams it, never runs it);
@@ -188,8 +213,9 @@ class JobTable:
             entry.phase = Phase.DECIDED
             entry.expected = 0
             entry.rows.clear()
+            entry.since_ns = now_ns
         else:
-            self._next_attempt(entry)
+            self._next_attempt(entry, now_ns)
         return False
 
     # ------------------------------------------------------------ queries
@@ -227,8 +253,9 @@ class JobTable:
         self.next_local += 1
         return self.next_local - 1
 
-    def _next_attempt(self, entry: JobEntry) -> None:
+    def _next_attempt(self, entry: JobEntry, now_ns: int) -> None:
         self._remember(self.cancels, entry.local_id)
+        entry.since_ns = now_ns
         entry.attempt += 1
         entry.local_id = self._take_local()
         entry.starts += 1
@@ -256,7 +283,8 @@ class JobTable:
             "runners": list(self.runners), "jobs_decided": self.jobs_decided,
             "next_local": self.next_local,
             "jobs": [[k, [e.name, e.args, e.attempt, e.local_id, e.phase.value, e.expected,
-                          bytes(e.rows), list(e.failures), e.starts, e.losses]]
+                          bytes(e.rows), list(e.failures), e.starts, e.losses,
+                          e.since_ns]]
                      for k, e in self.jobs.items()],
             "ended": [[e.key, e.phase.value, e.attempts, e.reason] for e in self.ended],
             "cancels": list(self.cancels), "counts": dict(self.counts),
@@ -276,7 +304,7 @@ class JobTable:
         for key, f in state["jobs"]:
             table.jobs[key] = JobEntry(f[0], dict(f[1]), f[2], f[3], Phase(f[4]), f[5],
                                        bytearray(f[6]), list(f[7]), f[8],
-                                       f[9] if len(f) > 9 else 0)  # older: no count
+                                       *f[9:11])  # older checkpoints: no losses, no time
         table.ended = [Ended(k, Phase(p), a, r) for k, p, a, r in state["ended"]]
         table.cancels = list(state["cancels"])
         table.counts = dict(state["counts"])

@@ -125,7 +125,9 @@ class JobsLive:
     async def _ticker(self) -> None:
         while True:
             await asyncio.sleep(TICK_PERIOD)
-            if not self.tick_sent and self.owner.wants_job_tick(time.time_ns()):
+            now = time.time_ns()
+            if not self.tick_sent and (self._table().timed_out(now)
+                                       or self.owner.wants_job_tick(now)):
                 self.tick_sent = True
                 self.owner.impulse_self.job_tick()
 

@@ -239,7 +239,8 @@ def test_an_unknown_key_is_refused_naming_the_pipelines_own_keys_among_the_known
         PipelineConfig.from_mapping({"batch_line": 5})
     message = str(info.value)
     assert message.startswith("unknown configuration key(s) batch_line (known: listen, ")
-    assert message.endswith(", runners, out, max_attempts, batch_lines, batch_seconds)")
+    assert message.endswith(", runners, out, max_attempts, batch_lines, batch_seconds, "
+                            "job_timeout_seconds)")
 
 
 def test_the_word_count_refuses_to_start_without_sinks() -> None:
@@ -313,3 +314,46 @@ def test_a_job_lost_again_and_again_fails_instead_of_starting_for_ever(
     assert bytes(app.core.sinks["out"].pending) == b"#failed\t1\t3\n"  # later batches go on
     again = JobTable.from_state(app.jobs.to_state())
     assert again.to_state() == app.jobs.to_state()
+
+
+def test_an_attempt_with_no_result_in_time_fails_and_the_next_goes_to_the_next_runner(
+        coordinator: InMemoryCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner that hangs (or is stopped, or cannot reach Spark) used to keep its job
+    running for good, and, as batches commit in order, every later batch behind it."""
+    import types
+
+    from ambrosia_py.testing import inmemory
+
+    clock = [1_800_000_000 * 10**9]  # the inputs' logged time, set by the test
+    monkeypatch.setattr(inmemory, "time", types.SimpleNamespace(time_ns=lambda: clock[0]))
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    ic.send("configure_jobs", {**SETTINGS, "job_timeout_seconds": 5.0})
+    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    first = app.jobs.runner_of("wc-1")
+    clock[0] += 4 * 10**9
+    ic.send("job_tick")
+    assert app.jobs.jobs["wc-1"].attempt == 1  # not yet
+    clock[0] += 2 * 10**9
+    assert app.jobs.timed_out(clock[0]) == ["wc-1"]
+    ic.send("job_tick")
+    entry = app.jobs.jobs["wc-1"]
+    assert entry.attempt == 2 and app.jobs.runner_of("wc-1") != first
+    assert entry.failures == [f"no result within 5 s from {first}"]
+    assert app.jobs.cancels[-1] == 0  # the hung start is cancelled at its runner
+    assert app.jobs.timed_out(clock[0]) == []  # the new attempt's time runs from now
+    clock[0] += 6 * 10**9
+    ic.send("job_tick")  # the last attempt: the batch fails, later ones are not held
+    assert "wc-1" not in app.jobs.jobs
+    assert bytes(app.core.sinks["out"].pending) == b"#failed\t1\t3\n"
+    again = JobTable.from_state(app.jobs.to_state())
+    assert again.to_state() == app.jobs.to_state()
+
+
+def test_a_job_table_from_an_older_checkpoint_loads_with_no_losses_and_no_time() -> None:
+    t = table()
+    t.submit("wordcount", {"lines": ["x"]}, 7)
+    state = t.to_state()
+    state["jobs"][0][1] = state["jobs"][0][1][:9]  # as written before losses and times
+    old = JobTable.from_state(state)
+    assert (old.jobs["wc-1"].losses, old.jobs["wc-1"].since_ns) == (0, 0)
