@@ -6,8 +6,12 @@ Importing this package imports no pyspark: the modules that do (``execute`` and
 ``spark_job`` names and ``ConnectServer`` without loading Spark's client.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .registry import JobDefinition, JobRegistry, definition_of, spark_job
-from .server import ConnectServer, StandaloneCluster
+
+if TYPE_CHECKING:
+    from .server import ConnectServer, StandaloneCluster
 
 __all__ = [
     "ConnectServer",
@@ -17,3 +21,13 @@ __all__ = [
     "definition_of",
     "spark_job",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The server's classes load on first use: ``python -m services.jobs.spark.server``
+    # then runs a module the package has not imported already (runpy warned about it).
+    if name in ("ConnectServer", "StandaloneCluster"):
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

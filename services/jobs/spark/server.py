@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -126,10 +127,13 @@ def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
 
 
 class ConnectServer:
-    """A supervised Spark Connect server on ``127.0.0.1:port``.
+    """A supervised Spark Connect server on ``host:port`` (127.0.0.1 unless told).
 
     Args:
         port: the gRPC port.
+        host: the address it listens on, and its driver's (``SPARK_LOCAL_IP``): another
+            host's runners reach it there. Spark Connect has no authentication here, so
+            an address beyond loopback must be on a private network.
         master: ``local[N]`` or a cluster URL such as ``spark://127.0.0.1:7077``.
         log_dir: where ``connect-server.log`` goes (appended across restarts).
         confs: more ``--conf`` settings (over ``DEFAULT_CONFS``).
@@ -141,6 +145,7 @@ class ConnectServer:
         self,
         port: int,
         *,
+        host: str = "127.0.0.1",
         master: str = "local[2]",
         log_dir: str | os.PathLike[str] = ".",
         confs: Mapping[str, str] | None = None,
@@ -148,6 +153,7 @@ class ConnectServer:
         max_backoff: float = 30.0,
     ) -> None:
         self.port = port
+        self.host = host
         self.master = master
         self.log_path = Path(log_dir) / "connect-server.log"
         self.confs = {**DEFAULT_CONFS, **(confs or {})}
@@ -162,7 +168,7 @@ class ConnectServer:
 
     @property
     def url(self) -> str:
-        return f"sc://127.0.0.1:{self.port}"
+        return f"sc://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -176,14 +182,14 @@ class ConnectServer:
             "--class", CONNECT_SERVER_CLASS,
             "--master", self.master,
             "--conf", f"spark.connect.grpc.binding.port={self.port}",
-            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf", f"spark.connect.grpc.binding.address={self.host}",
             *conf_args,
             "spark-internal",
         ]
 
     def _launch(self) -> subprocess.Popen[bytes]:
-        if port_open("127.0.0.1", self.port):
-            raise SparkServerError(f"port {self.port} is already in use")
+        if port_open(self.host, self.port):
+            raise SparkServerError(f"port {self.port} is already in use on {self.host}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self._log is None:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 (open for the server's life)
@@ -192,11 +198,11 @@ class ConnectServer:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=spark_env(),
+            env=spark_env({"SPARK_LOCAL_IP": self.host}),
             start_new_session=True,  # its own group: stop() takes the JVM's children too
         )
         try:
-            wait_for_port("127.0.0.1", self.port, self.start_timeout, process)
+            wait_for_port(self.host, self.port, self.start_timeout, process)
         except BaseException:  # not up, or a stop asked meanwhile: the JVM goes too
             _stop(process, 5)
             raise
@@ -246,7 +252,7 @@ class ConnectServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pid = self.pid
-            if pid is not None and pid != previous_pid and port_open("127.0.0.1", self.port):
+            if pid is not None and pid != previous_pid and port_open(self.host, self.port):
                 return
             time.sleep(0.2)
         raise SparkServerError(f"the Connect server was not restarted within {timeout:.0f} s")
@@ -376,9 +382,13 @@ class StandaloneCluster:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m services.jobs.spark.server",
-        description="Run and supervise a Spark Connect server on 127.0.0.1 until stopped.",
+        description="Run and supervise a Spark Connect server until stopped.",
     )
     parser.add_argument("--port", type=int, required=True, help="the gRPC port")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on, which runners on other hosts "
+                             "connect to (default 127.0.0.1); Spark Connect has no "
+                             "authentication here: keep it on a private network")
     parser.add_argument("--master", default="local[2]", help="local[N] or spark://host:port")
     parser.add_argument("--log", default=".", help="directory for connect-server.log")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -389,7 +399,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep:
             parser.error(f"--conf {item!r} is not KEY=VALUE")
         confs[key] = value
-    server = ConnectServer(args.port, master=args.master, log_dir=args.log, confs=confs)
+    server = ConnectServer(args.port, host=args.host, master=args.master, log_dir=args.log,
+                           confs=confs)
+    if not _loopback(args.host):
+        print(f"warning: Spark Connect at {args.host}:{args.port} accepts anyone who can "
+              "reach it (no authentication): keep it on a private network", file=sys.stderr)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -415,6 +429,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.wait()
     server.stop()
     return 0
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False  # unknown here: the server's own start says what is wrong with it
 
 
 class _StopAskedError(Exception):
