@@ -46,7 +46,13 @@ _STOP_GRACE_SECONDS = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = binding.Parser(prog="ambrosia run", description="Run an immortal.")
+    p = binding.Parser(
+        prog="ambrosia run", description="Run an immortal.",
+        epilog="--config and --set give the instance its configuration (ctx.config); the "
+               "keys of the shipped services are in services/connectors/README.md (the "
+               "connector coordinator, at its end), services/pipeline/README.md (the "
+               "Spark coordinator and the word count) and services/kcl/README.md (record "
+               "processors).")
     binding.add_arguments(
         p, ports_required=False,
         receive_port_help="connect to a running coordinator's receive port (with "
