@@ -148,7 +148,8 @@ async def start(c: Coordinator, plan: RecoveryPlan | None) -> None:
 async def go_live(c: Coordinator) -> None:
     """Links may connect, the committer runs, and other instances may call in. From here
     on the instance has a history: an empty log directory is never a first start again."""
-    await asyncio.to_thread(registry.mark_started, c.name, c.home)
+    if not registry.has_started(c.name, c.home):  # once in the instance's life
+        await asyncio.to_thread(registry.mark_started, c.name, c.home)
     c.set_phase(Phase.LIVE)
     if not c.links_active:
         c.links_active = True
