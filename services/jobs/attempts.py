@@ -258,3 +258,11 @@ class RunnerCancelCode(enum.IntEnum):
     JOB_FAILED = 1  # the job function or Spark raised; the message says what
     BAD_PLAN = 2  # the start named no known job or carried no job plan
     ATTEMPT_REUSED = 3  # the attempt had been launched before: start a new one
+    CONNECT_FAILED = 4  # Spark Connect failed under it (crashed, unreachable, lost the
+    # operation): start a new one; no fault of the job's, so not one of its attempts
+
+    @property
+    def is_loss(self) -> bool:
+        """Whether the initiator takes the refusal as a loss (a new attempt that does not
+        count against the job's attempts) rather than as the attempt's failure."""
+        return self in (RunnerCancelCode.ATTEMPT_REUSED, RunnerCancelCode.CONNECT_FAILED)

@@ -308,6 +308,7 @@ class Runner:
         if err is not None:
             self._running.pop(job_id, None)
             code = (RunnerCancelCode.ATTEMPT_REUSED if isinstance(err, AttemptReusedError)
+                    else RunnerCancelCode.CONNECT_FAILED if execute.connect_failed(err)
                     else RunnerCancelCode.JOB_FAILED)
             self._refuse(job_id, code, err)
             return
@@ -403,14 +404,51 @@ async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
     port = await runner.listen(host, port)
     print(f"runner {args.member} ({runner.member}) listening on {host}:{port}; "
           f"jobs: {', '.join(registry.names())}", flush=True)
+    watch = asyncio.ensure_future(_watch_connect(args.connect))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
+    watch.cancel()
     busy = runner.busy()
     await runner.close()
     return busy
+
+
+CONNECT_CHECK_SECONDS = 30.0  # how often an unreachable Spark Connect is tried again
+
+
+async def _watch_connect(url: str) -> None:
+    """Says at start, and whenever it changes, whether Spark Connect can be reached: a
+    runner cut off from Spark takes jobs that cannot run (the pyspark client retries for
+    minutes), and a silent one looked hung."""
+    where = url.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+    host, _, port_text = where.rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        log.warning("cannot tell where Spark Connect is from %s; not checked", url)
+        return
+    reachable: bool | None = None
+    while True:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+            writer.close()
+            now, why = True, ""
+        except (OSError, TimeoutError) as err:
+            now, why = False, (os.strerror(err.errno) if isinstance(err, OSError)
+                               and err.errno else type(err).__name__)
+        if now != reachable:
+            if now:
+                log.info("Spark Connect at %s:%d is reachable", host, port)
+            else:
+                log.warning("cannot reach Spark Connect at %s:%d (%s): jobs wait for it, "
+                            "and the coordinator's job_timeout_seconds ends those that wait "
+                            "too long; tried again every %g s", host, port, why,
+                            CONNECT_CHECK_SECONDS)
+            reachable = now
+        await asyncio.sleep(CONNECT_CHECK_SECONDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -63,6 +63,15 @@ __all__ = ["JobsLive", "coordinator_member"]
 TICK_PERIOD = 0.1  # how often the app's tick condition is looked at
 
 
+def _is_loss(error_code: int) -> bool:
+    """A runner's refusal that is a loss of the start (a new attempt that does not count
+    against ``max_attempts``): the attempt launched before, or Spark Connect failing."""
+    try:
+        return RunnerCancelCode(error_code).is_loss
+    except ValueError:
+        return False  # a code of another runner's: its message says what failed
+
+
 def coordinator_member(instance: str) -> uuid.UUID:
     """The coordinator's member id in the job protocol: the same in every life."""
     return member_id(f"coordinator/{instance}")
@@ -205,7 +214,7 @@ class JobsLive:
         if key is None:
             return
         local = cancel.job_id.local_id
-        if cancel.error_code == RunnerCancelCode.ATTEMPT_REUSED:
+        if _is_loss(cancel.error_code):  # not the job's fault: a new attempt, not counted
             self.owner.impulse_self.job_lost(key, local, False, cancel.message)
         else:
             self.owner.impulse_self.job_failed(key, local, cancel.message)

@@ -178,3 +178,20 @@ def operation_state(connect: str, attempt: Attempt) -> OperationState:
         if "INVALID_HANDLE" in str(err):
             return OperationState.UNKNOWN
         raise
+
+
+# What Spark Connect says when it, not the job, failed: a server that crashed or restarted
+# (the operation and its response are gone), or one that cannot be reached.
+_CONNECT_FAILURES = ("RESPONSE_ALREADY_RECEIVED", "OPERATION_NOT_FOUND", "StatusCode.UNAVAILABLE",
+                     "failed to connect to all addresses", "Connection refused",
+                     "Socket closed", "INVALID_HANDLE.SESSION_CLOSED")
+
+
+def connect_failed(err: BaseException) -> bool:
+    """Whether ``err`` is Spark Connect failing under an attempt rather than the job
+    failing: a new attempt then runs, and the job's own attempts are not used up by
+    crashes of the server (three of them during one batch failed it)."""
+    if isinstance(err, internals.RelaunchRefusedError):
+        return True
+    text = str(err)
+    return any(marker in text for marker in _CONNECT_FAILURES)

@@ -188,3 +188,24 @@ def test_the_server_listens_on_the_address_it_is_given(tmp_path) -> None:
             spark.stop()
     finally:
         server.stop()
+
+
+def test_a_runner_that_cannot_reach_spark_says_so_at_start(tmp_path) -> None:
+    from ambrosia_py.ports import free_ports
+
+    from .conftest import RunnerProcess
+
+    (nowhere,) = free_ports(1)
+    runner = RunnerProcess("r9", f"sc://127.0.0.1:{nowhere}", tmp_path / "out",
+                           tmp_path / "r9.log").start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while "cannot reach Spark Connect" not in runner.log_text():
+            assert time.monotonic() < deadline, runner.log_text()
+            time.sleep(0.1)
+        line = next(ln for ln in runner.log_text().splitlines() if "cannot reach" in ln)
+        assert f"cannot reach Spark Connect at 127.0.0.1:{nowhere} (Connection refused)" in line
+    finally:
+        runner.kill()

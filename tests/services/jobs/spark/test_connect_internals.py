@@ -93,3 +93,26 @@ def test_our_operation_is_never_sent_twice(connect_server: ConnectServer,
         assert session.range(2).count() == 2  # the stub is restored
     finally:
         session.stop()
+
+
+def test_connect_failing_under_an_attempt_is_a_loss_and_a_jobs_error_is_a_failure() -> None:
+    """A Connect crash used to count as one of the job's attempts for every job in
+    flight: three crashes during one batch failed a batch nobody's code rejected."""
+    from pyspark.errors import AnalysisException
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    from services.jobs.attempts import RunnerCancelCode
+    from services.jobs.spark.execute import connect_failed
+    from services.pipeline.live import _is_loss
+
+    assert connect_failed(internals.RelaunchRefusedError("sent once already"))
+    assert connect_failed(SparkConnectGrpcException(
+        "<_MultiThreadedRendezvous of RPC that terminated with: status = "
+        "StatusCode.UNAVAILABLE details = \"failed to connect to all addresses\">"))
+    assert connect_failed(SparkConnectGrpcException(
+        "[INVALID_CURSOR.RESPONSE_ALREADY_RECEIVED] The cursor is invalid."))
+    assert not connect_failed(AnalysisException(
+        "[PATH_NOT_FOUND] Path does not exist: file:/nonexistent/words.txt."))
+    assert not connect_failed(ZeroDivisionError("division by zero"))
+    assert [_is_loss(c) for c in RunnerCancelCode] == [False, False, True, True]
+    assert not _is_loss(99)  # a code this side does not know: a failure, said as sent
