@@ -91,8 +91,10 @@ def test_a_newer_claim_fences_the_old_primary(cluster: LocalCluster) -> None:
             assert await a.claim({"replica": 1}) and a.held == 1
             await a.append([b"a0", b"a1"])
             assert await b.claim({"replica": 2}) and b.held == 2
-            with pytest.raises(LockLostError, match="fenced off"):
-                await a.append([b"a2"])  # reaches the log, after the claim: ignored
+            # It reaches the log, after the claim, and no reader counts it: said so.
+            with pytest.raises(LockLostError, match=r"fenced off and writes no more \(an "
+                               r"entry it sent before it saw the claim counts for no reader"):
+                await a.append([b"a2"])
             with pytest.raises(LockLostError):
                 await a.append([b"a3"])  # refused before sending
             await b.append([b"b0"])

@@ -174,9 +174,13 @@ class RaftLogStore:
             raise LockLostError(f"raft log of {self.name}: this store holds no epoch (not "
                                 "claimed, or resigned); it writes nothing")
         if self.view.epoch != self.held:
+            # Said as it is: the cluster takes appends in order with no condition, so an
+            # entry this primary sent before it saw the claim may land after it; readers
+            # skip every entry of an older epoch, and it sends nothing more.
             raise LockLostError(
                 f"raft log of {self.name}: epoch {self.view.epoch} was claimed after this "
-                f"primary's epoch {self.held}; it was fenced off and stops without writing")
+                f"primary's epoch {self.held}; it was fenced off and writes no more (an "
+                "entry it sent before it saw the claim counts for no reader)")
 
     async def _append_fenced(self, data: bytes) -> int:
         self.check()
