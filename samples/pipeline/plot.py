@@ -1,4 +1,5 @@
-"""The run as a picture: throughput and commit latency over time, crashes marked."""
+"""The run as a picture: throughput and commit latency over time, crashes and recoveries
+marked, the times the coordinator was down shaded and left undrawn."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from .watch import Event, Sample
 
-__all__ = ["plot_run"]
+__all__ = ["outages", "plot_run", "with_gaps"]
 
 
 def _rates(points: list[tuple[float, int]], window: float = 2.0) -> list[tuple[float, float]]:
@@ -23,41 +24,88 @@ def _rates(points: list[tuple[float, int]], window: float = 2.0) -> list[tuple[f
     return rates
 
 
+def outages(events: list[Event], end: float) -> list[tuple[float, float]]:
+    """The spans the coordinator was not running: from each "down" event to the next
+    "up" one (or ``end``)."""
+    spans = []
+    began: float | None = None
+    for event in events:
+        if event.kind == "down" and began is None:
+            began = event.t
+        elif event.kind == "up" and began is not None:
+            spans.append((began, event.t))
+            began = None
+    if began is not None:
+        spans.append((began, end))
+    return spans
+
+
+def with_gaps(points: list[tuple[float, float]],
+              spans: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The points as x and y for a line drawn nowhere across ``spans``: a point inside
+    one is left out, and NaN breaks the line wherever it would cross one (a rate sampled
+    on both sides of an outage would otherwise be drawn straight through it)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    last: float | None = None
+    for t, y in points:
+        if any(a <= t <= b for a, b in spans):
+            continue
+        if last is not None and any(last < b and t > a for a, b in spans):
+            xs.append((last + t) / 2)
+            ys.append(float("nan"))
+        xs.append(t)
+        ys.append(y)
+        last = t
+    return xs, ys
+
+
 def plot_run(path: Path, samples: list[Sample], latencies: list[tuple[float, float]],
              events: list[Event], title: str) -> Path:
     """Write a PNG to ``path``: lines applied and committed per second (top) and each
-    batch's commit latency (bottom), with a labelled vertical line at each event."""
+    batch's commit latency (bottom). The times the coordinator was down (a crash or the
+    upgrade, to its recovery) are shaded and the rates are not drawn through them; each
+    event is a labelled vertical line."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
+    end = max((s.t for s in samples), default=0.0)
+    spans = outages(events, end)
     applied = _rates([(s.t, s.applied) for s in samples if s.applied is not None])
     committed = _rates([(s.t, s.committed) for s in samples])
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7.5), sharex=True)
     try:
         if applied:
-            top.plot(*zip(*applied, strict=True), label="lines applied by the coordinator /s")
+            top.plot(*with_gaps(applied, spans), label="lines applied by the coordinator /s")
         if committed:
-            top.plot(*zip(*committed, strict=True), label="lines committed to the sink /s")
+            top.plot(*with_gaps(committed, spans), label="lines committed to the sink /s")
         top.set_ylabel("lines per second")
-        top.legend(loc="lower right")
-        top.set_title(title)
+        # Above the plot, not over its last seconds.
+        top.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=8,
+                   frameon=False)
+        fig.suptitle(title)
         if latencies:
-            bottom.plot(*zip(*latencies, strict=True), "o-", color="tab:green",
+            bottom.plot(*with_gaps(latencies, spans), "o-", color="tab:green",
                         label="commit latency of each batch")
-            bottom.legend(loc="upper right")
+            bottom.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=8,
+                          frameon=False)
         bottom.set_ylabel("seconds")
         bottom.set_xlabel("seconds since the start")
         for axis in (top, bottom):
             axis.grid(alpha=0.3)
+            for a, b in spans:
+                axis.axvspan(a, b, color="tab:red", alpha=0.12, linewidth=0)
             for event in events:
-                axis.axvline(event.t, color="tab:red", linestyle="--", linewidth=1)
+                style = ":" if event.kind == "up" else "--"
+                color = "tab:green" if event.kind == "up" else "tab:red"
+                axis.axvline(event.t, color=color, linestyle=style, linewidth=1)
         for i, event in enumerate(events):
             # Staggered heights: crashes and recoveries often come seconds apart.
             top.annotate(event.label, (event.t, 0.97 - 0.09 * (i % 4)),
                          xycoords=("data", "axes fraction"), va="top", ha="left",
-                         fontsize=8, color="tab:red",
+                         fontsize=8, color="tab:green" if event.kind == "up" else "tab:red",
                          bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)

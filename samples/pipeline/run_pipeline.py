@@ -25,6 +25,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from ambrosia_py.ports import free_ports  # noqa: E402
 from samples.pipeline.corpus import count_words, write_corpus  # noqa: E402
+from samples.pipeline.drip import Drip  # noqa: E402
 from samples.pipeline.output import check_output, parse_output  # noqa: E402
 from samples.pipeline.procs import Child, ChildError, children_of  # noqa: E402
 from samples.pipeline.watch import Watcher  # noqa: E402
@@ -56,6 +57,7 @@ class Pipeline:
 
     def __init__(self, run_dir: Path, paths: list[Path], connect: str, runners: int,
                  batch_lines: int) -> None:
+        # The feeds tail these; the demo appends the corpus to them as the run goes on.
         self.run_dir = run_dir
         self.home = run_dir / "ambrosia-home"
         self.logs = run_dir / "logs"
@@ -90,12 +92,13 @@ class Pipeline:
             "coordinator", ["-m", "ambrosia_cli", "--home", str(self.home), "run", PIPELINE,
                             "-i", NAME, "--config", str(config)],
             self.logs / "coordinator.log")
+        self.fed = [run_dir / "fed" / p.name for p in paths]
         self.feeds = [
             Child(f"feed-{i + 1}", ["-m", "services.connectors.clients.feed", "--to",
-                                    f"127.0.0.1:{self.listen}", "--once",
+                                    f"127.0.0.1:{self.listen}", "--backoff-cap", "1",
                                     "--instance", f"feed-{i + 1}", str(p)],
                   self.logs / f"feed-{i + 1}.log")
-            for i, p in enumerate(paths)]
+            for i, p in enumerate(self.fed)]
 
     def everything(self) -> list[Child]:
         return [*self.feeds, self.coordinator, *self.runners, self.sink]
@@ -125,22 +128,22 @@ def crashes(p: Pipeline, w: Watcher) -> list[tuple[float, Callable[[], None]]]:
 
     def binding() -> None:
         say(f"kill -9 the coordinator's binding (ambrosia run, pid {p.coordinator.pid})")
-        w.mark("kill -9 binding")
+        w.mark("kill -9 binding", "down")
         p.coordinator.kill9()
         say("restarting ambrosia run: it recovers from its checkpoint and log")
         p.start_coordinator()
-        w.mark("binding recovered")
+        w.mark("binding recovered", "up")
 
     def coordinator() -> None:
         pid = p.coordinator_process()
         say(f"kill -9 the coordinator process (pid {pid}); ambrosia run then stops")
-        w.mark("kill -9 coordinator")
+        w.mark("kill -9 coordinator", "down")
         os.kill(pid, signal.SIGKILL)
         if p.coordinator.wait(30) is None:
             raise ChildError("ambrosia run did not stop after its coordinator was killed")
         say("restarting ambrosia run: its coordinator recovers the log")
         p.start_coordinator()
-        w.mark("coordinator recovered")
+        w.mark("coordinator recovered", "up")
 
     def runner() -> None:
         r = p.runners[0]
@@ -161,13 +164,13 @@ def upgrade(p: Pipeline, w: Watcher) -> tuple[float, Callable[[], None]]:
     def switch() -> None:
         say(f"live upgrade: stopping ambrosia run (pid {p.coordinator.pid}) and starting it "
             f"again with --upgrade-to {NEXT}")
-        w.mark("upgrade to v1")
+        w.mark("stop, upgrade to v1", "down")
         p.coordinator.stop()
         p.coordinator.args += ["--upgrade-to", NEXT]
         p.start_coordinator()
         p.coordinator.wait_for(UPGRADED)
         say("the coordinator runs version 1 now, from the state version 0 left")
-        w.mark("upgraded")
+        w.mark("v1 running", "up")
 
     return UPGRADE_AT, switch
 
@@ -225,8 +228,10 @@ def run(args: argparse.Namespace) -> int:
         p.start_coordinator()
         say(f"while it runs: ambrosia --home {p.home} status -i {NAME}")
         w.sources_started()
+        drip = Drip(paths, p.fed)
         for feed in p.feeds:
             feed.start()
+        say(f"feeding the corpus a piece at a time, through the crashes, from {p.fed[0].parent}")
         plan = [] if args.no_crashes else crashes(p, w)
         if not args.no_upgrade:
             plan = sorted([*plan, upgrade(p, w)], key=lambda step: step[0])
@@ -235,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
         committed_before = 0
         while True:
             w.poll()
+            drip.poll(w.applied_lines)
             # The next crash once its share of the lines is committed and a batch has been
             # committed since the last recovery; the crashes still due when everything is
             # committed happen then, and the recovered pipeline must not change a byte.
@@ -253,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             failed = [f for f in p.feeds if not f.alive() and f.wait(0) != 0]
             if failed:
                 raise ChildError(f"{failed[0].name} failed: {failed[0].last_line()}")
-            if done and not plan and not any(f.alive() for f in p.feeds):
+            if done and not plan and drip.done:
                 break
             if time.monotonic() > deadline:
                 timed_out = True

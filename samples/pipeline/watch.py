@@ -27,6 +27,7 @@ class Sample:
 class Event:
     t: float
     label: str
+    kind: str = "mark"  # "down": the coordinator stops here; "up": it is back
 
 
 class Watcher:
@@ -52,9 +53,15 @@ class Watcher:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def mark(self, label: str) -> None:
-        """Record an event (a crash, a restart) at this moment, for the plot."""
-        self.events.append(Event(self.now(), label))
+    def mark(self, label: str, kind: str = "mark") -> None:
+        """Record an event (a crash, a restart) at this moment, for the plot; ``kind``
+        "down" and "up" bound a time the coordinator was not running."""
+        self.events.append(Event(self.now(), label, kind))
+
+    @property
+    def applied_lines(self) -> int:
+        """Lines the coordinator had applied at its last status (0 before the first)."""
+        return sum(s.get("applied", 0) for s in self.report.get("streams", {}).values())
 
     def sources_started(self) -> None:
         """The feeds start now, into a new pipeline: nothing is applied yet (the first

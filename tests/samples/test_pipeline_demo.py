@@ -71,6 +71,39 @@ def test_the_demo_survives_its_crashes_and_checks_the_output(tmp_path: Path) -> 
                  "live upgrade: stopping ambrosia run", "the coordinator runs version 1 now",
                  "kill -9 runner-1"):
         assert any(step in line for line in lines), step
+    # The feeds were still sending through the crashes: each came back after them.
+    for feed_log in (run / "logs").glob("feed-*.log"):
+        assert feed_log.read_text().count("connected to") >= 3, feed_log.read_text()[-2000:]
     png = run / "pipeline.png"
     assert f"crashes marked: {png}" in lines[-2]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plot_leaves_outages_undrawn() -> None:
+    from samples.pipeline.plot import outages, with_gaps
+    from samples.pipeline.watch import Event
+
+    events = [Event(1, "kill", "down"), Event(1.5, "runner", "mark"), Event(2, "back", "up"),
+              Event(5, "stop", "down")]
+    spans = outages(events, 9)
+    assert spans == [(1, 2), (5, 9)]  # the last one never came back: to the end
+    xs, ys = with_gaps([(0.5, 1), (1.5, 2), (3, 3), (4, 4), (6, 5)], spans)
+    assert xs == [0.5, 1.75, 3, 4]  # inside a span: left out; across one: broken
+    assert ys[0] == 1 and ys[1] != ys[1] and ys[2:] == [3, 4]
+
+
+def test_the_drip_feeds_the_corpus_whole_as_the_coordinator_keeps_up(tmp_path: Path) -> None:
+    from samples.pipeline.drip import Drip
+
+    sources = write_corpus(tmp_path / "corpus", 1000, 2)
+    targets = [tmp_path / "fed" / p.name for p in sources]
+    drip = Drip(sources, targets, pieces=10)
+    drip.poll(0)
+    assert drip.appended_lines == 200  # two pieces to start with
+    drip.poll(50)
+    assert drip.appended_lines == 200  # behind by more than a piece: nothing more
+    drip.poll(100)
+    assert drip.appended_lines == 300
+    drip.poll(1000)
+    assert drip.done and drip.appended_lines == 1000
+    assert [t.read_bytes() for t in targets] == [p.read_bytes() for p in sources]
