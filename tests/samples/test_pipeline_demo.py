@@ -71,9 +71,12 @@ def test_the_demo_survives_its_crashes_and_checks_the_output(tmp_path: Path) -> 
                  "live upgrade: stopping ambrosia run", "the coordinator runs version 1 now",
                  "kill -9 runner-1"):
         assert any(step in line for line in lines), step
-    # The feeds were still sending through the crashes: each came back after them.
+    # The feeds were still sending through the crashes: each lost its connection to a
+    # crash and connected again (crashes close together may fall in one reconnection).
     for feed_log in (run / "logs").glob("feed-*.log"):
-        assert feed_log.read_text().count("connected to") >= 3, feed_log.read_text()[-2000:]
+        said = feed_log.read_text()
+        assert "connection ended" in said, said[-2000:]
+        assert "connected to" in said[said.index("connection ended"):], said[-2000:]
     png = run / "pipeline.png"
     assert f"crashes marked: {png}" in lines[-2]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

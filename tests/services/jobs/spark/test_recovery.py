@@ -172,7 +172,8 @@ def test_the_connect_server_killed_mid_job_is_restarted_and_a_new_attempt_comple
             failed = await until(links, (JobCancelled, JobDone), seen)
             assert isinstance(failed, JobCancelled)
             assert failed.cancel.cancelled_by == runner.member
-            assert failed.cancel.error_code == RunnerCancelCode.JOB_FAILED
+            # Connect failed under the attempt, not the job: a loss for the initiator.
+            assert failed.cancel.error_code == RunnerCancelCode.CONNECT_FAILED
             # The client tried to resend the write to the restarted server; refused.
             assert "not relaunching it" in failed.cancel.message
             await asyncio.to_thread(connect_server.wait_restarted, pid, 120)
