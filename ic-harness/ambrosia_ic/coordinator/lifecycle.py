@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -57,6 +59,10 @@ class LinkOptions:
     host: str | None = None
     advertise: str | None = None
     secret: bytes | None = None
+
+# What a file system says when it, not the coordinator, failed.
+_STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO,
+                             errno.EFBIG})
 
 
 class Coordinator:
@@ -210,6 +216,13 @@ class Coordinator:
         """Stop with exit code 1 and one line for ``err`` (a task's or a callback's)."""
         if isinstance(err, AmbrosiaError):
             self.finish(1, str(err))
+        elif isinstance(err, OSError) and err.errno in _STORAGE_ERRORS:
+            # The files failed (a full disk, a read-only or failing one): no bug of ours.
+            where = err.filename if err.filename is not None else self.dir
+            hint = ("; free some space, then start it again: nothing acknowledged is lost"
+                    if err.errno in (errno.ENOSPC, errno.EDQUOT) else "")
+            self.finish(1, f"the log's storage failed ({where}): "
+                           f"{err.strerror or os.strerror(err.errno)}{hint}")
         else:
             self.finish(1, f"internal error: {type(err).__name__}: {err}")
 
