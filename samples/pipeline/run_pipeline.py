@@ -335,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ChildError as err:
         say(f"FAILED: {err}")
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: run()'s own cleanup has stopped every process
+        say("interrupted: every process of the run was stopped")
+        return 130
 
 
 if __name__ == "__main__":

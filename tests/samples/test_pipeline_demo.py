@@ -110,3 +110,37 @@ def test_the_drip_feeds_the_corpus_whole_as_the_coordinator_keeps_up(tmp_path: P
     drip.poll(1000)
     assert drip.done and drip.appended_lines == 1000
     assert [t.read_bytes() for t in targets] == [p.read_bytes() for p in sources]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.xdist_group("spark")
+def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "samples/pipeline/run_pipeline.py", "--small", "--dir", str(run)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line.rstrip("\n"))
+        if "while it runs:" in line:
+            break
+    proc.send_signal(signal.SIGINT)  # as Ctrl-C does
+    out, err = proc.communicate(timeout=120)
+    seen += out.splitlines()
+    assert proc.returncode == 130, seen[-5:] + err.splitlines()[-5:]
+    assert seen[-1] == "pipeline: interrupted: every process of the run was stopped"
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    time.sleep(1)
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(run).encode() in cmdline.read_bytes():
+                left.append(cmdline.parent.name)
+        except OSError:
+            pass
+    assert left == [], left
