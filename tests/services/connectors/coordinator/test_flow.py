@@ -153,13 +153,9 @@ def test_aborts_and_cut_links_are_settled_and_committed_once(launcher: Launcher,
     p.stop()
 
 
-def test_a_restarted_sink_that_says_offset_0_still_gets_the_next_transactions(
-        launcher: Launcher, tmp_path: Path) -> None:
-    """aloc_sink after its restart answers NOTIFY with 0 (from memory) though its file holds
-    every committed byte: as Wallaroo's sink side, the coordinator goes on from what it
-    committed (it used to refuse, ten times a second, for ever)."""
-    sink = MemorySink()
-    (port,) = free_ports(1)
+def commit_ten_lines(launcher: Launcher, tmp_path: Path, sink: MemorySink,
+                     port: int) -> None:
+    """A coordinator's life that commits lines 1..10 of stream 4 to ``sink``, then stops."""
     p = start(launcher, tmp_path, sink, port)
     src = Source(port)
     src.hello()
@@ -169,6 +165,16 @@ def test_a_restarted_sink_that_says_offset_0_still_gets_the_next_transactions(
     wait_until(lambda: sink.committed_bytes == expected(4, 10), 30)
     src.close()
     p.stop()
+
+
+def test_a_restarted_sink_that_says_offset_0_still_gets_the_next_transactions(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """aloc_sink after its restart answers NOTIFY with 0 (from memory) though its file holds
+    every committed byte: as Wallaroo's sink side, the coordinator goes on from what it
+    committed (it used to refuse, ten times a second, for ever)."""
+    sink = MemorySink()
+    (port,) = free_ports(1)
+    commit_ten_lines(launcher, tmp_path, sink, port)
     sink.restarted = True
     p = start(launcher, tmp_path, sink, port)
     p.wait_for(f"says offset 0, below the {len(expected(4, 10))} bytes committed")
@@ -187,15 +193,7 @@ def test_a_sink_that_lost_committed_bytes_commits_nothing_and_is_asked_with_back
         launcher: Launcher, tmp_path: Path) -> None:
     sink = MemorySink()
     (port,) = free_ports(1)
-    p = start(launcher, tmp_path, sink, port)
-    src = Source(port)
-    src.hello()
-    src.notify(4, "four")
-    src.send(*lines(4, range(1, 11)))
-    src.wait_acked(4, 10)
-    wait_until(lambda: sink.committed_bytes == expected(4, 10), 30)
-    src.close()
-    p.stop()
+    commit_ten_lines(launcher, tmp_path, sink, port)
     empty = MemorySink()  # "the same sink", its output gone
     p = start(launcher, tmp_path, empty, port, **{"sinks.out": f"127.0.0.1:{empty.port}"})
     src = Source(port)
