@@ -14,14 +14,15 @@ import asyncio
 import ctypes
 import os
 import platform
+import random
 import struct
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from .errors import UsageError
 
-__all__ = ["DEFAULT_SLICE_US", "LOOPS", "loop_runner", "shorten_slice", "slice_us",
-           "uvloop_available", "write_unless_closing"]
+__all__ = ["DEFAULT_SLICE_US", "LOOPS", "Backoff", "loop_runner", "shorten_slice",
+           "said_at", "slice_us", "uvloop_available", "write_unless_closing"]
 
 LOOPS = ("auto", "asyncio", "uvloop")
 
@@ -144,3 +145,52 @@ def shorten_slice(us: int) -> bool:
         return bool(_SCHED_ATTR.unpack(buf.raw)[5] == us * 1000)
     except (OSError, AttributeError):
         return False
+
+
+class Backoff:
+    """The waits between attempts at something that keeps failing (a connection, a
+    refused transaction), one policy for every process: the wait doubles from ``floor``
+    up to ``cap`` with each failure in a row, each drawn in the upper half of its value
+    (so peers that failed together do not retry together), and goes back to ``floor``
+    only on ``progress()``, real progress rather than a mere connect, so a refusal right
+    after connecting does not become a tight loop. ``worth_saying`` tells a caller to log
+    the first failure of a streak and then only its 10th, 100th, ..., not every attempt.
+
+    Args:
+        floor: the first wait, in seconds (at most ``cap``).
+        cap: the longest wait, in seconds.
+        rng: where the jitter comes from (a seeded one in tests).
+    """
+
+    __slots__ = ("cap", "failures", "floor", "rng")
+
+    def __init__(self, floor: float = 0.05, cap: float = 5.0,
+                 rng: random.Random | None = None) -> None:
+        if not (floor > 0 and cap > 0):
+            raise ValueError(f"a back-off needs a floor and a cap above 0, got {floor} and "
+                             f"{cap}")
+        self.floor = min(floor, cap)  # a cap below the floor is the floor too
+        self.cap = cap
+        self.rng = rng if rng is not None else random.Random()
+        self.failures = 0  # in a row, since the last progress
+
+    def failed(self) -> float:
+        """One more failure: the seconds to wait before the next attempt."""
+        full = min(self.cap, self.floor * 2 ** min(self.failures, 60))
+        self.failures += 1
+        return full / 2 + self.rng.uniform(0, full / 2)
+
+    def progress(self) -> None:
+        """Real progress was made: the next failure starts a new streak at ``floor``."""
+        self.failures = 0
+
+    @property
+    def worth_saying(self) -> bool:
+        """Whether the failure just counted deserves a log line (``said_at``)."""
+        return said_at(self.failures)
+
+
+def said_at(n: int) -> bool:
+    """Whether the ``n``-th failure in a row deserves a log line: the first of a streak,
+    then the 10th, 100th, 1000th, ... (the rest are counted, not said)."""
+    return n == 1 or (n >= 10 and str(n).rstrip("0") == "1")

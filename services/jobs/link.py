@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.loops import write_unless_closing
+from ambrosia_py.loops import Backoff, write_unless_closing
 
 from ._state import InitiatorState, Role
 from .attempts import OperationState, Reconciled, reconcile
@@ -104,6 +104,7 @@ class _Link:
     writer: asyncio.StreamWriter | None = None
     queued: list[Start | Cancel] = attrs.Factory(list)
     started_here: set[JobId] = attrs.Factory(set)  # starts sent on this connection
+    backoff: Backoff = attrs.Factory(Backoff)  # between connection attempts
 
 
 class JobLinks:
@@ -127,7 +128,8 @@ class JobLinks:
         self.jobs = jobs
         self.initial_credits = initial_credits
         self.max_backoff = max_backoff
-        self._links = {r.member: _Link(r) for r in runners}
+        self._links = {r.member: _Link(r, backoff=Backoff(0.05, max_backoff))
+                       for r in runners}
         self._events: asyncio.Queue[tuple[LinkEvent, JobConnection | None]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._to_grant: tuple[uuid.UUID, JobConnection, Deliver] | None = None
@@ -233,7 +235,7 @@ class JobLinks:
 
     # ------------------------------------------------------------ connections
     async def _maintain(self, link: _Link) -> None:
-        backoff = 0.05
+        backoff = link.backoff
         address = link.address
         failing_since: float | None = None  # when connecting began to fail, this streak
         said_at = 0.0
@@ -250,8 +252,7 @@ class JobLinks:
                     log.warning("cannot reach runner %s at %s:%d (%s) for %.0f s; jobs for it "
                                 "wait, retrying", address.member, address.host, address.port,
                                 err.strerror or err, now - failing_since)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
+                await asyncio.sleep(backoff.failed())
                 continue
             if failing_since is not None:
                 log.info("runner %s at %s:%d reached after %.0f s", address.member,
@@ -265,7 +266,6 @@ class JobLinks:
                         f"runner at {address.host}:{address.port} is {peer}, "
                         f"not {address.member}"
                     )
-                backoff = 0.05
                 await self._serve(link, reader, writer)
             except (HelloError, JobProtocolError) as err:
                 reason = str(err)
@@ -280,8 +280,7 @@ class JobLinks:
                 writer.close()
                 if was_open:
                     self._emit(Disconnected(address.member, reason))
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
+            await asyncio.sleep(backoff.failed())
 
     async def _serve(
         self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -297,6 +296,7 @@ class JobLinks:
         while data := await reader.read(65536):
             conn.receive_data(data)
             for msg in conn.events():
+                link.backoff.progress()  # the runner speaks: real progress
                 effects = self.jobs.handle(runner, msg)
                 self._apply(effects, conn)
                 for effect in effects:

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ambrosia_py.loops import loop_runner, write_unless_closing
+from ambrosia_py.loops import Backoff, loop_runner, said_at, write_unless_closing
 from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from tests.launcher import ROOT, Launcher
@@ -141,3 +143,36 @@ def test_a_shorter_slice_keeps_the_nice_value_spares_children_and_batch_processe
                        timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     kernels = _slice_ns(os.getpid())
     assert r.stdout.split() == ["True", "5", "300000", str(kernels), "False"], r.stderr
+
+
+# ---------------------------------------------------------------- the shared back-off
+
+
+@given(floor=st.floats(0.001, 2.0), cap=st.floats(0.001, 30.0),
+       fails=st.lists(st.booleans(), min_size=1, max_size=40), seed=st.integers(0, 2**32))
+def test_back_off_waits_double_to_the_cap_jittered_and_reset_only_by_progress(
+        floor: float, cap: float, fails: list[bool], seed: int) -> None:
+    import random
+
+    b = Backoff(floor, cap, random.Random(seed))
+    low = min(floor, cap)
+    streak = 0
+    for fail in fails:
+        if not fail:
+            b.progress()
+            streak = 0
+            continue
+        full = min(cap, low * 2 ** streak)
+        delay = b.failed()
+        streak += 1
+        assert full / 2 <= delay <= full  # in the upper half of its value, never past cap
+        assert b.failures == streak
+
+
+def test_a_failure_is_said_first_then_at_each_power_of_ten() -> None:
+    assert [n for n in range(1, 2001) if said_at(n)] == [1, 10, 100, 1000]
+
+
+def test_a_back_off_refuses_a_wait_of_zero() -> None:
+    with pytest.raises(ValueError, match="above 0"):
+        Backoff(0.0, 1.0)

@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from ambrosia_py.loops import Backoff, said_at
 from services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
     POINT_OF_REFERENCE_FROM_START,
@@ -133,6 +134,7 @@ class Feed:
         self.poll_interval = poll_interval
         self.max_frame_size = max_frame_size
         self._rng = rng or random.Random()
+        self._backoff = Backoff(backoff_base, backoff_cap, self._rng)
         self._next = 0
         self._wake = asyncio.Event()
         self.sessions = 0
@@ -148,6 +150,7 @@ class Feed:
         return self.streams[stream_id].acked
 
     def _delay(self, failures: int) -> float:
+        """A refused stream's wait: the same policy, its own count of refusals."""
         full = min(self.backoff_cap, self.backoff_base * 2 ** min(failures, 60))
         return full / 2 + self._rng.uniform(0, full / 2)
 
@@ -157,7 +160,8 @@ class Feed:
         Raises:
             FeedSourceError: a source broke its promise (the feed cannot go on).
         """
-        failures = 0
+        backoff = self._backoff
+        refused = 0  # connection attempts refused in a row
         target: Address | None = None
         while not self.done:
             if target is None:
@@ -166,14 +170,18 @@ class Feed:
             try:
                 reader, writer = await asyncio.open_connection(target.host, target.port)
             except OSError as e:
-                delay = self._delay(failures)
-                failures += 1
-                log.info("cannot connect to %s (%s); retrying in %.2f s",
-                         target, e.strerror or e, delay)
+                delay = backoff.failed()
+                refused += 1
+                if said_at(refused):  # the first of a streak, then counted
+                    again = "" if refused == 1 else f" ({refused} attempts in a row)"
+                    log.info("cannot connect to %s (%s)%s; retrying with back-off up to "
+                             "%g s", target, e.strerror or e, again, backoff.cap)
                 target = None
                 await asyncio.sleep(delay)
                 continue
-            log.info("connected to %s", target)
+            log.info("connected to %s%s", target,
+                     f" after {refused} failed attempts" if refused > 1 else "")
+            refused = 0
             opened_before = self._opened
             try:
                 await self._session(reader, writer)
@@ -188,9 +196,8 @@ class Feed:
             if self.done:
                 break
             if end.restart_to is not None or self._opened > opened_before:
-                failures = 0
-            delay = self._delay(failures)
-            failures += 1
+                backoff.progress()  # it opened a stream, or was told where to go
+            delay = backoff.failed()
             target = end.restart_to
             log.info("connection ended: %s; reconnecting in %.2f s", end.reason, delay)
             await asyncio.sleep(delay)

@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ambrosia_py.loops import write_unless_closing
+from ambrosia_py.loops import Backoff, said_at, write_unless_closing
 from ambrosia_py.wire import NEED_DATA
 
 from .._state import Role
@@ -81,6 +81,7 @@ class SinkLink:
         self.connected = False
         self.sessions = 0
         self.aborts_in_a_row = 0  # transactions the sink voted no on since its last commit
+        self._backoff = Backoff(_FIRST_DELAY, _MAX_DELAY)
 
     def wake(self) -> None:
         """The state changed: look again."""
@@ -97,36 +98,38 @@ class SinkLink:
 
     async def run(self) -> None:
         await self._until(lambda: self._rec() is not None)  # the configure Impulse applied
-        delay = _FIRST_DELAY
+        backoff = self._backoff
         while True:
             writer: asyncio.StreamWriter | None = None
-            linked = self.sessions
+            delay = 0.0
             try:
                 reader, writer = await asyncio.open_connection(self.host, self.port)
                 await self._session(reader, writer)
             except _ReconnectError:
                 # The first abort is sent again at once; a sink that keeps voting no is
                 # asked again with back-off, said once and then counted in the status.
-                delay = 0.0 if self.aborts_in_a_row <= 1 else max(delay, _FIRST_DELAY)
+                delay = 0.0 if self.aborts_in_a_row <= 1 else backoff.failed()
                 if self.aborts_in_a_row == _ABORTS_SAID:
                     self.log.warning("sink %s (%s:%d) voted no on %d transactions in a row; "
                                      "asking again with back-off", self.name, self.host,
                                      self.port, self.aborts_in_a_row)
             except (OSError, SinkLinkError) as e:
-                reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-                if self.connected or delay == _FIRST_DELAY:
-                    self.log.warning("sink %s (%s:%d): %s; reconnecting", self.name,
-                                     self.host, self.port, reason)
+                # Only a commit resets the back-off: a sink that refuses right after it
+                # took the connection is asked again later and later, said once a streak.
+                delay = backoff.failed()
+                if self.connected or said_at(backoff.failures):
+                    reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+                    again = ("" if backoff.failures == 1
+                             else f" ({backoff.failures} attempts in a row)")
+                    self.log.warning("sink %s (%s:%d): %s%s; reconnecting", self.name,
+                                     self.host, self.port, reason, again)
             finally:
                 self.connected = False
                 if writer is not None:
                     writer.close()
                     with contextlib.suppress(Exception):
                         await writer.wait_closed()
-            if self.sessions != linked and delay and not self.aborts_in_a_row:
-                delay = _FIRST_DELAY  # it was linked and committed: the back-off starts again
             await asyncio.sleep(delay)
-            delay = min(max(delay * 2, _FIRST_DELAY), _MAX_DELAY)
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                        ) -> None:
@@ -249,6 +252,8 @@ class SinkLink:
             raise SinkLinkError(f"transaction {txn} was settled elsewhere")
         await send(Phase2(txn, decision))
         self.aborts_in_a_row = 0 if decision else self.aborts_in_a_row + 1
+        if decision:
+            self._backoff.progress()  # a commit: real progress
         if not decision:
             self.log.info("sink %s: transaction %s aborted; sending it again", self.name, txn)
             raise _ReconnectError

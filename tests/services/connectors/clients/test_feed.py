@@ -228,3 +228,28 @@ def test_the_command_line_with_once_ends_after_the_covering_ack(tmp_path: Path) 
         assert b"every stream is done" in err and b"Traceback" not in err
 
     asyncio.run(main())
+
+
+def test_a_worker_nobody_runs_is_said_once_then_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Each attempt used to be one log line: a feed started before its coordinator
+    printed a line every few milliseconds at first, and one per back-off for ever."""
+    closed = free_port()
+    path = _file(tmp_path, LINES[:2])
+    feed = Feed([FileSource(path, follow=False)], [Address("127.0.0.1", closed)],
+                backoff_base=0.0005, backoff_cap=0.001, rng=random.Random(3))
+
+    async def main() -> None:
+        task = asyncio.ensure_future(feed.run())
+        await asyncio.sleep(1.0)  # hundreds of attempts
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with caplog.at_level(logging.INFO, logger="services.connectors.clients.feed"):
+        asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+    assert said[0].startswith(f"cannot connect to 127.0.0.1:{closed} (")
+    assert said[0].endswith("); retrying with back-off up to 0.001 s")
+    assert said[1].endswith("(10 attempts in a row); retrying with back-off up to 0.001 s")
+    assert 2 <= len(said) <= 4  # 1st, 10th, 100th, perhaps 1000th
