@@ -10,16 +10,47 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["Child", "ChildError", "children_of", "child_env"]
+__all__ = ["Child", "ChildError", "children_of", "child_env", "interrupt_between_starts"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class ChildError(RuntimeError):
     """A child process did not start or ended when it should not have."""
+
+
+class _Starting:
+    depth = 0  # inside a start: a Ctrl-C waits until the child is known
+    interrupted = False
+
+
+def interrupt_between_starts() -> None:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt as usual, except while a child is being
+    started: then it waits until the child is known, so that the clean-up stops it too (an
+    interrupt inside ``Popen`` left a child no one knew of running)."""
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        if _Starting.depth:
+            _Starting.interrupted = True
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+@contextlib.contextmanager
+def _starting() -> Iterator[None]:
+    _Starting.depth += 1
+    try:
+        yield
+    finally:
+        _Starting.depth -= 1
+    if not _Starting.depth and _Starting.interrupted:
+        _Starting.interrupted = False
+        raise KeyboardInterrupt
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -64,7 +95,7 @@ class Child:
     def start(self) -> Child:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log_start = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.log, "ab") as out:
+        with open(self.log, "ab") as out, _starting():
             self.proc = subprocess.Popen(
                 [sys.executable, *self.args], stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, cwd=ROOT, env=self.env, start_new_session=True)

@@ -27,7 +27,12 @@ from ambrosia_py.ports import free_ports  # noqa: E402
 from samples.pipeline.corpus import count_words, write_corpus  # noqa: E402
 from samples.pipeline.drip import Drip  # noqa: E402
 from samples.pipeline.output import check_output, parse_output  # noqa: E402
-from samples.pipeline.procs import Child, ChildError, children_of  # noqa: E402
+from samples.pipeline.procs import (  # noqa: E402
+    Child,
+    ChildError,
+    children_of,
+    interrupt_between_starts,
+)
 from samples.pipeline.watch import Watcher  # noqa: E402
 
 PIPELINE = "services.pipeline:WordCountPipeline"
@@ -330,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("pipeline: error: --lines must be at least 100, --files at least 2, "
               "--runners at least 1", file=sys.stderr)
         return 2
+    interrupt_between_starts()
     try:
         return run(args)
     except ChildError as err:

@@ -135,12 +135,20 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path: Path) -> None
     assert proc.returncode == 130, seen[-5:] + err.splitlines()[-5:]
     assert seen[-1] == "pipeline: interrupted: every process of the run was stopped"
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
-    time.sleep(1)
-    left = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if str(run).encode() in cmdline.read_bytes():
-                left.append(cmdline.parent.name)
-        except OSError:
-            pass
-    assert left == [], left
+
+    def left() -> list[str]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmdline.read_bytes()
+            except OSError:
+                continue
+            if str(run).encode() in text:
+                shown = text.replace(b"\0", b" ")[:300]
+                found.append(f"{cmdline.parent.name}: {shown!r}")
+        return found
+
+    deadline = time.monotonic() + 10  # a process killed may take a moment to be gone
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left() == []
