@@ -4,6 +4,7 @@ with space again, the instance recovers what was logged."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -75,3 +76,24 @@ def test_a_full_disk_stops_the_instance_in_one_line(launcher: Launcher,  # noqa:
     again.wait_for("became primary", 60)
     again.wait_for("applied ", 60)
     assert again.stop() == 0
+
+
+def test_a_log_writer_writes_nothing_after_a_failed_write() -> None:
+    """The same record written again after a failed write stood twice in the log, which
+    then no longer recovered ("sequence id 4 where 5 was expected")."""
+    import errno
+
+    from ambrosia_ic.logstore.records import LogWriter
+
+    writer = LogWriter(Path("/dev/full"))  # every write: ENOSPC
+    try:
+        with pytest.raises(OSError) as first:
+            writer.write(b"record")
+        assert first.value.errno == errno.ENOSPC
+        with pytest.raises(OSError) as again:
+            writer.write(b"record")
+        assert again.value.errno == errno.ENOSPC
+        assert "an earlier write failed" in str(again.value)
+        assert "nothing more is written to this log" in str(again.value)
+    finally:
+        os.close(writer._fd)  # /dev/full cannot be trimmed

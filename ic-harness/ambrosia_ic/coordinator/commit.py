@@ -52,6 +52,8 @@ async def committer(c: Coordinator) -> None:
     while True:
         await c.wake.wait()
         c.wake.clear()
+        if c.stopping:
+            return  # a failed write or a stop: nothing more is committed
         while c.pending or c.switch_requested:
             if c.switch_requested:
                 checkpoints.switch_log(c)

@@ -394,8 +394,23 @@ class LogWriter:
         self._reserved = self.size  # where the zeros written ahead end
         self._trim_on_close = trim_on_close
         self._synced = False
+        self._failed: OSError | None = None
 
     def write(self, data: bytes) -> None:
+        """Write one record at the end. After a write that failed (a full disk) the writer
+        writes nothing more: its record may be in the file whole or in part, and the same
+        record written again after it would stand twice (a log that no longer recovers)."""
+        if self._failed is not None:
+            raise OSError(self._failed.errno, f"{self.path}: an earlier write failed "
+                          f"({self._failed.strerror or self._failed}); nothing more is "
+                          "written to this log", str(self.path))
+        try:
+            self._write(data)
+        except OSError as err:
+            self._failed = err
+            raise
+
+    def _write(self, data: bytes) -> None:
         view = memoryview(data)
         end = self.size + len(data)
         if not self.region:
