@@ -184,6 +184,9 @@ class Driver:
         # A control event name ("upgrade-take-checkpoint", ...) at which the binding
         # dies (closes both sockets) instead of answering: a crash at that moment.
         self.die_at: str | None = None
+        # How many times the binding asks for another checkpoint while answering a
+        # TakeCheckpoint (before its state is sent): a request during a checkpoint.
+        self.ask_while_checkpointing = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> Driver:
@@ -238,6 +241,9 @@ class Driver:
             elif isinstance(m, TakeCheckpoint):
                 self.events.append("take-checkpoint")
                 self.marks["take-checkpoint"] = len(self.records)
+                if self.ask_while_checkpointing:
+                    self.ask_while_checkpointing -= 1
+                    self.b.send(TakeCheckpoint())
                 with self.lock:
                     blob = self.app.state()
                 self.b.send_checkpoint(blob)

@@ -52,6 +52,23 @@ def test_exactly_the_last_k_checkpoints_stay_with_their_logs(harness: Harness) -
     wait_until(lambda: _files(idir) == _kept(4, 5, 6), "checkpoints 4, 5, 6")
 
 
+def test_a_checkpoint_asked_for_during_another_is_taken_after_it(harness: Harness) -> None:
+    # The second request arrives while checkpoint 2 is being collected: the state being
+    # saved predates it, so a third checkpoint must follow (it was once dropped).
+    harness.register("alpha", keep_checkpoints=5)
+    harness.start("alpha")
+    d = harness.drive("alpha")
+    wait_until(d.primary.is_set, "primary")
+    _run_chain(d, 0, 2)
+    d.ask_while_checkpointing = 1
+    d.b.send(TakeCheckpoint())
+    idir = harness.instance_dir("alpha")
+    wait_until(lambda: _files(idir) == _kept(1, 2, 3), "checkpoints 1, 2, 3")
+    assert d.events.count("take-checkpoint") == 2
+    _run_chain(d, 2, 3)  # and the coordinator goes on as before
+    assert _files(idir) == _kept(1, 2, 3)
+
+
 def test_debug_instance_replays_identically_from_the_older_kept_checkpoint(
     harness: Harness,
 ) -> None:

@@ -128,10 +128,16 @@ def begin(c: Coordinator, ev: Checkpoint) -> None:
 
 
 def request_checkpoint(c: Coordinator) -> None:
-    """The binding asked for a checkpoint: the committer takes one between records."""
-    if c.phase is Phase.LIVE and not c.ckpt_in_flight:
-        c.switch_requested = True
-        c.wake.set()
+    """The binding asked for a checkpoint: the committer takes one between records. A
+    request while one is being taken is remembered and taken after it, since the
+    state being saved may predate what the binding wants kept."""
+    if c.phase is not Phase.LIVE:
+        return
+    if c.ckpt_in_flight:
+        c.ckpt_asked = True
+        return
+    c.switch_requested = True
+    c.wake.set()
 
 
 def switch_log(c: Coordinator) -> None:
@@ -155,3 +161,6 @@ async def _finish(c: Coordinator, n: int, position: tuple[int, dict[str, int]],
     await save(c, c.dir, n, await fut, position)
     await remove_unkept(c)
     c.ckpt_in_flight = False
+    if c.ckpt_asked:
+        c.ckpt_asked = False
+        request_checkpoint(c)

@@ -155,6 +155,7 @@ class Coordinator:
         self.digest: DigestWriter | None = None
         self.digest_skip = 0
         self.ckpt_in_flight = False
+        self.ckpt_asked = False  # the binding asked while a checkpoint was in flight
         self.switch_requested = False
         self.initial: asyncio.Future[InitialMessage] | None = None
         # Checkpoints this recovery passed over as damaged: not counted as kept.
