@@ -1,0 +1,32 @@
+"""Staged segments: received message bytes on disk, referenced (never carried) by an
+immortal's log and state. See ``segments`` for the format and its guarantees."""
+
+from .segments import (
+    MAGIC,
+    Block,
+    Ref,
+    SegmentDamagedError,
+    SegmentMissingError,
+    SegmentWriter,
+    StagingError,
+    StagingFullError,
+    encode_block,
+    read_block,
+    read_payloads,
+    segment_names,
+)
+
+__all__ = [
+    "MAGIC",
+    "Block",
+    "Ref",
+    "SegmentDamagedError",
+    "SegmentMissingError",
+    "SegmentWriter",
+    "StagingError",
+    "StagingFullError",
+    "encode_block",
+    "read_block",
+    "read_payloads",
+    "segment_names",
+]

@@ -1,0 +1,318 @@
+"""Staged segments: the bytes of received messages, on disk, so that an immortal logs and
+keeps only references to them.
+
+A segment is an append-only file of blocks under a staging root. One block holds one run
+of messages of one stream, in id order, with the check bytes that make a damaged or torn
+block detectable. All integers are little-endian::
+
+    segment  = MAGIC (8 bytes: b"AMBSEG1\\n") block*
+    block    = header offsets data check
+    header   = b"BLK1" count:u32 stream_id:u64 first_id:u64 last_id:u64 data_len:u64
+    offsets  = (count + 1) x u32   where message i is data[offsets[i]:offsets[i+1]],
+                                   offsets[0] = 0 and offsets[count] = data_len
+    data     = the payloads, one after the other
+    check    = XXH64 (seed 0) of header, offsets and data: u64
+
+A ``Ref`` names one block (segment name, offset, length, check) with what the immortal
+decides with (stream, first and last message id, count, payload bytes); it is plain data,
+so it can be logged and checkpointed. ``SegmentWriter`` appends blocks and makes them
+durable (``sync``: fsync of the file, and of the directory when a file was created) before
+any reference to them is sent on; ``read_block`` (and ``read_payloads``) read one back,
+checking that it is the block the reference names, whole and undamaged.
+
+Segment names are ``<life>-<n>.seg``: ``life`` is random per writer, so a new primary
+never appends to a file an earlier life was writing. The layout of blocks (offsets
+before data) lets a reader build an Arrow binary array over a block without copying.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Final
+
+import attrs
+import xxhash
+
+from ambrosia_py.errors import AmbrosiaError
+
+__all__ = [
+    "BLOCK_MAGIC",
+    "HEADER",
+    "MAGIC",
+    "Block",
+    "Ref",
+    "SegmentDamagedError",
+    "SegmentMissingError",
+    "SegmentWriter",
+    "StagingError",
+    "StagingFullError",
+    "encode_block",
+    "read_block",
+    "read_payloads",
+    "segment_names",
+]
+
+MAGIC: Final = b"AMBSEG1\n"
+BLOCK_MAGIC: Final = b"BLK1"
+HEADER: Final = struct.Struct("<4sIQQQQ")  # magic, count, stream, first, last, data_len
+_CHECK = struct.Struct("<Q")
+MAX_BLOCK_DATA: Final = (1 << 32) - 1  # offsets are u32
+SUFFIX: Final = ".seg"
+
+
+class StagingError(AmbrosiaError):
+    """A staged segment cannot be written or read."""
+
+
+class StagingFullError(StagingError, OSError):
+    """The staging root has no room (ENOSPC or EDQUOT): nothing of the write counts."""
+
+
+class SegmentMissingError(StagingError):
+    """A referenced segment is not there (deleted, or a root that is not the writer's)."""
+
+
+class SegmentDamagedError(StagingError):
+    """A referenced block is not what its reference says: cut short, or its bytes or check
+    bytes differ."""
+
+
+@attrs.frozen
+class Ref:
+    """One staged block, as logged: where it is and what it holds."""
+
+    stream_id: int
+    first_id: int
+    last_id: int
+    count: int  # messages
+    size: int  # payload bytes (data_len)
+    segment: str  # the segment's file name, relative to the staging root
+    offset: int  # of the block in the segment
+    length: int  # of the whole block
+    check: int  # the block's XXH64
+
+    def to_list(self) -> list[int | str]:
+        return [self.stream_id, self.first_id, self.last_id, self.count, self.size,
+                self.segment, self.offset, self.length, self.check]
+
+    @classmethod
+    def from_list(cls, fields: Sequence[int | str]) -> Ref:
+        s, f, la, c, z, seg, off, n, chk = fields
+        return cls(int(s), int(f), int(la), int(c), int(z), str(seg), int(off), int(n),
+                   int(chk))
+
+
+@attrs.frozen
+class Block:
+    """A block read back: ``data[offsets[i]:offsets[i+1]]`` is message i."""
+
+    ref: Ref
+    offsets: memoryview  # (count + 1) u32, little-endian, as bytes
+    data: memoryview
+
+    def payloads(self) -> list[bytes]:
+        ends = self.offsets.cast("I")
+        return [bytes(self.data[ends[i]:ends[i + 1]]) for i in range(len(ends) - 1)]
+
+
+def encode_block(stream_id: int, first_id: int, last_id: int,
+                 payloads: Sequence[bytes]) -> tuple[bytes, int, int]:
+    """The bytes of one block, its check and its payload size.
+
+    Raises:
+        ValueError: no payloads, ids out of order, or more data than u32 offsets reach.
+    """
+    if not payloads:
+        raise ValueError("a block holds at least one message")
+    if first_id > last_id:
+        raise ValueError(f"first id {first_id} is after last id {last_id}")
+    offsets = [0]
+    for p in payloads:
+        offsets.append(offsets[-1] + len(p))
+    size = offsets[-1]
+    if size > MAX_BLOCK_DATA:
+        raise ValueError(f"a block holds at most {MAX_BLOCK_DATA} payload bytes, not {size}")
+    body = b"".join((HEADER.pack(BLOCK_MAGIC, len(payloads), stream_id, first_id, last_id,
+                                 size),
+                     struct.pack(f"<{len(offsets)}I", *offsets), *payloads))
+    check = xxhash.xxh64_intdigest(body)
+    return body + _CHECK.pack(check), check, size
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _full(err: OSError) -> bool:
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+class SegmentWriter:
+    """Appends blocks to this life's segments under ``root``; one writer per root at a
+    time (the primary's). Not thread-safe: one caller appends and syncs in turn.
+
+    Args:
+        root: the staging root (created if missing).
+        life: this writer's part of segment names (random per primary life).
+        segment_bytes: a segment is closed once it is this long; the next block starts
+            the next one (a block larger than this gets a segment of its own).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], life: str,
+                 segment_bytes: int = 64 << 20) -> None:
+        self.root = Path(root)
+        self.life = life
+        self.segment_bytes = segment_bytes
+        self._n = 0
+        self._file: int | None = None  # the open segment's descriptor
+        self._name = ""
+        self._size = 0
+        self._unsynced = False
+        self._new_file = False
+        self.written: list[str] = []  # every segment this writer created, oldest first
+
+    @property
+    def current(self) -> str:
+        """The segment being appended to ('' before the first block)."""
+        return self._name
+
+    def append(self, stream_id: int, first_id: int, last_id: int,
+               payloads: Sequence[bytes]) -> Ref:
+        """Write one block (not yet durable: ``sync`` makes it so).
+
+        Raises:
+            StagingFullError: the root is full; the segment is closed (its tail may hold
+                part of this block, which nothing references) and the next block starts a
+                new one.
+            OSError: another failure of the file system, the same way.
+        """
+        block, check, size = encode_block(stream_id, first_id, last_id, payloads)
+        if self._file is None or self._size >= self.segment_bytes:
+            self._open_next()
+        assert self._file is not None
+        offset = self._size
+        try:
+            view = memoryview(block)
+            while view:
+                n = os.write(self._file, view)
+                view = view[n:]
+        except OSError as err:
+            self._close()
+            if _full(err):
+                raise StagingFullError(err.errno, f"the staging root {self.root} is full "
+                                       f"({err.strerror})") from None
+            raise
+        self._size += len(block)
+        self._unsynced = True
+        return Ref(stream_id, first_id, last_id, len(payloads), size, self._name, offset,
+                   len(block), check)
+
+    def sync(self) -> None:
+        """Make every block appended so far durable (the file, and the directory entry of
+        a file created since the last sync).
+
+        Raises:
+            StagingFullError, OSError: as ``append`` (nothing since the last sync counts).
+        """
+        if self._file is None or not self._unsynced:
+            return
+        try:
+            os.fsync(self._file)
+            if self._new_file:
+                _fsync_dir(self.root)
+                self._new_file = False
+        except OSError as err:
+            self._close()
+            if _full(err):
+                raise StagingFullError(err.errno, f"the staging root {self.root} is full "
+                                       f"({err.strerror})") from None
+            raise
+        self._unsynced = False
+
+    def close(self) -> None:
+        self._close()
+
+    def _open_next(self) -> None:
+        self._close()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._n += 1
+        self._name = f"{self.life}-{self._n}{SUFFIX}"
+        fd = os.open(self.root / self._name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, MAGIC)
+        except OSError as err:
+            os.close(fd)
+            if _full(err):
+                raise StagingFullError(err.errno, f"the staging root {self.root} is full "
+                                       f"({err.strerror})") from None
+            raise
+        self._file = fd
+        self._size = len(MAGIC)
+        self._new_file = True
+        self.written.append(self._name)
+
+    def _close(self) -> None:
+        if self._file is not None:
+            fd, self._file = self._file, None
+            os.close(fd)
+            self._name = ""  # a failed file takes no more blocks
+
+
+def read_block(root: str | os.PathLike[str], ref: Ref) -> Block:
+    """Read the block ``ref`` names and check it is that block, whole.
+
+    Raises:
+        SegmentMissingError: the segment is not there.
+        SegmentDamagedError: the block is cut short, or is not the one named, or its
+            check bytes differ (the message names the segment and the offset).
+    """
+    path = Path(root) / ref.segment
+    try:
+        with open(path, "rb") as f:
+            f.seek(ref.offset)
+            raw = f.read(ref.length)
+    except FileNotFoundError:
+        raise SegmentMissingError(f"staged segment {path} is missing (its block at "
+                                  f"{ref.offset} holds stream {ref.stream_id}'s messages "
+                                  f"{ref.first_id}..{ref.last_id})") from None
+    where = f"staged segment {path}, block at {ref.offset}"
+    if len(raw) != ref.length:
+        raise SegmentDamagedError(f"{where}: cut short ({len(raw)} of {ref.length} bytes)")
+    view = memoryview(raw)
+    check = xxhash.xxh64_intdigest(view[:-_CHECK.size])
+    if check != ref.check or _CHECK.unpack_from(view, len(view) - _CHECK.size)[0] != check:
+        raise SegmentDamagedError(f"{where}: damaged (its check bytes differ)")
+    magic, count, stream, first, last, size = HEADER.unpack_from(view)
+    if (magic, count, stream, first, last, size) != (
+            BLOCK_MAGIC, ref.count, ref.stream_id, ref.first_id, ref.last_id, ref.size):
+        raise SegmentDamagedError(f"{where}: holds another block than the reference names")
+    start = HEADER.size
+    data = start + 4 * (count + 1)
+    if data + size + _CHECK.size != ref.length:
+        raise SegmentDamagedError(f"{where}: its lengths do not add up")
+    return Block(ref, view[start:data], view[data:data + size])
+
+
+def read_payloads(root: str | os.PathLike[str], refs: Iterable[Ref]) -> list[bytes]:
+    """Every message of ``refs``, in order (see ``read_block``)."""
+    out: list[bytes] = []
+    for ref in refs:
+        out += read_block(root, ref).payloads()
+    return out
+
+
+def segment_names(root: str | os.PathLike[str]) -> list[str]:
+    """The segment files under ``root`` (none if it does not exist)."""
+    try:
+        return sorted(p.name for p in Path(root).iterdir()
+                      if p.name.endswith(SUFFIX) and p.is_file())
+    except FileNotFoundError:
+        return []
