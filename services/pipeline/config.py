@@ -7,12 +7,19 @@ keys, split apart and checked with one-line errors.
 | ``out`` | ``""`` | the job output root the runners write under (needed with runners) |
 | ``max_attempts`` | ``3`` | attempts of a job that may fail before ``on_job_failed`` |
 | ``job_timeout_seconds`` | ``600`` | an attempt with no whole result this long fails (0: never) |
-| ``batch_lines`` | ``2000`` | (word count) lines per micro-batch |
-| ``batch_seconds`` | ``1.0`` | (word count) ... or cut a batch this old at a tick |
+| ``batch_lines`` | ``2000`` | (word count) a micro-batch is cut once this many lines wait ... |
+| ``batch_seconds`` | ``1.0`` | (word count) ... or once its first line is this old, at a tick |
+| ``jobs_in_flight`` | ``2`` | (word count) batches whose jobs run at once; the next waits |
+| ``max_batch_lines`` | ``1000000`` | (word count) the most lines a batch takes (Spark behind) |
+| ``max_batch_bytes`` | ``268435456`` | (word count) ... and the most bytes |
+
+A coordinator that stages what it receives (the word count) stages under ``<out>/staging``
+unless ``staging`` names another root.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,18 +96,30 @@ class PipelineConfig:
     batch_lines: int = attrs.field(default=2000, validator=_int("batch_lines", 1))
     batch_seconds: float = attrs.field(default=1.0, validator=_seconds)
     job_timeout_seconds: float = attrs.field(default=600.0, validator=_timeout)
+    jobs_in_flight: int = attrs.field(default=2, validator=_int("jobs_in_flight", 1))
+    max_batch_lines: int = attrs.field(default=1_000_000, validator=_int("max_batch_lines", 1))
+    max_batch_bytes: int = attrs.field(default=256 << 20, validator=_int("max_batch_bytes", 1))
 
     def __attrs_post_init__(self) -> None:
         if self.runners and not self.out:
             raise CoordinatorConfigError("out (the job output root) is needed with runners")
 
     @classmethod
-    def from_mapping(cls, config: Mapping[str, Any]) -> PipelineConfig:
-        """Raises: CoordinatorConfigError: an unknown key or a bad value (one line)."""
+    def from_mapping(cls, config: Mapping[str, Any], *, stages: bool = False
+                     ) -> PipelineConfig:
+        """``stages``: the coordinator stages what it receives (``staging`` defaults to
+        ``<out>/staging``, made absolute: runners on this host read it as it is).
+
+        Raises: CoordinatorConfigError: an unknown key or a bad value (one line)."""
         mine = {k: v for k, v in config.items() if k in JOB_KEYS}
         if "runners" in mine and isinstance(mine["runners"], (list, tuple)):
             mine["runners"] = list(mine["runners"])
         rest = {k: v for k, v in config.items() if k not in JOB_KEYS}
+        if stages and isinstance(rest.get("staging", mine.get("out")), str):
+            staging = rest.get("staging") or (
+                os.path.join(mine["out"], "staging") if mine.get("out") else "")
+            if staging:
+                rest["staging"] = os.path.abspath(staging)
         return cls(CoordinatorConfig.from_mapping(rest, JOB_KEYS), **mine)
 
     def addresses(self) -> list[RunnerAddress]:
@@ -110,4 +129,7 @@ class PipelineConfig:
         """What the job handlers decide with (reaches the state by an Impulse)."""
         return {"runners": list(self.runners), "max_attempts": self.max_attempts,
                 "batch_lines": self.batch_lines, "batch_seconds": float(self.batch_seconds),
-                "job_timeout_seconds": float(self.job_timeout_seconds)}
+                "job_timeout_seconds": float(self.job_timeout_seconds),
+                "jobs_in_flight": self.jobs_in_flight, "max_batch_lines": self.max_batch_lines,
+                "max_batch_bytes": self.max_batch_bytes,
+                "staging": self.coordinator.staging}

@@ -75,7 +75,8 @@ class SparkCoordinator(ConnectorCoordinator):
 
     # ------------------------------------------------------------ lifecycle
     def coordinator_config(self) -> CoordinatorConfig:
-        cfg = self._pipeline_cfg = PipelineConfig.from_mapping(self.ctx.config)
+        cfg = self._pipeline_cfg = PipelineConfig.from_mapping(self.ctx.config,
+                                                               stages=self.uses_staging)
         if self.needs_runners and not cfg.runners:
             raise CoordinatorConfigError(f"runners: {type(self).__name__} needs at least one "
                                          "job runner (\"name@host:port\")")

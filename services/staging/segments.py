@@ -244,7 +244,10 @@ class SegmentWriter:
         self._close()
         self.root.mkdir(parents=True, exist_ok=True)
         self._n += 1
+        # Named (and listed as written) before it exists: whoever lists the root and then
+        # looks at ``current`` or ``written`` never takes it for another life's file.
         self._name = f"{self.life}-{self._n}{SUFFIX}"
+        self.written.append(self._name)
         fd = os.open(self.root / self._name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, MAGIC)
@@ -257,7 +260,6 @@ class SegmentWriter:
         self._file = fd
         self._size = len(MAGIC)
         self._new_file = True
-        self.written.append(self._name)
 
     def _close(self) -> None:
         if self._file is not None:

@@ -17,7 +17,8 @@ __all__ = ["CoordinatorConfig", "CoordinatorConfigError", "parse_address"]
 
 _KEYS = ("listen", "advertise", "cookie", "credits", "sinks", "interval_bytes",
          "interval_seconds", "max_frame_size", "batch_messages", "status_file",
-         "status_seconds", "handshake_seconds", "max_sources")
+         "status_seconds", "handshake_seconds", "max_sources", "staging", "backlog_bytes",
+         "segment_bytes")
 
 
 class CoordinatorConfigError(UsageError):
@@ -98,6 +99,13 @@ class CoordinatorConfig:
             a frame it began, before it is closed (a connected source may idle between
             frames for as long as it likes).
         max_sources: the most source connections at once; one more is refused.
+        staging: the staging root: received messages are written to segment files there
+            and only references to them are logged ("" = payloads are logged, for a
+            coordinator that keeps them; a pipeline defaults to ``<out>/staging``).
+            For runners on other hosts, a path that they and Spark's executors see.
+        backlog_bytes: with staging, credits go back to the sources only while the staged
+            bytes not yet committed are fewer than this (back-pressure).
+        segment_bytes: a staged segment is closed at this size and the next one begun.
     """
 
     listen: str = attrs.field(default="127.0.0.1:7100", validator=_address("listen"))
@@ -118,6 +126,9 @@ class CoordinatorConfig:
     handshake_seconds: float = attrs.field(default=10.0,
                                            validator=_seconds("handshake_seconds"))
     max_sources: int = attrs.field(default=256, validator=_int("max_sources", 1))
+    staging: str = attrs.field(default="", validator=_text("staging"))
+    backlog_bytes: int = attrs.field(default=256 << 20, validator=_int("backlog_bytes", 1))
+    segment_bytes: int = attrs.field(default=64 << 20, validator=_int("segment_bytes", 4096))
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any],

@@ -22,8 +22,10 @@ from typing import Any
 
 import attrs
 
+from services.staging import Ref
+
 __all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "SinkRecord",
-           "StreamRecord"]
+           "StagedRunError", "StreamRecord"]
 
 FROM_START = (1 << 64) - 1  # a point of reference meaning "nothing applied yet"
 KEEP_DECIDED = 4  # decisions remembered per sink (a sink holds at most one unsettled)
@@ -31,6 +33,14 @@ KEEP_DECIDED = 4  # decisions remembered per sink (a sink holds at most one unse
 #: One MESSAGE as the ``receive`` Impulse carries it:
 #: (stream id, stream name, message id, event time, key, payload).
 Incoming = tuple[int, str, int, int, bytes, bytes]
+#: One staged run as the ``receive_staged`` Impulse carries it: [stream name, *Ref fields].
+IncomingRef = list[Any]
+
+
+class StagedRunError(RuntimeError):
+    """A staged run begins at or below its stream's point of reference and ends above
+    it. The source listener never stages such a run (it drops what it already staged),
+    so this is a broken invariant, not bad input."""
 
 
 @attrs.frozen
@@ -91,6 +101,10 @@ class CoordinatorCore:
         self.sinks: dict[str, SinkRecord] = {}
         self.settings: dict[str, Any] = {"sinks": [], "interval_bytes": 64 * 1024,
                                          "interval_seconds": 0.5}
+        # Staged segments referenced by the state: segment -> blocks held, and the
+        # payload bytes they hold (the backlog: staged, not yet released).
+        self.segments: dict[str, int] = {}
+        self.backlog = 0
 
     # ------------------------------------------------------------ inputs
     def configure(self, settings: dict[str, Any], instance: str) -> None:
@@ -124,6 +138,49 @@ class CoordinatorCore:
                 runs.append((stream_id, []))
             runs[-1][1].append(Applied(stream_id, msg_id, event_time, key, payload))
         return runs
+
+    def receive_staged(self, batch: Iterable[IncomingRef]) -> list[tuple[int, list[Ref]]]:
+        """Apply a batch of staged runs: a run that ends at or below its stream's point of
+        reference is a re-send and is dropped. Applied runs are held (``release`` lets
+        them go). Returns them in order, as runs of one stream each.
+
+        Raises:
+            StagedRunError: a run straddles its stream's point of reference.
+        """
+        runs: list[tuple[int, list[Ref]]] = []
+        for fields in batch:
+            name, ref = fields[0], Ref.from_list(fields[1:])
+            rec = self.streams.get(ref.stream_id)
+            if rec is None:
+                rec = self.streams[ref.stream_id] = StreamRecord(name)
+            if rec.por != FROM_START and ref.first_id <= rec.por:
+                if ref.last_id > rec.por:
+                    raise StagedRunError(
+                        f"stream {ref.stream_id}: a staged run of messages {ref.first_id}.."
+                        f"{ref.last_id} straddles its point of reference {rec.por}")
+                rec.dropped += ref.count
+                continue
+            rec.por = ref.last_id
+            rec.applied += ref.count
+            rec.closed = False
+            rec.name = name
+            self.segments[ref.segment] = self.segments.get(ref.segment, 0) + 1
+            self.backlog += ref.size
+            if not runs or runs[-1][0] != ref.stream_id:
+                runs.append((ref.stream_id, []))
+            runs[-1][1].append(ref)
+        return runs
+
+    def release(self, refs: Iterable[Ref]) -> None:
+        """What ``refs`` hold is done with (committed everywhere): a segment no block of
+        which is held any longer may be deleted."""
+        for ref in refs:
+            held = self.segments.get(ref.segment, 0) - 1
+            if held > 0:
+                self.segments[ref.segment] = held
+            else:
+                self.segments.pop(ref.segment, None)
+            self.backlog -= ref.size
 
     def end_of_stream(self, stream_id: int) -> None:
         rec = self.streams.get(stream_id)
@@ -223,6 +280,7 @@ class CoordinatorCore:
                              "txn": r.txn_id or None, "commits": r.commits,
                              "aborts": r.aborts, "active": r.active}
                       for name, r in sorted(self.sinks.items())},
+            "staged": {"segments": len(self.segments), "backlog_bytes": self.backlog},
         }
 
     # ------------------------------------------------------------ checkpoint
@@ -237,6 +295,7 @@ class CoordinatorCore:
                               r.settled_rtag, [list(s) for s in r.settlement], r.commits,
                               r.aborts, r.active]]
                       for name, r in self.sinks.items()],
+            "staged": [sorted(self.segments.items()), self.backlog],
         }
 
     @classmethod
@@ -251,4 +310,6 @@ class CoordinatorCore:
             core.sinks[name] = SinkRecord(
                 f[0], bytearray(f[1]), f[2], f[3], f[4], f[5], {t: c for t, c in f[6]},
                 f[7], [(t, c) for t, c in f[8]], f[9], f[10], f[11])
+        segments, core.backlog = state.get("staged", ([], 0))
+        core.segments = {name: n for name, n in segments}
         return core

@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ambrosia_py import Immortal, impulse, rpc
+from services.staging import Ref
 
 from .config import CoordinatorConfig, CoordinatorConfigError
-from .core import Applied, CoordinatorCore, Incoming
+from .core import Applied, CoordinatorCore, Incoming, IncomingRef
 from .live import Live
 
 __all__ = ["ConnectorCoordinator"]
@@ -63,6 +64,22 @@ class ConnectorCoordinator(Immortal):
     def on_end_of_stream(self, stream_id: int) -> None:
         """Called (in a handler, deterministically) when a stream's EOS was applied."""
 
+    #: A subclass that takes staged runs (``on_staged``) rather than payloads says so; it
+    #: runs only with a staging root (``staging``).
+    uses_staging: ClassVar[bool] = False
+
+    def on_staged(self, stream_id: int, refs: Sequence[Ref]) -> None:
+        """Called (in a handler, deterministically) with each run of applied staged blocks
+        of one stream, in apply order, when the coordinator stages what it receives.
+        Each block is held (counted in the backlog, its segment kept) until the subclass
+        calls ``release`` with it."""
+        raise NotImplementedError(f"{type(self).__name__} does not take staged runs")
+
+    def release(self, refs: Sequence[Ref]) -> None:
+        """Let staged blocks go (only in a handler): nothing will read them again."""
+        self.core.release(refs)
+        self._wake()
+
     # ------------------------------------------------------------ lifecycle
     #: A subclass whose output can only go to sinks says so: started with none, it refuses.
     needs_sinks: ClassVar[bool] = False
@@ -70,6 +87,12 @@ class ConnectorCoordinator(Immortal):
     def on_become_primary(self) -> None:
         # A bad configuration stops the instance with its one-line error.
         cfg = self.coordinator_config()
+        if self.uses_staging and not cfg.staging:
+            raise CoordinatorConfigError(f"staging: {type(self).__name__} reads what it "
+                                         "receives from staged segments; name a staging root")
+        if cfg.staging and not self.uses_staging:
+            raise CoordinatorConfigError(f"staging: {type(self).__name__} keeps payloads in "
+                                         "its state and cannot stage them; remove the key")
         if not cfg.sinks:
             if self.needs_sinks:
                 raise CoordinatorConfigError(
@@ -121,6 +144,15 @@ class ConnectorCoordinator(Immortal):
             self._live.wake()
 
     @impulse
+    def receive_staged(self, token: int, batch: list[IncomingRef]) -> None:
+        """A batch of staged runs from the listener (references, not bytes)."""
+        for stream_id, refs in self.core.receive_staged(batch):
+            self.on_staged(stream_id, refs)
+        if self._live is not None and self._is_live():
+            self._live.applied(token)
+            self._live.wake()
+
+    @impulse
     def end_of_stream(self, token: int, stream_id: int) -> None:
         self.core.end_of_stream(stream_id)
         self.on_end_of_stream(stream_id)
@@ -130,12 +162,18 @@ class ConnectorCoordinator(Immortal):
     @impulse
     def sink_uncommitted(self, sink: str, rtag: int, txn_ids: list[str]) -> None:
         self.core.sink_uncommitted(sink, rtag, txn_ids, self._now_ns())
+        self.on_committed()
         self._wake()
 
     @impulse
     def sink_voted(self, sink: str, txn_id: str, commit: bool) -> None:
         self.core.sink_voted(sink, txn_id, commit, self._now_ns())
+        self.on_committed()
         self._wake()
+
+    def on_committed(self) -> None:
+        """Called (in a handler) after a sink's transaction was decided: a subclass that
+        waits for its output to be committed looks at ``core.sinks[...].committed``."""
 
     @impulse
     def tick(self) -> None:

@@ -11,6 +11,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from services.staging import SegmentWriter, segment_names
+
 from .config import CoordinatorConfig
 from .core import CoordinatorCore
 from .sinks import SinkLink
@@ -30,8 +32,13 @@ class Live:
         self.cfg = cfg
         self.log = owner.ctx.log
         me = owner.impulse_self
+        # With staging, this life's segments: named by a random life id, never appended
+        # to by another life.
+        self.writer = (SegmentWriter(cfg.staging, os.urandom(6).hex(), cfg.segment_bytes)
+                       if cfg.staging else None)
         self.sources = SourceListener(self._core, cfg, me.receive, me.end_of_stream,
-                                      self.log)
+                                      self.log, me.receive_staged, self.writer)
+        self.deleted_segments = 0
         self.sinks = [SinkLink(name, self._core, cfg, owner.ctx.instance_name,
                                me.sink_uncommitted, me.sink_voted, self.log)
                       for name in sorted(cfg.sinks)]
@@ -44,6 +51,7 @@ class Live:
     def wake(self) -> None:
         for link in self.sinks:
             link.wake()
+        self.sources.release_credits()
 
     def applied(self, token: int) -> None:
         self.sources.applied(token)
@@ -56,9 +64,13 @@ class Live:
             tasks = [asyncio.ensure_future(t) for t in (
                 self.sources.run_flusher(), self._ticker(), self._reporter(),
                 *(link.run() for link in self.sinks))]
+            if self.writer is not None:
+                tasks.append(asyncio.ensure_future(self._collector()))
             await asyncio.gather(*tasks)
         finally:
             self.sources.close(self.cfg.advertise)
+            if self.writer is not None:
+                self.writer.close()
             for t in tasks:
                 t.cancel()
             for t in tasks:
@@ -78,6 +90,34 @@ class Live:
             if any(rec.uncut and not rec.txn_id and rec.uncut_since is not None
                    and now - rec.uncut_since >= age_limit for rec in core.sinks.values()):
                 self.owner.impulse_self.tick()
+
+    GC_SECONDS = 1.0
+
+    async def _collector(self) -> None:
+        """Delete staged segments that nothing needs: no block of them is held by the
+        state, none is named by an Impulse not yet applied, and this life is not writing
+        them. The first pass, at the start of a primary's life, removes what an earlier
+        life staged and never referenced (it crashed between the write and the Impulse)."""
+        while True:
+            await self.collect()
+            await asyncio.sleep(self.GC_SECONDS)
+
+    async def collect(self) -> None:
+        # The order matters: the names, then what is busy (a block written after this
+        # is in a segment created after the listing, or in the current one), then what
+        # the state holds (read on the loop, after an Impulse applied stops being busy).
+        names = await asyncio.to_thread(segment_names, self.cfg.staging)
+        busy = await asyncio.to_thread(self.sources.busy_segments)
+        held = set(self._core().segments)
+        doomed = [n for n in names if n not in busy and n not in held]
+        if doomed:
+            await asyncio.to_thread(self._delete, doomed)
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.cfg.staging, name))
+                self.deleted_segments += 1
 
     async def _reporter(self) -> None:
         while True:
@@ -102,6 +142,13 @@ class Live:
             lag=max(self.sources.received - applied, 0),
             linked={link.name: link.connected for link in self.sinks},
             aborts_in_a_row={link.name: link.aborts_in_a_row for link in self.sinks})
+        if self.writer is not None:
+            report["staged"].update(
+                root=self.cfg.staging, backlog_limit=self.cfg.backlog_bytes,
+                held_credits=self.sources.held_credits,
+                deleted_segments=self.deleted_segments,
+                failures=self.sources.staging_failures,
+                resends_dropped=self.sources.early_drops)
         report.update(self.owner.live_status())
         return report
 

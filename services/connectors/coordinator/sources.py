@@ -8,6 +8,14 @@ previous one). A connection's ACK (its credits back,
 and each stream's point of reference from the state) goes out only once the handler of
 the Impulse carrying its messages has run, which is after the coordinator logged it:
 everything acknowledged is in the log.
+
+With a staging root (``staging``), a batch's MESSAGEs are first written to a staged segment
+as one block per run of one stream, made durable, and the Impulse (``receive_staged``)
+carries only the blocks' references. A re-sent MESSAGE whose id this life has already
+staged for its stream is dropped here (its credit goes back at once), so that no run
+straddles a point of reference. While the backlog (staged bytes the state still holds) is
+at or above ``backlog_bytes``, ACKs carry no credits; the credits held go back once it is
+below (back-pressure: a feed faster than Spark is slowed, not buffered without end).
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ambrosia_py.loops import write_unless_closing
+from services.staging import SegmentWriter, StagingError
 
 from .._state import ConnectionState, Role
 from ..connection import ConnectorConnection
@@ -38,7 +48,7 @@ from ..frames import (
     Restart,
 )
 from .config import CoordinatorConfigError
-from .core import FROM_START, CoordinatorCore, Incoming
+from .core import FROM_START, CoordinatorCore, Incoming, IncomingRef
 
 if TYPE_CHECKING:
     from .config import CoordinatorConfig
@@ -61,6 +71,7 @@ class _Source:
         self.conn = conn
         self.names: dict[int, str] = {}  # stream id -> name, from its NOTIFY
         self.extra_credits = 0  # frames (NOTIFYs) whose credit rides on the next ACK
+        self.held_credits = 0  # credits held back while the backlog is over its bound
         self.alive = True
 
     def write(self, data: bytes) -> None:
@@ -86,9 +97,21 @@ class SourceListener:
 
     def __init__(self, core: Callable[[], CoordinatorCore], cfg: CoordinatorConfig,
                  send_receive: Callable[[int, list[Incoming]], None],
-                 send_eos: Callable[[int, int], None], log: logging.LoggerAdapter[Any]
-                 ) -> None:
+                 send_eos: Callable[[int, int], None], log: logging.LoggerAdapter[Any],
+                 send_staged: Callable[[int, list[IncomingRef]], None] | None = None,
+                 writer: SegmentWriter | None = None) -> None:
         self._core = core
+        self._send_staged = send_staged
+        self.writer = writer
+        # With staging: the last id this life accepted (queued) and staged (sent) per stream.
+        self._accepted: dict[int, int] = {}
+        self._staged: dict[int, int] = {}
+        # token -> the segments its Impulse names, from the write until it is applied;
+        # with the writer's current segment these are never deleted (``busy_segments``).
+        self._inflight_segments: dict[int, set[str]] = {}
+        self._segments_lock = threading.Lock()
+        self.staging_failures = 0
+        self.early_drops = 0  # re-sent MESSAGEs dropped before staging
         self.cfg = cfg
         self._send_receive = send_receive
         self._send_eos = send_eos
@@ -129,7 +152,10 @@ class SourceListener:
                 self._applied.clear()
                 await self._applied.wait()
             await asyncio.sleep(0)  # one loop turn: let readers add to the batch
-            self._flush_one()
+            if self.writer is None:
+                self._flush_one()
+            elif not await self._stage_one():
+                await asyncio.sleep(self._retry_seconds)
             if not self._queue:
                 self._has_work.clear()
 
@@ -148,14 +174,49 @@ class SourceListener:
     def connections(self) -> int:
         return len(self._sources)
 
+    def busy_segments(self) -> set[str]:
+        """Segments that may not be deleted yet though the state holds none of their
+        blocks: the one being written, and those named by Impulses not yet applied.
+        Thread-safe; no write is half done while it is taken."""
+        with self._segments_lock:
+            busy = set().union(*self._inflight_segments.values())
+            if self.writer is not None and self.writer.current:
+                busy.add(self.writer.current)
+            return busy
+
+    # ------------------------------------------------------------ back-pressure
+    def _over_backlog(self) -> bool:
+        return self.writer is not None and self._core().backlog >= self.cfg.backlog_bytes
+
+    def release_credits(self) -> None:
+        """Give back the credits held while the backlog was over its bound, if it is no
+        longer (called when handlers changed the state)."""
+        if self._over_backlog():
+            return
+        for src in self._sources:
+            if src.held_credits and src.alive:
+                credits, src.held_credits = src.held_credits, 0
+                try:
+                    src.write(src.conn.send(Ack(credits, ())))
+                except ConnectorProtocolError as e:
+                    self.log.warning("%s: no ACK sent: %s", src.peer, e)
+
+    @property
+    def held_credits(self) -> int:
+        return sum(src.held_credits for src in self._sources)
+
     # ------------------------------------------------------------ applied
     def applied(self, token: int) -> None:
         """The Impulse ``token`` was applied: ACK what it carried."""
         entries = self._waiting.pop(token, None)
+        if token in self._inflight_segments:
+            with self._segments_lock:
+                del self._inflight_segments[token]
         self._applied.set()
         if entries is None:
             return  # an earlier life's Impulse, or not one of this listener's
         core = self._core()
+        hold = self._over_backlog()
         for src, frames, messages, streams in entries:
             acks = []
             for sid in sorted(streams):
@@ -166,6 +227,11 @@ class SourceListener:
             if not src.alive:
                 continue
             credits, src.extra_credits = frames + src.extra_credits, 0
+            if hold:
+                src.held_credits += credits
+                credits = 0
+            elif src.held_credits:
+                credits, src.held_credits = credits + src.held_credits, 0
             try:
                 src.write(src.conn.send(Ack(credits, tuple(acks))))
             except ConnectorProtocolError as e:
@@ -201,6 +267,82 @@ class SourceListener:
         self._send_receive(token, batch)
         if len(self._queue) < _QUEUE_FACTOR * self.cfg.batch_messages:
             self._room.set()
+
+    _retry_seconds = 1.0  # after a failed staging write
+
+    async def _stage_one(self) -> bool:
+        """Stage the queue's head and send its Impulse: one EOS as it is, or a run of
+        MESSAGEs (at most a batch) written as blocks, synced, then referenced. False when
+        the write failed: said in one line, the sources are closed (they re-send from
+        their point of reference) and nothing of the batch counts."""
+        src, item = self._queue[0]
+        if isinstance(item, int):
+            self._flush_one()
+            return True
+        assert self.writer is not None and self._send_staged is not None
+        taken: list[tuple[_Source, Incoming]] = []
+        size = 0
+        while self._queue and len(taken) < self.cfg.batch_messages:
+            src, item = self._queue[0]
+            if isinstance(item, int) or (taken and size + len(item[5]) > self._batch_bytes):
+                break
+            size += len(item[5])
+            self._queue.popleft()
+            taken.append((src, item))
+        runs: list[list[Incoming]] = []
+        for _src, item in taken:
+            if runs and runs[-1][-1][0] == item[0]:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        token = self._next_token
+        self._next_token += 1
+        try:
+            refs = await asyncio.to_thread(self._write_runs, token, runs)
+        except (StagingError, OSError) as err:
+            self.staging_failures += 1
+            self._accepted = dict(self._staged)  # what was not staged may come again
+            self.log.warning("staging: %s; %d messages not acknowledged, sources closed "
+                             "(they send again from their point of reference)",
+                             err, len(taken))
+            for s in list(self._sources):
+                s.alive = False
+                s.writer.close()
+            self._queue.clear()
+            self._room.set()
+            return False
+        per: dict[_Source, list[Any]] = {}
+        for src, item in taken:
+            entry = per.setdefault(src, [src, 0, set()])
+            entry[1] += 1
+            entry[2].add(item[0])
+        for run in runs:
+            self._staged[run[0][0]] = run[-1][2]
+        self._waiting[token] = [(s, n, n, ids) for s, n, ids in per.values()]
+        self._send_staged(token, refs)
+        if len(self._queue) < _QUEUE_FACTOR * self.cfg.batch_messages:
+            self._room.set()
+        return True
+
+    _batch_bytes = BATCH_BYTES
+
+    def _write_runs(self, token: int, runs: list[list[Incoming]]) -> list[IncomingRef]:
+        """In a thread: one block per run, then one sync for them all. The segments
+        written are busy (under ``token``) before the lock is let go."""
+        assert self.writer is not None
+        out = []
+        with self._segments_lock:
+            for run in runs:
+                ref = self.writer.append(run[0][0], run[0][2], run[-1][2],
+                                         [m[5] for m in run])
+                out.append([run[0][1], *ref.to_list()])
+                self._inflight_segments.setdefault(token, set()).add(ref.segment)
+            try:
+                self.writer.sync()
+            except BaseException:
+                self._inflight_segments.pop(token, None)
+                raise
+        return out
 
     def _enqueue(self, src: _Source, item: Incoming | int) -> None:
         self._queue.append((src, item))
@@ -265,6 +407,10 @@ class SourceListener:
         match event:
             case Message(sid, mid, payload, event_time, key):
                 self.received += 1
+                if self.writer is not None and not self._accept(sid, mid):
+                    self.early_drops += 1
+                    src.write(conn.send(Ack(1, ())))  # its credit, at once
+                    return True
                 self._enqueue(src, (sid, src.names.get(sid, ""), mid, event_time, key, payload))
             case Notify(sid, name, _por):
                 src.extra_credits += 1
@@ -291,6 +437,18 @@ class SourceListener:
                 return False
             case ConnectionClosed():
                 return False
+        return True
+
+    def _accept(self, sid: int, mid: int) -> bool:
+        """With staging: whether MESSAGE ``mid`` of stream ``sid`` is above everything
+        this life accepted for it (and above the state's point of reference)."""
+        last = self._accepted.get(sid)
+        if last is None:
+            rec = self._core().streams.get(sid)
+            last = -1 if rec is None or rec.por == FROM_START else rec.por
+        if mid <= last:
+            return False
+        self._accepted[sid] = mid
         return True
 
     def _drop(self, src: _Source) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from .registry import JobDefinition
 __all__ = [
     "REATTACH_POLL_SECONDS",
     "AttemptCancelledError",
+    "StagedInputError",
     "cancel_attempt",
     "operation_state",
     "run_attempt",
@@ -133,7 +135,12 @@ def _write(
             _reattach(session, attempt, staging, cancelled, state)
             return
         session.addTag(attempt.tag)
-        frame = definition.function(session, args)
+        if definition.records:
+            from .staged import staged_records
+
+            frame = definition.function(session, staged_records(session, args), args)
+        else:
+            frame = definition.function(session, args)
         if not isinstance(frame, DataFrame):
             raise JobDefinitionError(
                 f"job {definition.name!r} returned {type(frame).__name__}, not a DataFrame"
@@ -147,12 +154,29 @@ def _write(
                 writer.json(str(staging))
         else:
             writer.json(str(staging))
-    except Exception:
+    except Exception as err:
         if cancelled.is_set():
             raise AttemptCancelledError(f"attempt {attempt} was cancelled while it ran") from None
+        staged = _staged_input_problem(err)
+        if staged:
+            raise StagedInputError(f"attempt {attempt}: {staged}; nothing of it is "
+                                   "committed") from None
         raise
     finally:
         session.stop()
+
+
+class StagedInputError(JobRunError):
+    """A staged segment the job reads is missing or damaged (the one line names it)."""
+
+
+_STAGED = re.compile(r"(SegmentMissingError|SegmentDamagedError): (staged segment [^\n]*)")
+
+
+def _staged_input_problem(err: BaseException) -> str:
+    """The executor's own line when ``err`` is a staged segment's problem, else ''."""
+    found = _STAGED.search(str(err))
+    return f"{found.group(1)}: {found.group(2).strip()}" if found else ""
 
 
 def cancel_attempt(connect: str, attempt: Attempt) -> list[str]:

@@ -27,20 +27,25 @@ __all__ = ["JobDefinition", "JobRegistry", "definition_of", "spark_job"]
 _MARK: Final = "__spark_job__"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,99}")
 
-JobFunction = Callable[[Any, dict[str, Any]], Any]
-F = TypeVar("F", bound=JobFunction)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @attrs.frozen
 class JobDefinition:
-    """A registered job: its name (what a ``start`` names) and its function."""
+    """A registered job: its name (what a ``start`` names) and its function, which takes
+    ``(spark, records, args)`` when ``records`` (the batch's staged records as a
+    DataFrame, read on the executors: ``staged.staged_records``), else ``(spark, args)``."""
 
     name: str
-    function: JobFunction
+    function: Callable[..., Any]
+    records: bool = False
 
 
-def spark_job(name: str) -> Callable[[F], F]:
-    """Mark ``function(spark, args) -> DataFrame`` as the job called ``name``.
+def spark_job(name: str, *, records: bool = False) -> Callable[[F], F]:
+    """Mark ``function(spark, args) -> DataFrame`` as the job called ``name``; with
+    ``records``, ``function(spark, records, args)``, where ``records`` is a DataFrame of
+    the batch's staged records (one string column, ``value``), read by Spark's executors
+    from the segments the arguments name (``staging``, ``refs``).
 
     Raises:
         JobDefinitionError: the name is not 1-100 letters, digits, '_', '.', '-' starting
@@ -55,7 +60,7 @@ def spark_job(name: str) -> Callable[[F], F]:
     def mark(function: F) -> F:
         if not callable(function):
             raise JobDefinitionError(f"@spark_job({name!r}) needs a function, got {function!r}")
-        setattr(function, _MARK, JobDefinition(name, function))
+        setattr(function, _MARK, JobDefinition(name, function, records))
         return function
 
     return mark
