@@ -36,7 +36,7 @@ from services.jobs.link import RunnerAddress
 __all__ = ["JOB_KEYS", "PipelineConfig", "runner_address"]
 
 JOB_KEYS = ("runners", "out", "max_attempts", "batch_lines", "batch_seconds",
-            "job_timeout_seconds")
+            "job_timeout_seconds", "jobs_in_flight", "max_batch_lines", "max_batch_bytes")
 
 
 def runner_address(text: str) -> RunnerAddress:

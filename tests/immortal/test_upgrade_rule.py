@@ -7,6 +7,7 @@ changes nothing but its number."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from services.connectors import ConnectorCoordinator
 from services.kcl import KclCoordinator
 from services.kcl.protocol import Record
 from services.pipeline import SparkCoordinator, WordCountPipeline
+from services.staging import SegmentWriter
 
 
 # ---------------------------------------------------------------- the rule, class by class
@@ -292,10 +294,19 @@ def populated(cls: type[Any], config: dict[str, Any]) -> Any:
     ic.deliver_self()
     if issubclass(cls, SparkCoordinator):
         ic.send("configure_jobs", {"runners": ["r1@127.0.0.1:9"], "max_attempts": 3,
-                                   "batch_lines": 2, "batch_seconds": 60.0})
-    for sid in (5, 6):
-        ic.send("receive", sid, [(sid, f"s{sid}", i, 0, b"", f"line {sid}.{i}\n".encode())
-                                 for i in range(1, 6 + (sid == 6))])
+                                   "batch_lines": 2, "batch_seconds": 60.0,
+                                   "jobs_in_flight": 2})
+    if cls.uses_staging:  # one staged block per line
+        writer = SegmentWriter(tempfile.mkdtemp(), "t")
+        for sid in (5, 6):
+            for i in range(1, 6 + (sid == 6)):
+                ref = writer.append(sid, i, i, [f"line {sid}.{i}\n".encode()])
+                ic.send("receive_staged", sid, [[f"s{sid}", *ref.to_list()]])
+        writer.sync()
+    else:
+        for sid in (5, 6):
+            ic.send("receive", sid, [(sid, f"s{sid}", i, 0, b"", f"line {sid}.{i}\n".encode())
+                                     for i in range(1, 6 + (sid == 6))])
     if issubclass(cls, WordCountPipeline):  # batch 1's result: emitted, not yet committed
         ic.send("job_batch", "svc-1", 0, 0, b'{"word": "line", "count": 2}\n', True)
     tasks = asyncio.all_tasks(loop)
@@ -326,8 +337,12 @@ def test_each_service_upgraded_to_a_version_that_adds_nothing_keeps_all_of_its_s
         old.kcl.configure(["s5"])
         old.kcl.retain(5, "s5", [Record(1, b"", b"x", 0)])
     if isinstance(old, WordCountPipeline):
-        assert old.cut == 5 and old.emitted == 1 and old.pending == ["line 6.6"]
-        assert len(old.batches) == len(old.jobs.jobs) == 4
+        ic_settings = old.jobs.settings
+        assert ic_settings["jobs_in_flight"] == 2
+        # Batches 1 and 2 of 2 lines, then batch 1's result let batch 3 take the 7 left.
+        assert old.cut == 3 and old.emitted == 1 and old.pending_lines == 0
+        assert len(old.batches) == len(old.jobs.jobs) == 2
+        assert old.uncommitted and old.core.segments
     assert old.core.streams and old.core.sinks["out"].pending  # output awaiting its sink
     new = next_version(cls).upgrade_from(old)
     assert type(new).__name__ == f"{cls.__name__}Next"

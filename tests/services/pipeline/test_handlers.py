@@ -1,12 +1,14 @@
 """The job table and the word count's handlers, driven as logged inputs with no Spark:
-attempts only rise, re-sent batches are dropped, results leave in batch order, and a
-replay of the log rebuilds the same state."""
+attempts only rise, re-sent batches are dropped, results leave in batch order, batches
+are cut adaptively from staged runs and released once committed, and a replay of the log
+rebuilds the same state."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +16,10 @@ import pytest
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
 from services.connectors.coordinator import CoordinatorConfigError
 from services.pipeline import JobTable, Phase, WordCountPipeline, format_batch, words
+from services.staging import Ref, SegmentWriter, read_payloads
 
 SETTINGS = {"runners": ["127.0.0.1:7101", "127.0.0.1:7102"], "max_attempts": 2,
-            "batch_lines": 3, "batch_seconds": 1.0}
+            "batch_lines": 3, "batch_seconds": 1.0, "jobs_in_flight": 10}
 
 
 def table() -> JobTable:
@@ -76,18 +79,47 @@ def test_the_table_survives_its_state_form() -> None:
 # ---------------------------------------------------------------- handlers, as logged
 
 
+class Stager:
+    """Stages lines as the source listener would (one block per call) and makes the
+    ``receive_staged`` Impulse's argument."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.writer = SegmentWriter(root, "test", segment_bytes=4096)
+        self.next_id = 1
+
+    def run(self, texts: list[str], stream: int = 5) -> list[Any]:
+        first = self.next_id
+        self.next_id += len(texts)
+        ref = self.writer.append(stream, first, self.next_id - 1,
+                                 [f"{t}\n".encode() for t in texts])
+        self.writer.sync()
+        return ["five", *ref.to_list()]
+
+    def lines_of(self, refs: list[list[Any]]) -> list[str]:
+        payloads = read_payloads(self.root, [Ref.from_list(r) for r in refs])
+        return [p.decode().rstrip("\n") for p in payloads]
+
+
 @pytest.fixture
-def coordinator() -> Iterator[InMemoryCoordinator]:
+def stager(tmp_path: Path) -> Stager:
+    return Stager(tmp_path / "staging")
+
+
+@pytest.fixture
+def coordinator(stager: Stager) -> Iterator[InMemoryCoordinator]:
     """A word count instance with one sink whose primary I/O never runs during the test
     (its job decisions are driven by the test's Impulses, as its links would send them)."""
     loop = asyncio.new_event_loop()
     ic = InMemoryCoordinator(WordCountPipeline, "wc", config={
-        "listen": "127.0.0.1:0", "sinks": {"out": "127.0.0.1:9"},
-        "runners": SETTINGS["runners"], "out": "/nonexistent"})
+        "listen": "127.0.0.1:0", "sinks": {"out": "127.0.0.1:9"}, "interval_bytes": 1,
+        "runners": SETTINGS["runners"], "out": "/nonexistent",
+        "staging": str(stager.root)})
     ic.engine.attach(loop, lambda: None)
     ic.first_start()
     ic.deliver_self()  # the configure Impulse
-    ic.send("configure_jobs", SETTINGS)
+    ic.send("configure_jobs", {**SETTINGS, "staging": str(stager.root)})
+    ic.stager = stager  # type: ignore[attr-defined]
     yield ic
     # The primary's I/O was spawned on the loop: start it, then stop it.
     loop.run_until_complete(asyncio.sleep(0.05))
@@ -98,8 +130,16 @@ def coordinator() -> Iterator[InMemoryCoordinator]:
     loop.close()
 
 
-def line_messages(first: int, texts: list[str]) -> list[tuple[Any, ...]]:
-    return [(5, "five", first + i, 0, b"", f"{t}\n".encode()) for i, t in enumerate(texts)]
+def receive(ic: InMemoryCoordinator, *runs: list[str]) -> None:
+    """One ``receive_staged`` Impulse per run of lines (each run one staged block)."""
+    stager: Stager = ic.stager  # type: ignore[attr-defined]
+    for run in runs:
+        ic.send("receive_staged", 1, [stager.run(run)])
+
+
+def lines(*texts: str) -> list[list[str]]:
+    """Each line a block of its own."""
+    return [[t] for t in texts]
 
 
 def rows(counts: dict[str, int]) -> bytes:
@@ -111,11 +151,17 @@ def test_batches_are_cut_submitted_and_emitted_in_order(
         coordinator: InMemoryCoordinator) -> None:
     ic = coordinator
     app: WordCountPipeline = ic.instance
-    ic.send("receive", 1, line_messages(1, ["The cat", "the DOG", "a cat", "one more"]))
-    assert app.cut == 1 and app.pending == ["one more"]
-    assert app.jobs.jobs["wc-1"].args == {"lines": ["The cat", "the DOG", "a cat"]}
-    ic.send("receive", 2, line_messages(5, ["x y", "y"]))
+    stager: Stager = ic.stager  # type: ignore[attr-defined]
+    receive(ic, ["The cat", "the DOG"])
+    assert app.cut == 0 and app.pending_lines == 2  # fewer than batch_lines wait
+    receive(ic, ["a cat"], ["one more"])
+    assert app.cut == 1 and app.pending_lines == 1
+    args = app.jobs.jobs["wc-1"].args
+    assert args["staging"] == str(stager.root) and len(args["refs"]) == 2
+    assert stager.lines_of(args["refs"]) == ["The cat", "the DOG", "a cat"]
+    receive(ic, ["x y"], ["y"])
     assert app.cut == 2 and sorted(app.jobs.jobs) == ["wc-1", "wc-2"]
+    assert stager.lines_of(app.jobs.jobs["wc-2"].args["refs"]) == ["one more", "x y", "y"]
     # Batch 2's job finishes first: it waits for batch 1.
     ic.send("job_batch", "wc-2", 1, 0, rows({"y": 2, "x": 1, "one": 1, "more": 1}), True)
     assert bytes(app.core.sinks["out"].pending) == b""
@@ -126,15 +172,16 @@ def test_batches_are_cut_submitted_and_emitted_in_order(
         b"#batch\t1\t3\t6\na\t1\ncat\t2\ndog\t1\nthe\t2\n"
         b"#batch\t2\t3\t5\nmore\t1\none\t1\nx\t1\ny\t2\n")
     assert app.state_status()["jobs"]["done"] == 2
-    assert app.state_status()["batches"] == {"cut": 2, "emitted": 2, "waiting": 0,
-                                             "pending_lines": 0}
+    assert app.state_status()["batches"] == {
+        "cut": 2, "emitted": 2, "waiting": 0, "running": 0, "pending_lines": 0,
+        "pending_bytes": 0, "uncommitted": 2}
 
 
 def test_a_job_failing_every_attempt_reaches_on_job_failed_once(
         coordinator: InMemoryCoordinator) -> None:
     ic = coordinator
     app: WordCountPipeline = ic.instance
-    ic.send("receive", 1, line_messages(1, ["a", "b", "c", "d", "e", "f"]))
+    receive(ic, ["a", "b", "c"], ["d", "e", "f"])
     ic.send("job_failed", "wc-1", 0, "JOB_FAILED: boom")
     assert app.jobs.jobs["wc-1"].attempt == 2
     ic.send("job_failed", "wc-1", 0, "JOB_FAILED: boom")  # the old attempt's: ignored
@@ -151,7 +198,7 @@ def test_cancel_through_the_coordinator_records_the_start_to_cancel(
         coordinator: InMemoryCoordinator) -> None:
     ic = coordinator
     app: WordCountPipeline = ic.instance
-    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    receive(ic, ["a", "b", "c"])
     ic.send("cancel", "wc-1", "not wanted")
     assert app.jobs.cancels == [0] and app.jobs.counts["cancelled"] == 1
     ic.send("job_batch", "wc-1", 0, 0, rows({"a": 1}), True)  # too late: dropped
@@ -161,7 +208,7 @@ def test_cancel_through_the_coordinator_records_the_start_to_cancel(
 def test_a_replay_of_the_log_rebuilds_the_same_state(
         coordinator: InMemoryCoordinator) -> None:
     ic = coordinator
-    ic.send("receive", 1, line_messages(1, ["a b", "b c", "c d", "d e"]))
+    receive(ic, ["a b", "b c", "c d"], ["d e"])
     ic.send("job_batch", "wc-1", 0, 0, rows({"a": 1}), False)
     ic.send("job_lost", "wc-1", 0, False, "unknown")
     ic.send("job_tick")  # too young by logged time: nothing cut
@@ -176,7 +223,7 @@ def test_a_result_that_is_not_json_lines_fails_the_job(
         coordinator: InMemoryCoordinator) -> None:
     ic = coordinator
     app: WordCountPipeline = ic.instance
-    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    receive(ic, ["a", "b", "c"])
     ic.send("job_batch", "wc-1", 0, 0, b"{not json\n", True)
     assert bytes(app.core.sinks["out"].pending) == b"#failed\t1\t3\n"
 
@@ -203,7 +250,7 @@ def test_the_job_counts_are_exact_through_retries_losses_and_completion(
     is running, not waiting."""
     ic = coordinator
     app: WordCountPipeline = ic.instance
-    ic.send("receive", 1, line_messages(1, ["a", "b", "c", "d", "e", "f", "g", "h", "i"]))
+    receive(ic, ["a", "b", "c"], ["d", "e", "f"], ["g", "h", "i"])
     assert job_counts(app) == (3, 3, 0, 0, 0, 0, 3)
     ic.send("job_started", "wc-1", 0)
     ic.send("job_started", "wc-2", 1)
@@ -226,7 +273,7 @@ def test_the_job_counts_are_exact_through_retries_losses_and_completion(
     assert job_counts(app) == (3, 1, 0, 2, 0, 0, 5)
     ic.send("job_batch", "wc-3", 5, 0, b"{not json\n", True)  # unreadable: failed
     assert job_counts(app) == (3, 0, 0, 2, 1, 0, 5)
-    ic.send("receive", 1, line_messages(10, ["j", "k", "l"]))
+    receive(ic, ["j", "k", "l"])
     ic.send("cancel", "wc-4", "not wanted")
     assert job_counts(app) == (4, 0, 0, 2, 1, 1, 6)
     assert bytes(app.core.sinks["out"].pending).count(b"#batch\t") == 2
@@ -240,7 +287,8 @@ def test_an_unknown_key_is_refused_naming_the_pipelines_own_keys_among_the_known
     message = str(info.value)
     assert message.startswith("unknown configuration key(s) batch_line (known: listen, ")
     assert message.endswith(", runners, out, max_attempts, batch_lines, batch_seconds, "
-                            "job_timeout_seconds)")
+                            "job_timeout_seconds, jobs_in_flight, max_batch_lines, "
+                            "max_batch_bytes)")
 
 
 def test_the_word_count_refuses_to_start_without_sinks() -> None:
@@ -274,26 +322,72 @@ def test_a_coordinator_with_no_sinks_and_no_listen_says_so_at_start(
     loop.close()
 
 
-def test_a_batch_of_long_lines_is_cut_before_its_request_outgrows_a_runners_frame(
+def test_when_spark_is_behind_the_next_batch_takes_what_waited_up_to_its_bounds(
         coordinator: InMemoryCoordinator) -> None:
-    """Lines of 1 MiB with batches of 1,000 lines: a request of 1,000 MiB would be refused
-    by every runner (16 MiB frames) and started again for ever."""
-    import msgpack
+    """One job at a time: while batch 1 runs, runs pile up past batch_lines; when it
+    ends, batch 2 takes all of them up to max_batch_lines (whole blocks, at least one)."""
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    stager: Stager = ic.stager  # type: ignore[attr-defined]
+    ic.send("configure_jobs", {**SETTINGS, "staging": str(stager.root), "jobs_in_flight": 1,
+                               "max_batch_lines": 8})
+    receive(ic, ["a", "b", "c"])
+    assert app.cut == 1
+    receive(ic, ["d", "e"], ["f", "g", "h"], ["i"], ["j", "k", "l", "m"])
+    assert app.cut == 1 and app.pending_lines == 10  # Spark is behind: nothing is cut
+    assert app.wants_job_tick(10**20) is False  # nor at a tick, however old
+    ic.send("job_batch", "wc-1", 0, 0, rows({"a": 1, "b": 1, "c": 1}), True)
+    assert app.cut == 2 and app.pending_lines == 4  # 2 + 3 + 1 lines; 4 more would be 10
+    assert stager.lines_of(app.jobs.jobs["wc-2"].args["refs"]) == list("defghi")
+    assert app.batches[2][1] == 6
+    ic.send("job_batch", "wc-2", 1, 0, rows({c: 1 for c in "defghi"}), True)
+    assert app.cut == 3 and app.pending_lines == 0
+    assert stager.lines_of(app.jobs.jobs["wc-3"].args["refs"]) == list("jklm")
+    ic.send("configure_jobs", {**SETTINGS, "staging": str(stager.root), "jobs_in_flight": 1,
+                               "max_batch_lines": 1})
+    ic.send("job_batch", "wc-3", 2, 0, rows({c: 1 for c in "jklm"}), True)
+    receive(ic, ["n", "o", "p", "q"])  # one block over the bound: taken whole
+    assert app.cut == 4 and app.batches[4][1] == 4
+    assert bytes(app.core.sinks["out"].pending).count(b"#batch\t") == 3
 
-    from services.jobs import DEFAULT_MAX_FRAME_SIZE
-    from services.pipeline.wordcount import BATCH_BYTES
+
+def test_staged_blocks_are_held_until_every_sink_commits_their_batch(
+        coordinator: InMemoryCoordinator) -> None:
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    receive(ic, ["a", "b"], ["c"], ["d"])
+    held = dict(app.core.segments)
+    assert sum(held.values()) == 3 and app.core.backlog == 8
+    ic.send("job_batch", "wc-1", 0, 0, rows({"a": 1, "b": 1, "c": 1}), True)
+    assert app.core.backlog == 8 and app.state_status()["batches"]["uncommitted"] == 1
+    ic.send("tick")  # the sink's transaction is cut ...
+    txn = app.core.sinks["out"].txn_id
+    assert txn
+    ic.send("sink_voted", "out", txn, False)  # ... an abort keeps the blocks ...
+    assert app.core.backlog == 8
+    ic.send("tick")
+    ic.send("sink_voted", "out", app.core.sinks["out"].txn_id, True)  # ... a commit lets go
+    assert app.core.backlog == 2 and sum(app.core.segments.values()) == 1
+    assert app.state_status()["batches"]["uncommitted"] == 0
+    assert app.state_status()["staged"] == {"segments": 1, "backlog_bytes": 2}
+
+
+def test_a_re_sent_run_is_dropped_and_a_straddling_one_is_refused(
+        coordinator: InMemoryCoordinator) -> None:
+    from services.connectors.coordinator.core import StagedRunError
 
     ic = coordinator
     app: WordCountPipeline = ic.instance
-    ic.send("configure_jobs", {**SETTINGS, "batch_lines": 1000})
-    ascii_line, wide_line = "x" * (1 << 20), "é" * (1 << 19)  # 1 MiB of UTF-8 each
-    for i in range(14):
-        ic.send("receive", 1, line_messages(1 + i, [ascii_line if i % 2 else wide_line]))
-    assert app.cut == 1 and len(app.pending) == 2
-    lines = app.jobs.jobs["wc-1"].args["lines"]
-    assert len(lines) == 12  # 12 MiB and 60 bytes of headers: past BATCH_BYTES
-    size = len(msgpack.packb({"lines": lines}))
-    assert BATCH_BYTES <= size < DEFAULT_MAX_FRAME_SIZE - (1 << 20)
+    stager: Stager = ic.stager  # type: ignore[attr-defined]
+    first = stager.run(["a", "b"])
+    ic.send("receive_staged", 1, [first])
+    ic.send("receive_staged", 2, [first])  # sent again (a feed re-sent it): dropped
+    assert app.pending_lines == 2 and app.core.streams[5].dropped == 2
+    assert app.core.backlog == 4
+    stager.next_id = 2  # a run of messages 2..3, where 2 was applied
+    with pytest.raises(StagedRunError, match="messages 2..3 straddles its point of "
+                                             "reference 2"):
+        app.core.receive_staged([stager.run(["b", "c"])])
 
 
 def test_a_job_lost_again_and_again_fails_instead_of_starting_for_ever(
@@ -302,7 +396,7 @@ def test_a_job_lost_again_and_again_fails_instead_of_starting_for_ever(
 
     ic = coordinator
     app: WordCountPipeline = ic.instance
-    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    receive(ic, ["a", "b", "c"])
     for loss in range(MAX_LOSSES):
         entry = app.jobs.jobs["wc-1"]
         assert entry.losses == loss
@@ -311,7 +405,7 @@ def test_a_job_lost_again_and_again_fails_instead_of_starting_for_ever(
     assert app.jobs.status()["recent"][-1] == [
         "wc-1", "failed", MAX_LOSSES,
         f"lost by its runners {MAX_LOSSES} times (the last: refused: the frame is too large)"]
-    assert bytes(app.core.sinks["out"].pending) == b"#failed\t1\t3\n"  # later batches go on
+    assert app.core.sinks["out"].pending.startswith(b"#failed\t1\t3\n")  # later go on
     again = JobTable.from_state(app.jobs.to_state())
     assert again.to_state() == app.jobs.to_state()
 
@@ -329,7 +423,7 @@ def test_an_attempt_with_no_result_in_time_fails_and_the_next_goes_to_the_next_r
     ic = coordinator
     app: WordCountPipeline = ic.instance
     ic.send("configure_jobs", {**SETTINGS, "job_timeout_seconds": 5.0})
-    ic.send("receive", 1, line_messages(1, ["a", "b", "c"]))
+    receive(ic, ["a", "b", "c"])
     first = app.jobs.runner_of("wc-1")
     clock[0] += 4 * 10**9
     ic.send("job_tick")
