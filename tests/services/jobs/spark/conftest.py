@@ -138,3 +138,20 @@ def counts_of(rows: bytes) -> dict[str, int]:
 def committed_counts(final: Path) -> dict[str, int]:
     rows = b"".join(p.read_bytes() for p in sorted(final.glob("part-*")))
     return counts_of(rows)
+
+
+def stage_lines(root: Path, text: Path, lines_per_block: int = 97,
+                segment_bytes: int = 8192) -> list[list[Any]]:
+    """Stage ``text``'s lines as the source listener does (blocks of a run of lines,
+    segments rolled at ``segment_bytes``); the references, as a job's ``refs``."""
+    from services.staging import SegmentWriter
+
+    lines = text.read_bytes().splitlines(keepends=True)
+    writer = SegmentWriter(root, "t", segment_bytes=segment_bytes)
+    refs = []
+    for first in range(0, len(lines), lines_per_block):
+        run = lines[first:first + lines_per_block]
+        refs.append(writer.append(1, first, first + len(run) - 1, run).to_list())
+    writer.sync()
+    writer.close()
+    return refs

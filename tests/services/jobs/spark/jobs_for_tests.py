@@ -24,3 +24,12 @@ def sleepy(spark: Any, args: dict[str, Any]) -> Any:
     ms = int(args.get("sleep_ms", 500))
     frame = spark.range(0, int(args.get("rows", 8)), 1, 2)
     return frame.selectExpr("id", f"java_method('java.lang.Thread', 'sleep', {ms}L) AS slept")
+
+
+@spark_job("staged_words", records=True)
+def staged_words(spark: Any, records: Any, args: dict[str, Any]) -> Any:
+    """The ``wordcount`` above, over the batch's staged records (read by the executors)."""
+    from pyspark.sql import functions as sf
+
+    words = records.select(sf.explode(sf.split(sf.col("value"), r"\s+")).alias("word"))
+    return words.where(sf.col("word") != "").groupBy("word").count()

@@ -1,5 +1,6 @@
 """The cluster path: a standalone master and worker, a Connect server on them, the same
-word count through a runner (what users who outgrow one machine point the runner at)."""
+word count through a runner (what users who outgrow one machine point the runner at), from
+a text file and from staged segments that the cluster's executor reads."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from services.jobs.attempts import Attempt, plan_params
 from services.jobs.link import JobLinks, LinkEvent, RunnerAddress
 from services.jobs.spark import ConnectServer, StandaloneCluster
 
-from .conftest import RunnerProcess, committed_counts, counts_of
+from .conftest import RunnerProcess, committed_counts, counts_of, stage_lines
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(300)]
 
@@ -27,6 +28,9 @@ def test_a_standalone_cluster_runs_the_word_count_exactly(
         tmp_path: Path, words: tuple[Path, dict[str, int]]) -> None:
     text, expected = words
     attempt = Attempt("cluster-wc", 1)
+    staged = Attempt("cluster-staged", 1)
+    root = tmp_path / "staging"
+    refs = stage_lines(root, text)
     out = tmp_path / "out"
     cluster_port, connect_port = free_ports(2)
     cluster = StandaloneCluster(cluster_port, cores=1, memory="1g", log_dir=tmp_path / "cluster")
@@ -37,25 +41,37 @@ def test_a_standalone_cluster_runs_the_word_count_exactly(
             runner = RunnerProcess("cluster-runner", server.url, out, tmp_path / "runner.log")
             runner.start()
             try:
-                async def scenario() -> list[LinkEvent]:
+                async def scenario() -> list[list[LinkEvent]]:
                     links = JobLinks(InitiatorJobs(COORDINATOR),
                                      [RunnerAddress(runner.member, "127.0.0.1", runner.port)])
-                    seen: list[LinkEvent] = []
-                    async with links, asyncio.timeout(180):
-                        links.start("wordcount", plan_params(attempt, {"input": str(text)}),
-                                    [runner.member])
-                        while not isinstance(event := await links.next_event(),
-                                             (JobDone, JobCancelled)):
-                            seen.append(event)
-                        seen.append(event)
+                    jobs = [("wordcount", attempt, {"input": str(text)}),
+                            ("staged_words", staged, {"staging": str(root), "refs": refs})]
+                    seen: list[list[LinkEvent]] = []
+                    async with links, asyncio.timeout(240):
+                        for name, which, args in jobs:
+                            seen.append([])
+                            links.start(name, plan_params(which, args), [runner.member])
+                            while not isinstance(event := await links.next_event(),
+                                                 (JobDone, JobCancelled)):
+                                seen[-1].append(event)
+                            seen[-1].append(event)
                     return seen
 
-                seen = asyncio.run(scenario())
+                seen, seen_staged = asyncio.run(scenario())
             finally:
                 runner.kill()
     assert isinstance(seen[-1], JobDone), seen[-1]
     rows = b"".join(e.batch.rows for e in seen if isinstance(e, Deliver))
     assert counts_of(rows) == expected
     assert committed_counts(attempt.final(out)) == expected
+    assert isinstance(seen_staged[-1], JobDone), seen_staged[-1]
+    staged_rows = b"".join(e.batch.rows for e in seen_staged if isinstance(e, Deliver))
+    assert counts_of(staged_rows) == expected
+    assert committed_counts(staged.final(out)) == expected
+    # The segments were read by a Python task on the cluster's executor (the data source's
+    # reader); the text job runs no Python there.
+    executor_logs = "".join(p.read_text(errors="replace")
+                            for p in (tmp_path / "cluster" / "work").rglob("stderr"))
+    assert "Starting Python task execution" in executor_logs
     # The job ran on the cluster's executor, not in a local driver.
     assert "Registering app" in (tmp_path / "cluster" / "master.log").read_text()

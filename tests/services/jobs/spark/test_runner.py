@@ -212,3 +212,61 @@ def test_a_batch_before_start_is_retained_and_one_after_cancel_discarded_over_tc
     assert grant == FlowControl(first, 1, len(b"early"))
     assert isinstance(refused_second, Cancel) and refused_second.job_id == second
     assert "discarded batch 1 of ended job" in runner.log_text()
+
+
+def test_a_staged_batch_is_read_by_spark_exactly_and_a_damaged_block_fails_in_one_line(
+        runners, words, tmp_path: Path) -> None:
+    """The records of a job marked ``records=True`` come from staged segments (several
+    segments, several partitions); a block whose bytes changed, or a segment that is
+    gone, fails the attempt with the executor's one line naming it, nothing committed."""
+    from services.staging import Ref
+
+    from .conftest import stage_lines
+
+    runner = runners()
+    text, expected = words
+    root = tmp_path / "staging"
+    refs = stage_lines(root, text)
+    assert len({r[5] for r in refs}) > 3  # several segments
+    good, damaged, missing = Attempt("st", 1), Attempt("st-bad", 1), Attempt("st-gone", 1)
+    victim = Ref.from_list(refs[7])
+    gone = Ref.from_list(refs[-1])
+
+    async def scenario() -> list[LinkEvent]:
+        links = JobLinks(InitiatorJobs(COORDINATOR),
+                         [RunnerAddress(runner.member, "127.0.0.1", runner.port)])
+        seen: list[LinkEvent] = []
+        async with links:
+            await until(links, (Held,), seen)
+            args = {"staging": str(root), "refs": refs}
+            links.start("staged_words", plan_params(good, args), [runner.member])
+            assert isinstance(await until(links, (JobDone, JobCancelled), seen), JobDone)
+            with open(root / victim.segment, "r+b") as f:  # one byte of one line
+                f.seek(victim.offset + victim.length - 20)
+                byte = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([byte[0] ^ 1]))
+            links.start("staged_words", plan_params(damaged, args), [runner.member])
+            await until(links, (JobDone, JobCancelled), seen)
+            (root / gone.segment).unlink()
+            links.start("staged_words", plan_params(missing, {**args, "refs": refs[-1:]}),
+                        [runner.member])
+            await until(links, (JobDone, JobCancelled), seen)
+        return seen
+
+    seen = asyncio.run(scenario())
+    out = tmp_path / "out"
+    assert committed_counts(good.final(out)) == expected
+    assert counts_of(result_rows(seen, next(e.job_id for e in seen
+                                             if isinstance(e, JobDone)))) == expected
+    cancels = [e.cancel for e in seen if isinstance(e, JobCancelled)]
+    assert [c.error_code for c in cancels] == [int(RunnerCancelCode.JOB_FAILED)] * 2
+    assert cancels[0].message == (
+        f"StagedInputError: attempt {damaged}: SegmentDamagedError: staged segment "
+        f"{root / victim.segment}, block at {victim.offset}: damaged (its check bytes "
+        "differ); nothing of it is committed")
+    assert cancels[1].message.startswith(
+        f"StagedInputError: attempt {missing}: SegmentMissingError: staged segment "
+        f"{root / gone.segment} is missing")
+    for attempt in (damaged, missing):
+        assert not attempt.final(out).exists()
