@@ -5,6 +5,7 @@ referenced too), and credits wait while the backlog is over its bound."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -99,7 +100,7 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
     for sid, runs in runs_of(sink.committed_bytes).items():
         # Contiguous, in order, no message twice: each staged once and referenced once.
         assert runs[0][0] == 1, runs[:3]
-        assert all(b[0] == a[1] + 1 for a, b in zip(runs, runs[1:], strict=False)), (sid, runs)
+        assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(runs)), (sid, runs)
     # Everything committed: every block is released and every segment but the one being
     # written is deleted, the stray one included.
     wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0, 30)
