@@ -71,6 +71,9 @@ class StagingError(AmbrosiaError):
 class StagingFullError(StagingError, OSError):
     """The staging root has no room (ENOSPC or EDQUOT): nothing of the write counts."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 class SegmentMissingError(StagingError):
     """A referenced segment is not there (deleted, or a root that is not the writer's)."""

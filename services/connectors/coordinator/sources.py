@@ -111,6 +111,7 @@ class SourceListener:
         self._inflight_segments: dict[int, set[str]] = {}
         self._segments_lock = threading.Lock()
         self.staging_failures = 0
+        self._failures_in_a_row = 0
         self.early_drops = 0  # re-sent MESSAGEs dropped before staging
         self.cfg = cfg
         self._send_receive = send_receive
@@ -301,16 +302,23 @@ class SourceListener:
             refs = await asyncio.to_thread(self._write_runs, token, runs)
         except (StagingError, OSError) as err:
             self.staging_failures += 1
+            self._failures_in_a_row += 1
             self._accepted = dict(self._staged)  # what was not staged may come again
-            self.log.warning("staging: %s; %d messages not acknowledged, sources closed "
-                             "(they send again from their point of reference)",
-                             err, len(taken))
+            n = self._failures_in_a_row
+            if n & (n - 1) == 0:  # the first, then the 2nd, 4th, 8th ... in a row
+                self.log.warning("staging: %s; %d messages not acknowledged, sources closed "
+                                 "(they send again from their point of reference)%s",
+                                 err, len(taken), f" ({n} times in a row)" if n > 1 else "")
             for s in list(self._sources):
                 s.alive = False
                 s.writer.close()
             self._queue.clear()
             self._room.set()
             return False
+        if self._failures_in_a_row:
+            self.log.info("staging works again after %d failed writes",
+                          self._failures_in_a_row)
+            self._failures_in_a_row = 0
         per: dict[_Source, list[Any]] = {}
         for src, item in taken:
             entry = per.setdefault(src, [src, 0, set()])

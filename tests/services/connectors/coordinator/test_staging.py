@@ -10,7 +10,9 @@ import json
 import os
 import random
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,47 @@ def test_a_plain_connector_coordinator_refuses_a_staging_root(launcher: Launcher
     p.wait_for("staging: ConnectorCoordinator keeps payloads in its state and cannot "
                "stage them; remove the key")
     assert p.proc.wait(60) != 0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB file system of its own (tmpfs, mounted by the test as root)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where)],
+                   check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_staging_root_is_said_and_nothing_is_lost_or_doubled(
+        launcher: Launcher, tmp_path: Path, small_disk: Path) -> None:
+    """Nothing commits at first, so the staged bytes fill the root; the listener says so,
+    acknowledges nothing it could not stage and closes the sources. Once the sink commits,
+    segments are deleted, there is room again, and every line is committed once."""
+    sink = MemorySink(votes=[False] * 10_000)
+    (port,) = free_ports(1)
+    cfg = tmp_path / "coord.toml"
+    cfg.write_text(f'listen = "127.0.0.1:{port}"\ninterval_bytes = 200\n'
+                   f'interval_seconds = 0.2\nstatus_seconds = 0.3\n'
+                   f'status_file = "{tmp_path / "status.json"}"\n'
+                   f'staging = "{small_disk}"\nsegment_bytes = 16384\n'
+                   f'[sinks]\nout = "127.0.0.1:{sink.port}"\n')
+    p = start(launcher, tmp_path, sink, port)
+    n = 40_000  # about 620 KiB of lines: more than the root holds
+    feed = Feed(port, 1, n, chunk=200)
+    p.wait_for("is full (No space left on device)")
+    line = p.wait_for("staging: the staging root")
+    assert "messages not acknowledged, sources closed" in line
+    assert not feed.done.is_set()
+    sink.votes.clear()
+    feed.join(120)
+    wait_until(lambda: runs_of(sink.committed_bytes).get(1, [(0, 0)])[-1][1] == n, 60)
+    runs = runs_of(sink.committed_bytes)[1]
+    assert runs[0][0] == 1
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(runs))
+    assert not sink.violations
+    assert status(tmp_path)["staged"]["failures"] >= 1  # type: ignore[index]
+    p.stop()

@@ -124,6 +124,10 @@ class PipelineRun:
             f'status_seconds = 0.3\nstatus_file = "{self.status}"\n'
             f'runners = ["r1@127.0.0.1:{ports["r1"]}", "r2@127.0.0.1:{ports["r2"]}"]\n'
             f'out = "{out}"\nbatch_lines = 300\nbatch_seconds = 0.3\n'
+            # Enough jobs at once that Spark is never "behind": a batch per append of
+            # 300 lines, so the waits below can count jobs (adaptive batches are
+            # tested with the handlers and run in the demo).
+            f'jobs_in_flight = 16\n'
             f'[sinks]\nout = "127.0.0.1:{ports["sink"]}"\n')
         self.coordinator = Halves(launcher, ["--config", str(self.cfg)])
         self.inputs = [tmp_path / "a.txt", tmp_path / "b.txt"]
