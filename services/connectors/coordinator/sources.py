@@ -57,6 +57,11 @@ __all__ = ["BATCH_BYTES", "MAX_IN_FLIGHT", "SourceListener"]
 
 MAX_IN_FLIGHT = 2  # receive/end_of_stream Impulses sent and not yet applied
 BATCH_BYTES = 1 << 20  # payload bytes in one receive Impulse (unless one MESSAGE is larger)
+# With staging an Impulse carries references only: a staged batch may hold this many
+# times ``batch_messages`` MESSAGEs, up to STAGED_BATCH_BYTES of payload (one write, one
+# fsync, one logged Impulse for all of them).
+STAGED_FACTOR = 32
+STAGED_BATCH_BYTES = 8 << 20
 _READ = 64 * 1024
 _QUEUE_FACTOR = 4  # readers pause while this many batches wait to be sent
 
@@ -122,6 +127,7 @@ class SourceListener:
         self._has_work = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
+        self._queued_bytes = 0  # payload bytes of the queued MESSAGEs
         self._applied = asyncio.Event()
         # A random start, so a token of an earlier life is never taken for one of ours.
         self._next_token = int.from_bytes(os.urandom(6))
@@ -260,14 +266,14 @@ class SourceListener:
                 break
             size += len(item[5])
             self._queue.popleft()
+            self._queued_bytes -= len(item[5])
             batch.append(item)
             entry = per.setdefault(src, [src, 0, set()])
             entry[1] += 1
             entry[2].add(item[0])
         self._waiting[token] = [(s, n, n, ids) for s, n, ids in per.values()]
         self._send_receive(token, batch)
-        if len(self._queue) < _QUEUE_FACTOR * self.cfg.batch_messages:
-            self._room.set()
+        self._maybe_room()
 
     _retry_seconds = 1.0  # after a failed staging write
 
@@ -283,12 +289,13 @@ class SourceListener:
         assert self.writer is not None and self._send_staged is not None
         taken: list[tuple[_Source, Incoming]] = []
         size = 0
-        while self._queue and len(taken) < self.cfg.batch_messages:
+        while self._queue and len(taken) < self._batch_limit:
             src, item = self._queue[0]
             if isinstance(item, int) or (taken and size + len(item[5]) > self._batch_bytes):
                 break
             size += len(item[5])
             self._queue.popleft()
+            self._queued_bytes -= len(item[5])
             taken.append((src, item))
         runs: list[list[Incoming]] = []
         for _src, item in taken:
@@ -313,6 +320,7 @@ class SourceListener:
                 s.alive = False
                 s.writer.close()
             self._queue.clear()
+            self._queued_bytes = 0
             self._room.set()
             return False
         if self._failures_in_a_row:
@@ -328,11 +336,16 @@ class SourceListener:
             self._staged[run[0][0]] = run[-1][2]
         self._waiting[token] = [(s, n, n, ids) for s, n, ids in per.values()]
         self._send_staged(token, refs)
-        if len(self._queue) < _QUEUE_FACTOR * self.cfg.batch_messages:
-            self._room.set()
+        self._maybe_room()
         return True
 
-    _batch_bytes = BATCH_BYTES
+    @property
+    def _batch_limit(self) -> int:
+        return self.cfg.batch_messages * (STAGED_FACTOR if self.writer is not None else 1)
+
+    @property
+    def _batch_bytes(self) -> int:
+        return STAGED_BATCH_BYTES if self.writer is not None else BATCH_BYTES
 
     def _write_runs(self, token: int, runs: list[list[Incoming]]) -> list[IncomingRef]:
         """In a thread: one block per run, then one sync for them all. The segments
@@ -352,10 +365,20 @@ class SourceListener:
                 raise
         return out
 
+    def _full(self) -> bool:
+        return (len(self._queue) >= _QUEUE_FACTOR * self._batch_limit
+                or self._queued_bytes >= _QUEUE_FACTOR * self._batch_bytes)
+
+    def _maybe_room(self) -> None:
+        if not self._full():
+            self._room.set()
+
     def _enqueue(self, src: _Source, item: Incoming | int) -> None:
         self._queue.append((src, item))
+        if not isinstance(item, int):
+            self._queued_bytes += len(item[5])
         self._has_work.set()
-        if len(self._queue) >= _QUEUE_FACTOR * self.cfg.batch_messages:
+        if self._full():
             self._room.clear()
 
     # ------------------------------------------------------------ one connection

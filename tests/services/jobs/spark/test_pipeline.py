@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,10 +25,11 @@ import pytest
 from ambrosia_ic import registry
 
 from ambrosia_py.ports import free_ports
-from ambrosia_py.testing import ImmortalProcess, upgrade_test
+from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from samples.pipeline.next_version import WordCountPipelineV1
 from services.jobs.spark import ConnectServer
-from services.pipeline import count_words
+from services.pipeline import WordCountPipeline, count_words
+from services.staging import segment_names
 from tests.launcher import ROOT, Launcher, launcher  # noqa: F401 - the fixture
 
 from .conftest import free_port, wait_until
@@ -221,16 +223,27 @@ def test_word_counts_are_exact_through_kills_of_every_part(
         os.kill(pid, signal.SIGKILL)
         connect_server.wait_restarted(pid, 120)
         run.append(300)
-        run.check()
+        numbers = run.check()
+        # Committed everywhere: every staged block released, every segment but the one
+        # being written deleted.
+        wait_until(lambda: run.report()["staged"]["backlog_bytes"] == 0, "no backlog", 30)
+        staging = tmp_path / "out" / "staging"
+        wait_until(lambda: len(segment_names(staging)) <= 1, "segments deleted", 30)
         links = json.loads(run.status.read_text())["job_links"]
         assert links["runners"] == {f"r{i}@127.0.0.1:{run.ports[f'r{i}']}": True
                                     for i in (1, 2)}
         # Whether a kill cost an attempt depends on when it landed (the status file that
         # times the kills lags under load), so attempts are not asserted here; the
         # exact output above is what the kills must not change.
+        coordinator.p.stop()
     finally:
         run.close()
     assert run.r2.process is not None and run.r2.process.poll() is None
+    # A replay of the kept history reads no segment: the results are in the log.
+    shutil.rmtree(staging)
+    replay = repro("wc", WordCountPipeline, home=launcher.home)
+    assert replay.status == "ok"
+    assert replay.state.emitted == len(numbers) and not replay.state.uncommitted
 
 
 def test_live_upgrades_mid_run_and_a_kill_during_one_lose_no_batch(
