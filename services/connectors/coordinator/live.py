@@ -139,7 +139,7 @@ class Live:
         report.update(
             port=self.sources.port, connections=self.sources.connections,
             received=self.sources.received, acked=self.sources.acked,
-            lag=max(self.sources.received - applied, 0),
+            lag=max(self.sources.received - self.sources.early_drops - applied, 0),
             linked={link.name: link.connected for link in self.sinks},
             aborts_in_a_row={link.name: link.aborts_in_a_row for link in self.sinks})
         if self.writer is not None:
