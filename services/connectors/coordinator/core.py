@@ -24,8 +24,8 @@ import attrs
 
 from services.staging import Ref
 
-__all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "SinkRecord",
-           "StagedRunError", "StreamRecord"]
+__all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "Pending",
+           "SinkRecord", "StagedRunError", "StreamRecord"]
 
 FROM_START = (1 << 64) - 1  # a point of reference meaning "nothing applied yet"
 KEEP_DECIDED = 4  # decisions remembered per sink (a sink holds at most one unsettled)
@@ -65,13 +65,99 @@ class StreamRecord:
     closed: bool = False
 
 
+class Pending:
+    """A sink's output not yet committed, in order: inline bytes (what handlers emitted)
+    and staged blocks (whose payloads are sent as they are, read from their segments by
+    the sink's link, never held in the state). ``bytes()`` of output with no blocks is
+    its bytes."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self, pieces: Iterable[bytes | Ref] = ()) -> None:
+        self.pieces: list[bytearray | Ref] = []
+        self.size = 0
+        for piece in pieces:
+            if isinstance(piece, Ref):
+                self.add_ref(piece)
+            else:
+                self += piece
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iadd__(self, data: bytes) -> Pending:
+        if data:
+            if self.pieces and isinstance(self.pieces[-1], bytearray):
+                self.pieces[-1] += data
+            else:
+                self.pieces.append(bytearray(data))
+            self.size += len(data)
+        return self
+
+    def add_ref(self, ref: Ref) -> None:
+        self.pieces.append(ref)
+        self.size += ref.size
+
+    def __bytes__(self) -> bytes:
+        if any(isinstance(p, Ref) for p in self.pieces):
+            raise TypeError("the pending output holds staged blocks: see parts()")
+        return b"".join(self.pieces)  # type: ignore[arg-type]
+
+    def parts(self, n: int) -> list[bytes | Ref]:
+        """The pieces of the first ``n`` bytes (``n`` ends a piece or falls in a bytes
+        piece, which is cut)."""
+        out: list[bytes | Ref] = []
+        for piece in self.pieces:
+            if n <= 0:
+                break
+            if isinstance(piece, Ref):
+                out.append(piece)
+                n -= piece.size
+            else:
+                out.append(bytes(piece[:n]))
+                n -= len(out[-1])  # type: ignore[arg-type]
+        return out
+
+    def drop(self, n: int) -> list[Ref]:
+        """Remove the first ``n`` bytes (a staged block only whole); returns the blocks
+        removed."""
+        dropped: list[Ref] = []
+        while n > 0 and self.pieces:
+            piece = self.pieces[0]
+            if isinstance(piece, Ref):
+                if piece.size > n:
+                    raise ValueError("a staged block cannot be committed in part")
+                dropped.append(piece)
+                del self.pieces[0]
+                n -= piece.size
+                self.size -= piece.size
+            else:
+                k = min(n, len(piece))
+                del piece[:k]
+                if not piece:
+                    del self.pieces[0]
+                n -= k
+                self.size -= k
+        return dropped
+
+    def to_state(self) -> list[Any]:
+        return [["b", bytes(p)] if isinstance(p, bytearray) else ["r", p.to_list()]
+                for p in self.pieces]
+
+    @classmethod
+    def from_state(cls, state: Any) -> Pending:
+        if isinstance(state, (bytes, bytearray)):  # written before staged blocks
+            return cls([bytes(state)])
+        return cls(Ref.from_list(v) if kind == "r" else bytes(v) for kind, v in state)
+
+
 @attrs.define
 class SinkRecord:
     """One sink: bytes from ``committed`` on are ``pending``; a transaction in flight
     covers ``[committed, txn_end)`` of them."""
 
     committed: int = 0
-    pending: bytearray = attrs.field(factory=bytearray)
+    pending: Pending = attrs.field(factory=Pending)
     txn_id: str = ""
     txn_end: int = 0
     txn_count: int = 0  # transactions cut so far: the next id's number
@@ -88,8 +174,9 @@ class SinkRecord:
         """Pending bytes not in the transaction in flight."""
         return len(self.pending) - (self.txn_end - self.committed if self.txn_id else 0)
 
-    def txn_bytes(self) -> bytes:
-        return bytes(self.pending[:self.txn_end - self.committed]) if self.txn_id else b""
+    def txn_parts(self) -> list[bytes | Ref]:
+        """What the transaction in flight sends: bytes and staged blocks, in order."""
+        return self.pending.parts(self.txn_end - self.committed) if self.txn_id else []
 
 
 class CoordinatorCore:
@@ -164,12 +251,15 @@ class CoordinatorCore:
             rec.applied += ref.count
             rec.closed = False
             rec.name = name
-            self.segments[ref.segment] = self.segments.get(ref.segment, 0) + 1
-            self.backlog += ref.size
+            self._hold(ref)
             if not runs or runs[-1][0] != ref.stream_id:
                 runs.append((ref.stream_id, []))
             runs[-1][1].append(ref)
         return runs
+
+    def _hold(self, ref: Ref) -> None:
+        self.segments[ref.segment] = self.segments.get(ref.segment, 0) + 1
+        self.backlog += ref.size
 
     def release(self, refs: Iterable[Ref]) -> None:
         """What ``refs`` hold is done with (committed everywhere): a segment no block of
@@ -203,6 +293,22 @@ class CoordinatorCore:
         if rec.uncut == 0:
             rec.uncut_since = now_ns
         rec.pending += data
+
+    def emit_staged(self, sink: str, ref: Ref, now_ns: int) -> None:
+        """Append a staged block's payloads to ``sink``'s output as they are; the block is
+        held until the sink commits it.
+
+        Raises:
+            KeyError: ``sink`` is not a configured sink.
+        """
+        rec = self.sinks.get(sink)
+        if rec is None or not rec.active:
+            raise KeyError(f"no configured sink {sink!r} (configured: "
+                           f"{', '.join(self.settings['sinks']) or 'none'})")
+        if rec.uncut == 0:
+            rec.uncut_since = now_ns
+        rec.pending.add_ref(ref)
+        self._hold(ref)
 
     def sink_uncommitted(self, sink: str, rtag: int, txn_ids: Sequence[str],
                          now_ns: int) -> None:
@@ -240,7 +346,7 @@ class CoordinatorCore:
     # ------------------------------------------------------------ rules
     def _decide(self, rec: SinkRecord, txn_id: str, commit: bool) -> None:
         if commit:
-            del rec.pending[:rec.txn_end - rec.committed]
+            self.release(rec.pending.drop(rec.txn_end - rec.committed))
             rec.committed = rec.txn_end
             rec.commits += 1
         else:
@@ -290,7 +396,7 @@ class CoordinatorCore:
             "instance": self.instance,
             "settings": dict(self.settings),
             "streams": [[sid, attrs.astuple(r)] for sid, r in self.streams.items()],
-            "sinks": [[name, [r.committed, bytes(r.pending), r.txn_id, r.txn_end,
+            "sinks": [[name, [r.committed, r.pending.to_state(), r.txn_id, r.txn_end,
                               r.txn_count, r.uncut_since, list(map(list, r.decided.items())),
                               r.settled_rtag, [list(s) for s in r.settlement], r.commits,
                               r.aborts, r.active]]
@@ -308,7 +414,8 @@ class CoordinatorCore:
             core.streams[sid] = StreamRecord(*fields)
         for name, f in state["sinks"]:
             core.sinks[name] = SinkRecord(
-                f[0], bytearray(f[1]), f[2], f[3], f[4], f[5], {t: c for t, c in f[6]},
+                f[0], Pending.from_state(f[1]), f[2], f[3], f[4], f[5],
+                {t: c for t, c in f[6]},
                 f[7], [(t, c) for t, c in f[8]], f[9], f[10], f[11])
         segments, core.backlog = state.get("staged", ([], 0))
         core.segments = {name: n for name, n in segments}

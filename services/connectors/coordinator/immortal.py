@@ -64,16 +64,29 @@ class ConnectorCoordinator(Immortal):
     def on_end_of_stream(self, stream_id: int) -> None:
         """Called (in a handler, deterministically) when a stream's EOS was applied."""
 
-    #: A subclass that takes staged runs (``on_staged``) rather than payloads says so; it
-    #: runs only with a staging root (``staging``).
+    #: A subclass that can only take staged runs (``on_staged``) says so: it runs only
+    #: with a staging root (``staging``). The identity route works either way.
     uses_staging: ClassVar[bool] = False
 
     def on_staged(self, stream_id: int, refs: Sequence[Ref]) -> None:
         """Called (in a handler, deterministically) with each run of applied staged blocks
-        of one stream, in apply order, when the coordinator stages what it receives.
-        Each block is held (counted in the backlog, its segment kept) until the subclass
-        calls ``release`` with it."""
-        raise NotImplementedError(f"{type(self).__name__} does not take staged runs")
+        of one stream, in apply order, when the coordinator stages what it receives
+        (``staging``). Each block is held (counted in the backlog, its segment kept)
+        until ``release`` is called with it. The identity route: every block to every
+        sink as it is (the sink's link reads it from its segment; the sink holds it until
+        it commits it)."""
+        now = self._now_ns()
+        for name in self.core.settings["sinks"]:
+            for ref in refs:
+                self.core.emit_staged(name, ref, now)
+        self.core.release(refs)
+
+    @classmethod
+    def _keeps_payloads(cls) -> bool:
+        """Whether the class routes payloads itself (``on_messages``) but not staged
+        blocks: it cannot run with a staging root."""
+        return (cls.on_messages is not ConnectorCoordinator.on_messages
+                and cls.on_staged is ConnectorCoordinator.on_staged)
 
     def release(self, refs: Sequence[Ref]) -> None:
         """Let staged blocks go (only in a handler): nothing will read them again."""
@@ -90,7 +103,7 @@ class ConnectorCoordinator(Immortal):
         if self.uses_staging and not cfg.staging:
             raise CoordinatorConfigError(f"staging: {type(self).__name__} reads what it "
                                          "receives from staged segments; name a staging root")
-        if cfg.staging and not self.uses_staging:
+        if cfg.staging and self._keeps_payloads():
             raise CoordinatorConfigError(f"staging: {type(self).__name__} keeps payloads in "
                                          "its state and cannot stage them; remove the key")
         if not cfg.sinks:
@@ -148,6 +161,7 @@ class ConnectorCoordinator(Immortal):
         """A batch of staged runs from the listener (references, not bytes)."""
         for stream_id, refs in self.core.receive_staged(batch):
             self.on_staged(stream_id, refs)
+        self.core.cut_due(self._now_ns())
         if self._live is not None and self._is_live():
             self._live.applied(token)
             self._live.wake()

@@ -25,6 +25,7 @@ from typing import Any
 
 from ambrosia_py.loops import Backoff, said_at, write_unless_closing
 from ambrosia_py.wire import NEED_DATA
+from services.staging import Ref, StagingError, read_block
 
 from .._state import Role
 from ..connection import SINK_VERSION, ConnectorConnection
@@ -230,13 +231,36 @@ class SinkLink:
             with contextlib.suppress(BaseException):
                 await reading
 
+    async def _materialize(self, parts: list[bytes | Ref]) -> bytes:
+        """The transaction's bytes: staged blocks are read (and checked) from their
+        segments, in a thread.
+
+        Raises:
+            SinkLinkError: a segment is missing or damaged (the line names it).
+        """
+        if not any(isinstance(p, Ref) for p in parts):
+            return b"".join(parts)  # type: ignore[arg-type]
+
+        def read() -> bytes:
+            return b"".join(p if isinstance(p, bytes)
+                            else bytes(read_block(self.cfg.staging, p).data) for p in parts)
+
+        try:
+            return await asyncio.to_thread(read)
+        except StagingError as err:
+            raise SinkLinkError(str(err)) from None
+
     async def _round(self, send: Callable[..., Any], expect: Callable[[type], Any],
                      until: Callable[[Callable[[], bool]], Any]) -> None:
         """One transaction: data, Phase1, vote, decision, Phase2."""
         await until(lambda: (r := self._rec()) is not None and bool(r.txn_id))
         rec = self._rec()
         assert rec is not None
-        txn, start, end, data = rec.txn_id, rec.committed, rec.txn_end, rec.txn_bytes()
+        txn, start, end, parts = rec.txn_id, rec.committed, rec.txn_end, rec.txn_parts()
+        data = await self._materialize(parts)
+        if len(data) != end - start:
+            raise SinkLinkError(f"transaction {txn}: {len(data)} bytes where {end - start} "
+                                "were emitted")
         frames = [Message(SINK_STREAM_ID, start + off, data[off:off + CHUNK])
                   for off in range(0, len(data), CHUNK)]
         await send(*frames, Phase1(txn, (Where(SINK_STREAM_ID, start, end),)))

@@ -3,11 +3,19 @@
 A job marked ``@spark_job(name, records=True)`` is given the records of its batch: its
 arguments name staged blocks (``services.staging``: a ``staging`` root and ``refs``), and
 ``staged_records`` turns them into a DataFrame of one string column, ``value``, one row per
-record, through a Python data source (``ambrosia_staged``). The driver only plans: each
-partition is a run of blocks, which an executor reads from the segment files, checks
+record. The driver only plans: the blocks are cut into runs of about ``PARTITION_BYTES``,
+one partition each (``spark.range`` with as many partitions), and ``mapInArrow`` reads
+them on the executors: each run's blocks are read from their segment files, checked
 (``read_block``: a missing segment or a damaged block fails the job with one line naming
-it) and hands to Spark as Arrow batches built over the block's own offsets and bytes. So
-the segment root must be a path the executors see (a shared one on a cluster).
+it) and handed to Spark as Arrow batches built over each block's own offsets and bytes.
+No record passes through the driver, so the segment root must be a path the executors
+see (a shared one on a cluster).
+
+Measured on 2 cores (Connect, local[2], warm; a word count of 600,000 lines): 2.2 s from
+staged segments, 1.1 s with ``spark.read.text`` of a plain file, 4.6 s with
+``createDataFrame`` of the lines on the driver. A Python data source over the same blocks
+took 2.3 times as long as this reader for 75,000 lines (its planning runs Python on the
+server for every query).
 
 Records that are not valid UTF-8 are decoded with replacement characters, as
 ``bytes.decode("utf-8", "replace")`` does.
@@ -15,19 +23,16 @@ Records that are not valid UTF-8 are decoded with replacement characters, as
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from services.staging import Ref, read_block
 
-__all__ = ["PARTITION_BYTES", "SOURCE_NAME", "StagedSource", "plan_partitions",
-           "staged_records"]
+__all__ = ["PARTITION_BYTES", "plan_partitions", "staged_records"]
 
-SOURCE_NAME: Final = "ambrosia_staged"
 PARTITION_BYTES: Final = 8 << 20  # payload bytes an executor task reads, about
 
 
@@ -45,13 +50,6 @@ def plan_partitions(refs: Sequence[Ref], partition_bytes: int) -> list[list[Ref]
     return parts
 
 
-class _Blocks(InputPartition):
-    def __init__(self, root: str, refs: list[list[Any]]) -> None:
-        super().__init__(None)
-        self.root = root
-        self.refs = refs
-
-
 def _strings(offsets: memoryview, data: memoryview, count: int) -> pa.Array:
     """The block's records as an Arrow string array, over its own buffers when they are
     valid UTF-8."""
@@ -66,45 +64,24 @@ def _strings(offsets: memoryview, data: memoryview, count: int) -> pa.Array:
     return array
 
 
-class _Reader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.root = options["root"]
-        self.refs = [Ref.from_list(r) for r in json.loads(options["refs"])]
-        self.partition_bytes = int(options.get("partition_bytes", PARTITION_BYTES))
-
-    def partitions(self) -> list[_Blocks]:
-        return [_Blocks(self.root, [r.to_list() for r in part])
-                for part in plan_partitions(self.refs, self.partition_bytes)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Blocks)
-        for fields in partition.refs:
-            block = read_block(partition.root, Ref.from_list(fields))
-            yield pa.RecordBatch.from_arrays(
-                [_strings(block.offsets, block.data, block.ref.count)], names=["value"])
-
-
-class StagedSource(DataSource):
-    """``spark.read.format("ambrosia_staged").option("root", R).option("refs", JSON)``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> str:
-        return "value string"
-
-    def reader(self, schema: Any) -> _Reader:
-        return _Reader(self.options)
+def _read_runs(root: str, runs: list[list[list[Any]]],
+               batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """On an executor: the records of the runs whose numbers the rows hold."""
+    for batch in batches:
+        for number in batch.column(0).to_pylist():
+            for fields in runs[number]:
+                block = read_block(root, Ref.from_list(fields))
+                yield pa.RecordBatch.from_arrays(
+                    [_strings(block.offsets, block.data, block.ref.count)], names=["value"])
 
 
 def staged_records(spark: Any, args: dict[str, Any],
                    partition_bytes: int = PARTITION_BYTES) -> Any:
     """The DataFrame (``value string``) of the records ``args`` names: ``staging`` (the
     root) and ``refs`` (``Ref.to_list()`` of each block, in order)."""
-    spark.dataSource.register(StagedSource)
-    return (spark.read.format(SOURCE_NAME)
-            .option("root", str(args["staging"]))
-            .option("refs", json.dumps(args["refs"]))
-            .option("partition_bytes", str(partition_bytes))
-            .load())
+    refs = [Ref.from_list(r) for r in args["refs"]]
+    runs = [[r.to_list() for r in run] for run in plan_partitions(refs, partition_bytes)]
+    if not runs:
+        return spark.createDataFrame([], "value string")
+    read = functools.partial(_read_runs, str(args["staging"]), runs)
+    return spark.range(0, len(runs), 1, len(runs)).mapInArrow(read, "value string")

@@ -141,15 +141,61 @@ def test_credits_wait_while_the_backlog_is_over_its_bound(launcher: Launcher,
     p.stop()
 
 
-def test_a_plain_connector_coordinator_refuses_a_staging_root(launcher: Launcher,
-                                                              tmp_path: Path) -> None:
-    cfg = tmp_path / "plain.toml"
+def test_a_coordinator_that_routes_payloads_itself_refuses_a_staging_root(
+        launcher: Launcher, tmp_path: Path) -> None:
+    cfg = tmp_path / "kcl.toml"
     cfg.write_text(f'listen = "127.0.0.1:0"\nstaging = "{tmp_path / "s"}"\n')
-    p = launcher.start("services.connectors:ConnectorCoordinator", "plain",
-                       args=["--config", str(cfg)])
-    p.wait_for("staging: ConnectorCoordinator keeps payloads in its state and cannot "
-               "stage them; remove the key")
+    p = launcher.start("services.kcl:KclCoordinator", "kcl", args=["--config", str(cfg)])
+    p.wait_for("staging: KclCoordinator keeps payloads in its state and cannot stage them; "
+               "remove the key")
     assert p.proc.wait(60) != 0
+
+
+@pytest.mark.slow
+def test_the_connector_coordinator_commits_staged_payloads_exactly_through_kill_9(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """The identity route with a staging root: the state holds references, the sink's
+    link reads the payloads from the segments, and the sink gets every line once."""
+    sink = MemorySink(votes=[True, False, True])  # an abort on the way, too
+    (port,) = free_ports(1)
+    cfg = tmp_path / "plain.toml"
+    cfg.write_text(f'listen = "127.0.0.1:{port}"\ninterval_bytes = 2000\n'
+                   f'interval_seconds = 0.2\nstatus_seconds = 0.3\n'
+                   f'status_file = "{tmp_path / "status.json"}"\n'
+                   f'staging = "{tmp_path / "staging"}"\nsegment_bytes = 8192\n'
+                   f'batch_messages = 16\n[sinks]\nout = "127.0.0.1:{sink.port}"\n')
+
+    def start_plain() -> ImmortalProcess:
+        p = launcher.start("services.connectors:ConnectorCoordinator", "plain",
+                           args=["--config", str(cfg)])
+        p.wait_for("listening for sources")
+        return p
+
+    p = start_plain()
+    feeds = [Feed(port, sid, N_LINES, chunk=10, pause=0.01) for sid in (1, 2)]
+    for _ in range(3):
+        time.sleep(random.uniform(0.2, 0.6))
+        p.kill()
+        p = start_plain()
+    for f in feeds:
+        f.join(90)
+    want = {sid: b"".join(m.payload for m in lines(sid, range(1, N_LINES + 1)))
+            for sid in (1, 2)}
+    wait_until(lambda: per_stream(sink.committed_bytes) == want, 60)
+    assert not sink.violations
+    wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0, 30)
+    wait_until(lambda: len(segment_names(tmp_path / "staging")) <= 1, 30)
+    report = status(tmp_path)
+    assert report["sinks"]["out"]["pending_bytes"] == 0  # type: ignore[index]
+    p.stop()
+
+
+def per_stream(data: bytes) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    for line in data.splitlines(keepends=True):
+        sid = int(line[1:line.index(b" ")])
+        out[sid] = out.get(sid, b"") + line
+    return out
 
 
 @pytest.fixture
