@@ -361,7 +361,7 @@ def run_pipeline(paths: list[Path], work: Path, lines: int, batch_lines: int,
                 if mtime != status_mtime:
                     report = json.loads(p.status_file.read_text())
                     status_mtime = mtime
-                    applied.append((mtime, sum(s.get("applied", 0) for s in
+                    applied.append((mtime, sum(s.get("lines", s.get("applied", 0)) for s in
                                                report.get("streams", {}).values())))
                     if isinstance(report.get("batches"), dict) and "cut" in report["batches"]:
                         cut.append((mtime, int(report["batches"]["cut"])))

@@ -36,6 +36,9 @@ from samples.pipeline.procs import (  # noqa: E402
 from samples.pipeline.watch import Watcher  # noqa: E402
 
 PIPELINE = "services.pipeline:WordCountPipeline"
+# Whole lines per message, up to this many bytes: a message per line costs the feed and
+# the coordinator's listener far more than the bytes do.
+MESSAGE_BYTES = 16 * 1024
 JOBS = "services.pipeline.jobs"
 NAME = "wordcount"
 # When to crash, as the share of the corpus's lines committed: the binding, then the
@@ -101,6 +104,7 @@ class Pipeline:
         self.feeds = [
             Child(f"feed-{i + 1}", ["-m", "services.connectors.clients.feed", "--to",
                                     f"127.0.0.1:{self.listen}", "--backoff-cap", "1",
+                                    "--message-bytes", str(MESSAGE_BYTES),
                                     "--instance", f"feed-{i + 1}", str(p)],
                   self.logs / f"feed-{i + 1}.log")
             for i, p in enumerate(self.fed)]

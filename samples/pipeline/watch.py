@@ -61,7 +61,8 @@ class Watcher:
     @property
     def applied_lines(self) -> int:
         """Lines the coordinator had applied at its last status (0 before the first)."""
-        return sum(s.get("applied", 0) for s in self.report.get("streams", {}).values())
+        streams = self.report.get("streams", {}).values()
+        return sum(s.get("lines", s.get("applied", 0)) for s in streams)
 
     def sources_started(self) -> None:
         """The feeds start now, into a new pipeline: nothing is applied yet (the first
@@ -92,7 +93,7 @@ class Watcher:
             return None  # not written yet, or replaced while read: next time
         self._status_mtime = mtime
         self.report = report
-        return sum(s.get("applied", 0) for s in report.get("streams", {}).values())
+        return sum(s.get("lines", s.get("applied", 0)) for s in report.get("streams", {}).values())
 
     def settle(self, batches: int, timeout: float = 3.0) -> None:
         """Wait (a little) for a status that shows ``batches`` jobs ended: the file is
@@ -113,7 +114,8 @@ class Watcher:
         stale = t - self._status_seen
         head = f"[{t:5.1f}s]"
         streams: Mapping[str, Any] = self.report.get("streams", {})
-        lines = [f"{head} stream {Path(s.get('name', sid)).name}: {s.get('applied', 0):,} "
+        lines = [f"{head} stream {Path(s.get('name', sid)).name}: "
+                 f"{s.get('lines', s.get('applied', 0)):,} "
                  f"lines in{' (done)' if s.get('closed') else ''}"
                  for sid, s in sorted(streams.items(), key=lambda kv: str(kv[1].get('name')))]
         jobs = self.report.get("jobs") or {}

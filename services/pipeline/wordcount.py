@@ -4,8 +4,10 @@ to every sink exactly once and in batch order.
 The coordinator never holds the lines. What sources send is staged in segment files
 (``services.staging``) and the handlers see references to runs of lines (``on_staged``);
 a micro-batch is a list of such references, and its job (``wordcount``) is given them, so
-Spark's executors read the lines from the segments. Each record a feed sends is one line
-(the file feed sends a line per record).
+Spark's executors read the lines from the segments. A record may hold several lines (the
+file feed sends whole lines, one per record or, with ``--message-bytes``, as many as fit);
+a line ends at ``\n`` (or at the end of its record), and each staged block says how many
+it holds.
 
 A batch is cut, in a handler, when fewer than ``jobs_in_flight`` batch jobs run and either
 ``batch_lines`` lines wait or the oldest waiting line is ``batch_seconds`` old (logged
@@ -82,7 +84,7 @@ class WordCountPipeline(SparkCoordinator):
             if not self.pending:
                 self.pending_since = self._now_ns()
             self.pending.append(ref)
-            self.pending_lines += ref.count
+            self.pending_lines += ref.lines
             self.pending_bytes += ref.size
         self._cut_what_is_due(self._now_ns())
 
@@ -115,10 +117,10 @@ class WordCountPipeline(SparkCoordinator):
         taken: list[Ref] = []
         lines = size = 0
         for ref in self.pending:
-            if taken and (lines + ref.count > most_lines or size + ref.size > most_bytes):
+            if taken and (lines + ref.lines > most_lines or size + ref.size > most_bytes):
                 break
             taken.append(ref)
-            lines += ref.count
+            lines += ref.lines
             size += ref.size
         del self.pending[:len(taken)]
         self.pending_lines -= lines
@@ -194,7 +196,7 @@ class WordCountPipeline(SparkCoordinator):
                 "the lines in its state; finish its batches with that version (or start "
                 "this one afresh), it cannot be converted")
         self.pending = [Ref.from_list(r) for r in mine["pending"]]
-        self.pending_lines = sum(r.count for r in self.pending)
+        self.pending_lines = sum(r.lines for r in self.pending)
         self.pending_bytes = sum(r.size for r in self.pending)
         self.pending_since, self.cut = mine["pending_since"], mine["cut"]
         self.batches = {k: list(v) for k, v in mine["batches"]}

@@ -14,14 +14,16 @@ block detectable. All integers are little-endian::
     check    = XXH64 (seed 0) of header, offsets and data: u64
 
 A ``Ref`` names one block (segment name, offset, length, check) with what the immortal
-decides with (stream, first and last message id, count, payload bytes); it is plain data,
+decides with (stream, first and last message id, count, payload bytes, lines); it is plain
+data,
 so it can be logged and checkpointed. ``SegmentWriter`` appends blocks and makes them
 durable (``sync``: fsync of the file, and of the directory when a file was created) before
 any reference to them is sent on; ``read_block`` (and ``read_payloads``) read one back,
 checking that it is the block the reference names, whole and undamaged.
 
-Segment names are ``<life>-<n>.seg``: ``life`` is random per writer, so a new primary
-never appends to a file an earlier life was writing. The layout of blocks (offsets
+Segment names are ``<life>-<n>.seg``: ``life`` is unique per writer (a coordinator uses
+``<instance>.<random>``), so a new primary never appends to a file an earlier life was
+writing, and instances sharing a root tell their segments apart. The layout of blocks (offsets
 before data) lets a reader build an Arrow binary array over a block without copying.
 """
 
@@ -50,6 +52,7 @@ __all__ = [
     "SegmentWriter",
     "StagingError",
     "StagingFullError",
+    "count_lines",
     "encode_block",
     "read_block",
     "read_payloads",
@@ -97,16 +100,17 @@ class Ref:
     offset: int  # of the block in the segment
     length: int  # of the whole block
     check: int  # the block's XXH64
+    lines: int = 0  # line ends ("\n") in its payloads, and a last line without one each
 
     def to_list(self) -> list[int | str]:
         return [self.stream_id, self.first_id, self.last_id, self.count, self.size,
-                self.segment, self.offset, self.length, self.check]
+                self.segment, self.offset, self.length, self.check, self.lines]
 
     @classmethod
     def from_list(cls, fields: Sequence[int | str]) -> Ref:
-        s, f, la, c, z, seg, off, n, chk = fields
+        s, f, la, c, z, seg, off, n, chk, *rest = fields
         return cls(int(s), int(f), int(la), int(c), int(z), str(seg), int(off), int(n),
-                   int(chk))
+                   int(chk), int(rest[0]) if rest else 0)
 
 
 @attrs.frozen
@@ -120,6 +124,12 @@ class Block:
     def payloads(self) -> list[bytes]:
         ends = self.offsets.cast("I")
         return [bytes(self.data[ends[i]:ends[i + 1]]) for i in range(len(ends) - 1)]
+
+
+def count_lines(payloads: Sequence[bytes]) -> int:
+    """The lines of ``payloads``: each ``\n``, and each payload's last line without one."""
+    return (sum(p.count(b"\n") for p in payloads)
+            + sum(1 for p in payloads if p and not p.endswith(b"\n")))
 
 
 def encode_block(stream_id: int, first_id: int, last_id: int,
@@ -216,7 +226,7 @@ class SegmentWriter:
         self._size += len(block)
         self._unsynced = True
         return Ref(stream_id, first_id, last_id, len(payloads), size, self._name, offset,
-                   len(block), check)
+                   len(block), check, count_lines(payloads))
 
     def sync(self) -> None:
         """Make every block appended so far durable (the file, and the directory entry of
@@ -314,10 +324,11 @@ def read_payloads(root: str | os.PathLike[str], refs: Iterable[Ref]) -> list[byt
     return out
 
 
-def segment_names(root: str | os.PathLike[str]) -> list[str]:
-    """The segment files under ``root`` (none if it does not exist)."""
+def segment_names(root: str | os.PathLike[str], prefix: str = "") -> list[str]:
+    """The segment files under ``root`` whose names start with ``prefix`` (none if the
+    root does not exist)."""
     try:
         return sorted(p.name for p in Path(root).iterdir()
-                      if p.name.endswith(SUFFIX) and p.is_file())
+                      if p.name.startswith(prefix) and p.name.endswith(SUFFIX) and p.is_file())
     except FileNotFoundError:
         return []

@@ -343,9 +343,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="the longest reconnect delay, in seconds (default 5)")
     p.add_argument("--poll-interval", type=float, default=0.1,
                    help="how often a tailed file is checked, in seconds (default 0.1)")
+    p.add_argument("--message-bytes", type=int, default=0, metavar="N",
+                   help="send as many whole lines as fit in N bytes per message (default: "
+                        "a message per line)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ambrosia-feed: %(message)s")
-    sources = [FileSource(f, follow=not args.once) for f in args.files]
+    if args.message_bytes < 0:
+        p.error("--message-bytes must be 0 or more")
+    sources = [FileSource(f, follow=not args.once, message_bytes=args.message_bytes)
+               for f in args.files]
     try:
         feed = Feed(sources, args.to, cookie=args.cookie.encode(), instance_name=args.instance,
                     backoff_cap=args.backoff_cap, poll_interval=args.poll_interval)

@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from services.staging import Ref
+from services.staging import Ref, count_lines
 
 __all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "Pending",
            "SinkRecord", "StagedRunError", "StreamRecord"]
@@ -63,6 +63,7 @@ class StreamRecord:
     applied: int = 0
     dropped: int = 0
     closed: bool = False
+    lines: int = 0  # of the applied messages (see ``services.staging.count_lines``)
 
 
 class Pending:
@@ -219,6 +220,7 @@ class CoordinatorCore:
                 continue
             rec.por = msg_id
             rec.applied += 1
+            rec.lines += count_lines((payload,))
             rec.closed = False
             rec.name = name
             if not runs or runs[-1][0] != stream_id:
@@ -249,6 +251,7 @@ class CoordinatorCore:
                 continue
             rec.por = ref.last_id
             rec.applied += ref.count
+            rec.lines += ref.lines
             rec.closed = False
             rec.name = name
             self._hold(ref)
@@ -380,7 +383,7 @@ class CoordinatorCore:
         return {
             "streams": {str(sid): {"name": r.name, "applied": r.applied, "dropped": r.dropped,
                                    "por": None if r.por == FROM_START else r.por,
-                                   "closed": r.closed}
+                                   "closed": r.closed, "lines": r.lines}
                         for sid, r in sorted(self.streams.items())},
             "sinks": {name: {"committed": r.committed, "pending_bytes": len(r.pending),
                              "txn": r.txn_id or None, "commits": r.commits,

@@ -32,9 +32,12 @@ class Live:
         self.cfg = cfg
         self.log = owner.ctx.log
         me = owner.impulse_self
-        # With staging, this life's segments: named by a random life id, never appended
-        # to by another life.
-        self.writer = (SegmentWriter(cfg.staging, os.urandom(6).hex(), cfg.segment_bytes)
+        # With staging, this life's segments: named after the instance and a random life
+        # id, never appended to by another life. Only the instance's own segments are
+        # ever deleted here: a root may be shared by several instances.
+        self.segment_prefix = f"{owner.ctx.instance_name}."
+        self.writer = (SegmentWriter(cfg.staging, self.segment_prefix + os.urandom(6).hex(),
+                                     cfg.segment_bytes)
                        if cfg.staging else None)
         self.sources = SourceListener(self._core, cfg, me.receive, me.end_of_stream,
                                       self.log, me.receive_staged, self.writer)
@@ -106,7 +109,7 @@ class Live:
         # The order matters: the names, then what is busy (a block written after this
         # is in a segment created after the listing, or in the current one), then what
         # the state holds (read on the loop, after an Impulse applied stops being busy).
-        names = await asyncio.to_thread(segment_names, self.cfg.staging)
+        names = await asyncio.to_thread(segment_names, self.cfg.staging, self.segment_prefix)
         busy = await asyncio.to_thread(self.sources.busy_segments)
         held = set(self._core().segments)
         doomed = [n for n in names if n not in busy and n not in held]

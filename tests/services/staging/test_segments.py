@@ -19,6 +19,7 @@ from services.staging import (
     SegmentMissingError,
     SegmentWriter,
     StagingFullError,
+    count_lines,
     encode_block,
     read_block,
     read_payloads,
@@ -46,10 +47,14 @@ def test_a_segment_starts_with_its_magic_and_refs_name_blocks(tmp_path: Path) ->
     assert raw.startswith(MAGIC)
     assert (r1.offset, r2.offset) == (len(MAGIC), len(MAGIC) + r1.length)
     assert raw[r2.offset:r2.offset + r2.length] == encode_block(2, 5, 5, [b"only\n"])[0]
-    assert r1 == Ref(1, 0, 2, 3, 9, "life-1.seg", len(MAGIC), r1.length, r1.check)
+    assert r1 == Ref(1, 0, 2, 3, 9, "life-1.seg", len(MAGIC), r1.length, r1.check, 3)
     assert Ref.from_list(r1.to_list()) == r1
     assert read_payloads(tmp_path, [r2, r1]) == [b"only\n", b"x\n", b"yy\n", b"zzz\n"]
     assert segment_names(tmp_path) == ["life-1.seg"]
+
+
+def test_lines_are_counted_at_line_ends_and_a_last_line_without_one() -> None:
+    assert count_lines([b"a\nb\n", b"c", b"", b"\n", b"d\ne"]) == 2 + 1 + 0 + 1 + 2
 
 
 def test_segments_roll_at_their_size(tmp_path: Path) -> None:
@@ -108,6 +113,7 @@ def test_a_cut_short_segment_a_missing_one_and_a_wrong_ref_are_named(tmp_path: P
     with pytest.raises(SegmentDamagedError, match="another block than the reference"):
         read_block(tmp_path, other)
     moved = Ref(*[*ref.to_list()[:6], ref.offset + 1, ref.length, ref.check])  # type: ignore[arg-type]
+    assert Ref.from_list(ref.to_list()[:9]).lines == 0  # a reference logged before lines
     with pytest.raises(SegmentDamagedError, match="damaged"):
         read_block(tmp_path, moved)
     with open(path, "r+b") as f:

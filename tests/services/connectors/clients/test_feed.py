@@ -253,3 +253,37 @@ def test_a_worker_nobody_runs_is_said_once_then_counted(
     assert said[0].endswith("); retrying with back-off up to 0.001 s")
     assert said[1].endswith("(10 attempts in a row); retrying with back-off up to 0.001 s")
     assert 2 <= len(said) <= 4  # 1st, 10th, 100th, perhaps 1000th
+
+
+def test_several_lines_per_message_resume_after_the_last_line_applied(tmp_path: Path) -> None:
+    """With ``message_bytes``, a MESSAGE holds whole lines and its id is its last line's
+    start, so a point of reference names a line either way and resuming skips it."""
+    from services.connectors.clients.sources import FileSource as Lines
+
+    path = tmp_path / "many.txt"
+    text = b"".join(b"line %03d\n" % i for i in range(100))  # 9 bytes a line
+    path.write_bytes(text + b"no newline")
+    source = Lines(path, follow=False, message_bytes=40)
+    source.resume(None)
+    records = []
+    while (r := source.next_record()) is not None:
+        records.append(r)
+    assert b"".join(r.payload for r in records) == text + b"no newline"
+    assert [len(r.payload) for r in records[:3]] == [36, 36, 36]  # 4 whole lines of 9
+    for r in records[:-1]:
+        assert r.payload.endswith(b"\n") and r.message_id == text.index(r.payload[-9:])
+    assert records[-1].payload == b"no newline" and records[-1].message_id == len(text)
+    ids = [r.message_id for r in records]
+    assert ids == sorted(set(ids))
+    again = Lines(path, follow=False, message_bytes=40)
+    again.resume(records[2].message_id)  # everything through the 3rd message applied
+    rest = []
+    while (r := again.next_record()) is not None:
+        rest.append(r)
+    assert b"".join(r.payload for r in rest) == text[108:] + b"no newline"
+    mid = Lines(path, follow=False, message_bytes=40)
+    mid.resume(9 * 5)  # a point of reference inside a message (a line per message before)
+    assert mid.next_record().payload.startswith(b"line 006\n")  # type: ignore[union-attr]
+    tail = Lines(path, follow=True, message_bytes=40)  # a tailed file: the last line waits
+    tail.resume(records[-2].message_id)
+    assert tail.next_record() is None

@@ -73,7 +73,7 @@ def test_lines_are_committed_once_in_order_and_acked_after_apply(
         "committed"] == len(expected(5, 120)), 30)
     report = json.loads(status.read_text())
     assert report["streams"]["5"] == {"name": "five", "applied": 120, "dropped": 1,
-                                      "por": 120, "closed": True}
+                                      "por": 120, "closed": True, "lines": 120}
     assert (report["received"], report["acked"], report["lag"]) == (21, 21, 0)  # this life
     assert report["sinks"]["out"]["pending_bytes"] == 0 and report["linked"] == {"out": True}
     p.stop()

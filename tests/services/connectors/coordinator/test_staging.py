@@ -77,7 +77,8 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
     p = start(launcher, tmp_path, sink, port, batch_messages=16)
     staging = tmp_path / "staging"
     feeds = [Feed(port, sid, N_LINES, chunk=10, pause=0.01) for sid in (1, 2)]
-    stray = "0badc0ffee00-1.seg"  # staged by an earlier life that died before its Impulse
+    stray = "staged.0badc0ffee00-1.seg"  # an earlier life's, that died before its Impulse
+    foreign = "other.0badc0ffee00-1.seg"  # another instance's, sharing the root
     for round_ in range(4):
         time.sleep(rng.uniform(0.2, 0.6))
         if round_ % 2:
@@ -87,6 +88,7 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
         p.kill()
         if round_ == 2:
             (staging / stray).write_bytes(MAGIC + b"a block nobody references")
+            (staging / foreign).write_bytes(MAGIC + b"not this instance's to delete")
         p = start(launcher, tmp_path, sink, port, batch_messages=16)
     for f in feeds:
         f.join(90)
@@ -106,8 +108,9 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
     # Everything committed: every block is released and every segment but the one being
     # written is deleted, the stray one included.
     wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0, 30)
-    wait_until(lambda: len(segment_names(staging)) <= 1, 30)
+    wait_until(lambda: len(segment_names(staging, "staged.")) <= 1, 30)
     assert stray not in segment_names(staging)
+    assert foreign in segment_names(staging)
     assert status(tmp_path)["staged"]["deleted_segments"] > 0  # type: ignore[index]
     p.stop()
 

@@ -228,7 +228,7 @@ def test_word_counts_are_exact_through_kills_of_every_part(
         # being written deleted.
         wait_until(lambda: run.report()["staged"]["backlog_bytes"] == 0, "no backlog", 30)
         staging = tmp_path / "out" / "staging"
-        wait_until(lambda: len(segment_names(staging)) <= 1, "segments deleted", 30)
+        wait_until(lambda: len(segment_names(staging, "wc.")) <= 1, "segments deleted", 30)
         links = json.loads(run.status.read_text())["job_links"]
         assert links["runners"] == {f"r{i}@127.0.0.1:{run.ports[f'r{i}']}": True
                                     for i in (1, 2)}
