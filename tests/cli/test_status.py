@@ -63,9 +63,9 @@ def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -
         assert lines[0].startswith("coord: status of ") and "received 50, acked 50" in lines[0]
         streams = lines.index("streams:")
         assert lines[streams + 1].split() == ["stream", "name", "applied", "dropped", "por",
-                                              "closed"]
+                                              "closed", "lines"]
         # The point of reference is the last line's offset: 10 lines of 7 bytes, 39 of 8.
-        assert lines[streams + 2].split()[1:] == [str(data), "50", "0", "382", "yes"]
+        assert lines[streams + 2].split()[1:] == [str(data), "50", "0", "382", "yes", "50"]
         sinks = lines.index("sinks:")
         assert lines[sinks + 1].split()[:3] == ["sink", "linked", "committed"]
         assert lines[sinks + 2].split()[:2] == ["out", "no"]

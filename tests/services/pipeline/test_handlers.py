@@ -405,7 +405,7 @@ def test_a_job_lost_again_and_again_fails_instead_of_starting_for_ever(
     assert app.jobs.status()["recent"][-1] == [
         "wc-1", "failed", MAX_LOSSES,
         f"lost by its runners {MAX_LOSSES} times (the last: refused: the frame is too large)"]
-    assert app.core.sinks["out"].pending.startswith(b"#failed\t1\t3\n")  # later go on
+    assert bytes(app.core.sinks["out"].pending).startswith(b"#failed\t1\t3\n")  # later go on
     again = JobTable.from_state(app.jobs.to_state())
     assert again.to_state() == app.jobs.to_state()
 

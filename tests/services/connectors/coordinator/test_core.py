@@ -72,7 +72,7 @@ class Harness:
             name, sink = action[1], self.sinks[action[1]]
             rec = self.core.sinks[name]
             if rec.txn_id and sink.prepared is None and not sink.voted:
-                sink.phase1(rec.txn_id, rec.committed, rec.txn_bytes())
+                sink.phase1(rec.txn_id, rec.committed, b"".join(rec.txn_parts()))  # type: ignore[arg-type]
         elif kind == "vote":
             _, name, yes = action
             sink = self.sinks[name]
@@ -214,3 +214,46 @@ def test_emit_to_an_unknown_sink_names_the_configured_ones() -> None:
     core.configure(SETTINGS, "me")
     with pytest.raises(KeyError, match="configured: a, b"):
         core.emit("nope", b"x", 0)
+
+
+def test_pending_output_mixes_bytes_and_staged_blocks_and_commits_them_in_order() -> None:
+    from services.connectors.coordinator.core import Pending
+    from services.staging import Ref
+
+    a = Ref(1, 1, 2, 2, 10, "i.x-1.seg", 8, 70, 123, 2)
+    b = Ref(1, 3, 3, 1, 5, "i.x-1.seg", 78, 50, 456, 1)
+    pending = Pending()
+    pending += b"ab"
+    pending.add_ref(a)
+    pending += b"cd"
+    pending += b"e"
+    pending.add_ref(b)
+    assert len(pending) == 2 + 10 + 3 + 5
+    assert pending.parts(13) == [b"ab", a, b"c"]  # a bytes piece may be cut
+    with pytest.raises(TypeError, match="staged blocks"):
+        bytes(pending)
+    again = Pending.from_state(pending.to_state())
+    assert again.to_state() == pending.to_state() and len(again) == len(pending)
+    assert bytes(Pending.from_state(b"old")) == b"old"  # a checkpoint from before blocks
+    assert pending.drop(13) == [a]
+    assert pending.parts(len(pending)) == [b"de", b] and len(pending) == 7
+    with pytest.raises(ValueError, match="in part"):
+        pending.drop(4)  # into the block
+    assert pending.drop(7) == [b] and len(pending) == 0 and not pending
+
+
+def test_staged_output_holds_its_blocks_until_the_sink_commits_them() -> None:
+    from services.staging import Ref
+
+    core = CoordinatorCore()
+    core.configure({"sinks": ["s"], "interval_bytes": 1, "interval_seconds": 1.0}, "i")
+    run = [["five", *Ref(5, 1, 2, 2, 10, "i.x-1.seg", 8, 70, 1, 2).to_list()]]
+    ((sid, refs),) = core.receive_staged(run)
+    core.emit_staged("s", refs[0], 0)
+    core.release(refs)  # the receive's own hold: the sink's remains
+    assert core.segments == {"i.x-1.seg": 1} and core.backlog == 10
+    core.tick(1)
+    rec = core.sinks["s"]
+    assert rec.txn_parts() == [refs[0]]
+    core.sink_voted("s", rec.txn_id, True, 2)
+    assert core.segments == {} and core.backlog == 0 and rec.committed == 10
