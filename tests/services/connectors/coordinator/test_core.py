@@ -248,7 +248,7 @@ def test_staged_output_holds_its_blocks_until_the_sink_commits_them() -> None:
     core = CoordinatorCore()
     core.configure({"sinks": ["s"], "interval_bytes": 1, "interval_seconds": 1.0}, "i")
     run = [["five", *Ref(5, 1, 2, 2, 10, "i.x-1.seg", 8, 70, 1, 2).to_list()]]
-    ((sid, refs),) = core.receive_staged(run)
+    ((_sid, refs),) = core.receive_staged(run)
     core.emit_staged("s", refs[0], 0)
     core.release(refs)  # the receive's own hold: the sink's remains
     assert core.segments == {"i.x-1.seg": 1} and core.backlog == 10
