@@ -150,6 +150,12 @@ class JobConnection:
             self._streams_of.setdefault(key[0], set()).add(key)
         return stream
 
+    @property
+    def partial_frame(self) -> bool:
+        """Whether bytes of a frame not yet complete are buffered (after ``next_event``
+        returned ``NEED_DATA``)."""
+        return self._decoder.buffered > 0
+
     # ------------------------------------------------------------ receiving
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Bytes from the peer (any split)."""

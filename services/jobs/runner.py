@@ -72,6 +72,7 @@ def _first_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text if len(text) <= 300 else text[:297] + "..."
 DEFAULT_MAX_CONNECTIONS = 64  # initiators are a few coordinators; the rest is strangers
+DEFAULT_FRAME_SECONDS = 30.0  # for the rest of a frame begun, once linked
 log = logging.getLogger("services.jobs.runner")
 
 DEFAULT_BATCH_BYTES = 64 * 1024
@@ -147,6 +148,7 @@ class Runner:
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         workers: int = 4,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        frame_seconds: float = DEFAULT_FRAME_SECONDS,
     ) -> None:
         if not 0 < batch_bytes <= initial_credits:
             raise ValueError(f"batch_bytes {batch_bytes} must be 1..initial_credits")
@@ -162,6 +164,7 @@ class Runner:
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="job")
         self._server: asyncio.Server | None = None
         self.max_connections = max_connections
+        self.frame_seconds = frame_seconds
         self._connections = 0
 
     # ------------------------------------------------------------ serving
@@ -212,7 +215,19 @@ class Runner:
         log.info("initiator %s connected from %s", initiator, where)
         try:
             peer.send(self.jobs.check(initiator))
-            while data := await reader.read(65536):
+            while True:
+                # Between frames an initiator may be idle as long as it likes; the rest
+                # of a frame it began must come in time.
+                try:
+                    async with asyncio.timeout(self.frame_seconds if peer.conn.partial_frame
+                                               else None):
+                        data = await reader.read(65536)
+                except TimeoutError:
+                    log.warning("closing connection from initiator %s: the rest of a frame "
+                                "not sent within %g s", initiator, self.frame_seconds)
+                    break
+                if not data:
+                    break
                 peer.conn.receive_data(data)
                 for msg in peer.conn.events():
                     self._receive(peer, msg)
@@ -399,7 +414,8 @@ def _parse_listen(text: str) -> tuple[str, int]:
 async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
     runner = Runner(member_id(args.member), registry, args.connect, args.out,
                     initial_credits=args.credits, batch_bytes=args.batch_bytes,
-                    workers=args.workers, max_connections=args.max_connections)
+                    workers=args.workers, max_connections=args.max_connections,
+                    frame_seconds=args.frame_seconds)
     host, port = args.listen
     port = await runner.listen(host, port)
     print(f"runner {args.member} ({runner.member}) listening on {host}:{port}; "
@@ -471,6 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
                         help="the most connections at once, in their hello or linked; one "
                              f"more is closed (default {DEFAULT_MAX_CONNECTIONS})")
+    parser.add_argument("--frame-seconds", type=float, default=DEFAULT_FRAME_SECONDS,
+                        help="how long a linked initiator may take to send the rest of a "
+                             "frame it began; then it is closed "
+                             f"(default {DEFAULT_FRAME_SECONDS:g})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

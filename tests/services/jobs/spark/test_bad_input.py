@@ -108,6 +108,31 @@ def test_a_failed_attempt_and_a_stop_with_jobs_queued_are_one_line_each(runners)
     assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
 
 
+def test_a_linked_initiator_that_stops_mid_frame_is_closed_in_time(runners) -> None:
+    """Idle between frames is fine; half a frame held for longer than --frame-seconds is
+    not (it used to hold the connection for ever)."""
+    runner = runners(extra=("--frame-seconds", "1"))
+
+    async def scenario() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.port)
+        assert await exchange_hello(reader, writer, COORDINATOR) == runner.member
+        await asyncio.sleep(2)  # idle between frames: still linked
+        assert not reader.at_eof()
+        writer.write(bytes.fromhex("000000"))  # three bytes of a frame's length
+        async with asyncio.timeout(10):
+            rest = await reader.read()  # the runner's check, then closed
+        conn = JobConnection(Role.INITIATOR, Role.PARTICIPANT)
+        conn.receive_data(rest)
+        assert list(conn.events()) == [Check(())]
+        writer.close()
+
+    asyncio.run(scenario())
+    log = runner.log_text()
+    assert (f"closing connection from initiator {COORDINATOR}: the rest of a frame not "
+            "sent within 1 s") in log
+    assert "Traceback" not in log
+
+
 def test_connections_past_the_limit_are_closed_at_once(runners) -> None:
     import socket
 
