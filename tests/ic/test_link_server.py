@@ -173,3 +173,42 @@ def test_links_pause_while_the_binding_reads_nothing_or_the_log_is_behind(
         binding.close()
 
     asyncio.run(main())
+
+
+def test_a_sender_that_stops_inside_a_record_is_closed_in_time(tmp_path: Path) -> None:
+    """Idle between records is fine; part of a record and then silence is closed with one
+    line (a stalled peer used to hold its link for ever)."""
+    async def test(server: LinkServer, queued: Queued, lines: list[str],
+                   bursts: list[int]) -> None:
+        server.stall_seconds = 0.3
+        loop = asyncio.get_running_loop()
+        with socket.create_connection((LOOPBACK, server.port)) as s:
+            s.setblocking(False)
+            head = b""
+            while len(head) < len(LINK_MAGIC) + 16:
+                head += await loop.sock_recv(s, 64)
+            nonce_s, nonce_c = head[len(LINK_MAGIC):], bytes(16)
+            hello = (_name("A") + _name("B") + nonce_c
+                     + _mac(SECRET, b"C", nonce_s, nonce_c, b"A", b"\0", b"B"))
+            await loop.sock_sendall(s, hello + _record(1, 1))
+            await _until(lambda: len(queued) == 1, "the first record queued")
+            await asyncio.sleep(0.6)  # idle between records: still linked
+            assert lines == []
+            second = _record(3, 2)
+            await loop.sock_sendall(s, second[:5])
+            await asyncio.sleep(0.2)
+            await loop.sock_sendall(s, second[5:12])  # progress: the time starts again
+            await asyncio.sleep(0.2)
+            assert lines == []
+            await _until(lambda: lines, "the stalled link closed")
+            got = b""
+            while True:
+                chunk = await loop.sock_recv(s, 64)
+                if not chunk:
+                    break
+                got += chunk
+        assert lines == ["link from A sent part of a record and nothing more for 0.3 s; "
+                         "closed (it sends again from the position acknowledged)"]
+        assert len(queued) == 1
+
+    _serve(tmp_path, test)

@@ -161,6 +161,11 @@ class LinkRecords:
         self._buf = bytearray()
         self._error: RemoteProtocolError | None = None
 
+    @property
+    def partial(self) -> bool:
+        """Whether bytes of a record not yet complete are buffered."""
+        return bool(self._buf)
+
     def receive_data(self, data: bytes) -> list[LinkRecord]:
         """Buffer ``data``; the records it completes.
 

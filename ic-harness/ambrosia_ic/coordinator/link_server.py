@@ -42,6 +42,9 @@ from .frames import LinkRecord, LinkRecords, skip_frames
 __all__ = ["ACK_DELAY", "LinkServer"]
 
 ACK_DELAY = 0.002  # seconds: acknowledgements made within this go out together
+# A linked sender that began a record and then sends nothing for this long is closed (it
+# reconnects and sends again from the position acknowledged); idle between records is fine.
+STALL_SECONDS = 30.0
 
 # (input key, link sequence number, message bytes), as the commit queue holds them.
 Submit = Callable[[tuple[str | None, int | None, bytes]], None]
@@ -79,6 +82,7 @@ class LinkServer:
         self._acks: dict[str, int] = {}  # positions to acknowledge when the timer fires
         self._ack_timer: asyncio.TimerHandle | None = None
         self.paused = False
+        self.stall_seconds = STALL_SECONDS
 
     async def open(self) -> None:
         """Start accepting.
@@ -276,6 +280,19 @@ class _Inbound(asyncio.Protocol):
             assert self.transport is not None
             self.transport.close()
         server._burst_done()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.records.partial:  # the rest must follow in time
+            self.timer = asyncio.get_running_loop().call_later(
+                server.stall_seconds, self._stalled, sender)
+
+    def _stalled(self, sender: str) -> None:
+        self.server._log(f"link from {sender} sent part of a record and nothing more for "
+                         f"{self.server.stall_seconds:g} s; closed (it sends again from "
+                         "the position acknowledged)")
+        assert self.transport is not None
+        self.transport.close()
 
     def eof_received(self) -> bool:
         return False  # the sender went away: it reconnects and resends from our position
