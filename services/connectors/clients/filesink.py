@@ -9,7 +9,9 @@ pending. The durable side is ``sinkstore.SinkStore``.
 
 One connection at a time, because two writers to one output would interleave their
 offsets: a connection counts once its HELLO is accepted (within ``--handshake-timeout``
-seconds, or it is closed), and a newer accepted one replaces it. File I/O runs on the
+seconds, or it is closed), and a newer accepted one replaces it. A linked peer may be idle
+between frames for as long as it likes, but the rest of a frame it began must come within
+the same time. File I/O runs on the
 event loop thread; nothing is answered before it is durable anyway.
 
     python -m services.connectors.clients.filesink --listen 127.0.0.1:7200 --dir DIR [--cookie C]
@@ -213,7 +215,14 @@ class FileSink:
             await writer.drain()
             if ended:
                 return "closed by the peer"
-            data = await reader.read(1 << 16)
+            # Idle between frames is fine (a coordinator with nothing to commit); the
+            # rest of a frame begun must come in time.
+            try:
+                async with asyncio.timeout(self.handshake_seconds if conn.partial_frame
+                                           else None):
+                    data = await reader.read(1 << 16)
+            except TimeoutError:
+                return (f"the rest of a frame not sent within {self.handshake_seconds:g} s")
             ended = not data
             conn.receive_data(data)
 
@@ -295,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the largest frame accepted, in bytes")
     p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_SECONDS,
                    metavar="SECONDS", help="how long a new connection may take to send its "
-                   f"HELLO before it is closed (default {HANDSHAKE_SECONDS:g})")
+                   "HELLO, and a linked one the rest of a frame it began, before it is "
+                   f"closed (default {HANDSHAKE_SECONDS:g})")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ambrosia-sink: %(message)s")
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -227,4 +228,27 @@ def test_a_silent_stranger_never_holds_the_sink_and_a_newer_link_takes_over(
         assert "Traceback" not in log
     finally:
         stranger.close()
+        sink.kill()
+
+
+def test_a_linked_peer_that_stops_mid_frame_is_closed_and_idle_ones_are_not(
+        tmp_path: Path) -> None:
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log",
+                       extra=["--handshake-timeout", "1"])
+    try:
+        idle = SinkClient(sink.port)
+        idle.handshake()
+        idle.notify()
+        time.sleep(1.5)  # idle between frames: kept
+        idle.data(0, b"one\n")
+        assert idle.phase1("t1", 0, 4)
+        idle.phase2("t1", True)
+        idle.sync()
+        idle.sock.sendall(b"\x00\x00")  # two bytes of a frame's length, then nothing
+        assert idle.sock.recv(1) == b""  # closed after a second without the rest
+        log = sink.log.read_text()
+        assert "ended: the rest of a frame not sent within 1 s" in log
+        assert "Traceback" not in log
+        assert sink.committed() == b"one\n"
+    finally:
         sink.kill()
