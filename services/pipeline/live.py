@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.jobs import (
     RESULT_EDGE,
+    Cancel,
     Deliver,
     IllegalJobTransitionError,
     InitiatorJobs,
@@ -100,6 +101,10 @@ class JobsLive:
         self._wake = asyncio.Event()
         self.tick_sent = False
         self.counters = {"launched": 0, "reconciled": 0, "cancels_sent": 0}
+        # Per runner, what it last said of Spark Connect: a start it refused because
+        # Connect failed under it (unreachable, crashed), until a result comes from it.
+        self.names = {a.member: name for name, a in self.addresses.items()}
+        self.spark: dict[str, str] = {}
 
     def _table(self) -> JobTable:
         return self.owner.jobs  # read anew: a load may replace it
@@ -179,6 +184,8 @@ class JobsLive:
             if isinstance(event, Deliver):
                 batch = event.batch
                 key = self._key_of(batch.job_id)
+                if key is not None:
+                    self._spark_works(key)
                 if key is not None and batch.edge == RESULT_EDGE:
                     me.job_batch(key, batch.job_id.local_id, batch.number, batch.rows,
                                  batch.last)
@@ -210,6 +217,8 @@ class JobsLive:
         self.links.jobs.forget(cancel.job_id)
         if cancel.cancelled_by == self.member:
             return  # our own cancel: the state already knows
+        if cancel.error_code == RunnerCancelCode.CONNECT_FAILED:
+            self._spark_fails(cancel)
         key = self._key_of(cancel.job_id)
         if key is None:
             return
@@ -253,6 +262,23 @@ class JobsLive:
                    "no staging yet") + ": its runner asks Spark"
         self.owner.impulse_self.job_lost(key, local, same, why)
 
+    def _spark_fails(self, cancel: Cancel) -> None:
+        """A runner refused a start because Spark Connect failed under it."""
+        runner = self.names.get(cancel.cancelled_by, str(cancel.cancelled_by))
+        if runner not in self.spark:
+            self.log.warning("runner %s cannot use Spark Connect: %s", runner, cancel.message)
+        self.spark[runner] = (f"failing since {time.strftime('%H:%M:%S')}: "
+                              f"{cancel.message[:200]}")
+
+    def _spark_works(self, key: str) -> None:
+        """A result came from the job's runner: its Spark Connect works again."""
+        runner = self._table().runner_of(key)
+        if self.spark.pop(runner, None) is not None:
+            self.log.info("runner %s uses Spark Connect again", runner)
+
     def report(self) -> dict[str, Any]:
         return {"runners": {name: self.links.connected(a.member)
-                            for name, a in self.addresses.items()}, **self.counters}
+                            for name, a in self.addresses.items()},
+                "spark": {name: self.spark.get(name, "no failure seen")
+                          for name in self.addresses},
+                **self.counters}

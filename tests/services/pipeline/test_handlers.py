@@ -451,3 +451,37 @@ def test_a_job_table_from_an_older_checkpoint_loads_with_no_losses_and_no_time()
     state["jobs"][0][1] = state["jobs"][0][1][:9]  # as written before losses and times
     old = JobTable.from_state(state)
     assert (old.jobs["wc-1"].losses, old.jobs["wc-1"].since_ns) == (0, 0)
+
+
+def test_the_job_links_report_says_which_runner_cannot_use_spark(
+        coordinator: InMemoryCoordinator, caplog: pytest.LogCaptureFixture) -> None:
+    """A runner whose Spark Connect fails refuses its starts with CONNECT_FAILED; the
+    status names it (and the line says so once) until a result comes from it."""
+    from services.jobs import Cancel, JobCancelled, JobId
+    from services.jobs.attempts import RunnerCancelCode
+    from services.pipeline.live import JobsLive
+
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    receive(ic, ["a", "b", "c"], ["d", "e", "f"])
+    cfg = app._pipeline_cfg
+    assert cfg is not None
+    live = JobsLive(app, cfg)
+    runner = app.jobs.runner_of("wc-1")
+    member = live.addresses[runner].member
+    refused = Cancel(JobId(live.member, 999), member,  # a start the link already ended
+                     int(RunnerCancelCode.CONNECT_FAILED),
+                     "failed to connect to all addresses; Connection refused")
+    with caplog.at_level("INFO"):
+        live._cancelled(JobCancelled(refused))
+        live._cancelled(JobCancelled(refused))  # said once
+    spark = live.report()["spark"]
+    assert spark[runner].startswith("failing since ")
+    assert spark[runner].endswith(": failed to connect to all addresses; Connection refused")
+    other = next(name for name in spark if name != runner)
+    assert spark[other] == "no failure seen"
+    said = [r.getMessage() for r in caplog.records if "cannot use Spark" in r.getMessage()]
+    assert said == [f"runner {runner} cannot use Spark Connect: failed to connect to all "
+                    "addresses; Connection refused"]
+    live._spark_works(next(k for k in app.jobs.jobs if app.jobs.runner_of(k) == runner))
+    assert live.report()["spark"][runner] == "no failure seen"
