@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
 from ..errors import AmbrosiaError, CoordinatorError, SideEffectError
-from ..loops import write_unless_closing
+from ..loops import Backoff, write_unless_closing
 from ..stopping import StopReason
 from .engine import Engine, SendCheckpoint
 
@@ -67,7 +67,7 @@ async def connect_with_retry(host: str, port: int, timeout: float
 async def _retrying(connect: Callable[[], Awaitable[_T]], host: str, port: int,
                     timeout: float) -> _T:
     deadline = time.monotonic() + timeout
-    delay = 0.02
+    backoff = Backoff(floor=0.02, cap=0.25)  # a coordinator starting takes a moment
     while True:
         try:
             return await connect()
@@ -76,8 +76,7 @@ async def _retrying(connect: Callable[[], Awaitable[_T]], host: str, port: int,
                 raise CoordinatorError(
                     f"cannot connect to the coordinator at {host}:{port}: {e.strerror or e}"
                 ) from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
+            await asyncio.sleep(backoff.failed())
 
 
 class _SendPort(asyncio.BufferedProtocol):

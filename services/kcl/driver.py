@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ambrosia_py import AmbrosiaError, StopReason
-from ambrosia_py.loops import write_unless_closing
+from ambrosia_py.loops import Backoff, write_unless_closing
 
 from .config import ProcessorConfig
 from .core import KclCore, ProcessorRecord
@@ -124,7 +124,7 @@ class ProcessorDriver:
         return rec.ended and not rec.finished and not self._ended_seen
 
     async def run(self) -> None:
-        pause = _MIN_PAUSE
+        backoff = Backoff(floor=_MIN_PAUSE, cap=self.cfg.restart_max_seconds)
         while True:
             while not self._has_work():
                 self._wake.clear()
@@ -132,13 +132,14 @@ class ProcessorDriver:
             self._progressed = False
             try:
                 await self._life()
-                pause = _MIN_PAUSE
+                backoff.progress()
                 self.failures_in_a_row = 0
             except ChildFailedError as e:
-                if self._progressed:
-                    pause = _MIN_PAUSE
+                if self._progressed:  # it processed a batch: a new streak
+                    backoff.progress()
                     self.failures_in_a_row = 0
                 self.failures_in_a_row += 1
+                pause = backoff.failed()
                 # Said when it is new (the first, or another reason), then counted: a
                 # child that fails at every start would fill the log with one line each.
                 if (self.failures_in_a_row == 1 or str(e) != self.last_failure
@@ -150,7 +151,6 @@ class ProcessorDriver:
                                      pause, self.cfg.restart_max_seconds)
                 self.last_failure = str(e)
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, self.cfg.restart_max_seconds)
 
     async def _life(self) -> None:
         """One child, from initialize to shardEnded, or a failure (raises)."""

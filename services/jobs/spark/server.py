@@ -42,6 +42,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final
 
+from ambrosia_py.loops import Backoff
+
 from ..errors import SparkServerError
 
 __all__ = [
@@ -222,7 +224,7 @@ class ConnectServer:
         self._supervisor.start()
 
     def _supervise(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(floor=1.0, cap=self.max_backoff)
         while not self._stopping.is_set():
             process = self._process
             assert process is not None
@@ -230,7 +232,7 @@ class ConnectServer:
             if self._stopping.is_set():
                 return
             while not self._stopping.is_set():
-                if self._stopping.wait(backoff):
+                if self._stopping.wait(backoff.failed()):
                     return
                 try:
                     with self._lock:
@@ -238,13 +240,13 @@ class ConnectServer:
                             return
                         self._process = self._launch()
                     self.restarts += 1
-                    backoff = 1.0
+                    backoff.progress()  # it serves its port again
                     break
                 except SparkServerError as err:
-                    if self._log is not None:
-                        self._log.write(f"\n[supervisor] restart failed: {err}\n".encode())
+                    if self._log is not None and backoff.worth_saying:
+                        self._log.write(f"\n[supervisor] restart failed ({backoff.failures} "
+                                        f"in a row): {err}\n".encode())
                         self._log.flush()
-                    backoff = min(backoff * 2, self.max_backoff)
 
     def wait_restarted(self, previous_pid: int, timeout: float) -> None:
         """Wait until a process other than ``previous_pid`` serves the port (for tests and
