@@ -83,6 +83,18 @@ class SinkProcess:
     def committed(self) -> bytes:
         return (self.directory / "committed").read_bytes()
 
+    def wait_logged(self, text: str, limit: float = 30.0) -> str:
+        """The sink's log (since this process started) once it holds ``text``: the sink
+        closes a connection before it logs why, so a test that saw the close waits."""
+        deadline = time.monotonic() + limit
+        while True:
+            logged = self.log.read_bytes()[self.mark:].decode(errors="replace")
+            if text in logged:
+                return logged
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the sink never logged {text!r}:\n{logged}")
+            time.sleep(0.02)
+
 
 class SinkClient:
     """The coordinator's end of a sink link, scripted, on a blocking socket."""
