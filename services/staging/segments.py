@@ -30,6 +30,7 @@ before data) lets a reader build an Arrow binary array over a block without copy
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import struct
 from collections.abc import Iterable, Sequence
@@ -313,6 +314,9 @@ def read_block(root: str | os.PathLike[str], ref: Ref) -> Block:
     data = start + 4 * (count + 1)
     if data + size + _CHECK.size != ref.length:
         raise SegmentDamagedError(f"{where}: its lengths do not add up")
+    ends = view[start:data].cast("I")
+    if ends[0] != 0 or ends[-1] != size or any(a > b for a, b in itertools.pairwise(ends)):
+        raise SegmentDamagedError(f"{where}: its record offsets are out of order")
     return Block(ref, view[start:data], view[data:data + size])
 
 

@@ -45,6 +45,7 @@ from typing import IO, Final
 from ambrosia_py.loops import Backoff
 
 from ..errors import SparkServerError
+from .jar import JarBuildError, staged_source_jar
 
 __all__ = [
     "CONNECT_SERVER_CLASS",
@@ -141,6 +142,9 @@ class ConnectServer:
         confs: more ``--conf`` settings (over ``DEFAULT_CONFS``).
         start_timeout: seconds to wait for the port after each start.
         max_backoff: the longest wait between restarts (doubling from 1 s).
+        jars: jars for ``--jars``; by default the staged-records source (``jar.py``),
+            built on first use. When it cannot be built (no JDK) the server starts
+            without it, says so in its log, and runners read staged records with Python.
     """
 
     def __init__(
@@ -153,8 +157,10 @@ class ConnectServer:
         confs: Mapping[str, str] | None = None,
         start_timeout: float = 120.0,
         max_backoff: float = 30.0,
+        jars: Sequence[str | os.PathLike[str]] | None = None,
     ) -> None:
         self.port = port
+        self.jars: list[str] | None = None if jars is None else [str(j) for j in jars]
         self.host = host
         self.master = master
         self.log_path = Path(log_dir) / "connect-server.log"
@@ -185,6 +191,7 @@ class ConnectServer:
             "--master", self.master,
             "--conf", f"spark.connect.grpc.binding.port={self.port}",
             "--conf", f"spark.connect.grpc.binding.address={self.host}",
+            *(("--jars", ",".join(self.jars)) if self.jars else ()),
             *conf_args,
             "spark-internal",
         ]
@@ -216,12 +223,26 @@ class ConnectServer:
         Raises:
             SparkServerError: it did not open its port (see the log).
         """
+        if self.jars is None:
+            self.jars = self._default_jars()
         with self._lock:
             self._process = self._launch()
         self._supervisor = threading.Thread(
             target=self._supervise, name=f"connect-server-{self.port}", daemon=True
         )
         self._supervisor.start()
+
+    def _default_jars(self) -> list[str]:
+        try:
+            return [str(staged_source_jar())]
+        except JarBuildError as err:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "ab") as out:
+                out.write(f"[supervisor] without the staged-records source ({err}): runners "
+                          "read staged records with Python workers\n".encode())
+            print(f"warning: {err}: staged records will be read with Python workers "
+                  "(slower)", file=sys.stderr)
+            return []
 
     def _supervise(self) -> None:
         backoff = Backoff(floor=1.0, cap=self.max_backoff)

@@ -5,6 +5,7 @@ a text file and from staged segments that the cluster's executor reads."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from pathlib import Path
 
@@ -68,10 +69,14 @@ def test_a_standalone_cluster_runs_the_word_count_exactly(
     staged_rows = b"".join(e.batch.rows for e in seen_staged if isinstance(e, Deliver))
     assert counts_of(staged_rows) == expected
     assert committed_counts(staged.final(out)) == expected
-    # The segments were read by a Python task on the cluster's executor (the data source's
-    # reader); the text job runs no Python there.
+    # The segments were read on the cluster's executor, by the JVM source its driver
+    # shipped to it (no Python worker: neither job runs Python there).
     executor_logs = "".join(p.read_text(errors="replace")
                             for p in (tmp_path / "cluster" / "work").rglob("stderr"))
-    assert "Starting Python task execution" in executor_logs
+    assert "ambrosia-staged-" in executor_logs  # the jar, fetched from the driver
+    read = re.findall(r"BlockReader: read (\d+) staged blocks \((\d+) records", executor_logs)
+    assert sum(int(blocks) for blocks, _ in read) == len(refs)
+    assert sum(int(records) for _, records in read) == len(text.read_bytes().splitlines())
+    assert "Starting Python task execution" not in executor_logs
     # The job ran on the cluster's executor, not in a local driver.
     assert "Registering app" in (tmp_path / "cluster" / "master.log").read_text()

@@ -214,11 +214,13 @@ def test_a_batch_before_start_is_retained_and_one_after_cancel_discarded_over_tc
     assert "discarded batch 1 of ended job" in runner.log_text()
 
 
+@pytest.mark.parametrize("reader", ["jvm", "python"])
 def test_a_staged_batch_is_read_by_spark_exactly_and_a_damaged_block_fails_in_one_line(
-        runners, words, tmp_path: Path) -> None:
+        runners, words, tmp_path: Path, reader: str) -> None:
     """The records of a job marked ``records=True`` come from staged segments (several
-    segments, several partitions); a block whose bytes changed, or a segment that is
-    gone, fails the attempt with the executor's one line naming it, nothing committed."""
+    segments, several partitions), by either reader; a block whose bytes changed, or a
+    segment that is gone, fails the attempt with the executor's one line naming it,
+    nothing committed."""
     from services.staging import Ref
 
     from .conftest import stage_lines
@@ -228,7 +230,9 @@ def test_a_staged_batch_is_read_by_spark_exactly_and_a_damaged_block_fails_in_on
     root = tmp_path / "staging"
     refs = stage_lines(root, text)
     assert len({r[5] for r in refs}) > 3  # several segments
-    good, damaged, missing = Attempt("st", 1), Attempt("st-bad", 1), Attempt("st-gone", 1)
+    # Attempts (and so their Connect sessions) of their own per reader.
+    good, damaged, missing = (Attempt(f"st-{reader}", 1), Attempt(f"st-bad-{reader}", 1),
+                              Attempt(f"st-gone-{reader}", 1))
     victim = Ref.from_list(refs[7])
     gone = Ref.from_list(refs[-1])
 
@@ -238,7 +242,7 @@ def test_a_staged_batch_is_read_by_spark_exactly_and_a_damaged_block_fails_in_on
         seen: list[LinkEvent] = []
         async with links:
             await until(links, (Held,), seen)
-            args = {"staging": str(root), "refs": refs}
+            args = {"staging": str(root), "refs": refs, "reader": reader}
             links.start("staged_words", plan_params(good, args), [runner.member])
             assert isinstance(await until(links, (JobDone, JobCancelled), seen), JobDone)
             with open(root / victim.segment, "r+b") as f:  # one byte of one line
