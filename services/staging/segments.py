@@ -6,12 +6,21 @@ of messages of one stream, in id order, with the check bytes that make a damaged
 block detectable. All integers are little-endian::
 
     segment  = MAGIC (8 bytes: b"AMBSEG1\\n") block*
-    block    = header offsets data check
-    header   = b"BLK1" count:u32 stream_id:u64 first_id:u64 last_id:u64 data_len:u64
+    block    = header offsets data [messages] check
+    header   = magic count:u32 stream_id:u64 first_id:u64 last_id:u64 data_len:u64
+               magic b"BLK1": a block without the messages part; b"BLK2": with it
     offsets  = (count + 1) x u32   where message i is data[offsets[i]:offsets[i+1]],
                                    offsets[0] = 0 and offsets[count] = data_len
     data     = the payloads, one after the other
-    check    = XXH64 (seed 0) of header, offsets and data: u64
+    messages = ids key_offsets keys   (each message's id and key, for readers that hand
+                                   out messages rather than bytes: KCL record processors)
+    ids      = count x u64         rising; ids[0] = first_id, ids[count - 1] = last_id
+    key_offsets = (count + 1) x u32  key i is keys[key_offsets[i]:key_offsets[i+1]]
+    keys     = the keys, one after the other
+    check    = XXH64 (seed 0) of everything before it: u64
+
+The connector coordinator writes BLK2 blocks; readers of the bytes alone (Spark, the
+sinks) take ``data`` from either kind.
 
 A ``Ref`` names one block (segment name, offset, length, check) with what the immortal
 decides with (stream, first and last message id, count, payload bytes, lines); it is plain
@@ -25,6 +34,7 @@ Segment names are ``<life>-<n>.seg``: ``life`` is unique per writer (a coordinat
 ``<instance>.<random>``), so a new primary never appends to a file an earlier life was
 writing, and instances sharing a root tell their segments apart. The layout of blocks (offsets
 before data) lets a reader build an Arrow binary array over a block without copying.
+``services/jobs/spark/java`` reads the same format in the JVM: a change here changes it.
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ __all__ = [
 
 MAGIC: Final = b"AMBSEG1\n"
 BLOCK_MAGIC: Final = b"BLK1"
+BLOCK_MAGIC_MESSAGES: Final = b"BLK2"  # with each message's id and key
 HEADER: Final = struct.Struct("<4sIQQQQ")  # magic, count, stream, first, last, data_len
 _CHECK = struct.Struct("<Q")
 MAX_BLOCK_DATA: Final = (1 << 32) - 1  # offsets are u32
@@ -121,10 +132,27 @@ class Block:
     ref: Ref
     offsets: memoryview  # (count + 1) u32, little-endian, as bytes
     data: memoryview
+    ids: memoryview | None = None  # count u64 (BLK2), else None
+    key_offsets: memoryview | None = None  # (count + 1) u32 (BLK2)
+    keys: memoryview | None = None
 
     def payloads(self) -> list[bytes]:
         ends = self.offsets.cast("I")
         return [bytes(self.data[ends[i]:ends[i + 1]]) for i in range(len(ends) - 1)]
+
+    def messages(self) -> list[tuple[int, bytes, bytes]]:
+        """Each message as (id, key, payload), in order.
+
+        Raises:
+            ValueError: a BLK1 block, which holds no ids or keys.
+        """
+        if self.ids is None or self.key_offsets is None or self.keys is None:
+            raise ValueError(f"the block at {self.ref.offset} of {self.ref.segment} holds "
+                             "no message ids (written without them)")
+        ids = self.ids.cast("Q")
+        kends = self.key_offsets.cast("I")
+        return [(ids[i], bytes(self.keys[kends[i]:kends[i + 1]]), payload)
+                for i, payload in enumerate(self.payloads())]
 
 
 def count_lines(payloads: Sequence[bytes]) -> int:
@@ -133,26 +161,42 @@ def count_lines(payloads: Sequence[bytes]) -> int:
             + sum(1 for p in payloads if p and not p.endswith(b"\n")))
 
 
-def encode_block(stream_id: int, first_id: int, last_id: int,
-                 payloads: Sequence[bytes]) -> tuple[bytes, int, int]:
-    """The bytes of one block, its check and its payload size.
+def encode_block(stream_id: int, first_id: int, last_id: int, payloads: Sequence[bytes],
+                 ids: Sequence[int] | None = None,
+                 keys: Sequence[bytes] | None = None) -> tuple[bytes, int, int]:
+    """The bytes of one block, its check and its payload size: BLK2 with ``ids`` (and
+    ``keys``, empty if not given), else BLK1.
 
     Raises:
-        ValueError: no payloads, ids out of order, or more data than u32 offsets reach.
+        ValueError: no payloads, ids out of order or not one per payload, or more data
+            than u32 offsets reach.
     """
     if not payloads:
         raise ValueError("a block holds at least one message")
     if first_id > last_id:
         raise ValueError(f"first id {first_id} is after last id {last_id}")
-    offsets = [0]
-    for p in payloads:
-        offsets.append(offsets[-1] + len(p))
+    offsets = [0, *itertools.accumulate(map(len, payloads))]
     size = offsets[-1]
     if size > MAX_BLOCK_DATA:
         raise ValueError(f"a block holds at most {MAX_BLOCK_DATA} payload bytes, not {size}")
-    body = b"".join((HEADER.pack(BLOCK_MAGIC, len(payloads), stream_id, first_id, last_id,
-                                 size),
-                     struct.pack(f"<{len(offsets)}I", *offsets), *payloads))
+    parts = [b"", struct.pack(f"<{len(offsets)}I", *offsets), *payloads]
+    magic = BLOCK_MAGIC
+    if ids is not None:
+        keys = [b""] * len(payloads) if keys is None else keys
+        if len(ids) != len(payloads) or len(keys) != len(payloads):
+            raise ValueError(f"{len(payloads)} payloads need as many ids and keys, not "
+                             f"{len(ids)} and {len(keys)}")
+        if ids[0] != first_id or ids[-1] != last_id or any(
+                a >= b for a, b in itertools.pairwise(ids)):
+            raise ValueError(f"message ids must rise from {first_id} to {last_id}")
+        key_offsets = [0, *itertools.accumulate(map(len, keys))]
+        if key_offsets[-1] > MAX_BLOCK_DATA:
+            raise ValueError(f"a block holds at most {MAX_BLOCK_DATA} key bytes")
+        parts += [struct.pack(f"<{len(ids)}Q", *ids),
+                  struct.pack(f"<{len(key_offsets)}I", *key_offsets), *keys]
+        magic = BLOCK_MAGIC_MESSAGES
+    parts[0] = HEADER.pack(magic, len(payloads), stream_id, first_id, last_id, size)
+    body = b"".join(parts)
     check = xxhash.xxh64_intdigest(body)
     return body + _CHECK.pack(check), check, size
 
@@ -199,8 +243,10 @@ class SegmentWriter:
         return self._name
 
     def append(self, stream_id: int, first_id: int, last_id: int,
-               payloads: Sequence[bytes]) -> Ref:
-        """Write one block (not yet durable: ``sync`` makes it so).
+               payloads: Sequence[bytes], ids: Sequence[int] | None = None,
+               keys: Sequence[bytes] | None = None) -> Ref:
+        """Write one block (not yet durable: ``sync`` makes it so); with ``ids`` (and
+        ``keys``) a BLK2 block that holds them (see ``encode_block``).
 
         Raises:
             StagingFullError: the root is full; the segment is closed (its tail may hold
@@ -208,7 +254,7 @@ class SegmentWriter:
                 new one.
             OSError: another failure of the file system, the same way.
         """
-        block, check, size = encode_block(stream_id, first_id, last_id, payloads)
+        block, check, size = encode_block(stream_id, first_id, last_id, payloads, ids, keys)
         if self._file is None or self._size >= self.segment_bytes:
             self._open_next()
         assert self._file is not None
@@ -302,22 +348,45 @@ def read_block(root: str | os.PathLike[str], ref: Ref) -> Block:
     where = f"staged segment {path}, block at {ref.offset}"
     if len(raw) != ref.length:
         raise SegmentDamagedError(f"{where}: cut short ({len(raw)} of {ref.length} bytes)")
+    if len(raw) < HEADER.size + 4 + _CHECK.size:
+        raise SegmentDamagedError(f"{where}: its lengths do not add up")
     view = memoryview(raw)
     check = xxhash.xxh64_intdigest(view[:-_CHECK.size])
     if check != ref.check or _CHECK.unpack_from(view, len(view) - _CHECK.size)[0] != check:
         raise SegmentDamagedError(f"{where}: damaged (its check bytes differ)")
     magic, count, stream, first, last, size = HEADER.unpack_from(view)
-    if (magic, count, stream, first, last, size) != (
-            BLOCK_MAGIC, ref.count, ref.stream_id, ref.first_id, ref.last_id, ref.size):
+    if magic not in (BLOCK_MAGIC, BLOCK_MAGIC_MESSAGES) or (count, stream, first, last, size) != (
+            ref.count, ref.stream_id, ref.first_id, ref.last_id, ref.size):
         raise SegmentDamagedError(f"{where}: holds another block than the reference names")
     start = HEADER.size
     data = start + 4 * (count + 1)
-    if data + size + _CHECK.size != ref.length:
+    end = data + size  # of the data
+    tail = len(view) - _CHECK.size
+    messages: tuple[memoryview, memoryview, memoryview] | None = None
+    if end > tail:
+        raise SegmentDamagedError(f"{where}: its lengths do not add up")
+    if magic == BLOCK_MAGIC_MESSAGES:
+        kstart = end + 8 * count
+        kdata = kstart + 4 * (count + 1)
+        if kdata > tail:
+            raise SegmentDamagedError(f"{where}: its lengths do not add up")
+        kends = view[kstart:kdata].cast("I")
+        ids = view[end:kstart].cast("Q")
+        if (kdata + kends[-1] != tail or kends[0] != 0
+                or any(a > b for a, b in itertools.pairwise(kends))):
+            raise SegmentDamagedError(f"{where}: its lengths do not add up")
+        if ids[0] != first or ids[-1] != last or any(
+                a >= b for a, b in itertools.pairwise(ids)):
+            raise SegmentDamagedError(f"{where}: its message ids are out of order")
+        messages = (view[end:kstart], view[kstart:kdata], view[kdata:tail])
+    elif end != tail:
         raise SegmentDamagedError(f"{where}: its lengths do not add up")
     ends = view[start:data].cast("I")
     if ends[0] != 0 or ends[-1] != size or any(a > b for a, b in itertools.pairwise(ends)):
         raise SegmentDamagedError(f"{where}: its record offsets are out of order")
-    return Block(ref, view[start:data], view[data:data + size])
+    if messages is None:
+        return Block(ref, view[start:data], view[data:end])
+    return Block(ref, view[start:data], view[data:end], *messages)
 
 
 def read_payloads(root: str | os.PathLike[str], refs: Iterable[Ref]) -> list[bytes]:

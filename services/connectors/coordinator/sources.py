@@ -355,7 +355,8 @@ class SourceListener:
         with self._segments_lock:
             for run in runs:
                 ref = self.writer.append(run[0][0], run[0][2], run[-1][2],
-                                         [m[5] for m in run])
+                                         [m[5] for m in run], [m[2] for m in run],
+                                         [m[4] for m in run])
                 out.append([run[0][1], *ref.to_list()])
                 self._inflight_segments.setdefault(token, set()).add(ref.segment)
             try:

@@ -3,6 +3,8 @@ be wrong named in one line (missing, cut short, damaged, another block, a full r
 
 from __future__ import annotations
 
+import itertools
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +38,22 @@ def test_a_block_has_the_documented_bytes() -> None:
     assert block == body + xxhash.xxh64_intdigest(body).to_bytes(8, "little")
     assert check == xxhash.xxh64_intdigest(body)
     assert size == 5
+
+
+def test_a_block_with_ids_and_keys_has_the_documented_bytes() -> None:
+    block, check, size = encode_block(7, 10, 12, [b"ab\n", b"c\n"], [10, 12], [b"k", b""])
+    body = (b"BLK2" + (2).to_bytes(4, "little") + (7).to_bytes(8, "little")
+            + (10).to_bytes(8, "little") + (12).to_bytes(8, "little")
+            + (5).to_bytes(8, "little")
+            + b"".join(n.to_bytes(4, "little") for n in (0, 3, 5)) + b"ab\nc\n"
+            + (10).to_bytes(8, "little") + (12).to_bytes(8, "little")
+            + b"".join(n.to_bytes(4, "little") for n in (0, 1, 1)) + b"k")
+    assert block == body + xxhash.xxh64_intdigest(body).to_bytes(8, "little")
+    assert (check, size) == (xxhash.xxh64_intdigest(body), 5)
+    for ids, keys in (([10, 11, 12], None), ([11, 12], None), ([10, 10], None),
+                      ([10, 12], [b"k"])):
+        with pytest.raises(ValueError):
+            encode_block(7, 10, 12, [b"ab\n", b"c\n"], ids, keys)
 
 
 def test_a_segment_starts_with_its_magic_and_refs_name_blocks(tmp_path: Path) -> None:
@@ -82,6 +100,33 @@ def test_whatever_is_appended_reads_back(tmp_path_factory: pytest.TempPathFactor
         block = read_block(root, ref)
         assert block.payloads() == run
         assert bytes(block.data) == b"".join(run)
+        with pytest.raises(ValueError, match="no message ids"):
+            block.messages()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 1000), st.binary(max_size=12),
+                                   st.binary(max_size=40)), min_size=1, max_size=20),
+                min_size=1, max_size=8),
+       st.integers(min_value=0, max_value=(1 << 63)))
+def test_messages_with_ids_and_keys_read_back(tmp_path_factory: pytest.TempPathFactory,
+                                              runs: list[list[tuple[int, bytes, bytes]]],
+                                              first: int) -> None:
+    root = tmp_path_factory.mktemp("seg2")
+    w = SegmentWriter(root, "h", segment_bytes=300)
+    written = []
+    for k, run in enumerate(runs):
+        ids = list(itertools.accumulate((gap for gap, _, _ in run), initial=first))[1:]
+        messages = [(i, key, data) for i, (_, key, data) in zip(ids, run, strict=True)]
+        ref = w.append(k, ids[0], ids[-1], [m[2] for m in messages], ids,
+                       [m[1] for m in messages])
+        written.append((ref, messages))
+    w.sync()
+    for ref, messages in written:
+        block = read_block(root, ref)
+        assert block.messages() == messages
+        assert block.payloads() == [m[2] for m in messages]  # the bytes alone, as BLK1
+        assert bytes(block.data) == b"".join(m[2] for m in messages)
 
 
 def _one(tmp_path: Path) -> tuple[Ref, Path]:
@@ -104,6 +149,39 @@ def test_every_flipped_byte_of_a_block_is_found(tmp_path: Path) -> None:
             read_block(tmp_path, ref)
     path.write_bytes(good)
     assert read_block(tmp_path, ref).payloads() == [b"hello\n", b"world\n"]
+
+
+def _resealed(path: Path, ref: Ref, at: int, data: bytes) -> Ref:
+    """``ref``'s block with ``data`` written at ``at`` (from the block's start) and a
+    check that matches again: wrong inside, as only a bug makes a block."""
+    raw = bytearray(path.read_bytes())
+    raw[ref.offset + at:ref.offset + at + len(data)] = data
+    end = ref.offset + ref.length
+    check = xxhash.xxh64_intdigest(bytes(raw[ref.offset:end - 8]))
+    raw[end - 8:end] = struct.pack("<Q", check)
+    path.write_bytes(raw)
+    return Ref(ref.stream_id, ref.first_id, ref.last_id, ref.count, ref.size, ref.segment,
+               ref.offset, ref.length, check, ref.lines)
+
+
+def test_offsets_ids_and_key_offsets_out_of_order_are_damage(tmp_path: Path) -> None:
+    w = SegmentWriter(tmp_path, "o", segment_bytes=1)  # a segment per block
+    payloads, ids, keys = [b"a\n", b"bc\n", b"d\n"], [4, 5, 9], [b"x", b"", b"yz"]
+    refs = [w.append(1, 4, 9, payloads, ids, keys) for _ in range(3)]
+    w.sync()
+    header, count = 40, 3
+    data_end = header + 4 * (count + 1) + 6
+    cases = [
+        (refs[0], header + 8, struct.pack("<I", 1), "record offsets are out of order"),
+        (refs[1], data_end + 8, struct.pack("<Q", 3), "message ids are out of order"),
+        (refs[2], data_end + 8 * count + 4, struct.pack("<I", 2), "lengths do not add up"),
+    ]
+    for ref, at, data, why in cases:
+        assert read_block(tmp_path, ref).messages() == list(zip(ids, keys, payloads,
+                                                               strict=True))
+        bad = _resealed(tmp_path / ref.segment, ref, at, data)
+        with pytest.raises(SegmentDamagedError, match=why):
+            read_block(tmp_path, bad)
 
 
 def test_a_cut_short_segment_a_missing_one_and_a_wrong_ref_are_named(tmp_path: Path) -> None:

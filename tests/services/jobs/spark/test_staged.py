@@ -42,7 +42,13 @@ def _stage(root: Path, runs: list[list[bytes]], segment_bytes: int = 300) -> lis
     writer = SegmentWriter(root, f"p{uuid.uuid4().hex[:6]}", segment_bytes=segment_bytes)
     refs, first = [], 1
     for stream, run in enumerate(runs):
-        refs.append(writer.append(stream % 3, first, first + len(run) - 1, run))
+        last = first + len(run) - 1
+        if stream % 2:  # BLK2, as the coordinator writes: each message's id and key too
+            ids = list(range(first, last + 1))
+            refs.append(writer.append(stream % 3, first, last, run, ids,
+                                      [b"key%d" % i for i in ids]))
+        else:
+            refs.append(writer.append(stream % 3, first, last, run))
         first += len(run)
     writer.sync()
     writer.close()

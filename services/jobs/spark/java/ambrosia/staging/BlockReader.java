@@ -26,7 +26,7 @@ import org.slf4j.LoggerFactory;
  * so the runner reports it as it does for the Python reader.
  */
 final class BlockReader implements PartitionReader<InternalRow> {
-  private static final byte[] BLOCK_MAGIC = {'B', 'L', 'K', '1'};
+  private static final byte[] BLOCK_MAGIC = {'B', 'L', 'K', '1'}; // BLK2: with ids and keys
   private static final int HEADER = 4 + 4 + 8 * 4;
   private static final int CHECK = 8;
   private static final XXHash64 XXH64 = XXHashFactory.fastestJavaInstance().hash64();
@@ -117,7 +117,7 @@ final class BlockReader implements PartitionReader<InternalRow> {
       throw new StagedSegmentException("SegmentDamagedError", where + ": damaged (its check bytes differ)");
     }
     boolean magic = raw[0] == BLOCK_MAGIC[0] && raw[1] == BLOCK_MAGIC[1]
-        && raw[2] == BLOCK_MAGIC[2] && raw[3] == BLOCK_MAGIC[3];
+        && raw[2] == BLOCK_MAGIC[2] && (raw[3] == '1' || raw[3] == '2');
     long blockCount = Integer.toUnsignedLong(v.getInt(4));
     if (!magic || blockCount != ref.count || v.getLong(8) != ref.stream
         || v.getLong(16) != ref.first || v.getLong(24) != ref.last || v.getLong(32) != ref.size) {
@@ -125,7 +125,19 @@ final class BlockReader implements PartitionReader<InternalRow> {
           where + ": holds another block than the reference names");
     }
     long dataStart = HEADER + 4 * (blockCount + 1);
-    if (dataStart + ref.size + CHECK != ref.length) {
+    long end = dataStart + ref.size; // of the data; BLK2's ids and keys follow it
+    long tail = ref.length - CHECK;
+    if (end > tail) {
+      throw new StagedSegmentException("SegmentDamagedError", where + ": its lengths do not add up");
+    }
+    if (raw[3] == '2') {
+      long keyEnds = end + 8 * blockCount + 4 * blockCount; // the last key offset
+      if (keyEnds + 4 > tail
+          || keyEnds + 4 + Integer.toUnsignedLong(v.getInt((int) keyEnds)) != tail) {
+        throw new StagedSegmentException("SegmentDamagedError",
+            where + ": its lengths do not add up");
+      }
+    } else if (end != tail) {
       throw new StagedSegmentException("SegmentDamagedError", where + ": its lengths do not add up");
     }
     block = raw;
