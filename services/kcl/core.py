@@ -5,6 +5,12 @@ of a logged input, so a replay rebuilds it, and it is plain data for checkpoints
 A record stays here from the handler that applied its message until a checkpoint at or
 beyond its sequence number is recorded: that is what lets a processor started after any
 crash begin at the last checkpoint and still see every later record.
+
+When the coordinator stages what it receives (``staging``), a stream's records are not
+here but in staged blocks (``services.staging``, written with each message's id and key):
+the state keeps each block's reference and arrival time until a checkpoint covers its
+last message, and the driver reads the records from the segments. The blocks a
+checkpoint lets go are handed back (``take_dropped``) so that the immortal releases them.
 """
 
 from __future__ import annotations
@@ -14,9 +20,19 @@ from typing import Any
 
 import attrs
 
+from services.staging import Ref
+
 from .protocol import ILLEGAL_ARGUMENT, NO_CHECKPOINT, Record
 
-__all__ = ["KclCore", "ProcessorRecord"]
+__all__ = ["KclCore", "ProcessorRecord", "StagedRun"]
+
+
+@attrs.frozen
+class StagedRun:
+    """A staged block of a stream's records, and when it arrived (logged time, ms)."""
+
+    ref: Ref
+    arrival_ms: int
 
 
 @attrs.define
@@ -27,6 +43,8 @@ class ProcessorRecord:
         name: the stream's name (the shard id its processor is told).
         checkpoint: the last checkpoint recorded (``NO_CHECKPOINT``: none).
         records: the records after it, in sequence order.
+        blocks: or the staged blocks that hold them (the last checkpoint may fall inside
+            the first), in order.
         ended: the stream's EOS was applied and no record came after it.
         finished: a checkpoint was recorded at the end of the ended stream.
     """
@@ -38,6 +56,17 @@ class ProcessorRecord:
     finished: bool = False
     checkpoints: int = 0
     refused: int = 0
+    blocks: list[StagedRun] = attrs.field(factory=list)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether records after the checkpoint are kept (here or staged)."""
+        return bool(self.records or self.blocks)
+
+    def blocks_after(self, sequence: int) -> list[StagedRun]:
+        """The staged blocks that hold a record with a sequence number above
+        ``sequence``, in order."""
+        return [b for b in self.blocks if b.ref.last_id > sequence]
 
     def after(self, sequence: int, limit: int) -> list[Record]:
         """Up to ``limit`` records with a sequence number above ``sequence``."""
@@ -56,6 +85,8 @@ class ProcessorRecord:
 
     @property
     def last(self) -> int:
+        if self.blocks:
+            return self.blocks[-1].ref.last_id
         return self.records[-1].sequence if self.records else self.checkpoint
 
 
@@ -65,6 +96,13 @@ class KclCore:
     def __init__(self) -> None:
         self.attached: list[str] = []  # names of the streams that have a processor
         self.streams: dict[int, ProcessorRecord] = {}
+        self._dropped: list[Ref] = []  # blocks let go, until ``take_dropped``
+
+    def take_dropped(self) -> list[Ref]:
+        """The staged blocks let go since the last call (a checkpoint beyond them, or
+        their stream's processor removed): the immortal releases them."""
+        dropped, self._dropped = self._dropped, []
+        return dropped
 
     def configure(self, names: Iterable[str]) -> None:
         """Which streams have a processor. A stream that loses its processor keeps its
@@ -73,6 +111,8 @@ class KclCore:
         for rec in self.streams.values():
             if rec.name not in self.attached:
                 rec.records.clear()
+                self._dropped += [b.ref for b in rec.blocks]
+                rec.blocks.clear()
 
     def retain(self, stream_id: int, name: str, records: Sequence[Record]) -> bool:
         """Keep a run of applied records of one stream, if it has a processor."""
@@ -85,6 +125,23 @@ class KclCore:
         rec.records.extend(r for r in records if r.sequence > rec.last)
         rec.ended = rec.finished = False
         return True
+
+    def retain_staged(self, stream_id: int, name: str, refs: Sequence[Ref],
+                      arrival_ms: int) -> list[Ref]:
+        """Keep a run of applied staged blocks of one stream, if it has a processor.
+        Returns the blocks kept: the immortal holds them until ``take_dropped`` gives
+        them back."""
+        if name not in self.attached or not refs:
+            return []
+        rec = self.streams.get(stream_id)
+        if rec is None:
+            rec = self.streams[stream_id] = ProcessorRecord(name)
+        rec.name = name
+        kept = [ref for ref in refs if ref.last_id > rec.last]
+        rec.blocks += [StagedRun(ref, arrival_ms) for ref in kept]
+        if kept:
+            rec.ended = rec.finished = False
+        return kept
 
     def end_of_stream(self, stream_id: int) -> bool:
         rec = self.streams.get(stream_id)
@@ -107,6 +164,10 @@ class KclCore:
         if sequence > rec.checkpoint:
             rec.checkpoint = sequence
             del rec.records[:rec.first_after(sequence)]
+            done = [b for b in rec.blocks if b.ref.last_id <= sequence]
+            if done:
+                del rec.blocks[:len(done)]
+                self._dropped += [b.ref for b in done]
         rec.checkpoints += 1
         if at_end and rec.ended and sequence == rec.last:
             rec.finished = True
@@ -122,7 +183,8 @@ class KclCore:
         return {rec.name: {"stream_id": sid,
                            "checkpoint": None if rec.checkpoint == NO_CHECKPOINT
                            else rec.checkpoint,
-                           "pending_records": len(rec.records), "ended": rec.ended,
+                           "pending_records": len(rec.records),
+                           "pending_blocks": len(rec.blocks), "ended": rec.ended,
                            "finished": rec.finished, "checkpoints": rec.checkpoints,
                            "refused": rec.refused, "attached": rec.name in self.attached}
                 for sid, rec in sorted(self.streams.items())}
@@ -132,15 +194,17 @@ class KclCore:
         return {"attached": list(self.attached),
                 "streams": [[sid, r.name, r.checkpoint, r.ended, r.finished, r.checkpoints,
                              r.refused, [[x.sequence, x.key, x.data, x.arrival_ms]
-                                         for x in r.records]]
+                                         for x in r.records],
+                             [[*b.ref.to_list(), b.arrival_ms] for b in r.blocks]]
                             for sid, r in self.streams.items()]}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> KclCore:
         core = cls()
         core.attached = list(state["attached"])
-        for sid, name, cp, ended, finished, cps, refused, records in state["streams"]:
+        for sid, name, cp, ended, finished, cps, refused, records, *staged in state["streams"]:
+            blocks = [StagedRun(Ref.from_list(b[:-1]), b[-1]) for b in (staged or [[]])[0]]
             core.streams[sid] = ProcessorRecord(
                 name, cp, [Record(s, bytes(k), bytes(d), a) for s, k, d, a in records],
-                ended, finished, cps, refused)
+                ended, finished, cps, refused, blocks)
         return core

@@ -23,6 +23,7 @@ from typing import Any
 
 from ambrosia_py import AmbrosiaError, StopReason
 from ambrosia_py.loops import Backoff, write_unless_closing
+from services.staging import StagingError, read_block
 
 from .config import ProcessorConfig
 from .core import KclCore, ProcessorRecord
@@ -30,6 +31,7 @@ from .protocol import (
     SHUTDOWN,
     CheckpointAsk,
     ChildSession,
+    Record,
     Reply,
     Skipped,
     StatusDone,
@@ -73,13 +75,15 @@ class ProcessorDriver:
         log: the instance's log.
         first_token: the first checkpoint token (tokens of other lives never match).
         stop_reason: why the instance stops (``ctx.stop_reason``), read when cancelled.
+        staging: the staging root, where the coordinator stages what it receives.
     """
 
     def __init__(self, cfg: ProcessorConfig, core: Callable[[], KclCore],
                  send_checkpoint: Callable[[int, int, int, bool], None],
                  log: logging.LoggerAdapter[Any], first_token: int,
-                 stop_reason: Callable[[], StopReason | None]) -> None:
+                 stop_reason: Callable[[], StopReason | None], staging: str = "") -> None:
         self.cfg = cfg
+        self.staging = staging
         self._stop_reason = stop_reason
         self._core = core
         self._send_checkpoint = send_checkpoint
@@ -119,7 +123,7 @@ class ProcessorDriver:
         if found is None:
             return False
         rec = found[1]
-        if rec.records:
+        if rec.waiting:
             return True
         return rec.ended and not rec.finished and not self._ended_seen
 
@@ -181,7 +185,7 @@ class ProcessorDriver:
                 if found is None:
                     raise ChildFailedError("the stream left the state")
                 sid, rec = found
-                batch = rec.after(session.delivered, cfg.batch_records)
+                batch = await self._batch(rec, session.delivered)
                 if batch:
                     self._ended_seen = False
                     await self._act(proc, session, sid, session.process_records(batch))
@@ -202,6 +206,35 @@ class ProcessorDriver:
             with contextlib.suppress(BaseException):
                 async with asyncio.timeout(2):
                     await errors
+
+    async def _batch(self, rec: ProcessorRecord, delivered: int) -> list[Record]:
+        """Up to ``batch_records`` records after ``delivered``: from the state, or read
+        (in a thread) from the staged blocks that hold them.
+
+        Raises:
+            ChildFailedError: a staged block is missing or damaged (its line names it);
+                the stream goes no further until it is readable.
+        """
+        limit = self.cfg.batch_records
+        if not rec.blocks:
+            return rec.after(delivered, limit)
+        runs = rec.blocks_after(delivered)
+        staging = self.staging
+
+        def read() -> list[Record]:
+            out: list[Record] = []
+            for run in runs:
+                for seq, key, data in read_block(staging, run.ref).messages():
+                    if seq > delivered:
+                        out.append(Record(seq, key, data, run.arrival_ms))
+                        if len(out) == limit:
+                            return out
+            return out
+
+        try:
+            return await asyncio.to_thread(read)
+        except (StagingError, ValueError) as err:
+            raise ChildFailedError(f"its records cannot be read: {err}") from None
 
     async def _act(self, proc: asyncio.subprocess.Process, session: ChildSession,
                    sid: int, line: bytes, timeout: float | None = None) -> None:

@@ -3,7 +3,10 @@ attached to its streams (a stream plays the part of a shard).
 
 Each applied message of a stream with a processor becomes a record (sequence number = the
 message id, partition key = its key, arrival = the applying input's logged time) kept in
-the state until the processor checkpoints beyond it. The processors are side effects of
+the state until the processor checkpoints beyond it. With a staging root (``staging``)
+the state keeps only references to the staged blocks that hold the records (each with
+its messages' ids and keys), each held until a checkpoint covers it, and the driver
+reads the records from the segments. The processors are side effects of
 the primary (``ProcessorDriver``); their checkpoints come back as ``kcl_checkpoint``
 Impulses, are recorded, and only then answered.
 
@@ -19,6 +22,7 @@ from typing import Any
 
 from ambrosia_py import impulse, rpc
 from services.connectors.coordinator import Applied, ConnectorCoordinator, CoordinatorConfig
+from services.staging import Ref
 
 from .config import ProcessorConfig, processors_from_config
 from .core import KclCore
@@ -51,6 +55,19 @@ class KclCoordinator(ConnectorCoordinator):
         if self.kcl.retain(stream_id, name, records):
             self._wake_driver(name)
 
+    def on_staged(self, stream_id: int, refs: Sequence[Ref]) -> None:
+        name = self.core.streams[stream_id].name
+        kept = self.kcl.retain_staged(stream_id, name, refs, self._now_ns() // 1_000_000)
+        self.core.hold(kept)  # until a checkpoint covers them
+        super().on_staged(stream_id, refs)
+        if kept:
+            self._wake_driver(name)
+
+    def _release_dropped(self) -> None:
+        dropped = self.kcl.take_dropped()
+        if dropped:
+            self.release(dropped)
+
     def on_end_of_stream(self, stream_id: int) -> None:
         super().on_end_of_stream(stream_id)
         if self.kcl.end_of_stream(stream_id):
@@ -80,6 +97,7 @@ class KclCoordinator(ConnectorCoordinator):
     @impulse
     def kcl_configure(self, names: list[str]) -> None:
         self.kcl.configure(names)
+        self._release_dropped()
         self.ctx.log.info("kcl: record processors on %s", ", ".join(names) or "no stream")
         for name in names:
             self._wake_driver(name)
@@ -88,6 +106,7 @@ class KclCoordinator(ConnectorCoordinator):
     def kcl_checkpoint(self, token: int, stream_id: int, sequence: int, at_end: bool) -> None:
         """A processor's checkpoint: recorded (or refused), then answered by the driver."""
         error = self.kcl.checkpoint(stream_id, sequence, at_end)
+        self._release_dropped()
         rec = self.kcl.streams.get(stream_id)
         if rec is not None and self._is_live():
             driver = self._drivers.get(rec.name)
@@ -111,11 +130,14 @@ class KclCoordinator(ConnectorCoordinator):
         # A random start, so a token of an earlier life is never taken for one of ours.
         first = int.from_bytes(os.urandom(6))
         ctx = self.ctx
+        staging = self.coordinator_config().staging or ""
         self._drivers = {p.stream: ProcessorDriver(p, lambda: self.kcl, me.kcl_checkpoint,
                                                    ctx.log, first + (i << 32),
-                                                   lambda: ctx.stop_reason)
+                                                   lambda: ctx.stop_reason, staging)
                          for i, p in enumerate(processors)}
         tasks = [asyncio.ensure_future(d.run()) for d in self._drivers.values()]
+        if not tasks:
+            return  # no [kcl] table: a coordinator with nothing to drive
         try:
             # Not gather: a stop cancels this task, and each driver must be cancelled
             # exactly once, so that its child's end (shutdownRequested or leaseLost, as

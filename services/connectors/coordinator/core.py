@@ -260,6 +260,12 @@ class CoordinatorCore:
             runs[-1][1].append(ref)
         return runs
 
+    def hold(self, refs: Iterable[Ref]) -> None:
+        """Hold blocks once more (counted in the backlog, their segments kept) for a use
+        of their own; each hold is let go by one ``release``."""
+        for ref in refs:
+            self._hold(ref)
+
     def _hold(self, ref: Ref) -> None:
         self.segments[ref.segment] = self.segments.get(ref.segment, 0) + 1
         self.backlog += ref.size
@@ -341,6 +347,13 @@ class CoordinatorCore:
         """Cut a transaction for every sink whose uncut output is old enough."""
         for name, rec in self.sinks.items():
             self._cut_due(name, rec, now_ns, force=False)
+
+    def flush(self, now_ns: int) -> None:
+        """Cut a transaction now for every sink with uncut output and none in flight,
+        whatever ``interval_bytes`` and ``interval_seconds`` say: for output that comes in
+        units of its own (a pipeline's batches), which should not wait for a tick."""
+        for name, rec in self.sinks.items():
+            self._cut_due(name, rec, now_ns, force=True)
 
     def cut_due(self, now_ns: int) -> None:
         """After output was emitted: cut where enough bytes are pending."""

@@ -20,6 +20,7 @@ from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from services.connectors import EosMessage
 from services.kcl import KclCoordinator
+from services.staging import segment_names
 from tests.launcher import ROOT, Launcher, wait_until
 from tests.services.connectors.coordinator.peers import Source, lines
 
@@ -32,11 +33,11 @@ CHILDREN = Path(__file__).with_name("children.py")
 VERSIONS = "tests.services.kcl.versions:KclCoordinator"
 
 
-def start(launcher: Launcher, tmp_path: Path, port: int, processors: dict[str, str]
-          ) -> ImmortalProcess:
+def start(launcher: Launcher, tmp_path: Path, port: int, processors: dict[str, str],
+          top: str = "") -> ImmortalProcess:
     cfg = tmp_path / "coord.toml"
     if not cfg.exists():
-        text = f'listen = "127.0.0.1:{port}"\n'
+        text = f'listen = "127.0.0.1:{port}"\n{top}'
         for name, body in processors.items():
             text += f"[kcl.{name}]\n{body}\n"
         cfg.write_text(text)
@@ -102,13 +103,19 @@ def processor_pid(p: ImmortalProcess, count: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("staged", [False, True], ids=["in-state", "staged"])
 def test_child_and_coordinator_killed_mid_batch_lose_nothing(
-        launcher: Launcher, tmp_path: Path, kclpy: Path) -> None:
+        launcher: Launcher, tmp_path: Path, kclpy: Path, staged: bool) -> None:
+    """Also with a staging root: the state then keeps references to staged blocks (with
+    each message's id and key), the driver reads the records from the segments, and a
+    block's segment goes once checkpoints cover it."""
     (port,) = free_ports(1)
     out = tmp_path / "out.txt"
+    root = tmp_path / "staging"
     body = (f'{command(ROOT / "samples" / "kcl" / "processor.py", out, "--delay", 0.01)}\n'
             f'env = {{ PYTHONPATH = "{kclpy}" }}\nbatch_records = 25\n')
-    p = start(launcher, tmp_path, port, {"orders": body})
+    top = f'staging = "{root}"\n' if staged else ""
+    p = start(launcher, tmp_path, port, {"orders": body}, top)
     feed(port, 7, "orders", range(1, 301), eos=False)
     wait_until(lambda: out.exists() and len(written(out)) >= 40, 30)
     os.kill(processor_pid(p, 1), signal.SIGKILL)  # the child, mid-batch
@@ -116,6 +123,13 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     assert not line.endswith("at checkpoint none")  # from the last recorded checkpoint
     wait_until(lambda: len(written(out)) >= 120, 30)
     p.kill()  # the coordinator (binding and log), mid-batch; the child dies with it
+    mid = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[7]
+    assert mid.checkpoint < 300
+    if staged:  # references to what is not checkpointed yet, no record in the state
+        assert mid.records == [] and mid.blocks
+        assert mid.blocks[-1].ref.last_id == 300 and mid.blocks[0].ref.last_id > mid.checkpoint
+    else:
+        assert [r.sequence for r in mid.records] == list(range(mid.checkpoint + 1, 301))
     p = start(launcher, tmp_path, port, {})
     resumed = p.wait_for("started processor (pid")
     assert int(resumed.rsplit(" ", 1)[1]) >= 100
@@ -135,9 +149,11 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     p.wait_for("processor: stream ended at 320")
     assert written(out) == list(range(1, 321))  # every record once, in order
     assert json.loads(out.read_text().splitlines()[0].split(" ", 1)[1]) == "s7 line 1\n"
+    if staged:  # every block was let go: no segment is left but the one being written
+        wait_until(lambda: len(segment_names(root)) <= 1, 30)
     p.stop()
     rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[7]
-    assert (rec.checkpoint, rec.finished, rec.records) == (320, True, [])
+    assert (rec.checkpoint, rec.finished, rec.records, rec.blocks) == (320, True, [], [])
 
 
 @pytest.mark.slow
@@ -252,6 +268,21 @@ def test_unruly_child_gets_answers_and_log_lines_never_a_hang(
     p.stop()
     rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[4]
     assert (rec.checkpoint, rec.finished) == (20, True)
+
+
+def test_no_processor_configured_is_a_plain_connector_coordinator(launcher: Launcher,
+                                                                  tmp_path: Path) -> None:
+    """No [kcl] table (here with a staging root): messages are taken and acknowledged,
+    nothing is kept for processors, and the instance runs until it is stopped (it used
+    to fail at once: no driver to wait for)."""
+    (port,) = free_ports(1)
+    p = start(launcher, tmp_path, port, {}, f'staging = "{tmp_path / "staging"}"\n')
+    feed(port, 3, "plain", range(1, 21), eos=True)  # returns once all 20 are acknowledged
+    p.stop()
+    assert not any("failed" in line for line in p.lines), p.lines[-5:]
+    state = repro("coord", KclCoordinator, home=launcher.home).state
+    assert state.core.streams[3].applied == 20 and state.kcl.streams == {}
+    assert state.core.backlog == 0  # no sink, no processor: nothing holds a block
 
 
 def test_a_bad_processor_entry_stops_the_instance_with_one_line(launcher: Launcher,

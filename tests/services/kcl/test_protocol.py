@@ -17,6 +17,7 @@ from services.kcl.protocol import (
     StatusDone,
     Violation,
 )
+from services.staging import Ref
 
 R1 = Record(7, b"k", b"hi", 1700000000123)
 R2 = Record(9, b"", b"\x00\xff", 1700000000124)
@@ -175,6 +176,37 @@ def test_core_keeps_records_until_checkpointed_and_refuses_out_of_range() -> Non
     assert not rec.ended and not rec.finished
     core.configure([])
     assert rec.records == [] and rec.checkpoint == 9
+
+
+def _ref(first: int, last: int, segment: str = "s-1.seg") -> Ref:
+    return Ref(1, first, last, last - first + 1, 10, segment, 8, 99, 12345, 1)
+
+
+def test_core_keeps_staged_blocks_until_a_checkpoint_covers_them_and_gives_them_back() -> None:
+    core = KclCore()
+    core.configure(["a"])
+    assert core.retain_staged(2, "b", [_ref(1, 3)], 5) == []  # no processor: not kept
+    b1, b2, b3 = _ref(1, 3), _ref(4, 8, "s-2.seg"), _ref(9, 9, "s-2.seg")
+    assert core.retain_staged(1, "a", [b1, b2], 5) == [b1, b2]
+    assert core.retain_staged(1, "a", [b2, b3], 6) == [b3]  # a block kept already: not again
+    rec = core.streams[1]
+    assert (rec.records, rec.last, rec.waiting) == ([], 9, True)
+    assert [b.ref for b in rec.blocks_after(3)] == [b2, b3]
+    assert core.checkpoint(1, 10, False) == "IllegalArgumentException"  # beyond the last
+    assert core.checkpoint(1, 5, False) == ""  # inside b2: b1 goes, b2 stays
+    assert core.take_dropped() == [b1] and core.take_dropped() == []
+    assert [(b.ref, b.arrival_ms) for b in rec.blocks] == [(b2, 5), (b3, 6)]
+    assert [b.ref for b in rec.blocks_after(rec.checkpoint)] == [b2, b3]
+    again = KclCore.from_state(core.to_state())
+    assert again.to_state() == core.to_state() and again.streams[1].blocks == rec.blocks
+    assert core.checkpoint(1, 8, False) == ""
+    assert core.take_dropped() == [b2]
+    core.configure([])  # the processor removed: its blocks are let go
+    assert core.take_dropped() == [b3] and rec.blocks == [] and not rec.waiting
+    # A state written before staged blocks were kept loads as having none.
+    old = core.to_state()
+    old["streams"] = [entry[:8] for entry in old["streams"]]
+    assert KclCore.from_state(old).streams[1].blocks == []
 
 
 @pytest.mark.parametrize("table, message", [

@@ -44,3 +44,13 @@ class StagedSummary(ConnectorCoordinator):
     def load_state(self, state: Any) -> None:
         super().load_state(state["core"])
         self.held = [list(h) for h in state["held"]]
+
+
+class PayloadRouter(ConnectorCoordinator):
+    """Routes applied payloads itself (``on_messages``) and has no ``on_staged``: it keeps
+    payloads, so it cannot run with a staging root."""
+
+    def on_messages(self, stream_id: int, messages: Sequence[Any]) -> None:
+        for m in messages:
+            for sink in self.core.settings["sinks"]:
+                self.emit(sink, m.payload.upper())

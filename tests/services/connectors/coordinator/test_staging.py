@@ -146,10 +146,11 @@ def test_credits_wait_while_the_backlog_is_over_its_bound(launcher: Launcher,
 
 def test_a_coordinator_that_routes_payloads_itself_refuses_a_staging_root(
         launcher: Launcher, tmp_path: Path) -> None:
-    cfg = tmp_path / "kcl.toml"
+    cfg = tmp_path / "router.toml"
     cfg.write_text(f'listen = "127.0.0.1:0"\nstaging = "{tmp_path / "s"}"\n')
-    p = launcher.start("services.kcl:KclCoordinator", "kcl", args=["--config", str(cfg)])
-    p.wait_for("staging: KclCoordinator keeps payloads in its state and cannot stage them; "
+    p = launcher.start("tests.services.connectors.coordinator.staged_app:PayloadRouter",
+                       "router", args=["--config", str(cfg)])
+    p.wait_for("staging: PayloadRouter keeps payloads in its state and cannot stage them; "
                "remove the key")
     assert p.proc.wait(60) != 0
 
