@@ -164,6 +164,11 @@ class Measured:
             "batch_p50_s": percentile(batch, 0.5), "batch_p99_s": percentile(batch, 0.99),
             "received_p50_s": percentile(received, 0.5),
             "received_p99_s": percentile(received, 0.99),
+            # Growth over the run: the same figure over the first and the second half.
+            "received_p99_halves_s": [percentile(received[:len(received) // 2], 0.99),
+                                      percentile(received[len(received) // 2:], 0.99)],
+            "commit_p99_halves_s": [percentile(commit[:len(commit) // 2], 0.99),
+                                    percentile(commit[len(commit) // 2:], 0.99)],
             "verdict": self.verdict, **self.extra,
             "per_batch_columns": ["lines", "available", "began", "received", "committed"],
             "per_batch": [[b.lines, *(_rel(t, self.start) for t in (
@@ -294,18 +299,19 @@ class Appender:
 
 
 # ----------------------------------------------------------------------------- pipeline
-def _pin_batch_size(config: Path, batch_lines: int) -> None:
-    """Add ``max_batch_lines`` to the demo's config, among the top-level keys."""
+def _add_keys(config: Path, keys: dict[str, str]) -> None:
+    """Add top-level keys (values as TOML literals) to the demo's config."""
     text = config.read_text()
     head, sep, tables = text.partition("\n[")
     if not sep:
         raise RuntimeError(f"{config}: no table where one was expected")
-    config.write_text(f"{head}\nmax_batch_lines = {batch_lines}\n[{tables}")
+    added = "".join(f"{k} = {v}\n" for k, v in keys.items())
+    config.write_text(f"{head}\n{added}[{tables}")
 
 
 def run_pipeline(paths: list[Path], work: Path, lines: int, batch_lines: int,
                  expected: Counter[str], *, feed_rate: float | None, adaptive: bool,
-                 timeout: float, say: Any) -> Measured:
+                 timeout: float, say: Any, settings: dict[str, str] | None = None) -> Measured:
     """One run of the pipeline over ``paths`` (no crashes, no upgrade)."""
     from samples.pipeline.recount import spark_recount
     from services.jobs.spark import ConnectServer
@@ -323,8 +329,10 @@ def run_pipeline(paths: list[Path], work: Path, lines: int, batch_lines: int,
         recount = spark_recount(server.url, paths)
         warm_s = time.perf_counter() - t
         p = Pipeline(run_dir, paths, server.url, RUNNERS, batch_lines)
-        if not adaptive:
-            _pin_batch_size(run_dir / "pipeline.toml", batch_lines)
+        keys = {} if adaptive else {"max_batch_lines": str(batch_lines)}
+        keys.update(settings or {})
+        if keys:
+            _add_keys(run_dir / "pipeline.toml", keys)
         for child in (p.sink, *p.runners):
             child.start()
         for child in (p.sink, *p.runners):
@@ -344,6 +352,7 @@ def run_pipeline(paths: list[Path], work: Path, lines: int, batch_lines: int,
         tail = OutputTail(committed)
         commit_at: dict[int, float] = {}
         applied: list[tuple[float, int]] = []  # (status written, lines applied)
+        backlog: list[int] = []  # staged bytes not yet committed, per status
         cut: list[tuple[float, int]] = []  # (status written, batches cut)
         status_mtime = 0.0
         appender = Appender(paths, p.fed, feed_rate)
@@ -363,6 +372,9 @@ def run_pipeline(paths: list[Path], work: Path, lines: int, batch_lines: int,
                     status_mtime = mtime
                     applied.append((mtime, sum(s.get("lines", s.get("applied", 0)) for s in
                                                report.get("streams", {}).values())))
+                    staged = report.get("staged")
+                    if isinstance(staged, dict) and "backlog_bytes" in staged:
+                        backlog.append(int(staged["backlog_bytes"]))
                     if isinstance(report.get("batches"), dict) and "cut" in report["batches"]:
                         cut.append((mtime, int(report["batches"]["cut"])))
             for child in (p.coordinator, *p.runners, p.sink, *p.feeds):
@@ -398,6 +410,7 @@ def run_pipeline(paths: list[Path], work: Path, lines: int, batch_lines: int,
             received=first_reaching(applied, end)))
     extra = {"binding_peak_rss_mb": binding_mb, "coordinator_peak_rss_mb": coordinator_mb,
              "warm_s": warm_s, "runners": RUNNERS,
+             "backlog_peak_mb": max(backlog, default=0) / 2**20,
              "spark_recount_equal": recount == expected}
     return Measured("pipeline", lines, schedule.start, batches, verdict.line, verdict.ok, extra)
 
@@ -503,7 +516,8 @@ class Comparison:
 
 def compare(lines: int, *, batch_lines: int | None = None, feed_rate: float | None = None,
             adaptive: bool = False, timeout: float = 1800.0, work_root: Path | None = None,
-            keep: bool = False, say: Any = print) -> Comparison:
+            keep: bool = False, say: Any = print,
+            settings: dict[str, str] | None = None) -> Comparison:
     """Both systems over one corpus of ``lines`` lines, the pipeline first."""
     batch = batch_lines or default_batch_lines(lines)
     work = Path(tempfile.mkdtemp(prefix=f"bench-pipeline-{lines}-", dir=work_root))
@@ -512,7 +526,8 @@ def compare(lines: int, *, batch_lines: int | None = None, feed_rate: float | No
         paths = write_corpus(work / "corpus", lines, FILES)
         expected = count_words(paths)
         pipeline = run_pipeline(paths, work, lines, batch, expected, feed_rate=feed_rate,
-                                adaptive=adaptive, timeout=timeout, say=say)
+                                adaptive=adaptive, timeout=timeout, say=say,
+                                settings=settings)
         say(f"pipeline: {pipeline.rate:,.0f} lines/s, {len(pipeline.batches)} batches; "
             f"{pipeline.verdict}")
         per_batch = (lines / len(pipeline.batches)) / batch if adaptive else None
@@ -616,8 +631,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None,
                         help="make run directories under this one (default: the temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a top-level key of the pipeline's config, its value as in "
+                             "TOML (repeatable), e.g. --set jobs_in_flight=1")
     parser.add_argument("--out", type=Path, default=HERE / "results-pipeline.json")
     args = parser.parse_args(argv)
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--set {item!r} is not KEY=VALUE")
+        settings[key.strip()] = value.strip()
     sizes = [*args.lines, *args.sizes] or list(SIZES)
     if args.large:
         sizes.append(LARGE)
@@ -631,11 +655,12 @@ def main(argv: list[str] | None = None) -> int:
         for lines in sizes:
             c = compare(lines, batch_lines=args.batch_lines or None, feed_rate=args.feed_rate,
                         adaptive=args.adaptive, timeout=args.timeout, work_root=args.dir,
-                        keep=args.keep)
+                        keep=args.keep, settings=settings)
             results.append(c)
             failed |= not c.ok
             out += [{**r, "benchmark": "pipeline"}
-                    for r in rows(c, feed_rate=args.feed_rate, adaptive=args.adaptive)]
+                    for r in rows(c, feed_rate=args.feed_rate, adaptive=args.adaptive,
+                                  config=settings)]
     except ChildError as err:
         print(f"FAILED: {err}", flush=True)
         failed = True

@@ -9,8 +9,8 @@ keys, split apart and checked with one-line errors.
 | ``job_timeout_seconds`` | ``600`` | an attempt with no whole result this long fails (0: never) |
 | ``batch_lines`` | ``2000`` | (word count) a micro-batch is cut once this many lines wait ... |
 | ``batch_seconds`` | ``1.0`` | (word count) ... or once its first line is this old, at a tick |
-| ``jobs_in_flight`` | ``2`` | (word count) batches whose jobs run at once; the next waits |
-| ``max_batch_lines`` | ``1000000`` | (word count) the most lines a batch takes (Spark behind) |
+| ``jobs_in_flight`` | ``1`` | (word count) batches whose jobs run at once; the next waits |
+| ``max_batch_lines`` | ``2000000`` | (word count) the most lines a batch takes (Spark behind) |
 | ``max_batch_bytes`` | ``268435456`` | (word count) ... and the most bytes |
 
 A coordinator that stages what it receives (the word count) stages under ``<out>/staging``
@@ -96,8 +96,8 @@ class PipelineConfig:
     batch_lines: int = attrs.field(default=2000, validator=_int("batch_lines", 1))
     batch_seconds: float = attrs.field(default=1.0, validator=_seconds)
     job_timeout_seconds: float = attrs.field(default=600.0, validator=_timeout)
-    jobs_in_flight: int = attrs.field(default=2, validator=_int("jobs_in_flight", 1))
-    max_batch_lines: int = attrs.field(default=1_000_000, validator=_int("max_batch_lines", 1))
+    jobs_in_flight: int = attrs.field(default=1, validator=_int("jobs_in_flight", 1))
+    max_batch_lines: int = attrs.field(default=2_000_000, validator=_int("max_batch_lines", 1))
     max_batch_bytes: int = attrs.field(default=256 << 20, validator=_int("max_batch_bytes", 1))
 
     def __attrs_post_init__(self) -> None:

@@ -175,6 +175,10 @@ class WordCountPipeline(SparkCoordinator):
             self.release([Ref.from_list(r) for r in refs])
             done += 1
         del self.uncommitted[:done]
+        # A batch's output is a unit: its transaction is cut at once (and the next one
+        # as soon as a sink decided the one before), not at the next tick.
+        self.core.flush(self._now_ns())
+        self._wake()  # the sinks' links start it
 
     # ------------------------------------------------------------ state
     def checkpoint_state(self) -> Any:
