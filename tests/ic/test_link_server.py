@@ -212,3 +212,40 @@ def test_a_sender_that_stops_inside_a_record_is_closed_in_time(tmp_path: Path) -
         assert len(queued) == 1
 
     _serve(tmp_path, test)
+
+
+def _calls(first: int, last: int) -> bytes:
+    """The frames of link calls ``first``..``last``: call n carries n, so any two differ."""
+    return b"".join(Rpc(7, 1, n.to_bytes(2, "little")).encode() for n in range(first, last + 1))
+
+
+def test_a_resent_run_is_queued_from_the_first_call_not_yet_accepted(tmp_path: Path) -> None:
+    """A sender that reconnects resends from its last acknowledgement, so a record may
+    overlap what was accepted: only its new calls are queued, whole ones are dropped,
+    and a gap is refused. (Queuing the overlap again would apply calls twice.)"""
+    async def test(server: LinkServer, queued: Queued, lines: list[str],
+                   bursts: list[int]) -> None:
+        loop = asyncio.get_running_loop()
+        with socket.create_connection((LOOPBACK, server.port)) as s:
+            s.setblocking(False)
+            head = b""
+            while len(head) < len(LINK_MAGIC) + 16:
+                head += await loop.sock_recv(s, 64)
+            nonce_s, nonce_c = head[len(LINK_MAGIC):], bytes(16)
+            hello = (_name("A") + _name("B") + nonce_c
+                     + _mac(SECRET, b"C", nonce_s, nonce_c, b"A", b"\0", b"B"))
+            records = [encode_record(0, 3, _calls(1, 3)),  # calls 1..3
+                       encode_record(0, 3, _calls(1, 3)),  # all of it again: dropped
+                       encode_record(0, 7, _calls(2, 7)),  # 2..3 again, 4..7 new
+                       encode_record(0, 8, _calls(8, 8))]
+            await loop.sock_sendall(s, hello + b"".join(records))
+            await _until(lambda: len(queued) == 3, "three records queued")
+            await asyncio.sleep(0.05)
+            assert queued == [("A", 3, _calls(1, 3)), ("A", 7, _calls(4, 7)),
+                              ("A", 8, _calls(8, 8))]
+            await loop.sock_sendall(s, encode_record(0, 12, _calls(10, 12)))  # 9 is missing
+            await _until(lambda: lines, "the gap said")
+        assert len(queued) == 3
+        assert "link calls 10..12 from A after 8" in lines[0], lines
+
+    _serve(tmp_path, test)
