@@ -21,7 +21,6 @@ from ambrosia_py.errors import (
     LinkAuthenticationError,
     RegistryError,
     RemoteProtocolError,
-    UnexpectedMessageError,
 )
 from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import TrimTo
@@ -37,7 +36,8 @@ from ..links import (
     hello_reply,
     not_registered,
 )
-from .frames import LinkRecord, LinkRecords, skip_frames
+from .frames import LinkRecord, LinkRecords
+from .intake import LinkIntake
 
 __all__ = ["ACK_DELAY", "LinkServer"]
 
@@ -71,6 +71,7 @@ class LinkServer:
         self.port = port
         self.host = LOOPBACK  # the replica's bind host, set before ``open``
         self._logged = logged
+        self._intake = LinkIntake(logged)
         self._submit = submit
         self._log = log
         self._known = known
@@ -78,7 +79,6 @@ class LinkServer:
         self.sock: socket.socket | None = None  # reserved before the start began
         self._server: asyncio.Server | None = None
         self._inbound: dict[str, set[asyncio.Transport]] = {}
-        self._accepted: dict[str, int] = {}
         self._acks: dict[str, int] = {}  # positions to acknowledge when the timer fires
         self._ack_timer: asyncio.TimerHandle | None = None
         self.paused = False
@@ -173,21 +173,14 @@ class LinkServer:
         self._inbound.get(sender, set()).discard(transport)
 
     def _on_record(self, sender: str, rec: LinkRecord) -> None:
-        """One record: its calls are queued as the bytes that came (checked, not decoded)."""
+        """One record: its new calls are queued as the bytes that came (checked, not
+        decoded); which are new is ``LinkIntake``'s rule."""
         if rec.seq_id < 0:
             self._submit((None, None, rec.body))  # Impulses: unnumbered, at most once
             return
-        accepted = self._accepted.get(sender, self._logged(sender))
-        if rec.seq_id <= accepted:
-            return  # a resend of something already logged or waiting to be
-        first = rec.seq_id - rec.calls + 1
-        if first > accepted + 1:
-            raise UnexpectedMessageError(
-                f"link calls {first}..{rec.seq_id} from {sender} after {accepted}"
-            )
-        body = rec.body if first > accepted else skip_frames(rec.body, accepted + 1 - first)
-        self._accepted[sender] = rec.seq_id
-        self._submit((sender, rec.seq_id, body))
+        body = self._intake.take(sender, rec.seq_id, rec.calls, rec.body)
+        if body is not None:
+            self._submit((sender, rec.seq_id, body))
 
 
 class _Inbound(asyncio.Protocol):
