@@ -65,7 +65,7 @@ from .raft.errors import RaftError
 from .recovery import read_state
 from .replica import ReplicaCoordinator
 
-__all__ = ["RaftReplicaCoordinator", "RaftSink", "decode_record", "log_key"]
+__all__ = ["RaftReplicaCoordinator", "RaftSink", "decode_record"]
 
 POLL = 0.05  # the longest a follower waits for the leader's broadcast before reading
 RESIGN_TIMEOUT = 2.0
@@ -95,13 +95,6 @@ def decode_record(data: bytes, index: int) -> DiskRecord:
         raise LogCorruptionError("raft log", index, f"record {seq}: bytes after its watermarks")
     wire = HEADER.pack(committer, length, check, seq) + body
     return DiskRecord(seq, 0, end, wire, inputs, epoch)
-
-
-def log_key(reg: registry.Registration) -> str:
-    """The instance's log in the cluster: its name and committer id, so an instance
-    registered afresh under an old name (a new committer id) starts a log of its own
-    instead of recovering a stranger's history."""
-    return f"{reg.instance_name}.{reg.committer_id & 0xFFFFFFFF:08x}"
 
 
 class RaftSink(FencedSink):
@@ -161,7 +154,7 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
                 "not supported yet; register the instance's new version instead")
         self.shared_dir = registry.instance_dir(reg)  # where senders here look
         self.dir = self.shared_dir / f"replica{replica}"
-        self.store = RaftLogStore(reg.log_store, log_key(reg))
+        self.store = RaftLogStore(reg.log_store, reg.log_key)
         self.raft_sink = RaftSink(self.store, Epochs(self.dir))
         self.sink = self.fenced = self.raft_sink
         self.checkpoint_every = max(16, self.trigger_bytes // 4096)

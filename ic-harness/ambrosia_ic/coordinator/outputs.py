@@ -145,10 +145,7 @@ def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
     found: list[tuple[ClusterPrimary, asyncio.Task[Any]]] = []
 
     def in_cluster(reg: registry.Registration) -> tuple[str, int] | None:
-        # Imported here: raft_replica builds on this package (and loads pyzmq).
-        from ..raft_replica import log_key
-
-        key = log_key(reg)
+        key = reg.log_key
         if found and (found[0][0].address, found[0][0].key) != (reg.log_store, key):
             found.pop()[1].cancel()  # registered afresh: a log of its own
         if not found:

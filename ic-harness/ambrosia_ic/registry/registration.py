@@ -133,6 +133,13 @@ class Registration:
     def upgrading(self) -> bool:
         return self.upgrade_version > self.current_version
 
+    @property
+    def log_key(self) -> str:
+        """The instance's log in a Raft cluster: its name and committer id, so an instance
+        registered afresh under an old name (a new committer id) starts a log of its own
+        instead of recovering a stranger's history."""
+        return f"{self.instance_name}.{self.committer_id & 0xFFFFFFFF:08x}"
+
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
 
