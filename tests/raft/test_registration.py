@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from ambrosia_ic import launch, registry
-from ambrosia_ic.raft.address import RaftAddress, parse_address
+from ambrosia_ic.logstore.registrations import fetch_registration
 from ambrosia_ic.raft.cluster import LocalCluster
-from ambrosia_ic.raft.registry import fetch_registration
+from ambrosia_ic.registry.raft_address import RaftAddress, parse_address
 
 from ambrosia_py.errors import RegistryError
 from ambrosia_py.ports import free_ports

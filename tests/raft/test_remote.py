@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from ambrosia_ic import registry
+from ambrosia_ic.logstore.registrations import publish_registration
 from ambrosia_ic.raft.cluster import LocalCluster
-from ambrosia_ic.raft.registry import publish_registration
 
 from tests.activeactive.cluster import Cluster
 from tests.ic.conftest import Harness, wait_until

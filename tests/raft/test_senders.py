@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from ambrosia_ic import registry
 from ambrosia_ic.coordinator.senders import KnownSenders
+from ambrosia_ic.logstore.registrations import fetch_registration, publish_registration
 from ambrosia_ic.raft.cluster import LocalCluster
-from ambrosia_ic.raft.registry import fetch_registration, publish_registration
 
 from ambrosia_py.ports import free_ports
 from tests.ic.conftest import Harness

@@ -16,7 +16,7 @@ from ambrosia_py.loops import LOOPS, loop_runner, shorten_slice, slice_us
 from .. import registry
 from ..launch import STOPPED_PREFIX
 from ..logdir import check_log_dir
-from ..raft.address import without_secret
+from ..registry.raft_address import without_secret
 
 __all__ = ["EXIT_SIGINT", "add_ic"]
 
@@ -69,8 +69,8 @@ def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
     """
     if not cluster or registry.registration_exists(name, home):
         return registry.load(name, home)
+    from ..logstore.registrations import fetch_registration
     from ..raft.errors import RaftError
-    from ..raft.registry import fetch_registration
 
     shown = without_secret(cluster)
     try:

@@ -129,7 +129,7 @@ def _cluster(value: str) -> str:
     Raises:
         argparse.ArgumentTypeError: it is not one (argparse says so in one line).
     """
-    from ..raft.address import parse_address  # no pyzmq needed to parse
+    from ..registry.raft_address import parse_address  # no pyzmq needed to parse
     if not value:
         return value
     try:
@@ -144,9 +144,9 @@ def _publish(reg: registry.Registration, home: str | None, also: str | None = No
     store, the one it is registered to be published in (``--publish``) and ``also``, for
     replicas and callers on other machines (``ambrosia ic --registry``) and for callees,
     which take a caller's registration from their cluster at its first link."""
-    from ..raft.address import without_secret
+    from ..logstore.registrations import publish_registration
     from ..raft.errors import RaftError
-    from ..raft.registry import publish_registration
+    from ..registry.raft_address import without_secret
     for cluster in dict.fromkeys(c for c in (reg.log_store, reg.publish, also) if c):
         try:
             asyncio.run(publish_registration(cluster, registry.published(reg, home)))
@@ -159,7 +159,7 @@ def _publish(reg: registry.Registration, home: str | None, also: str | None = No
 def _published(*clusters: str | None) -> str:
     """How registration lines show where ``--publish`` put it (a log store's cluster goes
     unsaid)."""
-    from ..raft.address import without_secret
+    from ..registry.raft_address import without_secret
     shown = list(dict.fromkeys(without_secret(c) for c in clusters if c))
     return f", published in {' and '.join(shown)}" if shown else ""
 

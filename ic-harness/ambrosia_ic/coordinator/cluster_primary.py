@@ -31,8 +31,8 @@ from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..logstore.raft_entries import EpochClaimed
 from ..logstore.raft_store import RaftLogStore
-from ..raft.address import without_secret
 from ..raft.errors import RaftError
+from ..registry.raft_address import without_secret
 
 __all__ = ["ClaimMark", "ClusterPrimary", "claimed_address", "known_claim"]
 

@@ -21,7 +21,7 @@ from .. import registry
 from ..lease import current_primary
 from ..links import OutboundLink
 from ..logstore import is_impulse
-from ..raft.address import without_secret
+from ..registry.raft_address import without_secret
 from .cluster_primary import ClaimMark, ClusterPrimary, claimed_address, known_claim
 from .phase import Phase
 
@@ -180,8 +180,8 @@ async def _adopt(c: Coordinator, cluster: str, dest: str) -> None:
     """Take ``dest``'s registration from the cluster into this registry once it is
     published there (the link, meanwhile, retries: it finds the registration then)."""
     # Imported here: only a coordinator that calls instances elsewhere needs pyzmq.
+    from ..logstore.registrations import fetch_registration
     from ..raft.errors import RaftError
-    from ..raft.registry import fetch_registration
 
     shown = without_secret(cluster)
     while True:
@@ -224,8 +224,8 @@ def _refresher(c: Coordinator, dest: str) -> Callable[[], None]:
 async def _refresh(c: Coordinator, cluster: str, dest: str) -> None:
     """Take ``dest``'s registration from the cluster again if it was taken from there
     and the cluster now holds another."""
+    from ..logstore.registrations import fetch_registration
     from ..raft.errors import RaftError
-    from ..raft.registry import fetch_registration
 
     if not await asyncio.to_thread(registry.adopted, dest, c.home):
         return

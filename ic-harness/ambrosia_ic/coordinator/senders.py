@@ -21,7 +21,7 @@ from typing import Any
 from ambrosia_py.errors import AmbrosiaError, RegistryError
 
 from .. import registry
-from ..raft.address import without_secret
+from ..registry.raft_address import without_secret
 
 __all__ = ["FORGET_UNKNOWN", "LOOKUP_WAIT", "KnownSenders"]
 
@@ -83,7 +83,7 @@ class KnownSenders:
 
     async def _look_up(self, cluster: str, name: str) -> bool:
         # Imported here: only a coordinator that reads a cluster needs pyzmq.
-        from ..raft.registry import fetch_registration
+        from ..logstore.registrations import fetch_registration
 
         shown = without_secret(cluster)
         try:

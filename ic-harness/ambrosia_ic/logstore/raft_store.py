@@ -31,9 +31,9 @@ import xxhash
 
 from ambrosia_py.errors import LockLostError, LogCorruptionError
 
-from ..raft.address import RaftAddress, parse_address
 from ..raft.client import RaftClient, Subscription
 from ..raft.errors import RaftError, StreamLostError
+from ..registry.raft_address import RaftAddress, parse_address
 from .raft_entries import (
     CheckpointEnd,
     EpochClaimed,

@@ -92,7 +92,7 @@ class LocalCluster:
 
     @property
     def address(self) -> str:
-        """The ``raft://`` address of this cluster (see ``ambrosia_ic.raft.address``)."""
+        """The ``raft://`` address of this cluster (see ``ambrosia_ic.registry.raft_address``)."""
         hosts = ",".join(u.removeprefix("tcp://") for u in self.urls)
         return f"raft://{hosts}" + (f"?secret={self.secret}" if self.secret else "")
 

@@ -10,6 +10,7 @@ import attrs
 from ambrosia_py.errors import RegistryError
 
 from .hosts import LOOPBACK, check_host, link_hosts
+from .raft_address import parse_address
 
 __all__ = ["CREATE_SERVICE_MODES", "DEFAULT_KEEP_CHECKPOINTS", "MAX_LEASE_MS",
            "MIN_LEASE_MS", "Registration",
@@ -117,7 +118,6 @@ class Registration:
         check_host("advertised host", self.advertise_host)
         link_hosts(self.ic_host, self.advertise_host)
         if self.log_store or self.publish:
-            from ..raft.address import parse_address  # no pyzmq needed to parse
             if self.log_store:
                 parse_address(self.log_store)
             if self.publish:

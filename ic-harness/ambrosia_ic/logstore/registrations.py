@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..logstore.raft_store import RaftLogStore
-from .address import RaftAddress
+from ..registry.raft_address import RaftAddress
+from .raft_store import RaftLogStore
 
 __all__ = ["fetch_registration", "publish_registration"]
 
