@@ -1,6 +1,8 @@
 """Group commit: inputs (self-calls, Impulses, calls arriving on links) wait in
 ``pending``; a commit packs whatever has gathered into one data record, writes and
-fsyncs it, and only then delivers it to the binding and acknowledges it to senders.
+fsyncs it, and only then delivers it to the binding and acknowledges it to senders. The
+rule (what a record holds, what its durability lets go) is ``group_commit``'s, without
+I/O; this module writes and syncs between its two steps.
 
 Where the commit runs is a choice (``Coordinator.fsync_in_thread``). By default it runs
 on the event loop, in the callback of the read that brought the inputs
@@ -28,8 +30,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ..logstore import LogWriter, encode_disk_record
+from ..logstore import LogWriter
 from . import checkpoints, outputs
+from .group_commit import Record
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -40,10 +43,6 @@ __all__ = ["MAX_BATCH_BYTES", "MAX_PENDING", "after_burst", "commit_batch", "com
 
 MAX_BATCH_BYTES = 1 << 20
 MAX_PENDING = 1024  # inputs waiting for the log before the links are paused
-
-# (sequence id, disk bytes, wire bytes, input watermarks, senders acknowledged)
-_Batch = tuple[int, bytes, bytes, dict[str, int], set[str]]
-
 
 async def committer(c: Coordinator) -> None:
     """Runs while live: commits what gathers outside a read (all of it when the fsync
@@ -78,7 +77,7 @@ def after_burst(c: Coordinator) -> None:
                 if c.switch_requested:
                     checkpoints.switch_log(c)
                     continue
-                _written(c, *_write(c, _take(c)))
+                _written(c, *_write(c))
         regulate(c)
     except Exception as err:  # in a callback: stop with one line
         c.fail(err)
@@ -86,52 +85,32 @@ def after_burst(c: Coordinator) -> None:
 
 async def commit_batch(c: Coordinator) -> None:
     """Log what is pending (up to ``MAX_BATCH_BYTES``) as one record, then deliver it."""
-    batch = _take(c)
     writer = c.writer
     assert writer is not None
-    async with c.write_lock:
+    async with c.write_lock:  # taken under the lock: one record at a time
+        record = c.group.take(MAX_BATCH_BYTES, c.sink.epoch)
         if c.fsync_in_thread:
-            await asyncio.to_thread(c.sink.write, writer, batch[1])
+            await asyncio.to_thread(c.sink.write, writer, record.disk)
         else:
-            c.sink.write(writer, batch[1])
-    _written(c, batch, writer)
+            c.sink.write(writer, record.disk)
+    _written(c, record, writer)
 
 
-def _take(c: Coordinator) -> _Batch:
-    """The next record: what is pending, up to ``MAX_BATCH_BYTES``."""
-    batch: list[bytes] = []
-    size = 0
-    inputs = dict(c.inputs)
-    senders: set[str] = set()
-    pending = c.pending
-    while pending and size < MAX_BATCH_BYTES:
-        key, seq, body = pending.popleft()
-        batch.append(body)
-        size += len(body)
-        if key is not None and seq is not None:
-            inputs[key] = max(inputs.get(key, 0), seq)
-            senders.add(key)
-    seq_id = c.next_seq
-    disk, wire = encode_disk_record(c.cid, seq_id, b"".join(batch), inputs, c.sink.epoch)
-    return seq_id, disk, wire, inputs, senders
-
-
-def _write(c: Coordinator, batch: _Batch) -> tuple[_Batch, LogWriter]:
+def _write(c: Coordinator) -> tuple[Record, LogWriter]:
     writer = c.writer
     assert writer is not None
-    c.sink.write(writer, batch[1])
-    return batch, writer
+    record = c.group.take(MAX_BATCH_BYTES, c.sink.epoch)
+    c.sink.write(writer, record.disk)
+    return record, writer
 
 
-def _written(c: Coordinator, batch: _Batch, writer: LogWriter) -> None:
+def _written(c: Coordinator, record: Record, writer: LogWriter) -> None:
     """The record is durable: deliver it and acknowledge its calls."""
-    seq_id, _, wire, inputs, senders = batch
-    c.next_seq = seq_id + 1
-    c.inputs = inputs
-    c.deliver(wire)
-    c.last_delivered = seq_id
+    out = c.group.durable(record, c.name)
+    c.deliver(out.wire)
+    c.last_delivered = record.seq_id
     outputs.trim_self(c)
-    c.link_server.acknowledge({s: inputs[s] for s in senders if s != c.name})
+    c.link_server.acknowledge(out.acks)
     if writer.size >= c.trigger_bytes and not c.ckpt_in_flight:
         c.switch_requested = True
 

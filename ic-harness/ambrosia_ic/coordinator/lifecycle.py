@@ -35,6 +35,7 @@ from ..links import OutboundLink
 from ..logstore import DigestWriter, InstanceLock, LogWriter
 from . import commit, outputs, reading, startup
 from .checkpoints import CheckpointCollector
+from .group_commit import GroupCommit, PendingInput
 from .link_server import LinkServer
 from .phase import Phase, next_phase
 from .senders import KnownSenders
@@ -42,10 +43,6 @@ from .sink import FencedSink, LogSink, StandaloneSink
 
 __all__ = ["Coordinator", "LinkOptions", "PendingInput"]
 
-# An input queued for the committer's next log record: (input key, link sequence number,
-# message bytes); key is the sender's instance name (our own for self-calls) or None for
-# inputs that carry no number (Impulses).
-PendingInput = tuple[str | None, int | None, bytes]
 # The flow a coordinator runs once its binding connected.
 MainFlow = Callable[[], Coroutine[Any, Any, None]]
 
@@ -122,9 +119,8 @@ class Coordinator:
         # start, live upgrade): its Impulses from then on are a primary's inputs, to be
         # committed once live, even by a replica (which otherwise drops early ones).
         self.binding_primary = False
-        # durable log state
-        self.next_seq = 0
-        self.inputs: dict[str, int] = {}
+        # durable log state: its position and the inputs waiting for the next record
+        self.group = GroupCommit(reg.committer_id)
         self.log_n = 0
         self.writer: LogWriter | None = None
         self.write_lock = asyncio.Lock()
@@ -133,7 +129,6 @@ class Coordinator:
         # delivery and outputs
         self.send: asyncio.StreamWriter | None = None
         self.last_delivered = -1
-        self.pending: collections.deque[PendingInput] = collections.deque()
         self.wake = asyncio.Event()  # something to commit, or a checkpoint to take
         # While set, the links wait for the binding to read what was delivered.
         self.drain_wait: asyncio.Task[None] | None = None
@@ -167,6 +162,27 @@ class Coordinator:
         self.new_lock: InstanceLock | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._done: asyncio.Future[tuple[int, str]] | None = None
+
+    # The log's position and the waiting inputs are the group-commit rule's.
+    @property
+    def pending(self) -> collections.deque[PendingInput]:
+        return self.group.pending
+
+    @property
+    def next_seq(self) -> int:
+        return self.group.next_seq
+
+    @next_seq.setter
+    def next_seq(self, value: int) -> None:
+        self.group.next_seq = value
+
+    @property
+    def inputs(self) -> dict[str, int]:
+        return self.group.inputs
+
+    @inputs.setter
+    def inputs(self, value: dict[str, int]) -> None:
+        self.group.inputs = value
 
     def set_link_hosts(self, host: str, advertise: str) -> None:
         """Listen for links as registered (``host``, dialled at ``advertise``), unless
