@@ -26,6 +26,7 @@ from ambrosia_py.wire import (
 from ..logstore import DigestWriter, digest_path, write_checkpoint
 from ..recovery import coordinator_state
 from . import outputs
+from .checkpoint_plan import Event
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -128,29 +129,26 @@ def begin(c: Coordinator, ev: Checkpoint) -> None:
 
 
 def request_checkpoint(c: Coordinator) -> None:
-    """The binding asked for a checkpoint: the committer takes one between records. A
-    request while one is being taken is remembered and taken after it, since the
-    state being saved may predate what the binding wants kept."""
+    """The binding asked for a checkpoint: the committer takes one between records (see
+    ``checkpoint_plan`` for one asked while another is being taken)."""
     if c.phase is not Phase.LIVE:
         return
-    if c.ckpt_in_flight:
-        c.ckpt_asked = True
-        return
-    c.switch_requested = True
-    c.wake.set()
+    if c.ckpt.on(Event.ASKED):
+        c.wake.set()
 
 
 def switch_log(c: Coordinator) -> None:
     """Runs in the committer between records: later records go to the next log; a
     standalone coordinator checkpoints the state at its start."""
-    c.switch_requested = False
     n = c.log_n + 1
     new = c.sink.next_log(c.dir, n, c.writer)
     if c.sink.checkpoints_on_switch:
-        c.ckpt_in_flight = True
+        c.ckpt.on(Event.SWITCHED)
         position = (c.next_seq, dict(c.inputs))
         fut = ask(c, n, TakeCheckpoint())
         c.spawn(_finish(c, n, position, fut))
+    else:
+        c.ckpt.on(Event.SWITCHED_ONLY)
     old, c.writer, c.log_n = c.writer, new, n
     if old is not None:
         old.close()
@@ -160,7 +158,5 @@ async def _finish(c: Coordinator, n: int, position: tuple[int, dict[str, int]],
                   fut: asyncio.Future[CheckpointData]) -> None:
     await save(c, c.dir, n, await fut, position)
     await remove_unkept(c)
-    c.ckpt_in_flight = False
-    if c.ckpt_asked:
-        c.ckpt_asked = False
-        request_checkpoint(c)
+    if c.ckpt.on(Event.SAVED) and c.phase is Phase.LIVE:
+        c.wake.set()  # the one asked for meanwhile

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..logstore import LogWriter
 from . import checkpoints, outputs
+from .checkpoint_plan import Event
 from .group_commit import Record
 from .phase import Phase
 
@@ -111,8 +112,8 @@ def _written(c: Coordinator, record: Record, writer: LogWriter) -> None:
     c.last_delivered = record.seq_id
     outputs.trim_self(c)
     c.link_server.acknowledge(out.acks)
-    if writer.size >= c.trigger_bytes and not c.ckpt_in_flight:
-        c.switch_requested = True
+    if writer.size >= c.trigger_bytes:
+        c.ckpt.on(Event.SIZE_REACHED)
 
 
 def regulate(c: Coordinator) -> None:

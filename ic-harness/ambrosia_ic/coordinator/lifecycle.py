@@ -34,6 +34,7 @@ from ..binding import BindingPorts, reserve_port
 from ..links import OutboundLink
 from ..logstore import DigestWriter, InstanceLock, LogWriter
 from . import commit, outputs, reading, startup
+from .checkpoint_plan import CheckpointPlan
 from .checkpoints import CheckpointCollector
 from .group_commit import GroupCommit, PendingInput
 from .link_server import LinkServer
@@ -149,9 +150,7 @@ class Coordinator:
         self.checkpoints = CheckpointCollector()
         self.digest: DigestWriter | None = None
         self.digest_skip = 0
-        self.ckpt_in_flight = False
-        self.ckpt_asked = False  # the binding asked while a checkpoint was in flight
-        self.switch_requested = False
+        self.ckpt = CheckpointPlan()  # when the log switches and a checkpoint is taken
         self.initial: asyncio.Future[InitialMessage] | None = None
         # Checkpoints this recovery passed over as damaged: not counted as kept.
         self.damaged: set[int] = set()
@@ -183,6 +182,15 @@ class Coordinator:
     @inputs.setter
     def inputs(self, value: dict[str, int]) -> None:
         self.group.inputs = value
+
+    @property
+    def switch_requested(self) -> bool:
+        """The committer switches logs between its next two records."""
+        return self.ckpt.switch_wanted
+
+    @property
+    def ckpt_in_flight(self) -> bool:
+        return self.ckpt.in_flight
 
     def set_link_hosts(self, host: str, advertise: str) -> None:
         """Listen for links as registered (``host``, dialled at ``advertise``), unless
