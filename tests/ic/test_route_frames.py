@@ -38,7 +38,8 @@ def coordinator(home: Path, logs: Path, digest: Path, acked: int, skip: int) -> 
 def state(c: Coordinator) -> tuple[object, ...]:
     assert c.digest is not None
     c.digest.flush()
-    return (read_digest(c.digest.path), c.digest_skip, c.self_next, list(c.self_unacked),
+    return (read_digest(c.digest.path), c.digest_skip, c.self_calls.next,
+            list(c.self_calls.unacked),
             list(c.pending),
             {d: (link.next_seq, list(link.unacked), list(link._impulses))
              for d, link in c.links.items()})

@@ -39,6 +39,7 @@ from .checkpoints import CheckpointCollector
 from .group_commit import GroupCommit, PendingInput
 from .link_server import LinkServer
 from .phase import Phase, next_phase
+from .self_calls import SelfCalls
 from .senders import KnownSenders
 from .sink import FencedSink, LogSink, StandaloneSink
 
@@ -133,8 +134,7 @@ class Coordinator:
         self.wake = asyncio.Event()  # something to commit, or a checkpoint to take
         # While set, the links wait for the binding to read what was delivered.
         self.drain_wait: asyncio.Task[None] | None = None
-        self.self_next = 1
-        self.self_unacked: collections.deque[tuple[int, bytes]] = collections.deque()
+        self.self_calls = SelfCalls()  # the numbering of calls to itself
         self.links: dict[str, OutboundLink] = {}
         # Senders this registry lacks are looked up in ``registry_cluster`` (read at each
         # lookup: ``ic --registry`` sets it after this).

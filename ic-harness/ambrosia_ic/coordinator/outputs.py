@@ -82,12 +82,9 @@ def route_frame(c: Coordinator, destination: str, incoming: bytes, frame: bytes,
         if impulse:
             submit(c, (None, None, incoming))
             return
-        seq = c.self_next
-        c.self_next += 1
-        if seq <= c.inputs.get(c.name, 0):
-            return  # replay regenerated a self-call that is already in the log
-        c.self_unacked.append((seq, incoming))
-        submit(c, (c.name, seq, incoming))
+        seq = c.self_calls.number(incoming, c.inputs.get(c.name, 0))
+        if seq is not None:  # else a replay regenerated a call the log holds
+            submit(c, (c.name, seq, incoming))
     else:
         link = c.links.get(destination) or link_to(c, destination)
         if impulse:
@@ -109,30 +106,24 @@ def submit(c: Coordinator, item: PendingInput) -> None:
 
 def trim_self(c: Coordinator) -> None:
     """Forget self-calls the log now holds."""
-    done = c.inputs.get(c.name, 0)
-    while c.self_unacked and c.self_unacked[0][0] <= done:
-        c.self_unacked.popleft()
+    c.self_calls.trim(c.inputs.get(c.name, 0))
 
 
 def snapshot(c: Coordinator) -> dict[str, Any]:
     """Per destination, the next number and the outputs not yet acknowledged."""
     out: dict[str, Any] = {d: link.snapshot() for d, link in c.links.items()}
-    out[c.name] = {"next": c.self_next, "unacked": [[s, b] for s, b in c.self_unacked]}
+    out[c.name] = c.self_calls.snapshot()
     return out
 
 
 def restore(c: Coordinator, outputs: dict[str, dict[str, Any]]) -> None:
     """Take back a checkpoint's outputs snapshot (``c.inputs`` already restored)."""
     for dest, out in outputs.items():
-        unacked = [(int(s), bytes(b)) for s, b in out["unacked"]]
-        if dest == c.name:
-            c.self_next = out["next"]
-            done = c.inputs.get(c.name, 0)
-            for seq, body in unacked:
-                if seq > done:  # made before the checkpoint, never logged: log it now
-                    c.self_unacked.append((seq, body))
-                    c.pending.append((c.name, seq, body))
+        if dest == c.name:  # made before the checkpoint, never logged: log them now
+            for seq, body in c.self_calls.restore(out, c.inputs.get(c.name, 0)):
+                c.pending.append((c.name, seq, body))
         else:
+            unacked = [(int(s), bytes(b)) for s, b in out["unacked"]]
             link = _make_link(c, dest, out["next"], unacked)
             if c.links_active:
                 link.start()
