@@ -35,7 +35,7 @@ import hashlib
 import hmac
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 
@@ -186,6 +186,114 @@ async def open_link(
     return reader, writer, _I64.unpack_from(reply, _MAC)[0]
 
 
+# What a sender keeps for one destination, and what it writes when: the rule, without
+# I/O. Replayable calls are numbered 1, 2, ... and kept until the receiver says it logged
+# them (its TrimTo, or the position its handshake names); calls a replay regenerates that
+# the receiver has already are dropped at once. While connected, ``to_send`` gives the
+# records of the calls not yet written on this connection and the Impulses waiting (no
+# number: at most once); after a reconnection everything after the receiver's position
+# goes again, and the receiver takes only what is new (``coordinator.intake``).
+class LinkOutbox:
+    """The calls for one destination: numbered, kept until logged there, written once
+    per connection."""
+
+    def __init__(self, next_seq: int = 1,
+                 unacked: Iterable[tuple[int, bytes]] | None = None) -> None:
+        self.next_seq = next_seq
+        self.unacked: collections.deque[tuple[int, bytes]] = collections.deque(unacked or ())
+        self.acked = 0  # the highest number the receiver has said it logged
+        self.impulses: collections.deque[bytes] = collections.deque()
+        self.sent: int | None = None  # the last number written on this connection
+
+    def add(self, rpc: bytes) -> int:
+        """Queue a replayable call; returns its number."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        if seq > self.acked:  # a replayed call the receiver already has is dropped
+            self.unacked.append((seq, rpc))
+        return seq
+
+    def add_run(self, rpcs: list[bytes]) -> bool:
+        """``add`` each of ``rpcs``; returns whether any is kept."""
+        seq = self.next_seq
+        acked = self.acked
+        append = self.unacked.append
+        for rpc in rpcs:
+            if seq > acked:
+                append((seq, rpc))
+            seq += 1
+        self.next_seq = seq
+        return seq - 1 > acked
+
+    def add_impulse(self, rpc: bytes) -> None:
+        self.impulses.append(rpc)
+
+    def trim(self, upto: int) -> None:
+        """The receiver logged everything up to ``upto``."""
+        if upto > self.acked:
+            self.acked = upto
+        unacked = self.unacked
+        while unacked and unacked[0][0] <= upto:
+            unacked.popleft()
+
+    def connected(self, position: int) -> None:
+        """A connection is up; the receiver's handshake named ``position`` (what it
+        logged): everything after it is to be written on this connection."""
+        self.trim(position)
+        self.sent = position
+
+    def disconnected(self) -> None:
+        self.sent = None
+
+    def to_send(self) -> bytes:
+        """The records to write now: the calls after the last one written on this
+        connection, then the Impulses waiting (b"" when not connected)."""
+        sent = self.sent
+        if sent is None:
+            return b""
+        out: list[bytes] = []
+        unacked = self.unacked
+        if unacked and unacked[-1][0] > sent:
+            out.append(self._records(sent))
+            self.sent = unacked[-1][0]
+        while self.impulses:
+            out.append(encode_record(0, CONTROL_SEQ, self._take_impulses()))
+        return b"".join(out)
+
+    def snapshot(self) -> dict[str, object]:
+        return {"next": self.next_seq, "unacked": [[s, b] for s, b in self.unacked]}
+
+    def _records(self, sent: int) -> bytes:
+        """The calls after ``sent``, as records of up to ``MAX_RECORD_BODY`` bytes."""
+        unacked = self.unacked
+        first = unacked[0][0]
+        out: list[bytes] = []
+        run: list[bytes] = []
+        size = 0
+        seq = sent
+        for i in range(max(0, sent + 1 - first), len(unacked)):
+            seq, rpc = unacked[i]
+            run.append(rpc)
+            size += len(rpc)
+            if size >= MAX_RECORD_BODY:
+                out.append(encode_record(0, seq, b"".join(run)))
+                run.clear()
+                size = 0
+        if run:
+            out.append(encode_record(0, seq, b"".join(run)))
+        return b"".join(out)
+
+    def _take_impulses(self) -> bytes:
+        """Queued Impulses, up to about ``MAX_RECORD_BODY`` bytes of them."""
+        run: list[bytes] = []
+        size = 0
+        while self.impulses and size < MAX_RECORD_BODY:
+            rpc = self.impulses.popleft()
+            run.append(rpc)
+            size += len(rpc)
+        return b"".join(run)
+
+
 class OutboundLink:
     """Everything a sender keeps for one destination: the next link sequence number, the
     calls not yet trimmed by the receiver, and a task that (re)connects and sends them.
@@ -212,16 +320,12 @@ class OutboundLink:
         self.secret = secret
         self.address = address
         self.log = log
-        self.next_seq = next_seq
-        self.unacked: collections.deque[tuple[int, bytes]] = collections.deque(unacked or ())
-        self.acked = 0  # highest number the receiver has confirmed as logged
-        self._impulses: collections.deque[bytes] = collections.deque()
+        self.box = LinkOutbox(next_seq, unacked)  # the calls, and what goes out when
         self._task: asyncio.Task[None] | None = None
         self.connected = False
         # While connected: the stream, and the last number written to it. Calls added
         # in one turn of the event loop go out together in one write (``flush``).
         self._out: asyncio.StreamWriter | None = None
-        self._sent = 0
         self._flush_due = False
         # False: the owner calls ``flush`` itself after each batch of adds (a coordinator
         # does after each read from its binding), which saves a turn of the event loop.
@@ -230,30 +334,33 @@ class OutboundLink:
         self._unreachable = unreachable
 
     # ------------------------------------------------------------------ state
+    @property
+    def next_seq(self) -> int:
+        return self.box.next_seq
+
+    @property
+    def unacked(self) -> collections.deque[tuple[int, bytes]]:
+        return self.box.unacked
+
+    @property
+    def acked(self) -> int:
+        """The highest number the receiver has confirmed as logged."""
+        return self.box.acked
+
     def add(self, rpc: bytes) -> int:
         """Queue a replayable call; returns its link sequence number."""
-        seq = self.next_seq
-        self.next_seq += 1
-        if seq > self.acked:  # a replayed call the receiver already has is dropped
-            self.unacked.append((seq, rpc))
+        seq = self.box.add(rpc)
+        if seq > self.box.acked:
             self._schedule()
         return seq
 
     def add_run(self, rpcs: list[bytes]) -> None:
         """``add`` each of ``rpcs`` in turn (a read's run of calls to this destination)."""
-        seq = self.next_seq
-        acked = self.acked
-        append = self.unacked.append
-        for rpc in rpcs:
-            if seq > acked:
-                append((seq, rpc))
-            seq += 1
-        self.next_seq = seq
-        if seq - 1 > acked:
+        if self.box.add_run(rpcs):
             self._schedule()
 
     def add_impulse(self, rpc: bytes) -> None:
-        self._impulses.append(rpc)
+        self.box.add_impulse(rpc)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -268,20 +375,15 @@ class OutboundLink:
         out = self._out
         if out is None or out.transport.is_closing():
             return  # the stream's task sees the break and reconnects
-        if self.unacked and self.unacked[-1][0] > self._sent:
-            out.write(self._records(self._sent))
-            self._sent = self.unacked[-1][0]
-        while self._impulses:
-            out.write(encode_record(0, CONTROL_SEQ, self._take_impulses()))
+        data = self.box.to_send()
+        if data:
+            out.write(data)
 
     def trim(self, upto: int) -> None:
-        if upto > self.acked:
-            self.acked = upto
-        while self.unacked and self.unacked[0][0] <= upto:
-            self.unacked.popleft()
+        self.box.trim(upto)
 
     def snapshot(self) -> dict[str, object]:
-        return {"next": self.next_seq, "unacked": [[s, b] for s, b in self.unacked]}
+        return self.box.snapshot()
 
     # ------------------------------------------------------------------ I/O
     def start(self) -> None:
@@ -352,10 +454,9 @@ class OutboundLink:
         ``flush``; this task only watches the acknowledgements and the registry. The
         calls wait in ``unacked`` until trimmed, so the socket's buffer needs no bound of
         its own: a receiver that stops reading is left when the registry says it moved."""
-        self.trim(last)
+        self.box.connected(last)
         acks = asyncio.get_running_loop().create_task(self._read_acks(reader))
         self._out = writer
-        self._sent = last
         try:
             self.flush()
             while True:
@@ -367,39 +468,10 @@ class OutboundLink:
                     return
         finally:
             self._out = None
+            self.box.disconnected()
             acks.cancel()
             with contextlib.suppress(BaseException):
                 await acks
-
-    def _records(self, sent: int) -> bytes:
-        """The calls after ``sent``, as records of up to ``MAX_RECORD_BODY`` bytes."""
-        unacked = self.unacked
-        first = unacked[0][0]
-        out: list[bytes] = []
-        run: list[bytes] = []
-        size = 0
-        seq = sent
-        for i in range(max(0, sent + 1 - first), len(unacked)):
-            seq, rpc = unacked[i]
-            run.append(rpc)
-            size += len(rpc)
-            if size >= MAX_RECORD_BODY:
-                out.append(encode_record(0, seq, b"".join(run)))
-                run.clear()
-                size = 0
-        if run:
-            out.append(encode_record(0, seq, b"".join(run)))
-        return b"".join(out)
-
-    def _take_impulses(self) -> bytes:
-        """Queued Impulses, up to about ``MAX_RECORD_BODY`` bytes of them."""
-        run: list[bytes] = []
-        size = 0
-        while self._impulses and size < MAX_RECORD_BODY:
-            rpc = self._impulses.popleft()
-            run.append(rpc)
-            size += len(rpc)
-        return b"".join(run)
 
     async def _read_acks(self, reader: asyncio.StreamReader) -> None:
         decoder = MessageStreamDecoder(direction=Direction.LINK, max_frame_size=64)

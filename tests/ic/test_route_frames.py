@@ -41,7 +41,7 @@ def state(c: Coordinator) -> tuple[object, ...]:
     return (read_digest(c.digest.path), c.digest_skip, c.self_calls.next,
             list(c.self_calls.unacked),
             list(c.pending),
-            {d: (link.next_seq, list(link.unacked), list(link._impulses))
+            {d: (link.next_seq, list(link.unacked), list(link.box.impulses))
              for d, link in c.links.items()})
 
 
