@@ -299,6 +299,7 @@ class OutboundLink:
     calls not yet trimmed by the receiver, and a task that (re)connects and sends them.
 
     ``add`` never blocks and works before the link is up: calls wait in ``unacked``.
+    ``box``, if given, is the outbox to run (``next_seq`` and ``unacked`` are then unused).
     They are written soon after (or, with ``flush_soon=False``, when ``flush`` is called).
     """
 
@@ -312,6 +313,7 @@ class OutboundLink:
         next_seq: int = 1,
         unacked: list[tuple[int, bytes]] | None = None,
         *,
+        box: LinkOutbox | None = None,
         flush_soon: bool = True,
         unreachable: Callable[[], None] | None = None,
     ) -> None:
@@ -320,7 +322,8 @@ class OutboundLink:
         self.secret = secret
         self.address = address
         self.log = log
-        self.box = LinkOutbox(next_seq, unacked)  # the calls, and what goes out when
+        # The calls, and what goes out when (a coordinator's core owns its outboxes).
+        self.box = box if box is not None else LinkOutbox(next_seq, unacked)
         self._task: asyncio.Task[None] | None = None
         self.connected = False
         # While connected: the stream, and the last number written to it. Calls added

@@ -298,9 +298,8 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         await asyncio.to_thread(replace_durably, path, data)
         cf = CheckpointFile(path)
         next_seq, inputs, outs = read_state(cf)
-        self.next_seq, self.inputs = next_seq, dict(inputs)
+        outputs.restore(self, next_seq, inputs, outs)
         self.last_delivered = next_seq - 1
-        outputs.restore(self, outs)
         write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
         for chunk in cf.chunks():
             write_unless_closing(self.send, chunk)

@@ -242,10 +242,8 @@ class ReplicaCoordinator(Coordinator):
                 self.log(f"{err}; following from checkpoint {c} and its logs instead")
         next_seq, inputs, outs = read_state(cf)
         chunks = list(cf.chunks())  # read whole before the checkpointer may delete it
-        self.next_seq = next_seq
-        self.inputs = dict(inputs)
+        outputs.restore(self, next_seq, inputs, outs)
         self.last_delivered = next_seq - 1
-        outputs.restore(self, outs)
         write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
         for chunk in chunks:
             write_unless_closing(self.send, chunk)
@@ -278,16 +276,9 @@ class ReplicaCoordinator(Coordinator):
     def _deliver_records(self, recs: list[DiskRecord]) -> None:
         for rec in recs:
             self.deliver(rec.wire)
-            self.last_delivered = rec.seq_id
-            self.next_seq = rec.seq_id + 1
-            self.inputs.update(rec.inputs)
+            self.core.followed(rec.seq_id, rec.inputs)
         if recs:
-            outputs.trim_self(self)
-            done = self.inputs.get(self.name, 0)
-            kept = [p for p in self.pending
-                    if not (p[0] == self.name and p[1] is not None and p[1] <= done)]
-            self.pending.clear()
-            self.pending.extend(kept)
+            self.core.caught_up()
 
     async def _checkpoint(self, n: int) -> None:
         """The checkpointing secondary: the state at the start of log ``n``."""

@@ -4,10 +4,10 @@ but kept as bytes."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from ambrosia_ic.coordinator.core import CoordinatorCore
 from ambrosia_ic.coordinator.frames import (
     LinkRecord,
     LinkRecords,
@@ -17,7 +17,7 @@ from ambrosia_ic.coordinator.frames import (
     rpc_frame_count,
     skip_frames,
 )
-from ambrosia_ic.coordinator.link_server import LinkServer
+from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.logstore import is_impulse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -186,20 +186,22 @@ def test_skip_frames_drops_whole_calls() -> None:
     assert skip_frames(body, 2) == b"".join(r.encode() for r in rpcs[2:])
 
 
-def test_a_resent_run_is_queued_from_the_first_call_not_yet_accepted(tmp_path: Path) -> None:
-    queued: list[tuple[str | None, int | None, bytes]] = []
-    server = LinkServer("B", tmp_path, b"s", 0, lambda s: 1, queued.append, print)
+def test_a_resent_run_is_queued_from_the_first_call_not_yet_accepted() -> None:
+    core = CoordinatorCore("B", 1)  # live, its log holding call 1 from A
+    core.phase = Phase.LIVE
+    core.group.inputs["A"] = 1
+    queued = core.group.pending
     calls = [Rpc(7, 1, bytes((i,))) for i in range(8)]
 
     def feed(seq: int, rpcs: list[Rpc]) -> None:
         for rec in LinkRecords().receive_data(record(seq, rpcs)):
-            server._on_record("A", rec)
+            core.link_record("A", rec)
 
     feed(1, calls[:1])  # logged before: dropped
     feed(3, calls[1:3])  # calls 2..3
     feed(5, calls[2:5])  # 3..5 after a reconnect: 3 is accepted already
     feed(4, calls[3:4])  # all accepted already
-    assert queued == [("A", 3, calls[1].encode() + calls[2].encode()),
+    assert list(queued) == [("A", 3, calls[1].encode() + calls[2].encode()),
                       ("A", 5, calls[3].encode() + calls[4].encode())]
     with pytest.raises(UnexpectedMessageError, match=r"7\.\.7 from A after 5"):
         feed(7, calls[6:7])

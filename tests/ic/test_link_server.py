@@ -14,14 +14,16 @@ from typing import Any
 
 from ambrosia_ic import registry
 from ambrosia_ic.binding import LOOPBACK
+from ambrosia_ic.coordinator.core import CoordinatorCore
 from ambrosia_ic.coordinator.link_server import LinkServer
+from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.links import LINK_MAGIC, _mac, _name, open_link
 
 from ambrosia_py.ports import free_ports
 from ambrosia_py.wire import Rpc, TrimTo, encode_record
 
 SECRET = b"k" * 32
-Queued = list[tuple[str | None, int | None, bytes]]
+Queued = collections.deque[tuple[str | None, int | None, bytes]]
 
 
 def _record(seq: int, calls: int) -> bytes:
@@ -34,13 +36,17 @@ def _serve(tmp_path: Path,
     rp, sp, icp = free_ports(3)
     registry.register(instance_name="A", receive_port=rp, send_port=sp, ic_port=icp,
                       log_dir=str(tmp_path / "logs"), home=tmp_path)
-    queued: Queued = []
+    # What the server hands over goes through a coordinator's core (its link intake),
+    # live: the calls it queues for the log are what the test sees.
+    core = CoordinatorCore("B", 1)
+    core.phase = Phase.LIVE
+    queued: Queued = core.group.pending
     lines: list[str] = []
     bursts: list[int] = []
 
     async def main() -> None:
-        server = LinkServer("B", tmp_path, SECRET, free_ports(1)[0], lambda s: 0,
-                            queued.append, lines.append,
+        server = LinkServer("B", tmp_path, SECRET, free_ports(1)[0], core.logged,
+                            core.link_record, lines.append,
                             burst_done=lambda: bursts.append(len(queued)))
         await server.open()
         try:
@@ -113,7 +119,7 @@ def test_a_hello_with_a_wrong_proof_is_refused_with_one_line(tmp_path: Path) -> 
         await _until(lambda: lines, "the refusal logged")
         assert len(lines) == 1 and lines[0].startswith("refused a link from 127.0.0.1:")
         assert lines[0].endswith("peer claiming to be 'A' failed the link authentication")
-        assert queued == []
+        assert list(queued) == []
 
     _serve(tmp_path, test)
 
@@ -148,7 +154,7 @@ def test_links_pause_while_the_binding_reads_nothing_or_the_log_is_behind(
         ours, binding = socket.socketpair()
         binding.setblocking(False)
         _, send = await asyncio.open_connection(sock=ours)
-        server = LinkServer("B", tmp_path, SECRET, 0, lambda s: 0, lambda item: None, print)
+        server = LinkServer("B", tmp_path, SECRET, 0, lambda s: 0, lambda s, rec: None, print)
         c: Any = SimpleNamespace(send=send, link_server=server, pending=collections.deque(),
                                  drain_wait=None, spawn=loop.create_task)
         commit.regulate(c)
@@ -241,7 +247,7 @@ def test_a_resent_run_is_queued_from_the_first_call_not_yet_accepted(tmp_path: P
             await loop.sock_sendall(s, hello + b"".join(records))
             await _until(lambda: len(queued) == 3, "three records queued")
             await asyncio.sleep(0.05)
-            assert queued == [("A", 3, _calls(1, 3)), ("A", 7, _calls(4, 7)),
+            assert list(queued) == [("A", 3, _calls(1, 3)), ("A", 7, _calls(4, 7)),
                               ("A", 8, _calls(8, 8))]
             await loop.sock_sendall(s, encode_record(0, 12, _calls(10, 12)))  # 9 is missing
             await _until(lambda: lines, "the gap said")

@@ -31,8 +31,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..logstore import LogWriter
-from . import checkpoints, outputs
-from .checkpoint_plan import Event
+from . import checkpoints
 from .group_commit import Record
 from .phase import Phase
 
@@ -67,6 +66,7 @@ def after_burst(c: Coordinator) -> None:
     """After a read from the binding or a link: commit what it brought, on the loop,
     right now (or wake the committer, if the fsync runs in a thread or a write is in
     progress). An error stops the coordinator with one line."""
+    c.run_actions()
     if c.phase is not Phase.LIVE or c.stopping:
         return
     try:
@@ -89,7 +89,7 @@ async def commit_batch(c: Coordinator) -> None:
     writer = c.writer
     assert writer is not None
     async with c.write_lock:  # taken under the lock: one record at a time
-        record = c.group.take(MAX_BATCH_BYTES, c.sink.epoch)
+        record = c.core.take(MAX_BATCH_BYTES, c.sink.epoch)
         if c.fsync_in_thread:
             await asyncio.to_thread(c.sink.write, writer, record.disk)
         else:
@@ -100,20 +100,16 @@ async def commit_batch(c: Coordinator) -> None:
 def _write(c: Coordinator) -> tuple[Record, LogWriter]:
     writer = c.writer
     assert writer is not None
-    record = c.group.take(MAX_BATCH_BYTES, c.sink.epoch)
+    record = c.core.take(MAX_BATCH_BYTES, c.sink.epoch)
     c.sink.write(writer, record.disk)
     return record, writer
 
 
 def _written(c: Coordinator, record: Record, writer: LogWriter) -> None:
     """The record is durable: deliver it and acknowledge its calls."""
-    out = c.group.durable(record, c.name)
+    out = c.core.durable(record, writer.size)
     c.deliver(out.wire)
-    c.last_delivered = record.seq_id
-    outputs.trim_self(c)
     c.link_server.acknowledge(out.acks)
-    if writer.size >= c.trigger_bytes:
-        c.ckpt.on(Event.SIZE_REACHED)
 
 
 def regulate(c: Coordinator) -> None:

@@ -32,13 +32,20 @@ from ambrosia_py.wire import InitialMessage
 from .. import registry
 from ..binding import BindingPorts, reserve_port
 from ..links import OutboundLink
-from ..logstore import DigestWriter, InstanceLock, LogWriter
+from ..logstore import DigestWriter, InstanceLock, LogWriter, digest_path
 from . import commit, outputs, reading, startup
 from .checkpoint_plan import CheckpointPlan
-from .checkpoints import CheckpointCollector
+from .core import (
+    CheckpointData,
+    CheckpointReceived,
+    CoordinatorCore,
+    InitialReceived,
+    LogLine,
+    OpenLink,
+)
 from .group_commit import GroupCommit, PendingInput
 from .link_server import LinkServer
-from .phase import Phase, next_phase
+from .phase import Phase
 from .self_calls import SelfCalls
 from .senders import KnownSenders
 from .sink import FencedSink, LogSink, StandaloneSink
@@ -99,30 +106,27 @@ class Coordinator:
             )
         self.reg = reg
         self.name = reg.instance_name
-        self.who = self.name  # how log lines name this coordinator
         self.home = home
         self.cid = reg.committer_id
         self.dir = registry.instance_dir(reg)
+        # What the coordinator decides, without I/O; this object runs its actions.
+        self.core = CoordinatorCore(
+            self.name, reg.committer_id,
+            trigger_bytes=reg.log_trigger_size_mb * 1024 * 1024,
+            keeps_early_impulses=self.sink.keeps_early_impulses, digests=self)
         self.secret = self.link_options.secret or registry.link_secret(home)
         # A Raft cluster holding registrations of instances this registry lacks (callees
         # on other machines): ``ic --registry``, else this instance's own log store.
         self.registry_cluster = reg.log_store
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
-        self.trigger_bytes = reg.log_trigger_size_mb * 1024 * 1024
         self.receive_port, self.send_port, self.ic_port = (
             reg.receive_port, reg.send_port, reg.ic_port)
-        self.phase = Phase.STARTING
         # Whether outbound links may connect yet: nothing of a first start may reach
         # another instance before its record 0 is durable, and a follower only keeps
         # their numbering.
         self.links_active = True
-        # Set once the binding was asked for the checkpoint that makes it primary (first
-        # start, live upgrade): its Impulses from then on are a primary's inputs, to be
-        # committed once live, even by a replica (which otherwise drops early ones).
-        self.binding_primary = False
-        # durable log state: its position and the inputs waiting for the next record
-        self.group = GroupCommit(reg.committer_id)
+        # the durable log
         self.log_n = 0
         self.writer: LogWriter | None = None
         self.write_lock = asyncio.Lock()
@@ -130,27 +134,23 @@ class Coordinator:
                                 else fsync_in_thread)
         # delivery and outputs
         self.send: asyncio.StreamWriter | None = None
-        self.last_delivered = -1
         self.wake = asyncio.Event()  # something to commit, or a checkpoint to take
         # While set, the links wait for the binding to read what was delivered.
         self.drain_wait: asyncio.Task[None] | None = None
-        self.self_calls = SelfCalls()  # the numbering of calls to itself
-        self.links: dict[str, OutboundLink] = {}
+        self.links: dict[str, OutboundLink] = {}  # each runs the core's outbox
         # Senders this registry lacks are looked up in ``registry_cluster`` (read at each
         # lookup: ``ic --registry`` sets it after this).
         self.senders = KnownSenders(home, lambda: self.registry_cluster, self.log, self.spawn)
         self.link_server = LinkServer(
-            self.name, home, self.secret, self.ic_port, lambda s: self.inputs.get(s, 0),
-            lambda item: outputs.submit(self, item), self.log,
-            known=self.senders.known_sender, burst_done=lambda: commit.after_burst(self))
+            self.name, home, self.secret, self.ic_port, self.core.logged,
+            self.core.link_record, self.log, known=self.senders.known_sender,
+            burst_done=lambda: commit.after_burst(self))
         # Where the link server listens, and the host others dial (epoch claims name it).
         self.ic_host = self.advertise = ""
         self.set_link_hosts(reg.ic_host, reg.advertise_host)
         # checkpoints and the replay digest
-        self.checkpoints = CheckpointCollector()
-        self.digest: DigestWriter | None = None
-        self.digest_skip = 0
-        self.ckpt = CheckpointPlan()  # when the log switches and a checkpoint is taken
+        self.checkpoint_wait: asyncio.Future[CheckpointData] | None = None
+        self.digest_file: DigestWriter | None = None
         self.initial: asyncio.Future[InitialMessage] | None = None
         # Checkpoints this recovery passed over as damaged: not counted as kept.
         self.damaged: set[int] = set()
@@ -162,35 +162,72 @@ class Coordinator:
         self._tasks: list[asyncio.Task[Any]] = []
         self._done: asyncio.Future[tuple[int, str]] | None = None
 
-    # The log's position and the waiting inputs are the group-commit rule's.
+    # The state the core decides on, by the names the flows use.
+    @property
+    def who(self) -> str:
+        """How log lines name this coordinator."""
+        return self.core.who
+
+    @who.setter
+    def who(self, value: str) -> None:
+        self.core.who = value
+
+    @property
+    def phase(self) -> Phase:
+        return self.core.phase
+
+    @property
+    def group(self) -> GroupCommit:
+        return self.core.group
+
     @property
     def pending(self) -> collections.deque[PendingInput]:
-        return self.group.pending
+        return self.core.group.pending
 
     @property
     def next_seq(self) -> int:
-        return self.group.next_seq
+        return self.core.group.next_seq
 
     @next_seq.setter
     def next_seq(self, value: int) -> None:
-        self.group.next_seq = value
+        self.core.group.next_seq = value
 
     @property
     def inputs(self) -> dict[str, int]:
-        return self.group.inputs
+        return self.core.group.inputs
 
     @inputs.setter
     def inputs(self, value: dict[str, int]) -> None:
-        self.group.inputs = value
+        self.core.group.inputs = value
+
+    @property
+    def self_calls(self) -> SelfCalls:
+        return self.core.self_calls
+
+    @property
+    def ckpt(self) -> CheckpointPlan:
+        return self.core.ckpt
+
+    @property
+    def last_delivered(self) -> int:
+        return self.core.last_delivered
+
+    @last_delivered.setter
+    def last_delivered(self, value: int) -> None:
+        self.core.last_delivered = value
+
+    @property
+    def trigger_bytes(self) -> int:
+        return self.core.trigger_bytes
 
     @property
     def switch_requested(self) -> bool:
         """The committer switches logs between its next two records."""
-        return self.ckpt.switch_wanted
+        return self.core.ckpt.switch_wanted
 
     @property
     def ckpt_in_flight(self) -> bool:
-        return self.ckpt.in_flight
+        return self.core.ckpt.in_flight
 
     def set_link_hosts(self, host: str, advertise: str) -> None:
         """Listen for links as registered (``host``, dialled at ``advertise``), unless
@@ -212,7 +249,43 @@ class Coordinator:
         print(f"ambrosia-ic: {self.who}: {text}", file=self.stderr, flush=True)
 
     def set_phase(self, new: Phase) -> None:
-        self.phase = next_phase(self.who, self.phase, new)
+        self.core.set_phase(new)
+
+    def run_actions(self) -> None:
+        """Run what the core asked for since the last time (after each of its events)."""
+        core = self.core
+        if core.actions:
+            for action in core.take_actions():
+                if type(action) is OpenLink:
+                    outputs.open_link(self, action.dest)
+                elif type(action) is CheckpointReceived:
+                    fut, self.checkpoint_wait = self.checkpoint_wait, None
+                    if fut is not None and not fut.done():
+                        fut.set_result(action.data)
+                elif type(action) is InitialReceived:
+                    if self.initial is not None and not self.initial.done():
+                        self.initial.set_result(action.message)
+                elif type(action) is LogLine:
+                    self.log(action.text)
+        if core.wake:
+            core.wake = False
+            self.wake.set()
+
+    def begin(self, n: int) -> DigestWriter | None:
+        """The core's ``Digests`` port: checkpoint ``n``'s digest starts (as files)."""
+        if self.digest_file is not None:
+            self.digest_file.close()
+            self.digest_file = None
+        if self.sink.writes_digests:
+            self.digest_file = DigestWriter(digest_path(self.dir, n), keep=0)
+        return self.digest_file
+
+    def set_digest(self, digest: DigestWriter | None, skip: int = 0) -> None:
+        """Outputs go to ``digest`` from now on (the first ``skip`` it holds already)."""
+        if self.digest_file is not None and self.digest_file is not digest:
+            self.digest_file.close()
+        self.digest_file = self.core.digest = digest
+        self.core.digest_skip = skip
 
     def finish(self, code: int, message: str) -> None:
         """Stop with exit code ``code``, logging ``message`` (the first call wins)."""
@@ -322,5 +395,5 @@ class Coordinator:
             self.send.close()
         if self.writer is not None:
             self.writer.close()
-        if self.digest is not None:
-            self.digest.close()
+        if self.digest_file is not None:
+            self.digest_file.close()

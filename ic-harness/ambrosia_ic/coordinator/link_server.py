@@ -37,7 +37,6 @@ from ..links import (
     not_registered,
 )
 from .frames import LinkRecord, LinkRecords
-from .intake import LinkIntake
 
 __all__ = ["ACK_DELAY", "LinkServer"]
 
@@ -46,8 +45,8 @@ ACK_DELAY = 0.002  # seconds: acknowledgements made within this go out together
 # reconnects and sends again from the position acknowledged); idle between records is fine.
 STALL_SECONDS = 30.0
 
-# (input key, link sequence number, message bytes), as the commit queue holds them.
-Submit = Callable[[tuple[str | None, int | None, bytes]], None]
+# What takes a sender's record (the core's ``link_record``: the new calls are queued once).
+OnRecord = Callable[[str, LinkRecord], None]
 
 
 class LinkServer:
@@ -55,13 +54,13 @@ class LinkServer:
 
     Args:
         logged: the last link sequence number logged from a sender (0: none).
-        submit: queues an input for the committer.
+        on_record: takes each record a sender sends (in order, per connection).
         known: whether a sender may link (default: registered in ``home``).
         burst_done: called after each read from a link (the coordinator commits).
     """
 
     def __init__(self, name: str, home: Path, secret: bytes, port: int,
-                 logged: Callable[[str], int], submit: Submit,
+                 logged: Callable[[str], int], on_record: OnRecord,
                  log: Callable[[str], None],
                  known: Callable[[str], Awaitable[bool]] | None = None,
                  burst_done: Callable[[], None] = lambda: None) -> None:
@@ -71,8 +70,7 @@ class LinkServer:
         self.port = port
         self.host = LOOPBACK  # the replica's bind host, set before ``open``
         self._logged = logged
-        self._intake = LinkIntake(logged)
-        self._submit = submit
+        self._on_record = on_record
         self._log = log
         self._known = known
         self._burst_done = burst_done
@@ -172,16 +170,6 @@ class LinkServer:
     def _left(self, sender: str, transport: asyncio.Transport) -> None:
         self._inbound.get(sender, set()).discard(transport)
 
-    def _on_record(self, sender: str, rec: LinkRecord) -> None:
-        """One record: its new calls are queued as the bytes that came (checked, not
-        decoded); which are new is ``LinkIntake``'s rule."""
-        if rec.seq_id < 0:
-            self._submit((None, None, rec.body))  # Impulses: unnumbered, at most once
-            return
-        body = self._intake.take(sender, rec.seq_id, rec.calls, rec.body)
-        if body is not None:
-            self._submit((sender, rec.seq_id, body))
-
 
 class _Inbound(asyncio.Protocol):
     """One inbound link: the handshake, then records until it breaks. A peer that fails
@@ -268,7 +256,7 @@ class _Inbound(asyncio.Protocol):
         try:
             for rec in self.records.receive_data(data):
                 server._on_record(sender, rec)
-        except RemoteProtocolError as err:
+        except RemoteProtocolError as err:  # a broken record, or a gap in the calls
             server._log(f"link from {sender} broke the protocol: {err}")
             assert self.transport is not None
             self.transport.close()

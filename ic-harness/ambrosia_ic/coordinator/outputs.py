@@ -1,10 +1,8 @@
-"""Routing the binding's outputs: self-calls into the commit queue, calls to other
-instances onto outbound links, and the numbering that lets a replay drop what was
-already logged.
-
-Replayable outputs are numbered per destination, the instance itself included: a replay
-that regenerates them can then tell which ones were already logged (by us, for
-self-calls, or by the destination, for links). Impulses carry no number: at most once.
+"""Outbound links: the core (``core.CoordinatorCore``) routes the binding's outputs into
+one outbox per destination; here each outbox gets its link, which finds where the
+destination runs (its registration, the epoch files of an active/active one, the claims
+in its Raft log store) and takes registrations from a cluster when this registry lacks
+them.
 """
 
 from __future__ import annotations
@@ -15,118 +13,30 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ambrosia_py.errors import RegistryError
-from ambrosia_py.wire import OutgoingRpc, check_bytes
 
 from .. import registry
 from ..lease import current_primary
 from ..links import OutboundLink
-from ..logstore import is_impulse
 from ..registry.raft_address import without_secret
 from .cluster_primary import ClaimMark, ClusterPrimary, claimed_address, known_claim
-from .phase import Phase
 
 if TYPE_CHECKING:
-    from ambrosia_py.wire.outgoing import OutgoingFrame
 
-    from .lifecycle import Coordinator, PendingInput
+    from .lifecycle import Coordinator
 
 ADOPT_RETRY = 1.0  # seconds between looks for a registration not yet in the cluster
 # Seconds between looks in the cluster for a newer registration of a destination taken
 # from there, while its link cannot connect.
 REFRESH_EVERY = 2.0
 
-__all__ = ["link_to", "restore", "route", "route_frame", "route_frames", "snapshot", "submit",
-           "trim_self"]
+__all__ = ["link_to", "open_link", "restore"]
 
-def route(c: Coordinator, rpc: OutgoingRpc) -> None:
-    """One output of the binding that the general decoder read (anything the bytes path
-    of ``reading`` leaves to it)."""
-    route_frame(c, rpc.destination, rpc.incoming().encode(), rpc.encode(), is_impulse(rpc))
-
-
-def route_frames(c: Coordinator, frames: list[OutgoingFrame]) -> None:
-    """``route_frame`` for each of a read's outputs in turn (the hot path). A run of
-    replayable calls to one other instance goes to its link and into the digest in one
-    call each: ``c.last_delivered`` cannot change within a read, and the digest and the
-    link keep their own order."""
-    i = 0
-    n = len(frames)
-    while i < n:
-        dest, _, _, impulse = frames[i]
-        digest = c.digest
-        if impulse or dest == "" or dest == c.name or digest is None or c.digest_skip:
-            route_frame(c, *frames[i])
-            i += 1
-            continue
-        j = i + 1
-        while j < n and frames[j][0] == dest and not frames[j][3]:
-            j += 1
-        run = frames[i:j] if i or j < n else frames
-        digest.add_run([check_bytes(f[2]) for f in run], c.last_delivered)
-        (c.links.get(dest) or link_to(c, dest)).add_run([f[1] for f in run])
-        i = j
-
-
-def route_frame(c: Coordinator, destination: str, incoming: bytes, frame: bytes,
-                impulse: bool) -> None:
-    """One output of the binding, as bytes (the hot path: one call per RPC it sends).
-
-    ``frame`` is the output as the binding sent it, ``incoming`` the same call in the
-    form its destination receives."""
-    if not impulse and c.digest is not None:
-        if c.digest_skip:
-            c.digest_skip -= 1
-        else:
-            c.digest.add(check_bytes(frame), c.last_delivered)
-    if destination == "" or destination == c.name:
-        if impulse:
-            submit(c, (None, None, incoming))
-            return
-        seq = c.self_calls.number(incoming, c.inputs.get(c.name, 0))
-        if seq is not None:  # else a replay regenerated a call the log holds
-            submit(c, (c.name, seq, incoming))
-    else:
-        link = c.links.get(destination) or link_to(c, destination)
-        if impulse:
-            link.add_impulse(incoming)
-        else:
-            link.add(incoming)
-
-
-def submit(c: Coordinator, item: PendingInput) -> None:
-    """Queue an input for the committer (it commits only once live)."""
-    if (item[0] is None and c.phase is not Phase.LIVE and not c.sink.keeps_early_impulses
-            and not c.binding_primary):
-        c.log("dropped an Impulse the binding sent while recovering")
-        return
-    c.pending.append(item)
-    if c.phase is Phase.LIVE:
-        c.wake.set()
-
-
-def trim_self(c: Coordinator) -> None:
-    """Forget self-calls the log now holds."""
-    c.self_calls.trim(c.inputs.get(c.name, 0))
-
-
-def snapshot(c: Coordinator) -> dict[str, Any]:
-    """Per destination, the next number and the outputs not yet acknowledged."""
-    out: dict[str, Any] = {d: link.snapshot() for d, link in c.links.items()}
-    out[c.name] = c.self_calls.snapshot()
-    return out
-
-
-def restore(c: Coordinator, outputs: dict[str, dict[str, Any]]) -> None:
-    """Take back a checkpoint's outputs snapshot (``c.inputs`` already restored)."""
-    for dest, out in outputs.items():
-        if dest == c.name:  # made before the checkpoint, never logged: log them now
-            for seq, body in c.self_calls.restore(out, c.inputs.get(c.name, 0)):
-                c.pending.append((c.name, seq, body))
-        else:
-            unacked = [(int(s), bytes(b)) for s, b in out["unacked"]]
-            link = _make_link(c, dest, out["next"], unacked)
-            if c.links_active:
-                link.start()
+def restore(c: Coordinator, next_seq: int, inputs: dict[str, int],
+            outputs: dict[str, dict[str, Any]]) -> None:
+    """Take back a checkpoint's position and outputs snapshot (``core.restore``), and
+    make the links it names."""
+    c.core.restore(next_seq, inputs, outputs)
+    c.run_actions()
 
 
 # ------------------------------------------------------------------ outbound links
@@ -248,29 +158,32 @@ async def _refresh(c: Coordinator, cluster: str, dest: str) -> None:
         c.log(f"the registration of {dest!r} in {shown} was not taken: {err}")
 
 
-def _make_link(c: Coordinator, dest: str, next_seq: int = 1,
-               unacked: list[tuple[int, bytes]] | None = None) -> OutboundLink:
+def open_link(c: Coordinator, dest: str) -> OutboundLink:
+    """The link that runs the core's outbox for ``dest`` (started, if links may run)."""
+    link = c.links.get(dest)
+    if link is not None:
+        return link
+    try:
+        registry.load(dest, c.home)
+    except RegistryError as err:
+        if c.registry_cluster and not registry.registration_exists(dest, c.home):
+            c.log(f"calls to {dest!r} wait for its registration from the cluster at "
+                  f"{without_secret(c.registry_cluster)}")
+            c.spawn(_adopt(c, c.registry_cluster, dest))
+        else:
+            c.log(f"calls to {dest!r} will wait: {err}")
     # Flushed by the binding's reader after each read (``reading``), not a loop turn later.
-    link = OutboundLink(c.name, dest, c.secret, _address(c, dest), c.log, next_seq, unacked,
-                        flush_soon=False, unreachable=_refresher(c, dest))
+    link = OutboundLink(c.name, dest, c.secret, _address(c, dest), c.log,
+                        box=c.core.outboxes[dest], flush_soon=False,
+                        unreachable=_refresher(c, dest))
     c.links[dest] = link
+    if c.links_active:
+        link.start()
     return link
 
 
 def link_to(c: Coordinator, dest: str) -> OutboundLink:
-    """The outbound link to ``dest``, made (and started, if links may run) on first use."""
-    link = c.links.get(dest)
-    if link is None:
-        try:
-            registry.load(dest, c.home)
-        except RegistryError as err:
-            if c.registry_cluster and not registry.registration_exists(dest, c.home):
-                c.log(f"calls to {dest!r} wait for its registration from the cluster at "
-                      f"{without_secret(c.registry_cluster)}")
-                c.spawn(_adopt(c, c.registry_cluster, dest))
-            else:
-                c.log(f"calls to {dest!r} will wait: {err}")
-        link = _make_link(c, dest)
-        if c.links_active:
-            link.start()
-    return link
+    """The outbound link to ``dest``, made on first use."""
+    c.core.outbox(dest)
+    c.run_actions()
+    return c.links[dest]

@@ -168,6 +168,7 @@ async def first_start(c: Coordinator) -> None:
     check_no_orphan_logs(c.dir)  # never start afresh over a history that happened
     remove_first_start_leftovers(c.dir)
     c.initial = asyncio.get_running_loop().create_future()
+    c.core.awaiting_initial = True
     fut = checkpoints.ask(c, 1, TakeBecomingPrimaryCheckpoint())
     assert c.send is not None
     await c.send.drain()
@@ -178,22 +179,20 @@ async def first_start(c: Coordinator) -> None:
     await asyncio.to_thread(fsync_dir, c.dir)
     # The InitialMessage, echoed whole, is the first data record (with the self-calls
     # the binding made while starting, as the committer would batch them).
-    c.pending.appendleft((None, None, initial.encode()))
+    c.core.first_record(initial)
     await commit.commit_batch(c)
 
 
 async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
     c.set_phase(Phase.RECOVERING)
-    c.next_seq = plan.next_seq
-    c.inputs = dict(plan.inputs)
+    outputs.restore(c, plan.next_seq, plan.inputs, plan.outputs)
     c.last_delivered = plan.start_seq - 1
-    outputs.restore(c, plan.outputs)
     for k in file_numbers(c.dir, DIGEST_PREFIX):  # digests of checkpoints never made
         if k > plan.number:
             (c.dir / f"{DIGEST_PREFIX}{k}").unlink()
     dpath = digest_path(c.dir, plan.number)
-    c.digest_skip = len(read_digest(dpath))
-    c.digest = DigestWriter(dpath, keep=c.digest_skip)
+    skip = len(read_digest(dpath))
+    c.set_digest(DigestWriter(dpath, keep=skip), skip)
     send = c.send
     assert send is not None
     write_unless_closing(send, encode_checkpoint_record(c.cid, plan.checkpoint.size))
@@ -234,9 +233,7 @@ async def _upgrade(c: Coordinator, new_n: int) -> None:
     new_dir.mkdir(parents=True, exist_ok=True)
     c.new_lock = InstanceLock(new_dir)
     c.new_lock.acquire()
-    if c.digest is not None:
-        c.digest.close()
-        c.digest = None
+    c.set_digest(None)
     c.dir = new_dir  # the new version's digest starts with its checkpoint
     data = await checkpoints.collect(c, new_n, UpgradeTakeCheckpoint())
     await checkpoints.save(c, new_dir, new_n, data)

@@ -1,0 +1,445 @@
+"""What a coordinator decides for its instance, without I/O: a sans-IO machine.
+
+Events come in as method calls:
+
+- ``receive_binding``: bytes read from the binding (its outputs are routed, its other
+  messages checked and acted on; malformed bytes or a message out of turn raise);
+- ``link_record``: a record from a linked sender (the new calls are queued once);
+- ``take`` and ``durable``: the next log record is taken, then made durable by the shell;
+- ``ask_checkpoint``, ``restore``, ``first_record``, ``set_phase``: the start-up and
+  checkpoint steps of the shell's flows.
+
+What the shell must do comes out as data: the typed ``actions`` it runs in order after
+each event (open a link for a new destination, wake the committer, hand over a
+checkpoint the binding streamed back or the InitialMessage, log a line), and the byte
+streams it pulls: the next record to write (``take``), what a durable record lets go
+(``Durable``: bytes to deliver, positions to acknowledge), and each destination's
+``LinkOutbox`` (what to write on its link).
+
+The rules themselves are the small sans-IO pieces beside this module, each checked on
+its own: ``group_commit``, ``intake``, ``self_calls``, ``checkpoint_plan``, ``phase``,
+and ``links.LinkOutbox``. The replay digest is a port (``Digests``): the shell's writes
+files, a simulation's keeps nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import attrs
+
+from ambrosia_py.errors import RemoteProtocolError, UnexpectedMessageError
+from ambrosia_py.wire import (
+    AttachTo,
+    BecomingPrimary,
+    Checkpoint,
+    CheckpointChunk,
+    CheckpointEnd,
+    Incomplete,
+    InitialMessage,
+    Message,
+    MessageStreamDecoder,
+    OutgoingRpc,
+    RpcBatch,
+    TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
+    UpgradeTakeCheckpoint,
+    check_bytes,
+    decode_zz32,
+    encode_control_record,
+)
+
+from ..links import LinkOutbox
+from ..logstore import is_impulse
+from .checkpoint_plan import CheckpointPlan, Event
+from .frames import LinkRecord, OutgoingFrame, batch_frames, outgoing_frames
+from .group_commit import Durable, GroupCommit, PendingInput, Record
+from .intake import LinkIntake
+from .phase import Phase, next_phase
+from .self_calls import SelfCalls
+
+__all__ = ["Action", "CheckpointData", "CheckpointReceived", "CoordinatorCore", "Digest",
+           "Digests", "InitialReceived", "LogLine", "OpenLink"]
+
+# (the binding's Checkpoint message, its raw chunks, the outputs snapshot)
+CheckpointData = tuple[bytes, list[bytes], dict[str, Any]]
+
+# A partial frame at the end of a read is kept for the bytes path up to this size; a
+# bigger one (a large call or checkpoint) goes to the decoder, which joins its chunks once.
+_KEEP_PARTIAL = 1 << 20
+
+
+@attrs.frozen
+class OpenLink:
+    """A destination got its first output (or was restored): make its link."""
+
+    dest: str
+
+
+@attrs.frozen
+class CheckpointReceived:
+    """The binding streamed back checkpoint ``n`` whole."""
+
+    n: int
+    data: CheckpointData
+
+
+@attrs.frozen
+class InitialReceived:
+    """The binding's InitialMessage came, as a first start waits for."""
+
+    message: InitialMessage
+
+
+@attrs.frozen
+class LogLine:
+    text: str
+
+
+Action = OpenLink | CheckpointReceived | InitialReceived | LogLine
+
+
+class Digest(Protocol):
+    """Where the replay digest of one checkpoint interval goes (see ``logstore.digest``)."""
+
+    def add(self, output_hash: int, seq_id: int) -> None: ...
+
+    def add_run(self, output_hashes: list[int], seq_id: int) -> None: ...
+
+
+class Digests(Protocol):
+    """Starts the digest of checkpoint ``n``'s interval (the previous one is finished);
+    None: this coordinator keeps no digest."""
+
+    def begin(self, n: int) -> Digest | None: ...
+
+
+class CoordinatorCore:
+    """The decisions of one instance's coordinator.
+
+    Args:
+        name: the instance's name.
+        cid: the committer id stamped into every record.
+        trigger_bytes: a log this large is switched (and, standalone, checkpointed).
+        keeps_early_impulses: Impulses the binding sends before the coordinator is live
+            are kept (a replica's sink), not dropped.
+        digests: where the replay digest goes (None: nowhere).
+    """
+
+    def __init__(self, name: str, cid: int, *, trigger_bytes: int = 1 << 62,
+                 keeps_early_impulses: bool = False, digests: Digests | None = None) -> None:
+        self.name = name
+        self.who = name  # how errors name this coordinator
+        self.cid = cid
+        self.trigger_bytes = trigger_bytes
+        self.keeps_early_impulses = keeps_early_impulses
+        self.digests = digests
+        self.phase = Phase.STARTING
+        self.group = GroupCommit(cid)
+        self.intake = LinkIntake(self.logged)
+        self.self_calls = SelfCalls()
+        self.outboxes: dict[str, LinkOutbox] = {}
+        self.ckpt = CheckpointPlan()
+        # Set once the binding was asked for the checkpoint that makes it primary (first
+        # start, live upgrade): its Impulses from then on are a primary's inputs, to be
+        # committed once live, even by a replica (which otherwise drops early ones).
+        self.binding_primary = False
+        self.awaiting_initial = False  # a first start waits for the InitialMessage
+        self.last_delivered = -1  # the last record the binding received
+        self.digest: Digest | None = None
+        self.digest_skip = 0  # outputs a recovery's replay regenerates, digested already
+        self.actions: list[Action] = []
+        self.wake = False  # the committer has inputs to commit (set once live)
+        self._expect: int | None = None  # the checkpoint asked for
+        self._parts: CheckpointData | None = None
+        # the binding's stream
+        self._decoder = MessageStreamDecoder()
+        self._limit = self._decoder.max_frame_size
+        self._names: dict[bytes, str] = {}
+        self._rest = b""
+
+    # ------------------------------------------------------------------ state
+    def logged(self, sender: str) -> int:
+        """The last call from ``sender`` the log holds (0: none)."""
+        return self.group.inputs.get(sender, 0)
+
+    def set_phase(self, new: Phase) -> None:
+        self.phase = next_phase(self.who, self.phase, new)
+
+    def take_actions(self) -> list[Action]:
+        actions, self.actions = self.actions, []
+        return actions
+
+    # ------------------------------------------------------------------ the binding
+    def receive_binding(self, data: bytes) -> None:
+        """Bytes read from the binding. Plain RPC frames take the bytes path
+        (``frames.outgoing_frames``); from the first frame that is anything else until
+        the decoder is back at a frame boundary, the stream goes through the decoder.
+
+        Raises:
+            RemoteProtocolError: malformed bytes.
+            UnexpectedMessageError: a message a binding does not send, or out of turn.
+        """
+        decoder = self._decoder
+        if decoder.at_boundary:
+            buf = self._rest + data if self._rest else data
+            limit, names = self._limit, self._names
+            got, pos = outgoing_frames(buf, 0, limit, names)
+            while True:
+                self.route_frames(got)
+                if pos >= len(buf) or (batch := batch_frames(buf, pos, limit, names)) is None:
+                    break
+                got, pos = batch
+                more, pos = outgoing_frames(buf, pos, limit, names)
+                got += more
+            self._rest = buf[pos:]
+            if self._rest and not _partial(self._rest, limit):
+                decoder.receive_data(self._rest)
+                self._rest = b""
+        else:
+            decoder.receive_data(data)
+        if not decoder.at_boundary:
+            for ev in decoder.drain():
+                self.on_message(ev)
+
+    def on_message(self, ev: Any) -> None:
+        """One decoded message from the binding.
+
+        Raises:
+            UnexpectedMessageError: a message a binding does not send, or one out of turn.
+        """
+        t = type(ev)
+        if t is OutgoingRpc:
+            self.route(ev)
+        elif t is RpcBatch:
+            for rpc in ev.rpcs:
+                self.route(rpc)
+        elif t is CheckpointChunk:
+            if self._parts is None:
+                raise UnexpectedMessageError("a checkpoint chunk outside a checkpoint")
+            self._parts[1].append(ev.data)
+        elif t is Checkpoint:
+            self._begin_checkpoint(ev)
+        elif t is CheckpointEnd:
+            self._end_checkpoint()
+        elif t is AttachTo:
+            if ev.destination not in ("", self.name):
+                self.outbox(ev.destination)
+        elif t is TakeCheckpoint:
+            if self.phase is Phase.LIVE and self.ckpt.on(Event.ASKED):
+                self.wake = True
+        elif t is InitialMessage:
+            if not self.awaiting_initial:
+                raise UnexpectedMessageError("an InitialMessage outside a first start")
+            self.awaiting_initial = False
+            self.actions.append(InitialReceived(ev))
+        else:
+            raise UnexpectedMessageError(f"{t.__name__} from a binding")
+
+    # ------------------------------------------------------------------ routing
+    def route(self, rpc: OutgoingRpc) -> None:
+        """One output the general decoder read."""
+        self.route_frame(rpc.destination, rpc.incoming().encode(), rpc.encode(),
+                         is_impulse(rpc))
+
+    def route_frames(self, frames: list[OutgoingFrame]) -> None:
+        """``route_frame`` for each of a read's outputs in turn (the hot path). A run of
+        replayable calls to one other instance goes to its outbox and into the digest in
+        one call each: ``last_delivered`` cannot change within a read, and the digest and
+        the outbox keep their own order."""
+        i = 0
+        n = len(frames)
+        name = self.name
+        while i < n:
+            dest, _, _, impulse = frames[i]
+            digest = self.digest
+            if impulse or dest == "" or dest == name or digest is None or self.digest_skip:
+                self.route_frame(*frames[i])
+                i += 1
+                continue
+            j = i + 1
+            while j < n and frames[j][0] == dest and not frames[j][3]:
+                j += 1
+            run = frames[i:j] if i or j < n else frames
+            digest.add_run([check_bytes(f[2]) for f in run], self.last_delivered)
+            (self.outboxes.get(dest) or self.outbox(dest)).add_run([f[1] for f in run])
+            i = j
+
+    def route_frame(self, destination: str, incoming: bytes, frame: bytes,
+                    impulse: bool) -> None:
+        """One output of the binding, as bytes: ``frame`` as the binding sent it,
+        ``incoming`` the same call in the form its destination receives.
+
+        Replayable outputs are numbered per destination, the instance itself included: a
+        replay that regenerates them can then tell which ones were already logged (by
+        us, for self-calls, or by the destination, for links). Impulses carry no number:
+        at most once."""
+        if not impulse and self.digest is not None:
+            if self.digest_skip:
+                self.digest_skip -= 1
+            else:
+                self.digest.add(check_bytes(frame), self.last_delivered)
+        if destination == "" or destination == self.name:
+            if impulse:
+                self.submit((None, None, incoming))
+                return
+            seq = self.self_calls.number(incoming, self.logged(self.name))
+            if seq is not None:  # else a replay regenerated a call the log holds
+                self.submit((self.name, seq, incoming))
+        else:
+            box = self.outboxes.get(destination) or self.outbox(destination)
+            if impulse:
+                box.add_impulse(incoming)
+            else:
+                box.add(incoming)
+
+    def outbox(self, dest: str, next_seq: int = 1,
+               unacked: list[tuple[int, bytes]] | None = None) -> LinkOutbox:
+        """The outbox of ``dest``, made (and its link asked for) on first use."""
+        box = self.outboxes.get(dest)
+        if box is None:
+            box = self.outboxes[dest] = LinkOutbox(next_seq, unacked)
+            self.actions.append(OpenLink(dest))
+        return box
+
+    def submit(self, item: PendingInput) -> None:
+        """Queue an input for the log (it is committed only once live). An Impulse the
+        binding sends while recovering is dropped: a replay regenerates what it replays
+        and its Impulses were the old life's (unless the binding was made primary, or
+        a replica's sink keeps them for when it takes over)."""
+        if (item[0] is None and self.phase is not Phase.LIVE and not self.keeps_early_impulses
+                and not self.binding_primary):
+            self.actions.append(LogLine("dropped an Impulse the binding sent while "
+                                        "recovering"))
+            return
+        self.group.pending.append(item)
+        if self.phase is Phase.LIVE:
+            self.wake = True
+
+    # ------------------------------------------------------------------ links in
+    def link_record(self, sender: str, rec: LinkRecord) -> None:
+        """One record from a linked sender: its new calls are queued as the bytes that
+        came; which are new is ``LinkIntake``'s rule.
+
+        Raises:
+            UnexpectedMessageError: the record leaves a gap after what was taken.
+        """
+        if rec.seq_id < 0:
+            self.submit((None, None, rec.body))  # Impulses: unnumbered, at most once
+            return
+        body = self.intake.take(sender, rec.seq_id, rec.calls, rec.body)
+        if body is not None:
+            self.submit((sender, rec.seq_id, body))
+
+    # ------------------------------------------------------------------ the log
+    def first_record(self, initial: InitialMessage) -> None:
+        """A first start: the InitialMessage, echoed whole, is record 0's first input
+        (with the self-calls the binding made while starting)."""
+        self.group.pending.appendleft((None, None, initial.encode()))
+
+    def take(self, max_bytes: int, epoch: int | None = None) -> Record:
+        """The next record to write and sync (see ``GroupCommit.take``)."""
+        return self.group.take(max_bytes, epoch)
+
+    def durable(self, record: Record, log_size: int) -> Durable:
+        """``record`` is durable (the log now holds ``log_size`` bytes): what it lets go
+        to the binding and the senders."""
+        out = self.group.durable(record, self.name)
+        self.last_delivered = record.seq_id
+        self.self_calls.trim(self.logged(self.name))
+        if log_size >= self.trigger_bytes:
+            self.ckpt.on(Event.SIZE_REACHED)
+        return out
+
+    def followed(self, seq_id: int, inputs: dict[str, int]) -> None:
+        """A follower delivered record ``seq_id``, written by another replica: the
+        log's position moves past it (call ``caught_up`` after a run of them)."""
+        self.last_delivered = seq_id
+        self.group.next_seq = seq_id + 1
+        self.group.inputs.update(inputs)
+
+    def caught_up(self) -> None:
+        """After followed records: the self-calls the log now holds are forgotten, and
+        dropped from what waits (the replica that wrote them logged them)."""
+        done = self.logged(self.name)
+        self.self_calls.trim(done)
+        pending = self.group.pending
+        kept = [p for p in pending
+                if not (p[0] == self.name and p[1] is not None and p[1] <= done)]
+        pending.clear()
+        pending.extend(kept)
+
+    # ------------------------------------------------------------------ checkpoints
+    def ask_checkpoint(self, n: int, request: Message) -> bytes:
+        """Checkpoint ``n`` is asked for with ``request``; returns the bytes to deliver.
+        The binding answers with a Checkpoint message, chunks and the end of the stream
+        (``CheckpointReceived``)."""
+        self._expect = n
+        if isinstance(request, (TakeBecomingPrimaryCheckpoint, UpgradeTakeCheckpoint)):
+            self.binding_primary = True  # it is primary once it has sent this checkpoint
+        return encode_control_record(self.cid, request)
+
+    def become_primary(self) -> bytes:
+        """The bytes that tell a binding that finished its replay it is primary."""
+        self.binding_primary = True
+        return encode_control_record(self.cid, BecomingPrimary())
+
+    def _begin_checkpoint(self, ev: Checkpoint) -> None:
+        """The outputs the binding sent before its Checkpoint message came from records
+        before the checkpoint, so the snapshot of unacknowledged outputs stored with it
+        is taken exactly now; from here on its outputs belong to the next interval, and
+        so does the digest."""
+        n = self._expect
+        if n is None or self._parts is not None:
+            raise UnexpectedMessageError("a Checkpoint the coordinator did not ask for")
+        if self.awaiting_initial:
+            raise UnexpectedMessageError("a Checkpoint before the InitialMessage")
+        self._parts = (ev.encode(), [], self.snapshot())
+        if self.digests is not None:
+            self.digest = self.digests.begin(n)
+        self.digest_skip = 0
+
+    def _end_checkpoint(self) -> None:
+        parts, n = self._parts, self._expect
+        if parts is None or n is None:
+            raise UnexpectedMessageError("a checkpoint's end outside a checkpoint")
+        self._parts = self._expect = None
+        self.actions.append(CheckpointReceived(n, parts))
+
+    @property
+    def checkpoint_expected(self) -> int | None:
+        """The number of the checkpoint asked for and not yet received, if any."""
+        return self._expect
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per destination, the next number and the outputs not yet acknowledged."""
+        out: dict[str, Any] = {d: box.snapshot() for d, box in self.outboxes.items()}
+        out[self.name] = self.self_calls.snapshot()
+        return out
+
+    def restore(self, next_seq: int, inputs: dict[str, int],
+                outputs: dict[str, dict[str, Any]]) -> None:
+        """Take back a checkpoint's position and outputs snapshot. Self-calls made
+        before the checkpoint and never logged are queued now; each destination's
+        outbox is made again (and its link asked for)."""
+        self.group.next_seq = next_seq
+        self.group.inputs = dict(inputs)
+        for dest, out in outputs.items():
+            if dest == self.name:
+                for seq, body in self.self_calls.restore(out, self.logged(self.name)):
+                    self.group.pending.append((self.name, seq, body))
+            else:
+                self.outbox(dest, int(out["next"]),
+                            [(int(s), bytes(b)) for s, b in out["unacked"]])
+
+
+def _partial(rest: bytes, limit: int) -> bool:
+    """Whether ``rest`` is the start of a frame of at most ``_KEEP_PARTIAL`` bytes that
+    the next read may complete (anything else goes to the decoder)."""
+    try:
+        size, body = decode_zz32(rest, 0)
+    except Incomplete:
+        return len(rest) < 5
+    except RemoteProtocolError:
+        return False
+    return 0 < size <= min(limit, _KEEP_PARTIAL) and body + size > len(rest)
