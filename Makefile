@@ -67,6 +67,7 @@ bench: $(STAMP) $(RAFT_STAMP)
 	$(PY) bench/run.py
 
 chaos: $(STAMP)
+	$(PY) -m tests.sim --seeds 100000
 	$(PY) bench/chaos.py --requests 2000 --kills 20
 
 clean:

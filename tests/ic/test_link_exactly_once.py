@@ -17,8 +17,8 @@ from ambrosia_ic.links import LinkOutbox
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import UnexpectedMessageError
 from ambrosia_py.wire import HEADER_SIZE, Rpc
+from tests.sim.mutants import MUTANTS
 
 FRAME = len(Rpc(7, 1, (1).to_bytes(4, "little")).encode())
 
@@ -167,46 +167,14 @@ def test_every_call_is_logged_once_in_order_and_all_once_the_link_heals(
 
 
 # ------------------------------------------------------------------ the mutants it finds
-def _take_whole(self: LinkIntake, sender: str, seq_id: int, calls: int,
-                body: bytes) -> bytes | None:
-    """LinkIntake.take without its overlap skip: a record partly taken before is queued
-    whole."""
-    taken = self.position(sender)
-    if seq_id <= taken:
-        return None
-    if seq_id - calls + 1 > taken + 1:
-        raise UnexpectedMessageError("a gap")
-    self._taken[sender] = seq_id
-    return body
+# Of the mutants the many-coordinator simulation keeps (``tests/sim/mutants.py``), those
+# of the rules this one covers.
+KEPT = ["a resent record's overlap is queued again",
+        "calls are acknowledged before their record is written",
+        "a sender forgets one call too many"]
 
 
-_group_take = GroupCommit.take
-_outbox_trim = LinkOutbox.trim
-
-
-def _take_moving_positions(self: GroupCommit, max_bytes: int,
-                           epoch: int | None = None) -> Record:
-    """GroupCommit.take that moves the log's positions before the record is durable (an
-    acknowledgement that could go out before the log write)."""
-    record = _group_take(self, max_bytes, epoch)
-    self.inputs = record.inputs
-    return record
-
-
-def _trim_one_more(self: LinkOutbox, upto: int) -> None:
-    """LinkOutbox.trim forgetting the call after the position acknowledged."""
-    _outbox_trim(self, upto + 1)
-
-
-MUTANTS = {
-    "the receiver queues an overlapping record whole": (LinkIntake, "take", _take_whole),
-    "positions move before the record is durable": (GroupCommit, "take",
-                                                    _take_moving_positions),
-    "the sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
-}
-
-
-@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+@pytest.mark.parametrize("mutant", KEPT)
 def test_the_simulation_finds_each_kept_mutant(mutant: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     cls, name, replacement = MUTANTS[mutant]

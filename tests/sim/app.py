@@ -1,0 +1,54 @@
+"""The immortal every simulated instance runs: rounds of calls to every other instance,
+each round awaiting one answer, so that a run exercises self-calls, forks over links,
+awaited calls and their results, and handlers suspended across checkpoints.
+
+Instance ``i`` starts round 1 at its first start. Round ``k`` forks ``ping(i, k)`` to
+every peer, awaits ``echo(i, k)`` from one of them (round-robin), keeps the answer, and
+forks round ``k + 1`` to itself, up to ``rounds``. Whatever the crashes and partitions,
+each instance must end with ``applied[p] == [1..rounds]`` for every peer ``p`` (each
+ping once, in order), ``echoed[p]`` a subsequence of it (the rounds ``p`` awaited
+here), and ``answers == [10, 20, ...]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ambrosia_py import Immortal, fork, rpc
+
+
+class Rounds(Immortal):
+    def __init__(self) -> None:
+        self.applied: dict[str, list[int]] = {}  # per caller, the pings applied, in order
+        self.echoed: dict[str, list[int]] = {}  # per caller, the echoes answered
+        self.answers: list[int] = []  # the echoes this instance awaited
+        self.round = 0  # the last round started
+
+    def observed(self) -> dict[str, Any]:
+        """The state a check compares."""
+        return {"applied": self.applied, "echoed": self.echoed, "answers": self.answers,
+                "round": self.round}
+
+    def on_first_start(self) -> None:
+        self.self_proxy.run_round.fork(1)
+
+    @fork
+    async def run_round(self, k: int) -> None:
+        me = self.ctx.instance_name
+        peers: list[str] = list(self.ctx.config["peers"])
+        self.round = k
+        for p in peers:
+            self.immortal(p, Rounds).ping.fork(me, k)
+        answer = await self.immortal(peers[k % len(peers)], Rounds).echo(me, k)
+        self.answers.append(answer)
+        if k < int(self.ctx.config["rounds"]):
+            self.self_proxy.run_round.fork(k + 1)
+
+    @fork
+    def ping(self, origin: str, k: int) -> None:
+        self.applied.setdefault(origin, []).append(k)
+
+    @rpc
+    async def echo(self, origin: str, k: int) -> int:
+        self.echoed.setdefault(origin, []).append(k)
+        return k * 10
