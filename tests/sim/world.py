@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import attrs
-from ambrosia_ic.coordinator.checkpoint_plan import Event
 from ambrosia_ic.coordinator.core import (
     CheckpointData,
     CheckpointReceived,
@@ -53,7 +52,6 @@ from ambrosia_py.wire import (
     HEADER_SIZE,
     InitialMessage,
     TakeBecomingPrimaryCheckpoint,
-    TakeCheckpoint,
     encode_checkpoint_record,
 )
 from ambrosia_py.wire.records import HEADER
@@ -190,12 +188,9 @@ class Node:
         if self.disk.first_start_pending():
             self.disk.logs.clear()  # the leftovers of an interrupted first start
             self.disk.checkpoints.clear()
-            core.set_phase(Phase.FIRST_START)
-            core.awaiting_initial = True
-            self.deliver(core.ask_checkpoint(1, TakeBecomingPrimaryCheckpoint()))
+            self.deliver(core.begin_first_start())
             self.flow = "first"
             return
-        core.set_phase(Phase.RECOVERING)
         n = max(self.disk.checkpoints)
         saved = self.disk.checkpoints[n]
         replay = self.disk.durable_records(saved.next_seq)
@@ -203,8 +198,7 @@ class Node:
         # checkpoint's (``recovery.plan_recovery``).
         next_seq, inputs = ((replay[-1][0] + 1, replay[-1][2]) if replay
                             else (saved.next_seq, saved.inputs))
-        core.restore(next_seq, inputs, saved.outputs)
-        core.last_delivered = saved.next_seq - 1
+        core.begin_recovery(saved.next_seq, next_seq, inputs, saved.outputs)
         self.deliver(encode_checkpoint_record(core.cid, sum(map(len, saved.chunks)))
                      + b"".join(saved.chunks))
         for seq, wire, _ in replay:
@@ -308,9 +302,11 @@ class Node:
         n = self.log_n + 1
         self.writer = self.disk.open_log(n)
         self.log_n = n
-        core.ckpt.on(Event.SWITCHED)
-        self.asked = (n, (core.group.next_seq, dict(core.group.inputs)))
-        self.deliver(core.ask_checkpoint(n, TakeCheckpoint()))
+        asked = core.switch_log(n, self.sink.checkpoints_on_switch)
+        assert asked is not None
+        position, request = asked
+        self.asked = (n, position)
+        self.deliver(request)
 
     def _save_switch(self) -> None:
         assert self.asked is not None
@@ -318,7 +314,7 @@ class Node:
         self.asked = None
         _message, chunks, outputs = self.received.pop(n)
         self.disk.checkpoints[n] = SavedCheckpoint(next_seq, inputs, outputs, chunks)
-        self.core.ckpt.on(Event.SAVED)
+        self.core.checkpoint_saved()
         self.world.counts["checkpoint"] += 1
 
     def observed(self) -> dict[str, Any] | None:

@@ -15,27 +15,29 @@ from typing import TYPE_CHECKING
 
 from ambrosia_py.wire import (
     Message,
-    TakeCheckpoint,
 )
 
 from ..logstore import write_checkpoint
 from ..recovery import coordinator_state
-from .checkpoint_plan import Event
 from .core import CheckpointData
-from .phase import Phase
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
 
-__all__ = ["CheckpointData", "ask", "collect", "remove_unkept", "save", "switch_log"]
+__all__ = ["CheckpointData", "ask", "collect", "remove_unkept", "save", "switch_log", "wait_for"]
+
+
+def wait_for(c: Coordinator) -> asyncio.Future[CheckpointData]:
+    """The future that gets the checkpoint about to be asked for, when its stream ends
+    (the core's ``CheckpointReceived``)."""
+    fut: asyncio.Future[CheckpointData] = asyncio.get_running_loop().create_future()
+    c.checkpoint_wait = fut
+    return fut
 
 
 def ask(c: Coordinator, n: int, request: Message) -> asyncio.Future[CheckpointData]:
-    """Send ``request`` for checkpoint ``n`` without waiting (the committer asks between
-    two records and must not pause); the future gets the checkpoint when its stream
-    ends (the core's ``CheckpointReceived``)."""
-    fut: asyncio.Future[CheckpointData] = asyncio.get_running_loop().create_future()
-    c.checkpoint_wait = fut
+    """Send ``request`` for checkpoint ``n`` without waiting."""
+    fut = wait_for(c)
     c.deliver(c.core.ask_checkpoint(n, request))
     return fut
 
@@ -64,16 +66,16 @@ async def remove_unkept(c: Coordinator) -> None:
 
 def switch_log(c: Coordinator) -> None:
     """Runs in the committer between records: later records go to the next log; a
-    standalone coordinator checkpoints the state at its start."""
+    standalone coordinator checkpoints the state at its start (the committer asks and
+    must not pause: the checkpoint is saved by a task)."""
     n = c.log_n + 1
     new = c.sink.next_log(c.dir, n, c.writer)
-    if c.sink.checkpoints_on_switch:
-        c.ckpt.on(Event.SWITCHED)
-        position = (c.next_seq, dict(c.inputs))
-        fut = ask(c, n, TakeCheckpoint())
+    asked = c.core.switch_log(n, c.sink.checkpoints_on_switch)
+    if asked is not None:
+        position, request = asked
+        fut = wait_for(c)
+        c.deliver(request)
         c.spawn(_finish(c, n, position, fut))
-    else:
-        c.ckpt.on(Event.SWITCHED_ONLY)
     old, c.writer, c.log_n = c.writer, new, n
     if old is not None:
         old.close()
@@ -83,5 +85,5 @@ async def _finish(c: Coordinator, n: int, position: tuple[int, dict[str, int]],
                   fut: asyncio.Future[CheckpointData]) -> None:
     await save(c, c.dir, n, await fut, position)
     await remove_unkept(c)
-    if c.ckpt.on(Event.SAVED) and c.phase is Phase.LIVE:
-        c.wake.set()  # the one asked for meanwhile
+    c.core.checkpoint_saved()
+    c.run_actions()

@@ -369,7 +369,46 @@ class CoordinatorCore:
         pending.clear()
         pending.extend(kept)
 
+    # ------------------------------------------------------------------ start-up
+    def begin_first_start(self) -> bytes:
+        """A first start: returns the bytes that ask the binding for checkpoint 1 as it
+        becomes primary. It answers with its InitialMessage (``InitialReceived``), then
+        the checkpoint (``CheckpointReceived``); the shell saves that, opens log 1, and
+        commits record 0 (``first_record``) before going live."""
+        self.set_phase(Phase.FIRST_START)
+        self.awaiting_initial = True
+        return self.ask_checkpoint(1, TakeBecomingPrimaryCheckpoint())
+
+    def begin_recovery(self, start_seq: int, next_seq: int, inputs: dict[str, int],
+                       outputs: dict[str, dict[str, Any]]) -> None:
+        """A recovery from a checkpoint whose interval starts at record ``start_seq``
+        and a log that holds records up to ``next_seq - 1`` (``inputs``: the positions
+        after them). The shell delivers the checkpoint and those records, then asks for
+        the checkpoint that makes the binding primary."""
+        self.set_phase(Phase.RECOVERING)
+        self.restore(next_seq, inputs, outputs)
+        self.last_delivered = start_seq - 1
+
     # ------------------------------------------------------------------ checkpoints
+    def switch_log(self, n: int, checkpoint: bool
+                   ) -> tuple[tuple[int, dict[str, int]], bytes] | None:
+        """The committer moves to log ``n`` between two records. With ``checkpoint``
+        (a standalone coordinator), returns the log's position at the switch (what the
+        checkpoint is saved with) and the bytes that ask the binding for checkpoint
+        ``n``; call ``checkpoint_saved`` once it is durable."""
+        if not checkpoint:
+            self.ckpt.on(Event.SWITCHED_ONLY)
+            return None
+        self.ckpt.on(Event.SWITCHED)
+        position = (self.group.next_seq, dict(self.group.inputs))
+        return position, self.ask_checkpoint(n, TakeCheckpoint())
+
+    def checkpoint_saved(self) -> None:
+        """The checkpoint of the last switch is durable (one asked for meanwhile is
+        taken next)."""
+        if self.ckpt.on(Event.SAVED) and self.phase is Phase.LIVE:
+            self.wake = True
+
     def ask_checkpoint(self, n: int, request: Message) -> bytes:
         """Checkpoint ``n`` is asked for with ``request``; returns the bytes to deliver.
         The binding answers with a Checkpoint message, chunks and the end of the stream

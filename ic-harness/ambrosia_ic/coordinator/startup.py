@@ -38,7 +38,7 @@ from ..recovery import (
     plan_recovery,
     replay_wire,
 )
-from . import checkpoints, commit, outputs
+from . import checkpoints, commit
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -164,12 +164,11 @@ async def first_start(c: Coordinator) -> None:
     """Checkpoint 1, log 1, then the InitialMessage as record 0, durably, before
     anything else happens: until record 0 is on disk the next start is a first
     start again (``recovery.interrupted_first_start``)."""
-    c.set_phase(Phase.FIRST_START)
     check_no_orphan_logs(c.dir)  # never start afresh over a history that happened
     remove_first_start_leftovers(c.dir)
     c.initial = asyncio.get_running_loop().create_future()
-    c.core.awaiting_initial = True
-    fut = checkpoints.ask(c, 1, TakeBecomingPrimaryCheckpoint())
+    fut = checkpoints.wait_for(c)
+    c.deliver(c.core.begin_first_start())
     assert c.send is not None
     await c.send.drain()
     initial = await c.initial
@@ -184,9 +183,8 @@ async def first_start(c: Coordinator) -> None:
 
 
 async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
-    c.set_phase(Phase.RECOVERING)
-    outputs.restore(c, plan.next_seq, plan.inputs, plan.outputs)
-    c.last_delivered = plan.start_seq - 1
+    c.core.begin_recovery(plan.start_seq, plan.next_seq, plan.inputs, plan.outputs)
+    c.run_actions()  # the links its outputs name
     for k in file_numbers(c.dir, DIGEST_PREFIX):  # digests of checkpoints never made
         if k > plan.number:
             (c.dir / f"{DIGEST_PREFIX}{k}").unlink()
