@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO, TypeVar
 
 from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
 from ambrosia_py.loops import write_unless_closing
@@ -69,7 +70,7 @@ from .recovery import (
     read_state,
 )
 
-__all__ = ["ReplicaCoordinator"]
+__all__ = ["ReplicaCoordinator", "committed_prefix"]
 
 POLL = 0.005  # seconds between looks at the shared directory while following
 # An upgrader claims the epoch once a look at the log finds at most this many new
@@ -77,6 +78,26 @@ POLL = 0.005  # seconds between looks at the shared directory while following
 # (records keep arriving while the last ones are delivered); the claim seals the log
 # and the upgrader reads up to the seal anyway, so this only bounds the pause.
 CAUGHT_UP_RECORDS = 64
+
+
+class _Stamped(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+
+Stamped = TypeVar("Stamped", bound=_Stamped)
+
+
+def committed_prefix(recs: Sequence[Stamped], newest_epoch: int) -> list[Stamped]:
+    """Of records read from the newest log (no seal, no newer log), those a follower may
+    deliver: the leading ones whose epoch is still ``newest_epoch`` read after them. A
+    takeover claims its epoch first and seals after, so such a record was written
+    before the claim and lies inside any later seal; one of an older epoch may lie past
+    the seal to come (a fenced primary's) and waits for it."""
+    keep = 0
+    while keep < len(recs) and recs[keep].epoch >= newest_epoch:
+        keep += 1
+    return list(recs[:keep])
 
 
 class LogTail:
@@ -102,11 +123,7 @@ class LogTail:
                        committer_id=self.cid, start=self.offset, limit=seal)
         recs = list(scan)
         if seal is None and not has_next:
-            e = newest_epoch()
-            keep = 0
-            while keep < len(recs) and recs[keep].epoch >= e:
-                keep += 1
-            recs = recs[:keep]
+            recs = committed_prefix(recs, newest_epoch())
         elif seal is None and scan.torn_at is not None and not scan.zero_tail:
             raise LogCorruptionError(str(path), scan.torn_at,
                                      "an incomplete record in a log that was moved past")

@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.seeds} simulated runs (seeds {args.first}..{args.first + args.seeds - 1}) "
           f"in {took:.0f} s: {len(failed)} failed; crashes {seen['crash']}, recoveries "
           f"{seen['recovered']}, checkpoints {seen['checkpoint']}, dropped connections "
-          f"{seen['drop']}, partitions {seen['cut']}, resent overlaps {seen['overlap']}")
+          f"{seen['drop']}, partitions {seen['cut']}, resent overlaps {seen['overlap']}, "
+          f"paused primaries {seen['pause']}, takeovers {seen['takeover']}, fenced "
+          f"primaries stopped {seen['fenced']}")
     return 1 if failed else 0
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from ambrosia_ic.coordinator.group_commit import GroupCommit, Record
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
-from ambrosia_ic.coordinator.sink import StandaloneSink
+from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
 from ambrosia_ic.links import LinkOutbox
 
 from ambrosia_py.errors import UnexpectedMessageError
@@ -32,6 +32,13 @@ def _take_whole(self: LinkIntake, sender: str, seq_id: int, calls: int,
 def _write_unsynced(self: StandaloneSink, writer: Any, data: bytes) -> None:
     """The sync before delivery dropped: the record is written, never synced."""
     writer.write(data)
+
+
+def _write_fenced_off(self: FencedSink, writer: Any, data: bytes) -> None:
+    """A fence ignored: an active/active primary writes without looking for a newer
+    epoch (a paused primary resuming after a takeover writes on)."""
+    writer.write(data)
+    writer.sync()
 
 
 _group_take = GroupCommit.take
@@ -68,4 +75,5 @@ MUTANTS: dict[str, tuple[type, str, Callable[..., Any]]] = {
     "a recovery forgets the checkpoint's unlogged self-calls": (SelfCalls, "restore",
                                                                 _restore_forgetting),
     "a sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
+    "a fenced primary writes on": (FencedSink, "write", _write_fenced_off),
 }

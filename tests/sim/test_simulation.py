@@ -1,7 +1,9 @@
 """The deterministic simulation of many coordinators (``world``): 10,000 seeded runs of
-two or three instances calling each other through crashes (unsynced writes lost),
-dropped connections, partitions and heals, each checked for exactly-once, in-order
-delivery, every awaited answer, and recovered states equal to replays of their logs.
+two or three instances calling each other, one of them often an active/active replica
+set, through crashes (unsynced writes lost), dropped connections, partitions and heals,
+paused primaries and takeovers; each checked for exactly-once, in-order delivery, every
+awaited answer, one writer per epoch, recovered states equal to replays of their logs,
+and followers equal to their primary.
 Each mutation of the coordinator's rules in ``mutants`` is found within the seeds run
 here, and a failing seed reproduces exactly and shrinks to a short run."""
 
@@ -29,9 +31,12 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
             pytest.fail(explain(seed), pytrace=False)
         seen.update(world.counts)
     # The runs did what they are for: every fault and every recovery path, many times.
-    for what in ("crash", "drop", "cut", "heal", "recovered", "checkpoint", "written"):
+    for what in ("crash", "drop", "cut", "heal", "recovered", "checkpoint", "written",
+                 "pause", "takeover", "fenced"):
         assert seen[what] >= 100, (what, seen)
-    assert seen["overlap"] >= 3, seen  # resent records partly taken before: rarer
+    # Rarer: a sender leaving an old primary that still reads, and a resent record
+    # partly taken before (its mutant is found within a few hundred seeds all the same).
+    assert seen["moved"] >= 10 and seen["overlap"] >= 1, seen
 
 
 def _first_failing(limit: int) -> int | None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import collections
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 import attrs
@@ -43,10 +43,11 @@ from ambrosia_ic.coordinator.core import (
 from ambrosia_ic.coordinator.frames import LinkRecords
 from ambrosia_ic.coordinator.group_commit import Record
 from ambrosia_ic.coordinator.phase import Phase
-from ambrosia_ic.coordinator.sink import StandaloneSink
+from ambrosia_ic.coordinator.sink import FencedSink, LogSink, StandaloneSink
 from ambrosia_ic.logstore.watermarks import decode_watermarks
+from ambrosia_ic.replica import committed_prefix
 
-from ambrosia_py.errors import RemoteProtocolError
+from ambrosia_py.errors import LockLostError, RemoteProtocolError
 from ambrosia_py.runtime.engine import Engine, SendCheckpoint
 from ambrosia_py.wire import (
     HEADER_SIZE,
@@ -61,7 +62,7 @@ from .app import Rounds
 __all__ = ["Scenario", "SimFailure", "Step", "World", "explain", "shrink"]
 
 MAX_RECORD = 1 << 20
-_FAULTS = frozenset({"crash", "drop", "cut", "heal"})
+_FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause"})
 Step = tuple[Any, ...]  # ("action", *arguments)
 
 
@@ -81,6 +82,7 @@ class SimLog:
     def __init__(self) -> None:
         self.data = bytearray()
         self.synced = 0
+        self._parsed: list[DiskEntry] = []
 
     @property
     def size(self) -> int:
@@ -98,17 +100,39 @@ class SimLog:
     def close(self) -> None:
         pass
 
-    def records(self) -> Iterator[tuple[int, bytes, dict[str, int]]]:
-        """``(seq_id, wire, inputs)`` of each record in the synced bytes."""
-        data = bytes(self.data[:self.synced])
-        pos = 0
-        while pos + HEADER_SIZE <= len(data):
+    def records_end(self) -> int:
+        """Where the last whole synced record ends."""
+        recs = self.records()
+        return recs[-1].end if recs else 0
+
+    def records(self) -> list[DiskEntry]:
+        """Each record in the synced bytes (parsed once: the bytes only grow, except
+        at a crash, which cuts what was not synced)."""
+        parsed = self._parsed
+        pos = parsed[-1].end if parsed else 0
+        if pos > self.synced:  # cut by a crash
+            parsed.clear()
+            pos = 0
+        data = self.data
+        while pos + HEADER_SIZE <= self.synced:
             cid, size, check, seq = HEADER.unpack_from(data, pos)
             length = -size - 1  # the disk form's length is negative
             end = pos + length
-            wire = HEADER.pack(cid, length, check, seq) + data[pos + HEADER_SIZE:end]
-            inputs, pos, _ = decode_watermarks(data, end, len(data))
-            yield seq, wire, inputs
+            wire = HEADER.pack(cid, length, check, seq) + bytes(data[pos + HEADER_SIZE:end])
+            inputs, after, epoch = decode_watermarks(data, end, self.synced)
+            parsed.append(DiskEntry(seq, wire, inputs, epoch, pos, after))
+            pos = after
+        return parsed
+
+
+@attrs.frozen
+class DiskEntry:
+    seq: int
+    wire: bytes
+    inputs: dict[str, int]
+    epoch: int
+    offset: int
+    end: int
 
 
 @attrs.define
@@ -120,11 +144,14 @@ class SavedCheckpoint:
 
 
 class SimDisk:
-    """An instance's log directory: numbered logs and checkpoints."""
+    """An instance's log directory: numbered logs and checkpoints, and for the replicas
+    of an active/active instance (who share it) the claimed epochs and the seals."""
 
     def __init__(self) -> None:
         self.logs: dict[int, SimLog] = {}
         self.checkpoints: dict[int, SavedCheckpoint] = {}
+        self.epochs: dict[int, SimEpochs] = {}  # epoch -> the claim that holds it
+        self.seals: dict[int, int] = {}  # log -> where it ends for good
 
     def open_log(self, n: int) -> SimLog:
         log = self.logs[n] = SimLog()
@@ -138,18 +165,52 @@ class SimDisk:
         """No record 0 is durable: the next start is a first start."""
         return not any(log.synced for log in self.logs.values())
 
-    def durable_records(self, from_seq: int) -> list[tuple[int, bytes, dict[str, int]]]:
+    def newest_epoch(self) -> int:
+        return max(self.epochs, default=0)
+
+    def durable_records(self, from_seq: int) -> list[DiskEntry]:
+        """The log's records from ``from_seq`` on (in a sealed log, those before the
+        seal: a fenced primary's writes after it are not the instance's)."""
         out = []
         for n in sorted(self.logs):
-            out += [r for r in self.logs[n].records() if r[0] >= from_seq]
+            seal = self.seals.get(n)
+            out += [r for r in self.logs[n].records()
+                    if r.seq >= from_seq and (seal is None or r.end <= seal)]
         return out
+
+
+class SimEpochs:
+    """One replica's claims on the shared epochs (``lease.Epochs``' surface for the
+    sink): claiming is a compare-and-swap, and a claim is fenced once a newer exists."""
+
+    def __init__(self, disk: SimDisk) -> None:
+        self.disk = disk
+        self.held: int | None = None
+
+    def current(self) -> int:
+        return self.disk.newest_epoch()
+
+    def claim(self, e: int) -> bool:
+        if e in self.disk.epochs:
+            return False
+        self.disk.epochs[e] = self
+        self.held = e
+        return True
+
+    def check(self) -> None:
+        if self.held is not None and self.held + 1 in self.disk.epochs:
+            raise LockLostError(f"epoch {self.held + 1} was claimed by another replica; "
+                                f"this primary (epoch {self.held}) was fenced off")
 
 
 # ---------------------------------------------------------------------- links
 @attrs.define
 class Conn:
-    """One link connection from a sender to a destination, while it is up."""
+    """One link connection from a sender to a destination, while it is up: from the
+    coordinator ``frm`` to the coordinator ``to`` (replicas: the primaries then)."""
 
+    frm: str
+    to: str
     wire: bytes = b""
     parser: LinkRecords = attrs.field(factory=LinkRecords)
     acks: list[int] = attrs.field(factory=list)
@@ -159,13 +220,15 @@ class Conn:
 class Node:
     """One instance's coordinator (the core, the shell's steps) and its binding."""
 
-    def __init__(self, world: World, name: str) -> None:
+    def __init__(self, world: World, name: str, node_id: str | None = None) -> None:
         self.world = world
-        self.name = name
+        self.name = name  # the instance's
+        self.id = node_id or name  # this coordinator's (a replica's: "name/r")
         self.disk = world.disks[name]
-        self.sink = StandaloneSink(region=0)  # the real one, writing a SimLog
+        self.sink: LogSink = self.make_sink()  # a real one, writing SimLogs
         self.core = CoordinatorCore(name, world.cid[name], trigger_bytes=world.trigger,
                                     keeps_early_impulses=self.sink.keeps_early_impulses)
+        self.paused = False
         peers = [p for p in world.names if p != name]
         self.engine = Engine(Rounds, name, config={"peers": peers,
                                                     "rounds": world.rounds})
@@ -182,28 +245,37 @@ class Node:
         self.writing: Record | None = None  # taken; its write and sync in progress
         self._start()
 
+    def make_sink(self) -> LogSink:
+        return StandaloneSink(region=0)
+
     # -- start-up (``startup``)
     def _start(self) -> None:
-        core = self.core
         if self.disk.first_start_pending():
-            self.disk.logs.clear()  # the leftovers of an interrupted first start
-            self.disk.checkpoints.clear()
-            self.deliver(core.begin_first_start())
-            self.flow = "first"
-            return
+            self._first_start()
+        else:
+            self._recover()
+
+    def _first_start(self) -> None:
+        self.disk.logs.clear()  # the leftovers of an interrupted first start
+        self.disk.checkpoints.clear()
+        self.deliver(self.core.begin_first_start())
+        self.flow = "first"
+
+    def _recover(self) -> None:
+        core = self.core
         n = max(self.disk.checkpoints)
         saved = self.disk.checkpoints[n]
         replay = self.disk.durable_records(saved.next_seq)
         # The log's position is after its last durable record; the outputs are the
         # checkpoint's (``recovery.plan_recovery``).
-        next_seq, inputs = ((replay[-1][0] + 1, replay[-1][2]) if replay
+        next_seq, inputs = ((replay[-1].seq + 1, replay[-1].inputs) if replay
                             else (saved.next_seq, saved.inputs))
         core.begin_recovery(saved.next_seq, next_seq, inputs, saved.outputs)
         self.deliver(encode_checkpoint_record(core.cid, sum(map(len, saved.chunks)))
                      + b"".join(saved.chunks))
-        for seq, wire, _ in replay:
-            self.deliver(wire)
-            core.last_delivered = seq
+        for r in replay:
+            self.deliver(r.wire)
+            core.last_delivered = r.seq
         self.log_n = max(self.disk.logs) + 1
         self.deliver(core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint()))
         self.flow = "recover"
@@ -294,7 +366,7 @@ class Node:
         self.deliver(out.wire)
         for sender, position in out.acks.items():
             conn = self.world.conns.get((sender, self.name))
-            if conn is not None:
+            if conn is not None and conn.to == self.id:
                 conn.acks.append(position)
 
     def _switch(self) -> None:
@@ -321,64 +393,251 @@ class Node:
         return _observed(self.engine)
 
 
+# ---------------------------------------------------------------------- a replica
+class ReplicaNode(Node):
+    """One replica of an active/active instance (``replica.ReplicaCoordinator``): the
+    real ``FencedSink`` over the shared directory's epochs; it follows the log until the
+    primary is gone (crashed, or paused past its lease), then claims the next epoch,
+    seals the newest log, delivers up to the seal and goes live."""
+
+    def __init__(self, world: World, name: str, node_id: str) -> None:
+        self.epochs = SimEpochs(world.disks[name])
+        self.role = "follower"
+        self.tail: tuple[int, int, int] | None = None  # (log, offset, next seq id)
+        self.beat_due = False  # resumed from a pause: its heartbeat has not run since
+        super().__init__(world, name, node_id)
+
+    def make_sink(self) -> LogSink:
+        return FencedSink(cast(Any, self.epochs), region=0)
+
+    def _start(self) -> None:
+        if (self.disk.first_start_pending() and self.epochs.current() == 0
+                and self.epochs.claim(1)):
+            self.role = "primary"
+            self._first_start()
+            return
+        self.core.set_phase(Phase.FOLLOWING)
+
+    # -- following (``replica._follow``, ``LogTail.poll``)
+    def _poll(self) -> tuple[list[DiskEntry], tuple[int, int, int] | None]:
+        """What the next look at the log delivers, and the tail after it."""
+        if self.tail is None:
+            return [], None
+        n, offset, next_seq = self.tail
+        has_next = n + 1 in self.disk.logs  # first: a takeover seals, then makes the next
+        seal = self.disk.seals.get(n)
+        log = self.disk.logs.get(n)
+        if log is None:
+            return [], self.tail
+        recs = [r for r in log.records() if r.offset >= offset and r.seq >= next_seq
+                and (seal is None or r.end <= seal)]
+        if seal is None and not has_next:
+            recs = committed_prefix(recs, self.epochs.current())
+        if recs:
+            offset, next_seq = recs[-1].end, recs[-1].seq + 1
+        whole_end = log.records_end()
+        done = (seal is not None and offset >= seal) or (
+            seal is None and has_next and offset == whole_end)
+        return recs, ((n + 1, 0, next_seq) if done else (n, offset, next_seq))
+
+    def can_follow(self) -> bool:
+        if self.core.phase is not Phase.FOLLOWING or self.paused:
+            return False
+        if self.tail is None:
+            return not self.disk.first_start_pending() and 1 in self.disk.checkpoints
+        recs, tail = self._poll()
+        return bool(recs) or tail != self.tail
+
+    def follow(self) -> None:
+        if self.tail is None:
+            self._load_checkpoint()
+            return
+        recs, tail = self._poll()
+        for r in recs:
+            self.deliver(r.wire)
+            self.core.followed(r.seq, r.inputs)
+        if recs:
+            self.core.caught_up()
+        self.tail = tail
+
+    def _load_checkpoint(self) -> None:
+        saved = self.disk.checkpoints[1]  # replicas keep only the first start's here
+        self.core.restore(saved.next_seq, saved.inputs, saved.outputs)
+        self.core.last_delivered = saved.next_seq - 1
+        self.deliver(encode_checkpoint_record(self.core.cid, sum(map(len, saved.chunks)))
+                     + b"".join(saved.chunks))
+        self.tail = (1, 0, saved.next_seq)
+        self.run_actions()
+
+    # -- taking over (``replica._take_over``)
+    def can_claim(self) -> bool:
+        return (self.core.phase is Phase.FOLLOWING and not self.paused
+                and self.world.holder_gone(self.name))
+
+    def claim(self) -> None:
+        e = self.epochs.current()
+        if not self.epochs.claim(e + 1):
+            return
+        self.role = "primary"
+        if self.tail is None and not self.disk.first_start_pending() and \
+                1 in self.disk.checkpoints:
+            self._load_checkpoint()
+        if self.tail is None:
+            self._first_start()
+            return
+        n = max(self.disk.logs)
+        if n not in self.disk.seals:
+            self.disk.seals[n] = self.disk.logs[n].records_end()
+        while self.tail is not None and self.tail[0] <= n:
+            self.follow()
+        self.epochs.check()
+        if n + 1 in self.disk.logs:
+            raise LockLostError(f"log {n + 1} was created by another primary")
+        self.writer = self.disk.open_log(n + 1)
+        self.log_n = n + 1
+        self.deliver(self.core.become_primary())
+        self.world.counts["takeover"] += 1
+        self._go_live()
+
+    # -- writing, fenced
+    def _switch(self) -> None:
+        n = self.log_n + 1
+        self.epochs.check()
+        if n in self.disk.logs:
+            raise LockLostError(f"log {n} was created by another primary")
+        self.core.switch_log(n, self.sink.checkpoints_on_switch)
+        self.writer = self.disk.open_log(n)
+        self.log_n = n
+
+    def _write(self, record: Record) -> None:
+        super()._write(record)
+        self.world.wrote(self.sink.epoch, self)
+
+    def beat(self) -> None:
+        """The heartbeat after a pause: renew the lease, then make sure it still holds."""
+        self.beat_due = False
+        self.epochs.check()
+
+
 # ---------------------------------------------------------------------- the world
 class World:
-    """``n`` instances, each calling every other one for ``rounds`` rounds."""
+    """``n`` instances, each calling every other one for ``rounds`` rounds; instance
+    ``i0`` runs as ``replicas`` active/active replicas when that is above 1."""
 
-    def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700) -> None:
+    def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700,
+                 replicas: int = 1) -> None:
         self.names = [f"i{k}" for k in range(n)]
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
         self.rounds = rounds
         self.trigger = trigger
         self.disks = {name: SimDisk() for name in self.names}
+        self.replicated = {"i0": replicas} if replicas > 1 else {}
         self.nodes: dict[str, Node | None] = {}
         self.conns: dict[tuple[str, str], Conn] = {}
         self.cut: set[frozenset[str]] = set()
         self.trace: list[Step] = []
         self.counts: collections.Counter[str] = collections.Counter()  # what happened
+        self.writers: dict[int, Node] = {}  # per epoch, the replica that wrote in it
         for name in self.names:
-            self.nodes[name] = Node(self, name)
+            for node_id in self.members(name):
+                self.nodes[node_id] = self._new(node_id)
+
+    def members(self, name: str) -> list[str]:
+        k = self.replicated.get(name, 1)
+        return [name] if k == 1 else [f"{name}/{r}" for r in range(k)]
+
+    def _new(self, node_id: str) -> Node:
+        name = node_id.split("/")[0]
+        return ReplicaNode(self, name, node_id) if "/" in node_id else Node(self, name)
+
+    # -- who serves an instance
+    def holder(self, name: str) -> Node | None:
+        """The replica holding the newest epoch of ``name`` (the same process), if any."""
+        claim = self.disks[name].epochs.get(self.disks[name].newest_epoch())
+        for node_id in self.members(name):
+            node = self.nodes[node_id]
+            if isinstance(node, ReplicaNode) and node.epochs is claim:
+                return node
+        return None
+
+    def holder_gone(self, name: str) -> bool:
+        """Its flock is free (it died) or its lease ran out (it is paused)."""
+        if not self.disks[name].epochs:
+            return False  # nobody claimed yet: the first replica to start does
+        holder = self.holder(name)
+        return holder is None or holder.paused
+
+    def serving(self, name: str) -> Node | None:
+        """The live coordinator that links to ``name`` reach, and its calls leave from."""
+        node = self.holder(name) if name in self.replicated else self.nodes[name]
+        if node is None or node.paused or node.core.phase is not Phase.LIVE:
+            return None
+        return node
+
+    def wrote(self, epoch: int | None, node: Node) -> None:
+        """No two primaries write in one epoch."""
+        if epoch is None:
+            return
+        other = self.writers.setdefault(epoch, node)
+        if other is not node:
+            self.fail(f"{other.id} and {node.id} both wrote records of epoch {epoch}")
 
     # -- what can happen now
-    def live(self, name: str) -> Node | None:
-        node = self.nodes[name]
-        return node if node is not None and node.core.phase is Phase.LIVE else None
-
     def steps(self, faults: bool) -> list[Step]:
         """Every step that can happen now (with faults, or only progress)."""
         out: list[Step] = []
-        for name, node in self.nodes.items():
+        for node_id, node in self.nodes.items():
             if node is None:
-                out.append(("restart", name))
+                out.append(("restart", node_id))
+                continue
+            if node.paused:
+                out.append(("resume", node_id))
+                if faults:
+                    out.append(("crash", node_id))
                 continue
             if node.inbox:
-                out += [("bind", name, 1.0), ("bind", name, 0.4)]
+                out += [("bind", node_id, 1.0), ("bind", node_id, 0.4)]
             if node.can_commit():
-                out.append(("commit", name))
+                out.append(("commit", node_id))
             if node.writing is not None:
-                out.append(("written", name))
+                out.append(("written", node_id))
+            if isinstance(node, ReplicaNode):
+                if node.beat_due:
+                    out.append(("beat", node_id))
+                if node.can_follow():
+                    out.append(("follow", node_id))
+                if node.can_claim():
+                    out.append(("claim", node_id))
+                if faults and node.core.phase is Phase.LIVE:
+                    out.append(("pause", node_id))
             if faults:
-                out.append(("crash", name))
+                out.append(("crash", node_id))
         for s in self.names:
-            sender = self.live(s)
+            sender = self.serving(s)
             if sender is None:
                 continue
             for d, box in sender.core.outboxes.items():
-                conn = self.conns.get((s, d))
-                if conn is None:
-                    if (self.live(d) is not None and frozenset((s, d)) not in self.cut
-                            and (box.unacked or box.impulses)):
-                        out.append(("connect", s, d))
-                    continue
-                if box.sent is not None and ((box.unacked and box.unacked[-1][0] > box.sent)
-                                             or box.impulses):
-                    out.append(("send", s, d))
-                if conn.wire:
-                    out += [("link", s, d, 1.0), ("link", s, d, 0.5)]
-                if conn.acks:
-                    out.append(("ack", s, d))
-                if faults:
-                    out.append(("drop", s, d))
+                if ((s, d) not in self.conns and self.serving(d) is not None
+                        and frozenset((s, d)) not in self.cut and (box.unacked or box.impulses)):
+                    out.append(("connect", s, d))
+        for (s, d), conn in self.conns.items():
+            frm, to = self._node(conn.frm), self._node(conn.to)
+            if frm.paused or to.paused:
+                continue  # the kernel holds what is in flight
+            box = frm.core.outboxes[d]
+            if box.sent is not None and ((box.unacked and box.unacked[-1][0] > box.sent)
+                                         or box.impulses):
+                out.append(("send", s, d))
+            if conn.wire:
+                out += [("link", s, d, 1.0), ("link", s, d, 0.5)]
+            if conn.acks:
+                out.append(("ack", s, d))
+            if to is not self.serving(d):
+                # The registry names another primary now: the sender leaves (within
+                # a look, ``links.MOVE_CHECK``; until then the old one may still read).
+                out.append(("moved", s, d))
+            elif faults:
+                out.append(("drop", s, d))
         if faults:
             for a in self.names:
                 for b in self.names:
@@ -393,6 +652,18 @@ class World:
         self.trace.append(step)
         kind = step[0]
         self.counts[kind] += 1
+        try:
+            self._do(step)
+        except LockLostError as err:  # a fenced primary stops, with one line
+            node_id = step[1]
+            self._node(node_id).lines.append(str(err))
+            self.counts["fenced"] += 1
+            self._stop(node_id)
+        if kind == "bind":  # only a binding's reads change an instance's state
+            self.check_now(step[1])
+
+    def _do(self, step: Step) -> None:
+        kind = step[0]
         if kind == "bind":
             self._node(step[1]).bind(step[2])
         elif kind == "commit":
@@ -400,23 +671,35 @@ class World:
         elif kind == "written":
             self._node(step[1]).written()
         elif kind == "crash":
-            self._crash(step[1])
+            self._stop(step[1])
+            self.disks[step[1].split("/")[0]].crash()
         elif kind == "restart":
-            self.nodes[step[1]] = Node(self, step[1])
+            self.nodes[step[1]] = self._new(step[1])
+        elif kind in ("follow", "claim", "beat"):
+            getattr(self._replica(step[1]), kind)()
+        elif kind == "pause":
+            self._node(step[1]).paused = True
+        elif kind == "resume":
+            node = self._replica(step[1])
+            node.paused, node.beat_due = False, True
         elif kind == "connect":
             s, d = step[1], step[2]
-            self.conns[(s, d)] = Conn()
+            sender, receiver = self.serving(s), self.serving(d)
+            assert sender is not None and receiver is not None and (s, d) not in self.conns
+            self.conns[(s, d)] = Conn(sender.id, receiver.id)
             # The handshake: the receiver names what its log holds from the sender.
-            self._node(s).core.outboxes[d].connected(self._node(d).core.logged(s))
+            sender.core.outboxes[d].connected(receiver.core.logged(s))
         elif kind == "send":
             s, d = step[1], step[2]
-            self.conns[(s, d)].wire += self._node(s).core.outboxes[d].to_send()
+            conn = self.conns[(s, d)]
+            conn.wire += self._node(conn.frm).core.outboxes[d].to_send()
         elif kind == "link":
             self._link(step[1], step[2], step[3])
         elif kind == "ack":
             s, d = step[1], step[2]
-            self._node(s).core.outboxes[d].trim(self.conns[(s, d)].acks.pop(0))
-        elif kind == "drop":
+            conn = self.conns[(s, d)]
+            self._node(conn.frm).core.outboxes[d].trim(conn.acks.pop(0))
+        elif kind in ("drop", "moved"):
             self._drop(step[1], step[2])
         elif kind == "cut":
             a, b = step[1], step[2]
@@ -427,18 +710,22 @@ class World:
             self.cut.clear()
         else:
             raise ValueError(f"unknown step {step!r}")
-        self.check_now()
 
-    def _node(self, name: str) -> Node:
-        node = self.nodes[name]
+    def _node(self, node_id: str) -> Node:
+        node = self.nodes[node_id]
         assert node is not None
+        return node
+
+    def _replica(self, node_id: str) -> ReplicaNode:
+        node = self.nodes[node_id]
+        assert isinstance(node, ReplicaNode)
         return node
 
     def _link(self, s: str, d: str, fraction: float) -> None:
         conn = self.conns[(s, d)]
         n = max(1, round(len(conn.wire) * fraction))
         data, conn.wire = conn.wire[:n], conn.wire[n:]
-        receiver = self._node(d)
+        receiver = self._node(conn.to)
         try:
             for rec in conn.parser.receive_data(data):
                 if 0 <= rec.seq_id - rec.calls < receiver.core.intake.position(s) < rec.seq_id:
@@ -449,17 +736,18 @@ class World:
             self._drop(s, d)
 
     def _drop(self, s: str, d: str) -> None:
-        if self.conns.pop((s, d), None) is not None:
-            sender = self.nodes[s]
+        conn = self.conns.pop((s, d), None)
+        if conn is not None:
+            sender = self.nodes.get(conn.frm)
             if sender is not None and d in sender.core.outboxes:
                 sender.core.outboxes[d].disconnected()
 
-    def _crash(self, name: str) -> None:
-        for s, d in list(self.conns):
-            if name in (s, d):
+    def _stop(self, node_id: str) -> None:
+        """The process of ``node_id`` is gone (its writes stay where the disk has them)."""
+        for (s, d), conn in list(self.conns.items()):
+            if node_id in (conn.frm, conn.to):
                 self._drop(s, d)
-        self.nodes[name] = None
-        self.disks[name].crash()
+        self.nodes[node_id] = None
 
     # -- runs
     def run(self, rng: random.Random, fault_steps: int, fault_rate: float,
@@ -487,7 +775,7 @@ class World:
                 self.check_end()
                 return
             self.do(rng.choice(progress))
-        said = "; ".join(f"{name}: {node.lines[-1]}" for name, node in self.nodes.items()
+        said = "; ".join(f"{node_id}: {node.lines[-1]}" for node_id, node in self.nodes.items()
                          if node is not None and node.lines)
         raise SimFailure(f"no end after {end_steps} steps without faults (the same steps "
                          f"repeat){'; last said: ' + said if said else ''}", list(self.trace))
@@ -503,28 +791,29 @@ class World:
     def fail(self, message: str) -> None:
         raise SimFailure(message, list(self.trace))
 
-    def check_now(self) -> None:
+    def check_now(self, node_id: str) -> None:
         """Every call applied at most once and in order, every answer in order."""
-        for name, node in self.nodes.items():
-            state = node.observed() if node is not None else None
-            if state is None:
-                continue
+        node = self.nodes[node_id]
+        state = node.observed() if node is not None else None
+        if state is not None:
             for origin, ks in state["applied"].items():
                 if ks != list(range(1, len(ks) + 1)):
-                    self.fail(f"{name} applied the pings of {origin} as {ks}")
+                    self.fail(f"{node_id} applied the pings of {origin} as {ks}")
             for origin, ks in state["echoed"].items():
                 if ks != sorted(set(ks)):
-                    self.fail(f"{name} answered the echoes of {origin} as {ks}")
+                    self.fail(f"{node_id} answered the echoes of {origin} as {ks}")
             if state["answers"] != [10 * k for k in range(1, len(state["answers"]) + 1)]:
-                self.fail(f"{name} got the answers {state['answers']}")
+                self.fail(f"{node_id} got the answers {state['answers']}")
 
     def check_end(self) -> None:
-        """Everything arrived, once, and each state is a replay of its log."""
+        """Everything arrived, once; each state is a replay of its log, and every
+        replica that follows has the primary's."""
         r = self.rounds
         for name in self.names:
-            node = self._node(name)
-            if node.core.phase is not Phase.LIVE:
-                self.fail(f"{name} is still {node.core.phase.value}")
+            node = self.serving(name)
+            if node is None:
+                self.fail(f"nothing serves {name} at the end")
+                return
             state = node.observed()
             assert state is not None
             peers = [p for p in self.names if p != name]
@@ -535,34 +824,41 @@ class World:
             }
             got = {k: state[k] for k in want}
             if got != want:
-                self.fail(f"{name} ended with {got}, expected {want}")
+                self.fail(f"{node.id} ended with {got}, expected {want}")
             for p in peers:
                 theirs = [q for q in self.names if q != p]
                 awaited = [k for k in range(1, r + 1) if theirs[k % len(theirs)] == name]
                 if state["echoed"].get(p, []) != awaited:
-                    self.fail(f"{name} answered {p}'s echoes {state['echoed'].get(p)}, "
+                    self.fail(f"{node.id} answered {p}'s echoes {state['echoed'].get(p)}, "
                               f"expected {awaited}")
             self.check_replay(node, "at the end")
+            for node_id in self.members(name):
+                other = self.nodes[node_id]
+                if (other is not None and other is not node
+                        and other.core.phase is Phase.FOLLOWING
+                        and other.observed() != state):
+                    self.fail(f"{node_id} follows with {other.observed()}, but the "
+                              f"primary {node.id} has {state}")
 
     def check_replay(self, node: Node, when: str) -> None:
         """``node``'s state equals a fresh binding's replay of its durable log from
         its first checkpoint."""
         first = node.disk.checkpoints.get(1)
         if first is None:
-            self.fail(f"{node.name} has no first checkpoint {when}")
+            self.fail(f"{node.id} has no first checkpoint {when}")
             return
         peers = [p for p in self.names if p != node.name]
         fresh = Engine(Rounds, node.name, config={"peers": peers, "rounds": self.rounds})
         fresh.attach(None, lambda: None)
         fresh.receive_data(encode_checkpoint_record(node.core.cid, sum(map(len, first.chunks)))
                            + b"".join(first.chunks))
-        for _, wire, _ in node.disk.durable_records(0):
-            fresh.receive_data(wire)
+        for r in node.disk.durable_records(0):
+            fresh.receive_data(r.wire)
         while fresh.next_output() is not None:
             pass
         replayed = _observed(fresh)
         if replayed != node.observed():
-            self.fail(f"{node.name}'s state {when} is {node.observed()}, but a replay of "
+            self.fail(f"{node.id}'s state {when} is {node.observed()}, but a replay of "
                       f"its log gives {replayed}")
 
 
@@ -582,6 +878,7 @@ class Scenario:
     trigger: int
     fault_steps: int
     fault_rate: float
+    replicas: int = 1
 
     @classmethod
     def of(cls, seed: int) -> Scenario:
@@ -589,10 +886,12 @@ class Scenario:
         return cls(seed, n=rng.choice([2, 3, 3]), rounds=rng.choice([2, 3, 4]),
                    trigger=rng.choice([400, 900, 1 << 30]),
                    fault_steps=rng.randrange(20, 120),
-                   fault_rate=rng.choice([0.05, 0.15, 0.3]))
+                   fault_rate=rng.choice([0.05, 0.15, 0.3]),
+                   replicas=rng.choice([1, 1, 2, 3]))
 
     def world(self) -> World:
-        return World(n=self.n, rounds=self.rounds, trigger=self.trigger)
+        return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
+                     replicas=self.replicas)
 
     def run(self) -> World:
         """The run the seed draws (raises ``SimFailure``)."""
