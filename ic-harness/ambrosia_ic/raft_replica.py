@@ -43,7 +43,7 @@ from ambrosia_py.wire import (
 from ambrosia_py.wire.records import HEADER
 
 from . import registry
-from .coordinator import LinkOptions, checkpoints, outputs, startup
+from .coordinator import LinkOptions, actions, checkpoints, startup
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
 from .durable import replace_durably
@@ -298,7 +298,7 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         await asyncio.to_thread(replace_durably, path, data)
         cf = CheckpointFile(path)
         next_seq, inputs, outs = read_state(cf)
-        outputs.restore(self, next_seq, inputs, outs)
+        actions.restore(self, next_seq, inputs, outs)
         self.last_delivered = next_seq - 1
         write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
         for chunk in cf.chunks():

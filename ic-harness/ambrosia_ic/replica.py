@@ -48,7 +48,7 @@ from ambrosia_py.wire import (
 )
 
 from . import registry
-from .coordinator import Coordinator, LinkOptions, checkpoints, outputs, startup
+from .coordinator import Coordinator, LinkOptions, actions, checkpoints, process, startup
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
 from .lease import HEARTBEAT, Epochs
@@ -181,9 +181,9 @@ class ReplicaCoordinator(Coordinator):
         try:
             # The link port is reserved with the others: a busy one must stop this
             # replica before it claims an epoch or writes anything.
-            code, message = await self.serve(
-                f"replica={self.number} receive={self.receive_port} send={self.send_port} "
-                f"ic={self.ic_port}", lambda: self._main)
+            code, message = await process.serve(
+                self, f"replica={self.number} receive={self.receive_port} "
+                      f"send={self.send_port} ic={self.ic_port}", lambda: self._main)
         finally:
             self.epochs.close()
             if self._new_epochs is not None:
@@ -259,7 +259,7 @@ class ReplicaCoordinator(Coordinator):
                 self.log(f"{err}; following from checkpoint {c} and its logs instead")
         next_seq, inputs, outs = read_state(cf)
         chunks = list(cf.chunks())  # read whole before the checkpointer may delete it
-        outputs.restore(self, next_seq, inputs, outs)
+        actions.restore(self, next_seq, inputs, outs)
         self.last_delivered = next_seq - 1
         write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
         for chunk in chunks:

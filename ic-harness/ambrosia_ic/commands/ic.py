@@ -24,7 +24,7 @@ EXIT_SIGINT = 130
 
 
 def _ic(args: argparse.Namespace) -> int:
-    from ..coordinator import Coordinator, LinkOptions
+    from ..coordinator import Coordinator, LinkOptions, StandaloneCoordinator
     from ..replica import ReplicaCoordinator
 
     home = registry.ambrosia_home(args.home)
@@ -34,7 +34,8 @@ def _ic(args: argparse.Namespace) -> int:
             f"{reg.instance_name} is registered with the log store {reg.log_store}, which "
             "needs --active-active (or --log-store '' to use its log directory)")
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-    cls: type[Coordinator] = ReplicaCoordinator if reg.active_active else Coordinator
+    cls: type[Coordinator] = (ReplicaCoordinator if reg.active_active
+                              else StandaloneCoordinator)
     if reg.log_store:
         from ..raft_replica import RaftReplicaCoordinator
         cls = RaftReplicaCoordinator

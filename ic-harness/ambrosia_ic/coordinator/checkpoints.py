@@ -19,6 +19,7 @@ from ambrosia_py.wire import (
 
 from ..logstore import write_checkpoint
 from ..recovery import coordinator_state
+from . import actions
 from .core import CheckpointData
 
 if TYPE_CHECKING:
@@ -86,4 +87,4 @@ async def _finish(c: Coordinator, n: int, position: tuple[int, dict[str, int]],
     await save(c, c.dir, n, await fut, position)
     await remove_unkept(c)
     c.core.checkpoint_saved()
-    c.run_actions()
+    actions.run(c)

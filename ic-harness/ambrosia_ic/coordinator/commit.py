@@ -31,7 +31,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..logstore import LogWriter
-from . import checkpoints
+from . import actions, checkpoints
 from .group_commit import Record
 from .phase import Phase
 
@@ -66,7 +66,7 @@ def after_burst(c: Coordinator) -> None:
     """After a read from the binding or a link: commit what it brought, on the loop,
     right now (or wake the committer, if the fsync runs in a thread or a write is in
     progress). An error stops the coordinator with one line."""
-    c.run_actions()
+    actions.run(c)
     if c.phase is not Phase.LIVE or c.stopping:
         return
     try:

@@ -1,14 +1,16 @@
-"""The live coordinator of one registered instance: its state, and its process
-lifecycle (open the ports, read the binding, run the start-up flow as a task, stop
-cleanly). One ``Coordinator`` object holds all of its state, so several can run in one
-process (tests do).
+"""The live coordinator of one registered instance: its state and its plumbing (logging
+a line, stopping with one, tasks whose errors stop it, shutting down cleanly). One
+``Coordinator`` object holds all of its state, so several can run in one process (tests
+do). What it decides is its ``core`` (``core.CoordinatorCore``, no I/O).
 
-The jobs it runs live beside this module, each in its own: ``startup`` (first start,
-recovery, upgrade), ``reading`` (the binding's messages), ``outputs`` (routing and
-self-call numbering), ``commit`` (group commit), ``checkpoints`` (asking for, collecting
-and writing checkpoints), ``link_server`` (calls from other instances), ``sink``
-(how the log is written: standalone, or fenced for active/active replicas), and
-``frames`` (the bytes paths: RPCs passed through without decoding them).
+The jobs the shell runs live above this module, each in its own and none imported here:
+``process`` (open the ports, accept the binding, run the start-up flow; the standalone
+coordinator), ``startup`` (first start, recovery, upgrade), ``reading`` (the binding's
+bytes to the core), ``actions`` (what the core asks for), ``outputs`` (the links of its
+outboxes), ``commit`` (group commit), ``checkpoints`` (asking for and writing
+checkpoints). Below it: ``link_server`` (calls from other instances), ``sink`` (how the
+log is written: standalone, or fenced for active/active replicas), ``frames`` (the bytes
+paths).
 """
 
 from __future__ import annotations
@@ -30,19 +32,10 @@ from ambrosia_py.loops import write_unless_closing
 from ambrosia_py.wire import InitialMessage
 
 from .. import registry
-from ..binding import BindingPorts, reserve_port
 from ..links import OutboundLink
 from ..logstore import DigestWriter, InstanceLock, LogWriter, digest_path
-from . import commit, outputs, reading, startup
 from .checkpoint_plan import CheckpointPlan
-from .core import (
-    CheckpointData,
-    CheckpointReceived,
-    CoordinatorCore,
-    InitialReceived,
-    LogLine,
-    OpenLink,
-)
+from .core import CheckpointData, CoordinatorCore
 from .group_commit import GroupCommit, PendingInput
 from .link_server import LinkServer
 from .phase import Phase
@@ -143,8 +136,7 @@ class Coordinator:
         self.senders = KnownSenders(home, lambda: self.registry_cluster, self.log, self.spawn)
         self.link_server = LinkServer(
             self.name, home, self.secret, self.ic_port, self.core.logged,
-            self.core.link_record, self.log, known=self.senders.known_sender,
-            burst_done=lambda: commit.after_burst(self))
+            self.core.link_record, self.log, known=self.senders.known_sender)
         # Where the link server listens, and the host others dial (epoch claims name it).
         self.ic_host = self.advertise = ""
         self.set_link_hosts(reg.ic_host, reg.advertise_host)
@@ -251,26 +243,6 @@ class Coordinator:
     def set_phase(self, new: Phase) -> None:
         self.core.set_phase(new)
 
-    def run_actions(self) -> None:
-        """Run what the core asked for since the last time (after each of its events)."""
-        core = self.core
-        if core.actions:
-            for action in core.take_actions():
-                if type(action) is OpenLink:
-                    outputs.open_link(self, action.dest)
-                elif type(action) is CheckpointReceived:
-                    fut, self.checkpoint_wait = self.checkpoint_wait, None
-                    if fut is not None and not fut.done():
-                        fut.set_result(action.data)
-                elif type(action) is InitialReceived:
-                    if self.initial is not None and not self.initial.done():
-                        self.initial.set_result(action.message)
-                elif type(action) is LogLine:
-                    self.log(action.text)
-        if core.wake:
-            core.wake = False
-            self.wake.set()
-
     def begin(self, n: int) -> DigestWriter | None:
         """The core's ``Digests`` port: checkpoint ``n``'s digest starts (as files)."""
         if self.digest_file is not None:
@@ -335,49 +307,9 @@ class Coordinator:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
-        """Run until the binding goes away or something fails; returns the exit code."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.lock.acquire()
-        try:
-            code, message = await self.serve(
-                f"receive={self.reg.receive_port} send={self.reg.send_port} "
-                f"ic={self.reg.ic_port}", self._choose)
-        finally:
-            self.lock.release()
-            if self.new_lock is not None:
-                self.new_lock.release()
-        if message:
-            self.log(message)
-        return code
-
-    def _choose(self) -> MainFlow:
-        plan = startup.choose_flow(self)
-        return lambda: startup.start(self, plan)
-
-    async def serve(self, ready_fields: str, choose: Callable[[], MainFlow]) -> tuple[int, str]:
-        """Open every port, print the ready line, accept the binding and run the flow
-        ``choose`` picks (after the ports are open) until the coordinator stops.
-        Returns ``(exit code, last message)``."""
-        self._done = asyncio.get_running_loop().create_future()
-        ports = BindingPorts(self.receive_port, self.send_port, self.log)
-        try:
-            # Every port first: a busy one must stop the start before anything is
-            # written (or, for a replica, before it claims an epoch).
-            self.link_server.sock = reserve_port(self.ic_port, "links", self.ic_host)
-            await ports.open()
-            main = choose()
-            # Links elsewhere than 127.0.0.1 are said; the usual line stays as it was.
-            link = ("" if self.advertise == self.ic_host == registry.LOOPBACK else
-                    f" link={registry.format_address(self.advertise, self.ic_port)}"
-                    + (f" listen={self.ic_host}" if self.ic_host != self.advertise else ""))
-            print(f"ambrosia-ic ready: instance={self.name} {ready_fields}{link}",
-                  file=self.stdout, flush=True)
-            self.send = await ports.accept_into(reading.BindingReader(self))
-            self.spawn(main())
-            return await self._done
-        finally:
-            await self.shutdown()
-            ports.close()
+        """Run until the binding goes away or something fails; returns the exit code
+        (``process.StandaloneCoordinator``, ``replica.ReplicaCoordinator``)."""
+        raise NotImplementedError
 
     async def shutdown(self) -> None:
         # Let a write in progress finish: what is durable must stay whole.

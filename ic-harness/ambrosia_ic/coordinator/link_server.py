@@ -73,7 +73,7 @@ class LinkServer:
         self._on_record = on_record
         self._log = log
         self._known = known
-        self._burst_done = burst_done
+        self.burst_done = burst_done
         self.sock: socket.socket | None = None  # reserved before the start began
         self._server: asyncio.Server | None = None
         self._inbound: dict[str, set[asyncio.Transport]] = {}
@@ -260,7 +260,7 @@ class _Inbound(asyncio.Protocol):
             server._log(f"link from {sender} broke the protocol: {err}")
             assert self.transport is not None
             self.transport.close()
-        server._burst_done()
+        server.burst_done()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

@@ -29,15 +29,7 @@ ADOPT_RETRY = 1.0  # seconds between looks for a registration not yet in the clu
 # from there, while its link cannot connect.
 REFRESH_EVERY = 2.0
 
-__all__ = ["link_to", "open_link", "restore"]
-
-def restore(c: Coordinator, next_seq: int, inputs: dict[str, int],
-            outputs: dict[str, dict[str, Any]]) -> None:
-    """Take back a checkpoint's position and outputs snapshot (``core.restore``), and
-    make the links it names."""
-    c.core.restore(next_seq, inputs, outputs)
-    c.run_actions()
-
+__all__ = ["open_link"]
 
 # ------------------------------------------------------------------ outbound links
 def _address(c: Coordinator, dest: str) -> Callable[[], tuple[str, int]]:
@@ -180,10 +172,3 @@ def open_link(c: Coordinator, dest: str) -> OutboundLink:
     if c.links_active:
         link.start()
     return link
-
-
-def link_to(c: Coordinator, dest: str) -> OutboundLink:
-    """The outbound link to ``dest``, made on first use."""
-    c.core.outbox(dest)
-    c.run_actions()
-    return c.links[dest]

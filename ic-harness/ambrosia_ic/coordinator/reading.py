@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 from ambrosia_py.errors import RemoteProtocolError
 
-from . import commit
+from . import actions, commit
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
@@ -61,7 +61,7 @@ class BindingReader(asyncio.Protocol):
             # Before any output of this read leaves the process.
             if c.digest_file is not None:
                 c.digest_file.flush()
-        c.run_actions()
+        actions.run(c)
         for link in c.links.values():
             link.flush()
         commit.after_burst(c)

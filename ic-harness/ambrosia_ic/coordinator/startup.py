@@ -38,7 +38,7 @@ from ..recovery import (
     plan_recovery,
     replay_wire,
 )
-from . import checkpoints, commit
+from . import actions, checkpoints, commit
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ async def first_start(c: Coordinator) -> None:
 
 async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
     c.core.begin_recovery(plan.start_seq, plan.next_seq, plan.inputs, plan.outputs)
-    c.run_actions()  # the links its outputs name
+    actions.run(c)  # the links its outputs name
     for k in file_numbers(c.dir, DIGEST_PREFIX):  # digests of checkpoints never made
         if k > plan.number:
             (c.dir / f"{DIGEST_PREFIX}{k}").unlink()
