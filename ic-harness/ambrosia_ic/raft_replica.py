@@ -44,6 +44,7 @@ from ambrosia_py.wire.records import HEADER
 
 from . import registry
 from .coordinator import LinkOptions, actions, checkpoints, startup
+from .coordinator.directory import DirectoryFactory
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
 from .durable import replace_durably
@@ -143,11 +144,12 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 fsync_in_thread: bool | None = None, link: LinkOptions | None = None) -> None:
+                 fsync_in_thread: bool | None = None, link: LinkOptions | None = None,
+                 directory: DirectoryFactory | None = None) -> None:
         if not reg.log_store:
             raise CoordinatorError(f"{reg.instance_name} has no raft:// log store")
         super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
-                         fsync_in_thread=fsync_in_thread, link=link)
+                         fsync_in_thread=fsync_in_thread, link=link, directory=directory)
         if self.upgrading_to is not None:
             raise CoordinatorError(
                 f"{self.who}: a live upgrade of replicas whose log is in a Raft cluster is "

@@ -49,6 +49,7 @@ from ambrosia_py.wire import (
 
 from . import registry
 from .coordinator import Coordinator, LinkOptions, actions, checkpoints, process, startup
+from .coordinator.directory import DirectoryFactory
 from .coordinator.phase import Phase
 from .coordinator.sink import FencedSink
 from .lease import HEARTBEAT, Epochs
@@ -147,7 +148,8 @@ class ReplicaCoordinator(Coordinator):
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 fsync_in_thread: bool | None = None, link: LinkOptions | None = None) -> None:
+                 fsync_in_thread: bool | None = None, link: LinkOptions | None = None,
+                 directory: DirectoryFactory | None = None) -> None:
         if not reg.active_active:
             raise CoordinatorError(
                 f"{reg.instance_name} is not registered with --active-active; run it "
@@ -155,7 +157,8 @@ class ReplicaCoordinator(Coordinator):
             )
         self.fenced = FencedSink(Epochs(registry.instance_dir(reg)))
         super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
-                         sink=self.fenced, fsync_in_thread=fsync_in_thread, link=link)
+                         sink=self.fenced, fsync_in_thread=fsync_in_thread, link=link,
+                         directory=directory)
         self.replica = registry.replica(reg, replica, home)
         self.set_link_hosts(self.replica.ic_host, self.replica.advertise_host)
         self.number = replica

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import signal
 from collections.abc import Coroutine
@@ -25,6 +26,7 @@ EXIT_SIGINT = 130
 
 def _ic(args: argparse.Namespace) -> int:
     from ..coordinator import Coordinator, LinkOptions, StandaloneCoordinator
+    from ..coordinator.directory import RegistryDirectory
     from ..replica import ReplicaCoordinator
 
     home = registry.ambrosia_home(args.home)
@@ -47,10 +49,11 @@ def _ic(args: argparse.Namespace) -> int:
     link = LinkOptions(
         args.ic_host or None, args.advertise or None,
         registry.read_secret_file(args.link_secret_file) if args.link_secret_file else None)
+    # Registrations this registry lacks are read from the cluster ``--registry`` names,
+    # else from the instance's own log store.
+    directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
     coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync],
-                      link=link)
-    if args.registry:
-        coordinator.registry_cluster = args.registry
+                      link=link, directory=directory)
     code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code

@@ -19,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import functools
 import os
 import sys
 from collections.abc import Callable, Coroutine
@@ -36,11 +37,11 @@ from ..links import OutboundLink
 from ..logstore import DigestWriter, InstanceLock, LogWriter, digest_path
 from .checkpoint_plan import CheckpointPlan
 from .core import CheckpointData, CoordinatorCore
+from .directory import Directory, DirectoryFactory, RegistryDirectory
 from .group_commit import GroupCommit, PendingInput
 from .link_server import LinkServer
 from .phase import Phase
 from .self_calls import SelfCalls
-from .senders import KnownSenders
 from .sink import FencedSink, LogSink, StandaloneSink
 
 __all__ = ["Coordinator", "LinkOptions", "PendingInput"]
@@ -73,6 +74,8 @@ class Coordinator:
             active/active instance pass a fenced one, see ``replica.py``).
         fsync_in_thread: write and fsync each record in a thread instead of on the event
             loop (see ``commit``); None: as the sink prefers.
+        directory: makes the directory of instances (default: the registry, and the
+            instance's own log store's published registrations).
 
     Raises:
         CoordinatorError: the instance is active/active but ``sink`` is not fenced.
@@ -89,6 +92,7 @@ class Coordinator:
         sink: LogSink | None = None,
         fsync_in_thread: bool | None = None,
         link: LinkOptions | None = None,
+        directory: DirectoryFactory | None = None,
     ) -> None:
         self.link_options = link or LinkOptions()
         self.sink: LogSink = sink if sink is not None else StandaloneSink()
@@ -108,9 +112,6 @@ class Coordinator:
             trigger_bytes=reg.log_trigger_size_mb * 1024 * 1024,
             keeps_early_impulses=self.sink.keeps_early_impulses, digests=self)
         self.secret = self.link_options.secret or registry.link_secret(home)
-        # A Raft cluster holding registrations of instances this registry lacks (callees
-        # on other machines): ``ic --registry``, else this instance's own log store.
-        self.registry_cluster = reg.log_store
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.receive_port, self.send_port, self.ic_port = (
@@ -131,12 +132,14 @@ class Coordinator:
         # While set, the links wait for the binding to read what was delivered.
         self.drain_wait: asyncio.Task[None] | None = None
         self.links: dict[str, OutboundLink] = {}  # each runs the core's outbox
-        # Senders this registry lacks are looked up in ``registry_cluster`` (read at each
-        # lookup: ``ic --registry`` sets it after this).
-        self.senders = KnownSenders(home, lambda: self.registry_cluster, self.log, self.spawn)
+        # Where other instances are (a port): this registry, and the registrations a Raft
+        # cluster publishes for those it lacks (this instance's own log store, unless
+        # ``ic --registry`` names another).
+        self.directory: Directory = (directory or functools.partial(
+            RegistryDirectory, home, reg.log_store))(self.log, self.spawn)
         self.link_server = LinkServer(
             self.name, home, self.secret, self.ic_port, self.core.logged,
-            self.core.link_record, self.log, known=self.senders.known_sender)
+            self.core.link_record, self.log, known=self.directory.known_sender)
         # Where the link server listens, and the host others dial (epoch claims name it).
         self.ic_host = self.advertise = ""
         self.set_link_hosts(reg.ic_host, reg.advertise_host)

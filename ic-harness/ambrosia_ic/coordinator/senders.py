@@ -1,7 +1,7 @@
 """Whether a sender may link to us: registered here, or published in the cluster this
 coordinator reads registrations from (``ic --registry``, $AMBROSIA_REGISTRY, else its
 own ``raft://`` log store). A sender found there is taken into the local registry, as a
-caller takes a callee's (``outputs``), so the calls it makes can be answered: the
+caller takes a callee's (``directory``), so the calls it makes can be answered: the
 callee's machines need no copy of every caller's registration.
 
 The handshake waits for the cluster only a short while; the lookup itself goes on, so a
@@ -21,6 +21,7 @@ from typing import Any
 from ambrosia_py.errors import AmbrosiaError, RegistryError
 
 from .. import registry
+from ..logstore.registrations import fetch_registration
 from ..registry.raft_address import without_secret
 
 __all__ = ["FORGET_UNKNOWN", "LOOKUP_WAIT", "KnownSenders"]
@@ -82,9 +83,6 @@ class KnownSenders:
         return True
 
     async def _look_up(self, cluster: str, name: str) -> bool:
-        # Imported here: only a coordinator that reads a cluster needs pyzmq.
-        from ..logstore.registrations import fetch_registration
-
         shown = without_secret(cluster)
         try:
             doc = await fetch_registration(cluster, name, LOOKUP_TIMEOUT)
