@@ -2,8 +2,8 @@
 each round awaiting one answer, so that a run exercises self-calls, forks over links,
 awaited calls and their results, and handlers suspended across checkpoints.
 
-Instance ``i`` starts round 1 at its first start. Round ``k`` forks ``ping(i, k)`` to
-every peer, awaits ``echo(i, k)`` from one of them (round-robin), keeps the answer, and
+Instance ``i`` starts round 1 at its first start. Round ``k`` (asking its coordinator
+for a checkpoint in even rounds, when primary) forks ``ping(i, k)`` to every peer, awaits ``echo(i, k)`` from one of them (round-robin), keeps the answer, and
 forks round ``k + 1`` to itself, up to ``rounds``. Whatever the crashes and partitions,
 each instance must end with ``applied[p] == [1..rounds]`` for every peer ``p`` (each
 ping once, in order), ``echoed[p]`` a subsequence of it (the rounds ``p`` awaited
@@ -37,6 +37,8 @@ class Rounds(Immortal):
         me = self.ctx.instance_name
         peers: list[str] = list(self.ctx.config["peers"])
         self.round = k
+        if k % 2 == 0 and self.ctx.is_primary:
+            self.ctx.request_checkpoint()  # the binding asks, as well as the log's size
         for p in peers:
             self.immortal(p, Rounds).ping.fork(me, k)
         answer = await self.immortal(peers[k % len(peers)], Rounds).echo(me, k)

@@ -13,6 +13,7 @@ import collections
 
 import pytest
 
+from tests.sim.__main__ import main as sweep
 from tests.sim.mutants import MUTANTS
 from tests.sim.world import Scenario, SimFailure, explain
 
@@ -75,3 +76,17 @@ def test_a_failing_seed_reproduces_exactly_and_shrinks(monkeypatch: pytest.Monke
     assert shown < len(runs[0][1])
     monkeypatch.undo()
     assert explain(seed) == f"seed {seed} passes"
+
+
+def test_the_sweep_command_summarises_and_fails_on_a_failing_seed(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m tests.sim`` (what ``make chaos`` runs): a summary line, exit 0; with
+    a mutant in, each failing seed explained and exit 1."""
+    assert sweep(["--seeds", "3", "--first", "7"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3 simulated runs (seeds 7..9) in ") and ": 0 failed;" in out
+    cls, name, wrong = MUTANTS["a record is delivered before it is synced"]
+    monkeypatch.setattr(cls, name, wrong)
+    assert sweep(["--seeds", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "seed 0 (" in out and "a shortest run found" in out and ": 2 failed;" in out
