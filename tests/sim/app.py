@@ -3,8 +3,9 @@ each round awaiting one answer, so that a run exercises self-calls, forks over l
 awaited calls and their results, and handlers suspended across checkpoints.
 
 Instance ``i`` starts round 1 at its first start. Round ``k`` (asking its coordinator
-for a checkpoint in even rounds, when primary) forks ``ping(i, k)`` to every peer, awaits ``echo(i, k)`` from one of them (round-robin), keeps the answer, and
-forks round ``k + 1`` to itself, up to ``rounds``. Whatever the crashes and partitions,
+for a checkpoint in even rounds, when primary) forks ``ping(i, k)`` to every peer,
+awaits ``echo(i, k)`` from one of them (round-robin), keeps the answer, and forks round
+``k + 1`` to itself, up to ``rounds``. Whatever the crashes and partitions,
 each instance must end with ``applied[p] == [1..rounds]`` for every peer ``p`` (each
 ping once, in order), ``echoed[p]`` a subsequence of it (the rounds ``p`` awaited
 here), and ``answers == [10, 20, ...]``.
