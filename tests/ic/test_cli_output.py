@@ -76,11 +76,12 @@ def test_help_lists_the_create_service_values_and_one_home_default() -> None:
 def test_help_names_no_internal_class(harness: Harness) -> None:
     internal = set()
     for module_name in ("binding", "coordinator", "debug", "dump", "launch", "lease", "links",
-                        "logstore", "recovery", "registry", "replica"):
+                        "logstore", "recovery", "registry", "replication.shared_dir",
+                        "replication.raft"):
         module = __import__(f"ambrosia_ic.{module_name}", fromlist=["_"])
         internal |= {n for n, obj in vars(module).items()
                      if inspect.isclass(obj) and obj.__module__.startswith(ambrosia_ic.__name__)}
-    assert {"Coordinator", "ReplicaCoordinator", "Registration"} <= internal
+    assert {"Coordinator", "SharedDirReplica", "RaftReplica", "Registration"} <= internal
     for name, _ in _all_parsers():
         r = harness.cli(*name.split()[1:], "--help")
         assert r.returncode == 0, r.stderr

@@ -11,7 +11,7 @@ from ambrosia_ic.coordinator import Coordinator, FencedSink, StandaloneSink
 from ambrosia_ic.coordinator.sink import log_region
 from ambrosia_ic.lease import Epochs
 from ambrosia_ic.logstore import log_path
-from ambrosia_ic.replica import ReplicaCoordinator
+from ambrosia_ic.replication.shared_dir import SharedDirReplica
 
 from ambrosia_py.errors import CoordinatorError, LockLostError
 
@@ -114,8 +114,8 @@ def test_only_a_fenced_sink_runs_an_active_active_instance(tmp_path: Path) -> No
     pair = registry.register(instance_name="pair", receive_port=42011, send_port=42012,
                              ic_port=42013, log_dir=tmp_path / "logs", active_active=True,
                              home=home)
-    refused = ("{}: active/active instances run as replicas (ReplicaCoordinator); register "
-               "with --active-active to use --replica")
+    refused = ("{}: active/active instances run as replicas (ambrosia ic --replica N); "
+               "register with --active-active to use --replica")
     with pytest.raises(CoordinatorError) as err:
         Coordinator(solo, home, replica=1)
     assert str(err.value) == refused.format("solo")
@@ -123,9 +123,9 @@ def test_only_a_fenced_sink_runs_an_active_active_instance(tmp_path: Path) -> No
         Coordinator(pair, home)
     assert str(err.value) == refused.format("pair")
     assert isinstance(Coordinator(solo, home).sink, StandaloneSink)
-    replica = ReplicaCoordinator(pair, home)
-    assert replica.sink is replica.fenced and isinstance(replica.sink, FencedSink)
+    replica = SharedDirReplica(pair, home)
+    assert replica.c.sink is replica.fenced and isinstance(replica.c.sink, FencedSink)
     with pytest.raises(CoordinatorError) as err:
-        ReplicaCoordinator(solo, home)
+        SharedDirReplica(solo, home)
     assert str(err.value) == ("solo is not registered with --active-active; run it "
                               "without --replica")

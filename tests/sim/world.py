@@ -45,7 +45,7 @@ from ambrosia_ic.coordinator.group_commit import Record
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink, StandaloneSink
 from ambrosia_ic.logstore.watermarks import decode_watermarks
-from ambrosia_ic.replica import committed_prefix
+from ambrosia_ic.replication.shared_dir import committed_prefix
 
 from ambrosia_py.errors import LockLostError, RemoteProtocolError
 from ambrosia_py.runtime.engine import Engine, SendCheckpoint
@@ -395,7 +395,7 @@ class Node:
 
 # ---------------------------------------------------------------------- a replica
 class ReplicaNode(Node):
-    """One replica of an active/active instance (``replica.ReplicaCoordinator``): the
+    """One replica of an active/active instance (``replication.shared_dir.SharedDirReplica``): the
     real ``FencedSink`` over the shared directory's epochs; it follows the log until the
     primary is gone (crashed, or paused past its lease), then claims the next epoch,
     seals the newest log, delivers up to the seal and goes live."""

@@ -15,9 +15,13 @@ from ambrosia_py.errors import CoordinatorError, RegistryError, UsageError
 from ambrosia_py.loops import LOOPS, loop_runner, shorten_slice, slice_us
 
 from .. import registry
+from ..coordinator import LinkOptions, StandaloneCoordinator
+from ..coordinator.directory import RegistryDirectory
 from ..launch import STOPPED_PREFIX
 from ..logdir import check_log_dir
 from ..registry.raft_address import without_secret
+from ..replication.raft import RaftReplica
+from ..replication.shared_dir import SharedDirReplica
 
 __all__ = ["EXIT_SIGINT", "add_ic"]
 
@@ -25,9 +29,6 @@ EXIT_SIGINT = 130
 
 
 def _ic(args: argparse.Namespace) -> int:
-    from ..coordinator import Coordinator, LinkOptions, StandaloneCoordinator
-    from ..coordinator.directory import RegistryDirectory
-    from ..replica import ReplicaCoordinator
 
     home = registry.ambrosia_home(args.home)
     reg = _registration(args.instance_name, home, args.registry)
@@ -36,11 +37,9 @@ def _ic(args: argparse.Namespace) -> int:
             f"{reg.instance_name} is registered with the log store {reg.log_store}, which "
             "needs --active-active (or --log-store '' to use its log directory)")
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-    cls: type[Coordinator] = (ReplicaCoordinator if reg.active_active
-                              else StandaloneCoordinator)
-    if reg.log_store:
-        from ..raft_replica import RaftReplicaCoordinator
-        cls = RaftReplicaCoordinator
+    cls: type[StandaloneCoordinator | SharedDirReplica | RaftReplica] = (
+        RaftReplica if reg.log_store else
+        SharedDirReplica if reg.active_active else StandaloneCoordinator)
     run = loop_runner(args.loop, setting="--loop or $AMBROSIA_IC_LOOP")
     shorten_slice(slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US"))
     places = {"auto": None, "loop": False, "thread": True}

@@ -71,7 +71,7 @@ class Coordinator:
     Args:
         link: overrides of the registered link address and of the registry's secret.
         sink: how the log is written; a standalone writer unless given (replicas of an
-            active/active instance pass a fenced one, see ``replica.py``).
+            active/active instance pass a fenced one, see ``replication``).
         fsync_in_thread: write and fsync each record in a thread instead of on the event
             loop (see ``commit``); None: as the sink prefers.
         directory: makes the directory of instances (default: the registry, and the
@@ -99,7 +99,7 @@ class Coordinator:
         if (reg.active_active or replica) and not isinstance(self.sink, FencedSink):
             raise CoordinatorError(
                 f"{reg.instance_name}: active/active instances run as replicas "
-                "(ReplicaCoordinator); register with --active-active to use --replica"
+                "(ambrosia ic --replica N); register with --active-active to use --replica"
             )
         self.reg = reg
         self.name = reg.instance_name
@@ -311,7 +311,8 @@ class Coordinator:
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
         """Run until the binding goes away or something fails; returns the exit code
-        (``process.StandaloneCoordinator``, ``replica.ReplicaCoordinator``)."""
+        (``process.StandaloneCoordinator``; a replica's coordinator is run by its
+        ``replication`` role instead)."""
         raise NotImplementedError
 
     async def shutdown(self) -> None:

@@ -27,7 +27,7 @@ Layout (the real coordinator's): ``<log-dir>/<instance>_<version>/``
 - ``serverdigest<N>``: the determinism check: per binding output since checkpoint N,
   16 bytes (uint64 XXH64 of the output message, int64 seq id last delivered when it came).
 - ``serverlock``: held (flock) by the coordinator writing this directory.
-- ``serverseal<N>``: active/active only: int64, where log N ends (see ``replica.py``).
+- ``serverseal<N>``: active/active only: int64, where log N ends (see ``replication.shared_dir``).
 
 Checkpoint N pairs with log N; replay goes on through N+1, N+2, ... After each new
 checkpoint the last K (the registration's ``keep_checkpoints``) stay with every file

@@ -47,13 +47,13 @@ from ambrosia_py.wire import (
     encode_control_record,
 )
 
-from . import registry
-from .coordinator import Coordinator, LinkOptions, actions, checkpoints, process, startup
-from .coordinator.directory import DirectoryFactory
-from .coordinator.phase import Phase
-from .coordinator.sink import FencedSink
-from .lease import HEARTBEAT, Epochs
-from .logstore import (
+from .. import registry
+from ..coordinator import LinkOptions, actions, checkpoints, process, startup
+from ..coordinator.directory import DirectoryFactory
+from ..coordinator.phase import Phase
+from ..coordinator.sink import FencedSink
+from ..lease import HEARTBEAT, Epochs
+from ..logstore import (
     LOG_PREFIX,
     DiskRecord,
     LogScan,
@@ -63,15 +63,16 @@ from .logstore import (
     read_seal,
     write_seal,
 )
-from .recovery import (
+from ..recovery import (
     first_start_pending,
     interrupted_first_start,
     latest_checkpoint,
     newest_intact_checkpoint,
     read_state,
 )
+from .common import claim_info, deliver_records, replica_coordinator
 
-__all__ = ["ReplicaCoordinator", "committed_prefix"]
+__all__ = ["LogTail", "SharedDirReplica", "committed_prefix"]
 
 POLL = 0.005  # seconds between looks at the shared directory while following
 # An upgrader claims the epoch once a look at the log finds at most this many new
@@ -142,31 +143,20 @@ class LogTail:
         self.offset = 0
 
 
-class ReplicaCoordinator(Coordinator):
-    """The coordinator of replica ``replica`` of an active/active instance: the shared
-    coordinator with a fenced log sink, and the roles above as its start-up flow."""
+class SharedDirReplica:
+    """Replica ``replica`` of an active/active instance whose replicas share its
+    directory: a coordinator (``c``) with a fenced log sink, and the roles above as its
+    start-up flow."""
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
                  fsync_in_thread: bool | None = None, link: LinkOptions | None = None,
                  directory: DirectoryFactory | None = None) -> None:
-        if not reg.active_active:
-            raise CoordinatorError(
-                f"{reg.instance_name} is not registered with --active-active; run it "
-                "without --replica"
-            )
         self.fenced = FencedSink(Epochs(registry.instance_dir(reg)))
-        super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
-                         sink=self.fenced, fsync_in_thread=fsync_in_thread, link=link,
-                         directory=directory)
-        self.replica = registry.replica(reg, replica, home)
-        self.set_link_hosts(self.replica.ic_host, self.replica.advertise_host)
+        self.c, self.replica = replica_coordinator(
+            reg, home, replica, self.fenced, stdout=stdout, stderr=stderr,
+            fsync_in_thread=fsync_in_thread, link=link, directory=directory)
         self.number = replica
-        self.who = f"{self.name}: replica {replica}"
-        self.receive_port = self.replica.receive_port
-        self.send_port = self.replica.send_port
-        self.ic_port = self.link_server.port = self.replica.ic_port
-        self.links_active = False
         self.role = "starting"
         self.tail: LogTail | None = None
         self.upgrading_to = (self.replica.upgrade_version
@@ -180,34 +170,32 @@ class ReplicaCoordinator(Coordinator):
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.c.dir.mkdir(parents=True, exist_ok=True)
         try:
             # The link port is reserved with the others: a busy one must stop this
             # replica before it claims an epoch or writes anything.
             code, message = await process.serve(
-                self, f"replica={self.number} receive={self.receive_port} "
-                      f"send={self.send_port} ic={self.ic_port}", lambda: self._main)
+                self.c, f"replica={self.number} receive={self.c.receive_port} "
+                      f"send={self.c.send_port} ic={self.c.ic_port}", lambda: self._main)
         finally:
             self.epochs.close()
             if self._new_epochs is not None:
                 self._new_epochs.close()
         if message:
-            self.log(message)
+            self.c.log(message)
         return code
 
     def _info(self, **extra: Any) -> dict[str, Any]:
-        # Senders dial the holder of the newest epoch at this address.
-        return {"replica": self.number, "ic_host": self.advertise, "ic_port": self.ic_port,
-                **extra}
+        return claim_info(self.c, self.number, **extra)
 
     async def _main(self) -> None:
-        if (self.upgrading_to is None and first_start_pending(self.dir, self.cid)
+        if (self.upgrading_to is None and first_start_pending(self.c.dir, self.c.cid)
                 and self.epochs.current() == 0 and self.epochs.claim(1, self._info())):
             self.role = "primary"
-            self.log("first start: primary of epoch 1")
-            self.spawn(self._heartbeat())
-            await startup.first_start(self)
-            await startup.go_live(self)
+            self.c.log("first start: primary of epoch 1")
+            self.c.spawn(self._heartbeat())
+            await startup.first_start(self.c)
+            await startup.go_live(self.c)
             return
         if self.upgrading_to is not None:
             self.role = "upgrader"
@@ -215,14 +203,14 @@ class ReplicaCoordinator(Coordinator):
             self.role = "checkpointer"
         else:
             self.role = "standby"
-        self.set_phase(Phase.FOLLOWING)
-        self.log(f"following the log as the {self.role}")
+        self.c.set_phase(Phase.FOLLOWING)
+        self.c.log(f"following the log as the {self.role}")
         await self._follow()
 
     # ------------------------------------------------------------------ following
     async def _follow(self) -> None:
         while True:
-            if self.tail is None and latest_checkpoint(self.dir) is not None:
+            if self.tail is None and latest_checkpoint(self.c.dir) is not None:
                 with contextlib.suppress(FileNotFoundError):
                     await self._load_checkpoint()
             caught_up = False
@@ -231,7 +219,7 @@ class ReplicaCoordinator(Coordinator):
             if self.role != "upgrader" and (m := self.epochs.upgraded_to()) is not None:
                 raise CoordinatorError(
                     f"the instance was upgraded to version {m}; this {self.role} of version "
-                    f"{self.reg.current_version} stops (start replicas of version {m})"
+                    f"{self.c.reg.current_version} stops (start replicas of version {m})"
                 )
             if self.role == "standby":
                 e = self.epochs.current()
@@ -249,36 +237,36 @@ class ReplicaCoordinator(Coordinator):
     async def _load_checkpoint(self) -> None:
         """Start following from the newest intact checkpoint (verified before a byte
         of it reaches the binding), unless it is a first start not yet done."""
-        assert self.send is not None
-        if interrupted_first_start(self.dir, self.cid):
+        assert self.c.send is not None
+        if interrupted_first_start(self.c.dir, self.c.cid):
             return  # the first start's record 0 is not durable yet: nothing to follow
-        found = newest_intact_checkpoint(self.dir)
+        found = newest_intact_checkpoint(self.c.dir)
         if found is None:
             return
         c, cf, damaged = found
         for n, err in damaged:
-            if n not in self.damaged:
-                self.damaged.add(n)
-                self.log(f"{err}; following from checkpoint {c} and its logs instead")
+            if n not in self.c.damaged:
+                self.c.damaged.add(n)
+                self.c.log(f"{err}; following from checkpoint {c} and its logs instead")
         next_seq, inputs, outs = read_state(cf)
         chunks = list(cf.chunks())  # read whole before the checkpointer may delete it
-        actions.restore(self, next_seq, inputs, outs)
-        self.last_delivered = next_seq - 1
-        write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
+        actions.restore(self.c, next_seq, inputs, outs)
+        self.c.last_delivered = next_seq - 1
+        write_unless_closing(self.c.send, encode_checkpoint_record(self.c.cid, cf.size))
         for chunk in chunks:
-            write_unless_closing(self.send, chunk)
-        await self.send.drain()
-        self.tail = LogTail(self.dir, self.cid, c, next_seq)
-        self.log_n = c
+            write_unless_closing(self.c.send, chunk)
+        await self.c.send.drain()
+        self.tail = LogTail(self.c.dir, self.c.cid, c, next_seq)
+        self.c.log_n = c
 
     async def _catch_up(self, until: tuple[int, int] | None = None) -> bool:
         """Deliver what is committed; True when (about) nothing more is there right now."""
         tail = self.tail
-        assert tail is not None and self.send is not None
+        assert tail is not None and self.c.send is not None
         while True:
             recs, done = tail.poll(self.epochs.current)
             self._deliver_records(recs)
-            await self.send.drain()
+            await self.c.send.drain()
             if until is not None and (tail.n, tail.offset) >= until:
                 return True
             if not done:
@@ -288,57 +276,53 @@ class ReplicaCoordinator(Coordinator):
                     await asyncio.sleep(POLL)
                 continue
             if self.role == "checkpointer" and not checkpoint_path(
-                    self.dir, tail.n + 1).exists():
+                    self.c.dir, tail.n + 1).exists():
                 await self._checkpoint(tail.n + 1)
             tail.next_log()
-            self.log_n = tail.n
+            self.c.log_n = tail.n
 
     def _deliver_records(self, recs: list[DiskRecord]) -> None:
-        for rec in recs:
-            self.deliver(rec.wire)
-            self.core.followed(rec.seq_id, rec.inputs)
-        if recs:
-            self.core.caught_up()
+        deliver_records(self.c, recs)
 
     async def _checkpoint(self, n: int) -> None:
         """The checkpointing secondary: the state at the start of log ``n``."""
-        data = await checkpoints.collect(self, n, TakeCheckpoint())
-        await checkpoints.save(self, self.dir, n, data)
-        await checkpoints.remove_unkept(self)
+        data = await checkpoints.collect(self.c, n, TakeCheckpoint())
+        await checkpoints.save(self.c, self.c.dir, n, data)
+        await checkpoints.remove_unkept(self.c)
 
     # ------------------------------------------------------------------ taking over
     async def _seal_and_finish(self) -> int:
         """Seal the newest log, deliver everything up to the seal; returns the number
         of the next log."""
-        logs = file_numbers(self.dir, LOG_PREFIX)
+        logs = file_numbers(self.c.dir, LOG_PREFIX)
         n = logs[-1]
-        seal = read_seal(self.dir, n)
+        seal = read_seal(self.c.dir, n)
         if seal is None:
-            scan = LogScan(log_path(self.dir, n), allow_torn_tail=True,
-                           committer_id=self.cid)
+            scan = LogScan(log_path(self.c.dir, n), allow_torn_tail=True,
+                           committer_id=self.c.cid)
             for _ in scan:
                 pass
             seal = scan.good_end
-            await asyncio.to_thread(write_seal, self.dir, n, seal)
+            await asyncio.to_thread(write_seal, self.c.dir, n, seal)
         await self._catch_up(until=(n, seal))
         return n + 1
 
     async def _take_over(self, epoch: int) -> None:
         self.role = "primary"
-        self.spawn(self._heartbeat())
-        if self.tail is None and latest_checkpoint(self.dir) is not None:
+        self.c.spawn(self._heartbeat())
+        if self.tail is None and latest_checkpoint(self.c.dir) is not None:
             await self._load_checkpoint()  # the first start may have finished meanwhile
         if self.tail is None:
-            self.log(f"primary of epoch {epoch}: no checkpoint yet, first start")
-            await startup.first_start(self)
-            await startup.go_live(self)
+            self.c.log(f"primary of epoch {epoch}: no checkpoint yet, first start")
+            await startup.first_start(self.c)
+            await startup.go_live(self.c)
             return
         n = await self._seal_and_finish()
-        self.writer = await asyncio.to_thread(self.sink.next_log, self.dir, n)
-        self.log_n = n
-        self.deliver(encode_control_record(self.cid, BecomingPrimary()))
-        self.log(f"primary of epoch {epoch}, writing log {n} from sequence id {self.next_seq}")
-        await startup.go_live(self)
+        self.c.writer = await asyncio.to_thread(self.c.sink.next_log, self.c.dir, n)
+        self.c.log_n = n
+        self.c.deliver(encode_control_record(self.c.cid, BecomingPrimary()))
+        self.c.log(f"primary of epoch {epoch}, writing log {n} from sequence id {self.c.next_seq}")
+        await startup.go_live(self.c)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -352,26 +336,26 @@ class ReplicaCoordinator(Coordinator):
         m = self.upgrading_to
         assert m is not None
         self.role = "primary"
-        self.spawn(self._heartbeat())
-        self.log(f"upgrading to version {m}: holding epoch {epoch}")
+        self.c.spawn(self._heartbeat())
+        self.c.log(f"upgrading to version {m}: holding epoch {epoch}")
         n = await self._seal_and_finish()
-        new_dir = registry.instance_dir(self.reg, m)
+        new_dir = registry.instance_dir(self.c.reg, m)
         new_dir.mkdir(parents=True, exist_ok=True)
-        data = await checkpoints.collect(self, n, UpgradeTakeCheckpoint())
+        data = await checkpoints.collect(self.c, n, UpgradeTakeCheckpoint())
         self.epochs.check()
         new_epochs = Epochs(new_dir)
         if not new_epochs.claim(new_epochs.current() + 1, self._info()):
             raise LockLostError(f"{new_dir}: another replica is writing version {m}")
         self._new_epochs = new_epochs
-        await checkpoints.save(self, new_dir, n, data)
+        await checkpoints.save(self.c, new_dir, n, data)
         # Version m is committed: from here on this replica writes only there.
         old_epochs = self.epochs
         self.fenced.epochs, self._new_epochs = new_epochs, None
-        self.dir = new_dir
-        self.writer = await asyncio.to_thread(self.sink.next_log, new_dir, n)
-        self.log_n = n
-        self.reg = registry.set_versions(self.name, m, m, self.home)
+        self.c.dir = new_dir
+        self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, n)
+        self.c.log_n = n
+        self.c.reg = registry.set_versions(self.c.name, m, m, self.c.home)
         old_epochs.mark_upgraded(m)
         old_epochs.close()
-        self.log(f"upgraded to version {m}; primary of epoch {self.sink.epoch} there")
-        await startup.go_live(self)
+        self.c.log(f"upgraded to version {m}; primary of epoch {self.c.sink.epoch} there")
+        await startup.go_live(self.c)

@@ -1,7 +1,7 @@
 """Active/active with the log in a ØMQ RAFT cluster: replicas on different machines, no
 shared file system (``register-instance --log-store raft://...``).
 
-The roles and the start-up flow are those of ``replica.py``; what they rest on differs:
+The roles and the start-up flow are those of ``shared_dir``; what they rest on differs:
 
 - the primary is whoever holds the newest epoch claimed in the cluster's log (see
   ``logstore.raft_entries``): a standby claims when the primary was silent past the lease;
@@ -42,14 +42,14 @@ from ambrosia_py.wire import (
 )
 from ambrosia_py.wire.records import HEADER
 
-from . import registry
-from .coordinator import LinkOptions, actions, checkpoints, startup
-from .coordinator.directory import DirectoryFactory
-from .coordinator.phase import Phase
-from .coordinator.sink import FencedSink
-from .durable import replace_durably
-from .lease import EPOCH_PREFIX, Epochs
-from .logstore import (
+from .. import registry
+from ..coordinator import LinkOptions, actions, checkpoints, process, startup
+from ..coordinator.directory import DirectoryFactory
+from ..coordinator.phase import Phase
+from ..coordinator.sink import FencedSink
+from ..durable import replace_durably
+from ..lease import EPOCH_PREFIX, Epochs
+from ..logstore import (
     CHECKPOINT_PREFIX,
     LOG_PREFIX,
     CheckpointFile,
@@ -59,14 +59,14 @@ from .logstore import (
     log_path,
     remove_unkept,
 )
-from .logstore.raft_entries import Records
-from .logstore.raft_store import RaftLogStore
-from .logstore.watermarks import decode_watermarks
-from .raft.errors import RaftError
-from .recovery import read_state
-from .replica import ReplicaCoordinator
+from ..logstore.raft_entries import Records
+from ..logstore.raft_store import RaftLogStore
+from ..logstore.watermarks import decode_watermarks
+from ..raft.errors import RaftError
+from ..recovery import read_state
+from .common import claim_info, deliver_records, replica_coordinator
 
-__all__ = ["RaftReplicaCoordinator", "RaftSink", "decode_record"]
+__all__ = ["RaftReplica", "RaftSink", "decode_record"]
 
 POLL = 0.05  # the longest a follower waits for the leader's broadcast before reading
 RESIGN_TIMEOUT = 2.0
@@ -139,8 +139,10 @@ class RaftSink(FencedSink):
         remove_unkept(d, keep, (LOG_PREFIX, CHECKPOINT_PREFIX), damaged)
 
 
-class RaftReplicaCoordinator(ReplicaCoordinator):
-    """Replica ``replica`` of an active/active instance whose log is in a cluster."""
+class RaftReplica:
+    """Replica ``replica`` of an active/active instance whose log is in a cluster: a
+    coordinator (``c``) writing through a ``RaftSink``, and the roles above as its
+    start-up flow."""
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
@@ -148,18 +150,22 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
                  directory: DirectoryFactory | None = None) -> None:
         if not reg.log_store:
             raise CoordinatorError(f"{reg.instance_name} has no raft:// log store")
-        super().__init__(reg, home, replica=replica, stdout=stdout, stderr=stderr,
-                         fsync_in_thread=fsync_in_thread, link=link, directory=directory)
-        if self.upgrading_to is not None:
-            raise CoordinatorError(
-                f"{self.who}: a live upgrade of replicas whose log is in a Raft cluster is "
-                "not supported yet; register the instance's new version instead")
         self.shared_dir = registry.instance_dir(reg)  # where senders here look
-        self.dir = self.shared_dir / f"replica{replica}"
         self.store = RaftLogStore(reg.log_store, reg.log_key)
-        self.raft_sink = RaftSink(self.store, Epochs(self.dir))
-        self.sink = self.fenced = self.raft_sink
-        self.checkpoint_every = max(16, self.trigger_bytes // 4096)
+        # The local copy of the log, for ``log dump``: the replica's own directory.
+        own = self.shared_dir / f"replica{replica}"
+        self.raft_sink = RaftSink(self.store, Epochs(own))
+        self.c, self.replica = replica_coordinator(
+            reg, home, replica, self.raft_sink, stdout=stdout, stderr=stderr,
+            fsync_in_thread=fsync_in_thread, link=link, directory=directory)
+        self.c.dir = own
+        self.number = replica
+        self.role = "starting"
+        if self.replica.upgrade_version > reg.current_version:
+            raise CoordinatorError(
+                f"{self.c.who}: a live upgrade of replicas whose log is in a Raft cluster is "
+                "not supported yet; register the instance's new version instead")
+        self.checkpoint_every = max(16, self.c.trigger_bytes // 4096)
         self.lease = reg.lease_ms / 1000
         self.heartbeat_every = self.lease / 5
         self.loaded: int | None = None  # the checkpoint this replica started from
@@ -167,11 +173,23 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
 
     async def run(self) -> int:
         try:
-            code = await super().run()
+            self.c.dir.mkdir(parents=True, exist_ok=True)
+            try:
+                code, message = await process.serve(
+                    self.c, f"replica={self.number} receive={self.c.receive_port} "
+                            f"send={self.c.send_port} ic={self.c.ic_port}",
+                    lambda: self._main)
+            finally:
+                self.raft_sink.epochs.close()
+            if message:
+                self.c.log(message)
             await self._resign()
             return code
         finally:
             self.store.close()
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return claim_info(self.c, self.number, **extra)
 
     async def _resign(self) -> None:
         """A primary that stops (its binding died, or it was told to) gives up its epoch,
@@ -184,7 +202,7 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
             await asyncio.wait_for(self.store.resign(), RESIGN_TIMEOUT)
         except (RaftError, LockLostError, TimeoutError):
             return
-        self.log(f"resigned epoch {epoch}: a standby takes over without waiting out the lease")
+        self.c.log(f"resigned epoch {epoch}: a standby takes over without waiting out the lease")
 
     # ------------------------------------------------------------------ the flow
     async def _main(self) -> None:
@@ -194,8 +212,8 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
             await self._first_start()
             return
         self.role = "standby"
-        self.set_phase(Phase.FOLLOWING)
-        self.log(f"following the log in {self.store.address} as a {self.role}")
+        self.c.set_phase(Phase.FOLLOWING)
+        self.c.log(f"following the log in {self.store.address} as a {self.role}")
         while True:
             await self._follow_cluster()
             silent = self.store.silent_for()
@@ -209,7 +227,7 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
                     await self._raft_take_over(silent, time.monotonic() - claiming)
                 return
             if self.loaded is not None and (
-                    self.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
+                    self.c.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
                 await self._checkpoint_here()
             # A dead primary sends no broadcasts: wake up when its lease runs out, not
             # up to a poll interval later.
@@ -224,32 +242,32 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
 
     async def _first_start(self) -> None:
         self.role = "primary"
-        self.log(f"first start: primary of epoch {self.store.held}")
+        self.c.log(f"first start: primary of epoch {self.store.held}")
         self._publish_primary()
-        self.spawn(self._heartbeat())
-        self.raft_sink.first_checkpoint = checkpoint_path(self.dir, 1)
-        await startup.first_start(self)
-        await startup.go_live(self)
+        self.c.spawn(self._heartbeat())
+        self.raft_sink.first_checkpoint = checkpoint_path(self.c.dir, 1)
+        await startup.first_start(self.c)
+        await startup.go_live(self.c)
 
     async def _raft_take_over(self, silent: float, claim: float) -> None:
         self.role = "primary"
         reading = time.monotonic()
-        before = self.next_seq
+        before = self.c.next_seq
         await self._follow_cluster()  # everything committed before the claim
         # Where a takeover's time goes, for operators and the failover benchmark.
         gone = ("the primary resigned" if math.isinf(silent) else
                 f"the primary was silent {silent:.3f} s (lease {self.lease:g} s)")
-        self.log(f"took over epoch {self.store.held}: {gone}, claim {1000 * claim:.1f} ms, "
+        self.c.log(f"took over epoch {self.store.held}: {gone}, claim {1000 * claim:.1f} ms, "
                  f"log up to the claim {1000 * (time.monotonic() - reading):.1f} ms "
-                 f"({self.next_seq - before} records)")
+                 f"({self.c.next_seq - before} records)")
         self._publish_primary()
-        self.spawn(self._heartbeat())
-        n = self.log_n + 1
-        self.writer = await asyncio.to_thread(self.sink.next_log, self.dir, n)
-        self.log_n = n
-        self.deliver(encode_control_record(self.cid, BecomingPrimary()))
-        self.log(f"primary of epoch {self.store.held} from sequence id {self.next_seq}")
-        await startup.go_live(self)
+        self.c.spawn(self._heartbeat())
+        n = self.c.log_n + 1
+        self.c.writer = await asyncio.to_thread(self.c.sink.next_log, self.c.dir, n)
+        self.c.log_n = n
+        self.c.deliver(encode_control_record(self.c.cid, BecomingPrimary()))
+        self.c.log(f"primary of epoch {self.store.held} from sequence id {self.c.next_seq}")
+        await startup.go_live(self.c)
 
     def _publish_primary(self) -> None:
         """An epoch file in the instance's directory, for senders on this machine."""
@@ -272,7 +290,7 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
         await self.store.catch_up()
         recs = [decode_record(r, ev.index) for ev in self.store.drain_events()
                 if isinstance(ev, Records) for r in ev.records]
-        if self.role == "primary" and self.phase is Phase.LIVE:
+        if self.role == "primary" and self.c.phase is Phase.LIVE:
             return  # its own records, delivered by the committer
         if self.loaded is None:
             self.backlog += recs
@@ -281,41 +299,41 @@ class RaftReplicaCoordinator(ReplicaCoordinator):
                 return
             await self._load(end.number, await self.store.read_checkpoint(end))
             recs, self.backlog = self.backlog, []
-        recs = [r for r in recs if r.seq_id >= self.next_seq]
+        recs = [r for r in recs if r.seq_id >= self.c.next_seq]
         for r in recs:
-            if r.seq_id != self.next_seq:
+            if r.seq_id != self.c.next_seq:
                 raise LogCorruptionError("raft log", 0, f"record {r.seq_id} where "
-                                         f"{self.next_seq} was due")
-            self._deliver_records([r])
+                                         f"{self.c.next_seq} was due")
+            deliver_records(self.c, [r])
         if recs:
-            assert self.send is not None
-            await self.send.drain()
+            assert self.c.send is not None
+            await self.c.send.drain()
 
     async def _load(self, number: int, data: bytes) -> None:
         """Start from a checkpoint of the cluster (its check bytes verified twice: the
         cluster's, then the file's own)."""
-        assert self.send is not None
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = checkpoint_path(self.dir, max(1, number))
+        assert self.c.send is not None
+        self.c.dir.mkdir(parents=True, exist_ok=True)
+        path = checkpoint_path(self.c.dir, max(1, number))
         await asyncio.to_thread(replace_durably, path, data)
         cf = CheckpointFile(path)
         next_seq, inputs, outs = read_state(cf)
-        actions.restore(self, next_seq, inputs, outs)
-        self.last_delivered = next_seq - 1
-        write_unless_closing(self.send, encode_checkpoint_record(self.cid, cf.size))
+        actions.restore(self.c, next_seq, inputs, outs)
+        self.c.last_delivered = next_seq - 1
+        write_unless_closing(self.c.send, encode_checkpoint_record(self.c.cid, cf.size))
         for chunk in cf.chunks():
-            write_unless_closing(self.send, chunk)
-        await self.send.drain()
+            write_unless_closing(self.c.send, chunk)
+        await self.c.send.drain()
         self.loaded = next_seq
-        self.log_n = max(1, number)
-        self.log(f"loaded checkpoint {number} from the cluster")
+        self.c.log_n = max(1, number)
+        self.c.log(f"loaded checkpoint {number} from the cluster")
 
     async def _checkpoint_here(self) -> None:
-        n = self.next_seq
-        data = await checkpoints.collect(self, n, TakeCheckpoint())
-        await checkpoints.save(self, self.dir, n, data)
-        raw = await asyncio.to_thread(checkpoint_path(self.dir, n).read_bytes)
+        n = self.c.next_seq
+        data = await checkpoints.collect(self.c, n, TakeCheckpoint())
+        await checkpoints.save(self.c, self.c.dir, n, data)
+        raw = await asyncio.to_thread(checkpoint_path(self.c.dir, n).read_bytes)
         await self.store.write_checkpoint(n, [raw])
-        self.log(f"wrote checkpoint {n} to the cluster")
+        self.c.log(f"wrote checkpoint {n} to the cluster")
         self.loaded = n
-        await checkpoints.remove_unkept(self)
+        await checkpoints.remove_unkept(self.c)
