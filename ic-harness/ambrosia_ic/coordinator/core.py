@@ -6,8 +6,11 @@ Events come in as method calls:
   messages checked and acted on; malformed bytes or a message out of turn raise);
 - ``link_record``: a record from a linked sender (the new calls are queued once);
 - ``take`` and ``durable``: the next log record is taken, then made durable by the shell;
-- ``ask_checkpoint``, ``restore``, ``first_record``, ``set_phase``: the start-up and
-  checkpoint steps of the shell's flows.
+- ``begin_first_start``, ``first_record``, ``begin_recovery``, ``restore``,
+  ``become_primary``, ``set_phase``: the steps of the start-up flows;
+- ``switch_log``, ``checkpoint_saved``, ``ask_checkpoint``: the log's switches and the
+  checkpoints asked of the binding;
+- ``followed``, ``caught_up``: records a follower delivers, which another replica wrote.
 
 What the shell must do comes out as data: the typed ``actions`` it runs in order after
 each event (open a link for a new destination, wake the committer, hand over a
