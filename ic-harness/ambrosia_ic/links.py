@@ -43,7 +43,7 @@ from ambrosia_py.errors import (
     LinkAuthenticationError,
     RemoteProtocolError,
 )
-from ambrosia_py.loops import write_unless_closing
+from ambrosia_py.loops import Backoff, write_unless_closing
 from ambrosia_py.wire import (
     CONTROL_SEQ,
     Direction,
@@ -335,6 +335,10 @@ class OutboundLink:
         self._flush_soon = flush_soon
         # Called at each failed connection attempt (the owner may look for a new address).
         self._unreachable = unreachable
+        # Between connection attempts; short: an active/active failover should cost
+        # little more than a retry. Back to the floor once the receiver acknowledges.
+        self.backoff = Backoff(floor=0.02, cap=0.1)
+        self._progressed = False  # an acknowledgement came on the current connection
 
     # ------------------------------------------------------------------ state
     @property
@@ -407,7 +411,6 @@ class OutboundLink:
                 task.result()
 
     async def _run(self) -> None:
-        delay = 0.02
         while True:
             try:
                 host, port = self.address()
@@ -420,16 +423,14 @@ class OutboundLink:
                     self.log(f"link to {self.dest}: {err}")
                 elif self._unreachable is not None:
                     self._unreachable()
-                await asyncio.sleep(delay)
-                # Short: an active/active failover should cost little more than a retry.
-                delay = min(delay * 2, 0.1)
+                await asyncio.sleep(self.backoff.failed())
                 continue
             except Exception as err:  # the registry may be mid-update: retry
                 self.log(f"link to {self.dest}: {err}")
                 await asyncio.sleep(0.5)
                 continue
-            delay = 0.02
             self.connected = True
+            self._progressed = False
             try:
                 await self._stream(reader, writer, last, (host, port))
             except RemoteProtocolError as err:
@@ -439,6 +440,10 @@ class OutboundLink:
             finally:
                 self.connected = False
                 writer.close()
+            if not self._progressed:
+                # Nothing acknowledged on that connection: a receiver that admits us and
+                # drops us at once is waited for like one that refuses, not hammered.
+                await asyncio.sleep(self.backoff.failed())
 
     def _moved(self, where: tuple[str, int]) -> bool:
         """True when the destination's primary is now elsewhere (an active/active
@@ -487,3 +492,5 @@ class OutboundLink:
                 if not isinstance(ev, TrimTo):
                     raise RemoteProtocolError(f"unexpected {type(ev).__name__} on a link")
                 self.trim(ev.seq_id)
+                self.backoff.progress()  # the receiver logged calls: real progress
+                self._progressed = True
