@@ -4,7 +4,9 @@ Subclass ``Immortal``, publish methods with ``@rpc`` / ``@fork`` / ``@impulse``,
 with ``ambrosia run MODULE:CLASS --instance-name NAME``.
 """
 
-from .context import ImmortalContext
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AmbrosiaError,
     ImmortalDefinitionError,
@@ -15,19 +17,53 @@ from .errors import (
     UnknownMethodError,
     UpgradeError,
 )
-from .immortal import (
-    Immortal,
-    ImmortalProxy,
-    JsProxy,
-    MethodKind,
-    PendingCall,
-    default_method_id,
-    fork,
-    gather,
-    impulse,
-    rpc,
-)
-from .stopping import StopReason
+
+if TYPE_CHECKING:
+    from .context import ImmortalContext
+    from .immortal import (
+        Immortal,
+        ImmortalProxy,
+        JsProxy,
+        MethodKind,
+        PendingCall,
+        default_method_id,
+        fork,
+        gather,
+        impulse,
+        rpc,
+    )
+    from .stopping import StopReason
+
+# The programming model is loaded on first use, so that a process that needs only a part
+# of the package (the coordinator: the wire format, errors, loops) loads only that part.
+_LAZY = {
+    "ImmortalContext": ".context",
+    "Immortal": ".immortal",
+    "ImmortalProxy": ".immortal",
+    "JsProxy": ".immortal",
+    "MethodKind": ".immortal",
+    "PendingCall": ".immortal",
+    "default_method_id": ".immortal",
+    "fork": ".immortal",
+    "gather": ".immortal",
+    "impulse": ".immortal",
+    "rpc": ".immortal",
+    "StopReason": ".stopping",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -5,6 +5,8 @@ dependencies themselves are import-linter's contracts in ``pyproject.toml``, che
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,3 +142,37 @@ def test_the_engine_runs_only_classes_the_api_built() -> None:
         Engine(Fine, "x", upgrade_to=int)  # type: ignore[arg-type]
     assert str(e.value) == "<class 'int'> is not an Immortal subclass"
     assert Engine(Fine, "x").cls is Fine
+
+
+@pytest.mark.parametrize(("module", "absent"), [
+    # The coordinator takes the binding's wire format, errors and loops, never its
+    # programming model, runtime or serializer.
+    ("ambrosia_ic.coordinator", ["ambrosia_py.immortal", "ambrosia_py.context",
+                                 "ambrosia_py.runtime", "ambrosia_py.protocol",
+                                 "ambrosia_py.serialization", "cattrs"]),
+    ("ambrosia_py.wire", ["ambrosia_py.immortal", "ambrosia_py.runtime",
+                          "ambrosia_py.protocol", "msgpack", "cattrs"]),
+    # The standalone sink speaks the connector protocol; the coordinator immortal beside
+    # that library is not its business.
+    ("services.connectors.clients.filesink", ["services.connectors.coordinator",
+                                              "ambrosia_py.immortal", "ambrosia_py.runtime"]),
+])
+def test_a_package_face_loads_only_what_its_module_needs(module: str,
+                                                         absent: list[str]) -> None:
+    loaded = subprocess.run(
+        [sys.executable, "-c", f"import sys, {module}; print(*sys.modules, sep='\\n')"],
+        capture_output=True, text=True, check=True, cwd=ROOT).stdout.split()
+    assert module in loaded
+    assert [m for m in absent if m in loaded] == []
+
+
+def test_the_lazy_faces_still_give_every_public_name() -> None:
+    import services.connectors
+    from ambrosia_py import Immortal, StopReason, rpc
+    from ambrosia_py.immortal import Immortal as Defined
+    from services.connectors.coordinator import ConnectorCoordinator
+
+    assert Immortal is Defined and callable(rpc) and StopReason.STOPPED
+    assert services.connectors.ConnectorCoordinator is ConnectorCoordinator
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        services.connectors.Nope  # noqa: B018

@@ -2,6 +2,8 @@
 state machine for both roles. No sockets here; a transport calls ``receive_data``,
 ``next_event`` and ``send`` on a ``ConnectorConnection``. See README.md beside this file."""
 
+from typing import TYPE_CHECKING, Any
+
 from ambrosia_py.wire import NEED_DATA, NeedData
 
 from ._state import (
@@ -131,5 +133,18 @@ __all__ = [
     "CoordinatorConfig",
 ]
 
-# Last: the coordinator is built on the modules above.
-from .coordinator import ConnectorCoordinator, CoordinatorConfig
+
+# The coordinator, an immortal built on the modules above, is loaded on first use: a
+# process that speaks the protocol only (the standalone sink, a feed) does not load it.
+if TYPE_CHECKING:
+    from .coordinator import ConnectorCoordinator, CoordinatorConfig
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ConnectorCoordinator", "CoordinatorConfig"):
+        from . import coordinator
+
+        value = getattr(coordinator, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
