@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install raft-cluster demo demo-requests test test-fast lint bench chaos clean
 
-$(STAMP): pyproject.toml setup.py ambrosia_py/wire/_cfast.pyx
+$(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev,bench,spark,demo,raft]'

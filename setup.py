@@ -1,4 +1,4 @@
-"""The optional compiled codec: ``ambrosia_py.wire._cfast``, built from Cython with the
+"""The optional compiled codec: ``ambrosia_core.wire._cfast``, built from Cython with the
 machine's C compiler. Everything else is in pyproject.toml.
 
 Without Cython, or when the compiler fails, the install goes on without the extension
@@ -39,7 +39,7 @@ def _extensions() -> list[Extension]:
         print("warning: Cython is missing; the compiled codec is not built", file=sys.stderr)
         return []
     return cythonize(
-        [Extension("ambrosia_py.wire._cfast", ["ambrosia_py/wire/_cfast.pyx"])],
+        [Extension("ambrosia_core.wire._cfast", ["ambrosia_core/wire/_cfast.pyx"])],
         compiler_directives={"language_level": "3"},
         quiet=True,
     )

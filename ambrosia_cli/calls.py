@@ -18,6 +18,7 @@ from typing import Any
 
 from ambrosia_ic.dump import format_rpc_ids
 
+from ambrosia_core.wire import Rpc
 from ambrosia_py import serialization as ser
 from ambrosia_py.errors import SerializationError
 from ambrosia_py.immortal import (
@@ -28,7 +29,6 @@ from ambrosia_py.immortal import (
     MethodSpec,
 )
 from ambrosia_py.runtime.cli import load_class as runtime_load_class
-from ambrosia_py.wire import Rpc
 
 __all__ = ["describe_call", "format_call", "load_class"]
 

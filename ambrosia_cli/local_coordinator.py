@@ -19,10 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ambrosia_ic import launch, logstore, recovery, registry
+from ambrosia_ic.errors import RegistryError
 from ambrosia_ic.launch import STOPPED_PREFIX
 from ambrosia_ic.logstore import LOCK_NAME
 
-from ambrosia_py.errors import CoordinatorError, RegistryError
+from ambrosia_core.errors import CoordinatorError
 
 __all__ = ["ensure_registered", "how_it_ended", "lock_held", "port_taken", "register_upgrade",
            "replay_estimate", "start", "start_new", "stop", "was_stopped"]

@@ -11,7 +11,7 @@ from typing import Any
 from ambrosia_ic import cli as ic_cli
 from ambrosia_ic import registry
 
-from ambrosia_py.errors import AmbrosiaError
+from ambrosia_core.errors import AmbrosiaError
 
 from . import calls
 from .run import run_main

@@ -27,8 +27,8 @@ from typing import Any
 from ambrosia_ic import registry
 from ambrosia_ic.logdir import check_log_dir
 
-from ambrosia_py.errors import AmbrosiaError, UsageError
-from ambrosia_py.loops import loop_runner, slice_us
+from ambrosia_core.errors import AmbrosiaError, UsageError
+from ambrosia_core.loops import loop_runner, slice_us
 from ambrosia_py.runtime import cli as binding
 from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner

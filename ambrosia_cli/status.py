@@ -22,7 +22,7 @@ from typing import Any
 from ambrosia_ic import registry
 from ambrosia_ic.logstore import LOCK_NAME
 
-from ambrosia_py.errors import AmbrosiaError
+from ambrosia_core.errors import AmbrosiaError
 
 from .local_coordinator import lock_held
 

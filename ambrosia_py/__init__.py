@@ -7,12 +7,11 @@ with ``ambrosia run MODULE:CLASS --instance-name NAME``.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    AmbrosiaError,
+from ambrosia_core.errors import AmbrosiaError, ReplayDivergenceError
+from ambrosia_py.errors import (
     ImmortalDefinitionError,
     ImpulseDuringRecoveryError,
     RemoteCallError,
-    ReplayDivergenceError,
     SerializationError,
     UnknownMethodError,
     UpgradeError,

@@ -1,92 +1,64 @@
-"""One error hierarchy for the binding, the framework and the coordinator.
+"""The errors of the binding and the framework, with the shared ones they build on.
 
 Every error says whose fault it was: the peer's (``RemoteProtocolError``: bytes that
 break the protocol arrived), ours (``LocalProtocolError``: the API was misused), the
-user's class (``ImmortalDefinitionError``), or the disk's (``LogCorruptionError``).
+user's class (``ImmortalDefinitionError``), or the disk's (a coordinator's
+``LogCorruptionError``). The shared ones live in ``ambrosia_core.errors`` and are
+re-exported here, so that an application catches everything from one module.
 """
 
 from __future__ import annotations
 
+from ambrosia_core.errors import (
+    AmbrosiaError,
+    ArgumentError,
+    ChecksumMismatchError,
+    CodecChoiceError,
+    CoordinatorError,
+    EncodeError,
+    FrameTooLargeError,
+    IllegalDirectionError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    ReplayDivergenceError,
+    SequenceGapError,
+    UnexpectedMessageError,
+    UnknownMessageTypeError,
+    UsageError,
+    VarintError,
+    WireFormatError,
+)
 
-class AmbrosiaError(Exception):
-    """Base class of every error raised by ambrosia-py."""
-
-
-class ProtocolError(AmbrosiaError):
-    """The AMBROSIA protocol was broken; the connection cannot go on."""
-
-
-class RemoteProtocolError(ProtocolError, ValueError):
-    """The peer sent bytes that break the wire format or the protocol order.
-
-    Attributes:
-        offset: stream offset (bytes since the decoder started) where the problem was found.
-        seq_id: sequence id of the log record being decoded, if any.
-        message_type: the message type byte being decoded, if known.
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        offset: int | None = None,
-        seq_id: int | None = None,
-        message_type: int | None = None,
-    ) -> None:
-        self.reason = reason
-        self.offset = offset
-        self.seq_id = seq_id
-        self.message_type = message_type
-        where = []
-        if offset is not None:
-            where.append(f"offset {offset}")
-        if seq_id is not None:
-            where.append(f"record seq {seq_id}")
-        if message_type is not None:
-            where.append(f"message type {message_type}")
-        super().__init__(f"{reason} ({', '.join(where)})" if where else reason)
-
-
-class WireFormatError(RemoteProtocolError):
-    """Bytes that cannot be decoded: bad varint, wrong length, truncated field."""
-
-
-class VarintError(WireFormatError):
-    """A ZigZag varint is over-long, overflows its width, or is cut short."""
-
-
-class UnknownMessageTypeError(WireFormatError):
-    """A message type byte that AMBROSIA does not define."""
-
-
-class IllegalDirectionError(WireFormatError):
-    """A message type that is defined but illegal in this direction (e.g. TrimTo to a binding)."""
-
-
-class FrameTooLargeError(WireFormatError):
-    """A frame, record or message claims more bytes than the configured bound allows."""
-
-
-class ChecksumMismatchError(WireFormatError):
-    """A log record's XXH64 check bytes do not match its body."""
-
-
-class SequenceGapError(RemoteProtocolError):
-    """Data record sequence ids did not rise by exactly one."""
-
-
-class UnexpectedMessageError(RemoteProtocolError):
-    """A well-formed message arrived in a protocol state where it is not allowed."""
-
-
-class LocalProtocolError(ProtocolError, RuntimeError):
-    """This side misused the protocol, e.g. an Impulse sent while recovering."""
-
-
-class EncodeError(LocalProtocolError, ValueError):
-    """This side asked to encode a value the wire cannot carry (a negative size, a number
-    too wide for its varint, a reserved byte or RPC type out of range)."""
-
+__all__ = [
+    "AmbrosiaError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "WireFormatError",
+    "VarintError",
+    "UnknownMessageTypeError",
+    "IllegalDirectionError",
+    "FrameTooLargeError",
+    "ChecksumMismatchError",
+    "SequenceGapError",
+    "UnexpectedMessageError",
+    "LocalProtocolError",
+    "EncodeError",
+    "UsageError",
+    "ArgumentError",
+    "CodecChoiceError",
+    "CoordinatorError",
+    "ReplayDivergenceError",
+    "ImpulseDuringRecoveryError",
+    "AlreadyUpgradedError",
+    "ImmortalDefinitionError",
+    "UpgradeError",
+    "SideEffectError",
+    "SerializationError",
+    "RemoteCallError",
+    "JournalLimitError",
+    "UnknownMethodError",
+]
 
 class ImpulseDuringRecoveryError(LocalProtocolError):
     """An Impulse was sent before the instance became primary (the protocol forbids it)."""
@@ -139,58 +111,3 @@ class JournalLimitError(AmbrosiaError):
 
 class UnknownMethodError(AmbrosiaError, LookupError):
     """An RPC named a method id the immortal does not publish."""
-
-
-class UsageError(AmbrosiaError):
-    """A command line asks for something that cannot be used: a class that does not
-    import, options that only work together given apart."""
-
-
-class ArgumentError(UsageError):
-    """A command's arguments do not fit what is registered (a new instance without its
-    ports): the command's own usage error, exit code 2 as for argparse's."""
-
-
-class CodecChoiceError(UsageError, ImportError):
-    """``AMBROSIA_PY_CODEC`` names no codec, or asks for the compiled codec that is not
-    built."""
-
-
-class CoordinatorError(AmbrosiaError):
-    """The coordinator cannot go on (bad registration, lost lock, broken peer)."""
-
-
-class RegistryError(CoordinatorError):
-    """A registration is missing, duplicated or malformed."""
-
-
-class LogCorruptionError(CoordinatorError):
-    """A log or checkpoint file is damaged somewhere other than its torn tail."""
-
-    def __init__(self, path: str, offset: int, reason: str) -> None:
-        self.path = path
-        self.offset = offset
-        self.reason = reason
-        super().__init__(f"{path}: damaged at offset {offset}: {reason}")
-
-
-class LinkAuthenticationError(CoordinatorError):
-    """A coordinator-to-coordinator link peer did not prove it knows the shared secret."""
-
-
-class LockLostError(CoordinatorError):
-    """An active/active primary lost (or never held) the log lock; it must stop writing."""
-
-
-class ReplayDivergenceError(AmbrosiaError):
-    """A replay produced different outputs from the recorded run.
-
-    Attributes:
-        seq_id: the first log sequence id at which the outputs diverged.
-    """
-
-    def __init__(self, seq_id: int, detail: str = "") -> None:
-        self.seq_id = seq_id
-        self.detail = detail
-        msg = f"replay diverged from the recorded run at sequence id {seq_id}"
-        super().__init__(f"{msg}: {detail}" if detail else msg)

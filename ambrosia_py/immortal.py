@@ -20,12 +20,11 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_py.errors import ImmortalDefinitionError
+
 from . import upgrading
 from .context import ImmortalContext, Runtime
-from .errors import (
-    ImmortalDefinitionError,
-    LocalProtocolError,
-)
 from .methods import (
     METHOD_MARK,
     MethodKind,

@@ -30,7 +30,7 @@ import attrs
 import cattrs
 import msgpack
 
-from .errors import SerializationError
+from ambrosia_py.errors import SerializationError
 
 __all__ = [
     "RAW_BYTES_MARKER",

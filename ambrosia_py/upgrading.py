@@ -23,7 +23,8 @@ from typing import Any
 
 import attrs
 
-from .errors import UpgradeError
+from ambrosia_py.errors import UpgradeError
+
 from .methods import StateForm
 
 __all__ = ["conversion_problem", "default_conversion", "is_default", "keep_state", "mark_default",

@@ -46,7 +46,7 @@ def checkpoint_round(size: int, d: Path) -> tuple[float, float]:
     """(write seconds, load seconds) of one checkpoint of a ``size``-byte state."""
     from ambrosia_ic import logstore
 
-    from ambrosia_py.wire import Checkpoint
+    from ambrosia_core.wire import Checkpoint
 
     writer = _engine()
     data = os.urandom(1 << 16) * (size >> 16)

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ambrosia_py.ports import free_ports  # noqa: E402
+from ambrosia_core.ports import free_ports  # noqa: E402
 from ambrosia_py.testing import ImmortalProcess, start_immortal  # noqa: E402
 from services.connectors.clients import Address, Feed, FileSource, Record  # noqa: E402
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ambrosia_py.wire import Rpc  # noqa: E402
+from ambrosia_core.wire import Rpc  # noqa: E402
 from tests.activeactive.cluster import Cluster  # noqa: E402
 from tests.ic.conftest import Harness, wait_until  # noqa: E402
 from tests.ic.rawbinding import CounterApp, Driver  # noqa: E402

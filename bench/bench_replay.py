@@ -94,7 +94,7 @@ def _first_start(home: Path) -> None:
     from ambrosia_ic import registry
     from bench_throughput import _Pair
 
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.ports import free_ports
 
     rp, sp, icp = free_ports(3)
     registry.register(instance_name=NAME, receive_port=rp, send_port=sp, ic_port=icp,
@@ -157,7 +157,7 @@ def decode_rate(log: Path) -> tuple[float, int]:
     """(seconds, records) for the wire decoder to read the log's records."""
     from ambrosia_ic import logstore
 
-    from ambrosia_py.wire import LogRecordDecoder
+    from ambrosia_core.wire import LogRecordDecoder
 
     records, _ = logstore.scan_log(log)
     wire = b"".join(r.wire for r in records)
@@ -172,13 +172,13 @@ def binding_stream(n: int) -> tuple[bytes, bytes]:
     """What a coordinator sends a recovering ``Tally`` binding: a checkpoint, ``n`` logged
     ticks (one per record, as a fork to itself logs them) and BecomingPrimary; and the
     tick records alone."""
-    from ambrosia_py.testing.inmemory import InMemoryCoordinator
-    from ambrosia_py.wire import (
+    from ambrosia_core.wire import (
         BecomingPrimary,
         encode_checkpoint_record,
         encode_control_record,
         encode_record,
     )
+    from ambrosia_py.testing.inmemory import InMemoryCoordinator
 
     c = InMemoryCoordinator(Tally, NAME)
     c.first_start()

@@ -172,7 +172,7 @@ def run_immortals(forks: int, burst: int, pings: int) -> dict[str, Any]:
     """One run of the workload; the source's result plus memory figures (kB)."""
     from ambrosia_ic import registry
 
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.ports import free_ports
 
     with tempfile.TemporaryDirectory(prefix="bench-rpc-") as tmp:
         home = Path(tmp)
@@ -212,8 +212,8 @@ def run_immortals(forks: int, burst: int, pings: int) -> dict[str, Any]:
 def _fork_frame(i: int) -> bytes:
     import msgpack
 
+    from ambrosia_core.wire import Rpc, RpcType
     from ambrosia_py.immortal import default_method_id
-    from ambrosia_py.wire import Rpc, RpcType
 
     args = msgpack.packb([i, bytes(PAYLOAD)], use_bin_type=True)
     return Rpc(default_method_id("take"), RpcType.FORK, args).encode()
@@ -255,8 +255,8 @@ def raw_throughput(forks: int, burst: int) -> float:
 
 def raw_latencies(pings: int) -> list[int]:
     """Round trips of the echo call's sizes through a loopback socket (ns)."""
+    from ambrosia_core.wire import Rpc, RpcType
     from ambrosia_py.immortal import default_method_id
-    from ambrosia_py.wire import Rpc, RpcType
 
     request = Rpc(default_method_id("echo"), RpcType.FORK, b"\x92\xcd\x04\xd2\x01" * 2).encode()
     reply = Rpc(-3, RpcType.FORK, b"\x93\x01\xc3\xcd\x04\xd2").encode()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     NEED_DATA,
     LogRecordDecoder,
     MessageStreamDecoder,

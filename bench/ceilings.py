@@ -40,8 +40,8 @@ from typing import Any
 import msgpack
 import xxhash
 
-from ambrosia_py.loops import DEFAULT_SLICE_US, shorten_slice
-from ambrosia_py.wire import encode_outgoing_rpc
+from ambrosia_core.loops import DEFAULT_SLICE_US, shorten_slice
+from ambrosia_core.wire import encode_outgoing_rpc
 
 __all__ = ["pipeline_rate", "replay_rate", "round_trips", "tcp_pair"]
 

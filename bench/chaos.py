@@ -175,7 +175,7 @@ class _Instance:
     def start(self) -> None:
         from ambrosia_ic import launch, registry
 
-        from ambrosia_py.errors import CoordinatorError
+        from ambrosia_core.errors import CoordinatorError
 
         self.lives += 1
         run = self.run
@@ -340,7 +340,7 @@ class ChaosRun:
     def _register(self) -> None:
         from ambrosia_ic import registry
 
-        from ambrosia_py.ports import free_ports
+        from ambrosia_core.ports import free_ports
 
         for name in (SERVER, CLIENT):
             rp, sp, icp = free_ports(3)

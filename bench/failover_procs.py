@@ -33,7 +33,7 @@ for _p in (ROOT, ROOT / "ic-harness"):
 from ambrosia_ic import launch, registry  # noqa: E402
 from ambrosia_ic.lease import current_primary  # noqa: E402
 
-from ambrosia_py.ports import free_ports  # noqa: E402
+from ambrosia_core.ports import free_ports  # noqa: E402
 
 SERVER = "fo-counter"
 CLIENT = "fo-caller"

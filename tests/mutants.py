@@ -14,7 +14,7 @@ import pytest
 
 
 def _swap_decoded_take_checkpoint_and_becoming_primary() -> None:
-    from ambrosia_py.wire import decoder
+    from ambrosia_core.wire import decoder
 
     table = decoder._EMPTY_MESSAGES
     table[2], table[15] = table[15], table[2]

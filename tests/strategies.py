@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     AttachTo,
     BecomingPrimary,
     Checkpoint,

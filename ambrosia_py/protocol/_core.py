@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..errors import ImpulseDuringRecoveryError, LocalProtocolError, UnexpectedMessageError
-from ..wire import LogRecordDecoder
-from ..wire.stream import DEFAULT_MAX_FRAME_SIZE
+from ambrosia_core.errors import LocalProtocolError, UnexpectedMessageError
+from ambrosia_core.wire import LogRecordDecoder
+from ambrosia_core.wire.stream import DEFAULT_MAX_FRAME_SIZE
+from ambrosia_py.errors import ImpulseDuringRecoveryError
+
 from . import events as ev
 from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger
 

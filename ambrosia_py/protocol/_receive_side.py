@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import LocalProtocolError, RemoteProtocolError, UnexpectedMessageError
-from ..wire import (
+from ambrosia_core.errors import LocalProtocolError, RemoteProtocolError, UnexpectedMessageError
+from ambrosia_core.wire import (
     CHECKPOINT_SEQ,
     NEED_DATA,
     BecomingPrimary,
@@ -25,7 +25,8 @@ from ..wire import (
     UpgradeService,
     UpgradeTakeCheckpoint,
 )
-from ..wire import TakeCheckpoint as TakeCheckpointMsg
+from ambrosia_core.wire import TakeCheckpoint as TakeCheckpointMsg
+
 from . import events as ev
 from ._core import ConnectionCore
 from ._state import CHECKPOINT_OWED, REPLAYING_STATES, TRANSITIONS, State, Trigger

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..errors import EncodeError, LocalProtocolError
-from ..wire import (
+from ambrosia_core.errors import EncodeError, LocalProtocolError
+from ambrosia_core.wire import (
     Checkpoint,
     InitialMessage,
     MessageType,
@@ -18,8 +18,9 @@ from ..wire import (
     encode_outgoing_rpc,
     encode_zz32,
 )
-from ..wire import TakeCheckpoint as TakeCheckpointMsg
-from ..wire.messages import AttachTo
+from ambrosia_core.wire import TakeCheckpoint as TakeCheckpointMsg
+from ambrosia_core.wire.messages import AttachTo
+
 from . import events as ev
 from ._core import ConnectionCore
 from ._state import CHECKPOINT_OWED, TRANSITIONS, State, Trigger

@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from ..wire import Rpc
-from ..wire._typed import typed_equality
+from ambrosia_core.wire import Rpc
+from ambrosia_core.wire._typed import typed_equality
 
 
 class CheckpointReason(enum.Enum):

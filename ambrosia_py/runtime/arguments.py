@@ -15,12 +15,10 @@ from typing import Any
 import msgpack
 import xxhash
 
+from ambrosia_core.wire import RpcType
+from ambrosia_py.errors import RemoteCallError, SerializationError, UnknownMethodError
+
 from .. import serialization as ser
-from ..errors import (
-    RemoteCallError,
-    SerializationError,
-    UnknownMethodError,
-)
 from ..methods import (
     POST_BY_IMPULSE_METHOD_ID,
     POST_METHOD_ID,
@@ -29,7 +27,6 @@ from ..methods import (
     MethodSpec,
     PendingCall,
 )
-from ..wire import RpcType
 from . import jsconv, replaylog
 from .core import INITIAL_MAGIC, EngineCore
 from .stepping import Done

@@ -29,8 +29,9 @@ from typing import IO, Any
 import attrs
 import msgpack
 
+from ambrosia_py.errors import SerializationError
+
 from .. import serialization as ser
-from ..errors import SerializationError
 from ..methods import Hosted, StateForm
 
 __all__ = ["CHECKPOINT_FORMAT", "header", "read_objects", "read_state", "state_bytes",

@@ -21,9 +21,10 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from ..errors import AmbrosiaError, UsageError
-from ..loops import LOOPS, loop_runner, shorten_slice, slice_us
-from ..ports import free_ports
+from ambrosia_core.errors import AmbrosiaError, UsageError
+from ambrosia_core.loops import LOOPS, loop_runner, shorten_slice, slice_us
+from ambrosia_core.ports import free_ports
+
 from .config import load_config
 from .engine import Engine
 from .runner import ImmortalRunner
@@ -158,7 +159,7 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
             connection closes: ``ambrosia run`` stops its coordinator there, so that it
             ends as stopped rather than saying that its binding went away.
         config: the instance's configuration (``ctx.config``).
-        loop: ``auto``, ``asyncio`` or ``uvloop`` (see ``ambrosia_py.loops``).
+        loop: ``auto``, ``asyncio`` or ``uvloop`` (see ``ambrosia_core.loops``).
 
     Raises:
         UsageError: ``loop`` is unknown, or uvloop is asked for but not installed, or

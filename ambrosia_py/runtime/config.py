@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import UsageError
+from ambrosia_core.errors import UsageError
 
 __all__ = ["EMPTY_CONFIG", "ConfigError", "freeze", "load_config", "parse_set"]
 

@@ -20,15 +20,14 @@ from typing import IO, Any
 
 import xxhash
 
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.wire import OutgoingRpc
+from ambrosia_core.wire.encoders import outgoing_rpc_head, sized
+
 from .. import serialization as ser
-from ..errors import (
-    LocalProtocolError,
-)
 from ..methods import Hosted, MethodSpec, is_hosted_class
 from ..protocol import BindingConnection
 from ..stopping import StopReason
-from ..wire import OutgoingRpc
-from ..wire.encoders import outgoing_rpc_head, sized
 from . import replaylog
 from .config import EMPTY_CONFIG, freeze
 from .handling import CurrentInput

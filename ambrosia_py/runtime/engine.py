@@ -48,12 +48,11 @@ from typing import Any
 
 import msgpack
 
-from ..errors import (
-    LocalProtocolError,
-)
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.wire import NEED_DATA, Rpc
+
 from ..methods import POST_BY_IMPULSE_METHOD_ID, POST_METHOD_ID, RESULT_METHOD_ID
 from ..protocol import events as ev
-from ..wire import NEED_DATA, Rpc
 from . import checkpoint as ckpt
 from .arguments import ArgumentForms, CallPlan
 from .core import INITIAL_MAGIC

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from ..errors import JournalLimitError, SerializationError
+from ambrosia_py.errors import JournalLimitError, SerializationError
 
 __all__ = ["INPUT_OVERHEAD", "InitialInput", "LoggedInput", "Journal", "JournalMode", "RpcInput",
            "input_from_wire", "input_size"]

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SerializationError
+from ambrosia_py.errors import SerializationError
+
 from ..serialization import inspect_empty
 
 __all__ = ["ARG_PREFIX", "UNDEFINED", "call_body", "fork_kwargs", "post_kwargs",

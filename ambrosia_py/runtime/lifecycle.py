@@ -15,11 +15,9 @@ from typing import IO, Any
 
 import msgpack
 
-from ..errors import (
-    AlreadyUpgradedError,
-    LocalProtocolError,
-    SerializationError,
-)
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_py.errors import AlreadyUpgradedError, SerializationError
+
 from . import checkpoint as ckpt
 from .core import EngineCore
 from .journal import JournalMode, input_from_wire

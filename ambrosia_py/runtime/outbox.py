@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ..errors import LocalProtocolError
-from ..wire import OutgoingRpc
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.wire import OutgoingRpc
 
 __all__ = ["IMPULSE_QUEUE_LIMIT", "Outbox"]
 

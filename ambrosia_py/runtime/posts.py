@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ambrosia_core.wire import RpcType
+from ambrosia_py.errors import RemoteCallError, SerializationError, UnknownMethodError
+
 from .. import serialization as ser
-from ..errors import (
-    RemoteCallError,
-    SerializationError,
-    UnknownMethodError,
-)
 from ..methods import POST_METHOD_ID, PendingCall
-from ..wire import RpcType
 from . import jsconv, replaylog
 from .core import EngineCore
 from .stepping import Done

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import AmbrosiaError
+from ambrosia_core.errors import AmbrosiaError
 
 __all__ = ["LOG_REPLAY_ENV", "REPLAY_MARK", "ReplayAwareLogger", "declared",
            "log_replay_from_env", "log_rpc_failure"]

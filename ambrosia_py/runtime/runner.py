@@ -28,8 +28,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
-from ..errors import AmbrosiaError, CoordinatorError, SideEffectError
-from ..loops import Backoff, write_unless_closing
+from ambrosia_core.errors import AmbrosiaError, CoordinatorError
+from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_py.errors import SideEffectError
+
 from ..stopping import StopReason
 from .engine import Engine, SendCheckpoint
 

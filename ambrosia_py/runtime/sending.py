@@ -11,14 +11,13 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.wire import OutgoingRpc, RpcType
+from ambrosia_py.errors import ImpulseDuringRecoveryError
+
 from .. import serialization as ser
-from ..errors import (
-    ImpulseDuringRecoveryError,
-    LocalProtocolError,
-)
 from ..methods import Hosted, MethodSpec, PendingCall
 from ..stopping import StopReason
-from ..wire import OutgoingRpc, RpcType
 from .core import EngineCore
 
 __all__ = ["Sending"]

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from types import CoroutineType
 from typing import Any
 
-from ..errors import AmbrosiaError, LocalProtocolError
+from ambrosia_core.errors import AmbrosiaError, LocalProtocolError
+
 from ..methods import PendingCall
 from .handling import Task
 from .replaylog import ReplayAwareLogger

@@ -34,12 +34,14 @@ from typing import Any, Generic, TypeVar
 import attrs
 from ambrosia_ic import api as coordinator
 
-from ..errors import AlreadyUpgradedError, CoordinatorError, ReplayDivergenceError
+from ambrosia_core.errors import CoordinatorError, ReplayDivergenceError
+from ambrosia_core.wire import OutgoingRpc
+from ambrosia_py.errors import AlreadyUpgradedError
+
 from ..immortal import Immortal
 from ..runtime.cli import free_ports
 from ..runtime.engine import Engine
 from ..runtime.runner import ImmortalRunner
-from ..wire import OutgoingRpc
 from . import _upgrades
 
 __all__ = [

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 from ambrosia_ic import api as coordinator
 
-from ..errors import AlreadyUpgradedError
+from ambrosia_py.errors import AlreadyUpgradedError
 
 __all__ = ["UpgradeHistory", "combine", "history", "version_of_checkpoint"]
 

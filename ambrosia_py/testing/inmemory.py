@@ -28,11 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import serialization as ser
-from ..context import Runtime
-from ..immortal import Immortal
-from ..runtime.engine import Engine, SendCheckpoint
-from ..wire import (
+from ambrosia_core.wire import (
     BecomingPrimary,
     Checkpoint,
     CheckpointChunk,
@@ -49,6 +45,11 @@ from ..wire import (
     encode_control_record,
     encode_record,
 )
+
+from .. import serialization as ser
+from ..context import Runtime
+from ..immortal import Immortal
+from ..runtime.engine import Engine, SendCheckpoint
 
 __all__ = ["InMemoryCoordinator"]
 

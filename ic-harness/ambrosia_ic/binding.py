@@ -25,7 +25,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, cast
 
-from ambrosia_py.errors import CoordinatorError
+from ambrosia_core.errors import CoordinatorError
 
 __all__ = ["BUSY_WAIT", "LOOPBACK", "PAIR_TIMEOUT", "BindingPorts", "reserve_port"]
 

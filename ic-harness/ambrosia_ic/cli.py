@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ambrosia_py.errors import AmbrosiaError, ArgumentError
+from ambrosia_core.errors import AmbrosiaError, ArgumentError
 
 from . import registry
 from .commands.debug_instance import EXIT_DIVERGED, add_debug

@@ -20,9 +20,9 @@ from typing import Any, TextIO
 
 import attrs
 
-from ambrosia_py.errors import CoordinatorError, RemoteProtocolError, ReplayDivergenceError
-from ambrosia_py.loops import write_unless_closing
-from ambrosia_py.wire import (
+from ambrosia_core.errors import CoordinatorError, RemoteProtocolError, ReplayDivergenceError
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.wire import (
     Checkpoint,
     CheckpointChunk,
     CheckpointEnd,

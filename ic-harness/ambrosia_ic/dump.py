@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ambrosia_py.errors import CoordinatorError, LogCorruptionError, RemoteProtocolError
-from ambrosia_py.wire import Direction, MessageType, Rpc, decode_messages, message_type_of
+from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
+from ambrosia_core.wire import Direction, MessageType, Rpc, decode_messages, message_type_of
+from ambrosia_ic.errors import LogCorruptionError
 
 from .logstore import (
     CHECKPOINT_PREFIX,

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ambrosia_py.errors import CoordinatorError
+from ambrosia_core.errors import CoordinatorError
 
 __all__ = ["READY_PREFIX", "STOPPED_PREFIX", "CoordinatorProcess", "start_coordinator",
            "start_process"]

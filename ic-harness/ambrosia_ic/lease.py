@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ambrosia_py.errors import LockLostError
+from ambrosia_ic.errors import LockLostError
 
 from .durable import fsync_dir, replace_durably
 from .logstore import file_numbers

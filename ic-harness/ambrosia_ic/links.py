@@ -39,12 +39,9 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from ambrosia_py.errors import (
-    LinkAuthenticationError,
-    RemoteProtocolError,
-)
-from ambrosia_py.loops import Backoff, write_unless_closing
-from ambrosia_py.wire import (
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_core.wire import (
     CONTROL_SEQ,
     Direction,
     Incomplete,
@@ -54,6 +51,7 @@ from ambrosia_py.wire import (
     encode_record,
     encode_zz32,
 )
+from ambrosia_ic.errors import LinkAuthenticationError
 
 __all__ = ["HELLO_MAX", "LINK_MAGIC", "Hello", "OutboundLink", "challenge", "check_hello",
            "hello_reply", "not_registered", "open_link"]

@@ -14,7 +14,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ambrosia_py.errors import CoordinatorError
+from ambrosia_core.errors import CoordinatorError
 
 __all__ = ["check_log_dir"]
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import CoordinatorError, LogCorruptionError
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_ic.errors import LogCorruptionError
 
 from .logstore import (
     CHECKPOINT_PREFIX,

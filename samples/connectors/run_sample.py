@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ambrosia_py.ports import free_ports  # noqa: E402
+from ambrosia_core.ports import free_ports  # noqa: E402
 from ambrosia_py.testing import ImmortalProcess, start_immortal  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

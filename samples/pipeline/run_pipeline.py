@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from ambrosia_py.ports import free_ports  # noqa: E402
+from ambrosia_core.ports import free_ports  # noqa: E402
 from samples.pipeline.corpus import count_words, write_corpus  # noqa: E402
 from samples.pipeline.drip import Drip  # noqa: E402
 from samples.pipeline.output import check_output, parse_output  # noqa: E402
@@ -55,7 +55,7 @@ def say(text: str) -> None:
 
 
 def free_port() -> int:
-    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_core.ports``)."""
     return free_ports(1)[0]
 
 

@@ -4,7 +4,7 @@ state machine for both roles. No sockets here; a transport calls ``receive_data`
 
 from typing import TYPE_CHECKING, Any
 
-from ambrosia_py.wire import NEED_DATA, NeedData
+from ambrosia_core.wire import NEED_DATA, NeedData
 
 from ._state import (
     CONNECTION_TRANSITIONS,

@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterator, Mapping
 from types import MappingProxyType
 from typing import Final
 
-from ambrosia_py.wire import NEED_DATA, NeedData
+from ambrosia_core.wire import NEED_DATA, NeedData
 
 from ._state import (
     CONNECTION_TRANSITIONS,

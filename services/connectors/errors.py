@@ -9,8 +9,8 @@ that goes into the ERROR frame the connection then offers to send.
 
 from __future__ import annotations
 
-from ambrosia_py.errors import FrameTooLargeError as _WireFrameTooLargeError
-from ambrosia_py.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ambrosia_core.errors import FrameTooLargeError as _WireFrameTooLargeError
+from ambrosia_core.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 
 __all__ = [
     "ConnectionBrokenError",

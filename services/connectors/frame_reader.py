@@ -11,7 +11,7 @@ from typing import Final
 
 import attrs
 
-from ambrosia_py.wire import NEED_DATA, NeedData
+from ambrosia_core.wire import NEED_DATA, NeedData
 
 from .errors import FrameFormatError, FrameTooLargeError
 from .fields import U32, U32_MAX

@@ -2,7 +2,7 @@
 (participants), sans-IO: messages and their byte layout, a connection per link, and a job
 table for each role. See README.md in this directory for the layout and the state tables."""
 
-from ambrosia_py.wire import NEED_DATA, NeedData
+from ambrosia_core.wire import NEED_DATA, NeedData
 
 from ._state import (
     HELD_STATES,

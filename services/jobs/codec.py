@@ -19,7 +19,7 @@ from typing import Any, Final, NoReturn
 
 import msgpack
 
-from ambrosia_py.wire import NEED_DATA, NeedData
+from ambrosia_core.wire import NEED_DATA, NeedData
 
 from .errors import JobFrameTooLargeError, JobRemoteError, JobWireError, UnknownJobMessageTypeError
 from .messages import (

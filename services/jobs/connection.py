@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import attrs
 
-from ambrosia_py.wire import NEED_DATA, NeedData
+from ambrosia_core.wire import NEED_DATA, NeedData
 
 from ._state import LINK_MESSAGES, Role
 from .codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode

@@ -10,7 +10,7 @@ those handles these.
 
 from __future__ import annotations
 
-from ambrosia_py.errors import (
+from ambrosia_core.errors import (
     AmbrosiaError,
     FrameTooLargeError,
     IllegalDirectionError,

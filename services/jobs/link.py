@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.loops import Backoff, write_unless_closing
+from ambrosia_core.loops import Backoff, write_unless_closing
 
 from ._state import InitiatorState, Role
 from .attempts import OperationState, Reconciled, reconcile

@@ -13,7 +13,7 @@ import asyncio
 import uuid
 from typing import Final
 
-from ambrosia_py.loops import write_unless_closing
+from ambrosia_core.loops import write_unless_closing
 
 from .errors import HelloError
 

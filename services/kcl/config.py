@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import UsageError
+from ambrosia_core.errors import UsageError
 
 from .protocol import Protocol
 

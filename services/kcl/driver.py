@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ambrosia_core.loops import Backoff, write_unless_closing
 from ambrosia_py import AmbrosiaError, StopReason
-from ambrosia_py.loops import Backoff, write_unless_closing
 from services.staging import StagingError, read_block
 
 from .config import ProcessorConfig

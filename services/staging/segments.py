@@ -50,7 +50,7 @@ from typing import Final
 import attrs
 import xxhash
 
-from ambrosia_py.errors import AmbrosiaError
+from ambrosia_core.errors import AmbrosiaError
 
 __all__ = [
     "BLOCK_MAGIC",

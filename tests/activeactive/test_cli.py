@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ambrosia_ic import registry
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from tests.ic.conftest import Harness
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from ambrosia_py.wire import InitialMessage, TakeBecomingPrimaryCheckpoint, TakeCheckpoint
+from ambrosia_core.wire import InitialMessage, TakeBecomingPrimaryCheckpoint, TakeCheckpoint
 from tests.ic.conftest import Harness, wait_until
 from tests.ic.test_first_start import _run_chain
 

@@ -6,7 +6,7 @@ import signal
 
 from ambrosia_ic.logstore import file_numbers, log_path, read_seal
 
-from ambrosia_py.wire import TakeCheckpoint
+from ambrosia_core.wire import TakeCheckpoint
 from tests.ic.conftest import Harness, wait_until
 
 from .cluster import Cluster

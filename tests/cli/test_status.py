@@ -14,7 +14,7 @@ import pytest
 from ambrosia_ic import registry
 
 from ambrosia_cli.status import DEFAULT_NAME, render
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import start_immortal
 from tests.launcher import ROOT
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 
 def _free_port() -> int:
-    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_core.ports``)."""
     return free_ports(1)[0]
 
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager, suppress
 import pytest
 from ambrosia_ic.links import LINK_MAGIC
 
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     BecomingPrimary,
     Checkpoint,
     OutgoingRpc,

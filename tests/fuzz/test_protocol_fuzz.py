@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import LocalProtocolError, RemoteProtocolError
+from ambrosia_core.errors import LocalProtocolError, RemoteProtocolError
+from ambrosia_core.wire import NEED_DATA
 from ambrosia_py.protocol import BindingConnection
 from ambrosia_py.protocol import events as ev
-from ambrosia_py.wire import NEED_DATA
 from tests import strategies as s
 from tests.protocol.test_random_flows import Model, conversations
 
@@ -81,7 +81,7 @@ def test_random_bytes_raise_only_remote_protocol_errors(
 def test_becoming_primary_before_any_start_is_the_peers_fault() -> None:
     # A sanity anchor: a stream the state machine must refuse does raise, so the tests
     # above are not passing because nothing ever raises.
-    from ambrosia_py.wire import BecomingPrimary
+    from ambrosia_core.wire import BecomingPrimary
     from tests.protocol.helpers import data
 
     err = feed([data(5, BecomingPrimary())])

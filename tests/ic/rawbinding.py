@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     CHECKPOINT_SEQ,
     CONTROL_SEQ,
     NEED_DATA,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ambrosia_ic import api
-
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .conftest import Harness
 

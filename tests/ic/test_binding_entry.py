@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ambrosia_py.errors import AmbrosiaError, UsageError
+from ambrosia_core.errors import AmbrosiaError, UsageError
 from ambrosia_py.runtime.cli import load_class
 from ambrosia_py.testing import ImmortalProcess
 from tests.launcher import ROOT

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from ambrosia_ic.binding import LOOPBACK, BindingPorts
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import xxhash
+from ambrosia_ic.errors import LogCorruptionError
 from ambrosia_ic.logstore import CheckpointFile, checkpoint_path, write_checkpoint
 
-from ambrosia_py.errors import CoordinatorError, LogCorruptionError
-from ambrosia_py.wire import Checkpoint, TakeCheckpoint
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.wire import Checkpoint, TakeCheckpoint
 
 from .conftest import Harness, wait_until
 from .test_first_start import _run_chain

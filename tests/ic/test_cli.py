@@ -7,7 +7,7 @@ import json
 import attrs
 from ambrosia_ic import registry
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 
 from .conftest import Harness
 

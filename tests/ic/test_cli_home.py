@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import registry
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
 from tests.launcher import ROOT
 

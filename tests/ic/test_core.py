@@ -16,8 +16,8 @@ from ambrosia_ic.coordinator.phase import Phase
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import RemoteProtocolError
-from ambrosia_py.wire import (
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.wire import (
     AttachTo,
     Checkpoint,
     InitialMessage,

@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from ambrosia_ic.errors import LogCorruptionError
 from ambrosia_ic.logstore import LogScan, encode_disk_record, log_path, scan_log
 from ambrosia_ic.recovery import plan_recovery
-
-from ambrosia_py.errors import LogCorruptionError
 
 from .conftest import Harness, wait_until
 from .test_first_start import _run_chain

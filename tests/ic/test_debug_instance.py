@@ -6,7 +6,7 @@ import json
 import subprocess
 from typing import Any
 
-from ambrosia_py.wire import OutgoingRpc, Rpc
+from ambrosia_core.wire import OutgoingRpc, Rpc
 
 from .conftest import Harness, wait_until
 from .rawbinding import CounterApp, Driver, RawBinding

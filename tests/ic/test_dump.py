@@ -15,9 +15,9 @@ import pytest
 from ambrosia_ic import registry
 
 from ambrosia_cli.calls import describe_call, format_call
+from ambrosia_core.wire import Rpc, RpcType
 from ambrosia_py import serialization as ser
 from ambrosia_py.immortal import POST_METHOD_ID, default_method_id
-from ambrosia_py.wire import Rpc, RpcType
 from samples.hello.hello import Server
 from tests.launcher import ROOT, Launcher
 

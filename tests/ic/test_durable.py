@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import durable, lease, logstore, registry
 
-from ambrosia_py.wire import Checkpoint
+from ambrosia_core.wire import Checkpoint
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     CONTROL_SEQ,
     InitialMessage,
     OutgoingRpc,

@@ -22,12 +22,8 @@ from ambrosia_ic.logstore import is_impulse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import (
-    ChecksumMismatchError,
-    RemoteProtocolError,
-    UnexpectedMessageError,
-)
-from ambrosia_py.wire import (
+from ambrosia_core.errors import ChecksumMismatchError, RemoteProtocolError, UnexpectedMessageError
+from ambrosia_core.wire import (
     CONTROL_SEQ,
     DEFAULT_MAX_FRAME_SIZE,
     MessageStreamDecoder,
@@ -37,7 +33,7 @@ from ambrosia_py.wire import (
     TrimTo,
     encode_record,
 )
-from ambrosia_py.wire._paths import incoming_frame_count
+from ambrosia_core.wire._paths import incoming_frame_count
 from tests import strategies as s
 
 SETTINGS = settings(max_examples=300, deadline=None,

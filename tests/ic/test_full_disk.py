@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import registry
 
+from ambrosia_core.ports import free_ports
 from ambrosia_py import Immortal, impulse
-from ambrosia_py.ports import free_ports
 from tests.launcher import Launcher, launcher  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration

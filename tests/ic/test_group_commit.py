@@ -9,7 +9,7 @@ from ambrosia_ic.coordinator.group_commit import GroupCommit, PendingInput
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.wire import HEADER_SIZE
+from ambrosia_core.wire import HEADER_SIZE
 
 
 def test_a_record_packs_what_waits_and_durable_lets_it_go() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from ambrosia_ic.logstore import is_impulse
 
-from ambrosia_py.wire import OutgoingRpc, RpcType
+from ambrosia_core.wire import OutgoingRpc, RpcType
 
 
 @pytest.mark.parametrize(("rpc_type", "reserved", "expected"), [

@@ -19,9 +19,9 @@ from ambrosia_ic.logstore import (
 )
 from ambrosia_ic.recovery import first_start_pending, interrupted_first_start
 
-from ambrosia_py.errors import CoordinatorError
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.wire import Checkpoint, InitialMessage, TakeBecomingPrimaryCheckpoint
 from ambrosia_py.testing import start_immortal
-from ambrosia_py.wire import Checkpoint, InitialMessage, TakeBecomingPrimaryCheckpoint
 
 from .conftest import Harness, wait_until
 
@@ -139,7 +139,7 @@ def test_counter_sample_with_its_link_port_held_counts_exactly_once(tmp_path: Pa
     ``ambrosia run`` cannot listen on the instance's link port."""
     from ambrosia_ic import registry
 
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.ports import free_ports
 
     home = tmp_path / "home"
     rp, sp, ip = free_ports(3)

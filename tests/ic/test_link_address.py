@@ -11,9 +11,8 @@ import subprocess
 
 import pytest
 from ambrosia_ic import registry
+from ambrosia_ic.errors import RegistryError
 from ambrosia_ic.lease import current_primary
-
-from ambrosia_py.errors import RegistryError
 
 from .conftest import Harness, wait_until
 from .rawbinding import CounterApp, Driver

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ambrosia_ic.links import OutboundLink, challenge, check_hello, hello_reply
 
-from ambrosia_py.wire import Rpc, TrimTo
+from ambrosia_core.wire import Rpc, TrimTo
 
 SECRET = b"s" * 32
 

@@ -17,7 +17,7 @@ from ambrosia_ic.links import LinkOutbox
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.wire import HEADER_SIZE, Rpc
+from ambrosia_core.wire import HEADER_SIZE, Rpc
 from tests.sim.mutants import MUTANTS
 
 FRAME = len(Rpc(7, 1, (1).to_bytes(4, "little")).encode())

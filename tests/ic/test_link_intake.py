@@ -8,8 +8,8 @@ from ambrosia_ic.coordinator.intake import LinkIntake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import UnexpectedMessageError
-from ambrosia_py.wire import Rpc
+from ambrosia_core.errors import UnexpectedMessageError
+from ambrosia_core.wire import Rpc
 
 
 def _calls(first: int, last: int) -> bytes:

@@ -19,8 +19,8 @@ from ambrosia_ic.coordinator.link_server import LinkServer
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.links import LINK_MAGIC, _mac, _name, open_link
 
-from ambrosia_py.ports import free_ports
-from ambrosia_py.wire import Rpc, TrimTo, encode_record
+from ambrosia_core.ports import free_ports
+from ambrosia_core.wire import Rpc, TrimTo, encode_record
 
 SECRET = b"k" * 32
 Queued = collections.deque[tuple[str | None, int | None, bytes]]

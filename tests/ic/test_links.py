@@ -101,7 +101,7 @@ def test_a_coordinator_with_another_secret_cannot_deliver(harness: Harness, tmp_
     db = harness.drive("B")
     wait_until(db.primary.is_set, "primary")
     other = tmp_path / "other-home"
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.ports import free_ports
 
     rp, sp, ip = free_ports(3)
     registry.register(instance_name="A", receive_port=rp, send_port=sp, ic_port=ip,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from ambrosia_ic.logdir import check_log_dir
 
-from ambrosia_py.errors import CoordinatorError
-from ambrosia_py.ports import free_ports
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.ports import free_ports
 from tests.launcher import ROOT
 
 from .conftest import Harness

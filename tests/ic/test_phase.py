@@ -7,7 +7,7 @@ import pytest
 from ambrosia_ic.coordinator import TRANSITIONS, Phase
 from ambrosia_ic.coordinator.phase import next_phase
 
-from ambrosia_py.errors import CoordinatorError
+from ambrosia_core.errors import CoordinatorError
 
 S, F, R, U, W, L = (Phase.STARTING, Phase.FIRST_START, Phase.RECOVERING, Phase.UPGRADING,
                     Phase.FOLLOWING, Phase.LIVE)

@@ -8,6 +8,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from ambrosia_ic.errors import LogCorruptionError
 from ambrosia_ic.logstore import (
     LogScan,
     LogWriter,
@@ -19,8 +20,7 @@ from ambrosia_ic.logstore import (
 )
 from ambrosia_ic.recovery import coordinator_state, plan_recovery
 
-from ambrosia_py.errors import LogCorruptionError
-from ambrosia_py.wire import Checkpoint, TakeCheckpoint
+from ambrosia_core.wire import Checkpoint, TakeCheckpoint
 
 from .conftest import Harness, wait_until
 from .test_first_start import _run_chain

@@ -8,9 +8,8 @@ from array import array
 from pathlib import Path
 
 import pytest
+from ambrosia_ic.errors import LogCorruptionError
 from ambrosia_ic.logstore import LogScan, encode_disk_record, wire_batches
-
-from ambrosia_py.errors import LogCorruptionError
 
 CID = 77
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import registry
 
-from ambrosia_py.errors import CoordinatorError
-from ambrosia_py.ports import free_ports
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.ports import free_ports
+from ambrosia_core.wire import TakeCheckpoint
 from ambrosia_py.testing import checkpoints, repro, start_immortal
-from ambrosia_py.wire import TakeCheckpoint
 from samples.counter.counter import Counter
 
 from .conftest import Harness, wait_until

@@ -12,8 +12,8 @@ from ambrosia_ic.logstore.digest import DigestWriter, read_digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.wire import OutgoingRpc
-from ambrosia_py.wire.outgoing import OutgoingFrame
+from ambrosia_core.wire import OutgoingRpc
+from ambrosia_core.wire.outgoing import OutgoingFrame
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -9,11 +9,12 @@ import pytest
 from ambrosia_ic import registry
 from ambrosia_ic.coordinator import Coordinator, FencedSink, StandaloneSink
 from ambrosia_ic.coordinator.sink import log_region
+from ambrosia_ic.errors import LockLostError
 from ambrosia_ic.lease import Epochs
 from ambrosia_ic.logstore import log_path
 from ambrosia_ic.replication.shared_dir import SharedDirReplica
 
-from ambrosia_py.errors import CoordinatorError, LockLostError
+from ambrosia_core.errors import CoordinatorError
 
 
 def test_a_fenced_primary_stops_writing_once_a_newer_epoch_is_claimed(tmp_path: Path) -> None:

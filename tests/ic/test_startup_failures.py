@@ -178,8 +178,8 @@ def test_a_new_instance_gives_up_after_three_draws(
     from ambrosia_ic import registry
 
     from ambrosia_cli import local_coordinator
-    from ambrosia_py.errors import CoordinatorError
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.errors import CoordinatorError
+    from ambrosia_core.ports import free_ports
 
     reg = harness.register("svc")
     held = [free_ports(3) for _ in range(2)]  # (receive, send, link) ports drawn next
@@ -199,7 +199,7 @@ def test_a_new_instance_gives_up_after_three_draws(
 
 def test_only_a_port_in_use_is_a_reason_to_draw_again() -> None:
     from ambrosia_cli.local_coordinator import port_taken
-    from ambrosia_py.errors import CoordinatorError
+    from ambrosia_core.errors import CoordinatorError
 
     assert port_taken(CoordinatorError(
         "svc did not start: cannot listen for links on 127.0.0.1:7: Address already in use"))
@@ -227,7 +227,7 @@ class socket_listening:  # noqa: N801 - used as a context manager, like contextl
 
 
 def test_repro_of_a_damaged_checkpoint_is_the_coordinators_reason(harness: Harness) -> None:
-    from ambrosia_py.errors import CoordinatorError
+    from ambrosia_core.errors import CoordinatorError
     from ambrosia_py.testing import repro
     from samples.counter.counter import Counter
 

@@ -12,7 +12,7 @@ import pytest
 from ambrosia_ic.logstore import LOCK_NAME
 
 from ambrosia_cli.local_coordinator import lock_held
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, start_immortal
 from samples.counter.counter import Counter
 from tests.launcher import ROOT
@@ -133,9 +133,9 @@ def test_a_coordinator_resetting_the_connection_while_the_immortal_writes_is_a_c
     import socket
     import struct
 
+    from ambrosia_core.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
     from ambrosia_py.runtime.engine import Engine
     from ambrosia_py.runtime.runner import ImmortalRunner
-    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
 
     async def scenario() -> ImmortalRunner:
         accepted: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []

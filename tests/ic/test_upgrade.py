@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ambrosia_py.wire import CONTROL_SEQ, UpgradeTakeCheckpoint, encode_control_record
+from ambrosia_core.wire import CONTROL_SEQ, UpgradeTakeCheckpoint, encode_control_record
 
 from .conftest import Harness, wait_until
 from .rawbinding import CounterApp, Driver

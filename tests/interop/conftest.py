@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from ambrosia_ic import launch, registry
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, start_immortal
 from tests.ic.rawbinding import RawBinding
 

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     CHECKPOINT_SEQ,
     CONTROL_SEQ,
     BecomingPrimary,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from ambrosia_py.protocol import BindingConnection, CheckpointLoadChunk
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     NEED_DATA,
     Message,
     encode_checkpoint_record,
     encode_control_record,
     encode_record,
 )
+from ambrosia_py.protocol import BindingConnection, CheckpointLoadChunk
 
 COMMITTER = 0x2A
 

@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import pytest
 
+from ambrosia_core.wire import (
+    BecomingPrimary,
+    CountReplayableRpcBatch,
+    InitialMessage,
+    Rpc,
+    RpcBatch,
+    TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
+    UpgradeService,
+    UpgradeTakeCheckpoint,
+)
 from ambrosia_py.errors import ImpulseDuringRecoveryError
 from ambrosia_py.protocol import (
     BecamePrimary,
@@ -24,17 +35,6 @@ from ambrosia_py.protocol import (
     RecoveryComplete,
     State,
     UpgradeRequested,
-)
-from ambrosia_py.wire import (
-    BecomingPrimary,
-    CountReplayableRpcBatch,
-    InitialMessage,
-    Rpc,
-    RpcBatch,
-    TakeBecomingPrimaryCheckpoint,
-    TakeCheckpoint,
-    UpgradeService,
-    UpgradeTakeCheckpoint,
 )
 
 from .helpers import LIVE, PRIMARY, REPLAY, checkpoint, control, data, drain, feed, h

@@ -14,6 +14,22 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ambrosia_core.wire import (
+    BecomingPrimary,
+    Checkpoint,
+    CountReplayableRpcBatch,
+    InitialMessage,
+    Message,
+    OutgoingRpc,
+    Rpc,
+    RpcBatch,
+    RpcType,
+    TakeBecomingPrimaryCheckpoint,
+    TakeCheckpoint,
+    UpgradeService,
+    UpgradeTakeCheckpoint,
+    encode_outgoing_rpc,
+)
 from ambrosia_py.protocol import (
     TRANSITIONS,
     BecamePrimary,
@@ -30,22 +46,6 @@ from ambrosia_py.protocol import (
     State,
     Trigger,
     UpgradeRequested,
-)
-from ambrosia_py.wire import (
-    BecomingPrimary,
-    Checkpoint,
-    CountReplayableRpcBatch,
-    InitialMessage,
-    Message,
-    OutgoingRpc,
-    Rpc,
-    RpcBatch,
-    RpcType,
-    TakeBecomingPrimaryCheckpoint,
-    TakeCheckpoint,
-    UpgradeService,
-    UpgradeTakeCheckpoint,
-    encode_outgoing_rpc,
 )
 
 from .helpers import checkpoint, control, data, joined, split_at

@@ -14,7 +14,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import RemoteProtocolError
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.wire import NEED_DATA, BecomingPrimary, Rpc, TakeCheckpoint
 from ambrosia_py.protocol import (
     BindingConnection,
     CheckpointLoadChunk,
@@ -22,7 +23,6 @@ from ambrosia_py.protocol import (
     RecoveryComplete,
     State,
 )
-from ambrosia_py.wire import NEED_DATA, BecomingPrimary, Rpc, TakeCheckpoint
 from tests import strategies as s
 
 from .helpers import checkpoint, control, data, split_at

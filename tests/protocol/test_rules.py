@@ -4,27 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ambrosia_py.errors import (
+from ambrosia_core.errors import (
     ChecksumMismatchError,
     EncodeError,
-    ImpulseDuringRecoveryError,
     LocalProtocolError,
     RemoteProtocolError,
     SequenceGapError,
     UnexpectedMessageError,
 )
-from ambrosia_py.protocol import (
-    BecamePrimary,
-    BindingConnection,
-    CheckpointReason,
-    CheckpointRequested,
-    FirstStart,
-    IncomingRpc,
-    InitialMessageReceived,
-    RecoveryComplete,
-    State,
-)
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     NEED_DATA,
     BecomingPrimary,
     InitialMessage,
@@ -35,6 +23,18 @@ from ambrosia_py.wire import (
     TakeCheckpoint,
     UpgradeService,
     UpgradeTakeCheckpoint,
+)
+from ambrosia_py.errors import ImpulseDuringRecoveryError
+from ambrosia_py.protocol import (
+    BecamePrimary,
+    BindingConnection,
+    CheckpointReason,
+    CheckpointRequested,
+    FirstStart,
+    IncomingRpc,
+    InitialMessageReceived,
+    RecoveryComplete,
+    State,
 )
 
 from .helpers import LIVE, PRIMARY, REPLAY, checkpoint, control, data, drain, feed, h

@@ -7,16 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import LocalProtocolError
-from ambrosia_py.protocol import BindingConnection, State
-from ambrosia_py.wire import (
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.wire import (
     OutgoingRpc,
     TakeBecomingPrimaryCheckpoint,
     encode_outgoing_rpc,
     encode_zz32,
     encode_zz64,
 )
-from ambrosia_py.wire.encoders import outgoing_rpc_head, sized
+from ambrosia_core.wire.encoders import outgoing_rpc_head, sized
+from ambrosia_py.protocol import BindingConnection, State
 from tests import strategies as s
 
 from .helpers import control

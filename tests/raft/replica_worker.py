@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from ambrosia_ic.errors import LockLostError
 from ambrosia_ic.logstore.raft_store import HEARTBEAT, LEASE, GroupCommit, RaftLogStore
-
-from ambrosia_py.errors import LockLostError
 
 EXIT_FENCED = 3
 

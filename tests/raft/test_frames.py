@@ -11,7 +11,7 @@ from ambrosia_ic.raft import frames as fr
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import EncodeError
+from ambrosia_core.errors import EncodeError
 
 UINTS = [
     (0, b"\x00"),

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from ambrosia_ic import launch, registry
+from ambrosia_ic.errors import RegistryError
 from ambrosia_ic.logstore.registrations import fetch_registration
 from ambrosia_ic.raft.cluster import LocalCluster
 from ambrosia_ic.registry.raft_address import RaftAddress, parse_address
 
-from ambrosia_py.errors import RegistryError
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from tests.ic.conftest import Harness
 
 

@@ -16,7 +16,7 @@ from ambrosia_ic.coordinator.senders import KnownSenders
 from ambrosia_ic.logstore.registrations import fetch_registration, publish_registration
 from ambrosia_ic.raft.cluster import LocalCluster
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from tests.ic.conftest import Harness
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from ambrosia_ic.errors import LockLostError, LogCorruptionError
 from ambrosia_ic.logstore.raft_entries import (
     EpochClaimed,
     Fenced,
@@ -28,8 +29,6 @@ from ambrosia_ic.logstore.raft_entries import (
 from ambrosia_ic.logstore.raft_store import LEASE, RaftLogStore
 from ambrosia_ic.raft.client import RaftClient
 from ambrosia_ic.raft.cluster import LocalCluster
-
-from ambrosia_py.errors import LockLostError, LogCorruptionError
 
 from .conftest import SECRET, restart_missing
 from .replica_worker import EXIT_FENCED

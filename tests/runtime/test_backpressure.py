@@ -12,10 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ambrosia_py.runtime.engine import IMPULSE_QUEUE_LIMIT, Engine
-from ambrosia_py.runtime.runner import _WRITE_HIGH_WATER, ImmortalRunner
-from ambrosia_py.serialization import Envelope
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     CheckpointEnd,
     InitialMessage,
     MessageStreamDecoder,
@@ -26,6 +23,9 @@ from ambrosia_py.wire import (
     encode_control_record,
     encode_record,
 )
+from ambrosia_py.runtime.engine import IMPULSE_QUEUE_LIMIT, Engine
+from ambrosia_py.runtime.runner import _WRITE_HIGH_WATER, ImmortalRunner
+from ambrosia_py.serialization import Envelope
 
 from .apps import FLOOD, FLOOD_PAD, Flooder
 

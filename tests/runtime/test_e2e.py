@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ambrosia_core.ports import free_ports
 from ambrosia_py import ReplayDivergenceError
-from ambrosia_py.ports import free_ports
 from ambrosia_py.testing import checkpoints, repro
 from samples.demo.services import Client, Server
 from tests.launcher import ROOT, Launcher, wait_until

@@ -8,13 +8,14 @@ import json
 import msgpack
 import pytest
 
+from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.wire import RpcType
 from ambrosia_py import Immortal, ImpulseDuringRecoveryError, fork, rpc
-from ambrosia_py.errors import LocalProtocolError, SerializationError
+from ambrosia_py.errors import SerializationError
 from ambrosia_py.immortal import POST_METHOD_ID, RESULT_METHOD_ID, default_method_id
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.serialization import Envelope, encode_raw_args
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from ambrosia_py.wire import RpcType
 
 from .apps import Calculator, Caller, Clocked, Entry, Pulsed
 
@@ -150,7 +151,7 @@ def test_ambrosiajs_json_and_raw_arguments_and_post_calls() -> None:
 
 def test_impulse_rules() -> None:
     ic = InMemoryCoordinator(Engine(Pulsed, "p"))
-    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
+    from ambrosia_core.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
 
     ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
     eng = ic.engine
@@ -172,7 +173,7 @@ def test_impulse_rules() -> None:
 
 
 def encode_checkpoint_for(ckpt: bytes) -> bytes:
-    from ambrosia_py.wire import encode_checkpoint_record
+    from ambrosia_core.wire import encode_checkpoint_record
 
     return encode_checkpoint_record(7, len(ckpt)) + ckpt
 
@@ -185,7 +186,7 @@ def test_a_checkpoint_of_another_version_is_refused_clearly() -> None:
         version = 2
 
     ic = InMemoryCoordinator(Engine(V1, "v"))
-    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
+    from ambrosia_core.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
 
     ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
     ic2 = InMemoryCoordinator(Engine(V2, "v"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from ambrosia_core.wire import RpcType
 from ambrosia_py.immortal import RESULT_METHOD_ID
 from ambrosia_py.serialization import Envelope
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from ambrosia_py.wire import RpcType
 from samples.counter.counter import Counter
 
 
@@ -41,9 +41,9 @@ def test_impulses_from_outside_world_code_are_sent_at_the_next_pump() -> None:
 
 
 def test_the_engine_hands_out_a_checkpoint_and_goes_on_only_once_it_is_sent() -> None:
-    from ambrosia_py.errors import LocalProtocolError
+    from ambrosia_core.errors import LocalProtocolError
+    from ambrosia_core.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
     from ambrosia_py.runtime.engine import Engine, SendBytes, SendCheckpoint
-    from ambrosia_py.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
 
     eng = Engine(Counter, "counter")
     eng.receive_data(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))

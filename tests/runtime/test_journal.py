@@ -11,14 +11,14 @@ import re
 import msgpack
 import pytest
 
+from ambrosia_core.ports import free_ports
+from ambrosia_core.wire import RpcType
 from ambrosia_py.immortal import RESULT_METHOD_ID, default_method_id
-from ambrosia_py.ports import free_ports
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.journal import InitialInput, RpcInput, input_from_wire, input_size
 from ambrosia_py.serialization import Envelope
 from ambrosia_py.testing import checkpoints, repro
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from ambrosia_py.wire import RpcType
 from tests.launcher import Launcher
 
 from .apps import BoundedPatient, ImpulsedBoundedPatient, ImpulsedPatient, Patient, Waiters

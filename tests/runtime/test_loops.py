@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambrosia_py.loops import Backoff, loop_runner, said_at, write_unless_closing
-from ambrosia_py.ports import free_ports
+from ambrosia_core.loops import Backoff, loop_runner, said_at, write_unless_closing
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from tests.launcher import ROOT, Launcher
 
@@ -128,7 +128,7 @@ def test_a_write_to_a_closed_connection_is_dropped_on_either_loop(loop: str) -> 
 def test_a_shorter_slice_keeps_the_nice_value_spares_children_and_batch_processes() -> None:
     code = (
         "import os, subprocess, sys\n"
-        "from ambrosia_py.loops import shorten_slice\n"
+        "from ambrosia_core.loops import shorten_slice\n"
         "from tests.runtime.test_loops import _slice_ns\n"
         "os.nice(5)\n"
         "done = shorten_slice(300)\n"

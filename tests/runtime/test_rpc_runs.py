@@ -11,13 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from ambrosia_py import Immortal, fork, rpc
-from ambrosia_py.immortal import default_method_id
-from ambrosia_py.runtime.arguments import CallPlan
-from ambrosia_py.runtime.engine import Engine
-from ambrosia_py.serialization import Envelope, encode_json_args
-from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     BecomingPrimary,
     RpcType,
     encode_checkpoint_record,
@@ -25,6 +19,12 @@ from ambrosia_py.wire import (
     encode_record,
     encode_rpc,
 )
+from ambrosia_py import Immortal, fork, rpc
+from ambrosia_py.immortal import default_method_id
+from ambrosia_py.runtime.arguments import CallPlan
+from ambrosia_py.runtime.engine import Engine
+from ambrosia_py.serialization import Envelope, encode_json_args
+from ambrosia_py.testing.inmemory import InMemoryCoordinator
 
 
 class Ledger(Immortal):

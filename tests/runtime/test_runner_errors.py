@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from ambrosia_py.errors import WireFormatError
+from ambrosia_core.errors import WireFormatError
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.runner import ImmortalRunner
 from tests.launcher import Launcher

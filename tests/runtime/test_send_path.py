@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ambrosia_core.wire import MessageStreamDecoder, OutgoingRpc, RpcBatch
 from ambrosia_py import Immortal, fork, rpc
 from ambrosia_py import serialization as ser
 from ambrosia_py.runtime.engine import Engine
 from ambrosia_py.runtime.sending import positional_counts
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from ambrosia_py.wire import MessageStreamDecoder, OutgoingRpc, RpcBatch
 
 
 def _a(self, x): ...

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
+from ambrosia_core.wire import RpcType
 from ambrosia_py.errors import AlreadyUpgradedError
 from ambrosia_py.testing import checkpoints, upgrade_test
-from ambrosia_py.wire import RpcType
 from tests.launcher import Launcher
 
 from .apps import BookV1, BookV2

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import ephemeral_range
+from ambrosia_core.ports import ephemeral_range
 from tests.launcher import ROOT
 
 pytestmark = pytest.mark.integration

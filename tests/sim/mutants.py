@@ -12,7 +12,7 @@ from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
 from ambrosia_ic.links import LinkOutbox
 
-from ambrosia_py.errors import UnexpectedMessageError
+from ambrosia_core.errors import UnexpectedMessageError
 
 __all__ = ["MUTANTS"]
 

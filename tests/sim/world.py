@@ -44,18 +44,19 @@ from ambrosia_ic.coordinator.frames import LinkRecords
 from ambrosia_ic.coordinator.group_commit import Record
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink, StandaloneSink
+from ambrosia_ic.errors import LockLostError
 from ambrosia_ic.logstore.watermarks import decode_watermarks
 from ambrosia_ic.replication.shared_dir import committed_prefix
 
-from ambrosia_py.errors import LockLostError, RemoteProtocolError
-from ambrosia_py.runtime.engine import Engine, SendCheckpoint
-from ambrosia_py.wire import (
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.wire import (
     HEADER_SIZE,
     InitialMessage,
     TakeBecomingPrimaryCheckpoint,
     encode_checkpoint_record,
 )
-from ambrosia_py.wire.records import HEADER
+from ambrosia_core.wire.records import HEADER
+from ambrosia_py.runtime.engine import Engine, SendCheckpoint
 
 from .app import Rounds
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 
-from ambrosia_py.wire import NEED_DATA, CheckpointChunk
-from ambrosia_py.wire.stream import LogRecordDecoder, MessageStreamDecoder
+from ambrosia_core.wire import NEED_DATA, CheckpointChunk
+from ambrosia_core.wire.stream import LogRecordDecoder, MessageStreamDecoder
 
 Decoder = LogRecordDecoder | MessageStreamDecoder
 

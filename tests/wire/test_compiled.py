@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import CodecChoiceError
+from ambrosia_core.errors import CodecChoiceError
 
 # _cfast without importorskip: a missing build must fail here, never pass as the pure path.
-from ambrosia_py.wire import (  # type: ignore[attr-defined]
+from ambrosia_core.wire import (  # type: ignore[attr-defined]
     OutgoingRpc,
     _cfast,
     _fast,
@@ -31,8 +31,8 @@ from ambrosia_py.wire import (  # type: ignore[attr-defined]
     encode_rpc,
     encode_zz32,
 )
-from ambrosia_py.wire.outgoing import OutgoingFrame
-from ambrosia_py.wire.records import HEADER, check_bytes
+from ambrosia_core.wire.outgoing import OutgoingFrame
+from ambrosia_core.wire.records import HEADER, check_bytes
 from tests import strategies as s
 
 from .test_fast_paths import (

@@ -1,4 +1,4 @@
-"""Each fast path in ``ambrosia_py.wire._fast`` (and the self-call path inline in
+"""Each fast path in ``ambrosia_core.wire._fast`` (and the self-call path inline in
 ``MessageStreamDecoder.next_event``) against the general decoder on the same input.
 
 The reference decoders here use only ``decode_zz32`` and ``decode_body``. On any input,
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import RemoteProtocolError
-from ambrosia_py.wire import (
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.wire import (
     NEED_DATA,
     Direction,
     MessageStreamDecoder,
@@ -28,8 +28,8 @@ from ambrosia_py.wire import (
     encode_rpc,
     encode_zz32,
 )
-from ambrosia_py.wire._fast import incoming_rpcs, long_zz32, outgoing_rpcs
-from ambrosia_py.wire.varint import Incomplete, decode_zz32
+from ambrosia_core.wire._fast import incoming_rpcs, long_zz32, outgoing_rpcs
+from ambrosia_core.wire.varint import Incomplete, decode_zz32
 from tests import strategies as s
 
 from .helpers import split_at

@@ -14,8 +14,8 @@ import struct
 import pytest
 import xxhash
 
-from ambrosia_py.errors import IllegalDirectionError
-from ambrosia_py.wire import (
+from ambrosia_core.errors import IllegalDirectionError
+from ambrosia_core.wire import (
     CHECKPOINT_SEQ,
     CONTROL_SEQ,
     HEADER_SIZE,

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import RemoteProtocolError
-from ambrosia_py.wire import (
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.wire import (
     NEED_DATA,
     Checkpoint,
     Direction,

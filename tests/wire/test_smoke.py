@@ -1,4 +1,4 @@
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     InitialMessage,
     LogRecordDecoder,
     TakeBecomingPrimaryCheckpoint,

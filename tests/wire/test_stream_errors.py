@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import xxhash
 
-from ambrosia_py.errors import (
+from ambrosia_core.errors import (
     ChecksumMismatchError,
     FrameTooLargeError,
     IllegalDirectionError,
@@ -15,7 +15,7 @@ from ambrosia_py.errors import (
     VarintError,
     WireFormatError,
 )
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     NEED_DATA,
     BecomingPrimary,
     CheckpointChunk,

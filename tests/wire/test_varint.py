@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambrosia_py.errors import EncodeError, RemoteProtocolError, VarintError
-from ambrosia_py.wire import (
+from ambrosia_core.errors import EncodeError, RemoteProtocolError, VarintError
+from ambrosia_core.wire import (
     decode_zz32,
     decode_zz64,
     encode_zz32,
@@ -17,7 +17,7 @@ from ambrosia_py.wire import (
     unpack_int32,
     unpack_int64,
 )
-from ambrosia_py.wire.varint import Incomplete, zz32_size
+from ambrosia_core.wire.varint import Incomplete, zz32_size
 
 from .helpers import h
 

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from ambrosia_py.errors import AmbrosiaError
+from ambrosia_core.errors import AmbrosiaError
 
 from .. import registry
 

@@ -11,8 +11,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from ambrosia_py.errors import CoordinatorError, RegistryError, UsageError
-from ambrosia_py.loops import LOOPS, loop_runner, shorten_slice, slice_us
+from ambrosia_core.errors import CoordinatorError, UsageError
+from ambrosia_core.loops import LOOPS, loop_runner, shorten_slice, slice_us
+from ambrosia_ic.errors import RegistryError
 
 from .. import registry
 from ..coordinator import LinkOptions, StandaloneCoordinator

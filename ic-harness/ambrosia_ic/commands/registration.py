@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import ArgumentError, RegistryError
+from ambrosia_core.errors import ArgumentError
+from ambrosia_ic.errors import RegistryError
 
 from .. import registry
 

@@ -13,7 +13,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ambrosia_py.wire import (
+from ambrosia_core.wire import (
     Message,
 )
 

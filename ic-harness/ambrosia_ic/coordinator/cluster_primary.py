@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import LogCorruptionError
+from ambrosia_ic.errors import LogCorruptionError
 
 from .. import registry
 from ..binding import LOOPBACK

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from ambrosia_py.errors import RemoteProtocolError, UnexpectedMessageError
-from ambrosia_py.wire import (
+from ambrosia_core.errors import RemoteProtocolError, UnexpectedMessageError
+from ambrosia_core.wire import (
     AttachTo,
     BecomingPrimary,
     Checkpoint,

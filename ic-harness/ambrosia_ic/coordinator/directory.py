@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .. import registry
 from ..lease import current_primary

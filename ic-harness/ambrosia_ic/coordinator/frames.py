@@ -22,18 +22,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ambrosia_py.errors import (
+from ambrosia_core.errors import (
     ChecksumMismatchError,
     FrameTooLargeError,
     RemoteProtocolError,
     UnexpectedMessageError,
     WireFormatError,
 )
-from ambrosia_py.wire import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, check_bytes
-from ambrosia_py.wire._paths import incoming_frame_count
-from ambrosia_py.wire._paths import outgoing_frames as _outgoing_frames
-from ambrosia_py.wire.outgoing import OutgoingFrame
-from ambrosia_py.wire.records import HEADER
+from ambrosia_core.wire import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, check_bytes
+from ambrosia_core.wire._paths import incoming_frame_count
+from ambrosia_core.wire._paths import outgoing_frames as _outgoing_frames
+from ambrosia_core.wire.outgoing import OutgoingFrame
+from ambrosia_core.wire.records import HEADER
 
 __all__ = ["MAX_LINK_RECORD", "LinkRecord", "LinkRecords", "OutgoingFrame", "batch_frames",
            "outgoing_frames", "rpc_frame_count", "skip_frames"]

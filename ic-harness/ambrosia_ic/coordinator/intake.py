@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ambrosia_py.errors import UnexpectedMessageError
+from ambrosia_core.errors import UnexpectedMessageError
 
 from .frames import skip_frames
 

@@ -28,9 +28,9 @@ from typing import Any, TextIO
 
 import attrs
 
-from ambrosia_py.errors import AmbrosiaError, CoordinatorError
-from ambrosia_py.loops import write_unless_closing
-from ambrosia_py.wire import InitialMessage
+from ambrosia_core.errors import AmbrosiaError, CoordinatorError
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.wire import InitialMessage
 
 from .. import registry
 from ..links import OutboundLink

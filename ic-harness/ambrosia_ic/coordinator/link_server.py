@@ -16,14 +16,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import cast
 
-from ambrosia_py.errors import (
-    CoordinatorError,
-    LinkAuthenticationError,
-    RegistryError,
-    RemoteProtocolError,
-)
-from ambrosia_py.loops import write_unless_closing
-from ambrosia_py.wire import TrimTo
+from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.wire import TrimTo
+from ambrosia_ic.errors import LinkAuthenticationError, RegistryError
 
 from .. import registry
 from ..binding import LOOPBACK

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 
-from ambrosia_py.errors import CoordinatorError
+from ambrosia_core.errors import CoordinatorError
 
 __all__ = ["TRANSITIONS", "Phase", "next_phase"]
 

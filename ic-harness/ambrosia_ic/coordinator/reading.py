@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, cast
 
-from ambrosia_py.errors import RemoteProtocolError
+from ambrosia_core.errors import RemoteProtocolError
 
 from . import actions, commit
 

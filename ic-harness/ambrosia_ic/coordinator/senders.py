@@ -18,7 +18,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from ambrosia_py.errors import AmbrosiaError, RegistryError
+from ambrosia_core.errors import AmbrosiaError
+from ambrosia_ic.errors import RegistryError
 
 from .. import registry
 from ..logstore.registrations import fetch_registration

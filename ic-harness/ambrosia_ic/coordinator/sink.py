@@ -22,7 +22,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from ambrosia_py.errors import CoordinatorError, LockLostError
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_ic.errors import LockLostError
 
 from ..durable import fsync_dir
 from ..lease import Epochs

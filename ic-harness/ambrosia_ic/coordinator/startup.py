@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ambrosia_py.errors import CoordinatorError
-from ambrosia_py.loops import write_unless_closing
-from ambrosia_py.wire import (
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.wire import (
     TakeBecomingPrimaryCheckpoint,
     UpgradeTakeCheckpoint,
     encode_checkpoint_record,

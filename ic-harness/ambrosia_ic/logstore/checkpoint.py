@@ -12,8 +12,9 @@ from typing import Any
 import msgpack
 import xxhash
 
-from ambrosia_py.errors import CoordinatorError, LogCorruptionError, WireFormatError
-from ambrosia_py.wire import Incomplete, MessageType, decode_zz32, decode_zz64
+from ambrosia_core.errors import CoordinatorError, WireFormatError
+from ambrosia_core.wire import Incomplete, MessageType, decode_zz32, decode_zz64
+from ambrosia_ic.errors import LogCorruptionError
 
 from ..durable import replace_durably
 from .layout import checkpoint_path

@@ -7,7 +7,7 @@ import os
 import struct
 from pathlib import Path
 
-from ambrosia_py.wire import OutgoingRpc, RpcType
+from ambrosia_core.wire import OutgoingRpc, RpcType
 
 __all__ = ["DIGEST_ENTRY", "DigestWriter", "is_impulse", "read_digest"]
 

@@ -7,7 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from ambrosia_py.errors import LockLostError
+from ambrosia_ic.errors import LockLostError
 
 from .layout import LOCK_NAME
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import LogCorruptionError
+from ambrosia_ic.errors import LogCorruptionError
 
 __all__ = [
     "CheckpointEnd",

@@ -29,7 +29,7 @@ from typing import Any
 
 import xxhash
 
-from ambrosia_py.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError
 
 from ..raft.client import RaftClient, Subscription
 from ..raft.errors import RaftError, StreamLostError

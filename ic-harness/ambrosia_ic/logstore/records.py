@@ -16,10 +16,11 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ambrosia_py.errors import LogCorruptionError, WireFormatError
-from ambrosia_py.wire import HEADER_SIZE, Incomplete, check_bytes
-from ambrosia_py.wire._paths import stored_as_wire, stored_spans
-from ambrosia_py.wire.records import HEADER as _HEADER
+from ambrosia_core.errors import WireFormatError
+from ambrosia_core.wire import HEADER_SIZE, Incomplete, check_bytes
+from ambrosia_core.wire._paths import stored_as_wire, stored_spans
+from ambrosia_core.wire.records import HEADER as _HEADER
+from ambrosia_ic.errors import LogCorruptionError
 
 from .watermarks import cut_short as _cut_short
 from .watermarks import decode_watermarks as _decode_watermarks

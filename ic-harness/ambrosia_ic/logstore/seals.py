@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from ambrosia_py.errors import LogCorruptionError
+from ambrosia_ic.errors import LogCorruptionError
 
 from ..durable import replace_durably
 from .layout import seal_path

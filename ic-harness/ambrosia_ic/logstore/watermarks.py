@@ -10,8 +10,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ambrosia_py.errors import WireFormatError
-from ambrosia_py.wire import Incomplete, decode_zz32, encode_zz32
+from ambrosia_core.errors import WireFormatError
+from ambrosia_core.wire import Incomplete, decode_zz32, encode_zz32
 
 __all__ = ["EPOCH_KEY", "cut_short", "decode_watermarks", "encode_watermarks"]
 

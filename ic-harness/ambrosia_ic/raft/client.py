@@ -33,7 +33,7 @@ try:  # pyzmq comes with the optional ``raft`` extra: only a raft:// store needs
 except ModuleNotFoundError as err:
     _NO_ZMQ = str(err)
 
-from ambrosia_py.errors import EncodeError
+from ambrosia_core.errors import EncodeError
 
 from . import frames as fr
 from .errors import (

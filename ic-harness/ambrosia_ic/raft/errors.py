@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ambrosia_py.errors import CoordinatorError, RemoteProtocolError
+from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 
 __all__ = ["ConfigUpdateError", "RaftError", "RaftProtocolError", "RaftUnavailableError",
            "RequestExpiredError",

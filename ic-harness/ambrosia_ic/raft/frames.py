@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 import msgpack
 
-from ambrosia_py.errors import EncodeError
+from ambrosia_core.errors import EncodeError
 
 from .errors import RaftProtocolError
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .home import ambrosia_home, write_durably
 from .registration import check_instance_name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 __all__ = ["LOOPBACK", "check_host", "format_address", "is_wildcard", "link_hosts"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .home import ambrosia_home, write_durably
 from .registration import Registration, check_instance_name

@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ambrosia_py.errors import RegistryError
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
+from ambrosia_ic.errors import RegistryError
 
 from .home import ambrosia_home
 from .hosts import LOOPBACK

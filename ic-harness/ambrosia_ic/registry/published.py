@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .home import ambrosia_home, write_durably
 from .instances import instances_dir

@@ -7,7 +7,7 @@ import urllib.parse
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 __all__ = ["RaftAddress", "parse_address", "without_secret"]
 

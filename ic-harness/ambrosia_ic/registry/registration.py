@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .hosts import LOOPBACK, check_host, link_hosts
 from .raft_address import parse_address

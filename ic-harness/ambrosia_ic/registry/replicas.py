@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .home import ambrosia_home
 from .hosts import LOOPBACK, check_host, format_address, link_hosts

@@ -20,7 +20,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ambrosia_py.errors import RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from ..durable import replace_durably
 from .home import ambrosia_home, write_new_durably

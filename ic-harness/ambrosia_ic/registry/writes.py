@@ -9,7 +9,8 @@ import secrets
 
 import attrs
 
-from ambrosia_py.errors import CoordinatorError, RegistryError
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_ic.errors import RegistryError
 
 from ..logdir import check_log_dir
 from .home import ambrosia_home, write_durably

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
-from ambrosia_py.loops import write_unless_closing
-from ambrosia_py.wire import (
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.wire import (
     HEADER_SIZE,
     BecomingPrimary,
     TakeCheckpoint,
@@ -40,7 +40,8 @@ from ambrosia_py.wire import (
     encode_checkpoint_record,
     encode_control_record,
 )
-from ambrosia_py.wire.records import HEADER
+from ambrosia_core.wire.records import HEADER
+from ambrosia_ic.errors import LockLostError, LogCorruptionError
 
 from .. import registry
 from ..coordinator import LinkOptions, actions, checkpoints, process, startup

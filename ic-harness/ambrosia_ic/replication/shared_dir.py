@@ -37,15 +37,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
-from ambrosia_py.errors import CoordinatorError, LockLostError, LogCorruptionError
-from ambrosia_py.loops import write_unless_closing
-from ambrosia_py.wire import (
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.wire import (
     BecomingPrimary,
     TakeCheckpoint,
     UpgradeTakeCheckpoint,
     encode_checkpoint_record,
     encode_control_record,
 )
+from ambrosia_ic.errors import LockLostError, LogCorruptionError
 
 from .. import registry
 from ..coordinator import LinkOptions, actions, checkpoints, process, startup

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from ambrosia_py.loops import Backoff, said_at
+from ambrosia_core.loops import Backoff, said_at
 from services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
     POINT_OF_REFERENCE_FROM_START,

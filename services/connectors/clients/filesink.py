@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.wire import NEED_DATA
+from ambrosia_core.wire import NEED_DATA
 from services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
     Ack,

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from ambrosia_py.errors import UsageError
+from ambrosia_core.errors import UsageError
 
 from ..frame_reader import DEFAULT_MAX_FRAME_SIZE
 

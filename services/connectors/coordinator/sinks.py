@@ -23,8 +23,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ambrosia_py.loops import Backoff, said_at, write_unless_closing
-from ambrosia_py.wire import NEED_DATA
+from ambrosia_core.loops import Backoff, said_at, write_unless_closing
+from ambrosia_core.wire import NEED_DATA
 from services.staging import Ref, StagingError, read_block
 
 from .._state import Role

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ambrosia_py.loops import write_unless_closing
+from ambrosia_core.loops import write_unless_closing
 from services.staging import SegmentWriter, StagingError
 
 from .._state import ConnectionState, Role

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final
 
-from ambrosia_py.loops import Backoff
+from ambrosia_core.loops import Backoff
 
 from ..errors import SparkServerError
 from .jar import JarBuildError, staged_source_jar

@@ -85,7 +85,7 @@ def test_constants() -> None:
 
 
 def test_errors_say_whose_fault() -> None:
-    from ambrosia_py.errors import LocalProtocolError, RemoteProtocolError
+    from ambrosia_core.errors import LocalProtocolError, RemoteProtocolError
 
     for name in ("FrameFormatError", "FrameTooLargeError", "UnknownFrameTypeError",
                  "HandshakeError", "UnexpectedFrameError", "StreamNotNotifiedError",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ambrosia_py.wire import NEED_DATA
+from ambrosia_core.wire import NEED_DATA
 from services.connectors import (
     SINK_VERSION,
     SOURCE_VERSION,

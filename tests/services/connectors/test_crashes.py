@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
 from tests.launcher import ROOT, Launcher, wait_until
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import services.jobs
-from ambrosia_py.errors import LocalProtocolError, RemoteProtocolError
+from ambrosia_core.errors import LocalProtocolError, RemoteProtocolError
 
 PUBLIC = {
     # messages and their bytes

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from services.jobs import InitiatorJobs
 from services.jobs.attempts import member_id
 from services.jobs.link import Connected, JobLinks, RunnerAddress

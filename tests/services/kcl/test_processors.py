@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from services.connectors import EosMessage
 from services.kcl import KclCoordinator

@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ambrosia_py.ports import free_ports
-from ambrosia_py.wire import NEED_DATA
+from ambrosia_core.ports import free_ports
+from ambrosia_core.wire import NEED_DATA
 from services.connectors import (
     SINK_VERSION,
     Ack,
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[4]
 
 
 def free_port() -> int:
-    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_core.ports``)."""
     return free_ports(1)[0]
 
 

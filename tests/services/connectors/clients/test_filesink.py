@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.wire import NEED_DATA
+from ambrosia_core.wire import NEED_DATA
 from services.connectors import (
     SINK_VERSION,
     ErrorFrame,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ambrosia_py.wire import NEED_DATA
+from ambrosia_core.wire import NEED_DATA
 from services.connectors import (
     Ack,
     ConnectionClosed,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from services.connectors import Hello, Message, encode_frame
 from tests.launcher import Launcher, wait_until
 

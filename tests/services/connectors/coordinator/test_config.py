@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from services.connectors import CoordinatorConfig
 from services.connectors.coordinator import CoordinatorConfigError
 from tests.launcher import ROOT

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import registry
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, start_immortal
 from tests.ic.conftest import Harness
 from tests.launcher import ROOT, wait_until

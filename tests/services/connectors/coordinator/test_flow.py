@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from services.connectors import ConnectorCoordinator, EosMessage, Restart
 from tests.launcher import Launcher, wait_until

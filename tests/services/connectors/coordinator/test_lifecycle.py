@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import upgrade_test
 from services.connectors.clients import stream_id_of
 from tests.launcher import ROOT, Launcher, wait_until

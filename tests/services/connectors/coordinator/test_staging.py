@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
 from services.staging import MAGIC, segment_names
 from tests.launcher import Launcher, wait_until

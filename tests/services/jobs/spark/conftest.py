@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from services.jobs.attempts import member_id
 from services.jobs.spark import ConnectServer
 
@@ -27,7 +27,7 @@ JOBS_MODULE = "tests.services.jobs.spark.jobs_for_tests"
 
 
 def free_port() -> int:
-    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_py.ports``)."""
+    """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_core.ports``)."""
     return free_ports(1)[0]
 
 

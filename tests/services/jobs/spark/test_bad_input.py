@@ -159,7 +159,7 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
     import time
     from pathlib import Path
 
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.ports import free_ports
 
     (port,) = free_ports(1)
     proc = subprocess.Popen([sys.executable, "-m", "services.jobs.spark.server", "--port",
@@ -197,7 +197,7 @@ def test_the_server_listens_on_the_address_it_is_given(tmp_path) -> None:
     server pinned its gRPC binding and driver to 127.0.0.1, so that could not work."""
     from pyspark.sql import SparkSession
 
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.ports import free_ports
     from services.jobs.spark.server import port_open
 
     (port,) = free_ports(1)
@@ -216,7 +216,7 @@ def test_the_server_listens_on_the_address_it_is_given(tmp_path) -> None:
 
 
 def test_a_runner_that_cannot_reach_spark_says_so_at_start(tmp_path) -> None:
-    from ambrosia_py.ports import free_ports
+    from ambrosia_core.ports import free_ports
 
     from .conftest import RunnerProcess
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
 from services.jobs.attempts import Attempt, plan_params
 from services.jobs.link import JobLinks, LinkEvent, RunnerAddress

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from ambrosia_ic import registry
 
-from ambrosia_py.ports import free_ports
+from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from samples.pipeline.next_version import WordCountPipelineV1
 from services.jobs.spark import ConnectServer

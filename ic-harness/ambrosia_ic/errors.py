@@ -1,0 +1,27 @@
+"""The coordinator's own errors: its registry, its log files, its links and its lease."""
+
+from __future__ import annotations
+
+from ambrosia_core.errors import CoordinatorError
+
+
+class RegistryError(CoordinatorError):
+    """A registration is missing, duplicated or malformed."""
+
+
+class LogCorruptionError(CoordinatorError):
+    """A log or checkpoint file is damaged somewhere other than its torn tail."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"{path}: damaged at offset {offset}: {reason}")
+
+
+class LinkAuthenticationError(CoordinatorError):
+    """A coordinator-to-coordinator link peer did not prove it knows the shared secret."""
+
+
+class LockLostError(CoordinatorError):
+    """An active/active primary lost (or never held) the log lock; it must stop writing."""
