@@ -15,9 +15,9 @@ def test_every_package_ships_py_typed() -> None:
     # The other entry: the Java sources of the staged-records Spark source (the plain
     # install test checks that they are shipped).
     assert data.pop("services.jobs.spark") == ["java/**/*.java", "java/META-INF/services/*"]
-    packages = {"ambrosia_py": ROOT, "ambrosia_ic": ROOT / "ic-harness", "ambrosia_cli": ROOT}
+    packages = {"ambrosia_core": ROOT, "ambrosia_py": ROOT, "ambrosia_ic": ROOT / "ic-harness", "ambrosia_cli": ROOT}
     assert data == {name: ["py.typed"] for name in packages}
-    assert [(p / name / "py.typed").is_file() for name, p in packages.items()] == [True] * 3
+    assert [(p / name / "py.typed").is_file() for name, p in packages.items()] == [True] * 4
 
 
 def test_the_ambrosia_command_is_the_command_package() -> None:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from ambrosia_core import ports
 from ambrosia_core.ports import ephemeral_range, free_ports
-from ambrosia_py import ports
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_are_distinct() -> None:
