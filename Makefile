@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx
 	@# The staged-records Spark source is Java, built against the installed pyspark: a JDK.
 	command -v javac >/dev/null || { echo "installing openjdk-17-jdk-headless"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openjdk-17-jdk-headless; }
-	$(PY) -m services.jobs.spark.jar >/dev/null
+	$(PY) -m ambrosia_services.jobs.spark.jar >/dev/null
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -43,18 +43,32 @@ PREFIX = "ambrosia run: "
 # After a stop signal, how long the coordinator has to stop and close the connection
 # before the immortal stops on its own.
 _STOP_GRACE_SECONDS = 10.0
+# `ambrosia run NAME -i ...` for the services this distribution ships.
+SHIPPED = {
+    "connectors": "ambrosia_services.connectors:ConnectorCoordinator",
+    "kcl": "ambrosia_services.kcl:KclCoordinator",
+    "spark": "ambrosia_services.pipeline:SparkCoordinator",
+    "wordcount": "ambrosia_services.pipeline:WordCountPipeline",
+}
+
+
+def shipped(target: str) -> str:
+    """A shipped service's short name as its ``MODULE:CLASS``; anything else unchanged."""
+    return SHIPPED.get(target, target)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = binding.Parser(
         prog="ambrosia run", description="Run an immortal.",
         epilog="--config and --set give the instance its configuration (ctx.config); the "
-               "keys of the shipped services are in services/connectors/README.md (the "
-               "connector coordinator, at its end), services/pipeline/README.md (the "
-               "Spark coordinator and the word count) and services/kcl/README.md (record "
+               "keys of the shipped services are in the READMEs of "
+               "services/ambrosia_services/: connectors/ (the connector coordinator, at its "
+               "end), pipeline/ (the Spark coordinator and the word count) and kcl/ (record "
                "processors).")
     binding.add_arguments(
         p, ports_required=False,
+        target_help="the Immortal subclass to run, or a shipped service by name: "
+                    + ", ".join(SHIPPED),
         receive_port_help="connect to a running coordinator's receive port (with "
                           "--ic-send-port) instead of starting one",
         send_port_help="that coordinator's send port (with --ic-receive-port)")
@@ -78,6 +92,9 @@ def run_main(argv: Sequence[str], default_home: str | None = None) -> int:
             run ...``); ``run --home`` overrides it.
     """
     args = build_parser().parse_args(list(argv))
+    args.target = shipped(args.target)
+    if args.upgrade_to is not None:
+        args.upgrade_to = shipped(args.upgrade_to)
     if args.home is None:
         args.home = default_home
     log = binding.setup_logging(args.log_level, args.instance_name)

@@ -3,7 +3,7 @@ coordinator to a committed 2PC file sink, and ACK latency, against a plain durab
 loopback pipe in the same run.
 
 The pipeline: ``ambrosia-sink`` (a process), the coordinator (``ambrosia run
-services.connectors:ConnectorCoordinator``: its binding and coordinator processes; every
+connectors``: its binding and coordinator processes; every
 ``receive`` Impulse is logged and fsynced before it is applied and ACKed) and, in this
 process, the client library's ``Feed`` sending one file of LINES lines of 64 bytes (one
 MESSAGE each) with ``--once`` semantics. A repetition is timed from the feed's start to the
@@ -40,9 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ambrosia_services.connectors.clients import Address, Feed, FileSource, Record  # noqa: E402
+
 from ambrosia_core.ports import free_ports  # noqa: E402
 from ambrosia_py.testing import ImmortalProcess, start_immortal  # noqa: E402
-from services.connectors.clients import Address, Feed, FileSource, Record  # noqa: E402
 
 LINE = 64  # bytes per line, newline included
 CREDITS = 1000  # the coordinator's default credits: MESSAGEs a feed sends ahead of ACKs
@@ -99,7 +100,7 @@ class _Pipeline:
         self.committed = work / "out" / "committed"
         log = (work / "sink.log").open("wb")
         self.sink = subprocess.Popen(
-            [sys.executable, "-m", "services.connectors.clients.filesink", "--listen",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.filesink", "--listen",
              f"127.0.0.1:{self.sink_port}", "--dir", str(work / "out")],
             stdout=log, stderr=log, cwd=ROOT, env=env)
         log.close()
@@ -107,7 +108,7 @@ class _Pipeline:
         cfg.write_text(f'listen = "127.0.0.1:{self.port}"\ninterval_seconds = 0.02\n'
                        f'[sinks]\nout = "127.0.0.1:{self.sink_port}"\n')
         self.coord: ImmortalProcess = start_immortal(
-            "services.connectors:ConnectorCoordinator", "bench-connectors",
+            "ambrosia_services.connectors:ConnectorCoordinator", "bench-connectors",
             home=work / "home", cwd=ROOT, env=env, args=["--config", str(cfg)])
         self.coord.wait_for("listening for sources")
         self.coord.wait_for("linked at offset")

@@ -8,7 +8,7 @@ coordinator binding's memory with and without runners.
   the ``start`` to the job's last batch. Baseline: ``spark-submit --master local[2]`` of
   a script running the same count over the same lines (a new JVM each time), timed to
   its exit. Ratio = baseline / warm (how many times faster a warm runner is).
-- Memory: the RSS of ``ambrosia run services.pipeline:SparkCoordinator``'s binding
+- Memory: the RSS of ``ambrosia run spark``'s binding
   process once primary, with a runner configured (the job links running) and without.
   Ratio = with / without.
 """
@@ -30,12 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ambrosia_services.jobs import InitiatorJobs, JobCancelled, JobDone  # noqa: E402
+from ambrosia_services.jobs.attempts import Attempt, member_id, plan_params  # noqa: E402
+from ambrosia_services.jobs.link import JobLinks, RunnerAddress  # noqa: E402
+from ambrosia_services.jobs.spark import ConnectServer  # noqa: E402
+from ambrosia_services.jobs.spark.server import spark_env, spark_tool  # noqa: E402
+
 from ambrosia_py.testing import start_immortal  # noqa: E402
-from services.jobs import InitiatorJobs, JobCancelled, JobDone  # noqa: E402
-from services.jobs.attempts import Attempt, member_id, plan_params  # noqa: E402
-from services.jobs.link import JobLinks, RunnerAddress  # noqa: E402
-from services.jobs.spark import ConnectServer  # noqa: E402
-from services.jobs.spark.server import spark_env, spark_tool  # noqa: E402
 
 LINES = [f"the quick Brown fox {i % 97} jumps over the lazy dog{i % 13}" for i in range(2000)]
 
@@ -43,7 +44,7 @@ SUBMIT_SCRIPT = textwrap.dedent("""
     import json, sys
     from pyspark.sql import SparkSession
     sys.path.insert(0, sys.argv[3])
-    from services.pipeline.jobs import wordcount
+    from ambrosia_services.pipeline.jobs import wordcount
     spark = SparkSession.builder.getOrCreate()
     lines = json.load(open(sys.argv[1]))
     wordcount(spark, {"lines": lines}).write.mode("error").json(sys.argv[2])
@@ -63,8 +64,8 @@ def _start_runner(connect: str, out: Path, log: Path) -> tuple[subprocess.Popen[
     env = spark_env()
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.jobs.runner", "--listen", "127.0.0.1:0",
-         "--connect", connect, "--jobs", "services.pipeline.jobs", "--member", "bench",
+        [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", "127.0.0.1:0",
+         "--connect", connect, "--jobs", "ambrosia_services.pipeline.jobs", "--member", "bench",
          "--out", str(out)],
         stdout=subprocess.PIPE, stderr=open(log, "wb"), cwd=ROOT, env=env)  # noqa: SIM115
     assert proc.stdout is not None
@@ -126,7 +127,7 @@ def _binding_rss(tmp: Path, name: str, runner_port: int | None) -> float:
     cfg.write_text(text)
     home = tmp / f"home-{name}"
     home.mkdir()
-    p = start_immortal("services.pipeline:SparkCoordinator", name, home=home, cwd=ROOT,
+    p = start_immortal("ambrosia_services.pipeline:SparkCoordinator", name, home=home, cwd=ROOT,
                        args=["--config", str(cfg)])
     try:
         p.wait_for("listening for sources")

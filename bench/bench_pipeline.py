@@ -2,14 +2,14 @@
 size, same Spark master (``local[2]``), in the same run, one after the other.
 
 Both count the words of one generated corpus (``samples.pipeline.corpus.write_corpus``,
-3 files) per micro-batch by the same rule (``services.pipeline.words``), and both outputs
+3 files) per micro-batch by the same rule (``ambrosia_services.pipeline.words``), and both outputs
 are checked against a plain Python count of the corpus (``check_output``: every batch once,
 in order, all lines covered, merged counts equal). A run that fails its check is reported
 as FAILED and gives no figure to the harness.
 
 **The pipeline** (``samples/pipeline/run_pipeline.py``'s ``Pipeline``: a local[2] Spark
 Connect server, 2 job runners, the 2PC file sink, ``ambrosia run
-services.pipeline:WordCountPipeline`` and one feed per corpus file), with no crash and no
+wordcount`` and one feed per corpus file), with no crash and no
 upgrade. The Connect server is warmed by the reference recount first, as the demo does.
 The feeds start on empty files; once each is connected the corpus is appended to them
 whole (or, with ``--feed-rate R``, R lines a second to each, every 0.2 s). Its config is
@@ -313,8 +313,9 @@ def run_pipeline(paths: list[Path], work: Path, lines: int, batch_lines: int,
                  expected: Counter[str], *, feed_rate: float | None, adaptive: bool,
                  timeout: float, say: Any, settings: dict[str, str] | None = None) -> Measured:
     """One run of the pipeline over ``paths`` (no crashes, no upgrade)."""
+    from ambrosia_services.jobs.spark import ConnectServer
+
     from samples.pipeline.recount import spark_recount
-    from services.jobs.spark import ConnectServer
 
     run_dir = work / "pipeline"
     run_dir.mkdir(parents=True)

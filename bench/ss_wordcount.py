@@ -7,7 +7,7 @@ it with Structured Streaming, run in a child process on a classic ``local[N]`` S
 - Warm-up: a plain batch word count of the ``--warm`` files (the corpus), collected, as
   the pipeline's Connect server is warmed by its reference count before it is timed.
 - The query: ``spark.readStream.text(source)`` with ``maxFilesPerTrigger`` K (the source
-  files hold a micro-batch's lines each), the word rule of ``services.pipeline.words``
+  files hold a micro-batch's lines each), the word rule of ``ambrosia_services.pipeline.words``
   (``translate`` A-Z to a-z, split on ``SEPARATOR``, drop empty words), and
   ``foreachBatch``: the batch's ``groupBy("word").count()`` written as JSON to
   ``<out>/batch-<id>`` (mode overwrite, so a batch run again after a failure replaces its
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from services.pipeline.words import LOWER, SEPARATOR, UPPER  # noqa: E402
+from ambrosia_services.pipeline.words import LOWER, SEPARATOR, UPPER  # noqa: E402
 
 
 def _epoch(iso: str) -> float:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = (SparkSession.builder.master(args.master).appName("bench-ss-wordcount")
              .config("spark.ui.enabled", "false")
-             # As the pipeline's job sets for its micro-batches (services.pipeline.jobs).
+             # As the pipeline's job sets for its micro-batches (ambrosia_services.pipeline.jobs).
              .config("spark.sql.shuffle.partitions", str(args.partitions))
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")

@@ -18,7 +18,8 @@ from ambrosia_py.methods import StateForm
 from ambrosia_py.runtime import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = (ROOT / "ambrosia_core", ROOT / "ambrosia_py", ROOT / "ic-harness" / "ambrosia_ic", ROOT / "ambrosia_cli")
+PACKAGES = (ROOT / "ambrosia_core", ROOT / "ambrosia_py", ROOT / "ic-harness" / "ambrosia_ic",
+            ROOT / "ambrosia_cli")
 
 
 def _private_imports(path: Path) -> list[str]:
@@ -56,7 +57,7 @@ def _hidden_imports(path: Path) -> list[str]:
             arg = node.args[0]
             if (name in ("import_module", "__import__") and isinstance(arg, ast.Constant)
                     and str(arg.value).startswith(("ambrosia_core", "ambrosia_py", "ambrosia_ic",
-                                                   "ambrosia_cli", "services"))):
+                                                   "ambrosia_cli", "ambrosia_services"))):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {arg.value}")
     return found
 
@@ -152,7 +153,7 @@ def test_the_engine_runs_only_classes_the_api_built() -> None:
     ("ambrosia_core.wire", ["ambrosia_py", "ambrosia_ic", "msgpack", "cattrs"]),
     # The standalone sink speaks the connector protocol; the coordinator immortal beside
     # that library is not its business.
-    ("services.connectors.clients.filesink", ["services.connectors.coordinator",
+    ("ambrosia_services.connectors.clients.filesink", ["ambrosia_services.connectors.coordinator",
                                               "ambrosia_py.immortal", "ambrosia_py.runtime"]),
 ])
 def test_a_package_face_loads_only_what_its_module_needs(module: str,
@@ -165,12 +166,13 @@ def test_a_package_face_loads_only_what_its_module_needs(module: str,
 
 
 def test_the_lazy_faces_still_give_every_public_name() -> None:
-    import services.connectors
+    import ambrosia_services.connectors
+    from ambrosia_services.connectors.coordinator import ConnectorCoordinator
+
     from ambrosia_py import Immortal, StopReason, rpc
     from ambrosia_py.immortal import Immortal as Defined
-    from services.connectors.coordinator import ConnectorCoordinator
 
     assert Immortal is Defined and callable(rpc) and StopReason.STOPPED
-    assert services.connectors.ConnectorCoordinator is ConnectorCoordinator
+    assert ambrosia_services.connectors.ConnectorCoordinator is ConnectorCoordinator
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
-        services.connectors.Nope  # noqa: B018
+        ambrosia_services.connectors.Nope  # noqa: B018

@@ -14,17 +14,19 @@ def test_every_package_ships_py_typed() -> None:
     data = dict(PYPROJECT["tool"]["setuptools"]["package-data"])
     # The other entry: the Java sources of the staged-records Spark source (the plain
     # install test checks that they are shipped).
-    assert data.pop("services.jobs.spark") == ["java/**/*.java", "java/META-INF/services/*"]
-    packages = {"ambrosia_core": ROOT, "ambrosia_py": ROOT, "ambrosia_ic": ROOT / "ic-harness", "ambrosia_cli": ROOT}
+    assert data.pop("ambrosia_services.jobs.spark") == ["java/**/*.java",
+                                                         "java/META-INF/services/*"]
+    packages = {"ambrosia_core": ROOT, "ambrosia_py": ROOT, "ambrosia_ic": ROOT / "ic-harness",
+                "ambrosia_cli": ROOT, "ambrosia_services": ROOT / "services"}
     assert data == {name: ["py.typed"] for name in packages}
-    assert [(p / name / "py.typed").is_file() for name, p in packages.items()] == [True] * 4
+    assert [(p / name / "py.typed").is_file() for name, p in packages.items()] == [True] * 5
 
 
 def test_the_ambrosia_command_is_the_command_package() -> None:
     assert PYPROJECT["project"]["scripts"] == {
         "ambrosia": "ambrosia_cli.main:main",
-        "ambrosia-feed": "services.connectors.clients.feed:main",  # the connector clients
-        "ambrosia-sink": "services.connectors.clients.filesink:main",
+        "ambrosia-feed": "ambrosia_services.connectors.clients.feed:main",  # the connector clients
+        "ambrosia-sink": "ambrosia_services.connectors.clients.filesink:main",
     }
     assert "ambrosia_cli" in PYPROJECT["tool"]["mypy"]["packages"]
     assert "import-linter>=2.0" in PYPROJECT["project"]["optional-dependencies"]["dev"]

@@ -33,14 +33,14 @@ def test_a_plain_install_with_no_extras_runs_an_immortal(tmp_path: Path) -> None
                                capture_output=True, timeout=60)
         assert probe.returncode != 0, f"{extra} is installed without its extra"
     # The staged-records Spark source is built from its sources on the machine that
-    # runs Spark (services/jobs/spark/jar.py): the package ships them.
+    # runs Spark (services/ambrosia_services/jobs/spark/jar.py): the package ships them.
     shipped = subprocess.run(
         [str(py), "-c", "import importlib.util, pathlib; "
-         "spec = importlib.util.find_spec('services.jobs.spark'); "
+         "spec = importlib.util.find_spec('ambrosia_services.jobs.spark'); "
          "root = pathlib.Path(spec.submodule_search_locations[0]) / 'java'; "
          "print(*sorted(p.relative_to(root).as_posix() for p in root.rglob('*') "
          "if p.is_file()))"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    java = ROOT / "services" / "jobs" / "spark" / "java"
+    java = ROOT / "services" / "ambrosia_services" / "jobs" / "spark" / "java"
     want = sorted(p.relative_to(java).as_posix() for p in java.rglob("*") if p.is_file())
     assert shipped.stdout.split() == want, shipped.stdout + shipped.stderr
     # An immortal of the user's own, outside the repository (nothing imported from it).

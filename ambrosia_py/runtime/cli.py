@@ -91,10 +91,11 @@ def _is_immortal_class(obj: Any) -> bool:
 
 
 def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_port_help: str,
-                  ports_required: bool) -> None:
+                  ports_required: bool,
+                  target_help: str = "the Immortal subclass to run") -> None:
     """The options of running an immortal, shared by this entry point and ``ambrosia run``
     (which also starts a coordinator, so the ports are optional there)."""
-    p.add_argument("target", metavar="MODULE:CLASS", help="the Immortal subclass to run")
+    p.add_argument("target", metavar="MODULE:CLASS", help=target_help)
     p.add_argument("-i", "--instance-name", required=True,
                    help="the instance's name (registered on first use)")
     p.add_argument("--ic-receive-port", type=int, default=None, required=ports_required,

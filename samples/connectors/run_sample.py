@@ -60,7 +60,7 @@ class Sample:
         mark = log.stat().st_size if log.exists() else 0
         with log.open("ab") as out:
             self.sink = subprocess.Popen(
-                [sys.executable, "-m", "services.connectors.clients.filesink", "--listen",
+                [sys.executable, "-m", "ambrosia_services.connectors.clients.filesink", "--listen",
                  f"127.0.0.1:{self.sink_port}", "--dir", str(self.work / "out")],
                 stdout=out, stderr=out, cwd=ROOT, env=self.env)
         wait(lambda: b"listening on" in log.read_bytes()[mark:], "the sink to listen")
@@ -68,7 +68,7 @@ class Sample:
     def start_coordinator(self) -> str:
         """Returns how it started: a first start, or a recovery from its log."""
         self.coord = start_immortal(
-            "services.connectors:ConnectorCoordinator", "connectors", home=self.work / "home",
+            "connectors", "connectors", home=self.work / "home",
             cwd=ROOT, env=self.env,
             args=["--config", str(HERE / "coordinator.toml"),
                   "--set", f"listen=127.0.0.1:{self.port}",
@@ -82,7 +82,7 @@ class Sample:
     def start_feed(self) -> None:
         with (self.work / "feed.log").open("ab") as out:
             self.feed = subprocess.Popen(
-                [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
                  f"127.0.0.1:{self.port}", "--backoff-cap", "1",
                  *(f"{s}.log" for s in STREAMS)],
                 stdout=out, stderr=out, cwd=self.work, env=self.env)

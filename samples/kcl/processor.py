@@ -1,7 +1,7 @@
 """A record processor written against amazon-kclpy's own API, as one written for Kinesis
 would be, which applies each record exactly once to a file.
 
-Run as a child of ``services.kcl:KclCoordinator`` (see the README beside this file):
+Run as a child of ``ambrosia_services.kcl:KclCoordinator`` (see the README beside this file):
 ``python processor.py OUTPUT [--delay SECONDS]``. Each record becomes one line of OUTPUT,
 ``<sequence number> <data as a JSON string>``, written with one ``write``. The sequence
 number makes it exactly once: at ``initialize`` the processor reads the last sequence

@@ -3,7 +3,7 @@
 Words are made of syllables and drawn with Zipf-like weights (a few very common words, a
 long tail), as in real text, so that every micro-batch shares words with the others and
 the counts must really be merged. Lines read like sentences (a capital letter first,
-commas, a full stop), so the word rule (``services.pipeline.words``) has work to do.
+commas, a full stop), so the word rule (``ambrosia_services.pipeline.words``) has work to do.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def write_corpus(directory: Path, lines: int, files: int, seed: int = CORPUS_SEE
 
 def count_words(paths: list[Path]) -> Counter[str]:
     """The corpus's word counts in plain Python, by the pipeline's word rule."""
-    from services.pipeline.words import count_words as count
+    from ambrosia_services.pipeline.words import count_words as count
 
     counts: Counter[str] = Counter()
     for path in paths:

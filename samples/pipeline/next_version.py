@@ -6,7 +6,7 @@ no ``upgrade_from``: the job table, the micro-batch being filled, the batches in
 the results waiting their turn all carry over as they are. Its status says which code
 runs, so a watcher can tell that what came after the switch went through it.
 
-Live: ``ambrosia run services.pipeline:WordCountPipeline -i wordcount --config FILE
+Live: ``ambrosia run wordcount -i wordcount --config FILE
 --upgrade-to samples.pipeline.next_version:WordCountPipelineV1``.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.pipeline import WordCountPipeline
+from ambrosia_services.pipeline import WordCountPipeline
 
 __all__ = ["WordCountPipelineV1"]
 

@@ -10,13 +10,12 @@ __all__ = ["spark_recount"]
 
 
 def spark_recount(url: str, paths: list[Path]) -> Counter[str]:
-    """Word counts of ``paths`` by the pipeline's word rule (``services.pipeline.words``:
+    """Word counts of ``paths`` by the pipeline's word rule (``ambrosia_services.pipeline.words``:
     runs of ASCII letters, lowered) computed by Spark through ``url``
     (``sc://host:port``)."""
+    from ambrosia_services.pipeline.words import LOWER, SEPARATOR, UPPER
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as sf
-
-    from services.pipeline.words import LOWER, SEPARATOR, UPPER
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:

@@ -35,11 +35,11 @@ from samples.pipeline.procs import (  # noqa: E402
 )
 from samples.pipeline.watch import Watcher  # noqa: E402
 
-PIPELINE = "services.pipeline:WordCountPipeline"
+PIPELINE = "wordcount"  # ambrosia_services.pipeline:WordCountPipeline
 # Whole lines per message, up to this many bytes: a message per line costs the feed and
 # the coordinator's listener far more than the bytes do.
 MESSAGE_BYTES = 16 * 1024
-JOBS = "services.pipeline.jobs"
+JOBS = "ambrosia_services.pipeline.jobs"
 NAME = "wordcount"
 # When to crash, as the share of the corpus's lines committed: the binding, then the
 # coordinator process, then a runner.
@@ -72,12 +72,13 @@ class Pipeline:
         self.sink_dir = run_dir / "sink"
         self.status_file = run_dir / "status.json"
         self.listen, sink_port, *runner_ports = free_ports(2 + runners)  # all distinct
-        self.sink = Child("sink", ["-m", "services.connectors.clients.filesink", "--listen",
-                                   f"127.0.0.1:{sink_port}", "--dir", str(self.sink_dir)],
+        self.sink = Child("sink", ["-m", "ambrosia_services.connectors.clients.filesink",
+                                   "--listen", f"127.0.0.1:{sink_port}",
+                                   "--dir", str(self.sink_dir)],
                           self.logs / "sink.log")
         self.runners = [
             Child(f"runner-{i + 1}", [
-                "-m", "services.jobs.runner", "--listen", f"127.0.0.1:{port}",
+                "-m", "ambrosia_services.jobs.runner", "--listen", f"127.0.0.1:{port}",
                 "--connect", connect, "--jobs", JOBS, "--member", f"runner-{i + 1}",
                 "--out", str(run_dir / "jobs"), "--workers", "1"],
                   self.logs / f"runner-{i + 1}.log")
@@ -102,7 +103,7 @@ class Pipeline:
             self.logs / "coordinator.log")
         self.fed = [run_dir / "fed" / p.name for p in paths]
         self.feeds = [
-            Child(f"feed-{i + 1}", ["-m", "services.connectors.clients.feed", "--to",
+            Child(f"feed-{i + 1}", ["-m", "ambrosia_services.connectors.clients.feed", "--to",
                                     f"127.0.0.1:{self.listen}", "--backoff-cap", "1",
                                     "--message-bytes", str(MESSAGE_BYTES),
                                     "--instance", f"feed-{i + 1}", str(p)],
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     server = None
     connect = args.connect
     if connect is None:
-        from services.jobs.spark import ConnectServer
+        from ambrosia_services.jobs.spark import ConnectServer
 
         server = ConnectServer(free_port(), master="local[2]", log_dir=run_dir / "logs")
         say("starting a Spark Connect server (local[2]) ...")

@@ -40,13 +40,13 @@ def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -
     assert "not registered" in _status(home, "-i", "coord").stderr
 
     coord = start_immortal(
-        "services.connectors:ConnectorCoordinator", "coord", home=home, cwd=tmp_path,
+        "ambrosia_services.connectors:ConnectorCoordinator", "coord", home=home, cwd=tmp_path,
         args=["--set", f"listen=127.0.0.1:{port}", "--set", f"sinks.out=127.0.0.1:{sink_port}",
               "--set", "status_file=run/status.json", "--set", "status_seconds=0.2"])
     (tmp_path / "run").mkdir()
     try:
         feed = subprocess.run(
-            [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
              f"127.0.0.1:{port}", "--once", str(data)],
             cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert feed.returncode == 0, feed.stderr
@@ -96,7 +96,7 @@ def test_status_needs_no_status_file_in_the_configuration(tmp_path: Path) -> Non
     directory when the configuration names none, and `ambrosia status` finds it."""
     home = tmp_path / "home"
     coord = start_immortal(
-        "services.connectors:ConnectorCoordinator", "plain", home=home, cwd=tmp_path,
+        "ambrosia_services.connectors:ConnectorCoordinator", "plain", home=home, cwd=tmp_path,
         args=["--set", f"listen=127.0.0.1:{_free_port()}", "--set", "status_seconds=0.2"])
     try:
         deadline = time.monotonic() + 30

@@ -14,14 +14,14 @@ from typing import Any
 import attrs
 import msgpack
 import pytest
+from ambrosia_services.connectors import ConnectorCoordinator
+from ambrosia_services.kcl import KclCoordinator
+from ambrosia_services.kcl.protocol import Record
+from ambrosia_services.pipeline import SparkCoordinator, WordCountPipeline
+from ambrosia_services.staging import SegmentWriter
 
 from ambrosia_py import Immortal, UpgradeError, fork
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from services.connectors import ConnectorCoordinator
-from services.kcl import KclCoordinator
-from services.kcl.protocol import Record
-from services.pipeline import SparkCoordinator, WordCountPipeline
-from services.staging import SegmentWriter
 
 
 # ---------------------------------------------------------------- the rule, class by class

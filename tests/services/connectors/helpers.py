@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ambrosia_core.wire import NEED_DATA
-from services.connectors import (
+from ambrosia_services.connectors import (
     SINK_VERSION,
     SOURCE_VERSION,
     ConnectorConnection,
@@ -17,6 +16,8 @@ from services.connectors import (
     RawFrame,
     Role,
 )
+
+from ambrosia_core.wire import NEED_DATA
 
 
 def h(text: str) -> bytes:

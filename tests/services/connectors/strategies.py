@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
-
-from services.connectors import (
+from ambrosia_services.connectors import (
     Ack,
     EosMessage,
     ErrorFrame,
@@ -24,6 +22,7 @@ from services.connectors import (
     Where,
     WorkersLeft,
 )
+from hypothesis import strategies as st
 
 u32s = st.integers(0, 2**32 - 1)
 # Mostly small ids (the common case), sometimes anywhere in the U64 range.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import services.connectors as connectors
+import ambrosia_services.connectors as connectors
 
 PUBLIC = [
     "ConnectorConnection",

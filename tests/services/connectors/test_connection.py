@@ -7,9 +7,7 @@ arrives, and offers exactly one ERROR frame (with the error's reason) to send.
 from __future__ import annotations
 
 import pytest
-
-from ambrosia_core.wire import NEED_DATA
-from services.connectors import (
+from ambrosia_services.connectors import (
     SINK_VERSION,
     SOURCE_VERSION,
     Ack,
@@ -46,6 +44,8 @@ from services.connectors import (
     encode_frame,
     twopc_message,
 )
+
+from ambrosia_core.wire import NEED_DATA
 
 from .helpers import Pair, h
 

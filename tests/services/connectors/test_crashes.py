@@ -27,7 +27,7 @@ from .coordinator.peers import Source, lines
 
 pytestmark = pytest.mark.integration
 
-TARGET = "services.connectors:ConnectorCoordinator"
+TARGET = "ambrosia_services.connectors:ConnectorCoordinator"
 TAILED = ("a.log", "b.log")  # followed while the test appends to them
 ONCE = "c.log"  # sent whole, then EOS; the feed exits
 STEPS = 30  # bursts of appended lines
@@ -81,7 +81,7 @@ class Pipeline:
         self.started += 1
         with (self.tmp / f"feed-{self.started}.log").open("ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
                  f"127.0.0.1:{self.port}", "--backoff-cap", "0.02", "--poll-interval", "0.01",
                  "--instance", kind.replace(" ", "-"), *self.args[kind]],
                 cwd=self.tmp, stdout=out, stderr=out, env=dict(os.environ, PYTHONPATH=_path()))

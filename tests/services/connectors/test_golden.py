@@ -9,8 +9,7 @@ compared byte for byte, decoded whole and decoded fed one byte at a time.
 from __future__ import annotations
 
 import pytest
-
-from services.connectors import (
+from ambrosia_services.connectors import (
     Ack,
     EosMessage,
     ErrorFrame,

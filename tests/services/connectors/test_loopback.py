@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.connectors import (
+from ambrosia_services.connectors import (
     NEED_DATA,
     SOURCE_VERSION,
     Ack,

@@ -4,10 +4,7 @@ never IndexError, struct.error, UnicodeDecodeError or the like."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from services.connectors import (
+from ambrosia_services.connectors import (
     SINK_VERSION,
     SOURCE_VERSION,
     Ack,
@@ -37,7 +34,9 @@ from services.connectors import (
     encode_twopc,
     twopc_message,
 )
-from services.connectors.twopc import TWOPC_TYPES
+from ambrosia_services.connectors.twopc import TWOPC_TYPES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .helpers import Pair, feed_in_pieces, frames_of
 from .strategies import cuts, framed_garbage, frames, mutated, twopc_messages

@@ -3,7 +3,7 @@ running whole sessions: a source feeding lines, and a worker driving a 2PC sink.
 
 from __future__ import annotations
 
-from services.connectors import (
+from ambrosia_services.connectors import (
     SINK_VERSION,
     SOURCE_VERSION,
     Ack,

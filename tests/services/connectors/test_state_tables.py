@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-
-from services.connectors import (
+from ambrosia_services.connectors import (
     CONNECTION_TRANSITIONS,
     STREAM_TRANSITIONS,
     Ack,

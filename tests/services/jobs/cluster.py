@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from services.jobs import (
+from ambrosia_services.jobs import (
     Effect,
     InitiatorJobs,
     JobConnection,

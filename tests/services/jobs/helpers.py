@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
-from services.jobs import NEED_DATA, FrameDecoder, JobConnection, JobId, JobMessage
+from ambrosia_services.jobs import NEED_DATA, FrameDecoder, JobConnection, JobId, JobMessage
 
 # Member ids chosen so that their 16 bytes are easy to read in a hex dump.
 INITIATOR = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")

@@ -6,9 +6,7 @@ import itertools
 from typing import Any
 
 import msgpack
-from hypothesis import strategies as st
-
-from services.jobs import (
+from ambrosia_services.jobs import (
     Batch,
     Cancel,
     Check,
@@ -19,6 +17,7 @@ from services.jobs import (
     Start,
     encode,
 )
+from hypothesis import strategies as st
 
 from .helpers import INITIATOR, P1, P2
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import services.jobs
+import ambrosia_services.jobs
+
 from ambrosia_core.errors import LocalProtocolError, RemoteProtocolError
 
 PUBLIC = {
@@ -29,21 +30,21 @@ PUBLIC = {
 
 
 def test_all_is_pinned_and_every_name_exists() -> None:
-    assert len(services.jobs.__all__) == len(set(services.jobs.__all__))
-    assert set(services.jobs.__all__) == PUBLIC
-    for name in services.jobs.__all__:
-        assert getattr(services.jobs, name) is not None
+    assert len(ambrosia_services.jobs.__all__) == len(set(ambrosia_services.jobs.__all__))
+    assert set(ambrosia_services.jobs.__all__) == PUBLIC
+    for name in ambrosia_services.jobs.__all__:
+        assert getattr(ambrosia_services.jobs, name) is not None
 
 
 def test_every_error_says_whose_fault_it_is() -> None:
     errors = [
-        getattr(services.jobs, n) for n in PUBLIC
-        if isinstance(getattr(services.jobs, n), type)
-        and issubclass(getattr(services.jobs, n), services.jobs.JobProtocolError)
+        getattr(ambrosia_services.jobs, n) for n in PUBLIC
+        if isinstance(getattr(ambrosia_services.jobs, n), type)
+        and issubclass(getattr(ambrosia_services.jobs, n), ambrosia_services.jobs.JobProtocolError)
     ]
     assert len(errors) == 16
     for cls in errors:
-        if cls is services.jobs.JobProtocolError:
+        if cls is ambrosia_services.jobs.JobProtocolError:
             continue
         remote = issubclass(cls, RemoteProtocolError)
         local = issubclass(cls, LocalProtocolError)

@@ -13,9 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from services.jobs import JobId
-from services.jobs.attempts import (
+from ambrosia_services.jobs import JobId
+from ambrosia_services.jobs.attempts import (
     ATTEMPT_FILE,
     NAMESPACE,
     SUCCESS,
@@ -31,7 +30,7 @@ from services.jobs.attempts import (
     plan_params,
     reconcile,
 )
-from services.jobs.errors import CommitConflictError, PlanError, StagingIncompleteError
+from ambrosia_services.jobs.errors import CommitConflictError, PlanError, StagingIncompleteError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -164,8 +163,9 @@ def test_reconcile_checks_in_the_issues_order(tmp_path: Path) -> None:
 
 def test_importing_the_protocol_and_the_link_loads_no_spark_pandas_or_arrow() -> None:
     code = (
-        "import sys, services.jobs, services.jobs.link, services.jobs.attempts, "
-        "services.jobs.transport, services.jobs.spark, services.jobs.spark.server\n"
+        "import sys, ambrosia_services.jobs, ambrosia_services.jobs.link, "
+        "ambrosia_services.jobs.attempts, ambrosia_services.jobs.transport, "
+        "ambrosia_services.jobs.spark, ambrosia_services.jobs.spark.server\n"
         "loaded = sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'grpc') "
         "if m in sys.modules)\n"
         "print(','.join(loaded))\n"

@@ -4,8 +4,7 @@ decoder stays broken afterwards."""
 from __future__ import annotations
 
 import pytest
-
-from services.jobs import (
+from ambrosia_services.jobs import (
     NEED_DATA,
     FrameDecoder,
     JobFrameTooLargeError,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from services.jobs import (
+from ambrosia_services.jobs import (
     RESULT_EDGE,
     Batch,
     Cancel,

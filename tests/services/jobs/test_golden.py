@@ -1,6 +1,6 @@
 """Golden byte vectors for every job protocol message, checked in both directions.
 
-Every vector was written by hand from the layout in ``services/jobs/README.md``:
+Every vector was written by hand from the layout in ``services/ambrosia_services/jobs/README.md``:
 ``U32 length | U8 type | body``, big-endian, where length counts the type byte and the
 body; a job id is the initiator's 16 UUID bytes then a U64 local id; text is a U16 length
 then UTF-8. Each vector is encoded, decoded whole and one byte at a time, and sent and
@@ -11,8 +11,7 @@ every link that may not).
 from __future__ import annotations
 
 import pytest
-
-from services.jobs import (
+from ambrosia_services.jobs import (
     LINK_MESSAGES,
     Batch,
     Cancel,

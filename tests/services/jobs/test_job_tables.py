@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from services.jobs import (
+from ambrosia_services.jobs import (
     Batch,
     Cancel,
     CheckResponse,

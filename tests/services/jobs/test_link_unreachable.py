@@ -8,12 +8,12 @@ import logging
 import uuid
 
 import pytest
+from ambrosia_services.jobs import InitiatorJobs
+from ambrosia_services.jobs.attempts import member_id
+from ambrosia_services.jobs.link import Connected, JobLinks, RunnerAddress
+from ambrosia_services.jobs.transport import exchange_hello
 
 from ambrosia_core.ports import free_ports
-from services.jobs import InitiatorJobs
-from services.jobs.attempts import member_id
-from services.jobs.link import Connected, JobLinks, RunnerAddress
-from services.jobs.transport import exchange_hello
 
 COORDINATOR = uuid.UUID("c4c4c4c4-c4c4-c4c4-c4c4-c4c4c4c4c4c4")
 
@@ -39,7 +39,7 @@ def test_an_unreachable_runner_is_said_once_then_its_reaching(
                     while not isinstance(await links.next_event(), Connected):
                         pass
 
-    with caplog.at_level(logging.INFO, logger="services.jobs.link"):
+    with caplog.at_level(logging.INFO, logger="ambrosia_services.jobs.link"):
         asyncio.run(scenario())
     said = [r.getMessage() for r in caplog.records]
     cannot = [m for m in said if m.startswith("cannot reach runner")]

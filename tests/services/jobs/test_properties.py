@@ -3,10 +3,7 @@ input that can only end in the library's own typed errors."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from services.jobs import (
+from ambrosia_services.jobs import (
     NEED_DATA,
     Batch,
     CreditExhaustedError,
@@ -19,6 +16,8 @@ from services.jobs import (
     Role,
     encode,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from . import strategies as js
 from .helpers import JOB, decode_all

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from services.jobs import (
+from ambrosia_services.jobs import (
     HELD_STATES,
     INITIATOR_BATCH,
     INITIATOR_TRANSITIONS,

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
+from ambrosia_services.connectors import EosMessage
+from ambrosia_services.kcl import KclCoordinator
+from ambrosia_services.staging import segment_names
 
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
-from services.connectors import EosMessage
-from services.kcl import KclCoordinator
-from services.staging import segment_names
 from tests.launcher import ROOT, Launcher, wait_until
 from tests.services.connectors.coordinator.peers import Source, lines
 
@@ -28,7 +28,7 @@ from .versions import KclCoordinatorV1, KclCoordinatorV2
 
 pytestmark = pytest.mark.integration
 
-TARGET = "services.kcl:KclCoordinator"
+TARGET = "ambrosia_services.kcl:KclCoordinator"
 CHILDREN = Path(__file__).with_name("children.py")
 VERSIONS = "tests.services.kcl.versions:KclCoordinator"
 

@@ -6,10 +6,9 @@ import json
 from typing import Any
 
 import pytest
-
-from services.kcl import ChildSession, KclCore, Protocol, Record
-from services.kcl.config import ProcessorConfigError, processors_from_config
-from services.kcl.protocol import (
+from ambrosia_services.kcl import ChildSession, KclCore, Protocol, Record
+from ambrosia_services.kcl.config import ProcessorConfigError, processors_from_config
+from ambrosia_services.kcl.protocol import (
     NO_CHECKPOINT,
     CheckpointAsk,
     Reply,
@@ -17,7 +16,7 @@ from services.kcl.protocol import (
     StatusDone,
     Violation,
 )
-from services.staging import Ref
+from ambrosia_services.staging import Ref
 
 R1 = Record(7, b"k", b"hi", 1700000000123)
 R2 = Record(9, b"", b"\x00\xff", 1700000000124)

@@ -4,7 +4,7 @@ processors with their checkpoints) with no conversion."""
 
 from __future__ import annotations
 
-from services.kcl import KclCoordinator
+from ambrosia_services.kcl import KclCoordinator
 
 
 class KclCoordinatorV1(KclCoordinator):

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ambrosia_services.connectors.coordinator import CoordinatorConfigError
+from ambrosia_services.pipeline import JobTable, Phase, WordCountPipeline, format_batch, words
+from ambrosia_services.staging import Ref, SegmentWriter, read_payloads
 
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from services.connectors.coordinator import CoordinatorConfigError
-from services.pipeline import JobTable, Phase, WordCountPipeline, format_batch, words
-from services.staging import Ref, SegmentWriter, read_payloads
 
 SETTINGS = {"runners": ["127.0.0.1:7101", "127.0.0.1:7102"], "max_attempts": 2,
             "batch_lines": 3, "batch_seconds": 1.0, "jobs_in_flight": 10}
@@ -280,7 +280,7 @@ def test_the_job_counts_are_exact_through_retries_losses_and_completion(
 
 
 def test_an_unknown_key_is_refused_naming_the_pipelines_own_keys_among_the_known() -> None:
-    from services.pipeline.config import PipelineConfig
+    from ambrosia_services.pipeline.config import PipelineConfig
 
     with pytest.raises(CoordinatorConfigError) as info:
         PipelineConfig.from_mapping({"batch_line": 5})
@@ -305,7 +305,7 @@ def test_the_word_count_refuses_to_start_without_sinks() -> None:
 
 def test_a_coordinator_with_no_sinks_and_no_listen_says_so_at_start(
         caplog: pytest.LogCaptureFixture) -> None:
-    from services.connectors import ConnectorCoordinator
+    from ambrosia_services.connectors import ConnectorCoordinator
 
     loop = asyncio.new_event_loop()
     ic = InMemoryCoordinator(ConnectorCoordinator, "cc", config={})
@@ -374,7 +374,7 @@ def test_staged_blocks_are_held_until_every_sink_commits_their_batch(
 
 def test_a_re_sent_run_is_dropped_and_a_straddling_one_is_refused(
         coordinator: InMemoryCoordinator) -> None:
-    from services.connectors.coordinator.core import StagedRunError
+    from ambrosia_services.connectors.coordinator.core import StagedRunError
 
     ic = coordinator
     app: WordCountPipeline = ic.instance
@@ -392,7 +392,7 @@ def test_a_re_sent_run_is_dropped_and_a_straddling_one_is_refused(
 
 def test_a_job_lost_again_and_again_fails_instead_of_starting_for_ever(
         coordinator: InMemoryCoordinator) -> None:
-    from services.pipeline.jobtable import MAX_LOSSES
+    from ambrosia_services.pipeline.jobtable import MAX_LOSSES
 
     ic = coordinator
     app: WordCountPipeline = ic.instance
@@ -457,9 +457,9 @@ def test_the_job_links_report_says_which_runner_cannot_use_spark(
         coordinator: InMemoryCoordinator, caplog: pytest.LogCaptureFixture) -> None:
     """A runner whose Spark Connect fails refuses its starts with CONNECT_FAILED; the
     status names it (and the line says so once) until a result comes from it."""
-    from services.jobs import Cancel, JobCancelled, JobId
-    from services.jobs.attempts import RunnerCancelCode
-    from services.pipeline.live import JobsLive
+    from ambrosia_services.jobs import Cancel, JobCancelled, JobId
+    from ambrosia_services.jobs.attempts import RunnerCancelCode
+    from ambrosia_services.pipeline.live import JobsLive
 
     ic = coordinator
     app: WordCountPipeline = ic.instance

@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 import xxhash
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from services.staging import (
+from ambrosia_services.staging import (
     MAGIC,
     Ref,
     SegmentDamagedError,
@@ -27,6 +24,8 @@ from services.staging import (
     read_payloads,
     segment_names,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_a_block_has_the_documented_bytes() -> None:

@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from services.connectors.clients import FileSink, SinkStore, parse_address
+from ambrosia_services.connectors.clients import FileSink, SinkStore, parse_address
 
 
 def main() -> None:

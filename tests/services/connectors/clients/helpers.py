@@ -13,9 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ambrosia_core.ports import free_ports
-from ambrosia_core.wire import NEED_DATA
-from services.connectors import (
+from ambrosia_services.connectors import (
     SINK_VERSION,
     Ack,
     ConnectionClosed,
@@ -36,6 +34,9 @@ from services.connectors import (
     Where,
 )
 
+from ambrosia_core.ports import free_ports
+from ambrosia_core.wire import NEED_DATA
+
 ROOT = Path(__file__).resolve().parents[4]
 
 
@@ -45,14 +46,14 @@ def free_port() -> int:
 
 
 class SinkProcess:
-    """``python -m services.connectors.clients.filesink`` (or the crash-hook runner) in
+    """``python -m ambrosia_services.connectors.clients.filesink`` (or the crash-hook runner) in
     ``directory``, its log in ``log``; ``port`` once it listens."""
 
     def __init__(self, directory: Path, log: Path, *, port: int = 0, cookie: str = "",
                  crash_at: str | None = None, crash_after: int = 1,
                  extra: Sequence[str] = ()) -> None:
         self.directory, self.log = directory, log
-        module = "services.connectors.clients.filesink"
+        module = "ambrosia_services.connectors.clients.filesink"
         args = [sys.executable, "-m", module, "--listen", f"127.0.0.1:{port}",
                 "--dir", str(directory), "--cookie", cookie, *extra]
         if crash_at is not None:

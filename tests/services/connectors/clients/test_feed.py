@@ -14,11 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from services.connectors import EosMessage, Hello, Message, Notify
-from services.connectors.clients import Address, FeedSourceError
-from services.connectors.clients.feed import Feed
-from services.connectors.clients.sources import FileSource, IteratorSource, RecordSource
+from ambrosia_services.connectors import EosMessage, Hello, Message, Notify
+from ambrosia_services.connectors.clients import Address, FeedSourceError
+from ambrosia_services.connectors.clients.feed import Feed
+from ambrosia_services.connectors.clients.sources import FileSource, IteratorSource, RecordSource
 
 from .helpers import ROOT, free_port
 from .worker import Worker, drop, error, restart_to
@@ -146,9 +145,9 @@ def test_reconnects_after_a_drop_an_error_and_a_restart_elsewhere(
         assert len(other.messages) > 0  # RESTART's address, not the next in the list
         assert not other.overdrawn and not first.overdrawn
 
-    with caplog.at_level(logging.INFO, logger="services.connectors.clients.feed"):
+    with caplog.at_level(logging.INFO, logger="ambrosia_services.connectors.clients.feed"):
         asyncio.run(main())
-    mine = [r for r in caplog.records if r.name == "services.connectors.clients.feed"]
+    mine = [r for r in caplog.records if r.name == "ambrosia_services.connectors.clients.feed"]
     assert all(r.exc_info is None and r.levelno == logging.INFO for r in mine)
     text = "\n".join(r.getMessage() for r in mine)
     assert text.count("connected to") == 4
@@ -208,7 +207,7 @@ def test_the_command_line_with_once_ends_after_the_covering_ack(tmp_path: Path) 
         worker = Worker(auto_ack=False)
         port = await worker.start()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.connectors.clients.feed",
+            sys.executable, "-m", "ambrosia_services.connectors.clients.feed",
             "--to", f"127.0.0.1:{port}", "--once", str(path), cwd=ROOT,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -246,7 +245,7 @@ def test_a_worker_nobody_runs_is_said_once_then_counted(
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    with caplog.at_level(logging.INFO, logger="services.connectors.clients.feed"):
+    with caplog.at_level(logging.INFO, logger="ambrosia_services.connectors.clients.feed"):
         asyncio.run(main())
     said = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
     assert said[0].startswith(f"cannot connect to 127.0.0.1:{closed} (")
@@ -258,7 +257,7 @@ def test_a_worker_nobody_runs_is_said_once_then_counted(
 def test_several_lines_per_message_resume_after_the_last_line_applied(tmp_path: Path) -> None:
     """With ``message_bytes``, a MESSAGE holds whole lines and its id is its last line's
     start, so a point of reference names a line either way and resuming skips it."""
-    from services.connectors.clients.sources import FileSource as Lines
+    from ambrosia_services.connectors.clients.sources import FileSource as Lines
 
     path = tmp_path / "many.txt"
     text = b"".join(b"line %03d\n" % i for i in range(100))  # 9 bytes a line

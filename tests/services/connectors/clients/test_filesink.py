@@ -10,9 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from ambrosia_core.wire import NEED_DATA
-from services.connectors import (
+from ambrosia_services.connectors import (
     SINK_VERSION,
     ErrorFrame,
     FrameReader,
@@ -24,6 +22,8 @@ from services.connectors import (
     encode_frame,
     twopc_message,
 )
+
+from ambrosia_core.wire import NEED_DATA
 
 from .helpers import SinkClient, SinkProcess
 

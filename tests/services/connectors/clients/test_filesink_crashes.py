@@ -11,8 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from services.connectors import ConnectorProtocolError
+from ambrosia_services.connectors import ConnectorProtocolError
 
 from .helpers import SinkProcess, connect_when_up
 

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from services.connectors.clients import SinkStore, SinkStoreCorruptError
+from ambrosia_services.connectors.clients import SinkStore, SinkStoreCorruptError
 
 from .helpers import ROOT
 
@@ -55,7 +54,7 @@ def test_a_damaged_record_before_the_last_is_refused(tmp_path: Path) -> None:
         SinkStore(tmp_path)
     # The command line says so in one line and exits 1.
     run = subprocess.run(
-        [sys.executable, "-m", "services.connectors.clients.filesink", "--listen",
+        [sys.executable, "-m", "ambrosia_services.connectors.clients.filesink", "--listen",
          "127.0.0.1:0", "--dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
         timeout=60,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from services.connectors import (
+from ambrosia_services.connectors import (
     POINT_OF_REFERENCE_FROM_START,
     Ack,
     ConnectionClosed,

@@ -12,8 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ambrosia_core.wire import NEED_DATA
-from services.connectors import (
+from ambrosia_services.connectors import (
     Ack,
     ConnectionClosed,
     ConnectorConnection,
@@ -32,6 +31,8 @@ from services.connectors import (
     Role,
     TwoPCReply,
 )
+
+from ambrosia_core.wire import NEED_DATA
 
 FROM_START = 2**64 - 1
 

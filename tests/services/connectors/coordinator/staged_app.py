@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from services.connectors import ConnectorCoordinator
-from services.staging import Ref
+from ambrosia_services.connectors import ConnectorCoordinator
+from ambrosia_services.staging import Ref
 
 
 class StagedSummary(ConnectorCoordinator):

@@ -9,9 +9,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from ambrosia_services.connectors import Hello, Message, encode_frame
 
 from ambrosia_core.ports import free_ports
-from services.connectors import Hello, Message, encode_frame
 from tests.launcher import Launcher, wait_until
 
 from .peers import MemorySink, Source, lines

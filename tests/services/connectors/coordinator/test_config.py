@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from ambrosia_services.connectors import CoordinatorConfig
+from ambrosia_services.connectors.coordinator import CoordinatorConfigError
 
 from ambrosia_core.ports import free_ports
-from services.connectors import CoordinatorConfig
-from services.connectors.coordinator import CoordinatorConfigError
 from tests.launcher import ROOT
 
 
@@ -54,7 +54,7 @@ def test_a_listen_port_in_use_stops_the_instance_in_one_line(tmp_path: Path) -> 
     try:
         done = subprocess.run(
             [sys.executable, "-m", "ambrosia_cli", "--home", str(tmp_path / "home"), "run",
-             "services.connectors:ConnectorCoordinator", "-i", "cc", "--config", str(cfg)],
+             "ambrosia_services.connectors:ConnectorCoordinator", "-i", "cc", "--config", str(cfg)],
             cwd=ROOT, capture_output=True, text=True, timeout=60)
     finally:
         holder.close()

@@ -9,10 +9,9 @@ from typing import Any
 
 import msgpack
 import pytest
+from ambrosia_services.connectors.coordinator.core import FROM_START, CoordinatorCore
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from services.connectors.coordinator.core import FROM_START, CoordinatorCore
 
 SINKS = ["a", "b"]
 SETTINGS = {"sinks": SINKS, "interval_bytes": 40, "interval_seconds": 1.0}
@@ -217,8 +216,8 @@ def test_emit_to_an_unknown_sink_names_the_configured_ones() -> None:
 
 
 def test_pending_output_mixes_bytes_and_staged_blocks_and_commits_them_in_order() -> None:
-    from services.connectors.coordinator.core import Pending
-    from services.staging import Ref
+    from ambrosia_services.connectors.coordinator.core import Pending
+    from ambrosia_services.staging import Ref
 
     a = Ref(1, 1, 2, 2, 10, "i.x-1.seg", 8, 70, 123, 2)
     b = Ref(1, 3, 3, 1, 5, "i.x-1.seg", 78, 50, 456, 1)
@@ -243,7 +242,7 @@ def test_pending_output_mixes_bytes_and_staged_blocks_and_commits_them_in_order(
 
 
 def test_staged_output_holds_its_blocks_until_the_sink_commits_them() -> None:
-    from services.staging import Ref
+    from ambrosia_services.staging import Ref
 
     core = CoordinatorCore()
     core.configure({"sinks": ["s"], "interval_bytes": 1, "interval_seconds": 1.0}, "i")

@@ -24,7 +24,7 @@ from .test_lifecycle import V1, append, committed_lines, feed, line
 
 pytestmark = pytest.mark.integration
 
-TARGET = "services.connectors:ConnectorCoordinator"
+TARGET = "ambrosia_services.connectors:ConnectorCoordinator"
 NAME = "coord"
 BURST = 1500  # lines per burst of the tailed file; the coordinator grants 1000 credits
 ONCE_LINES = 2500

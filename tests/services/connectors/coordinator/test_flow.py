@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from ambrosia_services.connectors import ConnectorCoordinator, EosMessage, Restart
 
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
-from services.connectors import ConnectorCoordinator, EosMessage, Restart
 from tests.launcher import Launcher, wait_until
 
 from .peers import FROM_START, Feed, MemorySink, Source, lines
@@ -22,7 +22,7 @@ from .peers import FROM_START, Feed, MemorySink, Source, lines
 pytestmark = pytest.mark.integration
 
 N_LINES = 3000
-TARGET = "services.connectors:ConnectorCoordinator"
+TARGET = "connectors"  # the shipped service by its short name
 
 
 def start(launcher: Launcher, tmp_path: Path, sink: MemorySink, port: int,

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from ambrosia_services.connectors.clients import stream_id_of
 
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import upgrade_test
-from services.connectors.clients import stream_id_of
 from tests.launcher import ROOT, Launcher, wait_until
 
 from ..clients.helpers import SinkProcess
@@ -23,7 +23,7 @@ from .versions import CoordinatorV1, CoordinatorV2
 
 pytestmark = pytest.mark.integration
 
-TARGET = "services.connectors:ConnectorCoordinator"
+TARGET = "ambrosia_services.connectors:ConnectorCoordinator"
 V1 = "tests.services.connectors.coordinator.versions:CoordinatorV1"
 V2 = "tests.services.connectors.coordinator.versions:CoordinatorV2"
 PROBE = "tests.services.connectors.coordinator.versions:StatusProbe"
@@ -43,7 +43,7 @@ def append(path: Path, stream: str, start: int, n: int) -> None:
 def feed(tmp: Path, log: str, *args: str) -> subprocess.Popen[bytes]:
     with (tmp / log).open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "services.connectors.clients.feed", "--backoff-cap",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--backoff-cap",
              "0.05", "--poll-interval", "0.01", *args],
             cwd=tmp, stdout=out, stderr=out,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ambrosia_services.staging import MAGIC, segment_names
 
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
-from services.staging import MAGIC, segment_names
 from tests.launcher import Launcher, wait_until
 
 from .peers import Feed, MemorySink, Source, lines
@@ -170,7 +170,7 @@ def test_the_connector_coordinator_commits_staged_payloads_exactly_through_kill_
                    f'batch_messages = 16\n[sinks]\nout = "127.0.0.1:{sink.port}"\n')
 
     def start_plain() -> ImmortalProcess:
-        p = launcher.start("services.connectors:ConnectorCoordinator", "plain",
+        p = launcher.start("ambrosia_services.connectors:ConnectorCoordinator", "plain",
                            args=["--config", str(cfg)])
         p.wait_for("listening for sources")
         return p

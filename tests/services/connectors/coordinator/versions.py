@@ -7,9 +7,10 @@ import json
 from collections.abc import Sequence
 from typing import Any, Self
 
+from ambrosia_services.connectors import ConnectorCoordinator
+from ambrosia_services.connectors.coordinator.core import Applied
+
 from ambrosia_py import Immortal, rpc
-from services.connectors import ConnectorCoordinator
-from services.connectors.coordinator.core import Applied
 
 COORDINATOR = "coord"  # the instance StatusProbe asks
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ambrosia_services.jobs.attempts import member_id
+from ambrosia_services.jobs.spark import ConnectServer
 
 from ambrosia_core.ports import free_ports
-from services.jobs.attempts import member_id
-from services.jobs.spark import ConnectServer
 
 ROOT = Path(__file__).resolve().parents[4]
 JOBS_MODULE = "tests.services.jobs.spark.jobs_for_tests"
@@ -55,7 +55,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
 
 
 class RunnerProcess:
-    """``python -m services.jobs.runner`` as a child; ``kill()`` is ``kill -9``."""
+    """``python -m ambrosia_services.jobs.runner`` as a child; ``kill()`` is ``kill -9``."""
 
     def __init__(self, name: str, connect: str, out: Path, log: Path, port: int = 0,
                  extra: tuple[str, ...] = ()) -> None:
@@ -74,7 +74,7 @@ class RunnerProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.jobs.runner",
+                [sys.executable, "-m", "ambrosia_services.jobs.runner",
                  "--listen", f"127.0.0.1:{self.port}", "--connect", self.connect,
                  "--jobs", JOBS_MODULE, "--member", self.name, "--out", str(self.out),
                  *self.extra],
@@ -144,7 +144,7 @@ def stage_lines(root: Path, text: Path, lines_per_block: int = 97,
                 segment_bytes: int = 8192) -> list[list[Any]]:
     """Stage ``text``'s lines as the source listener does (blocks of a run of lines,
     segments rolled at ``segment_bytes``); the references, as a job's ``refs``."""
-    from services.staging import SegmentWriter
+    from ambrosia_services.staging import SegmentWriter
 
     lines = text.read_bytes().splitlines(keepends=True)
     writer = SegmentWriter(root, "t", segment_bytes=segment_bytes)

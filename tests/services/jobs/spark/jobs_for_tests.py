@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.jobs.spark import spark_job
+from ambrosia_services.jobs.spark import spark_job
 
 
 @spark_job("wordcount")

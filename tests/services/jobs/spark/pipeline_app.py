@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ambrosia_services.pipeline import SparkCoordinator
+
 from samples.pipeline.next_version import WordCountPipelineV1
-from services.pipeline import SparkCoordinator
 
 CANCEL_AFTER_NS = 4_000_000_000
 

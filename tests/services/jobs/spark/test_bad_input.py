@@ -9,11 +9,10 @@ import sys
 import uuid
 
 import pytest
-
-from services.jobs import Check, JobConnection, Role
-from services.jobs.errors import SparkServerError
-from services.jobs.spark import ConnectServer
-from services.jobs.transport import HELLO_MAGIC, HELLO_SIZE, exchange_hello
+from ambrosia_services.jobs import Check, JobConnection, Role
+from ambrosia_services.jobs.errors import SparkServerError
+from ambrosia_services.jobs.spark import ConnectServer
+from ambrosia_services.jobs.transport import HELLO_MAGIC, HELLO_SIZE, exchange_hello
 
 from .conftest import ROOT
 
@@ -55,7 +54,7 @@ def test_a_wrong_hello_and_a_bad_frame_close_only_their_connections(runners) -> 
 
 def test_a_runner_given_a_module_without_jobs_exits_with_one_line() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "services.jobs.runner", "--listen", "127.0.0.1:0",
+        [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", "127.0.0.1:0",
          "--connect", "sc://127.0.0.1:1", "--jobs", "json", "--member", "x", "--out", "o"],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
@@ -76,9 +75,9 @@ def test_a_failed_attempt_and_a_stop_with_jobs_queued_are_one_line_each(runners)
     """A job's error is one line (Spark's traceback runs to dozens, at DEBUG only), and a
     runner stopped with jobs still queued says so per job, with no CancelledError
     traceback for each."""
-    from services.jobs import InitiatorJobs
-    from services.jobs.attempts import Attempt, plan_params
-    from services.jobs.link import JobLinks, RunnerAddress
+    from ambrosia_services.jobs import InitiatorJobs
+    from ambrosia_services.jobs.attempts import Attempt, plan_params
+    from ambrosia_services.jobs.link import JobLinks, RunnerAddress
 
     runner = runners(extra=("--workers", "1"))
 
@@ -162,7 +161,7 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
     from ambrosia_core.ports import free_ports
 
     (port,) = free_ports(1)
-    proc = subprocess.Popen([sys.executable, "-m", "services.jobs.spark.server", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "ambrosia_services.jobs.spark.server", "--port",
                              str(port), "--log", str(tmp_path)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -195,10 +194,10 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
 def test_the_server_listens_on_the_address_it_is_given(tmp_path) -> None:
     """The README's cluster recipe gives runners elsewhere the server's address; the
     server pinned its gRPC binding and driver to 127.0.0.1, so that could not work."""
+    from ambrosia_services.jobs.spark.server import port_open
     from pyspark.sql import SparkSession
 
     from ambrosia_core.ports import free_ports
-    from services.jobs.spark.server import port_open
 
     (port,) = free_ports(1)
     server = ConnectServer(port, host="127.0.0.2", log_dir=tmp_path)

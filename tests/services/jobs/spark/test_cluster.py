@@ -10,12 +10,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from ambrosia_services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
+from ambrosia_services.jobs.attempts import Attempt, plan_params
+from ambrosia_services.jobs.link import JobLinks, LinkEvent, RunnerAddress
+from ambrosia_services.jobs.spark import ConnectServer, StandaloneCluster
 
 from ambrosia_core.ports import free_ports
-from services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
-from services.jobs.attempts import Attempt, plan_params
-from services.jobs.link import JobLinks, LinkEvent, RunnerAddress
-from services.jobs.spark import ConnectServer, StandaloneCluster
 
 from .conftest import RunnerProcess, committed_counts, counts_of, stage_lines
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from ambrosia_services.jobs.attempts import Attempt, OperationState
+from ambrosia_services.jobs.spark import ConnectServer
+from ambrosia_services.jobs.spark import _connect_internals as internals
+from ambrosia_services.jobs.spark.execute import cancel_attempt, operation_state
 
-from services.jobs.attempts import Attempt, OperationState
-from services.jobs.spark import ConnectServer
-from services.jobs.spark import _connect_internals as internals
-from services.jobs.spark.execute import cancel_attempt, operation_state
 from tests.services.jobs.spark.jobs_for_tests import sleepy
 
 from .conftest import wait_until
@@ -98,12 +98,11 @@ def test_our_operation_is_never_sent_twice(connect_server: ConnectServer,
 def test_connect_failing_under_an_attempt_is_a_loss_and_a_jobs_error_is_a_failure() -> None:
     """A Connect crash used to count as one of the job's attempts for every job in
     flight: three crashes during one batch failed a batch nobody's code rejected."""
+    from ambrosia_services.jobs.attempts import RunnerCancelCode
+    from ambrosia_services.jobs.spark.execute import connect_failed
+    from ambrosia_services.pipeline.live import _is_loss
     from pyspark.errors import AnalysisException
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
-
-    from services.jobs.attempts import RunnerCancelCode
-    from services.jobs.spark.execute import connect_failed
-    from services.pipeline.live import _is_loss
 
     assert connect_failed(internals.RelaunchRefusedError("sent once already"))
     assert connect_failed(SparkConnectGrpcException(

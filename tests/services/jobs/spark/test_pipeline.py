@@ -1,5 +1,5 @@
 """The word count pipeline end to end, with real processes: the real feed tails two files
-into ``ambrosia run services.pipeline:WordCountPipeline``, two real runners count each
+into ``ambrosia run wordcount``, two real runners count each
 micro-batch on the shared Connect server, the real 2PC file sink commits the output.
 While it runs, in turn, the coordinator's binding, its coordinator process, a runner and
 the Connect server are killed with ``kill -9``; the committed output must still hold
@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 from ambrosia_ic import registry
+from ambrosia_services.jobs.spark import ConnectServer
+from ambrosia_services.pipeline import WordCountPipeline, count_words
+from ambrosia_services.staging import segment_names
 
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from samples.pipeline.next_version import WordCountPipelineV1
-from services.jobs.spark import ConnectServer
-from services.pipeline import WordCountPipeline, count_words
-from services.staging import segment_names
 from tests.launcher import ROOT, Launcher, launcher  # noqa: F401 - the fixture
 
 from .conftest import free_port, wait_until
@@ -38,10 +38,10 @@ from .pipeline_app import WordCountPipelineV2
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(400),
               pytest.mark.integration, pytest.mark.slow]
 
-TARGET = "services.pipeline:WordCountPipeline"
+TARGET = "ambrosia_services.pipeline:WordCountPipeline"
 NEXT = {1: "samples.pipeline.next_version:WordCountPipelineV1",
         2: "tests.services.jobs.spark.pipeline_app:WordCountPipelineV2"}
-PIPELINE_JOBS = ("--jobs", "services.pipeline.jobs", "--workers", "2")
+PIPELINE_JOBS = ("--jobs", "ambrosia_services.pipeline.jobs", "--workers", "2")
 VOCABULARY = ["Alpha", "beta", "GAMMA", "delta's", "eps-ilon", "zeta", "Eta", "theta",
               "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho"]
 
@@ -116,7 +116,7 @@ class PipelineRun:
         self.r2 = runners("r2", ports["r2"], out, PIPELINE_JOBS)
         self.sink_dir = tmp_path / "sink"
         self.sink = subprocess.Popen(
-            [sys.executable, "-m", "services.connectors.clients.filesink", "--listen",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.filesink", "--listen",
              f"127.0.0.1:{ports['sink']}", "--dir", str(self.sink_dir)],
             cwd=ROOT, stderr=open(tmp_path / "sink.log", "wb"))  # noqa: SIM115
         self.status = tmp_path / "status.json"
@@ -136,7 +136,7 @@ class PipelineRun:
         for path in self.inputs:
             path.write_text("")
         self.feed = subprocess.Popen(
-            [sys.executable, "-m", "services.connectors.clients.feed", "--to",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
              f"127.0.0.1:{ports['listen']}", "--backoff-cap", "0.5", *map(str, self.inputs)],
             cwd=ROOT, stderr=open(tmp_path / "feed.log", "wb"))  # noqa: SIM115
         self.written: list[str] = []

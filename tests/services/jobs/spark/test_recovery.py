@@ -11,9 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
-from services.jobs.attempts import (
+from ambrosia_services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
+from ambrosia_services.jobs.attempts import (
     ATTEMPT_FILE,
     Attempt,
     OperationState,
@@ -22,9 +21,9 @@ from services.jobs.attempts import (
     plan_params,
     reconcile,
 )
-from services.jobs.link import Disconnected, Held, JobLinks, LinkEvent, RunnerAddress
-from services.jobs.spark import ConnectServer
-from services.jobs.spark.execute import operation_state
+from ambrosia_services.jobs.link import Disconnected, Held, JobLinks, LinkEvent, RunnerAddress
+from ambrosia_services.jobs.spark import ConnectServer
+from ambrosia_services.jobs.spark.execute import operation_state
 
 from .conftest import free_port, wait_until
 

@@ -7,8 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from services.jobs import (
+from ambrosia_services.jobs import (
     Batch,
     Cancel,
     Check,
@@ -23,7 +22,7 @@ from services.jobs import (
     Role,
     Start,
 )
-from services.jobs.attempts import (
+from ambrosia_services.jobs.attempts import (
     ATTEMPT_FILE,
     Attempt,
     Reconciled,
@@ -31,8 +30,8 @@ from services.jobs.attempts import (
     plan_params,
     reconcile,
 )
-from services.jobs.link import Connected, Held, JobLinks, LinkEvent, RunnerAddress
-from services.jobs.transport import exchange_hello
+from ambrosia_services.jobs.link import Connected, Held, JobLinks, LinkEvent, RunnerAddress
+from ambrosia_services.jobs.transport import exchange_hello
 
 from .conftest import committed_counts, counts_of, wait_until
 
@@ -221,7 +220,7 @@ def test_a_staged_batch_is_read_by_spark_exactly_and_a_damaged_block_fails_in_on
     segments, several partitions), by either reader; a block whose bytes changed, or a
     segment that is gone, fails the attempt with the executor's one line naming it,
     nothing committed."""
-    from services.staging import Ref
+    from ambrosia_services.staging import Ref
 
     from .conftest import stage_lines
 

@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 import xxhash
+from ambrosia_services.jobs.spark import ConnectServer
+from ambrosia_services.jobs.spark import _connect_internals as internals
+from ambrosia_services.jobs.spark.jar import JarBuildError, staged_source_jar
+from ambrosia_services.jobs.spark.staged import jvm_source_available, staged_records
+from ambrosia_services.staging import Ref, SegmentWriter, read_payloads
+from ambrosia_services.staging.segments import HEADER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from services.jobs.spark import ConnectServer
-from services.jobs.spark import _connect_internals as internals
-from services.jobs.spark.jar import JarBuildError, staged_source_jar
-from services.jobs.spark.staged import jvm_source_available, staged_records
-from services.staging import Ref, SegmentWriter, read_payloads
-from services.staging.segments import HEADER
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.integration]
 

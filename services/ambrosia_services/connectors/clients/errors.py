@@ -1,0 +1,45 @@
+"""Errors of the connector clients: the file feed and the 2PC file sink.
+
+Protocol errors stay the protocol library's (``ambrosia_services.connectors.errors``); these are
+what the clients themselves refuse: a bad address or configuration, a record source that
+breaks its promise, a sink directory that cannot be trusted.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AddressError",
+    "ClientError",
+    "FeedSourceError",
+    "SinkStateError",
+    "SinkStorageError",
+    "SinkStoreCorruptError",
+]
+
+
+class ClientError(Exception):
+    """A connector client cannot go on; the message says why in one line."""
+
+
+class AddressError(ClientError, ValueError):
+    """An address that is not ``HOST:PORT`` with a port from 1 to 65535."""
+
+
+class FeedSourceError(ClientError):
+    """A feed's record source broke its promise: ids that do not rise, a point of
+    reference it cannot rewind to, a point of reference that is not a line start."""
+
+
+class SinkStoreCorruptError(ClientError):
+    """The sink's directory disagrees with its transaction log in a way no crash can
+    cause (committed bytes missing or extra, a damaged log record before the last)."""
+
+
+class SinkStateError(ClientError):
+    """A 2PC request the sink's durable state cannot honour (a commit of a transaction
+    that is not prepared, an abort of one already committed): the peer's fault."""
+
+
+class SinkStorageError(ClientError):
+    """Writing or syncing the sink's files failed; what reached the disk is unknown, so
+    the sink stops and a restart recovers from the txn log."""

@@ -1,0 +1,379 @@
+"""The source feed: sends files (tailed) or iterators to a worker, exactly where it resumes.
+
+The connector end of a source link, on asyncio: one connection at a time to one of the
+configured addresses; HELLO, then a NOTIFY per stream; each stream resumes after the
+NOTIFY_ACK's point of reference (see ``sources``); MESSAGEs go out only while credits
+last, and the feed waits for ACKs when they run out. Any loss, ERROR or protocol error
+ends the connection and the feed reconnects after an exponential back-off with jitter
+(capped); a RESTART sends it to the RESTART's address, or else to the next configured
+address, round robin. A refused NOTIFY_ACK (another connection holds the stream) is
+retried on the same connection after a back-off of its own.
+
+A stream whose source finishes (a file without ``follow``, an exhausted iterator) gets an
+EOS_MESSAGE, and is done once an ACK covers its last record; the feed returns when every
+stream is done, and never while one follows a file.
+
+    ambrosia-feed --to 127.0.0.1:7100 [--to ...] [--once] FILE...
+
+(or ``python -m ambrosia_services.connectors.clients.feed``)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import enum
+import logging
+import random
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from ambrosia_core.loops import Backoff, said_at
+from ambrosia_services.connectors import (
+    DEFAULT_MAX_FRAME_SIZE,
+    POINT_OF_REFERENCE_FROM_START,
+    SOURCE_VERSION,
+    Ack,
+    ConnectionClosed,
+    ConnectionState,
+    ConnectorConnection,
+    ConnectorProtocolError,
+    EosMessage,
+    ErrorFrame,
+    Hello,
+    Message,
+    Notify,
+    NotifyAck,
+    Ok,
+    Restart,
+    Role,
+)
+
+from .addresses import Address, parse_address
+from .errors import AddressError, ClientError
+from .sources import FileSource, RecordSource
+
+__all__ = ["Feed", "main"]
+
+log = logging.getLogger(__name__)
+_BATCH = 256  # records sent on one stream before the others get a turn
+
+
+class _Phase(enum.Enum):
+    IDLE = "needs a NOTIFY"
+    NOTIFYING = "NOTIFY sent"
+    REFUSED = "NOTIFY refused; retried later"
+    OPEN = "open"
+    EOS_SENT = "EOS sent; waiting for the covering ACK"
+    DONE = "done"
+
+
+class _Stream:
+    def __init__(self, source: RecordSource) -> None:
+        self.source = source
+        self.phase = _Phase.IDLE
+        self.acked: int | None = None  # the last point of reference the worker reported
+        self.refusals = 0
+        self.retry_at = 0.0
+
+    @property
+    def covered(self) -> bool:
+        last = self.source.last_id
+        return last is None or (self.acked is not None and self.acked >= last)
+
+
+class _SessionEndError(Exception):
+    """A session is over; ``restart_to`` is the RESTART's address, if it gave one."""
+
+    def __init__(self, reason: str, *, restart_to: Address | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.restart_to = restart_to
+
+
+class Feed:
+    """Sends ``sources`` to a worker at one of ``addresses``.
+
+    Args:
+        sources: one per stream; their stream ids must differ.
+        addresses: where workers listen; tried in turn.
+        cookie: the cookie the worker expects.
+        instance_name: the HELLO's instance name (the program name is "ambrosia-feed").
+        backoff_base, backoff_cap: the reconnect delay doubles from ``backoff_base`` up to
+            ``backoff_cap`` seconds with each failed attempt (each delay is jittered to
+            between half and all of it), and starts again after a connection that opened
+            a stream.
+        poll_interval: how often a followed file is checked for new lines, in seconds.
+        rng: the jitter's random numbers (seed one for repeatable runs).
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[RecordSource],
+        addresses: Sequence[Address],
+        *,
+        cookie: bytes = b"",
+        instance_name: str = "feed",
+        backoff_base: float = 0.05,
+        backoff_cap: float = 5.0,
+        poll_interval: float = 0.1,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not addresses:
+            raise ValueError("a feed needs at least one address")
+        ids = [s.stream_id for s in sources]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"two sources share a stream id: {sorted(ids)}")
+        self.streams = {s.stream_id: _Stream(s) for s in sources}
+        self.addresses = list(addresses)
+        self.cookie = cookie
+        self.instance_name = instance_name
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.poll_interval = poll_interval
+        self.max_frame_size = max_frame_size
+        self._rng = rng or random.Random()
+        self._backoff = Backoff(backoff_base, backoff_cap, self._rng)
+        self._next = 0
+        self._wake = asyncio.Event()
+        self.sessions = 0
+        """Connections that got as far as OK."""
+        self._opened = 0  # successful NOTIFY_ACKs: a connection that made progress
+
+    @property
+    def done(self) -> bool:
+        return all(s.phase is _Phase.DONE for s in self.streams.values())
+
+    def acked(self, stream_id: int) -> int | None:
+        """The last point of reference the worker reported for the stream."""
+        return self.streams[stream_id].acked
+
+    def _delay(self, failures: int) -> float:
+        """A refused stream's wait: the same policy, its own count of refusals."""
+        full = min(self.backoff_cap, self.backoff_base * 2 ** min(failures, 60))
+        return full / 2 + self._rng.uniform(0, full / 2)
+
+    async def run(self) -> None:
+        """Send until every stream is done (forever while one follows a file).
+
+        Raises:
+            FeedSourceError: a source broke its promise (the feed cannot go on).
+        """
+        backoff = self._backoff
+        refused = 0  # connection attempts refused in a row
+        target: Address | None = None
+        while not self.done:
+            if target is None:
+                target = self.addresses[self._next % len(self.addresses)]
+                self._next += 1
+            try:
+                reader, writer = await asyncio.open_connection(target.host, target.port)
+            except OSError as e:
+                delay = backoff.failed()
+                refused += 1
+                if said_at(refused):  # the first of a streak, then counted
+                    again = "" if refused == 1 else f" ({refused} attempts in a row)"
+                    log.info("cannot connect to %s (%s)%s; retrying with back-off up to "
+                             "%g s", target, e.strerror or e, again, backoff.cap)
+                target = None
+                await asyncio.sleep(delay)
+                continue
+            log.info("connected to %s%s", target,
+                     f" after {refused} failed attempts" if refused > 1 else "")
+            refused = 0
+            opened_before = self._opened
+            try:
+                await self._session(reader, writer)
+                end = _SessionEndError("finished")
+            except _SessionEndError as e:
+                end = e
+            finally:
+                writer.close()
+                for stream in self.streams.values():
+                    if stream.phase is not _Phase.DONE:
+                        stream.phase = _Phase.IDLE
+            if self.done:
+                break
+            if end.restart_to is not None or self._opened > opened_before:
+                backoff.progress()  # it opened a stream, or was told where to go
+            delay = backoff.failed()
+            target = end.restart_to
+            log.info("connection ended: %s; reconnecting in %.2f s", end.reason, delay)
+            await asyncio.sleep(delay)
+        log.info("every stream is done")
+
+    # ---------------------------------------------------------------- one session
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = ConnectorConnection(
+            Role.CONNECTOR, cookie=self.cookie, max_frame_size=self.max_frame_size
+        )
+        hello = Hello(SOURCE_VERSION, self.cookie, "ambrosia-feed", self.instance_name)
+        writer.write(conn.send(hello))
+        reading = asyncio.ensure_future(self._read(conn, reader, writer))
+        try:
+            while not self.done:
+                if reading.done():
+                    reading.result()  # raises the session's _SessionEndError
+                sent = self._send_some(conn, writer)
+                await writer.drain()
+                if sent:
+                    await asyncio.sleep(0)  # let the reader take ACKs between batches
+                    continue
+                self._wake.clear()
+                waiter = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait([reading, waiter], timeout=self.poll_interval,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+        except (OSError, ConnectionError) as e:
+            raise _SessionEndError(f"connection lost ({e.__class__.__name__})") from None
+        finally:
+            if not reading.done():
+                reading.cancel()
+            elif not reading.cancelled():
+                reading.exception()  # retrieved, so asyncio does not log it as lost
+
+    async def _read(
+        self, conn: ConnectorConnection, reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """Handle what the worker sends; ends by raising ``_SessionEndError``."""
+        while True:
+            try:
+                data = await reader.read(1 << 16)
+            except (OSError, ConnectionError) as e:
+                raise _SessionEndError(f"connection lost ({e.__class__.__name__})") from None
+            conn.receive_data(data)
+            try:
+                for event in conn.events():
+                    self._handle(event)
+            except ConnectorProtocolError as e:
+                writer.write(conn.take_error_frame())
+                raise _SessionEndError(f"protocol error: {e.reason}") from None
+            self._wake.set()
+
+    def _handle(self, event: object) -> None:
+        match event:
+            case Ok():
+                self.sessions += 1
+            case NotifyAck(success, stream_id, por):
+                stream = self.streams[stream_id]
+                if success:
+                    start = None if por == POINT_OF_REFERENCE_FROM_START else por
+                    stream.source.resume(start)
+                    if start is not None:
+                        stream.acked = start
+                    stream.phase, stream.refusals = _Phase.OPEN, 0
+                    self._opened += 1
+                else:
+                    stream.retry_at = time.monotonic() + self._delay(stream.refusals)
+                    stream.refusals += 1
+                    stream.phase = _Phase.REFUSED
+                    log.info("stream %r is held elsewhere; NOTIFY again later", stream.source.name)
+            case Ack(_, acks):
+                for stream_id, por in acks:
+                    acked = self.streams.get(stream_id)
+                    if acked is None:
+                        continue  # not ours: nothing to drop or finish
+                    acked.acked = por if acked.acked is None else max(acked.acked, por)
+                    acked.source.acked(por)
+                    if acked.phase is _Phase.EOS_SENT and acked.covered:
+                        acked.phase = _Phase.DONE
+            case Restart(address):
+                try:
+                    to = parse_address(address) if address else None
+                except AddressError as e:
+                    raise _SessionEndError(f"RESTART to an unusable address ({e})") from None
+                raise _SessionEndError(f"RESTART{' to ' + address if address else ''}",
+                                       restart_to=to)
+            case ErrorFrame(reason):
+                raise _SessionEndError(f"the worker sent ERROR: {reason}")
+            case ConnectionClosed():
+                raise _SessionEndError("closed by the worker")
+
+    def _send_some(self, conn: ConnectorConnection, writer: asyncio.StreamWriter) -> int:
+        """Send what credits allow now; the number of frames sent."""
+        # A lost connection ends the session through the reader; writes meanwhile would
+        # only make asyncio log a warning for each.
+        if conn.state is not ConnectionState.STREAMING or writer.is_closing():
+            return 0
+        sent = 0
+        now = time.monotonic()
+        for stream in self.streams.values():
+            src = stream.source
+            if stream.phase is _Phase.REFUSED and now >= stream.retry_at:
+                stream.phase = _Phase.IDLE
+            if stream.phase is _Phase.IDLE and conn.credits > 0:
+                por = 0 if stream.acked is None else stream.acked
+                writer.write(conn.send(Notify(src.stream_id, src.name, por)))
+                stream.phase = _Phase.NOTIFYING
+                sent += 1
+            batch = 0
+            while (stream.phase is _Phase.OPEN and conn.credits > 0 and batch < _BATCH
+                   and not writer.is_closing()):
+                record = src.next_record()
+                if record is not None:
+                    message = Message(src.stream_id, record.message_id, record.payload,
+                                      key=record.key)
+                    writer.write(conn.send(message))
+                    batch += 1
+                    continue
+                if src.finished:
+                    writer.write(conn.send(EosMessage(src.stream_id)))
+                    batch += 1
+                    stream.phase = _Phase.DONE if stream.covered else _Phase.EOS_SENT
+                break
+            sent += batch
+        return sent
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="ambrosia-feed",
+        description="Send files, line by line, to a Wallaroo connector protocol worker.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="a file to send (one stream each)")
+    p.add_argument("--to", action="append", required=True, type=parse_address,
+                   metavar="HOST:PORT", help="a worker's address (repeat for several)")
+    p.add_argument("--cookie", default="", help="the cookie the worker expects")
+    p.add_argument("--once", action="store_true",
+                   help="stop at each file's end (EOS), once the worker acknowledged it all")
+    p.add_argument("--instance", default="feed", help="the HELLO's instance name")
+    p.add_argument("--backoff-cap", type=float, default=5.0,
+                   help="the longest reconnect delay, in seconds (default 5)")
+    p.add_argument("--poll-interval", type=float, default=0.1,
+                   help="how often a tailed file is checked, in seconds (default 0.1)")
+    p.add_argument("--message-bytes", type=int, default=0, metavar="N",
+                   help="send as many whole lines as fit in N bytes per message (default: "
+                        "a message per line)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ambrosia-feed: %(message)s")
+    if args.message_bytes < 0:
+        p.error("--message-bytes must be 0 or more")
+    sources = [FileSource(f, follow=not args.once, message_bytes=args.message_bytes)
+               for f in args.files]
+    try:
+        feed = Feed(sources, args.to, cookie=args.cookie.encode(), instance_name=args.instance,
+                    backoff_cap=args.backoff_cap, poll_interval=args.poll_interval)
+        asyncio.run(_run(feed))
+    except (ClientError, ValueError) as e:
+        print(f"ambrosia-feed: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _run(feed: Feed) -> None:
+    task = asyncio.ensure_future(feed.run())
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        log.info("stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The primary's outside world: the source listener, one link per sink, the tick timer
+and the status reports, started together by ``on_become_primary`` and cancelled with the
+instance. Nothing here changes the state; every outcome is an Impulse."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from ambrosia_services.staging import SegmentWriter, segment_names
+
+from .config import CoordinatorConfig
+from .core import CoordinatorCore
+from .sinks import SinkLink
+from .sources import SourceListener
+
+if TYPE_CHECKING:
+    from .immortal import ConnectorCoordinator
+
+__all__ = ["Live"]
+
+
+class Live:
+    """Everything the primary does with sockets and clocks, for one coordinator."""
+
+    def __init__(self, owner: ConnectorCoordinator, cfg: CoordinatorConfig) -> None:
+        self.owner = owner
+        self.cfg = cfg
+        self.log = owner.ctx.log
+        me = owner.impulse_self
+        # With staging, this life's segments: named after the instance and a random life
+        # id, never appended to by another life. Only the instance's own segments are
+        # ever deleted here: a root may be shared by several instances.
+        self.segment_prefix = f"{owner.ctx.instance_name}."
+        self.writer = (SegmentWriter(cfg.staging, self.segment_prefix + os.urandom(6).hex(),
+                                     cfg.segment_bytes)
+                       if cfg.staging else None)
+        self.sources = SourceListener(self._core, cfg, me.receive, me.end_of_stream,
+                                      self.log, me.receive_staged, self.writer)
+        self.deleted_segments = 0
+        self.sinks = [SinkLink(name, self._core, cfg, owner.ctx.instance_name,
+                               me.sink_uncommitted, me.sink_voted, self.log)
+                      for name in sorted(cfg.sinks)]
+        self._last_tick = 0.0
+
+    def _core(self) -> CoordinatorCore:
+        return self.owner.core  # read anew: an upgrade or a load may replace it
+
+    # ------------------------------------------------------------ from handlers
+    def wake(self) -> None:
+        for link in self.sinks:
+            link.wake()
+        self.sources.release_credits()
+
+    def applied(self, token: int) -> None:
+        self.sources.applied(token)
+
+    # ------------------------------------------------------------ the tasks
+    async def run(self) -> None:
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            await self.sources.start()
+            tasks = [asyncio.ensure_future(t) for t in (
+                self.sources.run_flusher(), self._ticker(), self._reporter(),
+                *(link.run() for link in self.sinks))]
+            if self.writer is not None:
+                tasks.append(asyncio.ensure_future(self._collector()))
+            await asyncio.gather(*tasks)
+        finally:
+            self.sources.close(self.cfg.advertise)
+            if self.writer is not None:
+                self.writer.close()
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+            if self.cfg.status_file:  # the last status: what `ambrosia status` shows now
+                self._write_status(self.report())
+
+    async def _ticker(self) -> None:
+        """A ``tick`` Impulse when some sink's uncut output is old enough to cut."""
+        period = self.cfg.interval_seconds / 2
+        while True:
+            await asyncio.sleep(period)
+            core = self._core()
+            age_limit = core.settings["interval_seconds"] * 1e9
+            now = time.time_ns()
+            if any(rec.uncut and not rec.txn_id and rec.uncut_since is not None
+                   and now - rec.uncut_since >= age_limit for rec in core.sinks.values()):
+                self.owner.impulse_self.tick()
+
+    GC_SECONDS = 1.0
+
+    async def _collector(self) -> None:
+        """Delete staged segments that nothing needs: no block of them is held by the
+        state, none is named by an Impulse not yet applied, and this life is not writing
+        them. The first pass, at the start of a primary's life, removes what an earlier
+        life staged and never referenced (it crashed between the write and the Impulse)."""
+        while True:
+            await self.collect()
+            await asyncio.sleep(self.GC_SECONDS)
+
+    async def collect(self) -> None:
+        # The order matters: the names, then what is busy (a block written after this
+        # is in a segment created after the listing, or in the current one), then what
+        # the state holds (read on the loop, after an Impulse applied stops being busy).
+        names = await asyncio.to_thread(segment_names, self.cfg.staging, self.segment_prefix)
+        busy = await asyncio.to_thread(self.sources.busy_segments)
+        held = set(self._core().segments)
+        doomed = [n for n in names if n not in busy and n not in held]
+        if doomed:
+            await asyncio.to_thread(self._delete, doomed)
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.cfg.staging, name))
+                self.deleted_segments += 1
+
+    async def _reporter(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.status_seconds)
+            report = self.report()
+            sinks = report["sinks"]
+            self.log.info(
+                "status: %d sources, %d received, %d acked, lag %d; %s",
+                report["connections"], report["received"], report["acked"], report["lag"],
+                ", ".join(f"{n} committed {s['committed']} pending {s['pending_bytes']}"
+                          for n, s in sinks.items()) or "no sinks")
+            if self.cfg.status_file:
+                self._write_status(report)
+
+    def report(self) -> dict[str, Any]:
+        """The state's status with the live counters added."""
+        report = self.owner.state_status()
+        applied = sum(s["applied"] + s["dropped"] for s in report["streams"].values())
+        report.update(
+            port=self.sources.port, connections=self.sources.connections,
+            received=self.sources.received, acked=self.sources.acked,
+            lag=max(self.sources.received - self.sources.early_drops - applied, 0),
+            linked={link.name: link.connected for link in self.sinks},
+            aborts_in_a_row={link.name: link.aborts_in_a_row for link in self.sinks})
+        if self.writer is not None:
+            report["staged"].update(
+                root=self.cfg.staging, backlog_limit=self.cfg.backlog_bytes,
+                held_credits=self.sources.held_credits,
+                deleted_segments=self.deleted_segments,
+                failures=self.sources.staging_failures,
+                resends_dropped=self.sources.early_drops)
+        report.update(self.owner.live_status())
+        return report
+
+    def _write_status(self, report: dict[str, Any]) -> None:
+        path = self.cfg.status_file
+        tmp = f"{path}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(report, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as e:
+            self.log.warning("status file %s not written: %s", path, e.strerror or e)

@@ -1,0 +1,515 @@
+"""A job runner: a long-lived process that runs the coordinator's Spark jobs.
+
+It speaks the job protocol as a *participant* over TCP (a thin asyncio transport around
+the sans-IO ``JobConnection`` and ``ParticipantJobs``) and runs jobs on a Spark Connect
+server::
+
+    python -m ambrosia_services.jobs.runner --listen 127.0.0.1:P --connect sc://127.0.0.1:Q \
+        --jobs MODULE[,MODULE] --member NAME --out DIR
+
+- ``start``: the plan's job key and attempt name everything Spark sees
+  (``attempts.Attempt``); the job runs in a worker thread in a session of its own, writes
+  to the attempt's staging directory and is committed by rename; then the committed output
+  streams back to the initiator as ordered ``batch``es on the result edge (JSON lines, cut
+  at line ends where a line fits a batch), the last one flagged, within the byte credit
+  the initiator grants. A start of an attempt whose staging is partial (a runner died
+  mid-write) re-attaches to the write while Connect says it runs, then commits it; else
+  the start is refused (``ATTEMPT_REUSED``) and the initiator decides a new attempt.
+- ``cancel`` (or a ``check_response`` that releases the job): ``interruptTag`` in the
+  attempt's session; nothing is committed after it.
+- on every connection from an initiator: a ``check`` with the jobs held for it; its
+  ``check_response`` lists the active ones, whose committed output is streamed again
+  from batch 0 on the new connection (a new primary must see all of it).
+- a job that fails is reported by a cancel request (``RunnerCancelCode``).
+
+Batches an initiator sends to a job are consumed at once (no job takes streamed input
+yet): each is answered by a credit grant, which is how a peer sees it was delivered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._state import JobState, Role
+from .attempts import Attempt, RunnerCancelCode, member_id, parse_plan
+from .connection import DEFAULT_INITIAL_CREDITS, JobConnection
+from .effects import Deliver, Discarded, Effect, JobCancelled, JobStarted, Released, Send
+from .errors import (
+    AttemptReusedError,
+    HelloError,
+    JobDefinitionError,
+    JobProtocolError,
+    PlanError,
+    UnknownJobNameError,
+)
+from .initiator import RESULT_EDGE
+from .messages import Batch, CheckResponse, FlowControl, JobId, JobMessage, Start
+from .participant import ParticipantJobs
+from .spark import execute
+from .spark.registry import JobRegistry
+from .transport import exchange_hello
+
+__all__ = ["DEFAULT_BATCH_BYTES", "Runner", "main", "result_chunks"]
+
+
+
+def _first_line(err: BaseException) -> str:
+    """The error's message on one line, at most 300 characters."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+DEFAULT_MAX_CONNECTIONS = 64  # initiators are a few coordinators; the rest is strangers
+DEFAULT_FRAME_SECONDS = 30.0  # for the rest of a frame begun, once linked
+log = logging.getLogger("ambrosia_services.jobs.runner")
+
+DEFAULT_BATCH_BYTES = 64 * 1024
+
+
+def result_chunks(directory: Path, batch_bytes: int) -> Iterator[bytes]:
+    """The committed output's rows as batches: its part files in name order, cut at line
+    ends so that a batch holds at most ``batch_bytes``; a line longer than that is cut into
+    pieces (the receiver joins bytes up to each newline)."""
+    pending = bytearray()
+    for part in sorted(p for p in directory.iterdir() if not p.name.startswith(("_", "."))):
+        with open(part, "rb") as rows:
+            for line in rows:
+                if len(pending) + len(line) > batch_bytes and pending:
+                    yield bytes(pending)
+                    pending.clear()
+                while len(line) > batch_bytes:
+                    yield line[:batch_bytes]
+                    line = line[batch_bytes:]
+                pending += line
+    if pending:
+        yield bytes(pending)
+
+
+@attrs.define
+class _Job:
+    """A job this runner is running: its attempt and how far it has got."""
+
+    start: Start
+    attempt: Attempt
+    cancelled: threading.Event = attrs.Factory(threading.Event)
+    committed: bool = False
+    stream: asyncio.Task[None] | None = None
+    future: asyncio.Future[Any] | None = None
+
+
+@attrs.define(eq=False)
+class _Peer:
+    """One connection from an initiator."""
+
+    member: uuid.UUID
+    conn: JobConnection
+    writer: asyncio.StreamWriter
+    credit: asyncio.Event = attrs.Factory(asyncio.Event)
+
+    def send(self, message: JobMessage) -> None:
+        self.writer.write(self.conn.send(message))
+
+
+class Runner:
+    """A job runner (see the module docstring).
+
+    Args:
+        member: this runner's member id (what initiators list as a participant).
+        registry: the jobs it can run.
+        connect: the Spark Connect URL, e.g. ``sc://127.0.0.1:15002``.
+        out: the output root (staging and final directories live under it).
+        initial_credits: every stream's starting byte credit (as the initiator's).
+        batch_bytes: the largest result batch (at most ``initial_credits``).
+        workers: jobs that may run at once.
+        max_connections: the most connections at once, in their hello or linked; one
+            more is closed at once, with one log line.
+    """
+
+    def __init__(
+        self,
+        member: uuid.UUID,
+        registry: JobRegistry,
+        connect: str,
+        out: str | os.PathLike[str],
+        *,
+        initial_credits: int = DEFAULT_INITIAL_CREDITS,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        workers: int = 4,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        frame_seconds: float = DEFAULT_FRAME_SECONDS,
+    ) -> None:
+        if not 0 < batch_bytes <= initial_credits:
+            raise ValueError(f"batch_bytes {batch_bytes} must be 1..initial_credits")
+        self.member = member
+        self.registry = registry
+        self.connect = connect
+        self.out = Path(out)
+        self.initial_credits = initial_credits
+        self.batch_bytes = batch_bytes
+        self.jobs = ParticipantJobs(member)
+        self._running: dict[JobId, _Job] = {}
+        self._peers: dict[uuid.UUID, _Peer] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="job")
+        self._server: asyncio.Server | None = None
+        self.max_connections = max_connections
+        self.frame_seconds = frame_seconds
+        self._connections = 0
+
+    # ------------------------------------------------------------ serving
+    async def listen(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Start accepting initiators; returns the port."""
+        self._server = await asyncio.start_server(self._on_connection, host, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for peer in list(self._peers.values()):
+            peer.writer.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def busy(self) -> bool:
+        return any(not job.committed for job in self._running.values())
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        where = writer.get_extra_info("peername")
+        if self._connections >= self.max_connections:
+            log.warning("refused a connection from %s: %d connections are open "
+                        "(--max-connections)", where, self._connections)
+            writer.close()
+            return
+        self._connections += 1
+        try:
+            await self._serve_connection(reader, writer, where)
+        finally:
+            self._connections -= 1
+
+    async def _serve_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter, where: Any) -> None:
+        try:
+            initiator = await exchange_hello(reader, writer, self.member)
+        except (HelloError, OSError) as err:
+            log.warning("closing connection from %s: %s", where, err)
+            writer.close()
+            return
+        peer = _Peer(initiator, JobConnection(Role.PARTICIPANT, Role.INITIATOR,
+                                              initial_credits=self.initial_credits), writer)
+        old = self._peers.get(initiator)
+        if old is not None:
+            old.writer.close()
+        self._peers[initiator] = peer
+        log.info("initiator %s connected from %s", initiator, where)
+        try:
+            peer.send(self.jobs.check(initiator))
+            while True:
+                # Between frames an initiator may be idle as long as it likes; the rest
+                # of a frame it began must come in time.
+                try:
+                    async with asyncio.timeout(self.frame_seconds if peer.conn.partial_frame
+                                               else None):
+                        data = await reader.read(65536)
+                except TimeoutError:
+                    log.warning("closing connection from initiator %s: the rest of a frame "
+                                "not sent within %g s", initiator, self.frame_seconds)
+                    break
+                if not data:
+                    break
+                peer.conn.receive_data(data)
+                for msg in peer.conn.events():
+                    self._receive(peer, msg)
+        except JobProtocolError as err:
+            log.warning("closing connection from initiator %s: %s", initiator, err)
+        except OSError as err:
+            log.info("connection from initiator %s lost: %s", initiator, err)
+        finally:
+            if self._peers.get(initiator) is peer:
+                del self._peers[initiator]
+            for job in self._running.values():
+                if job.stream is not None and job.start.job_id.initiator == initiator:
+                    job.stream.cancel()
+                    job.stream = None
+            peer.credit.set()
+            writer.close()
+
+    def _receive(self, peer: _Peer, msg: JobMessage) -> None:
+        if isinstance(msg, FlowControl):
+            peer.credit.set()
+        self._apply(self.jobs.handle(peer.member, msg))
+        if isinstance(msg, CheckResponse):
+            for job_id in msg.active:
+                job = self._running.get(job_id)
+                if job is not None and job.committed and job.stream is None:
+                    self._stream(peer, job)
+
+    # ------------------------------------------------------------ effects
+    def _apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                self._send(effect.to, effect.message)
+            elif isinstance(effect, JobStarted):
+                self._launch(effect.start)
+            elif isinstance(effect, Deliver):
+                if effect.batch.rows:
+                    grant = FlowControl(effect.batch.job_id, effect.batch.edge,
+                                        len(effect.batch.rows))
+                    self._send(effect.source, grant)
+            elif isinstance(effect, Discarded):
+                log.info("discarded batch %d of ended job %s",
+                         effect.batch.number, effect.batch.job_id)
+            elif isinstance(effect, JobCancelled):
+                self._stop(effect.cancel.job_id)
+            elif isinstance(effect, Released):
+                for job_id in effect.job_ids:
+                    self._stop(job_id)
+
+    def _send(self, to: uuid.UUID, message: JobMessage) -> None:
+        peer = self._peers.get(to)
+        if peer is None:
+            log.info("initiator %s not connected; dropped %s", to, type(message).__name__)
+            return
+        peer.send(message)
+
+    def _refuse(self, job_id: JobId, code: RunnerCancelCode, err: BaseException) -> None:
+        # One line; the traceback (Spark's run to dozens of lines) only at DEBUG level.
+        log.warning("job %s: %s: %s", job_id, type(err).__name__, _first_line(err))
+        log.debug("job %s: the traceback", job_id, exc_info=err)
+        if self.jobs.state(job_id) in (JobState.STARTED, JobState.RUNNING):
+            message = f"{type(err).__name__}: {err}"[:1000]
+            self._apply(self.jobs.request_cancel(job_id, int(code), message))
+
+    def _launch(self, start: Start) -> None:
+        try:
+            attempt, args = parse_plan(start.params)
+            definition = self.registry.get(start.name)
+        except (PlanError, UnknownJobNameError) as err:
+            self._refuse(start.job_id, RunnerCancelCode.BAD_PLAN, err)
+            return
+        self.jobs.running(start.job_id)
+        job = self._running[start.job_id] = _Job(start, attempt)
+        log.info("job %s: running %s attempt %s", start.job_id, start.name, attempt)
+        future = asyncio.get_running_loop().run_in_executor(
+            self._pool, execute.run_attempt, self.connect, definition, attempt, args,
+            self.out, job.cancelled,
+        )
+        job.future = future
+        future.add_done_callback(lambda f: self._finished(job, f))
+
+    def _finished(self, job: _Job, future: asyncio.Future[Any]) -> None:
+        job_id = job.start.job_id
+        if future.cancelled():  # the runner is stopping: its initiator reconciles it later
+            self._running.pop(job_id, None)
+            log.info("job %s: not finished, the runner stops", job_id)
+            return
+        err = future.exception()
+        if job.cancelled.is_set() or self._running.get(job_id) is not job:
+            self._running.pop(job_id, None)
+            log.info("job %s: stopped after its cancel (%s)", job_id,
+                     "nothing committed" if err is not None else "already committed")
+            return
+        if err is not None:
+            self._running.pop(job_id, None)
+            code = (RunnerCancelCode.ATTEMPT_REUSED if isinstance(err, AttemptReusedError)
+                    else RunnerCancelCode.CONNECT_FAILED if execute.connect_failed(err)
+                    else RunnerCancelCode.JOB_FAILED)
+            self._refuse(job_id, code, err)
+            return
+        job.committed = True
+        log.info("job %s: %s", job_id, future.result().value)
+        peer = self._peers.get(job_id.initiator)
+        if peer is not None:
+            self._stream(peer, job)
+
+    def _stop(self, job_id: JobId) -> None:
+        job = self._running.pop(job_id, None)
+        if job is None:
+            return
+        job.cancelled.set()
+        if job.stream is not None:
+            job.stream.cancel()
+        if not job.committed and job.future is not None:
+            asyncio.get_running_loop().create_task(self._interrupt(job_id, job))
+
+    async def _interrupt(self, job_id: JobId, job: _Job) -> None:
+        """``interruptTag`` each second until the attempt's thread returns.
+
+        Measured: an interrupt that lands while the server is still planning the write
+        (before its Spark job exists) can be lost: the operation reads as interrupted,
+        later interrupts find nothing, and the write runs to its end. Its output is then
+        never committed (``cancelled`` is checked before the rename), but the work is
+        spent; repeating costs one cheap call a second and catches the cases where the
+        operation is still listed.
+        """
+        assert job.future is not None
+        loop = asyncio.get_running_loop()
+        while not job.future.done():
+            try:
+                ids = await loop.run_in_executor(
+                    None, execute.cancel_attempt, self.connect, job.attempt)
+                log.info("job %s: interruptTag %s -> %s", job_id, job.attempt.tag, ids)
+            except Exception as err:  # the server may be gone: the attempt dies with it
+                log.warning("job %s: interruptTag %s failed: %s", job_id, job.attempt.tag, err)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(job.future), 1.0)
+
+    # ------------------------------------------------------------ results
+    def _stream(self, peer: _Peer, job: _Job) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_results(peer, job))
+        job.stream = task
+        task.add_done_callback(lambda t: self._stream_ended(job, t))
+
+    def _stream_ended(self, job: _Job, task: asyncio.Task[None]) -> None:
+        """A stream that stopped early (its connection broke) is sent again, from batch 0,
+        when the initiator reconnects and its check lists the job as active."""
+        if job.stream is task:
+            job.stream = None
+        if not task.cancelled() and (err := task.exception()) is not None:
+            log.warning("job %s: result stream stopped: %s", job.start.job_id, err)
+
+    async def _send_results(self, peer: _Peer, job: _Job) -> None:
+        job_id = job.start.job_id
+        final = job.attempt.final(self.out)
+        chunks = result_chunks(final, self.batch_bytes)
+        rows = next(chunks, b"")
+        number = 0
+        while True:
+            following = next(chunks, None)
+            while peer.conn.send_credit(job_id, RESULT_EDGE) < len(rows):
+                peer.credit.clear()
+                await peer.credit.wait()
+                if self._peers.get(peer.member) is not peer:
+                    return
+            self.jobs.check_send(job_id)
+            peer.send(Batch(job_id, RESULT_EDGE, number, rows, following is None))
+            await peer.writer.drain()
+            if following is None:
+                break
+            rows, number = following, number + 1
+        self.jobs.finish(job_id)
+        peer.conn.release_job(job_id)
+        self._running.pop(job_id, None)
+        log.info("job %s: %d result batches sent", job_id, number + 1)
+
+
+def _parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"--listen {text!r} is not HOST:PORT")
+    return host or "127.0.0.1", int(port)
+
+
+async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
+    runner = Runner(member_id(args.member), registry, args.connect, args.out,
+                    initial_credits=args.credits, batch_bytes=args.batch_bytes,
+                    workers=args.workers, max_connections=args.max_connections,
+                    frame_seconds=args.frame_seconds)
+    host, port = args.listen
+    port = await runner.listen(host, port)
+    print(f"runner {args.member} ({runner.member}) listening on {host}:{port}; "
+          f"jobs: {', '.join(registry.names())}", flush=True)
+    watch = asyncio.ensure_future(_watch_connect(args.connect))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    watch.cancel()
+    busy = runner.busy()
+    await runner.close()
+    return busy
+
+
+CONNECT_CHECK_SECONDS = 30.0  # how often an unreachable Spark Connect is tried again
+
+
+async def _watch_connect(url: str) -> None:
+    """Says at start, and whenever it changes, whether Spark Connect can be reached: a
+    runner cut off from Spark takes jobs that cannot run (the pyspark client retries for
+    minutes), and a silent one looked hung."""
+    where = url.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+    host, _, port_text = where.rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        log.warning("cannot tell where Spark Connect is from %s; not checked", url)
+        return
+    reachable: bool | None = None
+    while True:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+            writer.close()
+            now, why = True, ""
+        except (OSError, TimeoutError) as err:
+            now, why = False, (os.strerror(err.errno) if isinstance(err, OSError)
+                               and err.errno else type(err).__name__)
+        if now != reachable:
+            if now:
+                log.info("Spark Connect at %s:%d is reachable", host, port)
+            else:
+                log.warning("cannot reach Spark Connect at %s:%d (%s): jobs wait for it, "
+                            "and the coordinator's job_timeout_seconds ends those that wait "
+                            "too long; tried again every %g s", host, port, why,
+                            CONNECT_CHECK_SECONDS)
+            reachable = now
+        await asyncio.sleep(CONNECT_CHECK_SECONDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ambrosia_services.jobs.runner",
+                                     description="Run Spark jobs for a job protocol initiator.")
+    parser.add_argument("--listen", type=_parse_listen, required=True, help="HOST:PORT")
+    parser.add_argument("--connect", required=True, help="Spark Connect URL sc://host:port")
+    parser.add_argument("--jobs", required=True, help="MODULE[,MODULE] with @spark_job functions")
+    parser.add_argument("--member", required=True, help="this runner's member name")
+    parser.add_argument("--out", required=True, help="output root directory")
+    parser.add_argument("--credits", type=int, default=DEFAULT_INITIAL_CREDITS,
+                        help="every result stream's starting credit in bytes, as the "
+                             f"initiator's (default {DEFAULT_INITIAL_CREDITS})")
+    parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
+                        help="the largest result batch in bytes, at most --credits "
+                             f"(default {DEFAULT_BATCH_BYTES})")
+    parser.add_argument("--workers", type=int, default=4,
+                        help="jobs that may run at once; more wait for one to end "
+                             "(default 4)")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="the most connections at once, in their hello or linked; one "
+                             f"more is closed (default {DEFAULT_MAX_CONNECTIONS})")
+    parser.add_argument("--frame-seconds", type=float, default=DEFAULT_FRAME_SECONDS,
+                        help="how long a linked initiator may take to send the rest of a "
+                             "frame it began; then it is closed "
+                             f"(default {DEFAULT_FRAME_SECONDS:g})")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.environ.pop("MASTER", None)  # PySpark reads it, and .remote() then fails
+    try:
+        registry = JobRegistry.from_modules(m for m in args.jobs.split(",") if m)
+    except JobDefinitionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    busy = asyncio.run(_serve(args, registry))
+    if busy:
+        # Jobs still running belong to the Connect server now; waiting for their threads
+        # (or for SparkSession.__del__) could hang the exit.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,469 @@
+"""Spark processes the project starts and supervises: a Connect server, a standalone cluster.
+
+``ConnectServer`` runs the Spark Connect server bundled in the pip package as a child
+process (``spark-submit --class ...SparkConnectServer ... spark-internal`` with
+``SPARK_NO_DAEMONIZE=1``), waits for its gRPC port, restarts it with back-off when it
+dies, and stops it cleanly. Jobs outlive the runners that launched them because they run
+here, not in the runners.
+
+The confs it sets, and why (measured with pyspark 4.3.0):
+
+- ``spark.connect.execute.manager.detachedTimeout``: a client killed with ``kill -9`` is
+  noticed only after ``senderMaxStreamDuration``; the server then waits this long before
+  cancelling its operation. It must exceed the worst failover time, or a runner's crash
+  cancels a job a new runner would have committed. Default here: 30 min.
+- ``spark.connect.execute.reattachable.senderMaxStreamDuration``: 2 min (the default),
+  stated so the sum above is visible.
+- ``spark.connect.session.manager.defaultSessionTimeout``: an idle session is closed and
+  its id refused for ever; a session per attempt makes that harmless. 60 min.
+
+``StandaloneCluster`` starts a master and one worker with ``spark-class`` on 127.0.0.1
+(the pip package has no start-master.sh) for a Connect server started with
+``master=cluster.url``: the cluster path of users who outgrow one machine.
+
+Command line: ``python -m ambrosia_services.jobs.spark.server --port P [--master URL] [--log DIR]``.
+No pyspark import: only processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Final
+
+from ambrosia_core.loops import Backoff
+
+from ..errors import SparkServerError
+from .jar import JarBuildError, staged_source_jar
+
+__all__ = [
+    "CONNECT_SERVER_CLASS",
+    "DEFAULT_CONFS",
+    "ConnectServer",
+    "StandaloneCluster",
+    "spark_env",
+    "spark_tool",
+    "wait_for_port",
+]
+
+CONNECT_SERVER_CLASS: Final = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+DEFAULT_CONFS: Final[Mapping[str, str]] = {
+    "spark.connect.execute.manager.detachedTimeout": "30min",
+    "spark.connect.execute.reattachable.senderMaxStreamDuration": "2min",
+    "spark.connect.session.manager.defaultSessionTimeout": "60min",
+    "spark.ui.enabled": "false",
+}
+
+
+def spark_tool(name: str) -> str:
+    """The path of ``spark-submit``/``spark-class`` beside this interpreter (the venv's)."""
+    here = Path(sys.executable).parent / name
+    if here.is_file():
+        return str(here)
+    found = shutil.which(name)
+    if found is None:
+        raise SparkServerError(f"{name} not found beside {sys.executable} nor on PATH")
+    return found
+
+
+def spark_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment Spark processes get: loopback only, never ``MASTER`` (PySpark reads
+    it and ``.remote()`` then fails), the venv's bin first on PATH, no daemonizing."""
+    env = {k: v for k, v in os.environ.items() if k != "MASTER"}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["SPARK_NO_DAEMONIZE"] = "1"
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra or {})
+    return env
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_for_port(
+    host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Wait until ``host:port`` accepts connections.
+
+    Raises:
+        SparkServerError: the process exited first, or the time ran out.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise SparkServerError(
+                f"process {process.pid} exited with {process.returncode} before port {port} opened"
+            )
+        if port_open(host, port):
+            return
+        time.sleep(0.1)
+    raise SparkServerError(f"port {host}:{port} did not open within {timeout:.0f} s")
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; the process group goes with it."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+class ConnectServer:
+    """A supervised Spark Connect server on ``host:port`` (127.0.0.1 unless told).
+
+    Args:
+        port: the gRPC port.
+        host: the address it listens on, and its driver's (``SPARK_LOCAL_IP``): another
+            host's runners reach it there. Spark Connect has no authentication here, so
+            an address beyond loopback must be on a private network.
+        master: ``local[N]`` or a cluster URL such as ``spark://127.0.0.1:7077``.
+        log_dir: where ``connect-server.log`` goes (appended across restarts).
+        confs: more ``--conf`` settings (over ``DEFAULT_CONFS``).
+        start_timeout: seconds to wait for the port after each start.
+        max_backoff: the longest wait between restarts (doubling from 1 s).
+        jars: jars for ``--jars``; by default the staged-records source (``jar.py``),
+            built on first use. When it cannot be built (no JDK) the server starts
+            without it, says so in its log, and runners read staged records with Python.
+    """
+
+    def __init__(
+        self,
+        port: int,
+        *,
+        host: str = "127.0.0.1",
+        master: str = "local[2]",
+        log_dir: str | os.PathLike[str] = ".",
+        confs: Mapping[str, str] | None = None,
+        start_timeout: float = 120.0,
+        max_backoff: float = 30.0,
+        jars: Sequence[str | os.PathLike[str]] | None = None,
+    ) -> None:
+        self.port = port
+        self.jars: list[str] | None = None if jars is None else [str(j) for j in jars]
+        self.host = host
+        self.master = master
+        self.log_path = Path(log_dir) / "connect-server.log"
+        self.confs = {**DEFAULT_CONFS, **(confs or {})}
+        self.start_timeout = start_timeout
+        self.max_backoff = max_backoff
+        self.restarts = 0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return None if process is None else process.pid
+
+    def command(self) -> list[str]:
+        conf_args = [a for k, v in self.confs.items() for a in ("--conf", f"{k}={v}")]
+        return [
+            spark_tool("spark-submit"),
+            "--class", CONNECT_SERVER_CLASS,
+            "--master", self.master,
+            "--conf", f"spark.connect.grpc.binding.port={self.port}",
+            "--conf", f"spark.connect.grpc.binding.address={self.host}",
+            *(("--jars", ",".join(self.jars)) if self.jars else ()),
+            *conf_args,
+            "spark-internal",
+        ]
+
+    def _launch(self) -> subprocess.Popen[bytes]:
+        if port_open(self.host, self.port):
+            raise SparkServerError(f"port {self.port} is already in use on {self.host}")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self._log is None:
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 (open for the server's life)
+        process = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=spark_env({"SPARK_LOCAL_IP": self.host}),
+            start_new_session=True,  # its own group: stop() takes the JVM's children too
+        )
+        try:
+            wait_for_port(self.host, self.port, self.start_timeout, process)
+        except BaseException:  # not up, or a stop asked meanwhile: the JVM goes too
+            _stop(process, 5)
+            raise
+        return process
+
+    def start(self) -> None:
+        """Start the server, wait for its port, and supervise it from a thread.
+
+        Raises:
+            SparkServerError: it did not open its port (see the log).
+        """
+        if self.jars is None:
+            self.jars = self._default_jars()
+        with self._lock:
+            self._process = self._launch()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name=f"connect-server-{self.port}", daemon=True
+        )
+        self._supervisor.start()
+
+    def _default_jars(self) -> list[str]:
+        try:
+            return [str(staged_source_jar())]
+        except JarBuildError as err:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "ab") as out:
+                out.write(f"[supervisor] without the staged-records source ({err}): runners "
+                          "read staged records with Python workers\n".encode())
+            print(f"warning: {err}: staged records will be read with Python workers "
+                  "(slower)", file=sys.stderr)
+            return []
+
+    def _supervise(self) -> None:
+        backoff = Backoff(floor=1.0, cap=self.max_backoff)
+        while not self._stopping.is_set():
+            process = self._process
+            assert process is not None
+            process.wait()
+            if self._stopping.is_set():
+                return
+            while not self._stopping.is_set():
+                if self._stopping.wait(backoff.failed()):
+                    return
+                try:
+                    with self._lock:
+                        if self._stopping.is_set():
+                            return
+                        self._process = self._launch()
+                    self.restarts += 1
+                    backoff.progress()  # it serves its port again
+                    break
+                except SparkServerError as err:
+                    if self._log is not None and backoff.worth_saying:
+                        self._log.write(f"\n[supervisor] restart failed ({backoff.failures} "
+                                        f"in a row): {err}\n".encode())
+                        self._log.flush()
+
+    def wait_restarted(self, previous_pid: int, timeout: float) -> None:
+        """Wait until a process other than ``previous_pid`` serves the port (for tests and
+        for callers that killed it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.pid
+            if pid is not None and pid != previous_pid and port_open(self.host, self.port):
+                return
+            time.sleep(0.2)
+        raise SparkServerError(f"the Connect server was not restarted within {timeout:.0f} s")
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop supervising and stop the server (SIGTERM, then SIGKILL)."""
+        self._stopping.set()
+        with self._lock:
+            if self._process is not None:
+                _stop(self._process, grace)
+        if self._supervisor is not None:
+            self._supervisor.join(grace)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> ConnectServer:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+class StandaloneCluster:
+    """A standalone master and one worker on 127.0.0.1 (``spark-class``).
+
+    Args:
+        master_port: the master's RPC port.
+        cores: the worker's cores (set ``spark.cores.max`` on apps that share it).
+        memory: the worker's memory, e.g. ``"2g"``.
+        log_dir: where ``master.log`` and ``worker.log`` go.
+        work_dir: the worker's work directory (default: ``log_dir/work``).
+    """
+
+    def __init__(
+        self,
+        master_port: int,
+        *,
+        cores: int = 2,
+        memory: str = "2g",
+        log_dir: str | os.PathLike[str] = ".",
+        work_dir: str | os.PathLike[str] | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.master_port = master_port
+        self.cores = cores
+        self.memory = memory
+        self.log_dir = Path(log_dir)
+        self.work_dir = Path(work_dir) if work_dir is not None else self.log_dir / "work"
+        self.start_timeout = start_timeout
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    def _spawn(self, args: Sequence[str], log_name: str) -> subprocess.Popen[bytes]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 (open for the process's life)
+        self._logs.append(log)
+        process = subprocess.Popen(
+            [spark_tool("spark-class"), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=spark_env(),
+            start_new_session=True,
+        )
+        self._processes.append(process)
+        return process
+
+    def start(self) -> None:
+        """Start the master, wait for its port, start the worker and wait until it has
+        registered (the master's log says so).
+
+        Raises:
+            SparkServerError: a process exited or did not come up in time.
+        """
+        try:
+            master = self._spawn(
+                ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                 "--port", str(self.master_port), "--webui-port", "0"],
+                "master.log",
+            )
+            wait_for_port("127.0.0.1", self.master_port, self.start_timeout, master)
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            worker = self._spawn(
+                ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                 "--cores", str(self.cores), "--memory", self.memory,
+                 "--webui-port", "0", "--work-dir", str(self.work_dir)],
+                "worker.log",
+            )
+            self._wait_registered(worker)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_registered(self, worker: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        log = self.log_dir / "master.log"
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:
+                raise SparkServerError(f"the worker exited with {worker.returncode}")
+            if b"Registering worker" in log.read_bytes():
+                return
+            time.sleep(0.2)
+        raise SparkServerError(f"no worker registered within {self.start_timeout:.0f} s")
+
+    def stop(self, grace: float = 10.0) -> None:
+        for process in reversed(self._processes):
+            _stop(process, grace)
+        self._processes.clear()
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+    def __enter__(self) -> StandaloneCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ambrosia_services.jobs.spark.server",
+        description="Run and supervise a Spark Connect server until stopped.",
+    )
+    parser.add_argument("--port", type=int, required=True, help="the gRPC port")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on, which runners on other hosts "
+                             "connect to (default 127.0.0.1); Spark Connect has no "
+                             "authentication here: keep it on a private network")
+    parser.add_argument("--master", default="local[2]", help="local[N] or spark://host:port")
+    parser.add_argument("--log", default=".", help="directory for connect-server.log")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    confs = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--conf {item!r} is not KEY=VALUE")
+        confs[key] = value
+    server = ConnectServer(args.port, host=args.host, master=args.master, log_dir=args.log,
+                           confs=confs)
+    if not _loopback(args.host):
+        print(f"warning: Spark Connect at {args.host}:{args.port} accepts anyone who can "
+              "reach it (no authentication): keep it on a private network", file=sys.stderr)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # While the server starts (15-20 s of JVM), a stop interrupts the wait, and the
+        # start takes its JVM down with it; afterwards it ends the main thread's wait.
+        if not stop.is_set() and server.pid is None:
+            stop.set()
+            raise _StopAskedError(signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    try:
+        server.start()
+    except SparkServerError as err:
+        print(f"error: {err} (log: {server.log_path})", file=sys.stderr)
+        return 1
+    except _StopAskedError as why:
+        server.stop()
+        print(f"stopped ({why}) before the server was ready", file=sys.stderr)
+        return 0
+    print(f"Spark Connect server at {server.url} (log: {server.log_path})", flush=True)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False  # unknown here: the server's own start says what is wrong with it
+
+
+class _StopAskedError(Exception):
+    """A stop signal came while the server was starting."""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,406 @@
+"""The primary's record processors: one child process per configured stream, driven over
+its stdin/stdout by a ``ChildSession``. Nothing here changes the state: a checkpoint goes
+to the immortal as the ``kcl_checkpoint`` Impulse, and the child is answered only after
+the handler recorded it (so an answered checkpoint is in the log).
+
+A child that exits, breaks the protocol, or stays silent for ``timeout_seconds`` while an
+answer is due is killed and started again after a pause (0.1 s, doubling up to
+``restart_max_seconds``; back to 0.1 s once a batch was processed). Each start begins at
+the checkpoint the state holds then. Its stderr goes to the log, line by line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_py import AmbrosiaError, StopReason
+from ambrosia_services.staging import StagingError, read_block
+
+from .config import ProcessorConfig
+from .core import KclCore, ProcessorRecord
+from .protocol import (
+    SHUTDOWN,
+    CheckpointAsk,
+    ChildSession,
+    Record,
+    Reply,
+    Skipped,
+    StatusDone,
+    Violation,
+)
+
+__all__ = ["ChildFailedError", "ProcessorDriver"]
+
+_SAY_AGAIN_AT = frozenset({10, 100, 1000, 10000})  # failures in a row said again
+MAX_LINE = 16 << 20  # the longest stdout line taken from a child
+_MIN_PAUSE = 0.1
+
+
+class ChildFailedError(Exception):
+    """The child cannot go on: it exited, broke the protocol, or stopped answering."""
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec so that it is killed when the instance's process
+    dies, and never outlives (and races) the next life's processor: Linux's
+    PR_SET_PDEATHSIG. The C function is looked up here, in the parent: between fork and
+    exec only the system call itself runs (no loader lock, no allocation)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    kill = int(signal.SIGKILL)
+
+    def set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(1, kill)  # PR_SET_PDEATHSIG
+
+    return set_parent_death_signal
+
+
+class ProcessorDriver:
+    """Runs one stream's record processor while the instance is primary.
+
+    Args:
+        cfg: the processor's configuration.
+        core: reads the processors' state anew (an upgrade or a load may replace it).
+        send_checkpoint: sends ``kcl_checkpoint(token, stream_id, sequence, at_end)``.
+        log: the instance's log.
+        first_token: the first checkpoint token (tokens of other lives never match).
+        stop_reason: why the instance stops (``ctx.stop_reason``), read when cancelled.
+        staging: the staging root, where the coordinator stages what it receives.
+    """
+
+    def __init__(self, cfg: ProcessorConfig, core: Callable[[], KclCore],
+                 send_checkpoint: Callable[[int, int, int, bool], None],
+                 log: logging.LoggerAdapter[Any], first_token: int,
+                 stop_reason: Callable[[], StopReason | None], staging: str = "") -> None:
+        self.cfg = cfg
+        self.staging = staging
+        self._stop_reason = stop_reason
+        self._core = core
+        self._send_checkpoint = send_checkpoint
+        self.log = log
+        self._wake = asyncio.Event()
+        self._preexec = _die_with_parent()
+        self._answers: dict[int, asyncio.Future[str]] = {}
+        self._next_token = first_token
+        self._ended_seen = False  # shardEnded was sent; wait for new records
+        self._progressed = False  # a batch was processed in this child's life
+        self._checkpointed = False  # a checkpoint was recorded in this child's life
+        self._pending: asyncio.Future[str] | None = None  # the checkpoint being recorded
+        self.starts = 0
+        self.pid = 0
+        self.failures_in_a_row = 0  # child failures since it last processed a batch
+        self.last_failure = ""
+
+    # ------------------------------------------------------------ from handlers
+    def wake(self) -> None:
+        self._wake.set()
+
+    def checkpointed(self, token: int, error: str) -> bool:
+        """The handler recorded (or refused) the checkpoint ``token``."""
+        fut = self._answers.pop(token, None)
+        if fut is None:
+            return False
+        if not fut.done():
+            fut.set_result(error)
+        return True
+
+    # ------------------------------------------------------------ the task
+    def _record(self) -> tuple[int, ProcessorRecord] | None:
+        return self._core().by_name(self.cfg.stream)
+
+    def _has_work(self) -> bool:
+        found = self._record()
+        if found is None:
+            return False
+        rec = found[1]
+        if rec.waiting:
+            return True
+        return rec.ended and not rec.finished and not self._ended_seen
+
+    async def run(self) -> None:
+        backoff = Backoff(floor=_MIN_PAUSE, cap=self.cfg.restart_max_seconds)
+        while True:
+            while not self._has_work():
+                self._wake.clear()
+                await self._wake.wait()
+            self._progressed = False
+            try:
+                await self._life()
+                backoff.progress()
+                self.failures_in_a_row = 0
+            except ChildFailedError as e:
+                if self._progressed:  # it processed a batch: a new streak
+                    backoff.progress()
+                    self.failures_in_a_row = 0
+                self.failures_in_a_row += 1
+                pause = backoff.failed()
+                # Said when it is new (the first, or another reason), then counted: a
+                # child that fails at every start would fill the log with one line each.
+                if (self.failures_in_a_row == 1 or str(e) != self.last_failure
+                        or self.failures_in_a_row in _SAY_AGAIN_AT):
+                    again = ("" if self.failures_in_a_row == 1 else
+                             f" ({self.failures_in_a_row} failures in a row)")
+                    self.log.warning("kcl %s: %s%s; started again in %.1f s, with back-off "
+                                     "up to %g s while it fails", self.cfg.stream, e, again,
+                                     pause, self.cfg.restart_max_seconds)
+                self.last_failure = str(e)
+                await asyncio.sleep(pause)
+
+    async def _life(self) -> None:
+        """One child, from initialize to shardEnded, or a failure (raises)."""
+        found = self._record()
+        assert found is not None
+        sid, rec = found
+        cfg = self.cfg
+        env = {**os.environ, **cfg.env}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cfg.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, cwd=cfg.cwd or None,
+                start_new_session=True, preexec_fn=self._preexec, limit=MAX_LINE)
+        except OSError as e:
+            raise ChildFailedError(f"cannot start {cfg.command[0]!r}: {e.strerror or e}"
+                               ) from None
+        self.starts += 1
+        self.pid = proc.pid
+        self.log.info("kcl %s: started processor (pid %d) at checkpoint %s", cfg.stream,
+                      proc.pid, rec.checkpoint if rec.checkpoint >= 0 else "none")
+        errors = asyncio.ensure_future(self._pump_stderr(proc))
+        session = ChildSession(cfg.protocol, cfg.stream, rec.checkpoint)
+        self._checkpointed = False
+        try:
+            await self._act(proc, session, sid, session.initialize())
+            while True:
+                found = self._record()
+                if found is None:
+                    raise ChildFailedError("the stream left the state")
+                sid, rec = found
+                batch = await self._batch(rec, session.delivered)
+                if batch:
+                    self._ended_seen = False
+                    await self._act(proc, session, sid, session.process_records(batch))
+                    self._progressed = True
+                    continue
+                if rec.ended and not rec.finished and not self._ended_seen:
+                    self._ended_seen = True
+                    await self._act(proc, session, sid, session.shard_ended())
+                    await self._close(proc)
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+        except asyncio.CancelledError:
+            await self._shutdown(proc, session, sid)
+            raise
+        finally:
+            await self._close(proc)
+            with contextlib.suppress(BaseException):
+                async with asyncio.timeout(2):
+                    await errors
+
+    async def _batch(self, rec: ProcessorRecord, delivered: int) -> list[Record]:
+        """Up to ``batch_records`` records after ``delivered``: from the state, or read
+        (in a thread) from the staged blocks that hold them.
+
+        Raises:
+            ChildFailedError: a staged block is missing or damaged (its line names it);
+                the stream goes no further until it is readable.
+        """
+        limit = self.cfg.batch_records
+        if not rec.blocks:
+            return rec.after(delivered, limit)
+        runs = rec.blocks_after(delivered)
+        staging = self.staging
+
+        def read() -> list[Record]:
+            out: list[Record] = []
+            for run in runs:
+                for seq, key, data in read_block(staging, run.ref).messages():
+                    if seq > delivered:
+                        out.append(Record(seq, key, data, run.arrival_ms))
+                        if len(out) == limit:
+                            return out
+            return out
+
+        try:
+            return await asyncio.to_thread(read)
+        except (StagingError, ValueError) as err:
+            raise ChildFailedError(f"its records cannot be read: {err}") from None
+
+    async def _act(self, proc: asyncio.subprocess.Process, session: ChildSession,
+                   sid: int, line: bytes, timeout: float | None = None) -> None:
+        """Write one action, then read until its status, answering checkpoints."""
+        await self._write(proc, line)
+        await self._finish(proc, session, sid, timeout)
+
+    async def _finish(self, proc: asyncio.subprocess.Process, session: ChildSession,
+                      sid: int, timeout: float | None = None) -> None:
+        """Read until the status of the action under way, answering checkpoints."""
+        action = session.awaiting
+        assert proc.stdout is not None
+        while True:
+            try:
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+                # cancellation that meets a line arriving, and a stop would never come.
+                async with asyncio.timeout(timeout or self.cfg.timeout_seconds):
+                    raw = await proc.stdout.readline()
+            except TimeoutError:
+                raise ChildFailedError(f"no answer to {action} in "
+                                   f"{timeout or self.cfg.timeout_seconds:g} s; killed"
+                                   ) from None
+            except (ValueError, asyncio.LimitOverrunError):
+                raise ChildFailedError(f"a line longer than {MAX_LINE} bytes; killed") from None
+            if not raw:
+                code = await proc.wait()
+                raise ChildFailedError(f"the processor exited (code {code}) during {action}")
+            event = session.receive_line(raw)
+            match event:
+                case None:
+                    continue
+                case StatusDone():
+                    return
+                case Skipped(reason):
+                    self.log.info("kcl %s: skipped a line: %s", self.cfg.stream, reason)
+                case Reply(answer, reason):
+                    self.log.warning("kcl %s: %s", self.cfg.stream, reason)
+                    await self._write(proc, answer)
+                case Violation(reason):
+                    raise ChildFailedError(f"{reason}; killed")
+                case CheckpointAsk(seq, at_end):
+                    error = await self._record_checkpoint(sid, seq, at_end)
+                    if error:
+                        self.log.warning("kcl %s: checkpoint at %d refused (%s)",
+                                         self.cfg.stream, seq, error)
+                    else:
+                        # The first of each child at INFO (it shows the child works),
+                        # the rest at DEBUG (one a batch is too many lines).
+                        level = logging.DEBUG if self._checkpointed else logging.INFO
+                        self._checkpointed = True
+                        if at_end:
+                            level = logging.INFO
+                        self.log.log(level, "kcl %s: checkpoint at %d recorded (pid %d)%s",
+                                     self.cfg.stream, seq, proc.pid,
+                                     ", at the end of the stream" if at_end else "")
+                    await self._write(proc, session.answer(error))
+
+    async def _record_checkpoint(self, sid: int, seq: int, at_end: bool) -> str:
+        token = self._next_token
+        self._next_token += 1
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        try:
+            self._send_checkpoint(token, sid, seq, at_end)
+        except AmbrosiaError:
+            return SHUTDOWN  # the instance stopped taking Impulses: nothing is recorded
+        self._answers[token] = self._pending = fut
+        # Shielded: an ordinary stop cancels this task, and the answer may still come.
+        answer = await asyncio.shield(fut)
+        self._pending = None
+        return answer
+
+    async def _pending_answer(self, proc: asyncio.subprocess.Process) -> str:
+        """The verdict on the checkpoint under way when an ordinary stop came: it may
+        still be recorded, for up to ``shutdown_seconds``."""
+        fut, self._pending = self._pending, None
+        error = SHUTDOWN
+        if fut is not None:
+            with contextlib.suppress(TimeoutError):  # a second cancel goes on up
+                async with asyncio.timeout(self.cfg.shutdown_seconds):
+                    error = await fut
+        self.log.info("kcl %s: the checkpoint under way at the stop %s (pid %d)",
+                      self.cfg.stream, f"refused ({error})" if error else "recorded", proc.pid)
+        return error
+
+    async def _write(self, proc: asyncio.subprocess.Process, line: bytes) -> None:
+        assert proc.stdin is not None
+        try:
+            write_unless_closing(proc.stdin, line)
+            await proc.stdin.drain()
+        except (ConnectionError, OSError):
+            code = await proc.wait()
+            raise ChildFailedError(f"the processor exited (code {code})") from None
+
+    async def _shutdown(self, proc: asyncio.subprocess.Process, session: ChildSession,
+                        sid: int) -> None:
+        """The instance stops: the action under way may finish, then the end, each within
+        ``shutdown_seconds``: ``shutdownRequested`` on an ordinary stop, ``leaseLost``
+        (the older protocol: ``shutdown`` ZOMBIE) when the coordinator is gone and the
+        stream moves to another primary. After leaseLost every checkpoint (one waiting
+        for its Impulse too) is refused with ShutdownException; on an ordinary stop they
+        are recorded while the log still takes Impulses. The records after the last
+        recorded checkpoint come again in the next life."""
+        if proc.returncode is not None:
+            return
+        grace = self.cfg.shutdown_seconds
+        lost = self._stop_reason() is not StopReason.STOPPED
+        # An ordinary stop may still record checkpoints: the runner logs Impulses until
+        # the side effects end (if its log has closed, the Impulse is refused).
+        session.stopping = lost
+        try:
+            if session.asking:
+                error = SHUTDOWN if lost else await self._pending_answer(proc)
+                await self._write(proc, session.answer(error))
+            if session.awaiting:
+                await self._finish(proc, session, sid, timeout=grace)
+            end = session.lease_lost() if lost else session.shutdown_requested()
+            self.log.info("kcl %s: %s: %s to the processor (pid %d)", self.cfg.stream,
+                          "the coordinator is gone" if lost else "the instance stops",
+                          session.awaiting, proc.pid)
+            await self._act(proc, session, sid, end, timeout=grace)
+        except (ChildFailedError, OSError) as e:
+            self.log.warning("kcl %s: at the stop: %s", self.cfg.stream, e)
+        except asyncio.CancelledError:
+            # Cancelled again, the runner ends: no more grace, nothing more recorded.
+            if session.asking:
+                with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                    assert proc.stdin is not None
+                    write_unless_closing(proc.stdin, session.answer(SHUTDOWN))
+
+    async def _close(self, proc: asyncio.subprocess.Process) -> None:
+        """Close stdin (amazon-kclpy exits at its end), wait a moment, then kill."""
+        if proc.returncode is None and proc.stdin is not None:
+            proc.stdin.close()
+            try:
+                async with asyncio.timeout(1.0):
+                    await proc.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        for fut in self._answers.values():
+            fut.cancel()
+        self._answers.clear()
+
+    async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        """The child's stderr, one log line per line it wrote (indentation kept; a line
+        cut by a read is joined first; one longer than ``MAX_LINE`` goes in pieces)."""
+        assert proc.stderr is not None
+        pid = proc.pid
+        pending = b""
+        while chunk := await proc.stderr.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > MAX_LINE:
+                lines.append(pending)
+                pending = b""
+            for line in lines:
+                self._say_stderr(pid, line)
+        self._say_stderr(pid, pending)
+
+    def _say_stderr(self, pid: int, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        if text.strip():
+            self.log.info("kcl %s (pid %d): %s", self.cfg.stream, pid, text)
+
+    def report(self) -> dict[str, Any]:
+        """The processor's live counters, for the status file."""
+        return {"pid": self.pid, "starts": self.starts,
+                "failures_in_a_row": self.failures_in_a_row,
+                "last_failure": self.last_failure}

@@ -1,0 +1,284 @@
+"""The primary's side of the job table: links to the runners, launches, cancels and
+reconciliation. Nothing here changes the state; everything it learns is an Impulse.
+
+It acts only on what the handlers already decided (and the log made durable): each pass
+of ``sync`` launches the current start of every job the runner has not been given in this
+life, and cancels the starts the table lists as cancelled. A protocol job id is
+``JobId(coordinator member, local id)`` with the local id from the state, so a new
+primary rebuilds the initiator's table from the state, and a runner's ``check`` after a
+failover finds the jobs it still holds.
+
+Reconciliation (``attempts.reconcile``, in the issue's order), for every start a runner
+does not hold (``Held.lost``: the runner restarted, or a new primary finds a start its
+runner never got): committed output or finished staging -> the same attempt is started
+again (the runner streams or commits it without running it); otherwise (partial staging,
+or none yet) the same attempt is started again too, and the runner asks Spark Connect
+(``GetStatus``, in the attempt's session) what became of it: a write that still runs is
+re-attached and committed, one never launched (the session unknown) is launched, and one
+that ended without finished output makes the runner refuse the start
+(``ATTEMPT_REUSED``), which decides a new attempt. The coordinator loads no pyspark, so
+this question is the runner's; answering it there keeps a new attempt from running beside
+an orphaned write that Spark still runs.
+Both are decided by the ``job_lost`` handler. A start a runner still holds is waited for:
+its committed result streams again from batch 0, and the handler drops what it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ambrosia_services.jobs import (
+    RESULT_EDGE,
+    Cancel,
+    Deliver,
+    IllegalJobTransitionError,
+    InitiatorJobs,
+    InitiatorState,
+    JobCancelled,
+    JobDone,
+    JobId,
+    JobRecord,
+)
+from ambrosia_services.jobs.attempts import (
+    Attempt,
+    Reconciled,
+    RunnerCancelCode,
+    member_id,
+    plan_params,
+    reconcile,
+)
+from ambrosia_services.jobs.link import Connected, Held, JobLinks, RunnerAddress
+
+from .config import PipelineConfig, runner_address
+from .jobtable import JobTable, Phase
+
+if TYPE_CHECKING:
+    from .coordinator import SparkCoordinator
+
+__all__ = ["JobsLive", "coordinator_member"]
+
+TICK_PERIOD = 0.1  # how often the app's tick condition is looked at
+
+
+def _is_loss(error_code: int) -> bool:
+    """A runner's refusal that is a loss of the start (a new attempt that does not count
+    against ``max_attempts``): the attempt launched before, or Spark Connect failing."""
+    try:
+        return RunnerCancelCode(error_code).is_loss
+    except ValueError:
+        return False  # a code of another runner's: its message says what failed
+
+
+def coordinator_member(instance: str) -> uuid.UUID:
+    """The coordinator's member id in the job protocol: the same in every life."""
+    return member_id(f"coordinator/{instance}")
+
+
+class JobsLive:
+    """The links to the runners of one Spark coordinator, on its primary."""
+
+    def __init__(self, owner: SparkCoordinator, cfg: PipelineConfig) -> None:
+        self.owner = owner
+        self.cfg = cfg
+        self.log = owner.ctx.log
+        self.member = coordinator_member(owner.ctx.instance_name)
+        self.addresses: dict[str, RunnerAddress] = {r: runner_address(r) for r in cfg.runners}
+        table = self._table()
+        # Every start the state holds may have reached its runner: the runner's check
+        # tells which it holds; the others are reconciled.
+        records = [JobRecord(JobId(self.member, e.local_id),
+                             [self.addresses[table.runner_of(k)].member])
+                   for k, e in table.jobs.items() if table.runner_of(k) in self.addresses]
+        self.links = JobLinks(InitiatorJobs(self.member, next_local_id=table.next_local,
+                                            records=records),
+                              self.addresses.values())
+        self.launched = {r.job_id.local_id for r in records}  # never start one twice
+        self.reconciling: dict[int, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self.tick_sent = False
+        self.counters = {"launched": 0, "reconciled": 0, "cancels_sent": 0}
+        # Per runner, what it last said of Spark Connect: a start it refused because
+        # Connect failed under it (unreachable, crashed), until a result comes from it.
+        self.names = {a.member: name for name, a in self.addresses.items()}
+        self.spark: dict[str, str] = {}
+
+    def _table(self) -> JobTable:
+        return self.owner.jobs  # read anew: a load may replace it
+
+    # ------------------------------------------------------------ from handlers
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ------------------------------------------------------------ the tasks
+    async def run(self) -> None:
+        self.links.open()
+        tasks = [asyncio.ensure_future(t) for t in (self._events(), self._syncer(),
+                                                    self._ticker())]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+            for t in self.reconciling.values():
+                t.cancel()
+            await self.links.close()
+
+    async def _syncer(self) -> None:
+        while True:
+            self.sync()
+            await self._wake.wait()
+            self._wake.clear()
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_PERIOD)
+            now = time.time_ns()
+            if not self.tick_sent and (self._table().timed_out(now)
+                                       or self.owner.wants_job_tick(now)):
+                self.tick_sent = True
+                self.owner.impulse_self.job_tick()
+
+    def sync(self) -> None:
+        """Launch what the state decided and cancel what it cancelled."""
+        table = self._table()
+        jobs = self.links.jobs
+        for local in table.cancels:
+            job = JobId(self.member, local)
+            if jobs.state(job) is InitiatorState.RUNNING:
+                self.links.cancel(job, 0, "cancelled by the coordinator")
+                self.counters["cancels_sent"] += 1
+        pending = sorted((e.local_id, k) for k, e in table.jobs.items()
+                         if e.local_id not in self.launched)
+        for local, key in pending:
+            entry = table.jobs[key]
+            address = self.addresses.get(table.runner_of(key))
+            if address is None:
+                continue  # a runner no longer configured: a reconfiguration moves it on
+            # The protocol id must be the state's: rebuild the table's counter at it.
+            self.links.jobs = InitiatorJobs(self.member, next_local_id=local,
+                                            records=self.links.jobs.records())
+            self.links.start(entry.name, plan_params(Attempt(key, entry.attempt), entry.args),
+                             [address.member])
+            self.launched.add(local)
+            self.counters["launched"] += 1
+            if self.links.connected(address.member):
+                self.owner.impulse_self.job_started(key, local)  # sent: the runner has it
+                self.log.info("job %s: attempt %d started on %s (start %d)", key,
+                              entry.attempt, table.runner_of(key), local)
+            else:
+                self.log.info("job %s: attempt %d queued for %s, not linked yet (start %d)",
+                              key, entry.attempt, table.runner_of(key), local)
+
+    # ------------------------------------------------------------ what runners say
+    async def _events(self) -> None:
+        me = self.owner.impulse_self
+        while True:
+            event = await self.links.next_event()
+            if isinstance(event, Deliver):
+                batch = event.batch
+                key = self._key_of(batch.job_id)
+                if key is not None:
+                    self._spark_works(key)
+                if key is not None and batch.edge == RESULT_EDGE:
+                    me.job_batch(key, batch.job_id.local_id, batch.number, batch.rows,
+                                 batch.last)
+            elif isinstance(event, JobDone):
+                self.links.jobs.forget(event.job_id)
+            elif isinstance(event, JobCancelled):
+                self._cancelled(event)
+            elif isinstance(event, Held):
+                self._held(event)
+            elif isinstance(event, Connected):
+                self._queued_sent(event.runner)
+
+    def _queued_sent(self, runner: uuid.UUID) -> None:
+        """A runner connected and was sent the starts queued for it: they are running."""
+        table = self._table()
+        for key, entry in table.jobs.items():
+            address = self.addresses.get(table.runner_of(key))
+            if (address is not None and address.member == runner
+                    and entry.phase is Phase.DECIDED and entry.local_id in self.launched):
+                self.owner.impulse_self.job_started(key, entry.local_id)
+
+    def _key_of(self, job: JobId) -> str | None:
+        if job.initiator != self.member:
+            return None
+        return self._table().by_local().get(job.local_id)
+
+    def _cancelled(self, event: JobCancelled) -> None:
+        cancel = event.cancel
+        self.links.jobs.forget(cancel.job_id)
+        if cancel.cancelled_by == self.member:
+            return  # our own cancel: the state already knows
+        if cancel.error_code == RunnerCancelCode.CONNECT_FAILED:
+            self._spark_fails(cancel)
+        key = self._key_of(cancel.job_id)
+        if key is None:
+            return
+        local = cancel.job_id.local_id
+        if _is_loss(cancel.error_code):  # not the job's fault: a new attempt, not counted
+            self.owner.impulse_self.job_lost(key, local, False, cancel.message)
+        else:
+            self.owner.impulse_self.job_failed(key, local, cancel.message)
+
+    def _held(self, held: Held) -> None:
+        for job in held.active:
+            key = self._key_of(job)
+            if key is not None:
+                self.owner.impulse_self.job_started(key, job.local_id)
+        for job in held.lost:
+            key = self._key_of(job)
+            with contextlib.suppress(IllegalJobTransitionError):  # ended meanwhile
+                self.links.cancel(job, 0, "lost by its runner")
+            if key is not None and job.local_id not in self.reconciling:
+                self.reconciling[job.local_id] = asyncio.ensure_future(
+                    self._reconcile(key, job.local_id))
+
+    async def _reconcile(self, key: str, local: int) -> None:
+        entry = self._table().jobs.get(key)
+        if entry is None or entry.local_id != local:
+            return
+        attempt = Attempt(key, entry.attempt)
+        verdict = await asyncio.to_thread(reconcile, attempt, self.cfg.out)
+        self.counters["reconciled"] += 1
+        self.log.info("job %s: attempt %d lost by its runner: %s", key, entry.attempt,
+                      verdict.name)
+        why = verdict.value
+        same = verdict in (Reconciled.COMMITTED, Reconciled.FINISHED_STAGING)
+        if verdict is Reconciled.UNKNOWN:
+            # Only Connect knows whether the write runs (even before its staging exists),
+            # and the runner asks it (GetStatus) on this start: it re-attaches, launches
+            # an attempt Spark never saw, or refuses (ATTEMPT_REUSED), which decides n+1.
+            partial = await asyncio.to_thread(attempt.staging(self.cfg.out).is_dir)
+            same = True
+            why = ("the attempt's staging is partial" if partial else
+                   "no staging yet") + ": its runner asks Spark"
+        self.owner.impulse_self.job_lost(key, local, same, why)
+
+    def _spark_fails(self, cancel: Cancel) -> None:
+        """A runner refused a start because Spark Connect failed under it."""
+        runner = self.names.get(cancel.cancelled_by, str(cancel.cancelled_by))
+        if runner not in self.spark:
+            self.log.warning("runner %s cannot use Spark Connect: %s", runner, cancel.message)
+        self.spark[runner] = (f"failing since {time.strftime('%H:%M:%S')}: "
+                              f"{cancel.message[:200]}")
+
+    def _spark_works(self, key: str) -> None:
+        """A result came from the job's runner: its Spark Connect works again."""
+        runner = self._table().runner_of(key)
+        if self.spark.pop(runner, None) is not None:
+            self.log.info("runner %s uses Spark Connect again", runner)
+
+    def report(self) -> dict[str, Any]:
+        return {"runners": {name: self.links.connected(a.member)
+                            for name, a in self.addresses.items()},
+                "spark": {name: self.spark.get(name, "no failure seen")
+                          for name in self.addresses},
+                **self.counters}
