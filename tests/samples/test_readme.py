@@ -171,7 +171,7 @@ def test_every_ambrosia_command_in_the_docs_parses_and_its_class_imports(doc: Pa
             if argv[0] == "run":
                 args = run_cli.build_parser().parse_args(argv[1:])
                 for target in filter(None, (args.target, args.upgrade_to)):
-                    load_class(target)
+                    load_class(run_cli.shipped(target))
             else:
                 build_parser().parse_args(argv)
         except SystemExit as exit_:
