@@ -87,11 +87,7 @@ class Live:
         period = self.cfg.interval_seconds / 2
         while True:
             await asyncio.sleep(period)
-            core = self._core()
-            age_limit = core.settings["interval_seconds"] * 1e9
-            now = time.time_ns()
-            if any(rec.uncut and not rec.txn_id and rec.uncut_since is not None
-                   and now - rec.uncut_since >= age_limit for rec in core.sinks.values()):
+            if self._core().wants_tick(time.time_ns()):
                 self.owner.impulse_self.tick()
 
     GC_SECONDS = 1.0

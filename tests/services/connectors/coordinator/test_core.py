@@ -256,3 +256,25 @@ def test_staged_output_holds_its_blocks_until_the_sink_commits_them() -> None:
     assert rec.txn_parts() == [refs[0]]
     core.sink_voted("s", rec.txn_id, True, 2)
     assert core.segments == {} and core.backlog == 0 and rec.committed == 10
+
+
+def test_a_tick_is_wanted_exactly_when_it_would_cut() -> None:
+    """The primary's timer asks the core (``wants_tick``) rather than keeping a copy of the
+    cut rule: whenever it says yes a tick cuts a transaction, and whenever it says no a
+    tick changes nothing."""
+    core = CoordinatorCore()
+    core.configure({"sinks": ["s", "t"], "interval_bytes": 100, "interval_seconds": 1.0}, "i")
+    assert not core.wants_tick(10**12)  # nothing emitted
+    core.emit("s", b"x" * 10, 5 * 10**9)
+    for now, wanted in ((5 * 10**9, False), (6 * 10**9 - 1, False), (6 * 10**9, True)):
+        assert core.wants_tick(now) is wanted
+        before = core.to_state()
+        probe = CoordinatorCore.from_state(before)
+        probe.tick(now)
+        assert (probe.to_state() != before) is wanted
+    core.tick(6 * 10**9)
+    assert core.sinks["s"].txn_id == "i-s-1"
+    core.emit("s", b"y", 7 * 10**9)
+    assert not core.wants_tick(10**12)  # a transaction is in flight: no second cut
+    core.emit("t", b"z", 7 * 10**9)
+    assert core.wants_tick(8 * 10**9)  # but the other sink's output is old enough
