@@ -136,18 +136,26 @@ class InitiatorJobs:
 
     # ------------------------------------------------------------ decisions
     def start(
-        self, name: str, params: dict[str, Any], participants: Sequence[uuid.UUID]
+        self, name: str, params: dict[str, Any], participants: Sequence[uuid.UUID],
+        *, local_id: int | None = None,
     ) -> tuple[JobId, list[Effect]]:
-        """Start a job with the next local id: a ``start`` for each participant.
+        """Start a job: a ``start`` for each participant.
+
+        Its local id is the counter's next, or ``local_id`` when the caller's logged state
+        decided it (a coordinator immortal numbers its jobs in handlers and starts them
+        later, on its primary); the counter then moves past it.
 
         Raises:
-            ValueError, TypeError: the plan or the participant list cannot travel.
-            IllegalJobTransitionError: the counter points at a job already known.
+            ValueError, TypeError: the plan, the participant list or the id cannot travel.
+            IllegalJobTransitionError: the id is one of a job already known.
         """
-        job = JobId(self.member_id, self._next_local_id)
+        local = self._next_local_id if local_id is None else local_id
+        if not 0 <= local <= MAX_U64:
+            raise ValueError(f"local id {local} is out of range (0..2**64-1)")
+        job = JobId(self.member_id, local)
         start = Start(job, name, params, participants)
         self._step(job, InitiatorInput.SEND_START)
-        self._next_local_id += 1
+        self._next_local_id = max(self._next_local_id, local + 1)
         self._jobs[job] = JobRecord(job, start.participants)
         return job, [Send(p, start) for p in start.participants]
 

@@ -160,13 +160,15 @@ class JobLinks:
 
     # ------------------------------------------------------------ decisions
     def start(
-        self, name: str, params: dict[str, Any], participants: Sequence[uuid.UUID]
+        self, name: str, params: dict[str, Any], participants: Sequence[uuid.UUID],
+        *, local_id: int | None = None,
     ) -> JobId:
-        """Start a job on ``participants`` (each must be a known runner)."""
+        """Start a job on ``participants`` (each must be a known runner), with the local
+        id ``local_id`` when the caller's state decided it (``InitiatorJobs.start``)."""
         unknown = [p for p in participants if p not in self._links]
         if unknown:
             raise ValueError(f"no link to runner(s) {', '.join(map(str, unknown))}")
-        job_id, effects = self.jobs.start(name, params, participants)
+        job_id, effects = self.jobs.start(name, params, participants, local_id=local_id)
         self._apply(effects)
         return job_id
 

@@ -161,11 +161,9 @@ class JobsLive:
             address = self.addresses.get(table.runner_of(key))
             if address is None:
                 continue  # a runner no longer configured: a reconfiguration moves it on
-            # The protocol id must be the state's: rebuild the table's counter at it.
-            self.links.jobs = InitiatorJobs(self.member, next_local_id=local,
-                                            records=self.links.jobs.records())
+            # The protocol id is the one the state decided.
             self.links.start(entry.name, plan_params(Attempt(key, entry.attempt), entry.args),
-                             [address.member])
+                             [address.member], local_id=local)
             self.launched.add(local)
             self.counters["launched"] += 1
             if self.links.connected(address.member):

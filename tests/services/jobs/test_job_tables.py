@@ -188,6 +188,22 @@ def test_a_counter_that_points_at_a_known_job_is_refused() -> None:
     assert coordinator.next_local_id == 7
 
 
+def test_an_id_the_callers_state_decided_is_used_and_the_counter_moves_past_it() -> None:
+    """A coordinator numbers its jobs in handlers and starts them later, on its primary,
+    in any order: each start carries the id its state gave it."""
+    coordinator = InitiatorJobs(INITIATOR, next_local_id=3)
+    job, sends = coordinator.start("wordcount", {}, [P1, P2], local_id=7)
+    assert job == JOB and sends == [Send(P1, START), Send(P2, START)]
+    assert coordinator.next_local_id == 8
+    earlier, _ = coordinator.start("wordcount", {}, [P1], local_id=4)
+    assert earlier == JobId(INITIATOR, 4) and coordinator.next_local_id == 8
+    with pytest.raises(IllegalJobTransitionError, match="does not allow"):
+        coordinator.start("wordcount", {}, [P1], local_id=7)  # known: never started twice
+    with pytest.raises(ValueError, match="out of range"):
+        coordinator.start("wordcount", {}, [P1], local_id=-1)
+    assert [r.job_id.local_id for r in coordinator.records()] == [4, 7]
+
+
 def test_records_of_another_initiator_are_refused() -> None:
     with pytest.raises(ValueError, match=f"was not started by {INITIATOR}"):
         InitiatorJobs(INITIATOR, records=[JobRecord(JobId(OTHER, 1), (P1,))])
