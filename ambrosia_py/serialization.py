@@ -184,7 +184,30 @@ def _make_converter() -> cattrs.Converter:
     )
     conv.register_unstructure_hook(bytearray, bytes)
     conv.register_structure_hook_func(lambda t: t is object, lambda v, _: v)  # as it came
+    conv.register_unstructure_hook_factory(
+        _is_named_tuple, lambda _tp: lambda v: [conv.unstructure(x) for x in v])
+    conv.register_structure_hook_factory(
+        _is_named_tuple, lambda tp: _named_tuple_structure(conv, tp))
     return conv
+
+
+def _is_named_tuple(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
+
+
+def _named_tuple_structure(conv: cattrs.Converter, tp: type) -> Callable[[Any, Any], Any]:
+    """A NamedTuple from the array of its fields, each by its annotation (resolved, so
+    that a module with ``from __future__ import annotations`` works too)."""
+    hints = typing.get_type_hints(tp)
+    fields: tuple[str, ...] = tp._fields  # type: ignore[attr-defined]
+    types = [hints.get(name, Any) for name in fields]
+
+    def structure(value: Any, _tp: Any) -> Any:
+        if len(value) != len(types):
+            raise ValueError(f"{tp.__qualname__} has {len(types)} fields, not {len(value)}")
+        return tp(*(conv.structure(v, t) for v, t in zip(value, types, strict=True)))
+
+    return structure
 
 
 class Serializer:
@@ -272,6 +295,16 @@ def check_serializable(tp: Any, _seen: frozenset[Any] = frozenset()) -> str | No
         return None
     if issubclass(tp, (enum.Enum, datetime.datetime)):
         return None
+    if issubclass(tp, tuple) and hasattr(tp, "_fields"):  # a NamedTuple: an array
+        try:
+            hints = typing.get_type_hints(tp)
+        except Exception as e:
+            return f"the annotations of {tp.__qualname__} cannot be resolved ({e})"
+        for name in tp._fields:
+            why = check_serializable(hints.get(name, Any), seen)
+            if why:
+                return f"{tp.__qualname__}.{name}: {why}"
+        return None
     if attrs.has(tp):
         try:
             hints = typing.get_type_hints(tp)
@@ -294,7 +327,7 @@ def check_serializable(tp: Any, _seen: frozenset[Any] = frozenset()) -> str | No
         return None
     return (
         f"{tp.__qualname__} cannot be serialized (use a primitive, a container, an enum, "
-        "an attrs class or a dataclass)"
+        "a NamedTuple, an attrs class or a dataclass)"
     )
 
 

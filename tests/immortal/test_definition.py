@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import NamedTuple
 
+import msgpack
 import pytest
 
 import ambrosia_py
@@ -17,7 +19,8 @@ from ambrosia_py import (
     impulse,
     rpc,
 )
-from ambrosia_py.serialization import check_serializable
+from ambrosia_py.errors import SerializationError
+from ambrosia_py.serialization import Serializer, check_serializable
 
 
 def test_every_problem_is_listed_at_once() -> None:
@@ -103,6 +106,34 @@ def test_serializable_types() -> None:
     assert check_serializable(dict[str, list[tuple[int, ...]]]) is None
     assert check_serializable(int | None) is None
     assert "cannot be serialized" in (check_serializable(socket.socket) or "")
+
+
+class Reading(NamedTuple):
+    sensor: str
+    at: int
+    value: bytes
+
+
+class Wired(NamedTuple):
+    sensor: str
+    line: socket.socket
+
+
+def test_a_named_tuple_travels_as_the_array_of_its_fields() -> None:
+    """Named records (an Impulse's batch items) are arrays on the wire, loaded back as
+    the record: the same bytes as the plain tuple of the same values."""
+    assert check_serializable(list[Reading]) is None
+    assert check_serializable(Wired) == (
+        "Wired.line: socket cannot be serialized (use a primitive, a container, an enum, "
+        "a NamedTuple, an attrs class or a dataclass)")
+    ser = Serializer()
+    batch = [Reading("a", 1, b"x"), Reading("b", 2, b"")]
+    packed = msgpack.packb(ser.dump(batch), use_bin_type=True)
+    assert packed == msgpack.packb([["a", 1, b"x"], ["b", 2, b""]], use_bin_type=True)
+    loaded = ser.load(msgpack.unpackb(packed), list[Reading])
+    assert loaded == batch and all(type(r) is Reading for r in loaded)
+    with pytest.raises(SerializationError, match="Reading has 3 fields, not 2"):
+        ser.load([["a", 1]], list[Reading])
 
 
 def test_public_api_is_pinned() -> None:

@@ -21,6 +21,7 @@ from batch 0 after a reconnect is dropped up to where it had got.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
@@ -60,6 +61,21 @@ class JobEntry:
     starts: int = 1  # protocol starts made for this job (attempts and restreams)
     losses: int = 0  # starts lost by a runner that decided a new attempt
     since_ns: int = 0  # logged time the current start was decided (0: not known)
+
+    def to_state(self) -> list[Any]:
+        """The fields as plain data, in declaration order (new fields go at the end)."""
+        return [self.name, self.args, self.attempt, self.local_id, self.phase.value,
+                self.expected, bytes(self.rows), list(self.failures), self.starts,
+                self.losses, self.since_ns]
+
+    @classmethod
+    def from_state(cls, fields: Sequence[Any]) -> JobEntry:
+        """Also from older checkpoints, written before ``losses`` and ``since_ns``."""
+        name, args, attempt, local_id, phase, expected, rows, failures, starts, *later = fields
+        losses, since_ns = [*later, 0, 0][:2]
+        return cls(name=name, args=dict(args), attempt=attempt, local_id=local_id,
+                   phase=Phase(phase), expected=expected, rows=bytearray(rows),
+                   failures=list(failures), starts=starts, losses=losses, since_ns=since_ns)
 
 
 @attrs.frozen
@@ -282,10 +298,7 @@ class JobTable:
             "max_attempts": self.max_attempts,
             "runners": list(self.runners), "jobs_decided": self.jobs_decided,
             "next_local": self.next_local,
-            "jobs": [[k, [e.name, e.args, e.attempt, e.local_id, e.phase.value, e.expected,
-                          bytes(e.rows), list(e.failures), e.starts, e.losses,
-                          e.since_ns]]
-                     for k, e in self.jobs.items()],
+            "jobs": [[k, e.to_state()] for k, e in self.jobs.items()],
             "ended": [[e.key, e.phase.value, e.attempts, e.reason] for e in self.ended],
             "cancels": list(self.cancels), "counts": dict(self.counts),
         }
@@ -301,10 +314,8 @@ class JobTable:
         table.runners = list(state["runners"])
         table.jobs_decided = state["jobs_decided"]
         table.next_local = state["next_local"]
-        for key, f in state["jobs"]:
-            table.jobs[key] = JobEntry(f[0], dict(f[1]), f[2], f[3], Phase(f[4]), f[5],
-                                       bytearray(f[6]), list(f[7]), f[8],
-                                       *f[9:11])  # older checkpoints: no losses, no time
+        for key, fields in state["jobs"]:
+            table.jobs[key] = JobEntry.from_state(fields)
         table.ended = [Ended(k, Phase(p), a, r) for k, p, a, r in state["ended"]]
         table.cancels = list(state["cancels"])
         table.counts = dict(state["counts"])

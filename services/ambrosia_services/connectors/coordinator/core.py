@@ -18,21 +18,31 @@ later Phase2 of that transaction says.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
 from ambrosia_services.staging import Ref, count_lines
 
-__all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "Pending",
+__all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "Incoming", "Pending",
            "SinkRecord", "StagedRunError", "StreamRecord"]
 
 FROM_START = (1 << 64) - 1  # a point of reference meaning "nothing applied yet"
 KEEP_DECIDED = 4  # decisions remembered per sink (a sink holds at most one unsettled)
 
-#: One MESSAGE as the ``receive`` Impulse carries it:
-#: (stream id, stream name, message id, event time, key, payload).
-Incoming = tuple[int, str, int, int, bytes, bytes]
+
+
+class Incoming(NamedTuple):
+    """One MESSAGE as the ``receive`` Impulse carries it (an array of these fields, in
+    this order)."""
+
+    stream_id: int
+    stream: str  # the stream's name
+    msg_id: int
+    event_time: int
+    key: bytes
+    payload: bytes
+
 #: One staged run as the ``receive_staged`` Impulse carries it: [stream name, *Ref fields].
 IncomingRef = list[Any]
 
@@ -178,6 +188,24 @@ class SinkRecord:
     def txn_parts(self) -> list[bytes | Ref]:
         """What the transaction in flight sends: bytes and staged blocks, in order."""
         return self.pending.parts(self.txn_end - self.committed) if self.txn_id else []
+
+    def to_state(self) -> list[Any]:
+        """The fields as plain data, in declaration order (new fields go at the end)."""
+        return [self.committed, self.pending.to_state(), self.txn_id, self.txn_end,
+                self.txn_count, self.uncut_since, [list(d) for d in self.decided.items()],
+                self.settled_rtag, [list(s) for s in self.settlement], self.commits,
+                self.aborts, self.active]
+
+    @classmethod
+    def from_state(cls, fields: Sequence[Any]) -> SinkRecord:
+        (committed, pending, txn_id, txn_end, txn_count, uncut_since, decided, settled_rtag,
+         settlement, commits, aborts, active) = fields
+        return cls(committed=committed, pending=Pending.from_state(pending), txn_id=txn_id,
+                   txn_end=txn_end, txn_count=txn_count, uncut_since=uncut_since,
+                   decided={txn: commit for txn, commit in decided},
+                   settled_rtag=settled_rtag,
+                   settlement=[(txn, commit) for txn, commit in settlement],
+                   commits=commits, aborts=aborts, active=active)
 
 
 class CoordinatorCore:
@@ -375,21 +403,27 @@ class CoordinatorCore:
         rec.txn_id = ""
         rec.txn_end = rec.committed
 
-    def _cut_due(self, name: str, rec: SinkRecord, now_ns: int, *, force: bool) -> None:
+    def _due(self, rec: SinkRecord, now_ns: int, *, force: bool = False) -> bool:
+        """The cut rule: a sink with uncut output and no transaction in flight cuts one
+        when forced, when enough bytes wait, or when the oldest waited long enough."""
         if rec.txn_id or rec.uncut == 0:
-            return
+            return False
         age = (now_ns - (rec.uncut_since or 0)) / 1e9
-        if (force or rec.uncut >= self.settings["interval_bytes"]
-                or age >= self.settings["interval_seconds"]):
+        return (force or rec.uncut >= self.settings["interval_bytes"]
+                or age >= self.settings["interval_seconds"])
+
+    def _cut_due(self, name: str, rec: SinkRecord, now_ns: int, *, force: bool) -> None:
+        if self._due(rec, now_ns, force=force):
             rec.txn_count += 1
             rec.txn_id = f"{self.instance}-{name}-{rec.txn_count}"
             rec.txn_end = rec.committed + len(rec.pending)
             rec.uncut_since = None
 
     # ------------------------------------------------------------ queries
-    def wants_tick(self) -> bool:
-        """Whether some sink has uncut output waiting for its age to cut it."""
-        return any(rec.uncut and not rec.txn_id for rec in self.sinks.values())
+    def wants_tick(self, now_ns: int) -> bool:
+        """Whether a ``tick`` at ``now_ns`` would cut a transaction: the primary's timer
+        asks this (outside handlers, with its clock) and sends the Impulse only then."""
+        return any(self._due(rec, now_ns) for rec in self.sinks.values())
 
     def status(self) -> dict[str, Any]:
         """Counters derived from the state alone (deterministic)."""
@@ -412,11 +446,7 @@ class CoordinatorCore:
             "instance": self.instance,
             "settings": dict(self.settings),
             "streams": [[sid, attrs.astuple(r)] for sid, r in self.streams.items()],
-            "sinks": [[name, [r.committed, r.pending.to_state(), r.txn_id, r.txn_end,
-                              r.txn_count, r.uncut_since, list(map(list, r.decided.items())),
-                              r.settled_rtag, [list(s) for s in r.settlement], r.commits,
-                              r.aborts, r.active]]
-                      for name, r in self.sinks.items()],
+            "sinks": [[name, r.to_state()] for name, r in self.sinks.items()],
             "staged": [sorted(self.segments.items()), self.backlog],
         }
 
@@ -428,11 +458,8 @@ class CoordinatorCore:
         core.settings["sinks"] = list(core.settings["sinks"])
         for sid, fields in state["streams"]:
             core.streams[sid] = StreamRecord(*fields)
-        for name, f in state["sinks"]:
-            core.sinks[name] = SinkRecord(
-                f[0], Pending.from_state(f[1]), f[2], f[3], f[4], f[5],
-                {t: c for t, c in f[6]},
-                f[7], [(t, c) for t, c in f[8]], f[9], f[10], f[11])
+        for name, fields in state["sinks"]:
+            core.sinks[name] = SinkRecord.from_state(fields)
         segments, core.backlog = state.get("staged", ([], 0))
         core.segments = {name: n for name, n in segments}
         return core

@@ -262,15 +262,15 @@ class SourceListener:
         per: dict[_Source, list[Any]] = {}
         while self._queue and len(batch) < self.cfg.batch_messages:
             src, item = self._queue[0]
-            if isinstance(item, int) or (batch and size + len(item[5]) > BATCH_BYTES):
+            if isinstance(item, int) or (batch and size + len(item.payload) > BATCH_BYTES):
                 break
-            size += len(item[5])
+            size += len(item.payload)
             self._queue.popleft()
-            self._queued_bytes -= len(item[5])
+            self._queued_bytes -= len(item.payload)
             batch.append(item)
             entry = per.setdefault(src, [src, 0, set()])
             entry[1] += 1
-            entry[2].add(item[0])
+            entry[2].add(item.stream_id)
         self._waiting[token] = [(s, n, n, ids) for s, n, ids in per.values()]
         self._send_receive(token, batch)
         self._maybe_room()
@@ -291,15 +291,15 @@ class SourceListener:
         size = 0
         while self._queue and len(taken) < self._batch_limit:
             src, item = self._queue[0]
-            if isinstance(item, int) or (taken and size + len(item[5]) > self._batch_bytes):
+            if isinstance(item, int) or (taken and size + len(item.payload) > self._batch_bytes):
                 break
-            size += len(item[5])
+            size += len(item.payload)
             self._queue.popleft()
-            self._queued_bytes -= len(item[5])
+            self._queued_bytes -= len(item.payload)
             taken.append((src, item))
         runs: list[list[Incoming]] = []
         for _src, item in taken:
-            if runs and runs[-1][-1][0] == item[0]:
+            if runs and runs[-1][-1].stream_id == item.stream_id:
                 runs[-1].append(item)
             else:
                 runs.append([item])
@@ -331,9 +331,9 @@ class SourceListener:
         for src, item in taken:
             entry = per.setdefault(src, [src, 0, set()])
             entry[1] += 1
-            entry[2].add(item[0])
+            entry[2].add(item.stream_id)
         for run in runs:
-            self._staged[run[0][0]] = run[-1][2]
+            self._staged[run[0].stream_id] = run[-1].msg_id
         self._waiting[token] = [(s, n, n, ids) for s, n, ids in per.values()]
         self._send_staged(token, refs)
         self._maybe_room()
@@ -354,10 +354,11 @@ class SourceListener:
         out = []
         with self._segments_lock:
             for run in runs:
-                ref = self.writer.append(run[0][0], run[0][2], run[-1][2],
-                                         [m[5] for m in run], [m[2] for m in run],
-                                         [m[4] for m in run])
-                out.append([run[0][1], *ref.to_list()])
+                first, last = run[0], run[-1]
+                ref = self.writer.append(first.stream_id, first.msg_id, last.msg_id,
+                                         [m.payload for m in run], [m.msg_id for m in run],
+                                         [m.key for m in run])
+                out.append([first.stream, *ref.to_list()])
                 self._inflight_segments.setdefault(token, set()).add(ref.segment)
             try:
                 self.writer.sync()
@@ -377,7 +378,7 @@ class SourceListener:
     def _enqueue(self, src: _Source, item: Incoming | int) -> None:
         self._queue.append((src, item))
         if not isinstance(item, int):
-            self._queued_bytes += len(item[5])
+            self._queued_bytes += len(item.payload)
         self._has_work.set()
         if self._full():
             self._room.clear()
@@ -443,7 +444,8 @@ class SourceListener:
                     self.early_drops += 1
                     src.write(conn.send(Ack(1, ())))  # its credit, at once
                     return True
-                self._enqueue(src, (sid, src.names.get(sid, ""), mid, event_time, key, payload))
+                self._enqueue(src, Incoming(sid, src.names.get(sid, ""), mid, event_time, key,
+                                            payload))
             case Notify(sid, name, _por):
                 src.extra_credits += 1
                 holder = self._owners.get(sid)
