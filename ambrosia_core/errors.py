@@ -100,6 +100,19 @@ class ArgumentError(UsageError):
     ports): the command's own usage error, exit code 2 as for argparse's."""
 
 
+class AddressError(UsageError, ValueError):
+    """A ``HOST:PORT`` that cannot be used: no port, a port out of range, no host, or an
+    IPv6 host without its brackets. The message names the option and the text.
+
+    Attributes:
+        detail: what is wrong, in a few words ("" when the text is plainly not HOST:PORT).
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
 class CodecChoiceError(UsageError, ImportError):
     """``AMBROSIA_PY_CODEC`` names no codec, or asks for the compiled codec that is not
     built."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from ambrosia_core.addresses import MAX_PORT, Address
 from ambrosia_core.wire import (
     AttachTo,
     BecomingPrimary,
@@ -168,3 +169,16 @@ def mutations(draw: st.DrawFn, data: bytes) -> bytes:
         else:
             del buf[draw(st.integers(0, len(buf))) :]
     return bytes(buf)
+
+
+# Hosts as written in HOST:PORT: IPv4 and IPv6 addresses (the latter with and without a
+# zone) and RFC 1123 host names, whose labels may be all digits.
+_label = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?", fullmatch=True)
+host_names = st.lists(_label, min_size=1, max_size=4).map(".".join)
+ipv6_hosts = st.one_of(
+    st.ip_addresses(v=6).map(str),
+    st.tuples(st.ip_addresses(v=6), st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True)).map(
+        lambda p: f"{p[0]}%{p[1]}"),
+)
+hosts = st.one_of(st.ip_addresses(v=4).map(str), ipv6_hosts, host_names)
+addresses = st.builds(Address, hosts, st.integers(0, MAX_PORT))

@@ -25,6 +25,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, cast
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.errors import CoordinatorError
 
 __all__ = ["BUSY_WAIT", "LOOPBACK", "PAIR_TIMEOUT", "BindingPorts", "reserve_port"]
@@ -106,7 +107,7 @@ def reserve_port(port: int, what: str, host: str = LOOPBACK) -> socket.socket:
         CoordinatorError: the port cannot be listened on (in use, say, or ``host`` is not
             an address of this machine).
     """
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    where = Address(host, port)
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]

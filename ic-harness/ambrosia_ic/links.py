@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.errors import RemoteProtocolError
 from ambrosia_core.loops import Backoff, write_unless_closing
 from ambrosia_core.wire import (
@@ -163,7 +164,8 @@ async def open_link(
     try:
         head = await reader.readexactly(len(LINK_MAGIC) + _NONCE)
         if head[: len(LINK_MAGIC)] != LINK_MAGIC:
-            raise LinkAuthenticationError(f"{host}:{port} does not speak the link protocol")
+            raise LinkAuthenticationError(
+                f"{Address(host, port)} does not speak the link protocol")
         nonce_s = head[len(LINK_MAGIC):]
         nonce_c = os.urandom(_NONCE)
         write_unless_closing(writer,
@@ -180,7 +182,8 @@ async def open_link(
         raise
     if not hmac.compare_digest(reply[:_MAC], _mac(secret, b"S", nonce_c, nonce_s)):
         writer.close()
-        raise LinkAuthenticationError(f"the peer at {host}:{port} failed to prove it is {dest!r}")
+        raise LinkAuthenticationError(
+            f"the peer at {Address(host, port)} failed to prove it is {dest!r}")
     return reader, writer, _I64.unpack_from(reply, _MAC)[0]
 
 

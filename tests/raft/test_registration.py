@@ -27,6 +27,8 @@ def test_addresses() -> None:
     a = parse_address("raft://127.0.0.1:7001,localhost:7002/?secret=s%20t")
     assert a == RaftAddress(("tcp://127.0.0.1:7001", "tcp://localhost:7002"), "s t")
     assert parse_address(str(a)) == a
+    v6 = parse_address("raft://[::1]:7001")
+    assert (v6.urls, str(v6)) == (("tcp://[::1]:7001",), "raft://[::1]:7001")
     for bad, why in [("tcp://h:1", "not a raft:// address"), ("raft://h", "is not HOST:PORT"),
                      ("raft://h:0", "is not HOST:PORT"), ("raft://h:1?x=2", "unknown parameter")]:
         with pytest.raises(RegistryError, match=why):

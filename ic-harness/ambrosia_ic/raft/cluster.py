@@ -29,6 +29,8 @@ from pathlib import Path
 
 import attrs
 
+from ambrosia_core.addresses import Address
+
 from ..registry.hosts import LOOPBACK
 from ..registry.ports import free_ports
 from .client import RaftClient
@@ -80,9 +82,8 @@ class LocalCluster:
         self.host = _check_host(host)
         self.script = zmq_raft_script()
         ports = free_ports(2 * peers, self.host)
-        at = f"[{host}]" if ":" in host else host
-        self.peers = [Peer(f"p{i + 1}", f"tcp://{at}:{ports[2 * i]}",
-                           f"tcp://{at}:{ports[2 * i + 1]}") for i in range(peers)]
+        self.peers = [Peer(f"p{i + 1}", f"tcp://{Address(host, ports[2 * i])}",
+                           f"tcp://{Address(host, ports[2 * i + 1])}") for i in range(peers)]
         self.request_id_ttl = request_id_ttl
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 

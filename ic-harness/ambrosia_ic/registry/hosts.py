@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ambrosia_core.addresses import Address
 from ambrosia_ic.errors import RegistryError
 
 __all__ = ["LOOPBACK", "check_host", "format_address", "is_wildcard", "link_hosts"]
@@ -70,4 +71,4 @@ def link_hosts(bind: str | None, advertise: str | None) -> tuple[str, str]:
 
 def format_address(host: str, port: int) -> str:
     """``host:port``, with an IPv6 address in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(Address(host, port))

@@ -7,6 +7,8 @@ import urllib.parse
 
 import attrs
 
+from ambrosia_core.addresses import Address
+from ambrosia_core.errors import AddressError
 from ambrosia_ic.errors import RegistryError
 
 __all__ = ["RaftAddress", "parse_address", "without_secret"]
@@ -44,11 +46,11 @@ def parse_address(text: str, what: str = "log store") -> RaftAddress:
         raise RegistryError(f"{what} {text!r}: unknown parameter {sorted(unknown)[0]!r} "
                             "(only secret is known)")
     urls = []
-    for host in hosts.split(","):
-        name, sep, port = host.rpartition(":")
-        if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
-            raise RegistryError(f"{what} {text!r}: {host!r} is not HOST:PORT")
-        urls.append(f"tcp://{name}:{int(port)}")
+    for peer in hosts.split(","):
+        try:
+            urls.append(f"tcp://{Address.parse(peer, what='')}")
+        except AddressError as err:
+            raise RegistryError(f"{what} {text!r}: {err}") from None
     secret = params.get("secret", [""])[-1]
     return RaftAddress(tuple(urls), secret)
 

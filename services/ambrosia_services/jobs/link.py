@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.loops import Backoff, write_unless_closing
 
 from ._state import InitiatorState, Role
@@ -68,6 +69,11 @@ class RunnerAddress:
     member: uuid.UUID
     host: str
     port: int
+
+    @property
+    def where(self) -> Address:
+        """The host and port as one address (shown with an IPv6 host in brackets)."""
+        return Address(self.host, self.port)
 
 
 @attrs.frozen
@@ -251,21 +257,21 @@ class JobLinks:
                 if failing_since is None or now - said_at >= UNREACHABLE_SAY_EVERY:
                     failing_since = now if failing_since is None else failing_since
                     said_at = now
-                    log.warning("cannot reach runner %s at %s:%d (%s) for %.0f s; jobs for it "
-                                "wait, retrying", address.member, address.host, address.port,
+                    log.warning("cannot reach runner %s at %s (%s) for %.0f s; jobs for it "
+                                "wait, retrying", address.member, address.where,
                                 err.strerror or err, now - failing_since)
                 await asyncio.sleep(backoff.failed())
                 continue
             if failing_since is not None:
-                log.info("runner %s at %s:%d reached after %.0f s", address.member,
-                         address.host, address.port, time.monotonic() - failing_since)
+                log.info("runner %s at %s reached after %.0f s", address.member,
+                         address.where, time.monotonic() - failing_since)
                 failing_since = None
             reason = "closed by the runner"
             try:
                 peer = await exchange_hello(reader, writer, self.jobs.member_id)
                 if peer != address.member:
                     raise HelloError(
-                        f"runner at {address.host}:{address.port} is {peer}, "
+                        f"runner at {address.where} is {peer}, "
                         f"not {address.member}"
                     )
                 await self._serve(link, reader, writer)

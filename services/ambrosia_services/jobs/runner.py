@@ -44,6 +44,9 @@ from typing import Any
 
 import attrs
 
+from ambrosia_core.addresses import Address, address_argument
+from ambrosia_core.errors import AddressError
+
 from ._state import JobState, Role
 from .attempts import Attempt, RunnerCancelCode, member_id, parse_plan
 from .connection import DEFAULT_INITIAL_CREDITS, JobConnection
@@ -404,21 +407,14 @@ class Runner:
         log.info("job %s: %d result batches sent", job_id, number + 1)
 
 
-def _parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"--listen {text!r} is not HOST:PORT")
-    return host or "127.0.0.1", int(port)
-
-
 async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
     runner = Runner(member_id(args.member), registry, args.connect, args.out,
                     initial_credits=args.credits, batch_bytes=args.batch_bytes,
                     workers=args.workers, max_connections=args.max_connections,
                     frame_seconds=args.frame_seconds)
-    host, port = args.listen
-    port = await runner.listen(host, port)
-    print(f"runner {args.member} ({runner.member}) listening on {host}:{port}; "
+    host = args.listen.host
+    port = await runner.listen(host, args.listen.port)
+    print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}; "
           f"jobs: {', '.join(registry.names())}", flush=True)
     watch = asyncio.ensure_future(_watch_connect(args.connect))
     stop = asyncio.Event()
@@ -440,16 +436,16 @@ async def _watch_connect(url: str) -> None:
     runner cut off from Spark takes jobs that cannot run (the pyspark client retries for
     minutes), and a silent one looked hung."""
     where = url.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
-    host, _, port_text = where.rpartition(":")
     try:
-        port = int(port_text)
-    except ValueError:
+        address = Address.parse(where, what="")
+    except AddressError:
         log.warning("cannot tell where Spark Connect is from %s; not checked", url)
         return
     reachable: bool | None = None
     while True:
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(address.host, address.port), 5)
             writer.close()
             now, why = True, ""
         except (OSError, TimeoutError) as err:
@@ -457,11 +453,11 @@ async def _watch_connect(url: str) -> None:
                                and err.errno else type(err).__name__)
         if now != reachable:
             if now:
-                log.info("Spark Connect at %s:%d is reachable", host, port)
+                log.info("Spark Connect at %s is reachable", address)
             else:
-                log.warning("cannot reach Spark Connect at %s:%d (%s): jobs wait for it, "
+                log.warning("cannot reach Spark Connect at %s (%s): jobs wait for it, "
                             "and the coordinator's job_timeout_seconds ends those that wait "
-                            "too long; tried again every %g s", host, port, why,
+                            "too long; tried again every %g s", address, why,
                             CONNECT_CHECK_SECONDS)
             reachable = now
         await asyncio.sleep(CONNECT_CHECK_SECONDS)
@@ -470,7 +466,9 @@ async def _watch_connect(url: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ambrosia_services.jobs.runner",
                                      description="Run Spark jobs for a job protocol initiator.")
-    parser.add_argument("--listen", type=_parse_listen, required=True, help="HOST:PORT")
+    parser.add_argument("--listen", required=True,
+                        type=address_argument(allow_port_zero=True, default_host="127.0.0.1"),
+                        help="HOST:PORT (:PORT for 127.0.0.1; port 0 picks one)")
     parser.add_argument("--connect", required=True, help="Spark Connect URL sc://host:port")
     parser.add_argument("--jobs", required=True, help="MODULE[,MODULE] with @spark_job functions")
     parser.add_argument("--member", required=True, help="this runner's member name")

@@ -25,10 +25,11 @@ from typing import Any
 
 import attrs
 
+from ambrosia_core.addresses import Address
+from ambrosia_core.errors import AddressError
 from ambrosia_services.connectors.coordinator.config import (
     CoordinatorConfig,
     CoordinatorConfigError,
-    parse_address,
 )
 from ambrosia_services.jobs.attempts import member_id
 from ambrosia_services.jobs.link import RunnerAddress
@@ -47,10 +48,13 @@ def runner_address(text: str) -> RunnerAddress:
         CoordinatorConfigError: not one of those forms.
     """
     name, _, where = text.rpartition("@")
-    host, port = parse_address(where, "runners")
-    if port == 0:
-        raise CoordinatorConfigError(f"runners: {text!r} needs a port other than 0")
-    return RunnerAddress(member_id(name or where), host, port)
+    try:
+        address = Address.parse(where, what="runners")
+    except AddressError as err:
+        why = f" ({err.detail})" if err.detail else ""
+        raise CoordinatorConfigError(f"runners must be \"host:port\" or \"name@host:port\", "
+                                     f"got {text!r}{why}") from None
+    return RunnerAddress(member_id(name or where), address.host, address.port)
 
 
 def _runners(_i: Any, _a: Any, value: Any) -> None:

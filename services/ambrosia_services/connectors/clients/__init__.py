@@ -6,7 +6,8 @@ its bytes over sockets and keep the sink's files. See README.md beside this file
 
 from typing import TYPE_CHECKING, Any
 
-from .addresses import Address, parse_address
+from ambrosia_core.addresses import Address
+
 from .errors import (
     AddressError,
     ClientError,
@@ -48,7 +49,6 @@ __all__ = [
     "SinkStore",
     # shared
     "Address",
-    "parse_address",
     "ClientError",
     "AddressError",
     "FeedSourceError",

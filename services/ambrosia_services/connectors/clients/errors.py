@@ -2,10 +2,13 @@
 
 Protocol errors stay the protocol library's (``ambrosia_services.connectors.errors``); these are
 what the clients themselves refuse: a bad address or configuration, a record source that
-breaks its promise, a sink directory that cannot be trusted.
+breaks its promise, a sink directory that cannot be trusted. A bad address is the shared
+core's ``AddressError``, named here too.
 """
 
 from __future__ import annotations
+
+from ambrosia_core.errors import AddressError
 
 __all__ = [
     "AddressError",
@@ -19,10 +22,6 @@ __all__ = [
 
 class ClientError(Exception):
     """A connector client cannot go on; the message says why in one line."""
-
-
-class AddressError(ClientError, ValueError):
-    """An address that is not ``HOST:PORT`` with a port from 1 to 65535."""
 
 
 class FeedSourceError(ClientError):

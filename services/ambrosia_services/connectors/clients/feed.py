@@ -30,6 +30,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from ambrosia_core.addresses import Address, address_argument
+from ambrosia_core.errors import AddressError
 from ambrosia_core.loops import Backoff, said_at
 from ambrosia_services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -51,8 +53,7 @@ from ambrosia_services.connectors import (
     Role,
 )
 
-from .addresses import Address, parse_address
-from .errors import AddressError, ClientError
+from .errors import ClientError
 from .sources import FileSource, RecordSource
 
 __all__ = ["Feed", "main"]
@@ -283,9 +284,9 @@ class Feed:
                         acked.phase = _Phase.DONE
             case Restart(address):
                 try:
-                    to = parse_address(address) if address else None
+                    to = Address.parse(address, what="") if address else None
                 except AddressError as e:
-                    raise _SessionEndError(f"RESTART to an unusable address ({e})") from None
+                    raise _SessionEndError(f"RESTART to an unusable address: {e}") from None
                 raise _SessionEndError(f"RESTART{' to ' + address if address else ''}",
                                        restart_to=to)
             case ErrorFrame(reason):
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Send files, line by line, to a Wallaroo connector protocol worker.",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="a file to send (one stream each)")
-    p.add_argument("--to", action="append", required=True, type=parse_address,
+    p.add_argument("--to", action="append", required=True, type=address_argument(),
                    metavar="HOST:PORT", help="a worker's address (repeat for several)")
     p.add_argument("--cookie", default="", help="the cookie the worker expects")
     p.add_argument("--once", action="store_true",

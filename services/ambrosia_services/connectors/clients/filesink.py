@@ -31,6 +31,7 @@ from typing import Any
 
 import attrs
 
+from ambrosia_core.addresses import Address, address_argument
 from ambrosia_core.wire import NEED_DATA
 from ambrosia_services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -55,7 +56,6 @@ from ambrosia_services.connectors import (
     WorkersLeft,
 )
 
-from .addresses import Address, parse_address
 from .errors import ClientError, SinkStateError, SinkStorageError
 from .sinkstore import DATA_STREAM_ID, SinkStore
 
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="ambrosia-sink", description="A 2PC file sink for the Wallaroo connector protocol."
     )
-    p.add_argument("--listen", type=lambda t: parse_address(t, allow_port_zero=True),
+    p.add_argument("--listen", type=address_argument(allow_port_zero=True),
                    default=Address("127.0.0.1", 7200), metavar="HOST:PORT",
                    help="where to listen (default 127.0.0.1:7200; port 0 picks one)")
     p.add_argument("--dir", required=True, help="the output directory (created if missing)")

@@ -9,7 +9,8 @@ from typing import Any
 
 import attrs
 
-from ambrosia_core.errors import UsageError
+from ambrosia_core.addresses import Address
+from ambrosia_core.errors import AddressError, UsageError
 
 from ..frame_reader import DEFAULT_MAX_FRAME_SIZE
 
@@ -26,15 +27,19 @@ class CoordinatorConfigError(UsageError):
 
 
 def parse_address(text: str, what: str) -> tuple[str, int]:
-    """``"host:port"`` -> (host, port); port 0 is allowed (any free port, when listening).
+    """``"host:port"`` (``"[v6]:port"`` for IPv6) -> (host, port); port 0 is allowed (any
+    free port, when listening).
 
     Raises:
         CoordinatorConfigError: not ``host:port`` with a port in 0..65535.
     """
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise CoordinatorConfigError(f"{what} must be \"host:port\", got {text!r}")
-    return host, int(port)
+    try:
+        address = Address.parse(text, what=what, allow_port_zero=True)
+    except AddressError as err:
+        why = f" ({err.detail})" if err.detail else ""
+        raise CoordinatorConfigError(f"{what} must be \"host:port\", got {text!r}{why}"
+                                     ) from None
+    return address.host, address.port
 
 
 def _address(what: str) -> Any:

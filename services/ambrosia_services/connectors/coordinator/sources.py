@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_services.staging import SegmentWriter, StagingError
 
@@ -86,7 +87,7 @@ class _Source:
     @property
     def peer(self) -> str:
         addr = self.writer.get_extra_info("peername")
-        return f"source #{self.n} ({addr[0]}:{addr[1]})" if addr else f"source #{self.n}"
+        return f"source #{self.n} ({Address(addr[0], addr[1])})" if addr else f"source #{self.n}"
 
 
 class SourceListener:
@@ -147,10 +148,10 @@ class SourceListener:
             self.server = await asyncio.start_server(self._serve, host, port)
         except OSError as err:  # the instance stops with this line (a failed side effect)
             raise CoordinatorConfigError(
-                f"listen: cannot listen for sources on {host}:{port}: "
+                f"listen: cannot listen for sources on {Address(host, port)}: "
                 f"{err.strerror or err}") from None
         self.port = self.server.sockets[0].getsockname()[1]
-        self.log.info("listening for sources on %s:%d", host, self.port)
+        self.log.info("listening for sources on %s", Address(host, self.port))
 
     async def run_flusher(self) -> None:
         while True:

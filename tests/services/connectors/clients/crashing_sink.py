@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ambrosia_services.connectors.clients import FileSink, SinkStore, parse_address
+from ambrosia_services.connectors.clients import Address, FileSink, SinkStore
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     async def run() -> None:
         store = SinkStore(Path(opts["--dir"]), on_step=on_step)
         sink = FileSink(store, cookie=opts["--cookie"].encode())
-        server = await sink.start(parse_address(opts["--listen"], allow_port_zero=True))
+        server = await sink.start(Address.parse(opts["--listen"], allow_port_zero=True))
         host, port = server.sockets[0].getsockname()[:2]
         logging.getLogger("crashing_sink").info("listening on %s:%d", host, port)
         async with server:

@@ -23,10 +23,16 @@ def test_defaults_and_the_decision_part() -> None:
                                    "interval_seconds": 0.5}
 
 
+def test_an_ipv6_listen_address_goes_in_brackets() -> None:
+    cfg = CoordinatorConfig.from_mapping({"listen": "[::1]:0"})
+    assert cfg.listen_address == ("::1", 0)
+
+
 @pytest.mark.parametrize(("config", "message"), [
     ({"lisen": "x"}, "unknown configuration key(s) lisen"),
     ({"listen": "nohost"}, 'listen must be "host:port"'),
     ({"listen": "h:70000"}, 'listen must be "host:port"'),
+    ({"listen": "::1:7100"}, "an IPv6 host goes in brackets"),
     ({"credits": 0}, "credits must be an integer >= 1"),
     ({"credits": "5"}, "credits must be an integer >= 1"),
     ({"interval_seconds": 0}, "interval_seconds must be a number of seconds > 0"),
