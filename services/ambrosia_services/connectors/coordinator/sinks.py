@@ -1,14 +1,11 @@
 """The sink side of the primary: one link per sink, a reconciler between what the state
 wants (the transaction in flight, the decisions to deliver) and what the link has done.
 
-A link connects out (exponential back-off, capped), says HELLO as Wallaroo's sink side
-does, and on every connection: ListUncommitted, whose answer becomes a
-``sink_uncommitted`` Impulse; once that is applied, the Phase2s it decided; NOTIFY of
-stream 1, whose NOTIFY_ACK must carry the committed offset the state holds (a 2PC sink
-cuts its output back to a Phase1's start on abort, so a Phase1 must never start anywhere
-else); then, for each transaction the state cuts, its bytes as MESSAGEs whose ids are
-byte offsets, Phase1, the vote as a ``sink_voted`` Impulse and, once that is applied,
-Phase2 with the decision. The handlers wake the link whenever sink state changes.
+A link connects out (back-off, capped) and runs one ``sink_session.SinkSession`` per
+connection: the 2PC conversation itself, without I/O. The link moves its bytes, turns what
+it reports into the ``sink_uncommitted`` and ``sink_voted`` Impulses, reads a transaction's
+staged blocks from their segments, and steps it again whenever the sink sends something or
+the handlers wake it (the sink's state changed).
 
 After an abort the link reconnects at once: the aborted bytes go again from the same
 offsets, which a connection (message ids rise per stream) only allows after a new NOTIFY.
@@ -24,30 +21,29 @@ from collections.abc import Callable
 from typing import Any
 
 from ambrosia_core.loops import Backoff, said_at, write_unless_closing
-from ambrosia_core.wire import NEED_DATA
 from ambrosia_services.staging import Ref, StagingError, read_block
 
-from .._state import Role
-from ..connection import SINK_VERSION, ConnectorConnection
 from ..errors import ConnectorProtocolError
-from ..frames import Ack, ConnectionClosed, ErrorFrame, Hello, Message, Notify, NotifyAck, Ok
-from ..twopc import ListUncommitted, Phase1, Phase2, ReplyUncommitted, TwoPCReply, Where
 from .config import CoordinatorConfig, parse_address
 from .core import CoordinatorCore, SinkRecord
+from .sink_session import (
+    Action,
+    Decided,
+    Linked,
+    Read,
+    ReportUncommitted,
+    ReportVote,
+    SinkLinkError,
+    SinkSession,
+    Write,
+)
 
-__all__ = ["PROGRAM_NAME", "SINK_STREAM_ID", "SinkLink"]
+__all__ = ["SinkLink"]
 
-PROGRAM_NAME = "ambrosia-py"
-SINK_STREAM_ID = 1
-CHUNK = 64 * 1024  # the most output bytes in one MESSAGE
 _FIRST_DELAY = 0.05
 _MAX_DELAY = 2.0
 _ABORTS_SAID = 3  # no votes in a row after which the back-off is said (once)
 _READ = 64 * 1024
-
-
-class SinkLinkError(Exception):
-    """This connection to the sink cannot go on (the reason is one line)."""
 
 
 class _ReconnectError(Exception):
@@ -80,7 +76,6 @@ class SinkLink:
         self.log = log
         self._changed = asyncio.Event()
         self.connected = False
-        self.sessions = 0
         self.aborts_in_a_row = 0  # transactions the sink voted no on since its last commit
         self._backoff = Backoff(_FIRST_DELAY, _MAX_DELAY)
 
@@ -134,102 +129,78 @@ class SinkLink:
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                        ) -> None:
-        conn = ConnectorConnection(Role.CONNECTOR, cookie=self.cfg.cookie.encode(), twopc=True,
-                                   max_frame_size=self.cfg.max_frame_size)
-        arrived = asyncio.Event()
+        session = SinkSession(self.name, self.instance, self.cfg.cookie.encode(),
+                              int.from_bytes(os.urandom(7)) + 1,
+                              max_frame_size=self.cfg.max_frame_size)
 
         async def pump() -> None:
             """Reads all the time, so that a sink closing while the link waits on the
-            state is noticed at once (the waits below look at what arrived)."""
+            state is noticed at once."""
             data = b"x"
             while data:
                 try:
                     data = await reader.read(_READ)
                 except OSError:
                     data = b""
-                conn.receive_data(data)
-                arrived.set()
+                session.receive_data(data)
                 self._changed.set()
-
-        async def send(*events: Any) -> None:
-            write_unless_closing(writer, b"".join(conn.send(e) for e in events))
-            await writer.drain()
-
-        def unexpected(event: Any) -> SinkLinkError:
-            if isinstance(event, ConnectionClosed):
-                return SinkLinkError("the sink closed the connection")
-            if isinstance(event, ErrorFrame):
-                return SinkLinkError(f"the sink sent ERROR: {event.reason}")
-            return SinkLinkError(f"unexpected {type(event).__name__} from the sink")
-
-        async def expect(kind: type) -> Any:
-            while True:
-                event = conn.next_event()
-                if event is NEED_DATA:
-                    arrived.clear()
-                    await arrived.wait()
-                elif isinstance(event, kind):
-                    return event
-                elif not isinstance(event, Ack):  # credits: ignored, as Wallaroo did
-                    raise unexpected(event)
-
-        async def until(ready: Callable[[], bool]) -> None:
-            while True:
-                while (event := conn.next_event()) is not NEED_DATA:
-                    if not isinstance(event, Ack):
-                        raise unexpected(event)
-                if ready():
-                    return
-                self._changed.clear()
-                await self._changed.wait()
 
         reading = asyncio.ensure_future(pump())
         try:
-            await send(Hello(SINK_VERSION, self.cfg.cookie.encode(), PROGRAM_NAME,
-                             self.instance))
-            await expect(Ok)
-            self.sessions += 1
-            rtag = int.from_bytes(os.urandom(7)) + 1
-            await send(ListUncommitted(rtag))
-            listed = await expect(ReplyUncommitted)
-            self._send_uncommitted(self.name, rtag, list(listed.txn_ids))
-            await until(lambda: (r := self._rec()) is not None and r.settled_rtag == rtag)
-            rec = self._rec()
-            assert rec is not None
-            if rec.settlement:
-                await send(*(Phase2(t, c) for t, c in rec.settlement))
-            await send(Notify(SINK_STREAM_ID, self.name, rec.committed))
-            ack = await expect(NotifyAck)
-            if not ack.success:
-                raise SinkLinkError("the sink refused the output stream (NOTIFY_ACK "
-                                    "without success)")
-            if ack.point_of_reference > rec.committed:
-                # It holds output this coordinator never committed: a Phase1 from our
-                # offset would be voted no, and its abort would cut the sink's file back.
-                raise SinkLinkError(f"the sink's offset is {ack.point_of_reference} but "
-                                    f"{rec.committed} bytes are committed: refusing to send "
-                                    "a transaction")
-            if ack.point_of_reference < rec.committed:
-                # As Wallaroo's sink side: the offset a sink answers may come from its
-                # memory (aloc_sink says 0 after its restart, its file holding every
-                # committed byte); its own checks of the data and of Phase1 decide.
-                self.log.info("sink %s (%s:%d) says offset %d, below the %d bytes committed "
-                              "(a restarted sink that keeps its offset in memory); going on "
-                              "from %d", self.name, self.host, self.port,
-                              ack.point_of_reference, rec.committed, rec.committed)
-            self.connected = True
-            self.log.info("sink %s (%s:%d): linked at offset %d", self.name, self.host,
-                          self.port, rec.committed)
+            await self._do(writer, session, [session.start()])
             while True:
-                await self._round(send, expect, until)
+                actions = session.step(self._rec())
+                if actions:
+                    await self._do(writer, session, actions)
+                else:
+                    self._changed.clear()
+                    await self._changed.wait()
         except ConnectorProtocolError as e:
             with contextlib.suppress(Exception):
-                write_unless_closing(writer, conn.take_error_frame())
+                write_unless_closing(writer, session.error_frame())
             raise SinkLinkError(str(e)) from None
         finally:
             reading.cancel()
             with contextlib.suppress(BaseException):
                 await reading
+
+    async def _do(self, writer: asyncio.StreamWriter, session: SinkSession,
+                  actions: list[Action]) -> None:
+        """Carry out what the session asked for, in order."""
+        for action in actions:
+            if isinstance(action, Write):
+                write_unless_closing(writer, action.data)
+                await writer.drain()
+            elif isinstance(action, ReportUncommitted):
+                self._send_uncommitted(self.name, action.rtag, list(action.txn_ids))
+            elif isinstance(action, ReportVote):
+                self._send_voted(self.name, action.txn_id, action.commit)
+            elif isinstance(action, Read):
+                data = await self._materialize(list(action.parts))
+                await self._do(writer, session, session.materialized(data))
+            elif isinstance(action, Linked):
+                self._linked(action)
+            elif isinstance(action, Decided):
+                self._decided(action)
+
+    def _linked(self, linked: Linked) -> None:
+        if linked.sink_offset < linked.offset:
+            self.log.info("sink %s (%s:%d) says offset %d, below the %d bytes committed "
+                          "(a restarted sink that keeps its offset in memory); going on "
+                          "from %d", self.name, self.host, self.port, linked.sink_offset,
+                          linked.offset, linked.offset)
+        self.connected = True
+        self.log.info("sink %s (%s:%d): linked at offset %d", self.name, self.host,
+                      self.port, linked.offset)
+
+    def _decided(self, decided: Decided) -> None:
+        self.aborts_in_a_row = 0 if decided.commit else self.aborts_in_a_row + 1
+        if decided.commit:
+            self._backoff.progress()  # a commit: real progress
+            return
+        self.log.info("sink %s: transaction %s aborted; sending it again", self.name,
+                      decided.txn_id)
+        raise _ReconnectError
 
     async def _materialize(self, parts: list[bytes | Ref]) -> bytes:
         """The transaction's bytes: staged blocks are read (and checked) from their
@@ -249,35 +220,3 @@ class SinkLink:
             return await asyncio.to_thread(read)
         except StagingError as err:
             raise SinkLinkError(str(err)) from None
-
-    async def _round(self, send: Callable[..., Any], expect: Callable[[type], Any],
-                     until: Callable[[Callable[[], bool]], Any]) -> None:
-        """One transaction: data, Phase1, vote, decision, Phase2."""
-        await until(lambda: (r := self._rec()) is not None and bool(r.txn_id))
-        rec = self._rec()
-        assert rec is not None
-        txn, start, end, parts = rec.txn_id, rec.committed, rec.txn_end, rec.txn_parts()
-        data = await self._materialize(parts)
-        if len(data) != end - start:
-            raise SinkLinkError(f"transaction {txn}: {len(data)} bytes where {end - start} "
-                                "were emitted")
-        frames = [Message(SINK_STREAM_ID, start + off, data[off:off + CHUNK])
-                  for off in range(0, len(data), CHUNK)]
-        await send(*frames, Phase1(txn, (Where(SINK_STREAM_ID, start, end),)))
-        reply = await expect(TwoPCReply)
-        if reply.txn_id != txn:
-            raise SinkLinkError(f"the sink voted on {reply.txn_id!r}, not {txn!r}")
-        self._send_voted(self.name, txn, reply.commit)
-        await until(lambda: (r := self._rec()) is None or txn in r.decided
-                    or r.txn_id != txn)
-        rec = self._rec()
-        decision = None if rec is None else rec.decided.get(txn)
-        if decision is None:
-            raise SinkLinkError(f"transaction {txn} was settled elsewhere")
-        await send(Phase2(txn, decision))
-        self.aborts_in_a_row = 0 if decision else self.aborts_in_a_row + 1
-        if decision:
-            self._backoff.progress()  # a commit: real progress
-        if not decision:
-            self.log.info("sink %s: transaction %s aborted; sending it again", self.name, txn)
-            raise _ReconnectError
