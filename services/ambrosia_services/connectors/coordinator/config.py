@@ -26,9 +26,9 @@ class CoordinatorConfigError(UsageError):
     """The coordinator's configuration holds a key it does not know or a bad value."""
 
 
-def parse_address(text: str, what: str) -> tuple[str, int]:
-    """``"host:port"`` (``"[v6]:port"`` for IPv6) -> (host, port); port 0 is allowed (any
-    free port, when listening).
+def parse_address(text: str, what: str) -> Address:
+    """``"host:port"`` (``"[v6]:port"`` for IPv6); port 0 is allowed (any free port, when
+    listening).
 
     Raises:
         CoordinatorConfigError: not ``host:port`` with a port in 0..65535.
@@ -39,7 +39,7 @@ def parse_address(text: str, what: str) -> tuple[str, int]:
         why = f" ({err.detail})" if err.detail else ""
         raise CoordinatorConfigError(f"{what} must be \"host:port\", got {text!r}{why}"
                                      ) from None
-    return address.host, address.port
+    return address
 
 
 def _address(what: str) -> Any:
@@ -154,7 +154,7 @@ class CoordinatorConfig:
         return cls(**dict(config))
 
     @property
-    def listen_address(self) -> tuple[str, int]:
+    def listen_address(self) -> Address:
         return parse_address(self.listen, "listen")
 
     def decision_part(self) -> dict[str, Any]:

@@ -114,9 +114,8 @@ class ConnectorCoordinator(Immortal):
             self.ctx.log.warning("no sinks are configured ([sinks]): output is committed "
                                  "nowhere")
         if "listen" not in self.ctx.config:
-            host, port = cfg.listen_address
-            self.ctx.log.info("no listen key: sources connect to the default %s:%d", host,
-                              port)
+            self.ctx.log.info("no listen key: sources connect to the default %s",
+                              cfg.listen_address)
         wanted = cfg.decision_part()
         if wanted != self.core.settings or self.core.instance != self.ctx.instance_name:
             # Configuration is outside-world input: it reaches the state as an Impulse,

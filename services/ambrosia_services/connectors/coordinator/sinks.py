@@ -70,7 +70,7 @@ class SinkLink:
         self._core = core
         self.cfg = cfg
         self.instance = instance
-        self.host, self.port = parse_address(cfg.sinks[name], f"sinks.{name}")
+        self.address = parse_address(cfg.sinks[name], f"sinks.{name}")
         self._send_uncommitted = send_uncommitted
         self._send_voted = send_voted
         self.log = log
@@ -99,16 +99,17 @@ class SinkLink:
             writer: asyncio.StreamWriter | None = None
             delay = 0.0
             try:
-                reader, writer = await asyncio.open_connection(self.host, self.port)
+                reader, writer = await asyncio.open_connection(self.address.host,
+                                                             self.address.port)
                 await self._session(reader, writer)
             except _ReconnectError:
                 # The first abort is sent again at once; a sink that keeps voting no is
                 # asked again with back-off, said once and then counted in the status.
                 delay = 0.0 if self.aborts_in_a_row <= 1 else backoff.failed()
                 if self.aborts_in_a_row == _ABORTS_SAID:
-                    self.log.warning("sink %s (%s:%d) voted no on %d transactions in a row; "
-                                     "asking again with back-off", self.name, self.host,
-                                     self.port, self.aborts_in_a_row)
+                    self.log.warning("sink %s (%s) voted no on %d transactions in a row; "
+                                     "asking again with back-off", self.name, self.address,
+                                     self.aborts_in_a_row)
             except (OSError, SinkLinkError) as e:
                 # Only a commit resets the back-off: a sink that refuses right after it
                 # took the connection is asked again later and later, said once a streak.
@@ -117,8 +118,8 @@ class SinkLink:
                     reason = e.strerror if isinstance(e, OSError) and e.strerror else e
                     again = ("" if backoff.failures == 1
                              else f" ({backoff.failures} attempts in a row)")
-                    self.log.warning("sink %s (%s:%d): %s%s; reconnecting", self.name,
-                                     self.host, self.port, reason, again)
+                    self.log.warning("sink %s (%s): %s%s; reconnecting", self.name,
+                                     self.address, reason, again)
             finally:
                 self.connected = False
                 if writer is not None:
@@ -185,13 +186,13 @@ class SinkLink:
 
     def _linked(self, linked: Linked) -> None:
         if linked.sink_offset < linked.offset:
-            self.log.info("sink %s (%s:%d) says offset %d, below the %d bytes committed "
+            self.log.info("sink %s (%s) says offset %d, below the %d bytes committed "
                           "(a restarted sink that keeps its offset in memory); going on "
-                          "from %d", self.name, self.host, self.port, linked.sink_offset,
+                          "from %d", self.name, self.address, linked.sink_offset,
                           linked.offset, linked.offset)
         self.connected = True
-        self.log.info("sink %s (%s:%d): linked at offset %d", self.name, self.host,
-                      self.port, linked.offset)
+        self.log.info("sink %s (%s): linked at offset %d", self.name, self.address,
+                      linked.offset)
 
     def _decided(self, decided: Decided) -> None:
         self.aborts_in_a_row = 0 if decided.commit else self.aborts_in_a_row + 1

@@ -143,15 +143,15 @@ class SourceListener:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        host, port = self.cfg.listen_address
+        listen = self.cfg.listen_address
         try:
-            self.server = await asyncio.start_server(self._serve, host, port)
+            self.server = await asyncio.start_server(self._serve, listen.host, listen.port)
         except OSError as err:  # the instance stops with this line (a failed side effect)
             raise CoordinatorConfigError(
-                f"listen: cannot listen for sources on {Address(host, port)}: "
+                f"listen: cannot listen for sources on {listen}: "
                 f"{err.strerror or err}") from None
         self.port = self.server.sockets[0].getsockname()[1]
-        self.log.info("listening for sources on %s", Address(host, self.port))
+        self.log.info("listening for sources on %s", Address(listen.host, self.port))
 
     async def run_flusher(self) -> None:
         while True:

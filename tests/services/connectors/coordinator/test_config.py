@@ -11,13 +11,14 @@ import pytest
 from ambrosia_services.connectors import CoordinatorConfig
 from ambrosia_services.connectors.coordinator import CoordinatorConfigError
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.ports import free_ports
 from tests.launcher import ROOT
 
 
 def test_defaults_and_the_decision_part() -> None:
     cfg = CoordinatorConfig.from_mapping({"sinks": {"b": "127.0.0.1:2", "a": "h:1"}})
-    assert cfg.listen_address == ("127.0.0.1", 7100)
+    assert cfg.listen_address == Address("127.0.0.1", 7100)
     assert (cfg.credits, cfg.interval_bytes, cfg.batch_messages) == (1000, 65536, 512)
     assert cfg.decision_part() == {"sinks": ["a", "b"], "interval_bytes": 65536,
                                    "interval_seconds": 0.5}
@@ -25,7 +26,7 @@ def test_defaults_and_the_decision_part() -> None:
 
 def test_an_ipv6_listen_address_goes_in_brackets() -> None:
     cfg = CoordinatorConfig.from_mapping({"listen": "[::1]:0"})
-    assert cfg.listen_address == ("::1", 0)
+    assert cfg.listen_address == Address("::1", 0)
 
 
 @pytest.mark.parametrize(("config", "message"), [
