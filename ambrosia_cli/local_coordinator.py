@@ -12,7 +12,6 @@ import errno
 import fcntl
 import logging
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from ambrosia_ic.launch import STOPPED_PREFIX
 from ambrosia_ic.logstore import LOCK_NAME
 
 from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.processes import exit_status, stop_process
 
 __all__ = ["ensure_registered", "how_it_ended", "lock_held", "port_taken", "register_upgrade",
            "replay_estimate", "start", "start_new", "stop", "was_stopped"]
@@ -170,13 +170,8 @@ def lock_held(path: Path) -> bool:
 def stop(proc: subprocess.Popen[str], timeout: float = 10.0) -> None:
     """Stop the coordinator as an ordinary stop (SIGTERM: it finishes the write in
     progress); ``kill -9`` only if it has not exited within ``timeout`` seconds."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    # Not the process group: the coordinator shares ``ambrosia run``'s.
+    stop_process(proc, timeout, group=False)
 
 
 def was_stopped(proc: subprocess.Popen[str], timeout: float = 5.0) -> bool:
@@ -199,7 +194,7 @@ def how_it_ended(proc: subprocess.Popen[str]) -> str:
     code = proc.poll()
     if code is None:
         return "still running"
-    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    how = exit_status(code)
     last = getattr(proc, "last_stderr_line", "")
     prefix = "ambrosia-ic: "
     if last.startswith(prefix):  # "ambrosia-ic: NAME: reason" -> "reason"

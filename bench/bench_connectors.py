@@ -43,6 +43,7 @@ if str(ROOT) not in sys.path:
 from ambrosia_services.connectors.clients import Address, Feed, FileSource, Record  # noqa: E402
 
 from ambrosia_core.ports import free_ports  # noqa: E402
+from ambrosia_core.processes import stop_process  # noqa: E402
 from ambrosia_py.testing import ImmortalProcess, start_immortal  # noqa: E402
 
 LINE = 64  # bytes per line, newline included
@@ -115,8 +116,7 @@ class _Pipeline:
 
     def close(self) -> None:
         self.coord.stop()
-        self.sink.terminate()
-        self.sink.wait(10)
+        stop_process(self.sink, 10, group=False)
 
     def size(self) -> int:
         return self.committed.stat().st_size if self.committed.exists() else 0

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ambrosia_core.processes import Child, stop_process
 from ambrosia_py import Immortal, fork, rpc
 
 HERE = Path(__file__).resolve().parent
@@ -123,48 +124,22 @@ class _Pair:
         reg = registry.load(name, home)
         self.err = open(home / f"{name}-ic.err", "w")  # noqa: SIM115 - closed in stop()
         self.coordinator = launch.start_coordinator(name, env=env, stderr=self.err)
-        self.lines: list[str] = []
-        self.cond = threading.Condition()
-        self.binding = subprocess.Popen(
+        self.binding = Child(subprocess.Popen(
             [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", name,
              "--ic-receive-port", str(reg.receive_port), "--ic-send-port",
              str(reg.send_port)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env=env, cwd=HERE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.binding.stderr is not None
-        for line in self.binding.stderr:
-            with self.cond:
-                self.lines.append(line)
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
+            env=env, cwd=HERE, text=True), name=f"the binding of {name}", group=False)
 
     def wait_for(self, text: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in self.lines:
-                    if text in line:
-                        return line
-                if self.binding.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{text!r} never came:\n" + "".join(self.lines[-20:]))
-                self.cond.wait(0.5)
+        return self.binding.wait_for(text, timeout)
 
     def stop(self) -> None:
-        for p in (self.binding, self.coordinator):
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            for f in (p.stdout, p.stderr):
-                if f is not None:
-                    f.close()
+        self.binding.stop(20)
+        stop_process(self.coordinator, 20, group=False)
+        for f in (self.coordinator.stdout, self.coordinator.stderr):
+            if f is not None:
+                f.close()
         self.err.close()
 
 

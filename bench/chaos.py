@@ -42,6 +42,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(1, str(ROOT))
 
+from ambrosia_core.processes import stop_process  # noqa: E402
 from ambrosia_py import Immortal, fork, rpc  # noqa: E402
 
 SERVER = "chaos-server"
@@ -155,10 +156,8 @@ class _Proc:
         return True
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        if not self.wait(timeout):
-            self.kill9()
+        stop_process(self.proc, timeout, group=False)
+        self.wait(0)  # its output read, its files closed
 
 
 class _Instance:

@@ -34,6 +34,7 @@ from ambrosia_ic import launch, registry  # noqa: E402
 from ambrosia_ic.lease import current_primary  # noqa: E402
 
 from ambrosia_core.ports import free_ports  # noqa: E402
+from ambrosia_core.processes import kill_process  # noqa: E402
 
 SERVER = "fo-counter"
 CLIENT = "fo-caller"
@@ -164,9 +165,7 @@ class ReplicaSet:
 
     def stop(self) -> None:
         for p in [*self.bindings.values(), *self.ics.values(), *self.others]:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+            kill_process(p, group=False)
 
     # ------------------------------------------------------------------ the run
     def start(self) -> None:

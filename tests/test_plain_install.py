@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from ambrosia_core.processes import Child
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,27 +48,15 @@ def test_a_plain_install_with_no_extras_runs_an_immortal(tmp_path: Path) -> None
     app.mkdir()
     shutil.copy(ROOT / "samples" / "counter" / "counter.py", app / "counter_app.py")
     run_env = dict(env, AMBROSIA_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([str(venv / "bin" / "ambrosia"), "run", "counter_app:Counter",
-                             "-i", "counter"], cwd=app, env=run_env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
+    run = Child.start([str(venv / "bin" / "ambrosia"), "run", "counter_app:Counter", "-i",
+                       "counter"], name="ambrosia run", env=run_env, cwd=app, keep_stdout=False)
     try:
-        assert proc.stderr is not None
-        deadline = time.monotonic() + 120
-        for line in proc.stderr:
-            lines.append(line.rstrip("\n"))
-            if line.rstrip().endswith("count is 1") or time.monotonic() > deadline:
-                break
         # Its first start, then the increment it forked to itself, applied.
-        assert any(ln.endswith("count is 1") for ln in lines), "\n".join(lines)
-        assert all(str(ROOT) not in ln for ln in lines)
-        proc.send_signal(signal.SIGTERM)
-        _, rest = proc.communicate(timeout=30)
-        lines += rest.splitlines()
+        run.wait_for("count is 1", timeout=120)
+        assert all(str(ROOT) not in ln for ln in run.lines)
+        code = run.stop(timeout=30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, "\n".join(lines[-20:])
+        run.kill()
+    lines = run.lines
+    assert code == 0, "\n".join(lines[-20:])
     assert lines[-1] == "ambrosia run: counter stopped (SIGTERM)"

@@ -17,16 +17,11 @@ naming the first sequence id where they diverged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -35,6 +30,7 @@ import attrs
 from ambrosia_ic import api as coordinator
 
 from ambrosia_core.errors import CoordinatorError, ReplayDivergenceError
+from ambrosia_core.processes import Child, kill_process
 from ambrosia_core.wire import OutgoingRpc
 from ambrosia_py.errors import AlreadyUpgradedError
 
@@ -166,9 +162,7 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
         asyncio.run(asyncio.wait_for(runner.run(), timeout))
         out, _ = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_process(proc, group=False)
         errfile.seek(0)
         err = errfile.read()
         errfile.close()
@@ -189,64 +183,14 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
                         summary["records_replayed"], summary["status"])
 
 
-class ImmortalProcess:
-    """An ``ambrosia run`` process (immortal and its coordinator) for tests and demos."""
+class ImmortalProcess(Child):
+    """An ``ambrosia run`` process (immortal and its coordinator) for tests and demos: its
+    stderr lines are kept (``lines``) and can be awaited (``wait_for``); ``kill()`` is a
+    ``kill -9`` of the immortal and its coordinator (the whole process group), as when the
+    machine running the service dies; ``stop()`` is an ordinary stop (SIGTERM) that leaves
+    nothing of it running either."""
 
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
-    def wait_for(self, text: str, timeout: float = 60.0, count: int = 1) -> str:
-        """Wait until ``text`` has appeared in ``count`` log lines; return the last one."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                hits = [ln for ln in self.lines if text in ln]
-                if len(hits) >= count:
-                    return hits[count - 1]
-                if self.proc.poll() is not None and not self._reader.is_alive():
-                    raise CoordinatorError(
-                        f"the immortal exited ({self.proc.returncode}) before logging "
-                        f"{text!r}:\n" + "\n".join(self.lines[-20:]))
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{text!r} was not logged:\n" + "\n".join(self.lines[-20:]))
-                self._cond.wait(min(left, 0.5))
-
-    def kill(self) -> None:
-        """``kill -9`` of the immortal and its coordinator (the whole process group), as
-        when the machine running the service dies."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self._reader.join(10)
-
-    def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM, then wait; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # nothing of it may outlive the test
-        self._reader.join(10)
-        return self.proc.returncode
+    default_name = "the immortal"
 
 
 def start_immortal(target: str, instance_name: str, *,
@@ -261,12 +205,9 @@ def start_immortal(target: str, instance_name: str, *,
     cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
     child_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (cwd, child_env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.Popen(
+    p = ImmortalProcess.start(
         [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", instance_name, *args],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env=child_env, cwd=cwd, text=True, start_new_session=True,
-    )
-    p = ImmortalProcess(proc)
+        env=child_env, cwd=cwd, keep_stdout=False)
     if primary:
         try:
             p.wait_for("became primary", timeout)

@@ -7,8 +7,6 @@ file."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ambrosia_core.ports import free_ports  # noqa: E402
+from ambrosia_core.processes import Child, ChildError  # noqa: E402
 from ambrosia_py.testing import ImmortalProcess, start_immortal  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -51,19 +50,16 @@ class Sample:
         self.port, self.sink_port = free_ports(2)
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-        self.sink: subprocess.Popen[bytes] | None = None
+        self.sink: Child | None = None
         self.coord: ImmortalProcess | None = None
-        self.feed: subprocess.Popen[bytes] | None = None
+        self.feed: Child | None = None
 
     def start_sink(self) -> None:
-        log = self.work / "sink.log"
-        mark = log.stat().st_size if log.exists() else 0
-        with log.open("ab") as out:
-            self.sink = subprocess.Popen(
-                [sys.executable, "-m", "ambrosia_services.connectors.clients.filesink", "--listen",
-                 f"127.0.0.1:{self.sink_port}", "--dir", str(self.work / "out")],
-                stdout=out, stderr=out, cwd=ROOT, env=self.env)
-        wait(lambda: b"listening on" in log.read_bytes()[mark:], "the sink to listen")
+        self.sink = Child.start(
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.filesink", "--listen",
+             f"127.0.0.1:{self.sink_port}", "--dir", str(self.work / "out")],
+            name="the sink", env=self.env, cwd=ROOT, log=self.work / "sink.log")
+        self.sink.wait_for("listening on", TIMEOUT)
 
     def start_coordinator(self) -> str:
         """Returns how it started: a first start, or a recovery from its log."""
@@ -80,12 +76,10 @@ class Sample:
         return "it recovered from its log, " + recovered[0].split("recovery complete: ")[-1]
 
     def start_feed(self) -> None:
-        with (self.work / "feed.log").open("ab") as out:
-            self.feed = subprocess.Popen(
-                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
-                 f"127.0.0.1:{self.port}", "--backoff-cap", "1",
-                 *(f"{s}.log" for s in STREAMS)],
-                stdout=out, stderr=out, cwd=self.work, env=self.env)
+        self.feed = Child.start(
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
+             f"127.0.0.1:{self.port}", "--backoff-cap", "1", *(f"{s}.log" for s in STREAMS)],
+            name="the feed", env=self.env, cwd=self.work, log=self.work / "feed.log")
 
     def append(self, first: int, last: int) -> None:
         for s in STREAMS:
@@ -105,14 +99,12 @@ class Sample:
 
     def kill_sink(self) -> None:
         assert self.sink is not None
-        self.sink.send_signal(signal.SIGKILL)
-        self.sink.wait()
+        self.sink.kill()
 
     def close(self) -> None:
-        for proc in (self.feed, self.sink):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(10)
+        for child in (self.feed, self.sink):
+            if child is not None:
+                child.stop(10)
         if self.coord is not None:
             self.coord.stop()
 
@@ -142,7 +134,7 @@ def main(lines: int = 1000) -> int:
             say(f"appended lines up to {3 * lines}; restarting the sink")
             s.start_sink()
             s.wait_committed(3 * lines)
-        except TimeoutError as e:
+        except (TimeoutError, ChildError) as e:
             say(f"FAILED: {e}")
             for log in sorted(Path(tmp).glob("*.log")):
                 print(f"--- {log.name}\n{log.read_text(errors='replace')[-2000:]}")

@@ -9,17 +9,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+
+from ambrosia_core import processes
+from ambrosia_core.processes import ChildError
 
 __all__ = ["Child", "ChildError", "children_of", "child_env", "interrupt_between_starts"]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class ChildError(RuntimeError):
-    """A child process did not start or ended when it should not have."""
 
 
 class _Starting:
@@ -81,7 +79,8 @@ def children_of(pid: int) -> list[int]:
 
 class Child:
     """One child process, ``python -m MODULE ARGS`` by default, its stdout and stderr
-    appended to ``log``; it can be started again after it ended (same arguments)."""
+    appended to ``log``; it can be started again after it ended (same arguments). Each run
+    is an ``ambrosia_core.processes.Child`` reading the log from where the run began."""
 
     def __init__(self, name: str, args: Sequence[str], log: Path,
                  env: Mapping[str, str] | None = None) -> None:
@@ -89,32 +88,33 @@ class Child:
         self.args = list(args)
         self.log = log
         self.env = child_env(env)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log_start = 0
+        self.run: processes.Child | None = None
 
     def start(self) -> Child:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._log_start = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.log, "ab") as out, _starting():
-            self.proc = subprocess.Popen(
-                [sys.executable, *self.args], stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, cwd=ROOT, env=self.env, start_new_session=True)
+        with _starting():
+            self.run = processes.Child.start([sys.executable, *self.args], name=self.name,
+                                             env=self.env, cwd=ROOT, log=self.log)
         return self
+
+    def _started(self) -> processes.Child:
+        if self.run is None:
+            raise ChildError(f"{self.name} was never started")
+        return self.run
+
+    @property
+    def proc(self) -> subprocess.Popen[str] | None:
+        return None if self.run is None else self.run.proc
 
     @property
     def pid(self) -> int:
-        if self.proc is None:
-            raise ChildError(f"{self.name} was never started")
-        return self.proc.pid
+        return self._started().pid
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.run is not None and self.run.alive()
 
     def output(self) -> str:
         """What this run of the process has written so far."""
-        with open(self.log, "rb") as f:
-            f.seek(self._log_start)
-            return f.read().decode(errors="replace")
+        return self._started().output()
 
     def wait_for(self, text: str, timeout: float = 60.0) -> None:
         """Wait until this run's output holds ``text``.
@@ -122,45 +122,24 @@ class Child:
         Raises:
             ChildError: it ended first, or ``timeout`` seconds passed.
         """
-        deadline = time.monotonic() + timeout
-        while text not in self.output():
-            if not self.alive():
-                raise ChildError(f"{self.name} ended before saying {text!r}: "
-                                 f"{self.last_line()} (log {self.log})")
-            if time.monotonic() > deadline:
-                raise ChildError(f"{self.name} did not say {text!r} within {timeout:g} s "
-                                 f"(log {self.log})")
-            time.sleep(0.1)
+        self._started().wait_for(text, timeout)
 
     def last_line(self) -> str:
-        lines = self.output().strip().splitlines()
+        lines = self._started().last_lines(1)
         return lines[-1] if lines else "(no output)"
 
     def kill9(self) -> None:
         """``kill -9`` of this process alone (its children are left to notice)."""
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait()
+        if self.run is not None:
+            self.run.send_signal(signal.SIGKILL)
+            self.run.wait()
 
     def wait(self, timeout: float) -> int | None:
         """Wait up to ``timeout`` seconds for it to end; its exit code, or None."""
-        if self.proc is None:
-            return None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        return None if self.run is None else self.run.wait(timeout)
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM (an ordinary stop), then ``kill -9`` of its whole process group if it
-        has not ended within ``timeout`` seconds, so nothing of it outlives the demo."""
-        if self.proc is None:
-            return
-        if self.alive():
-            self.proc.terminate()
-            if self.wait(timeout) is None:
-                self.proc.kill()
-                self.proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGTERM (an ordinary stop), then ``kill -9`` of its whole process group, so
+        nothing of it outlives the demo."""
+        if self.run is not None:
+            self.run.stop(timeout)

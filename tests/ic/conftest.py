@@ -4,7 +4,6 @@ processes that are always killed in teardown."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from typing import Any
 
 import pytest
 from ambrosia_ic import launch, registry
+
+from ambrosia_core.processes import kill_process
 
 from .rawbinding import CounterApp, Driver, RawBinding
 
@@ -71,8 +72,7 @@ class Harness:
         return self.stderr_paths[proc.pid].read_text()
 
     def kill9(self, proc: subprocess.Popen[str]) -> None:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        kill_process(proc, group=False)  # the coordinators share the tests' process group
 
     def cli(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "ambrosia_cli", *args], env=self.env,
@@ -100,9 +100,7 @@ class Harness:
         for b in self.bindings:
             b.close()
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+            kill_process(p, group=False)
             for f in (p.stdout, p.stderr):
                 if f is not None:
                     f.close()

@@ -36,7 +36,7 @@ def test_the_binding_runs_on_the_ports_of_a_running_coordinator(harness: Harness
          "--ic-receive-port", str(reg.receive_port), "--ic-send-port", str(reg.send_port)],
         env=_env(harness), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)
-    p = ImmortalProcess(proc)
+    p = ImmortalProcess(proc, group=False)  # in the tests' process group
     try:
         p.wait_for("became primary")
         p.wait_for("count is 1")

@@ -49,12 +49,10 @@ def test_every_sub_command_uses_the_top_level_home(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
 
     # run: registers on first use and keeps its logs under --home.
-    proc = subprocess.Popen(
+    run = ImmortalProcess.start(
         [sys.executable, "-m", "ambrosia_cli", "--home", str(home), "run",
          "samples.counter.counter:Counter", "-i", "counter"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-        cwd=ROOT, text=True, start_new_session=True)
-    run = ImmortalProcess(proc)
+        env=env, cwd=ROOT, keep_stdout=False)
     try:
         run.wait_for("count is 1")
     finally:
@@ -100,12 +98,10 @@ def test_every_sub_command_uses_the_top_level_home(tmp_path: Path) -> None:
 
 def test_run_home_overrides_the_top_level_home(tmp_path: Path) -> None:
     env = _env(tmp_path)
-    proc = subprocess.Popen(
+    run = ImmortalProcess.start(
         [sys.executable, "-m", "ambrosia_cli", "--home", str(tmp_path / "outer"), "run",
          "samples.counter.counter:Counter", "-i", "counter", "--home", str(tmp_path / "inner")],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-        cwd=ROOT, text=True, start_new_session=True)
-    run = ImmortalProcess(proc)
+        env=env, cwd=ROOT, keep_stdout=False)
     try:
         run.wait_for("count is 1")
     finally:

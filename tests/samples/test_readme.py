@@ -3,12 +3,10 @@ the repository root with the installed ``.venv``, real processes throughout."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ambrosia_core.ports import ephemeral_range
+from ambrosia_core.processes import kill_process
 from tests.launcher import ROOT
 
 pytestmark = pytest.mark.integration
@@ -66,13 +65,12 @@ def _bash(script: str, cwd: Path, tmp: Path, timeout: float) -> subprocess.Compl
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_process(proc)
         out, err = proc.communicate()
         raise AssertionError(f"the recipe did not finish in {timeout} s:\n{out}\n{err}"
                              ) from None
     finally:
-        with contextlib.suppress(ProcessLookupError):  # it may be gone already
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_process(proc)  # what it left running in its group
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

@@ -28,7 +28,6 @@ No pyspark import: only processes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import os
 import shutil
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from ambrosia_core.loops import Backoff
+from ambrosia_core.processes import stop_process
 
 from ..errors import SparkServerError
 from .jar import JarBuildError, staged_source_jar
@@ -116,17 +116,9 @@ def wait_for_port(
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM, then SIGKILL after ``grace`` seconds; the process group goes with it."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    """SIGTERM to its process group (the JVM and what it started), then SIGKILL of the
+    group after ``grace`` seconds."""
+    stop_process(process, grace, terminate_group=True)
 
 
 class ConnectServer:
