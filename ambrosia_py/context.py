@@ -18,7 +18,7 @@ import datetime
 import logging
 import random as _random
 import typing
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from .stopping import StopReason
@@ -26,6 +26,7 @@ from .stopping import StopReason
 if typing.TYPE_CHECKING:
     import asyncio
 
+    from .effects import Effect
     from .immortal import Immortal
     from .methods import MethodSpec, PendingCall
 
@@ -62,6 +63,8 @@ class Runtime(Protocol):
     def current_input(self) -> InputHeader | None: ...
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
+
+    def watch_inputs(self, wake: Callable[[], None]) -> None: ...
 
     def request_checkpoint(self) -> None: ...
 
@@ -160,6 +163,15 @@ class ImmortalContext:
         """Run outside-world code (a side effect) as an asyncio task, only when primary;
         it is cancelled when the immortal stops."""
         return self.runtime.spawn(coro)
+
+    def run_effects(self, effects: Effect) -> asyncio.Task[Any]:
+        """Run long-lived side effects, only when primary (``ambrosia_py.effects``: an
+        ``Effects`` driver, or any object with ``run`` and ``wake``): ``run`` as a task,
+        cancelled when the immortal stops, and ``wake`` after every run of inputs the
+        instance applies from now on, so that it follows what the handlers decided."""
+        task = self.runtime.spawn(effects.run())
+        self.runtime.watch_inputs(effects.wake)
+        return task
 
     def request_checkpoint(self) -> None:
         """Ask the coordinator for a checkpoint now (when primary)."""

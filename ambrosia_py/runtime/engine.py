@@ -150,8 +150,14 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
                 pending += out
                 if len(pending) >= _BATCH_BYTES:
                     return SendBytes(bytes(pending))
-        if not conn.owes_checkpoint and conn.is_primary:
-            pending += self._take_outbox()
+        if conn.is_primary:
+            outbox = self.outbox
+            if outbox.watchers and outbox.watched_inputs != self._inputs_seen:
+                outbox.watched_inputs = self._inputs_seen
+                for wake in outbox.watchers:
+                    wake()  # the state changed: side effects look at it again
+            if not conn.owes_checkpoint:
+                pending += self._take_outbox()
         self.settled = True
         return SendBytes(bytes(pending)) if pending else None
 

@@ -50,6 +50,9 @@ class Outbox:
         self._queued_bytes = 0
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Called after each run of inputs applied on the primary (``ctx.run_effects``).
+        self.watchers: list[Callable[[], None]] = []
+        self.watched_inputs = 0  # the inputs applied when they were last called
         self.failed: Callable[[BaseException], None] | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop | None, wakeup: Callable[[], None],

@@ -8,7 +8,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ambrosia_core.errors import LocalProtocolError
@@ -131,6 +131,14 @@ class Sending(EngineCore):
                 "side effects (ctx.spawn) may only start when primary, with a running runtime"
             )
         return self.outbox.spawn(coro)
+
+    def watch_inputs(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` (on the engine's thread) after each run of inputs applied from
+        now on; only when primary, as side effects start."""
+        if not self.conn.is_primary:
+            raise LocalProtocolError("side effects (ctx.run_effects) may only start when "
+                                     "primary")
+        self.outbox.watchers.append(wake)
 
     def request_checkpoint(self) -> None:
         self.outbox.queue_raw(self.conn.request_checkpoint())

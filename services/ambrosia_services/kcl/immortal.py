@@ -7,20 +7,21 @@ the state until the processor checkpoints beyond it. With a staging root (``stag
 the state keeps only references to the staged blocks that hold the records (each with
 its messages' ids and keys), each held until a checkpoint covers it, and the driver
 reads the records from the segments. The processors are side effects of
-the primary (``ProcessorDriver``); their checkpoints come back as ``kcl_checkpoint``
-Impulses, are recorded, and only then answered.
+the primary (``ProcessorDriver``), one for each stream the state has a processor on
+(``ctx.run_effects``); their checkpoints come back as ``kcl_checkpoint`` Impulses, are
+recorded, and only then answered.
 
 Run: ``ambrosia run kcl -i NAME --config FILE``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from ambrosia_py import impulse, rpc
+from ambrosia_py.effects import Effects
 from ambrosia_services.connectors.coordinator import (
     Applied,
     ConnectorCoordinator,
@@ -44,7 +45,7 @@ class KclCoordinator(ConnectorCoordinator):
     def __init__(self) -> None:
         super().__init__()
         self.kcl = KclCore()
-        self._drivers: dict[str, ProcessorDriver] = {}  # the primary's; never state
+        self._processors: Effects[str, ProcessorConfig] | None = None  # the primary's
 
     # ------------------------------------------------------------ hooks
     def coordinator_config(self) -> CoordinatorConfig:
@@ -56,16 +57,13 @@ class KclCoordinator(ConnectorCoordinator):
         arrival_ms = self._now_ns() // 1_000_000
         name = self.core.streams[stream_id].name
         records = [Record(m.message_id, m.key, m.payload, arrival_ms) for m in messages]
-        if self.kcl.retain(stream_id, name, records):
-            self._wake_driver(name)
+        self.kcl.retain(stream_id, name, records)
 
     def on_staged(self, stream_id: int, refs: Sequence[Ref]) -> None:
         name = self.core.streams[stream_id].name
         kept = self.kcl.retain_staged(stream_id, name, refs, self._now_ns() // 1_000_000)
         self.core.hold(kept)  # until a checkpoint covers them
         super().on_staged(stream_id, refs)
-        if kept:
-            self._wake_driver(name)
 
     def _release_dropped(self) -> None:
         dropped = self.kcl.take_dropped()
@@ -74,8 +72,7 @@ class KclCoordinator(ConnectorCoordinator):
 
     def on_end_of_stream(self, stream_id: int) -> None:
         super().on_end_of_stream(stream_id)
-        if self.kcl.end_of_stream(stream_id):
-            self._wake_driver(self.kcl.streams[stream_id].name)
+        self.kcl.end_of_stream(stream_id)
 
     def on_become_primary(self) -> None:
         processors = processors_from_config(self.ctx.config)  # a bad one stops the instance
@@ -83,7 +80,9 @@ class KclCoordinator(ConnectorCoordinator):
         names = [p.stream for p in processors]
         if names != self.kcl.attached:
             self.impulse_self.kcl_configure(names)
-        self.ctx.spawn(self._run_processors(processors))
+        if processors:
+            self._processors = self._processor_effects(processors)
+            self.ctx.run_effects(self._processors)
 
     def checkpoint_state(self) -> Any:
         return {"coordinator": super().checkpoint_state(), "kcl": self.kcl.to_state()}
@@ -94,7 +93,9 @@ class KclCoordinator(ConnectorCoordinator):
 
     def live_status(self) -> dict[str, Any]:
         live = super().live_status()
-        live["processors"] = {name: d.report() for name, d in sorted(self._drivers.items())}
+        running = {} if self._processors is None else self._processors.effects
+        live["processors"] = {name: d.report() for name, d in sorted(running.items())
+                              if isinstance(d, ProcessorDriver)}
         return live
 
     # ------------------------------------------------------------ inputs
@@ -103,8 +104,6 @@ class KclCoordinator(ConnectorCoordinator):
         self.kcl.configure(names)
         self._release_dropped()
         self.ctx.log.info("kcl: record processors on %s", ", ".join(names) or "no stream")
-        for name in names:
-            self._wake_driver(name)
 
     @impulse
     def kcl_checkpoint(self, token: int, stream_id: int, sequence: int, at_end: bool) -> None:
@@ -112,9 +111,9 @@ class KclCoordinator(ConnectorCoordinator):
         error = self.kcl.checkpoint(stream_id, sequence, at_end)
         self._release_dropped()
         rec = self.kcl.streams.get(stream_id)
-        if rec is not None and self._is_live():
-            driver = self._drivers.get(rec.name)
-            if driver is not None:
+        if rec is not None and self._processors is not None and self._is_live():
+            driver = self._processors.effects.get(rec.name)
+            if isinstance(driver, ProcessorDriver):
                 driver.checkpointed(token, error)
 
     @rpc
@@ -124,32 +123,22 @@ class KclCoordinator(ConnectorCoordinator):
         return self.kcl.status()
 
     # ------------------------------------------------------------ the primary's side
-    def _wake_driver(self, name: str) -> None:
-        driver = self._drivers.get(name)
-        if driver is not None and self._is_live():
-            driver.wake()
-
-    async def _run_processors(self, processors: list[ProcessorConfig]) -> None:
-        me = self.impulse_self
+    def _processor_effects(self, processors: list[ProcessorConfig]
+                           ) -> Effects[str, ProcessorConfig]:
+        """A driver for each stream the state has a processor on (``kcl_configure``)."""
+        by_name = {p.stream: p for p in processors}
+        order = sorted(by_name)
+        me, ctx = self.impulse_self, self.ctx
         # A random start, so a token of an earlier life is never taken for one of ours.
         first = int.from_bytes(os.urandom(6))
-        ctx = self.ctx
         staging = self.coordinator_config().staging or ""
-        self._drivers = {p.stream: ProcessorDriver(p, lambda: self.kcl, me.kcl_checkpoint,
-                                                   ctx.log, first + (i << 32),
-                                                   lambda: ctx.stop_reason, staging)
-                         for i, p in enumerate(processors)}
-        tasks = [asyncio.ensure_future(d.run()) for d in self._drivers.values()]
-        if not tasks:
-            return  # no [kcl] table: a coordinator with nothing to drive
-        try:
-            # Not gather: a stop cancels this task, and each driver must be cancelled
-            # exactly once, so that its child's end (shutdownRequested or leaseLost, as
-            # ctx.stop_reason says) runs undisturbed.
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for t in done:
-                t.result()  # a driver's bug ends the instance, as any side effect's would
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.wait(tasks)
+
+        def wanted() -> dict[str, ProcessorConfig]:
+            return {name: by_name[name] for name in self.kcl.attached if name in by_name}
+
+        def start(name: str, cfg: ProcessorConfig) -> ProcessorDriver:
+            return ProcessorDriver(cfg, lambda: self.kcl, me.kcl_checkpoint, ctx.log,
+                                   first + (order.index(name) << 32),
+                                   lambda: ctx.stop_reason, staging)
+
+        return Effects(wanted, start)

@@ -47,7 +47,6 @@ class SparkCoordinator(ConnectorCoordinator):
         if not self.jobs.runners:
             raise RuntimeError("submit_job needs at least one runner in the configuration")
         key = self.jobs.submit(name, args, self._now_ns())
-        self._wake_jobs()
         return key
 
     def cancel_job(self, key: str, reason: str = "cancelled") -> bool:
@@ -55,7 +54,6 @@ class SparkCoordinator(ConnectorCoordinator):
         it (``interruptTag``) and nothing of it is committed or reported after this.
         Returns whether the job was running."""
         cancelled = self.jobs.cancel(key, reason)
-        self._wake_jobs()
         return cancelled
 
     def on_job_result(self, key: str, rows: list[Any]) -> None:
@@ -91,7 +89,7 @@ class SparkCoordinator(ConnectorCoordinator):
             self.impulse_self.configure_jobs(wanted)
         if cfg.runners:
             self._jobs_live = JobsLive(self, cfg)
-            self.ctx.spawn(self._jobs_live.run())
+            self.ctx.run_effects(self._jobs_live)
 
     def checkpoint_state(self) -> Any:
         return {"coordinator": super().checkpoint_state(), "jobs": self.jobs.to_state()}
@@ -115,7 +113,6 @@ class SparkCoordinator(ConnectorCoordinator):
         self.jobs.configure(self.ctx.instance_name, settings)
         self.ctx.log.info("jobs configured: %d runner(s), %d attempts at most",
                           len(self.jobs.runners), self.jobs.max_attempts)
-        self._wake_jobs()
 
     @impulse
     def job_started(self, key: str, local_id: int) -> None:
@@ -134,19 +131,16 @@ class SparkCoordinator(ConnectorCoordinator):
             self.on_job_failed(key, f"its result is not JSON lines: {err}")
         else:
             self.on_job_result(key, parsed)
-        self._wake_jobs()
 
     @impulse
     def job_failed(self, key: str, local_id: int, reason: str) -> None:
         if self.jobs.failed(key, local_id, reason, self._now_ns()):
             self.on_job_failed(key, reason)
-        self._wake_jobs()
 
     @impulse
     def job_lost(self, key: str, local_id: int, same_attempt: bool, why: str) -> None:
         if self.jobs.lost(key, local_id, same_attempt, why, self._now_ns()):
             self.on_job_failed(key, self.jobs.ended[-1].reason)
-        self._wake_jobs()
 
     @rpc
     async def cancel(self, key: str, reason: str = "cancelled on request") -> bool:
@@ -164,9 +158,3 @@ class SparkCoordinator(ConnectorCoordinator):
             if self.jobs.expire(key, now):
                 self.on_job_failed(key, self.jobs.ended[-1].reason)
         self.on_job_tick()
-        self._wake_jobs()
-
-    # ------------------------------------------------------------ helpers
-    def _wake_jobs(self) -> None:
-        if self._jobs_live is not None and self._is_live():
-            self._jobs_live.wake()

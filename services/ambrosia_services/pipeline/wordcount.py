@@ -177,8 +177,7 @@ class WordCountPipeline(SparkCoordinator):
         del self.uncommitted[:done]
         # A batch's output is a unit: its transaction is cut at once (and the next one
         # as soon as a sink decided the one before), not at the next tick.
-        self.core.flush(self._now_ns())
-        self._wake()  # the sinks' links start it
+        self.core.flush(self._now_ns())  # the sinks' links start it
 
     # ------------------------------------------------------------ state
     def checkpoint_state(self) -> Any:

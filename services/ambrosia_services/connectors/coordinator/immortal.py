@@ -4,9 +4,9 @@ Sources (connectors) send MESSAGEs; the primary's listener turns them into batch
 ``receive`` Impulses; the handler applies each message once (``core``), hands applied
 messages to the output hook (``on_messages``), and only then may the listener ACK them.
 Output for sinks waits in the state until a sink votes yes on a transaction covering it.
-All network I/O lives in ``live.Live``, started in ``on_become_primary``; its outcomes come
-back as Impulses, and the handlers wake it (only when primary and not replaying) after
-they change what it must act on.
+All network I/O lives in ``live.Live``, started in ``on_become_primary`` with
+``ctx.run_effects``: the framework wakes it after every run of inputs applied, so it acts
+on what the handlers decided; its outcomes come back as Impulses.
 
 A live upgrade to a next version that keeps the state as it is (a subclass that changes
 only code) needs no conversion: ``Immortal.upgrade_from`` carries the whole state, the
@@ -91,7 +91,6 @@ class ConnectorCoordinator(Immortal):
     def release(self, refs: Sequence[Ref]) -> None:
         """Let staged blocks go (only in a handler): nothing will read them again."""
         self.core.release(refs)
-        self._wake()
 
     # ------------------------------------------------------------ lifecycle
     #: A subclass whose output can only go to sinks says so: started with none, it refuses.
@@ -122,7 +121,7 @@ class ConnectorCoordinator(Immortal):
             # sent before any Impulse of the transports, so it is applied first.
             self.impulse_self.configure(wanted)
         self._live = Live(self, cfg)
-        self.ctx.spawn(self._live.run())
+        self.ctx.run_effects(self._live)
 
     def coordinator_config(self) -> CoordinatorConfig:
         """This coordinator's part of ``ctx.config`` (a subclass with keys of its own
@@ -143,7 +142,6 @@ class ConnectorCoordinator(Immortal):
                           ", ".join(self.core.settings["sinks"]) or "none",
                           self.core.settings["interval_bytes"],
                           self.core.settings["interval_seconds"])
-        self._wake()
 
     @impulse
     def receive(self, token: int, batch: list[Incoming]) -> None:
@@ -153,7 +151,6 @@ class ConnectorCoordinator(Immortal):
         self.core.cut_due(self._now_ns())
         if self._live is not None and self._is_live():
             self._live.applied(token)
-            self._live.wake()
 
     @impulse
     def receive_staged(self, token: int, batch: list[IncomingRef]) -> None:
@@ -163,7 +160,6 @@ class ConnectorCoordinator(Immortal):
         self.core.cut_due(self._now_ns())
         if self._live is not None and self._is_live():
             self._live.applied(token)
-            self._live.wake()
 
     @impulse
     def end_of_stream(self, token: int, stream_id: int) -> None:
@@ -176,13 +172,11 @@ class ConnectorCoordinator(Immortal):
     def sink_uncommitted(self, sink: str, rtag: int, txn_ids: list[str]) -> None:
         self.core.sink_uncommitted(sink, rtag, txn_ids, self._now_ns())
         self.on_committed()
-        self._wake()
 
     @impulse
     def sink_voted(self, sink: str, txn_id: str, commit: bool) -> None:
         self.core.sink_voted(sink, txn_id, commit, self._now_ns())
         self.on_committed()
-        self._wake()
 
     def on_committed(self) -> None:
         """Called (in a handler) after a sink's transaction was decided: a subclass that
@@ -191,7 +185,6 @@ class ConnectorCoordinator(Immortal):
     @impulse
     def tick(self) -> None:
         self.core.tick(self._now_ns())
-        self._wake()
 
     @rpc
     async def status(self) -> dict[str, Any]:
@@ -214,7 +207,3 @@ class ConnectorCoordinator(Immortal):
 
     def _is_live(self) -> bool:
         return self.ctx.is_primary and not self.ctx.is_replaying
-
-    def _wake(self) -> None:
-        if self._live is not None and self._is_live():
-            self._live.wake()

@@ -1,6 +1,10 @@
 """The primary's outside world: the source listener, one link per sink, the tick timer
-and the status reports, started together by ``on_become_primary`` and cancelled with the
-instance. Nothing here changes the state; every outcome is an Impulse."""
+and the status reports, started together by ``on_become_primary`` (``ctx.run_effects``:
+woken after every run of inputs applied) and cancelled with the instance. Nothing here
+changes the state; every outcome is an Impulse.
+
+The links follow the state: one per sink the state has active (``wanted_sinks``), started
+when a ``configure`` Impulse adds a sink and stopped when one removes it."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from ambrosia_py.effects import Effects
 from ambrosia_services.staging import SegmentWriter, segment_names
 
 from .config import CoordinatorConfig
@@ -42,18 +47,25 @@ class Live:
         self.sources = SourceListener(self._core, cfg, me.receive, me.end_of_stream,
                                       self.log, me.receive_staged, self.writer)
         self.deleted_segments = 0
-        self.sinks = [SinkLink(name, self._core, cfg, owner.ctx.instance_name,
-                               me.sink_uncommitted, me.sink_voted, self.log)
-                      for name in sorted(cfg.sinks)]
-        self._last_tick = 0.0
+        self.sinks: Effects[str, str] = Effects(
+            self.wanted_sinks,
+            lambda name, _address: SinkLink(name, self._core, cfg, owner.ctx.instance_name,
+                                            me.sink_uncommitted, me.sink_voted, self.log))
+
+    def wanted_sinks(self) -> dict[str, str]:
+        """A link for every sink the state has active and the configuration names, with
+        its address (a new address is a new link)."""
+        return {name: self.cfg.sinks[name] for name, rec in sorted(self._core().sinks.items())
+                if rec.active and name in self.cfg.sinks}
 
     def _core(self) -> CoordinatorCore:
         return self.owner.core  # read anew: an upgrade or a load may replace it
 
     # ------------------------------------------------------------ from handlers
     def wake(self) -> None:
-        for link in self.sinks:
-            link.wake()
+        """Inputs were applied: the sinks' links look at the state again, and the
+        listener gives back the credits of what was applied."""
+        self.sinks.wake()
         self.sources.release_credits()
 
     def applied(self, token: int) -> None:
@@ -66,7 +78,7 @@ class Live:
             await self.sources.start()
             tasks = [asyncio.ensure_future(t) for t in (
                 self.sources.run_flusher(), self._ticker(), self._reporter(),
-                *(link.run() for link in self.sinks))]
+                self.sinks.run())]
             if self.writer is not None:
                 tasks.append(asyncio.ensure_future(self._collector()))
             await asyncio.gather(*tasks)
@@ -139,8 +151,8 @@ class Live:
             port=self.sources.port, connections=self.sources.connections,
             received=self.sources.received, acked=self.sources.acked,
             lag=max(self.sources.received - self.sources.early_drops - applied, 0),
-            linked={link.name: link.connected for link in self.sinks},
-            aborts_in_a_row={link.name: link.aborts_in_a_row for link in self.sinks})
+            linked={name: link.connected for name, link in self._links()},
+            aborts_in_a_row={name: link.aborts_in_a_row for name, link in self._links()})
         if self.writer is not None:
             report["staged"].update(
                 root=self.cfg.staging, backlog_limit=self.cfg.backlog_bytes,
@@ -150,6 +162,10 @@ class Live:
                 resends_dropped=self.sources.early_drops)
         report.update(self.owner.live_status())
         return report
+
+    def _links(self) -> list[tuple[str, SinkLink]]:
+        return [(name, link) for name, link in sorted(self.sinks.effects.items())
+                if isinstance(link, SinkLink)]
 
     def _write_status(self, report: dict[str, Any]) -> None:
         path = self.cfg.status_file

@@ -1,0 +1,131 @@
+"""Long-lived side effects in one shape: which should run is a function of the state.
+
+An immortal that keeps work going in the outside world (a link to each sink, a child
+process per stream, the links to job runners) describes it in three parts:
+
+- ``wanted``: a pure function of the immortal's state that names the effects that should
+  be running now, each by a key with a spec (what it needs to run: a sink's address, a
+  stream's processor configuration). It is asked again after every batch of inputs the
+  instance applies, so an effect starts as soon as a handler decides it, and stops when a
+  handler no longer wants it.
+- an effect per key (``Effect``): ``run()`` is the side effect itself, and ``wake()`` says
+  that the state changed, so that it looks at it again and acts (sends what the state
+  decided). What it learns goes back to the state as Impulses, which it sends itself.
+- ``Effects``, the driver: started on the primary with ``ctx.run_effects`` (never during
+  replay, so never twice), it starts an effect for every key wanted and not running,
+  cancels those no longer wanted or whose spec changed (each exactly once, and waits for
+  it to finish its own clean-up), and wakes the running ones. An effect that fails ends
+  the instance in one line, as any side effect's failure does; one that returns is done
+  until its spec changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
+
+__all__ = ["Effect", "Effects"]
+
+K = TypeVar("K", bound=Hashable)
+S = TypeVar("S")
+
+
+class Effect(Protocol):
+    """One long-lived side effect, run on the primary while its key is wanted."""
+
+    async def run(self) -> None:
+        """The effect itself; cancelled when it is no longer wanted or the instance stops."""
+
+    def wake(self) -> None:
+        """The state changed: look at it again (called on the event loop's thread)."""
+
+
+class Effects(Generic[K, S]):
+    """Runs the effects that ``wanted()`` names, one per key.
+
+    Args:
+        wanted: the effects that should run, by key, each with its spec; a pure function
+            of the state (it is called on the primary after inputs were applied).
+        start: makes the effect for a key and its spec (not yet running).
+    """
+
+    def __init__(self, wanted: Callable[[], Mapping[K, S]],
+                 start: Callable[[K, S], Effect]) -> None:
+        self._wanted = wanted
+        self._start = start
+        #: The effects running (or done), by key.
+        self.effects: dict[K, Effect] = {}
+        self._specs: dict[K, S] = {}
+        self._tasks: dict[K, asyncio.Task[Any]] = {}
+        self._stopping: set[asyncio.Task[Any]] = set()  # cancelled, finishing their clean-up
+        self._changed: asyncio.Event | None = None
+
+    def wake(self) -> None:
+        """The state may have changed: ask ``wanted`` again and wake every effect."""
+        if self._changed is not None:
+            self._changed.set()
+
+    async def run(self) -> None:
+        """Reconcile until cancelled (the instance stops); then cancel every effect.
+
+        Raises:
+            Exception: what an effect failed with (the instance stops with it).
+        """
+        self._changed = changed = asyncio.Event()
+        try:
+            while True:
+                changed.clear()
+                self._reconcile()
+                for effect in self.effects.values():
+                    effect.wake()
+                waiting = asyncio.ensure_future(changed.wait())
+                try:
+                    await asyncio.wait([waiting, *self._tasks.values(), *self._stopping],
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiting.cancel()
+                self._reap()
+        finally:
+            tasks = [*self._tasks.values(), *self._stopping]
+            self._tasks.clear()
+            self._stopping.clear()
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                # Not awaited one by one: a second cancel of this task must not reach
+                # them (each is cancelled exactly once, its clean-up undisturbed).
+                await asyncio.wait(tasks)
+                for task in tasks:
+                    if not task.cancelled():
+                        task.exception()  # retrieved: said by whoever stopped us
+
+    def _reconcile(self) -> None:
+        wanted = dict(self._wanted())
+        for key in [k for k, spec in self._specs.items()
+                    if k not in wanted or wanted[k] != spec]:
+            task = self._tasks.pop(key, None)
+            if task is not None:
+                task.cancel()  # exactly once; its clean-up runs undisturbed
+                self._stopping.add(task)
+            del self._specs[key]
+            del self.effects[key]
+        for key, spec in wanted.items():
+            if key not in self._specs:
+                effect = self._start(key, spec)
+                self._specs[key] = spec
+                self.effects[key] = effect
+                self._tasks[key] = asyncio.ensure_future(effect.run())
+
+    def _reap(self) -> None:
+        """An effect that failed ends the driver (and the instance); one that returned is
+        done: its key stays, so it is not started again with the same spec."""
+        ended = [t for t in self._stopping if t.done()]
+        self._stopping.difference_update(ended)
+        for key, task in list(self._tasks.items()):
+            if task.done():
+                del self._tasks[key]
+                ended.append(task)
+        for task in ended:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                raise error

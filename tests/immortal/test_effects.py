@@ -1,0 +1,111 @@
+"""The one shape of long-lived side effects: the driver runs exactly what a function of
+the state wants, one effect per key, and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ambrosia_py.effects import Effects
+
+
+class Probe:
+    """An effect that records its life: started, woken, cancelled, cleaned up."""
+
+    def __init__(self, key: str, spec: Any, log: list[str], fail: bool = False) -> None:
+        self.key, self.spec, self.log, self.fail = key, spec, log, fail
+        self.wakes = 0
+
+    async def run(self) -> None:
+        self.log.append(f"start {self.key}={self.spec}")
+        try:
+            if self.fail:
+                raise RuntimeError(f"{self.key} broke")
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0)  # its clean-up may await and is not disturbed
+            self.log.append(f"stopped {self.key}")
+            raise
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_effects_follow_what_the_state_wants() -> None:
+    async def main() -> None:
+        state: dict[str, Any] = {"a": 1, "b": 1}
+        log: list[str] = []
+        effects: Effects[str, Any] = Effects(lambda: dict(state),
+                                             lambda k, s: Probe(k, s, log))
+        task = asyncio.ensure_future(effects.run())
+        await _settle()
+        assert sorted(log) == ["start a=1", "start b=1"]
+        a = effects.effects["a"]
+        assert isinstance(a, Probe) and a.wakes == 1
+        # Nothing changed: woken again, nothing started or stopped.
+        effects.wake()
+        await _settle()
+        assert len(log) == 2 and a.wakes == 2
+        # b's spec changes, c is wanted, a is not any more.
+        del state["a"]
+        state["b"], state["c"] = 2, 1
+        effects.wake()
+        await _settle()
+        assert sorted(log[2:]) == ["start b=2", "start c=1", "stopped a", "stopped b"]
+        assert sorted(effects.effects) == ["b", "c"]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert sorted(log[6:]) == ["stopped b", "stopped c"]  # each cancelled once
+
+    asyncio.run(main())
+
+
+def test_an_effect_that_fails_ends_the_driver_with_its_error() -> None:
+    async def main() -> None:
+        log: list[str] = []
+        effects: Effects[str, int] = Effects(
+            lambda: {"ok": 1, "bad": 1}, lambda k, s: Probe(k, s, log, fail=k == "bad"))
+        with pytest.raises(RuntimeError, match="bad broke"):
+            await asyncio.wait_for(effects.run(), 5)
+        assert "stopped ok" in log  # the others are stopped too
+
+    asyncio.run(main())
+
+
+def test_an_effect_that_returns_is_not_started_again_with_the_same_spec() -> None:
+    async def main() -> None:
+        runs: list[int] = []
+        spec = {"once": 1}
+
+        class Once:
+            def __init__(self, s: int) -> None:
+                self.s = s
+
+            async def run(self) -> None:
+                runs.append(self.s)
+
+            def wake(self) -> None:
+                pass
+
+        effects: Effects[str, int] = Effects(lambda: dict(spec), lambda k, s: Once(s))
+        task = asyncio.ensure_future(effects.run())
+        await _settle()
+        effects.wake()
+        await _settle()
+        assert runs == [1]
+        spec["once"] = 2
+        effects.wake()
+        await _settle()
+        assert runs == [1, 2]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
