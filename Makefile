@@ -11,7 +11,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install raft-cluster demo demo-requests test test-fast lint bench chaos clean
 
-$(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx
+$(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx \
+		ic-harness/ambrosia_ic/logstore/_cfast.pyx
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev,bench,spark,demo,raft]'
@@ -49,11 +50,11 @@ demo-requests: $(STAMP)
 
 # The import contracts first (seconds): CI runs this target. The suite runs on the
 # compiled codec (an install that failed to build it fails here), then the wire tests
-# again on the pure-Python one.
+# and the log store's fast-path tests again on the pure-Python one.
 test: $(STAMP) $(RAFT_STAMP)
 	$(VENV)/bin/lint-imports
 	AMBROSIA_PY_CODEC=compiled $(PY) -m pytest -n 2 --dist loadgroup -q
-	AMBROSIA_PY_CODEC=pure $(PY) -m pytest -n 2 -q tests/wire
+	AMBROSIA_PY_CODEC=pure $(PY) -m pytest -n 2 -q tests/wire tests/ic/test_logstore_compiled.py
 
 test-fast: $(STAMP) $(RAFT_STAMP)
 	$(PY) -m pytest -n 2 -q -m "not slow"

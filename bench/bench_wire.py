@@ -22,10 +22,10 @@ from ambrosia_core.wire import (
     LogRecordDecoder,
     MessageStreamDecoder,
     OutgoingRpc,
-    _paths,
     encode_outgoing_rpc,
     encode_record,
     encode_rpc,
+    fastpaths,
 )
 
 ARGS = b'{"k":"value-of-twenty-s"}'[:27].ljust(27, b" ")  # 27 bytes: a 33-byte frame
@@ -145,7 +145,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     on the pure-Python one in a child process (``AMBROSIA_PY_CODEC=pure``), each row named
     with its codec."""
     rows = _run(quick)
-    if _paths.CODEC == "compiled":
+    if fastpaths.CODEC == "compiled":
         env = dict(os.environ, AMBROSIA_PY_CODEC="pure")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent.parent),
                                                         env.get("PYTHONPATH", "")) if p)
@@ -156,7 +156,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 def _run(quick: bool) -> list[dict[str, Any]]:
-    codec = f" [{_paths.CODEC} codec]"
+    codec = f" [{fastpaths.CODEC} codec]"
     n = 20_000 if quick else 200_000
     repeats = 3 if quick else 9
     frames = outgoing_frames(n)

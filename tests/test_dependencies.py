@@ -19,31 +19,77 @@ from ambrosia_py.runtime import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (ROOT / "ambrosia_core", ROOT / "ambrosia_py", ROOT / "ic-harness" / "ambrosia_ic",
-            ROOT / "ambrosia_cli")
+            ROOT / "ambrosia_cli", ROOT / "services" / "ambrosia_services")
 
 
-def _private_imports(path: Path) -> list[str]:
-    """``from MODULE import _name`` in ``path``: a private name taken from another module
-    (dunder names such as ``__version__`` are public)."""
+def _is_private(name: str) -> bool:
+    # Dunder names such as ``__version__`` are public.
+    return name.startswith("_") and not name.endswith("__")
+
+
+def _private_imports(path: Path, root: Path) -> list[str]:
+    module = ".".join(path.relative_to(root).with_suffix("").parts)
+    return _private_imports_in(path.read_text(), str(path.relative_to(ROOT)), module)
+
+
+def _private_imports_in(source: str, where: str, module: str) -> list[str]:
+    """Imports in ``source`` (the module ``module``) of what another module keeps
+    private: ``from MODULE import _name``, or a private module, ``from x._y import z``,
+    ``import x._y``. A private module is its package's: the package's modules and those
+    of its subpackages may import it (``from . import _y``, ``from .._y import z``)."""
+    package = module.split(".")[:-1]  # where a relative import starts (``__init__``: itself)
+
+    def foreign(parts: list[str]) -> bool:
+        """Whether the dotted ``parts`` pass a private module ``module`` is not inside."""
+        return any(_is_private(name) and package[:i] != parts[:i]
+                   for i, name in enumerate(parts))
+
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source, where)):
         if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                name = alias.name
-                if name.startswith("_") and not name.endswith("__"):
-                    # `from . import _module` is a package using its own private module.
-                    if node.module is None and node.level == 1:
-                        continue
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: "
-                                 f"from {'.' * node.level}{node.module or ''} import {name}")
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = base + (node.module.split(".") if node.module else [])
+            shown = f"from {'.' * node.level}{node.module or ''}"
+            if foreign(target):
+                found.append(f"{where}:{node.lineno}: {shown} import ...")
+            found += [f"{where}:{node.lineno}: {shown} import {alias.name}"
+                      for alias in node.names
+                      if _is_private(alias.name) and package[: len(target)] != target]
+        elif isinstance(node, ast.Import):
+            found += [f"{where}:{node.lineno}: import {alias.name}" for alias in node.names
+                      if foreign(alias.name.split("."))]
     return found
 
 
 def test_no_module_imports_a_private_name_of_another() -> None:
     found = [hit for pkg in PACKAGES for path in sorted(pkg.rglob("*.py"))
-             for hit in _private_imports(path)]
+             for hit in _private_imports(path, pkg.parent)]
     assert found == []
 
+
+def test_the_private_import_check_sees_private_modules_and_spares_a_packages_own() -> None:
+    source = "\n".join([
+        "from . import _own",
+        "from ._own import name",
+        "from .. import _parent",
+        "from pkg._parent import name",
+        "from pkg import __version__",
+        "import pkg.mod",
+        "from other._mod import name",
+        "import other._mod",
+        "import pkg.sub2._mod.x as alias",
+        "from ..sub2._mod import name",
+        "from .mod import _name",
+        "from ._own import _name",
+    ])
+    assert _private_imports_in(source, "m.py", "pkg.sub.m") == [
+        "m.py:7: from other._mod import ...",
+        "m.py:8: import other._mod",
+        "m.py:9: import pkg.sub2._mod.x",
+        "m.py:10: from ..sub2._mod import ...",
+        "m.py:11: from .mod import _name",
+        "m.py:12: from ._own import _name",
+    ]
 
 
 def _hidden_imports(path: Path) -> list[str]:

@@ -15,13 +15,6 @@ input.
   most 63 bytes (counterpart: ``MessageStreamDecoder``'s general path).
 - ``incoming_records``: whole data records whose bodies hold only incoming RPC calls, as a
   replay streams them (counterpart: ``LogRecordDecoder.next_event``, record by record).
-- ``stored_spans``: a coordinator's log file as a recovery scans it, records stored with
-  one input watermark each (counterpart: the general reader of ``ambrosia_ic``'s
-  ``LogScan``, record by record; ``tests/ic/test_replay_wire.py`` holds them together
-  over every damaged byte and cut of a log).
-- ``stored_as_wire``: records a scan found, cut from the file into their wire form to be
-  replayed (it checks only that each is still where the scan found it; it returns
-  whether it stopped at a record that is not, and the caller raises).
 - ``outgoing_frames``: outgoing-form RPCs on a binding's stream cut out as bytes, each
   turned into its incoming form by slicing, for a coordinator that passes them through
   (counterpart: the general decoder's ``OutgoingRpc``, its ``encode`` and the
@@ -36,9 +29,7 @@ same tests cover it through the decoder.
 
 from __future__ import annotations
 
-import struct
-from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from .messages import OutgoingRpc, Rpc
@@ -47,10 +38,9 @@ from .records import HEADER, check_bytes
 from .varint import encode_zz32
 
 __all__ = ["incoming_frame_count", "incoming_records", "incoming_rpcs", "long_zz32",
-           "outgoing_frames", "outgoing_rpcs", "stored_as_wire", "stored_spans"]
+           "outgoing_frames", "outgoing_rpcs"]
 
 _header = HEADER.unpack_from
-_set_length = struct.Struct("<i").pack_into
 
 # NamedTuple.__new__ is a Python function; tuple.__new__ builds the same object in C.
 _new = tuple.__new__
@@ -283,84 +273,3 @@ def incoming_records(buf: bytes, pos: int, last_seq: int | None, max_size: int, 
         pos = end
         last_seq = seq
     return pos, last_seq
-
-
-def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect: int | None,
-                 names: dict[bytes, str], inputs: dict[str, int], starts: array[int]
-                 ) -> tuple[int, int, int | None]:
-    """The usual records of a coordinator's log file from ``pos`` to ``size``:
-    ``(next_pos, records taken, last sequence id taken or None)``.
-
-    A stored record is a log record whose length field holds ``-length - 1``, followed by
-    its watermarks (``ambrosia_ic.logstore.watermarks``). The usual one has the committer
-    ``committer_id`` and the sequence id ``expect`` (None: any), intact check bytes, and
-    the watermarks of one input whose name is a key of ``names`` (names seen earlier in
-    the scan) with no trims: ``02, zz32 length, name, two int64, 00``. For each, its
-    start is appended to ``starts`` and ``inputs[name]`` set to its input watermark.
-    Anything else, a torn tail included, stops the loop there, for the general reader.
-    """
-    append = starts.append
-    header, check_of, name_of = _header, check_bytes, names.get  # locals: a hot loop
-    count = 0
-    last = None
-    # By the byte holding the name's length: the watermarks unpacked in one call.
-    layouts: dict[int, tuple[Any, int]] = {}
-    while size - pos >= 24:
-        committer, stored, check, seq = header(buf, pos)
-        end = pos - stored - 1  # where the body ends
-        if (stored >= -24 or end + 2 >= size or seq < 0
-                or (committer_id is not None and committer != committer_id)
-                or (expect is not None and seq != expect)):
-            break
-        mark = buf[end + 1]
-        layout = layouts.get(mark)
-        if layout is None:
-            if mark & 0x81:
-                break
-            packed = struct.Struct(f"<BB{mark >> 1}sqqB")
-            layout = layouts[mark] = (packed.unpack_from, packed.size)
-        unpack, length = layout
-        if end + length > size:
-            break
-        n, _, raw, value, _, trims = unpack(buf, end)
-        name = name_of(raw) if n == 2 and trims == 0 else None
-        if name is None or check_of(buf[pos + 24 : end]) != check:
-            break
-        inputs[name] = value
-        append(pos)
-        count += 1
-        last = seq
-        expect = seq + 1
-        pos = end + length
-    return pos, count, last
-
-
-def stored_as_wire(buf: Any, offsets: Sequence[int], i: int, seq: int, max_bytes: int
-                   ) -> tuple[bytes | bytearray, int, bool]:
-    """The stored records that start at ``offsets[i:]``, whose sequence ids are ``seq``,
-    ``seq + 1``, ..., in their wire form (positive length, no watermarks), one after
-    another until there are ``max_bytes`` or more: ``(bytes, next index, ok)``.
-
-    ``ok`` is False when the record at the next index is not a stored record of the
-    expected sequence id that fits in ``buf`` (the file changed since it was scanned);
-    nothing of it is taken.
-    """
-    size = len(buf)
-    out = bytearray()
-    n = len(offsets)
-    while i < n:
-        pos = offsets[i]
-        if pos < 0 or pos + 24 > size:
-            return out, i, False
-        _, stored, _, got = _header(buf, pos)
-        length = -stored - 1
-        if got != seq or length < 24 or pos + length > size:
-            return out, i, False
-        at = len(out)
-        out += buf[pos : pos + length]
-        _set_length(out, at + 4, length)
-        i += 1
-        seq += 1
-        if len(out) >= max_bytes:
-            break
-    return out, i, True

@@ -1,7 +1,7 @@
 """The message classes: one small immutable tuple per message type, each able to encode itself.
 
 Messages are ``typing.NamedTuple``: cheap to build on the hot path, hashable, and easy to
-pattern-match; equality sees the type (``_typed``), so ``TakeCheckpoint() !=
+pattern-match; equality sees the type (``typed``), so ``TakeCheckpoint() !=
 BecomingPrimary()`` although both hold no fields. Encoding validates what it is given and
 raises ``EncodeError`` for values the wire cannot carry.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import EncodeError
-from ._typed import typed_equality
 from .encoders import encode_outgoing_rpc, encode_rpc
 from .kinds import MessageType
+from .typed import typed_equality
 from .varint import encode_zz32, encode_zz64
 
 __all__ = [

@@ -8,7 +8,7 @@ Runs of incoming RPC calls (almost every record) go through the fast path in
 from __future__ import annotations
 
 from ..errors import VarintError, WireFormatError
-from ._paths import incoming_rpcs, long_zz32
+from .fastpaths import incoming_rpcs, long_zz32
 from .messages import Direction, Message, decode_body, rebased
 from .varint import Incomplete, decode_zz32
 

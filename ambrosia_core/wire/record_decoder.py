@@ -11,7 +11,6 @@ from ..errors import (
     SequenceGapError,
     WireFormatError,
 )
-from ._paths import incoming_records
 from .buffering import (
     DEFAULT_MAX_FRAME_SIZE,
     NEED_DATA,
@@ -21,6 +20,7 @@ from .buffering import (
     NeedData,
     located,
 )
+from .fastpaths import incoming_records
 from .messages import Checkpoint, Direction, MessageType
 from .packed import decode_messages
 from .records import CHECKPOINT_SEQ, CONTROL_SEQ, HEADER, HEADER_SIZE, LogRecord, check_bytes

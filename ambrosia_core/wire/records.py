@@ -18,8 +18,8 @@ from typing import NamedTuple
 import xxhash
 
 from ..errors import EncodeError
-from ._typed import typed_equality
 from .messages import Checkpoint, Message
+from .typed import typed_equality
 
 __all__ = [
     "CHECKPOINT_SEQ",

@@ -6,7 +6,7 @@ import enum
 from typing import NamedTuple
 
 from ambrosia_core.wire import Rpc
-from ambrosia_core.wire._typed import typed_equality
+from ambrosia_core.wire.typed import typed_equality
 
 
 class CheckpointReason(enum.Enum):

@@ -33,7 +33,7 @@ from ambrosia_core.wire import (
     TrimTo,
     encode_record,
 )
-from ambrosia_core.wire._paths import incoming_frame_count
+from ambrosia_core.wire.fastpaths import incoming_frame_count
 from tests import strategies as s
 
 SETTINGS = settings(max_examples=300, deadline=None,

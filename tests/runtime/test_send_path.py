@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambrosia_core.wire import MessageStreamDecoder, OutgoingRpc, RpcBatch
+from ambrosia_core.wire import MessageStreamDecoder, OutgoingRpc, RpcBatch, RpcType
+from ambrosia_core.wire.encoders import outgoing_rpc_head, sized
 from ambrosia_py import Immortal, fork, rpc
 from ambrosia_py import serialization as ser
 from ambrosia_py.runtime.engine import Engine
@@ -94,6 +95,19 @@ def test_a_burst_of_forks_is_the_batch_send_rpcs_makes():
     recorded = c.engine.outputs[-400:]
     assert [OutgoingRpc("" if r.destination == "src" else r.destination, *r[1:])
             for r in recorded] == list(batch.rpcs)
+
+
+@pytest.mark.parametrize("dest", ["sink", "src"])
+def test_each_frame_sent_is_sized_as_the_codecs_sized_sizes_it(dest):
+    # The send path writes the usual two-byte size itself; frames of one-, two- and
+    # three-byte sizes, each side of both edges, must come out as ``sized`` writes them.
+    engine = Engine(Source, "src")
+    head = outgoing_rpc_head("" if dest == "src" else dest, 7, RpcType.FORK)
+    for n in [*range(58, 70), *range(8186, 8198)]:
+        args = bytes(n - len(head))
+        engine._batch = []
+        engine._send(dest, 7, RpcType.FORK, args)
+        assert engine._batch == [sized(head + args)], n
 
 
 def test_a_call_that_does_not_bind_is_still_refused_with_the_methods_name(caplog):

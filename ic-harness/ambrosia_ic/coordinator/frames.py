@@ -27,11 +27,18 @@ from ambrosia_core.errors import (
     FrameTooLargeError,
     RemoteProtocolError,
     UnexpectedMessageError,
+    VarintError,
     WireFormatError,
 )
-from ambrosia_core.wire import DEFAULT_MAX_FRAME_SIZE, HEADER_SIZE, check_bytes
-from ambrosia_core.wire._paths import incoming_frame_count
-from ambrosia_core.wire._paths import outgoing_frames as _outgoing_frames
+from ambrosia_core.wire import (
+    DEFAULT_MAX_FRAME_SIZE,
+    HEADER_SIZE,
+    Incomplete,
+    check_bytes,
+    decode_zz32,
+)
+from ambrosia_core.wire.fastpaths import incoming_frame_count
+from ambrosia_core.wire.fastpaths import outgoing_frames as _outgoing_frames
 from ambrosia_core.wire.outgoing import OutgoingFrame
 from ambrosia_core.wire.records import HEADER
 
@@ -46,23 +53,13 @@ _RPC_BATCH = 5  # MessageType.RPC_BATCH
 
 
 def _zz32(buf: bytes, pos: int, end: int) -> tuple[int, int] | None:
-    """A minimal ZigZagInt of at most five bytes at ``pos`` that ends by ``end``:
+    """The codec's ``decode_zz32`` at ``pos`` of a ZigZagInt that must end by ``end``:
     ``(value, next_pos)``, or None (cut short, too long, not minimal, past int32)."""
-    u = 0
-    shift = 0
-    q = pos
-    stop = min(end, pos + 5)
-    while q < stop:
-        c = buf[q]
-        q += 1
-        if c < 0x80:
-            if (c == 0 and shift) or (shift == 28 and c > 0x0F):
-                return None
-            u |= c << shift
-            return (u >> 1) ^ -(u & 1), q
-        u |= (c & 0x7F) << shift
-        shift += 7
-    return None
+    try:
+        got = decode_zz32(buf, pos)
+    except (Incomplete, VarintError):
+        return None
+    return got if got[1] <= end else None
 
 
 def outgoing_frames(buf: bytes, pos: int, limit: int,

@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 from ambrosia_core.errors import WireFormatError
 from ambrosia_core.wire import HEADER_SIZE, Incomplete, check_bytes
-from ambrosia_core.wire._paths import stored_as_wire, stored_spans
 from ambrosia_core.wire.records import HEADER as _HEADER
 from ambrosia_ic.errors import LogCorruptionError
 
+from .fastpaths import stored_as_wire, stored_spans
 from .watermarks import cut_short as _cut_short
 from .watermarks import decode_watermarks as _decode_watermarks
 from .watermarks import encode_watermarks as _encode_watermarks
@@ -199,12 +199,13 @@ class LogScan:
     def _spans(self, buf: Any, size: int, written: int, starts: array[int],
                inputs: dict[str, int]) -> None:
         # The usual records (right committer and sequence id, one input watermark under
-        # a name seen before, no trims, check bytes good) are taken by the codec's
-        # ``stored_spans``, compiled when built; anything else goes through ``_records``
+        # a name seen before, no trims, check bytes good) are taken by ``stored_spans``
+        # (``fastpaths``: compiled when built); anything else goes through ``_records``
         # one record at a time, so every decision about damage and torn tails is made by
         # the one general reader.
-        # The codec takes only records that end where something was written (``written``),
-        # so the one before a zero tail gets the general reader's look at its watermarks.
+        # ``stored_spans`` takes only records that end where something was written
+        # (``written``), so the one before a zero tail gets the general reader's look at
+        # its watermarks.
         pos = self.start
         expect = self.first_seq
         cid = self.committer_id
@@ -323,8 +324,8 @@ def wire_batches(path: Path, offsets: Sequence[int], first_seq: int,
     batches of about ``max_bytes``.
 
     A recovery scans its logs once to check them and to plan; sending them again needs
-    neither the check bytes nor the watermarks, only the spans the scan found (cut by the
-    codec's ``stored_as_wire``, compiled when built). Each header is still compared with
+    neither the check bytes nor the watermarks, only the spans the scan found (cut by
+    ``fastpaths.stored_as_wire``, compiled when built). Each header is still compared with
     the expected sequence id, so a file that changed since the scan is reported as damage
     instead of replaying something else.
     """

@@ -1,0 +1,164 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The log store's fast paths (``_fast``), compiled: the same functions, the same results.
+
+Built at install when a C compiler and Cython are there; ``fastpaths`` picks this module
+or ``_fast`` by the wire codec's rule (``AMBROSIA_PY_CODEC``). Like ``_fast``, nothing here raises or decides that bytes are
+damaged: every loop stops at the first record that is anything but the usual one and
+leaves it to the general reader. Arguments of other types than those the loops read in C
+(an offsets list instead of an ``array("q")``, say) go to ``_fast`` unchanged.
+``tests/ic/test_logstore_compiled.py`` runs both on the same inputs.
+"""
+
+from array import array
+
+from cpython.buffer cimport PyObject_CheckBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.string cimport memcmp, memcpy
+
+from ambrosia_core.wire import check_bytes
+
+from . import _fast
+
+
+# Little-endian fixed integers of the record header (the wire codec's ``_cfast`` reads
+# them the same way; a .pxd shared across the two packages is not worth its build step).
+cdef inline long long _i64(const unsigned char* p) noexcept:
+    cdef unsigned long long u = 0
+    cdef int i
+    for i in range(7, -1, -1):
+        u = (u << 8) | p[i]
+    return <long long>u
+
+
+cdef inline long _i32(const unsigned char* p) noexcept:
+    return <int>((<unsigned int>p[3] << 24) | (<unsigned int>p[2] << 16)
+                 | (<unsigned int>p[1] << 8) | p[0])
+
+
+cdef void _flush_starts(starts, long long* pending, Py_ssize_t* k):
+    if k[0]:
+        starts.frombytes(PyBytes_FromStringAndSize(<const char*>pending, k[0] * 8))
+        k[0] = 0
+
+
+def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dict names,
+                 dict inputs, starts):
+    """``_fast.stored_spans``: the usual stored records of a coordinator's log file."""
+    if (pos < 0 or size < 0 or not isinstance(starts, array)
+            or starts.typecode != "q" or not PyObject_CheckBuffer(buf)):
+        return _fast.stored_spans(buf, pos, size, committer_id, expect, names, inputs, starts)
+    cdef const unsigned char[::1] view = buf
+    if size > view.shape[0]:
+        return _fast.stored_spans(buf, pos, size, committer_id, expect, names, inputs, starts)
+    if size - pos < 24:
+        return pos, 0, None
+    cdef const unsigned char* p = &view[0]
+    cdef bint any_cid = committer_id is None
+    cdef long cid = 0 if any_cid else committer_id
+    cdef bint any_seq = expect is None
+    cdef long long want = 0 if any_seq else expect
+    cdef long stored
+    cdef long long seq
+    cdef long long last = 0
+    cdef Py_ssize_t count = 0, end, q, ln
+    cdef unsigned char mark
+    # The name of the last record and its watermark, set in ``inputs`` when the name
+    # changes and at the end: senders come in runs.
+    cdef object name = None
+    cdef object key = None
+    cdef bint have_value = False
+    cdef const char* raw = NULL
+    cdef Py_ssize_t raw_len = -1
+    cdef long long value = 0
+    cdef long long pending[512]
+    cdef Py_ssize_t k = 0
+    check = check_bytes
+    try:
+        while size - pos >= 24:
+            stored = _i32(p + pos + 4)
+            seq = _i64(p + pos + 16)
+            end = pos - stored - 1
+            if (stored >= -24 or end + 2 >= size or seq < 0
+                    or (not any_cid and _i32(p + pos) != cid)
+                    or (not any_seq and seq != want)):
+                break
+            mark = p[end + 1]
+            if p[end] != 2 or mark & 0x81:
+                break
+            ln = mark >> 1
+            q = end + 2 + ln
+            if q + 17 > size or p[q + 16] != 0:
+                break
+            if ln != raw_len or memcmp(raw, p + end + 2, ln) != 0:
+                found = names.get(PyBytes_FromStringAndSize(<const char*>p + end + 2, ln))
+                if found is None:
+                    break
+                if have_value:
+                    inputs[name] = value
+                    have_value = False
+                name = found
+                key = PyBytes_FromStringAndSize(<const char*>p + end + 2, ln)
+                raw = PyBytes_AS_STRING(key)
+                raw_len = ln
+            if (<unsigned long long>_i64(p + pos + 8)) != <unsigned long long>check(
+                    PyBytes_FromStringAndSize(<const char*>p + pos + 24, end - pos - 24)):
+                break
+            value = _i64(p + q)
+            have_value = True
+            pending[k] = pos
+            k += 1
+            if k == 512:
+                _flush_starts(starts, pending, &k)
+            count += 1
+            last = seq
+            want = seq + 1
+            any_seq = False
+            pos = q + 17
+    finally:
+        _flush_starts(starts, pending, &k)
+        if have_value:
+            inputs[name] = value
+    return pos, count, (last if count else None)
+
+
+def stored_as_wire(buf, offsets, Py_ssize_t i, long long seq, Py_ssize_t max_bytes):
+    """``_fast.stored_as_wire``: stored records cut into their wire form."""
+    if (i < 0 or not isinstance(offsets, array) or offsets.typecode != "q"
+            or not PyObject_CheckBuffer(buf)):
+        return _fast.stored_as_wire(buf, offsets, i, seq, max_bytes)
+    cdef const unsigned char[::1] view = buf
+    cdef const long long[::1] offs = offsets
+    cdef Py_ssize_t size = view.shape[0]
+    cdef Py_ssize_t n = offs.shape[0]
+    cdef Py_ssize_t first = i, total = 0, pos, length, at, j
+    cdef long stored
+    cdef bint ok = True
+    # First the records to take and their size, then one copy each into the result.
+    while i < n:
+        pos = offs[i]
+        if pos < 0 or pos + 24 > size:
+            ok = False
+            break
+        stored = _i32(&view[pos + 4])
+        length = -(<Py_ssize_t>stored) - 1
+        if _i64(&view[pos + 16]) != seq or length < 24 or pos + length > size:
+            ok = False
+            break
+        total += length
+        i += 1
+        seq += 1
+        if total >= max_bytes:
+            break
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* dst = PyBytes_AS_STRING(out)
+    at = 0
+    for j in range(first, i):
+        pos = offs[j]
+        length = -(<Py_ssize_t>_i32(&view[pos + 4])) - 1
+        memcpy(dst + at, &view[pos], length)
+        dst[at + 4] = length & 0xFF
+        dst[at + 5] = (length >> 8) & 0xFF
+        dst[at + 6] = (length >> 16) & 0xFF
+        dst[at + 7] = (length >> 24) & 0xFF
+        at += length
+    return out, i, ok
