@@ -27,8 +27,7 @@ if typing.TYPE_CHECKING:
     import asyncio
 
     from .effects import Effect
-    from .immortal import Immortal
-    from .methods import MethodSpec, PendingCall
+    from .methods import Hosted, MethodSpec, PendingCall
 
 __all__ = ["ImmortalContext", "InputHeader", "Runtime"]
 
@@ -68,7 +67,7 @@ class Runtime(Protocol):
 
     def request_checkpoint(self) -> None: ...
 
-    def call(self, dest: str, cls: type[Immortal], spec: MethodSpec, args: tuple[Any, ...],
+    def call(self, dest: str, cls: type[Hosted], spec: MethodSpec, args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> PendingCall[Any]: ...
 
     def fork(self, dest: str, spec: MethodSpec, args: tuple[Any, ...],

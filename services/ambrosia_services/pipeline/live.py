@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ambrosia_services.jobs import (
     RESULT_EDGE,
@@ -57,9 +57,23 @@ from .config import PipelineConfig, runner_address
 from .jobtable import JobTable, Phase
 
 if TYPE_CHECKING:
-    from .coordinator import SparkCoordinator
+    from ambrosia_py import ImmortalContext
 
-__all__ = ["JobsLive", "coordinator_member"]
+__all__ = ["JobsLive", "Owner", "coordinator_member"]
+
+
+class Owner(Protocol):
+    """What the job links read of their immortal (``SparkCoordinator``)."""
+
+    jobs: JobTable  # read anew each time: a load may replace it
+
+    @property
+    def ctx(self) -> ImmortalContext: ...
+
+    @property
+    def impulse_self(self) -> Any: ...  # the Impulses they send: job_batch, job_lost, job_tick, ...
+
+    def wants_job_tick(self, now_ns: int) -> bool: ...
 
 TICK_PERIOD = 0.1  # how often the app's tick condition is looked at
 
@@ -81,7 +95,7 @@ def coordinator_member(instance: str) -> uuid.UUID:
 class JobsLive:
     """The links to the runners of one Spark coordinator, on its primary."""
 
-    def __init__(self, owner: SparkCoordinator, cfg: PipelineConfig) -> None:
+    def __init__(self, owner: Owner, cfg: PipelineConfig) -> None:
         self.owner = owner
         self.cfg = cfg
         self.log = owner.ctx.log

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ambrosia_py.effects import Effects
 from ambrosia_services.staging import SegmentWriter, segment_names
@@ -24,15 +24,31 @@ from .sinks import SinkLink
 from .sources import SourceListener
 
 if TYPE_CHECKING:
-    from .immortal import ConnectorCoordinator
+    from ambrosia_py import ImmortalContext
 
-__all__ = ["Live"]
+__all__ = ["Live", "Owner"]
+
+
+class Owner(Protocol):
+    """What the primary's side reads of its immortal (``ConnectorCoordinator``)."""
+
+    core: CoordinatorCore  # read anew each time: an upgrade or a load may replace it
+
+    @property
+    def ctx(self) -> ImmortalContext: ...
+
+    @property
+    def impulse_self(self) -> Any: ...  # the Impulses it sends: receive, sink_voted, tick, ...
+
+    def state_status(self) -> dict[str, Any]: ...
+
+    def live_status(self) -> dict[str, Any]: ...
 
 
 class Live:
     """Everything the primary does with sockets and clocks, for one coordinator."""
 
-    def __init__(self, owner: ConnectorCoordinator, cfg: CoordinatorConfig) -> None:
+    def __init__(self, owner: Owner, cfg: CoordinatorConfig) -> None:
         self.owner = owner
         self.cfg = cfg
         self.log = owner.ctx.log
