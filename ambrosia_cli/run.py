@@ -28,7 +28,6 @@ from ambrosia_ic import registry
 from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_core.errors import AmbrosiaError, UsageError
-from ambrosia_core.loops import loop_runner, slice_us
 from ambrosia_py.runtime import cli as binding
 from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
@@ -129,9 +128,6 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     cls = binding.load_class(args.target)
     config = load_config(args.config, args.sets)  # a bad one fails before anything starts
     upgrade_to = binding.load_upgrade_target(args.upgrade_to, cls)  # before it is registered
-    # Both checked before anything starts.
-    loop_runner(args.loop, setting="--loop or $AMBROSIA_PY_LOOP")
-    slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US")
     if (args.ic_receive_port is None) != (args.ic_send_port is None):
         raise UsageError("--ic-receive-port and --ic-send-port go together")
     if args.ic_receive_port is not None:
@@ -167,8 +163,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         return binding.stopped(args.instance_name, stops)
     runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops, log,
                                   replay_estimate=estimate, on_stop=_stop_with(proc),
-                                  on_failure=_stop_first(proc), config=config,
-                                  loop=args.loop)
+                                  on_failure=_stop_first(proc), config=config)
     return _outcome(args, runner, stops, proc)
 
 

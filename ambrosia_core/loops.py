@@ -1,11 +1,8 @@
-"""How a binding or a coordinator runs: on uvloop where it is installed, else asyncio's own
-loop, and with a short scheduler slice where the kernel takes one.
-
-An await round trip between two immortals crosses four processes, each turning its event
-loop once or twice per message; uvloop's turns are cheaper (measured: await p50 about 0.9x
-for either side alone, durable forks no worse; see bench/README.md). ``asyncio`` stays
-selectable (``--loop asyncio`` or the environment) for platforms without uvloop and for
-comparing the two.
+"""How a binding or a coordinator runs: on uvloop where it is installed (a dependency
+everywhere but Windows), else asyncio's own loop, and with a short scheduler slice where
+the kernel takes one. Neither is a setting: an await round trip between two immortals
+crosses four processes, each turning its event loop once or twice per message, and both
+choices were measured to make that cheaper (bench/README.md), never dearer.
 """
 
 from __future__ import annotations
@@ -19,12 +16,8 @@ import struct
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from .errors import UsageError
-
-__all__ = ["DEFAULT_SLICE_US", "LOOPS", "Backoff", "loop_runner", "shorten_slice",
-           "said_at", "slice_us", "uvloop_available", "write_unless_closing"]
-
-LOOPS = ("auto", "asyncio", "uvloop")
+__all__ = ["DEFAULT_SLICE_US", "Backoff", "loop_runner", "shorten_slice", "said_at",
+           "uvloop_available", "write_unless_closing"]
 
 Runner = Callable[[Coroutine[Any, Any, Any]], Any]
 
@@ -37,26 +30,12 @@ def uvloop_available() -> bool:
     return True
 
 
-def loop_runner(kind: str, *, setting: str) -> Runner:
-    """``asyncio.run`` or ``uvloop.run``: ``kind`` is ``auto`` (uvloop if installed),
-    ``asyncio`` or ``uvloop``.
-
-    Args:
-        setting: where ``kind`` came from (an option or a variable), for the error.
-
-    Raises:
-        UsageError: an unknown kind, or uvloop asked for but not installed.
-    """
-    if kind not in LOOPS:
-        raise UsageError(f"unknown event loop {kind!r} in {setting} "
-                         f"(expected {', '.join(LOOPS)})")
-    if kind == "asyncio" or (kind == "auto" and not uvloop_available()):
+def loop_runner() -> Runner:
+    """``uvloop.run`` where uvloop is installed, else ``asyncio.run``."""
+    if not uvloop_available():
         return asyncio.run
-    try:
-        import uvloop
-    except ImportError:
-        raise UsageError(f"{setting} asks for uvloop, which is not installed "
-                         "(pip install uvloop, or choose asyncio)") from None
+    import uvloop
+
     run: Runner = uvloop.run
     return run
 
@@ -91,34 +70,14 @@ _SCHED_OTHER = 0
 _SCHED_FLAG_RESET_ON_FORK = 0x01
 
 
-def slice_us(value: str | None, *, setting: str) -> int:
-    """The slice asked for by ``value`` (``$AMBROSIA_SLICE_US``; unset: the default, 0:
-    leave the kernel's).
-
-    Raises:
-        UsageError: not a whole number of microseconds from 0 to 100,000.
-    """
-    if value is None or value == "":
-        return DEFAULT_SLICE_US
-    try:
-        us = int(value)
-    except ValueError:
-        us = -1
-    if not 0 <= us <= 100_000:
-        raise UsageError(f"{setting} must be a whole number of microseconds from 0 to "
-                         f"100000 (0: the kernel's own slice), got {value!r}")
-    return us
-
-
-def shorten_slice(us: int) -> bool:
+def shorten_slice(us: int = DEFAULT_SLICE_US) -> bool:
     """Ask the kernel to run this process in slices of ``us`` microseconds; whether it did.
 
     An await round trip wakes four processes one after another. On a busy machine each
     wake-up may wait for whatever holds the CPU to finish its slice (1.4 ms by default
     here); Linux's EEVDF scheduler (6.12 and later) lets a task ask for a shorter slice,
-    with which a woken task preempts sooner, without more CPU time overall. Measured
-    with both cores kept busy by two spinning processes: await p99 6.4 -> 4.8 ms, p50 and
-    CPU unchanged (bench/README.md). Only ordinary (SCHED_OTHER) processes are changed,
+    with which a woken task preempts sooner, without more CPU time overall (measured:
+    bench/README.md). Only ordinary (SCHED_OTHER) processes are changed,
     keeping their nice value; anywhere the call does not exist, is refused or is ignored,
     nothing changes. Processes it starts later get the kernel's slice again.
     """

@@ -8,8 +8,8 @@ A, and so on, so load from other work on the machine falls on both alike.
 Prints each run and, per checkout, the medians of forks/s, the await round trip p50 and
 p99, and the CPU seconds the two coordinators and the two bindings used (from /proc, read
 just before they are stopped): CPU is steadier than rates on a busy machine. ``--env-b``
-sets variables for B's runs only (the same checkout twice, e.g. AMBROSIA_IC_LOOP=uvloop,
-compares an option).
+sets variables for B's runs only (the same checkout twice, e.g. AMBROSIA_IC_PREALLOC=0,
+compares a setting).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ambrosia_core.errors import AmbrosiaError, UsageError
-from ambrosia_core.loops import LOOPS, loop_runner, shorten_slice, slice_us
+from ambrosia_core.loops import loop_runner, shorten_slice
 from ambrosia_core.ports import free_ports
 
 from .config import load_config
@@ -111,9 +111,6 @@ def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_po
                         "coordinator upgrades")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="the instance's configuration, a TOML file (ctx.config)")
-    p.add_argument("--loop", choices=LOOPS, default=os.environ.get("AMBROSIA_PY_LOOP", "auto"),
-                   help="the binding's event loop: auto (uvloop if installed, else asyncio), "
-                   "asyncio or uvloop (default: $AMBROSIA_PY_LOOP, else auto)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
                    help="set one configuration key over the file's (repeatable; KEY may be "
                         "dotted, VALUE is a TOML value or else a string)")
@@ -147,8 +144,7 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
                  replay_estimate: int | None = None,
                  on_stop: Callable[[ImmortalRunner], None] | None = None,
                  on_failure: Callable[[], Awaitable[None]] | None = None,
-                 config: Mapping[str, Any] | None = None,
-                 loop: str = "auto") -> ImmortalRunner:
+                 config: Mapping[str, Any] | None = None) -> ImmortalRunner:
     """Run the immortal until its coordinator closes the connection or a stop signal
     stops it; returns the runner, which says how it ended.
 
@@ -160,14 +156,9 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
             connection closes: ``ambrosia run`` stops its coordinator there, so that it
             ends as stopped rather than saying that its binding went away.
         config: the instance's configuration (``ctx.config``).
-        loop: ``auto``, ``asyncio`` or ``uvloop`` (see ``ambrosia_core.loops``).
-
-    Raises:
-        UsageError: ``loop`` is unknown, or uvloop is asked for but not installed, or
-            ``$AMBROSIA_SLICE_US`` is not a number of microseconds.
     """
-    run = loop_runner(loop, setting="--loop or $AMBROSIA_PY_LOOP")
-    shorten_slice(slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US"))
+    run = loop_runner()
+    shorten_slice()
     engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
     runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate,
                             on_failure=on_failure)
@@ -238,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config, args.sets)
             runner = run_immortal(cls, upgrade_to, name,
                                   (args.ic_receive_port, args.ic_send_port), stops, log,
-                                  config=config, loop=args.loop)
+                                  config=config)
             code, line = outcome(name, runner, stops, args.debug_replay)
         except AmbrosiaError as e:
             code, line = (stopped(name, stops) if stops.signum is not None

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from ambrosia_core.wire import (
     CONTROL_SEQ,
     InitialMessage,
@@ -21,11 +19,7 @@ from ambrosia_core.wire import (
 from .conftest import Harness, wait_until
 
 
-@pytest.mark.parametrize("fsync", ["loop", "thread"])
-def test_first_start_echoes_initial_message_and_logs_self_calls(
-    harness: Harness, fsync: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AMBROSIA_IC_FSYNC", fsync)  # the coordinator's --fsync default
+def test_first_start_echoes_initial_message_and_logs_self_calls(harness: Harness) -> None:
     reg = harness.register("alpha")
     harness.start("alpha")
     b = harness.connect("alpha")

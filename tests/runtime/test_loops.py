@@ -1,5 +1,5 @@
-"""The event loop of both processes: uvloop by default where it is installed, asyncio's when
-asked, and the same behaviour on either (an awaited call across a crash of the caller)."""
+"""The event loop of both processes: uvloop where it is installed (a dependency), with a
+short scheduler slice, and the same behaviour of a socket write on either loop."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambrosia_core.loops import Backoff, loop_runner, said_at, write_unless_closing
+from ambrosia_core.loops import (
+    DEFAULT_SLICE_US,
+    Backoff,
+    loop_runner,
+    said_at,
+    write_unless_closing,
+)
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from tests.launcher import ROOT, Launcher
@@ -43,36 +49,25 @@ def _coordinator_pid(p: ImmortalProcess) -> int:
     return int(line.rsplit("pid ", 1)[1].split(")")[0])
 
 
-@pytest.mark.parametrize(("loop", "slice_us"), [("asyncio", "0"), ("uvloop", "250"),
-                                               (None, None)])
-def test_an_awaited_call_across_a_crash_on_each_loop(launcher: Launcher, loop: str | None,
-                                                      slice_us: str | None) -> None:
-    """None: the defaults, uvloop (a dependency) and a 100 us slice."""
+def test_an_awaited_call_across_a_crash_runs_on_uvloop_in_short_slices(
+        launcher: Launcher) -> None:
+    """Both the bindings and their coordinators run on uvloop in 100 us slices: nothing
+    to set, and an awaited call survives a crash of its caller."""
     from ambrosia_ic import registry
 
-    env = dict(os.environ)
-    for var in ("AMBROSIA_PY_LOOP", "AMBROSIA_IC_LOOP", "AMBROSIA_SLICE_US"):
-        env.pop(var, None)
-    if loop is not None:
-        env["AMBROSIA_PY_LOOP"] = env["AMBROSIA_IC_LOOP"] = loop
-    if slice_us is not None:
-        env["AMBROSIA_SLICE_US"] = slice_us
     rp, sp, icp = free_ports(3)
     registry.register(instance_name="calc", receive_port=rp, send_port=sp, ic_port=icp,
                       log_dir=str(launcher.home / "logs"), home=launcher.home)
-    caller = launcher.start("tests.runtime.apps:Caller", "caller", primary=False, env=env)
+    caller = launcher.start("tests.runtime.apps:Caller", "caller", primary=False)
     caller.wait_for("caller: awaiting calc")
     caller.kill()  # the call is in the log, its result is not
-    caller = launcher.start("tests.runtime.apps:Caller", "caller", env=env)
-    calc = launcher.start("tests.runtime.apps:Calculator", "calc", env=env)
+    caller = launcher.start("tests.runtime.apps:Caller", "caller")
+    calc = launcher.start("tests.runtime.apps:Calculator", "calc")
     caller.wait_for("caller: done")
-    want_uvloop = loop != "asyncio"
-    kernels = _slice_ns(os.getpid())  # this test's process: the kernel's own slice
-    want_slice = {"0": kernels, "250": 250_000, None: 100_000}[slice_us]
     for p in (caller, calc):
         for pid in (p.proc.pid, _coordinator_pid(p)):
-            assert _uses_uvloop(pid) is want_uvloop
-            assert _slice_ns(pid) == want_slice
+            assert _uses_uvloop(pid)
+            assert _slice_ns(pid) == DEFAULT_SLICE_US * 1000
     caller.stop()
     calc.stop()
     state = repro("caller", Caller, home=launcher.home).state
@@ -80,22 +75,14 @@ def test_an_awaited_call_across_a_crash_on_each_loop(launcher: Launcher, loop: s
                              "RemoteCallError"]
 
 
-@pytest.mark.parametrize(("var", "value", "error"), [
-    ("AMBROSIA_PY_LOOP", "trio", "unknown event loop 'trio' in --loop or $AMBROSIA_PY_LOOP "
-     "(expected auto, asyncio, uvloop)"),
-    ("AMBROSIA_SLICE_US", "1ms", "$AMBROSIA_SLICE_US must be a whole number of microseconds "
-     "from 0 to 100000 (0: the kernel's own slice), got '1ms'"),
-])
-def test_a_bad_setting_stops_ambrosia_run_before_it_starts_anything(
-        tmp_path: Path, var: str, value: str, error: str) -> None:
-    env = dict(os.environ, AMBROSIA_HOME=str(tmp_path), **{var: value},
-               PYTHONPATH=os.pathsep.join((str(ROOT), os.environ.get("PYTHONPATH", ""))))
-    r = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", "tests.runtime.apps:Caller",
-                        "-i", "caller"], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == [f"ambrosia run: error: {error}"]
-    assert not (tmp_path / "logs").exists() and not list(tmp_path.glob("*/caller*"))
+def test_the_loop_is_uvloop_where_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvloop
+
+    from ambrosia_core import loops
+
+    assert loop_runner() is uvloop.run
+    monkeypatch.setattr(loops, "uvloop_available", lambda: False)
+    assert loop_runner() is asyncio.run
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -120,7 +107,9 @@ def test_a_write_to_a_closed_connection_is_dropped_on_either_loop(loop: str) -> 
         server.close()
         return writer.is_closing(), raw
 
-    closing, raw = loop_runner(loop, setting="test")(main())
+    import uvloop
+
+    closing, raw = (uvloop.run if loop == "uvloop" else asyncio.run)(main())
     assert closing
     assert raw == ("raised" if loop == "uvloop" else "dropped")
 

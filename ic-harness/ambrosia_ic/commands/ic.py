@@ -11,8 +11,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from ambrosia_core.errors import CoordinatorError, UsageError
-from ambrosia_core.loops import LOOPS, loop_runner, shorten_slice, slice_us
+from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.loops import loop_runner, shorten_slice
 from ambrosia_ic.errors import RegistryError
 
 from .. import registry
@@ -41,19 +41,15 @@ def _ic(args: argparse.Namespace) -> int:
     cls: type[StandaloneCoordinator | SharedDirReplica | RaftReplica] = (
         RaftReplica if reg.log_store else
         SharedDirReplica if reg.active_active else StandaloneCoordinator)
-    run = loop_runner(args.loop, setting="--loop or $AMBROSIA_IC_LOOP")
-    shorten_slice(slice_us(os.environ.get("AMBROSIA_SLICE_US"), setting="$AMBROSIA_SLICE_US"))
-    places = {"auto": None, "loop": False, "thread": True}
-    if args.fsync not in places:
-        raise UsageError(f"unknown fsync place {args.fsync!r} (expected auto, loop or thread)")
+    run = loop_runner()
+    shorten_slice()
     link = LinkOptions(
         args.ic_host or None, args.advertise or None,
         registry.read_secret_file(args.link_secret_file) if args.link_secret_file else None)
     # Registrations this registry lacks are read from the cluster ``--registry`` names,
     # else from the instance's own log store.
     directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
-    coordinator = cls(reg, home, replica=args.replica, fsync_in_thread=places[args.fsync],
-                      link=link, directory=directory)
+    coordinator = cls(reg, home, replica=args.replica, link=link, directory=directory)
     code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code
@@ -136,16 +132,6 @@ def add_ic(sub: Any) -> None:
                    help="the registered instance")
     p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
                    help="which replica of an active/active instance (default 0)")
-    p.add_argument("--fsync", choices=("auto", "loop", "thread"),
-                   default=os.environ.get("AMBROSIA_IC_FSYNC", "auto"),
-                   help="where each log record is written and fsynced: on the event loop "
-                   "(group commit batches what arrives meanwhile) or in a thread; auto: "
-                   "the loop, except for active/active replicas, whose heartbeat must go "
-                   "on during a slow fsync (default: $AMBROSIA_IC_FSYNC, else auto)")
-    p.add_argument("--loop", choices=LOOPS,
-                   default=os.environ.get("AMBROSIA_IC_LOOP", "auto"),
-                   help="the event loop: auto (uvloop if installed, else asyncio), asyncio "
-                   "or uvloop (default: $AMBROSIA_IC_LOOP, else auto)")
     p.add_argument("--registry", default=os.environ.get("AMBROSIA_REGISTRY", ""),
                    metavar="raft://HOST:PORT,...",
                    help="a Raft cluster to read registrations from when this machine's "

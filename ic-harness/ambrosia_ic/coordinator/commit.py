@@ -11,8 +11,8 @@ task to wake and no thread hop. What arrives meanwhile waits in the kernel's soc
 buffers, so the next read takes it all at once and the next record packs it: the
 batching happens as it would with a thread. A thread costs a hand-off each way (a futex
 wake-up there, a self-pipe write back) and lets the loop spend CPU on small reads while
-it waits; on 2 cores shared by four processes that measured worse: forks 1.41x and await
-p50 0.85x with the fsync on the loop (20,000 forks, 4 interleaved pairs). The thread is
+it waits; on 2 cores shared by four processes that measured worse than the fsync on the
+loop (bench/README.md, "Figures behind choices in the code"). The thread is
 kept for active/active replicas (a primary's heartbeat must go on during a slow fsync,
 or standbys take it for dead) and for a coordinator whose own outputs must not wait for
 its fsyncs; there the ``committer`` task commits, woken by ``wake``. That task also

@@ -29,9 +29,9 @@ from .watermarks import encode_watermarks as _encode_watermarks
 __all__ = ["DEFAULT_REGION", "DiskRecord", "LogScan", "LogWriter", "encode_disk_record",
            "scan_log", "wire_batches", "written_end"]
 
-#: How far ahead of its end a log writer keeps zeros written and synced. Filling 1 MiB
-#: and syncing it took about 1.2 ms here (4 MiB: 5-6 ms), once per MiB of log; the
-#: commits in between each save the journal commit an append's sync pays.
+#: How far ahead of its end a log writer keeps zeros written and synced: the cost of
+#: filling and syncing them is paid once per region, and the commits in between each save
+#: the journal commit an append's sync pays (measured: bench/README.md).
 DEFAULT_REGION = 1 << 20
 _PAGE = 4096
 _CHUNK = 1 << 16
@@ -43,9 +43,8 @@ _MAX_TORN_WATERMARKS = 4096
 
 def _zeros_from(fd: int, start: int, size: int) -> int:
     """Where the bytes of the file from ``start`` to ``size`` that are not zero end
-    (``start`` if all are zero). Reads 64 KiB at a time from the end: a 1 MiB zero tail
-    costs about 0.2 ms here, as it did through a mapping, where counting its zeros took
-    0.6 ms (a standby looks every 5 ms).
+    (``start`` if all are zero). Reads 64 KiB at a time from the end, which costs less
+    than a mapping did (measured: bench/README.md; a standby looks every 5 ms).
 
     Read, not mapped: the zero tail is what a writer cuts off when it closes a log or
     moves to the next one, and a mapped page past a file's new end is a SIGBUS for
@@ -448,7 +447,7 @@ class LogWriter:
         """Make what was written durable. The first sync of a writer is an fsync (all of
         the file's metadata); later ones are fdatasyncs, which still flush the file's
         size (appends need nothing else) but skip its times: a commit's fsync is on
-        the round trip's path, and this measured about 10% less per sync here."""
+        the round trip's path, and this measured cheaper per sync (bench/README.md)."""
         if self._synced:
             os.fdatasync(self._fd)
         else:

@@ -23,7 +23,7 @@ def wordcount(spark: Any, lines: Any, args: dict[str, Any]) -> Any:
     from pyspark.sql import functions as sf
 
     # A micro-batch is small: Spark's 200 shuffle partitions would cost more than the
-    # count (measured: a warm 2,000-line batch 2.5 s with them, 1.5 s with 4).
+    # count (measured: bench/README.md).
     spark.conf.set("spark.sql.shuffle.partitions", str(args.get("partitions", 4)))
     lowered = sf.translate(sf.col("value"), UPPER, LOWER)
     found = lines.select(sf.explode(sf.split(lowered, SEPARATOR)).alias("word"))

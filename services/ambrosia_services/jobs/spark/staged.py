@@ -21,8 +21,7 @@ call), else Python. Measured on 2 cores (Connect, local[2]; a word count of 75,0
 in a fresh session, as a runner runs each attempt): see the README of
 ``services/ambrosia_services/jobs``.
 The Python reader pays for a Python worker in every new session (Spark keys its workers
-by the session's artifacts), about 0.8 s here, and for moving the rows from Python to the
-JVM.
+by the session's artifacts) and for moving the rows from Python to the JVM.
 
 Records that are not valid UTF-8 are decoded with replacement characters, as
 ``bytes.decode("utf-8", "replace")`` does (both readers; a test holds them to it).
