@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AmbrosiaError, CoordinatorError
 from ambrosia_core.loops import Backoff, write_unless_closing
 from ambrosia_py.errors import SideEffectError
@@ -76,7 +77,8 @@ async def _retrying(connect: Callable[[], Awaitable[_T]], host: str, port: int,
         except OSError as e:
             if time.monotonic() >= deadline:
                 raise CoordinatorError(
-                    f"cannot connect to the coordinator at {host}:{port}: {e.strerror or e}"
+                    f"cannot connect to the coordinator at {Address(host, port)}: "
+                    f"{e.strerror or e}"
                 ) from None
             await asyncio.sleep(backoff.failed())
 

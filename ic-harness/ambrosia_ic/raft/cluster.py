@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import ipaddress
 import json
 import os
@@ -30,6 +29,7 @@ from pathlib import Path
 import attrs
 
 from ambrosia_core.addresses import Address
+from ambrosia_core.processes import kill_process
 
 from ..registry.hosts import LOOPBACK
 from ..registry.ports import free_ports
@@ -141,8 +141,7 @@ class LocalCluster:
         """``kill -9`` one peer (its data stays for a restart)."""
         proc = self.procs.pop(peer_id, None)
         if proc is not None:
-            proc.kill()
-            proc.wait()
+            kill_process(proc)
 
     def signal_peer(self, peer_id: str, sig: int) -> None:
         self.procs[peer_id].send_signal(sig)
@@ -169,11 +168,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         for pid in list(self.procs):
-            proc = self.procs.pop(pid)
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-            proc.wait()
+            kill_process(self.procs.pop(pid))  # a stopped (SIGSTOP) peer dies too
 
     def __enter__(self) -> LocalCluster:
         self.start()

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.loops import Backoff
 from ambrosia_core.processes import stop_process
 
@@ -112,7 +113,7 @@ def wait_for_port(
         if port_open(host, port):
             return
         time.sleep(0.1)
-    raise SparkServerError(f"port {host}:{port} did not open within {timeout:.0f} s")
+    raise SparkServerError(f"port {Address(host, port)} did not open within {timeout:.0f} s")
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
@@ -168,7 +169,7 @@ class ConnectServer:
 
     @property
     def url(self) -> str:
-        return f"sc://{self.host}:{self.port}"
+        return f"sc://{Address(self.host, self.port)}"
 
     @property
     def pid(self) -> int | None:
