@@ -35,6 +35,7 @@ from ambrosia_py.errors import SideEffectError
 
 from ..stopping import StopReason
 from .engine import Engine, SendCheckpoint
+from .progress import ReplayProgress
 
 __all__ = ["DRAIN_SECONDS", "ImmortalRunner", "connect_with_retry"]
 
@@ -44,20 +45,7 @@ _T = TypeVar("_T")
 # paid a loop turn and a decoder call per 64 KiB.
 _CHUNK = 1 << 20
 _WRITE_HIGH_WATER = 1 << 20
-_DRAW_EVERY = 0.25  # seconds between redraws of the replay's progress bar on a terminal
 DRAIN_SECONDS = 10.0  # the longest an ordinary stop waits for side effects to end
-_LOG_EVERY = 5.0  # seconds between progress lines in the log
-_BAR = 30  # the bar's width in characters
-
-
-def progress_line(done: int, total: int | None) -> str:
-    """One line of replay progress: a bar and a percentage when the total is known."""
-    if not total:
-        return f"replaying the log: {done:,} records"
-    frac = min(done / total, 1.0)
-    filled = int(frac * _BAR)
-    return (f"replaying the log [{'#' * filled}{'.' * (_BAR - filled)}] {frac:4.0%} "
-            f"{done:,} of about {total:,} records")
 
 
 async def connect_with_retry(host: str, port: int, timeout: float
@@ -118,9 +106,10 @@ class ImmortalRunner:
         receive_port: the coordinator's receive port (binding -> coordinator).
         send_port: the coordinator's send port (coordinator -> binding).
         progress: draw the replay's progress on stderr (default: when it is a terminal);
-            otherwise it goes to the log, at INFO, every few seconds.
+            otherwise it goes to the log, at INFO, every few seconds (``progress``).
         replay_estimate: about how many records the recovery will replay, if known (then
-            the progress is a bar with a percentage, not just a running count).
+            the progress has a share done and the time left, not just a count and a
+            rate).
         drain_seconds: how long an ordinary stop waits for the side effects to end
             while their Impulses are still logged.
     """
@@ -150,9 +139,8 @@ class ImmortalRunner:
         self._pumping = False
         self._again = False  # a wake-up came while the pump ran
         self._eof = False  # the coordinator closed the send port
-        self._last_progress = time.monotonic()
-        self._drew_progress = False
         self.replay_estimate = replay_estimate
+        self._replay = ReplayProgress(replay_estimate, self.log, terminal=self.progress)
         self.peak_write_buffer = 0  # the most bytes ever waiting in the socket's buffer
 
     def stop(self, then: Callable[[], None] | None = None) -> None:
@@ -301,7 +289,7 @@ class ImmortalRunner:
             return
         finally:
             self._pumping = False
-        if self.progress or self.log.isEnabledFor(logging.INFO):
+        if not self._replay.done and (self.progress or self.log.isEnabledFor(logging.INFO)):
             self._report_progress()
 
     def _flush(self, data: bytes) -> None:
@@ -355,20 +343,7 @@ class ImmortalRunner:
 
     def _report_progress(self) -> None:
         conn = self.engine.conn
-        now = time.monotonic()
-        if not conn.is_replaying:
-            if self._drew_progress:  # the bar's line ends when the replay does
-                sys.stderr.write("\n")
-                sys.stderr.flush()
-                self._drew_progress = False
-            return
-        if now - self._last_progress < (_DRAW_EVERY if self.progress else _LOG_EVERY):
-            return
-        self._last_progress = now
-        line = progress_line(conn.messages_replayed, self.replay_estimate)
-        if self.progress:
-            sys.stderr.write(f"\r{line} ")
-            sys.stderr.flush()
-            self._drew_progress = True
+        if conn.is_replaying:
+            self._replay.update(conn.messages_replayed)
         else:
-            self.log.info("%s", line)
+            self._replay.finish(conn.messages_replayed)  # the bar's line ends with it

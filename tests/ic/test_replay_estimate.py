@@ -6,7 +6,7 @@ from __future__ import annotations
 from ambrosia_ic.logstore import scan_log
 from ambrosia_ic.recovery import estimate_replay, plan_recovery
 
-from ambrosia_py.runtime.runner import progress_line
+from ambrosia_py.runtime.progress import progress_line
 
 from .conftest import Harness, wait_until
 from .test_first_start import _run_chain
@@ -35,8 +35,10 @@ def test_the_estimate_counts_the_records_a_recovery_replays(harness: Harness) ->
     assert plan.records / 2 <= rough.records <= plan.records * 2
 
 
-def test_the_progress_line_has_a_bar_only_with_a_total() -> None:
-    assert progress_line(1500, None) == "replaying the log: 1,500 records"
-    line = progress_line(50, 200)
-    assert " 25% " in line and "50 of about 200" in line and "#######." in line
-    assert " 100% " in progress_line(300, 200)  # an estimate may fall short
+def test_the_progress_line_has_a_share_and_time_left_only_with_a_total() -> None:
+    assert progress_line(1500, None, 2.0) == "replaying the log: 1,500 records, 750 records/s"
+    assert progress_line(50, 200, 0.5) == (
+        "replaying the log: 50 of about 200 records (25%), 100 records/s, about 2 s left")
+    # An estimate may fall short: never past 100%, never a negative time left.
+    assert progress_line(300, 200, 1.0) == (
+        "replaying the log: 300 of about 200 records (100%), 300 records/s, about 0 s left")
