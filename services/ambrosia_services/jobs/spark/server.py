@@ -28,6 +28,7 @@ No pyspark import: only processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
 import shutil
@@ -37,9 +38,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, TextIO
+
+from tqdm import tqdm
 
 from ambrosia_core.addresses import Address
 from ambrosia_core.loops import Backoff
@@ -97,14 +100,16 @@ def port_open(host: str, port: int) -> bool:
 
 
 def wait_for_port(
-    host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None
+    host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None,
+    tick: Callable[[float], None] | None = None,
 ) -> None:
-    """Wait until ``host:port`` accepts connections.
+    """Wait until ``host:port`` accepts connections; ``tick`` is told the seconds waited.
 
     Raises:
         SparkServerError: the process exited first, or the time ran out.
     """
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise SparkServerError(
@@ -112,8 +117,60 @@ def wait_for_port(
             )
         if port_open(host, port):
             return
+        if tick is not None:
+            tick(time.monotonic() - start)
         time.sleep(0.1)
     raise SparkServerError(f"port {Address(host, port)} did not open within {timeout:.0f} s")
+
+
+class StartProgress:
+    """The JVM's silent start-up, shown on a terminal as a bar of the seconds waited
+    against the last start's (kept beside the log), so that it has a time left; quiet
+    anywhere else.
+
+    Args:
+        record: the file that keeps the last start's seconds.
+        terminal: draw the bar (default: when ``out`` is a terminal).
+        out: where the bar is drawn (stderr).
+        redraw: the fewest seconds between two drawings.
+    """
+
+    def __init__(self, record: Path, *, terminal: bool | None = None,
+                 out: TextIO | None = None, redraw: float = 0.5) -> None:
+        self.record = record
+        self.redraw = redraw
+        self.out = sys.stderr if out is None else out
+        self.terminal = self.out.isatty() if terminal is None else terminal
+        self._bar: tqdm[None] | None = None
+
+    def last(self) -> float | None:
+        """The last start's seconds, if one was recorded."""
+        try:
+            return float(self.record.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def tick(self, elapsed: float) -> None:
+        if not self.terminal:
+            return
+        if self._bar is None:
+            last = self.last()
+            self._bar = tqdm(total=round(last, 1) if last else None,
+                             desc="starting Spark Connect", unit="s", file=self.out,
+                             bar_format="{desc}: {bar} {n:.1f}/{total} s, about "
+                                        "{remaining} left" if last else
+                             "{desc}: {n:.1f} s (the first start: no time left known)",
+                             leave=False, mininterval=self.redraw)
+        self._bar.update(round(elapsed, 1) - self._bar.n)
+
+    def done(self, elapsed: float | None) -> None:
+        """The start ended; ``elapsed`` (when it succeeded) is kept for the next one."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if elapsed is not None:
+            with contextlib.suppress(OSError):
+                self.record.write_text(f"{elapsed:.1f}\n")
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
@@ -203,11 +260,15 @@ class ConnectServer:
             env=spark_env({"SPARK_LOCAL_IP": self.host}),
             start_new_session=True,  # its own group: stop() takes the JVM's children too
         )
+        shown = StartProgress(self.log_path.with_name("connect-server.startup"))
+        started = time.monotonic()
         try:
-            wait_for_port(self.host, self.port, self.start_timeout, process)
+            wait_for_port(self.host, self.port, self.start_timeout, process, shown.tick)
         except BaseException:  # not up, or a stop asked meanwhile: the JVM goes too
+            shown.done(None)
             _stop(process, 5)
             raise
+        shown.done(time.monotonic() - started)
         return process
 
     def start(self) -> None:
