@@ -96,9 +96,6 @@ class Effects(Generic[K, S]):
                 # Not awaited one by one: a second cancel of this task must not reach
                 # them (each is cancelled exactly once, its clean-up undisturbed).
                 await asyncio.wait(tasks)
-                for task in tasks:
-                    if not task.cancelled():
-                        task.exception()  # retrieved: said by whoever stopped us
 
     def _reconcile(self) -> None:
         wanted = dict(self._wanted())
@@ -115,7 +112,9 @@ class Effects(Generic[K, S]):
                 effect = self._start(key, spec)
                 self._specs[key] = spec
                 self.effects[key] = effect
-                self._tasks[key] = asyncio.ensure_future(effect.run())
+                task = asyncio.ensure_future(effect.run())
+                task.add_done_callback(_retrieved)
+                self._tasks[key] = task
 
     def _reap(self) -> None:
         """An effect that failed ends the driver (and the instance); one that returned is
@@ -129,3 +128,12 @@ class Effects(Generic[K, S]):
         for task in ended:
             if not task.cancelled() and (error := task.exception()) is not None:
                 raise error
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """An effect's failure is raised by the driver while it runs (``_reap``); one that
+    comes while the instance stops (an Impulse refused by a stopped immortal, say) is
+    a consequence of the stop, not news: it is marked retrieved, so that asyncio does
+    not print it as a traceback when the task is collected."""
+    if not task.cancelled():
+        task.exception()

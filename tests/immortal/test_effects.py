@@ -109,3 +109,40 @@ def test_an_effect_that_returns_is_not_started_again_with_the_same_spec() -> Non
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_an_effect_failing_as_the_instance_stops_leaves_no_stray_traceback() -> None:
+    """A stop cancels the driver (a stop's timeout may cancel it twice), and an effect may
+    fail as it goes (an Impulse the stopped immortal refuses): a consequence of the stop,
+    never a traceback that asyncio prints when the task is collected."""
+    import gc
+
+    async def main() -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: seen.append(ctx))
+
+        class Refused:
+            async def run(self) -> None:
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    await asyncio.sleep(0)
+                    raise RuntimeError("the immortal has stopped") from None
+
+            def wake(self) -> None:
+                pass
+
+        effects: Effects[str, int] = Effects(lambda: {"x": 1}, lambda k, s: Refused())
+        task = asyncio.ensure_future(effects.run())
+        await _settle()
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        del effects, task
+        await _settle()
+        gc.collect()
+        await _settle()
+        return seen
+
+    assert asyncio.run(main()) == []

@@ -204,8 +204,9 @@ class ProcessorDriver:
         finally:
             await self._close(proc)
             with contextlib.suppress(BaseException):
-                async with asyncio.timeout(2):
-                    await errors
+                # Waited for, not cancelled with this task: the child's last words (a
+                # line it wrote with no newline yet) are logged when its stderr ends.
+                await asyncio.wait({errors}, timeout=2)
 
     async def _batch(self, rec: ProcessorRecord, delivered: int) -> list[Record]:
         """Up to ``batch_records`` records after ``delivered``: from the state, or read

@@ -77,6 +77,8 @@ def test_amazon_kclpy_sample_processor(launcher: Launcher, tmp_path: Path,
     feed(port, 2, "held", range(1, 11), eos=False)
     p.wait_for("at the end of the stream")  # the sample's checkpoint at shardEnded
     p.wait_for("kcl held: checkpoint at 10 recorded")
+    # Written with no newline: logged once the child's stderr ends (it exits at shardEnded).
+    p.wait_for("Shard has ended checkpointing")
     p.stop()  # shutdownRequested: its checkpoint is recorded, the log still open
     log = "\n".join(p.lines)
     assert "Shard has ended checkpointing" in log
