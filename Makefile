@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx \
 		ic-harness/ambrosia_ic/logstore/_cfast.pyx
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,spark,demo,raft]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,spark,demo,raft,postgres]'
 	@# The staged-records Spark source is Java, built against the installed pyspark: a JDK.
 	command -v javac >/dev/null || { echo "installing openjdk-17-jdk-headless"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openjdk-17-jdk-headless; }
