@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ambrosia_py.effects import Effects
 from ambrosia_services.staging import SegmentWriter, segment_names
 
+from .commits import CommitClock
 from .config import CoordinatorConfig
 from .core import CoordinatorCore
 from .sinks import SinkLink
@@ -63,10 +64,12 @@ class Live:
         self.sources = SourceListener(self._core, cfg, me.receive, me.end_of_stream,
                                       self.log, me.receive_staged, self.writer)
         self.deleted_segments = 0
+        self.commits = CommitClock()
         self.sinks: Effects[str, str] = Effects(
             self.wanted_sinks,
             lambda name, _address: SinkLink(name, self._core, cfg, owner.ctx.instance_name,
-                                            me.sink_uncommitted, me.sink_voted, self.log))
+                                            me.sink_uncommitted, me.sink_voted, self.log,
+                                            self._decided))
 
     def wanted_sinks(self) -> dict[str, str]:
         """A link for every sink the state has active and the configuration names, with
@@ -81,8 +84,15 @@ class Live:
     def wake(self) -> None:
         """Inputs were applied: the sinks' links look at the state again, and the
         listener gives back the credits of what was applied."""
+        now = time.time()
+        for name, rec in self._core().sinks.items():
+            if rec.active:
+                self.commits.observe(name, rec, now)
         self.sinks.wake()
         self.sources.release_credits()
+
+    def _decided(self, name: str, txn_id: str, commit: bool) -> None:
+        self.commits.decided(name, txn_id, commit, time.time())
 
     def applied(self, token: int) -> None:
         self.sources.applied(token)
@@ -168,7 +178,8 @@ class Live:
             received=self.sources.received, acked=self.sources.acked,
             lag=max(self.sources.received - self.sources.early_drops - applied, 0),
             linked={name: link.connected for name, link in self._links()},
-            aborts_in_a_row={name: link.aborts_in_a_row for name, link in self._links()})
+            aborts_in_a_row={name: link.aborts_in_a_row for name, link in self._links()},
+            commit_latency=self.commits.summary())
         if self.writer is not None:
             report["staged"].update(
                 root=self.cfg.staging, backlog_limit=self.cfg.backlog_bytes,

@@ -60,12 +60,15 @@ class SinkLink:
         instance: the instance name (sent in HELLO).
         send_uncommitted / send_voted: send the ``sink_uncommitted`` / ``sink_voted``
             Impulses.
+        on_decided: told ``(name, txn_id, commit)`` as each Phase2 goes out (the commit
+            clock).
     """
 
     def __init__(self, name: str, core: Callable[[], CoordinatorCore], cfg: CoordinatorConfig,
                  instance: str, send_uncommitted: Callable[[str, int, list[str]], None],
                  send_voted: Callable[[str, str, bool], None],
-                 log: logging.LoggerAdapter[Any]) -> None:
+                 log: logging.LoggerAdapter[Any],
+                 on_decided: Callable[[str, str, bool], None] | None = None) -> None:
         self.name = name
         self._core = core
         self.cfg = cfg
@@ -73,6 +76,7 @@ class SinkLink:
         self.address = parse_address(cfg.sinks[name], f"sinks.{name}")
         self._send_uncommitted = send_uncommitted
         self._send_voted = send_voted
+        self._on_decided = on_decided
         self.log = log
         self._changed = asyncio.Event()
         self.connected = False
@@ -195,6 +199,8 @@ class SinkLink:
                       linked.offset)
 
     def _decided(self, decided: Decided) -> None:
+        if self._on_decided is not None:
+            self._on_decided(self.name, decided.txn_id, decided.commit)
         self.aborts_in_a_row = 0 if decided.commit else self.aborts_in_a_row + 1
         if decided.commit:
             self._backoff.progress()  # a commit: real progress
