@@ -26,7 +26,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from ambrosia_core.ports import free_ports  # noqa: E402
 from samples.pipeline.corpus import count_words, write_corpus  # noqa: E402
 from samples.pipeline.drip import Drip  # noqa: E402
-from samples.pipeline.output import check_output, parse_output  # noqa: E402
+from samples.pipeline.output import OutputTail, check_output, parse_output  # noqa: E402
+from samples.pipeline.pgoutput import TABLE, PgOutputTail, committed_bytes, sink_name  # noqa: E402
 from samples.pipeline.procs import (  # noqa: E402
     Child,
     ChildError,
@@ -64,7 +65,7 @@ class Pipeline:
     local[2] has two cores, and batches that run side by side only finish together."""
 
     def __init__(self, run_dir: Path, paths: list[Path], connect: str, runners: int,
-                 batch_lines: int) -> None:
+                 batch_lines: int, postgres: str | None = None) -> None:
         # The feeds tail these; the demo appends the corpus to them as the run goes on.
         self.run_dir = run_dir
         self.home = run_dir / "ambrosia-home"
@@ -72,10 +73,22 @@ class Pipeline:
         self.sink_dir = run_dir / "sink"
         self.status_file = run_dir / "status.json"
         self.listen, sink_port, *runner_ports = free_ports(2 + runners)  # all distinct
-        self.sink = Child("sink", ["-m", "ambrosia_services.connectors.clients.filesink",
-                                   "--listen", f"127.0.0.1:{sink_port}",
-                                   "--dir", str(self.sink_dir)],
-                          self.logs / "sink.log")
+        self.postgres = postgres
+        self.sink_name = sink_name(run_dir.name)
+        if postgres is None:
+            self.sink = Child("sink", ["-m", "ambrosia_services.connectors.clients.filesink",
+                                       "--listen", f"127.0.0.1:{sink_port}",
+                                       "--dir", str(self.sink_dir)],
+                              self.logs / "sink.log")
+        else:
+            # The same 2PC conversation; each batch's counts become rows of the
+            # "wordcount" table (and its headers of "wordcount_batches") in one prepared
+            # PostgreSQL transaction.
+            self.sink = Child("sink", ["-m", "ambrosia_services.connectors.clients.pgsink",
+                                       "--listen", f"127.0.0.1:{sink_port}", "--dsn", postgres,
+                                       "--table", TABLE, "--format", "wordcount",
+                                       "--name", self.sink_name],
+                              self.logs / "sink.log")
         self.runners = [
             Child(f"runner-{i + 1}", [
                 "-m", "ambrosia_services.jobs.runner", "--listen", f"127.0.0.1:{port}",
@@ -109,6 +122,24 @@ class Pipeline:
                                     "--instance", f"feed-{i + 1}", str(p)],
                   self.logs / f"feed-{i + 1}.log")
             for i, p in enumerate(self.fed)]
+
+    def output_tail(self) -> OutputTail | PgOutputTail:
+        """What the watcher follows: the committed file, or the table's batch headers."""
+        if self.postgres is None:
+            return OutputTail(self.sink_dir / "committed")
+        return PgOutputTail(self.postgres, self.sink_name)
+
+    def committed(self) -> bytes:
+        """The committed output: the file, or the tables read back as its bytes."""
+        if self.postgres is None:
+            return (self.sink_dir / "committed").read_bytes()
+        return committed_bytes(self.postgres, self.sink_name)
+
+    def output_place(self) -> str:
+        if self.postgres is None:
+            return str(self.sink_dir / "committed")
+        return (f"tables {TABLE} and {TABLE}_batches, sink = '{self.sink_name}' (see "
+                "samples/pipeline/README.md for queries)")
 
     def everything(self) -> list[Child]:
         return [*self.feeds, self.coordinator, *self.runners, self.sink]
@@ -227,9 +258,10 @@ def run(args: argparse.Namespace) -> int:
         from samples.pipeline.recount import spark_recount
 
         expected = spark_recount(connect, paths)
-        p = Pipeline(run_dir, paths, connect, args.runners, batch_lines)
-        w = Watcher(p.status_file, p.sink_dir / "committed", args.lines, say)
-        say(f"Spark at {connect}; starting the 2PC file sink, {args.runners} runner(s) and "
+        p = Pipeline(run_dir, paths, connect, args.runners, batch_lines, args.postgres)
+        w = Watcher(p.status_file, p.output_tail(), args.lines, say)
+        kind = "file" if args.postgres is None else "PostgreSQL"
+        say(f"Spark at {connect}; starting the 2PC {kind} sink, {args.runners} runner(s) and "
             f"the coordinator ({NAME}, micro-batches of {batch_lines} lines)")
         for child in (p.sink, *p.runners):
             child.start()
@@ -287,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
             server.stop()
     if expected != count_words(paths):
         say("warning: PySpark's recount differs from Python's own count of the corpus")
-    batches, problems = parse_output((p.sink_dir / "committed").read_bytes())
+    batches, problems = parse_output(p.committed())
     if timed_out:
         problems.append(f"timed out after {args.timeout:g} s")
     through = []
@@ -303,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
 
     png = plot_run(run_dir / "pipeline.png", w.samples, w.commit_latencies(), w.events,
                    f"{NAME}: {args.lines:,} lines, {len(batches)} batches")
-    say(f"committed output: {p.sink_dir / 'committed'}")
+    say(f"committed output: {p.output_place()}")
     say(f"plot of throughput and commit latency, crashes marked: {png}")
     say(verdict.line)
     return 0 if verdict.ok else 1
@@ -323,6 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="use this Spark Connect server instead of starting one")
     parser.add_argument("--dir", default=None,
                         help="run directory (default: a new one under the temp directory)")
+    parser.add_argument("--postgres", default=None, metavar="DSN",
+                        help="commit the counts to this PostgreSQL database (libpq DSN or "
+                             "URL; it needs max_prepared_transactions above 0) with "
+                             "ambrosia-pgsink instead of the file sink")
     parser.add_argument("--no-crashes", action="store_true", help="kill nothing")
     parser.add_argument("--no-upgrade", action="store_true",
                         help="do not upgrade the coordinator live part-way")

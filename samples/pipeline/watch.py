@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from .output import OutputTail
+from .pgoutput import PgOutputTail
 
 __all__ = ["Event", "Sample", "Watcher"]
 
@@ -34,10 +35,11 @@ class Watcher:
     """Polls the status file and the committed output; prints a progress block every
     ``every`` seconds through ``say``."""
 
-    def __init__(self, status_file: Path, committed: Path, total_lines: int,
+    def __init__(self, status_file: Path, committed: Path | PgOutputTail, total_lines: int,
                  say: Callable[[str], None], every: float = 3.0) -> None:
         self.status_file = status_file
-        self.tail = OutputTail(committed)
+        # The committed file, or a PostgreSQL sink's tables (``pgoutput``).
+        self.tail = OutputTail(committed) if isinstance(committed, Path) else committed
         self.total_lines = total_lines
         self.say = say
         self.every = every

@@ -1,7 +1,8 @@
-"""Connector clients with I/O: a source feed (files or iterators) and a 2PC file sink.
+"""Connector clients with I/O: a source feed (files or iterators) and 2PC sinks, one
+writing files and one writing PostgreSQL.
 
 The protocol itself stays in ``ambrosia_services.connectors`` (sans-IO); these modules only move
-its bytes over sockets and keep the sink's files. See README.md beside this file.
+its bytes over sockets and keep the sinks' durable state. See README.md beside this file.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -12,20 +13,27 @@ from .errors import (
     AddressError,
     ClientError,
     FeedSourceError,
+    SinkConfigError,
     SinkStateError,
     SinkStorageError,
     SinkStoreCorruptError,
+    SinkUnavailableError,
 )
-from .sinkstore import SinkStore
+from .sinkserver import Prepared, SinkServer, SinkStore, Vote
+from .sinkstore import FileSinkStore
 from .sources import FileSource, IteratorSource, Record, RecordSource, stream_id_of
 
 if TYPE_CHECKING:
     from .feed import Feed
     from .filesink import FileSink
+    from .pgrows import RowFormat
+    from .pgstore import PgSinkStore
 
-# ``feed`` and ``filesink`` are also run as ``python -m``: imported here eagerly, runpy would
-# find them already in sys.modules and warn, so they load on first use instead.
-_LAZY = {"Feed": "feed", "FileSink": "filesink"}
+# ``feed``, ``filesink`` and ``pgsink`` are also run as ``python -m``: imported here eagerly,
+# runpy would find them already in sys.modules and warn, so they load on first use
+# instead; ``pgstore`` needs psycopg (the ``postgres`` extra), loaded only when used.
+_LAZY = {"Feed": "feed", "FileSink": "filesink", "PgSinkStore": "pgstore",
+         "RowFormat": "pgrows"}
 
 
 def __getattr__(name: str) -> Any:
@@ -44,15 +52,23 @@ __all__ = [
     "Record",
     "RecordSource",
     "stream_id_of",
-    # the 2PC file sink
-    "FileSink",
+    # the 2PC sinks: the protocol half, the store interface, files, PostgreSQL
+    "SinkServer",
     "SinkStore",
+    "Prepared",
+    "Vote",
+    "FileSink",
+    "FileSinkStore",
+    "PgSinkStore",
+    "RowFormat",
     # shared
     "Address",
     "ClientError",
     "AddressError",
     "FeedSourceError",
+    "SinkConfigError",
     "SinkStateError",
     "SinkStorageError",
     "SinkStoreCorruptError",
+    "SinkUnavailableError",
 ]

@@ -1,4 +1,4 @@
-"""Errors of the connector clients: the file feed and the 2PC file sink.
+"""Errors of the connector clients: the file feed and the 2PC sinks (files, PostgreSQL).
 
 Protocol errors stay the protocol library's (``ambrosia_services.connectors.errors``); these are
 what the clients themselves refuse: a bad address or configuration, a record source that
@@ -14,9 +14,11 @@ __all__ = [
     "AddressError",
     "ClientError",
     "FeedSourceError",
+    "SinkConfigError",
     "SinkStateError",
     "SinkStorageError",
     "SinkStoreCorruptError",
+    "SinkUnavailableError",
 ]
 
 
@@ -42,3 +44,14 @@ class SinkStateError(ClientError):
 class SinkStorageError(ClientError):
     """Writing or syncing the sink's files failed; what reached the disk is unknown, so
     the sink stops and a restart recovers from the txn log."""
+
+
+class SinkUnavailableError(ClientError):
+    """The sink's store lost its database mid-request, so what the request left behind
+    is unknown: the link is closed, and the coordinator's next connection learns the
+    prepared transactions again (ListUncommitted) once the database is back."""
+
+
+class SinkConfigError(ClientError):
+    """The sink cannot start as configured: a bad DSN, a database that refuses the
+    connection or prepared transactions, a table of the wrong shape."""

@@ -22,8 +22,9 @@ fsyncs its COMMIT record first, then copies the range from the pending file to
 ``committed`` with the last COMMIT's end and copies whatever is missing again, so the
 copy is idempotent; bytes written but never prepared are dropped.
 
-All I/O here is blocking and synchronous: the sink serves one connection at a time and
-answers nothing before its writes are durable anyway.
+All I/O here is blocking and synchronous, also in the store's async methods (the
+interface's, which the PostgreSQL store needs): the sink serves one connection at a time
+and answers nothing before its writes are durable anyway.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ import attrs
 import xxhash
 
 from .errors import SinkStateError, SinkStoreCorruptError
+from .sinkserver import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
-__all__ = ["DATA_STREAM_ID", "LogKind", "LogRecord", "Prepared", "SinkStore", "Vote"]
+__all__ = ["DATA_STREAM_ID", "FileSinkStore", "LogKind", "LogRecord", "Prepared", "Vote"]
 
-DATA_STREAM_ID: Final = 1  # a sink's output travels on stream 1; stream 0 carries 2PC
 _HEAD = struct.Struct(">I")
 _CHECK = struct.Struct(">Q")
 _RANGE = struct.Struct(">QQ")
@@ -73,23 +74,6 @@ class LogRecord:
         body += _RANGE.pack(self.start, self.end)
         head = _HEAD.pack(len(body)) + body
         return head + _CHECK.pack(xxhash.xxh64_intdigest(head))
-
-
-@attrs.frozen
-class Prepared:
-    """A transaction whose Phase1 this sink voted yes on: ``[start, end)`` of the output."""
-
-    txn_id: str
-    start: int
-    end: int
-
-
-@attrs.frozen
-class Vote:
-    """The answer to a Phase1, with the reason for a no (logged by the server)."""
-
-    commit: bool
-    reason: str = ""
 
 
 def decode_log(data: bytes) -> tuple[list[LogRecord], int]:
@@ -147,7 +131,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class SinkStore:
+class FileSinkStore(SinkStore):
     """The sink's output and 2PC state in ``directory``, recovered on construction.
 
     Args:
@@ -189,7 +173,7 @@ class SinkStore:
                 _fsync_dir(directory)
             self._recover()
         except BaseException:
-            self.close()  # a refused directory is not left locked
+            self.close_files()  # a refused directory is not left locked
             raise
 
     # ---------------------------------------------------------------- recovery
@@ -280,7 +264,7 @@ class SinkStore:
             pos += len(chunk)
 
     # ---------------------------------------------------------------- the session
-    def start_session(self) -> None:
+    async def start_session(self) -> None:
         """A new connection: bytes written but not prepared are dropped (the peer sends
         them again from the offset its NOTIFY_ACK gets)."""
         self._discard_to(self.prepared.end if self.prepared else self.committed_offset)
@@ -316,7 +300,7 @@ class SinkStore:
         self.output_offset += len(payload)
         return True
 
-    def prepare(self, txn_id: str, ranges: Sequence[tuple[int, int, int]]) -> Vote:
+    async def prepare(self, txn_id: str, ranges: Sequence[tuple[int, int, int]]) -> Vote:
         """Phase1: vote on ``ranges`` (stream id, start, end); a yes is durable first."""
         p = self.prepared
         if len(ranges) > 1 or any(stream != DATA_STREAM_ID for stream, _, _ in ranges):
@@ -350,7 +334,7 @@ class SinkStore:
         self._on_step("prepare-logged")
         return Vote(True)
 
-    def commit(self, txn_id: str) -> bool:
+    async def commit(self, txn_id: str) -> bool:
         """Phase2 commit: the prepared range becomes committed and durable.
 
         Returns False when ``txn_id`` is the transaction committed last (a repeated
@@ -378,7 +362,7 @@ class SinkStore:
             self._drop_pending()
         return True
 
-    def abort(self, txn_id: str) -> None:
+    async def abort(self, txn_id: str) -> None:
         """Phase2 abort: drop the uncommitted bytes of ``txn_id`` and after it, never
         below the committed offset (nor below a different prepared transaction).
 
@@ -394,11 +378,15 @@ class SinkStore:
             self._on_step("abort-logged")
         self._discard_to(p.end if p is not None else self.committed_offset)
 
-    def uncommitted(self) -> list[str]:
+    async def uncommitted(self) -> list[str]:
         """The transactions prepared and not yet decided (ListUncommitted's answer)."""
         return [self.prepared.txn_id] if self.prepared else []
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        self.close_files()
+
+    def close_files(self) -> None:
+        """Close the files and release the directory's lock (synchronously)."""
         for fd in (self._committed, self._log, *([self._pending[0]] if self._pending else [])):
             if fd >= 0:
                 os.close(fd)

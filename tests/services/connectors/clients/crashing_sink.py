@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ambrosia_services.connectors.clients import Address, FileSink, SinkStore
+from ambrosia_services.connectors.clients import Address, FileSinkStore, SinkServer
 
 
 def main() -> None:
@@ -27,8 +27,8 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     async def run() -> None:
-        store = SinkStore(Path(opts["--dir"]), on_step=on_step)
-        sink = FileSink(store, cookie=opts["--cookie"].encode())
+        store = FileSinkStore(Path(opts["--dir"]), on_step=on_step)
+        sink = SinkServer(store, cookie=opts["--cookie"].encode())
         server = await sink.start(Address.parse(opts["--listen"], allow_port_zero=True))
         host, port = server.sockets[0].getsockname()[:2]
         logging.getLogger("crashing_sink").info("listening on %s:%d", host, port)

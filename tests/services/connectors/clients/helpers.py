@@ -97,6 +97,53 @@ class SinkProcess:
             time.sleep(0.02)
 
 
+class PgSinkProcess(SinkProcess):
+    """``python -m ambrosia_services.connectors.clients.pgsink`` writing to ``dsn``, or its
+    crash-hook runner (``crash_at``: kill -9 of itself, or with ``kill_group`` of that
+    process group, the database server, at the ``crash_after``-th time of that step)."""
+
+    def __init__(self, dsn: str, log: Path, *, port: int = 0, table: str = "out",
+                 cookie: str = "", crash_at: str | None = None, crash_after: int = 1,
+                 kill_group: int = 0, extra: Sequence[str] = ()) -> None:
+        self.dsn, self.log, self.table = dsn, log, table
+        options = ["--listen", f"127.0.0.1:{port}", "--dsn", dsn, "--table", table,
+                   "--cookie", cookie, "--backoff-cap", "0.3", *extra]
+        args = [sys.executable, "-m", "ambrosia_services.connectors.clients.pgsink", *options]
+        if crash_at is not None:
+            args = [sys.executable, "-m", "tests.services.connectors.clients.crashing_pgsink",
+                    "--crash-at", crash_at, "--crash-after", str(crash_after),
+                    "--kill-group", str(kill_group), "--", *options]
+        self.mark = log.stat().st_size if log.exists() else 0
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=out)
+        self.port = self._wait_listening()
+
+    def committed(self) -> bytes:
+        return committed_output(self.dsn, self.table)
+
+
+def committed_output(dsn: str, table: str = "out", sink: str = "") -> bytes:
+    """The committed output of a PostgreSQL sink writing ``lines`` rows, as the bytes
+    the file sink would hold: each row's line and a newline in output order, then the
+    piece of a line the last commit ended in (kept in the state row)."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:  # one snapshot for the rows and the state row
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        lines = conn.execute(f'SELECT pos, line FROM "{table}" WHERE sink = %s ORDER BY pos',
+                             (sink or table,)).fetchall()
+        state = conn.execute("SELECT committed, carry FROM ambrosia_sink_state WHERE sink = %s",
+                             (sink or table,)).fetchone()
+    data = b"".join(line.encode() + b"\n" for _, line in lines)
+    data += bytes(state[1]) if state else b""
+    assert len(data) == (state[0] if state else 0), "rows and the committed offset disagree"
+    offset = 0
+    for pos, line in lines:
+        assert pos == offset, f"the row at pos {pos} should be at output offset {offset}"
+        offset += len(line.encode()) + 1
+    return data
+
+
 class SinkClient:
     """The coordinator's end of a sink link, scripted, on a blocking socket."""
 

@@ -3,26 +3,27 @@ one or of a committed file that disagrees with it, and one sink per directory.""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from ambrosia_services.connectors.clients import SinkStore, SinkStoreCorruptError
+from ambrosia_services.connectors.clients import FileSinkStore, SinkStoreCorruptError
 
 from .helpers import ROOT
 
 
 def _two_commits(directory: Path) -> None:
-    store = SinkStore(directory)
+    store = FileSinkStore(directory)
     for txn, payload in (("t1", b"one\n"), ("t2", b"two\n")):
         start = store.output_offset
         store.write(start, payload)
-        assert store.prepare(txn, [(1, start, start + len(payload))]).commit
-        assert store.commit(txn)
+        assert asyncio.run(store.prepare(txn, [(1, start, start + len(payload))])).commit
+        assert asyncio.run(store.commit(txn))
     store.write(8, b"three\n")
-    assert store.prepare("t3", [(1, 8, 14)]).commit
-    store.close()
+    assert asyncio.run(store.prepare("t3", [(1, 8, 14)])).commit
+    store.close_files()
 
 
 def test_a_torn_last_record_is_ignored_and_cut_off(tmp_path: Path) -> None:
@@ -33,14 +34,14 @@ def test_a_torn_last_record_is_ignored_and_cut_off(tmp_path: Path) -> None:
     whole[-1] ^= 1
     for torn in (good[:20], good[-30:], bytes(whole)):  # cut short, length torn, bad check
         log.write_bytes(good + torn)
-        store = SinkStore(tmp_path)
+        store = FileSinkStore(tmp_path)
         assert (store.committed_offset, store.output_offset) == (8, 14)
-        assert store.uncommitted() == ["t3"]
+        assert asyncio.run(store.uncommitted()) == ["t3"]
         assert log.read_bytes() == good
-        store.close()
-    store = SinkStore(tmp_path)
-    assert store.commit("t3")
-    store.close()
+        store.close_files()
+    store = FileSinkStore(tmp_path)
+    assert asyncio.run(store.commit("t3"))
+    store.close_files()
     assert (tmp_path / "committed").read_bytes() == b"one\ntwo\nthree\n"
 
 
@@ -51,7 +52,7 @@ def test_a_damaged_record_before_the_last_is_refused(tmp_path: Path) -> None:
     data[10] ^= 0xFF  # inside the first record
     log.write_bytes(bytes(data))
     with pytest.raises(SinkStoreCorruptError, match="fails its check bytes"):
-        SinkStore(tmp_path)
+        FileSinkStore(tmp_path)
     # The command line says so in one line and exits 1.
     run = subprocess.run(
         [sys.executable, "-m", "ambrosia_services.connectors.clients.filesink", "--listen",
@@ -68,12 +69,12 @@ def test_a_committed_file_longer_than_the_log_says_is_refused(tmp_path: Path) ->
     with (tmp_path / "committed").open("ab") as f:
         f.write(b"stray\n")
     with pytest.raises(SinkStoreCorruptError, match="holds 14 bytes but the txnlog commits 8"):
-        SinkStore(tmp_path)
+        FileSinkStore(tmp_path)
 
 
 def test_one_sink_per_directory(tmp_path: Path) -> None:
-    store = SinkStore(tmp_path)
+    store = FileSinkStore(tmp_path)
     with pytest.raises(BlockingIOError, match="another sink holds"):
-        SinkStore(tmp_path)
-    store.close()
-    SinkStore(tmp_path).close()
+        FileSinkStore(tmp_path)
+    store.close_files()
+    FileSinkStore(tmp_path).close_files()

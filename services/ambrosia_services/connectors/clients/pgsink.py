@@ -1,0 +1,87 @@
+"""The PostgreSQL 2PC sink command: a ``SinkServer`` over a ``PgSinkStore``.
+
+To the coordinator it is the file sink (the same protocol half, ``sinkserver``); its
+output becomes rows of a table, each Phase1 a prepared PostgreSQL transaction, each
+Phase2 ``COMMIT PREPARED`` or ``ROLLBACK PREPARED`` (see ``pgstore``).
+
+    ambrosia-pgsink --listen 127.0.0.1:7201 --dsn 'host=... dbname=...' --table out
+
+(or ``python -m ambrosia_services.connectors.clients.pgsink``)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+
+from .errors import ClientError
+from .sinkserver import add_server_options, serve
+
+__all__ = ["build_parser", "main", "run"]
+
+
+async def run(args: argparse.Namespace, on_step: Callable[[str], None] | None = None) -> None:
+    """Serve as ``args`` (from ``build_parser``) say until stopped; ``on_step`` is the
+    store's hook (see ``PgSinkStore``)."""
+    from .pgstore import PgSinkStore, row_format
+
+    store = await PgSinkStore.open(
+        args.dsn, table=args.table, name=args.name or args.table.rpartition(".")[2],
+        row_format=row_format(args.format), state_table=args.state_table,
+        max_pending=args.max_pending_bytes, backoff_cap=args.backoff_cap, on_step=on_step)
+    await serve(store, args, f"database {store.where}, table {args.table} "
+                f"({args.format}), sink {store.name}, committed {store.committed_offset} "
+                f"bytes, {len(store.prepared)} prepared transaction(s) in doubt")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ambrosia-pgsink",
+        description="A 2PC sink for the Wallaroo connector protocol that commits its "
+                    "output to PostgreSQL with PREPARE TRANSACTION / COMMIT PREPARED.")
+    add_server_options(p, 7201)
+    p.add_argument("--dsn", required=True,
+                   help="the database: a libpq connection string ('host=H port=P "
+                        "dbname=D user=U') or URL ('postgresql://U@H:P/D'); the server "
+                        "needs max_prepared_transactions above 0")
+    p.add_argument("--table", required=True, metavar="[SCHEMA.]TABLE",
+                   help="the table the output rows go to (created if missing)")
+    p.add_argument("--format", default="lines", choices=["lines", "wordcount"],
+                   help="what a line becomes: 'lines' (default: a row per line, as text) "
+                        "or 'wordcount' (the word count pipeline's batches and counts)")
+    p.add_argument("--name", default="",
+                   help="the sink's name, in its rows, its state row and its prepared "
+                        "transactions' ids (default: the table's name)")
+    p.add_argument("--state-table", default="ambrosia_sink_state", metavar="[SCHEMA.]TABLE",
+                   help="the table of the sinks' committed offsets (default "
+                        "ambrosia_sink_state)")
+    p.add_argument("--max-pending-bytes", type=int, default=256 << 20, metavar="N",
+                   help="the most bytes written and not yet in a Phase1 (default 256 MiB)")
+    p.add_argument("--backoff-cap", type=float, default=5.0, metavar="SECONDS",
+                   help="the longest wait between attempts to reach a lost database "
+                        "(default 5)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ambrosia-pgsink: %(message)s")
+    try:
+        asyncio.run(run(args))
+    except ModuleNotFoundError as e:
+        if e.name != "psycopg":
+            raise
+        print("ambrosia-pgsink: needs psycopg: pip install 'ambrosia-py[postgres]'",
+              file=sys.stderr)
+        return 1
+    except (ClientError, OSError) as e:
+        print(f"ambrosia-pgsink: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,432 @@
+"""The protocol half of a 2PC sink: the worker end of a Wallaroo sink link, over any store.
+
+Both sinks (``ambrosia-sink``, files; ``ambrosia-pgsink``, PostgreSQL) speak the same way
+to the coordinator; they differ only in where a vote, a commit and an abort become
+durable. ``SinkServer`` does the speaking, as Wallaroo's own 2PC file sink did (OK(500) to
+HELLO "v0.0.1" with the right cookie; only stream 1; NOTIFY_ACK with the output offset;
+each data message id must be the output offset; Phase1 votes yes only for
+``[committed offset, <= written)``; Phase2 settles; ACK(1, [(1, output offset)]) for an
+EOS). A ``SinkStore`` is the durable side: the file store (``sinkstore.FileSinkStore``)
+and the PostgreSQL store (``pgstore.PgSinkStore``) implement it.
+
+One connection at a time, because two writers to one output would interleave their
+offsets: a connection counts once its HELLO is accepted (within the handshake time, or it
+is closed), and a newer accepted one replaces it. A linked peer may be idle between
+frames for as long as it likes, but the rest of a frame it began must come within the same
+time. Nothing is answered before the store made it durable.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from ambrosia_core.addresses import Address, address_argument
+from ambrosia_core.metrics import MetricsError, MetricsServer, add_metrics_option
+from ambrosia_core.metrics import serve as serve_metrics
+from ambrosia_core.wire import NEED_DATA
+from ambrosia_services.connectors import (
+    DEFAULT_MAX_FRAME_SIZE,
+    Ack,
+    ConnectionClosed,
+    ConnectorConnection,
+    ConnectorProtocolError,
+    EosMessage,
+    ErrorFrame,
+    Event,
+    Hello,
+    ListUncommitted,
+    Message,
+    Notify,
+    NotifyAck,
+    Ok,
+    Phase1,
+    Phase2,
+    ReplyUncommitted,
+    Role,
+    TwoPCReply,
+    WorkersLeft,
+)
+
+from .errors import SinkConfigError, SinkStateError, SinkStorageError, SinkUnavailableError
+from .sinkmetrics import SinkCounts, sink_source
+
+__all__ = ["DATA_STREAM_ID", "HANDSHAKE_SECONDS", "SINK_CREDITS", "Prepared", "SinkServer",
+           "SinkStore", "Vote", "add_server_options", "serve"]
+
+DATA_STREAM_ID = 1  # a sink's output travels on stream 1; stream 0 carries 2PC
+SINK_CREDITS = 500  # what Wallaroo's 2PC file sink granted; its peers ignore credits
+HANDSHAKE_SECONDS = 5.0  # how long a new connection may take to send its HELLO
+log = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class Prepared:
+    """A transaction whose Phase1 this sink voted yes on: ``[start, end)`` of the output."""
+
+    txn_id: str
+    start: int
+    end: int
+
+
+@attrs.frozen
+class Vote:
+    """The answer to a Phase1, with the reason for a no (logged by the server)."""
+
+    commit: bool
+    reason: str = ""
+
+
+class SinkStore(abc.ABC):
+    """The durable side of a 2PC sink: its output, committed offset and prepared
+    transactions. The server calls it one request at a time and answers only after the
+    call returned, so whatever a call promised must be durable when it returns.
+
+    ``committed_offset`` is the end of the committed output; ``output_offset`` the next
+    byte's offset (committed + prepared + written since).
+    """
+
+    committed_offset: int
+    output_offset: int
+
+    @abc.abstractmethod
+    async def start_session(self) -> None:
+        """A new connection was accepted: bytes written but not prepared are dropped (the
+        peer sends them again from the offset its NOTIFY_ACK gets), and a store that can
+        lose track of its prepared transactions learns them again here."""
+
+    @abc.abstractmethod
+    def write(self, message_id: int, payload: bytes) -> bool:
+        """Take a data message whose id must be the output offset.
+
+        Returns False (and keeps nothing) for an id beyond the output offset: data was
+        lost in between, so the next Phase1 votes no.
+
+        Raises:
+            SinkStateError: an id below the output offset (a duplicate).
+        """
+
+    @abc.abstractmethod
+    async def prepare(self, txn_id: str, ranges: Sequence[tuple[int, int, int]]) -> Vote:
+        """Phase1: vote on ``ranges`` (stream id, start, end); a yes is durable first."""
+
+    @abc.abstractmethod
+    async def commit(self, txn_id: str) -> bool:
+        """Phase2 commit. Returns False when ``txn_id`` was committed already (a repeated
+        Phase2: nothing to do).
+
+        Raises:
+            SinkStateError: ``txn_id`` is neither prepared nor the last committed.
+        """
+
+    @abc.abstractmethod
+    async def abort(self, txn_id: str) -> None:
+        """Phase2 abort: drop the uncommitted bytes of ``txn_id`` and after it, never
+        below the committed offset (nor below a different prepared transaction).
+
+        Raises:
+            SinkStateError: ``txn_id`` was committed already.
+        """
+
+    @abc.abstractmethod
+    async def uncommitted(self) -> list[str]:
+        """The transactions prepared and not yet decided (ListUncommitted's answer)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release what the store holds (files, locks, connections)."""
+
+
+class _RefusedError(Exception):
+    """The peer asked for something this sink does not do; the reason goes in ERROR."""
+
+
+@attrs.define
+class _Session:
+    """The authenticated connection being served."""
+
+    peer: Any
+    writer: asyncio.StreamWriter
+    task: asyncio.Task[Any] | None
+    ended: asyncio.Event = attrs.Factory(asyncio.Event)
+    replaced: bool = False
+
+
+class SinkServer:
+    """Serves ``store`` to one sink link at a time.
+
+    A connection holds the sink only once its HELLO was accepted (the right version and
+    cookie), which must come within ``handshake_seconds``: a stranger that connects and
+    says nothing is closed then, and never blocks the coordinator's link. A newer
+    accepted connection replaces the one being served (a coordinator that reconnected,
+    or took over from a fenced one, is the live writer; the old connection is closed, its
+    request in progress cancelled, and its unprepared bytes dropped), so two writers
+    never interleave their offsets.
+
+    Made inside a running event loop.
+
+    Args:
+        store: the recovered durable side.
+        cookie: the cookie a HELLO must carry (b"" = none).
+        max_frame_size: the largest frame accepted.
+        handshake_seconds: how long a new connection may take to send its HELLO.
+    """
+
+    def __init__(
+        self,
+        store: SinkStore,
+        *,
+        cookie: bytes = b"",
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        handshake_seconds: float = HANDSHAKE_SECONDS,
+    ) -> None:
+        self.store = store
+        self.cookie = cookie
+        self.max_frame_size = max_frame_size
+        self.handshake_seconds = handshake_seconds
+        self._session: _Session | None = None
+        self._claiming = asyncio.Lock()
+        self.counts = SinkCounts()  # what its metrics read (``sinkmetrics``)
+        self.failed: asyncio.Future[SinkStorageError] = asyncio.get_running_loop().create_future()
+        """Resolved when the store fails for good: the sink must stop (a restart recovers)."""
+
+    @property
+    def linked(self) -> bool:
+        """Whether a connection is being served."""
+        return self._session is not None
+
+    async def start(self, address: Address) -> asyncio.Server:
+        """Listen on ``address`` (port 0 picks a free port: see the server's sockets)."""
+        return await asyncio.start_server(self._serve, address.host, address.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        conn = ConnectorConnection(
+            Role.WORKER, cookie=self.cookie, twopc=True, max_frame_size=self.max_frame_size
+        )
+        mine: _Session | None = None
+        try:
+            try:
+                async with asyncio.timeout(self.handshake_seconds):
+                    why = await self._handshake(conn, reader, writer)
+            except TimeoutError:
+                why = f"no HELLO within {self.handshake_seconds:g} s"
+            if why is None:
+                mine = await self._claim(peer, writer)
+                await self.store.start_session()
+                log.info("connection from %s (output offset %d, committed %d)", peer,
+                         self.store.output_offset, self.store.committed_offset)
+                why = await self._serve_session(conn, reader, writer)
+        except SinkStorageError as e:
+            log.error("%s; stopping (a restart recovers)", e)
+            why = "storage failed"
+            if not self.failed.done():
+                self.failed.set_result(e)
+        except SinkUnavailableError as e:
+            # The store lost track of what it holds (a database connection lost mid-way):
+            # the coordinator reconnects and lists the prepared transactions again.
+            why = str(e)
+        except (OSError, asyncio.IncompleteReadError) as e:
+            why = f"connection lost ({e.__class__.__name__}: {e})"
+        except asyncio.CancelledError:
+            writer.close()
+            if mine is not None and mine.replaced:
+                why = "replaced by a newer connection"
+            else:
+                # The sink is stopping. Ending quietly rather than re-raising: asyncio's
+                # start_server (3.11) asks a cancelled handler task for its exception,
+                # which raises again and logs a traceback for a routine stop.
+                log.info("connection from %s ended: the sink is stopping", peer)
+                return
+        finally:
+            if mine is not None:
+                mine.ended.set()
+                if self._session is mine:
+                    self._session = None
+        await _close(writer)
+        log.info("connection from %s ended: %s", peer, why)
+
+    async def _handshake(self, conn: ConnectorConnection, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> str | None:
+        """Reads up to the peer's HELLO and answers it; None once it is accepted, else why
+        the connection ends (the reason is sent in ERROR where the protocol says so)."""
+        while True:
+            try:
+                event = conn.next_event()
+            except ConnectorProtocolError as e:
+                writer.write(conn.take_error_frame())
+                return f"protocol error: {e.reason}"
+            if event is NEED_DATA:
+                conn.receive_data(await reader.read(1 << 16))
+                continue
+            if isinstance(event, Hello):
+                writer.write(conn.send(Ok(SINK_CREDITS)))
+                await writer.drain()
+                return None
+            if isinstance(event, ConnectionClosed):
+                return "closed by the peer before its HELLO"
+            return f"{type(event).__name__} before HELLO"  # pragma: no cover - the rules refuse it
+
+    async def _claim(self, peer: Any, writer: asyncio.StreamWriter) -> _Session:
+        """This connection becomes the one served; the one before it ends first (its
+        request in progress, which may wait for a database, is cancelled)."""
+        async with self._claiming:
+            old = self._session
+            if old is not None:
+                log.warning("a new connection from %s replaces the one from %s", peer,
+                            old.peer)
+                old.replaced = True
+                old.writer.close()
+                if old.task is not None:
+                    old.task.cancel()
+                await old.ended.wait()
+            self._session = _Session(peer, writer, asyncio.current_task())
+            return self._session
+
+    async def _serve_session(self, conn: ConnectorConnection, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> str:
+        ended = False
+        while True:
+            try:
+                for event in conn.events():
+                    if isinstance(event, ConnectionClosed):
+                        return "closed by the peer"
+                    if isinstance(event, ErrorFrame):
+                        return f"the peer sent ERROR: {event.reason}"
+                    try:
+                        replies = await self._answer(event)
+                    except OSError as e:
+                        raise SinkStorageError(f"the sink's storage failed: {e}") from None
+                    for reply in replies:
+                        writer.write(conn.send(reply))
+            except ConnectorProtocolError as e:
+                writer.write(conn.take_error_frame())
+                return f"protocol error: {e.reason}"
+            except (_RefusedError, SinkStateError) as e:
+                writer.write(conn.send(ErrorFrame(str(e))))
+                return f"refused: {e}"
+            await writer.drain()
+            if ended:
+                return "closed by the peer"
+            # Idle between frames is fine (a coordinator with nothing to commit); the
+            # rest of a frame begun must come in time.
+            try:
+                async with asyncio.timeout(self.handshake_seconds if conn.partial_frame
+                                           else None):
+                    data = await reader.read(1 << 16)
+            except TimeoutError:
+                return (f"the rest of a frame not sent within {self.handshake_seconds:g} s")
+            ended = not data
+            conn.receive_data(data)
+
+    async def _answer(self, event: Event) -> list[Event]:
+        """What the sink sends for ``event`` (its durable effects happen first)."""
+        store = self.store
+        match event:
+            case Notify(stream_id) if stream_id != DATA_STREAM_ID:
+                raise _RefusedError(
+                    f"this sink takes stream {DATA_STREAM_ID} only, not {stream_id}"
+                )
+            case Notify(stream_id):
+                return [NotifyAck(True, stream_id, store.output_offset)]
+            case Message(_, message_id, payload):
+                store.write(message_id, payload)
+                return []
+            case EosMessage(stream_id):
+                return [Ack(1, ((stream_id, store.output_offset),))]
+            case ListUncommitted(rtag):
+                return [ReplyUncommitted(rtag, await store.uncommitted())]
+            case Phase1(txn_id, where):
+                began = time.perf_counter()
+                vote = await store.prepare(txn_id,
+                                           [(w.stream_id, w.start, w.end) for w in where])
+                if not vote.commit:
+                    self.counts.refused += 1
+                    log.warning("Phase1 %r: voting no: %s", txn_id, vote.reason)
+                else:
+                    self.counts.prepared += 1
+                    self.counts.prepare_seconds.observe(time.perf_counter() - began)
+                return [TwoPCReply(txn_id, vote.commit)]
+            case Phase2(txn_id, commit=True):
+                began, before = time.perf_counter(), store.committed_offset
+                if await store.commit(txn_id):
+                    self.counts.committed += 1
+                    self.counts.committed_bytes += store.committed_offset - before
+                    self.counts.commit_seconds.observe(time.perf_counter() - began)
+                    log.debug("committed %r up to %d", txn_id, store.committed_offset)
+                return []
+            case Phase2(txn_id, commit=False):
+                self.counts.aborted += 1
+                await store.abort(txn_id)
+                log.info("aborted %r; output offset back to %d", txn_id, store.output_offset)
+                return []
+            case WorkersLeft(_, workers):
+                log.info("workers left: %s", ", ".join(workers) or "(none)")
+                return []
+        raise _RefusedError(f"this sink does not handle {type(event).__name__}")
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.close()
+        await writer.wait_closed()
+    except OSError:
+        pass  # the peer is gone already
+
+
+def add_server_options(p: argparse.ArgumentParser, default_port: int) -> None:
+    """The options every sink command shares: where it listens, the cookie, limits."""
+    p.add_argument("--listen", type=address_argument(allow_port_zero=True),
+                   default=Address("127.0.0.1", default_port), metavar="[HOST:]PORT",
+                   help=f"where to listen (default 127.0.0.1:{default_port}; port 0 picks "
+                   "one)")
+    p.add_argument("--cookie", default="", help="the cookie a HELLO must carry")
+    p.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE,
+                   help="the largest frame accepted, in bytes")
+    p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_SECONDS,
+                   metavar="SECONDS", help="how long a new connection may take to send its "
+                   "HELLO, and a linked one the rest of a frame it began, before it is "
+                   f"closed (default {HANDSHAKE_SECONDS:g})")
+    add_metrics_option(p, what="the sink's")
+
+
+async def serve(store: SinkStore, args: argparse.Namespace, what: str) -> None:
+    """Serve ``store`` as the options in ``args`` say until SIGINT or SIGTERM (an
+    ordinary stop) or until the store fails for good (raised). ``what`` describes the
+    store in the "listening on" line."""
+    metrics: MetricsServer | None = None
+    try:
+        sink = SinkServer(store, cookie=args.cookie.encode(),
+                          max_frame_size=args.max_frame_size,
+                          handshake_seconds=args.handshake_timeout)
+        try:
+            # (args made by hand, not by add_server_options, may lack the option)
+            metrics = serve_metrics(getattr(args, "metrics", None), [sink_source(sink)])
+        except MetricsError as e:
+            raise SinkConfigError(str(e)) from None
+        server = await sink.start(args.listen)
+        host, port = server.sockets[0].getsockname()[:2]
+        log.info("listening on %s (%s)", Address(host, port), what)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with server:
+            stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+            failing: asyncio.Future[Any] = sink.failed
+            await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+    finally:
+        if metrics is not None:
+            metrics.close()
+        await store.close()
+    if sink.failed.done():
+        raise sink.failed.result()
