@@ -14,7 +14,7 @@ import logging
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ambrosia_ic import launch, logstore, recovery, registry
@@ -53,7 +53,7 @@ def ensure_registered(name: str, home: Path, log: logging.Logger,
 
 
 def start_new(reg: registry.Registration, home: Path, log: logging.Logger,
-              stopping: Callable[[], bool] = lambda: False
+              stopping: Callable[[], bool] = lambda: False, options: Sequence[str] = ()
               ) -> tuple[subprocess.Popen[str], registry.Registration]:
     """Start the coordinator of an instance registered just now with ports drawn for it.
 
@@ -67,7 +67,7 @@ def start_new(reg: registry.Registration, home: Path, log: logging.Logger,
     """
     for attempt in range(1, FIRST_START_TRIES + 1):
         try:
-            return start(reg, home, log, stopping), reg
+            return start(reg, home, log, stopping, options), reg
         except CoordinatorError as err:
             if attempt == FIRST_START_TRIES or not port_taken(err) or stopping():
                 raise
@@ -117,7 +117,8 @@ def replay_estimate(reg: registry.Registration, log: logging.Logger) -> int | No
 
 
 def start(reg: registry.Registration, home: Path, log: logging.Logger,
-          stopping: Callable[[], bool] = lambda: False) -> subprocess.Popen[str]:
+          stopping: Callable[[], bool] = lambda: False,
+          options: Sequence[str] = ()) -> subprocess.Popen[str]:
     """Start the coordinator; a failure is its own one-line reason, at once.
 
     One case is waited out: after a crash the previous run's coordinator holds the log
@@ -126,13 +127,14 @@ def start(reg: registry.Registration, home: Path, log: logging.Logger,
 
     Args:
         stopping: says whether a stop was asked for meanwhile (ends the wait).
+        options: more options of ``ambrosia ic`` (``--metrics ADDR``).
 
     Raises:
         CoordinatorError: the coordinator could not start.
     """
     name = reg.instance_name
     try:
-        proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home)
+        proc: subprocess.Popen[str] = launch.start_coordinator(name, home=home, options=options)
         return proc
     except CoordinatorError:
         lock = registry.instance_dir(reg) / LOCK_NAME
@@ -144,7 +146,7 @@ def start(reg: registry.Registration, home: Path, log: logging.Logger,
     while lock_held(lock) and time.monotonic() < deadline and not stopping():
         time.sleep(0.05)
     try:
-        proc = launch.start_coordinator(name, home=home)
+        proc = launch.start_coordinator(name, home=home, options=options)
         return proc
     except CoordinatorError as err:
         if lock_held(lock):

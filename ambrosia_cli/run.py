@@ -28,6 +28,7 @@ from ambrosia_ic import registry
 from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_core.errors import AmbrosiaError, UsageError
+from ambrosia_core.metrics import add_metrics_option
 from ambrosia_py.runtime import cli as binding
 from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forget that the instance ever started, so that an empty log "
                         "directory is a first start (its earlier history is not recovered); "
                         "without it, an instance that has started refuses to start afresh")
+    add_metrics_option(p, "--coordinator-metrics", what="the coordinator's it starts")
     binding.add_log_level(p)
     return p
 
@@ -131,6 +133,10 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     if (args.ic_receive_port is None) != (args.ic_send_port is None):
         raise UsageError("--ic-receive-port and --ic-send-port go together")
     if args.ic_receive_port is not None:
+        if args.coordinator_metrics is not None:
+            raise UsageError("--coordinator-metrics goes with the coordinator ambrosia run "
+                             "starts, not with --ic-receive-port (give that coordinator "
+                             "--metrics)")
         rp, sp = args.ic_receive_port, args.ic_send_port
     else:
         if args.debug_replay:
@@ -152,10 +158,12 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         def stopping() -> bool:
             return stops.signum is not None
 
+        options = ([] if args.coordinator_metrics is None else
+                   ["--metrics", str(args.coordinator_metrics)])
         if new:
-            proc, reg = local_coordinator.start_new(reg, home, log, stopping)
+            proc, reg = local_coordinator.start_new(reg, home, log, stopping, options)
         else:
-            proc = local_coordinator.start(reg, home, log, stopping)
+            proc = local_coordinator.start(reg, home, log, stopping, options)
         started.append(proc)
         log.info("started the coordinator (pid %d)", proc.pid)
         rp, sp = reg.receive_port, reg.send_port
@@ -163,7 +171,8 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         return binding.stopped(args.instance_name, stops)
     runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops, log,
                                   replay_estimate=estimate, on_stop=_stop_with(proc),
-                                  on_failure=_stop_first(proc), config=config)
+                                  on_failure=_stop_first(proc), config=config,
+                                  metrics=args.metrics)
     return _outcome(args, runner, stops, proc)
 
 

@@ -21,12 +21,16 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AmbrosiaError, UsageError
 from ambrosia_core.loops import loop_runner, shorten_slice
+from ambrosia_core.metrics import add_metrics_option
+from ambrosia_core.metrics import serve as serve_metrics
 from ambrosia_core.ports import free_ports
 
 from .config import load_config
 from .engine import Engine
+from .metrics import binding_source
 from .runner import ImmortalRunner
 from .stops import StopSignals
 
@@ -114,6 +118,7 @@ def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_po
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
                    help="set one configuration key over the file's (repeatable; KEY may be "
                         "dotted, VALUE is a TOML value or else a string)")
+    add_metrics_option(p, what="the binding's (and its immortal's)")
 
 
 def add_log_level(p: argparse.ArgumentParser) -> None:
@@ -144,7 +149,8 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
                  replay_estimate: int | None = None,
                  on_stop: Callable[[ImmortalRunner], None] | None = None,
                  on_failure: Callable[[], Awaitable[None]] | None = None,
-                 config: Mapping[str, Any] | None = None) -> ImmortalRunner:
+                 config: Mapping[str, Any] | None = None,
+                 metrics: Address | None = None) -> ImmortalRunner:
     """Run the immortal until its coordinator closes the connection or a stop signal
     stops it; returns the runner, which says how it ended.
 
@@ -156,13 +162,22 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
             connection closes: ``ambrosia run`` stops its coordinator there, so that it
             ends as stopped rather than saying that its binding went away.
         config: the instance's configuration (``ctx.config``).
+        metrics: where to serve the binding's metrics, and its immortal's (None: not).
+
+    Raises:
+        MetricsError: the metrics address cannot be listened on.
     """
     run = loop_runner()
     shorten_slice()
     engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
     runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate,
                             on_failure=on_failure)
-    run(_run(runner, stops, on_stop))
+    engine.metrics = serve_metrics(metrics, [binding_source(engine, replay_estimate)])
+    try:
+        run(_run(runner, stops, on_stop))
+    finally:
+        if engine.metrics is not None:
+            engine.metrics.close()
     return runner
 
 
@@ -229,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config, args.sets)
             runner = run_immortal(cls, upgrade_to, name,
                                   (args.ic_receive_port, args.ic_send_port), stops, log,
-                                  config=config)
+                                  config=config, metrics=args.metrics)
             code, line = outcome(name, runner, stops, args.debug_replay)
         except AmbrosiaError as e:
             code, line = (stopped(name, stops) if stops.signum is not None

@@ -21,6 +21,7 @@ from typing import IO, Any
 import xxhash
 
 from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.metrics import DURATION_BUCKETS, SIZE_BUCKETS, Histogram, MetricsServer
 from ambrosia_core.wire import OutgoingRpc
 from ambrosia_core.wire.encoders import outgoing_rpc_head, sized
 
@@ -82,6 +83,18 @@ class EngineCore:
         self.stop_reason: StopReason | None = None  # set once, as the runner stops
         self.checkpoints_taken = 0
         self.last_checkpoint_size = 0
+        # Read by the metrics (``runtime.metrics``), never by the engine itself: the
+        # process's exposition server when it serves one (an immortal's I/O adds its own
+        # sources to it), the inputs handled before this life became primary, and how
+        # long checkpoints took to write and to load.
+        self.metrics: MetricsServer | None = None
+        self.inputs_before_primary = 0
+        self._load_began = (0.0, 0)  # when the checkpoint being loaded began, its size
+        self.checkpoints_loaded = 0
+        self.checkpoint_write_seconds = Histogram(DURATION_BUCKETS)
+        self.checkpoint_write_bytes = Histogram(SIZE_BUCKETS)
+        self.checkpoint_load_seconds = Histogram(DURATION_BUCKETS)
+        self.checkpoint_load_bytes = Histogram(SIZE_BUCKETS)
         # Checkpointed framework state.
         self._next_call_id = 1
         self._last_ts = 0

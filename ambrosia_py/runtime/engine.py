@@ -209,6 +209,7 @@ class Engine(Lifecycle, Sending, JsPosts, ArgumentForms):
             self.instance.on_recovery_complete(n)
             return b""
         if kind is ev.BecamePrimary:
+            self.inputs_before_primary = self._inputs_seen  # what follows is live
             self.log.info("became primary%s", " after recovery" if event.recovered else "")  # type: ignore[union-attr]
             assert self.instance is not None
             self.instance.on_become_primary()

@@ -10,6 +10,7 @@ rebuild the same suspended coroutines (see ``journal``).
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -38,6 +39,7 @@ class Lifecycle(EngineCore):
 
     def write_checkpoint(self) -> tuple[IO[bytes], int]:
         """The checkpoint, in a (spooled) temporary file positioned at 0, and its size."""
+        began = time.perf_counter()
         f = tempfile.SpooledTemporaryFile(max_size=ckpt.SPOOL_MAX)  # noqa: SIM115 - caller closes
         assert self.instance is not None
         try:
@@ -56,10 +58,13 @@ class Lifecycle(EngineCore):
             raise
         self.checkpoints_taken += 1
         self.last_checkpoint_size = size
+        self.checkpoint_write_seconds.observe(time.perf_counter() - began)
+        self.checkpoint_write_bytes.observe(size)
         return f, size
 
     def _begin_load(self, size: int) -> None:
         self.log.info("recovering: loading a checkpoint of %d bytes", size)
+        self._load_began = (time.perf_counter(), size)
         # Closed once the checkpoint is loaded.
         self._ckpt_in = tempfile.SpooledTemporaryFile(max_size=ckpt.SPOOL_MAX)  # noqa: SIM115
 
@@ -71,6 +76,11 @@ class Lifecycle(EngineCore):
             self._load_checkpoint(f)
         finally:
             f.close()
+        # From its first byte to its state loaded (the chunks' arrival included).
+        began, size = self._load_began
+        self.checkpoints_loaded += 1
+        self.checkpoint_load_seconds.observe(time.perf_counter() - began)
+        self.checkpoint_load_bytes.observe(size)
 
     def _load_checkpoint(self, f: IO[bytes]) -> None:
         objects = ckpt.read_objects(f)

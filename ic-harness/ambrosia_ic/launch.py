@@ -174,15 +174,19 @@ def start_coordinator(
     home: str | os.PathLike[str] | None = None,
     timeout: float = 90.0,
     stderr: Any = None,
+    options: Sequence[str] = (),
 ) -> CoordinatorProcess:
     """Start ``ambrosia ic`` for a registered instance; returns once it is listening
     on its receive and send ports.
+
+    Args:
+        options: more options of ``ambrosia ic`` (``--metrics ADDR``).
 
     Raises:
         CoordinatorError: it could not start; the message is the coordinator's reason.
     """
     return start_process(
-        ["ic", "--instance-name", name, "--replica", str(replica)],
+        ["ic", "--instance-name", name, "--replica", str(replica), *options],
         env=env, home=home, timeout=timeout, stderr=stderr,
         what=f"the coordinator of {name}" + (f" (replica {replica})" if replica else ""),
     )

@@ -13,11 +13,13 @@ from typing import Any
 
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import loop_runner, shorten_slice
+from ambrosia_core.metrics import add_metrics_option, serve
 from ambrosia_ic.errors import RegistryError
 
 from .. import registry
 from ..coordinator import LinkOptions, StandaloneCoordinator
 from ..coordinator.directory import RegistryDirectory
+from ..coordinator.stats import coordinator_source
 from ..launch import STOPPED_PREFIX
 from ..logdir import check_log_dir
 from ..registry.raft_address import without_secret
@@ -50,7 +52,16 @@ def _ic(args: argparse.Namespace) -> int:
     # else from the instance's own log store.
     directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
     coordinator = cls(reg, home, replica=args.replica, link=link, directory=directory)
-    code, signum = run(_serve_until_stopped(coordinator.run()))
+    # Before anything starts: a metrics port in use stops the start with one line.
+    metrics = serve(args.metrics, [
+        coordinator_source(coordinator.c, lambda: coordinator.role)
+        if isinstance(coordinator, SharedDirReplica | RaftReplica)
+        else coordinator_source(coordinator)])
+    try:
+        code, signum = run(_serve_until_stopped(coordinator.run()))
+    finally:
+        if metrics is not None:
+            metrics.close()
     if signum is None:
         return code
     # On stdout, beside the readiness line: whoever started us reads both there.
@@ -150,4 +161,5 @@ def add_ic(sub: Any) -> None:
                    help="authenticate links with the secret in FILE (as `link-secret export` "
                    "writes it) instead of the registry's (default: "
                    "$AMBROSIA_LINK_SECRET_FILE)")
+    add_metrics_option(p, what="the coordinator's")
     p.set_defaults(handler=_ic)

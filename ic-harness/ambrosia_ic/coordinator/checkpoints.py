@@ -10,6 +10,7 @@ Checkpoint message comes) and hands them over whole.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,12 @@ async def save(c: Coordinator, d: Path, n: int, data: CheckpointData,
     message, chunks, outputs = data
     next_seq, inputs = position if position is not None else (c.next_seq, c.inputs)
     state = coordinator_state(next_seq, inputs, outputs)
+    began = time.perf_counter()
     await asyncio.to_thread(write_checkpoint, d, n, state, message, chunks)
+    stats = c.stats
+    stats.checkpoints += 1
+    stats.checkpoint_seconds.observe(time.perf_counter() - began)
+    stats.checkpoint_bytes.observe(len(message) + sum(len(chunk) for chunk in chunks))
 
 
 async def remove_unkept(c: Coordinator) -> None:

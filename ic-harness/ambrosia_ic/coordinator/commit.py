@@ -28,6 +28,7 @@ paused (see ``reading``).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from ..logstore import LogWriter
@@ -90,10 +91,12 @@ async def commit_batch(c: Coordinator) -> None:
     assert writer is not None
     async with c.write_lock:  # taken under the lock: one record at a time
         record = c.core.take(MAX_BATCH_BYTES, c.sink.epoch)
+        began = time.perf_counter()
         if c.fsync_in_thread:
             await asyncio.to_thread(c.sink.write, writer, record.disk)
         else:
             c.sink.write(writer, record.disk)
+        c.stats.sync_seconds.observe(time.perf_counter() - began)
     _written(c, record, writer)
 
 
@@ -101,12 +104,19 @@ def _write(c: Coordinator) -> tuple[Record, LogWriter]:
     writer = c.writer
     assert writer is not None
     record = c.core.take(MAX_BATCH_BYTES, c.sink.epoch)
+    began = time.perf_counter()
     c.sink.write(writer, record.disk)
+    c.stats.sync_seconds.observe(time.perf_counter() - began)
     return record, writer
 
 
 def _written(c: Coordinator, record: Record, writer: LogWriter) -> None:
     """The record is durable: deliver it and acknowledge its calls."""
+    stats = c.stats
+    stats.records += 1
+    stats.syncs += 1
+    stats.log_bytes += len(record.disk)
+    stats.inputs += record.count
     out = c.core.durable(record, writer.size)
     c.deliver(out.wire)
     c.link_server.acknowledge(out.acks)

@@ -36,6 +36,7 @@ class Record:
     wire: bytes  # as the binding receives it
     inputs: dict[str, int]  # every sender's position once this record is durable
     senders: frozenset[str]  # the senders whose calls it holds
+    count: int = 0  # the inputs it holds
 
 
 @attrs.frozen
@@ -76,7 +77,7 @@ class GroupCommit:
                 senders.add(key)
         disk, wire = encode_disk_record(self.cid, self.next_seq, b"".join(batch), inputs,
                                         epoch)
-        return Record(self.next_seq, disk, wire, inputs, frozenset(senders))
+        return Record(self.next_seq, disk, wire, inputs, frozenset(senders), len(batch))
 
     def durable(self, record: Record, own_name: str) -> Durable:
         """``record`` is durable: the log's position moves past it, and its bytes may be

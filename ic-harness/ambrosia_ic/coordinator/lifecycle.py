@@ -43,6 +43,7 @@ from .link_server import LinkServer
 from .phase import Phase
 from .self_calls import SelfCalls
 from .sink import FencedSink, LogSink, StandaloneSink
+from .stats import CoordinatorStats
 
 __all__ = ["Coordinator", "LinkOptions", "PendingInput"]
 
@@ -121,6 +122,7 @@ class Coordinator:
         # their numbering.
         self.links_active = True
         # the durable log
+        self.stats = CoordinatorStats()  # what its metrics read
         self.log_n = 0
         self.writer: LogWriter | None = None
         self.write_lock = asyncio.Lock()

@@ -37,6 +37,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -46,6 +47,15 @@ import attrs
 
 from ambrosia_core.addresses import Address, address_argument
 from ambrosia_core.errors import AddressError
+from ambrosia_core.metrics import (
+    DURATION_BUCKETS,
+    Families,
+    Histogram,
+    MetricsError,
+    Source,
+    add_metrics_option,
+)
+from ambrosia_core.metrics import serve as serve_metrics
 
 from ._state import JobState, Role
 from .attempts import Attempt, RunnerCancelCode, member_id, parse_plan
@@ -66,7 +76,7 @@ from .spark import execute
 from .spark.registry import JobRegistry
 from .transport import exchange_hello
 
-__all__ = ["DEFAULT_BATCH_BYTES", "Runner", "main", "result_chunks"]
+__all__ = ["DEFAULT_BATCH_BYTES", "Runner", "main", "result_chunks", "runner_source"]
 
 
 
@@ -108,6 +118,7 @@ class _Job:
     attempt: Attempt
     cancelled: threading.Event = attrs.Factory(threading.Event)
     committed: bool = False
+    began: float = attrs.Factory(time.monotonic)  # when it was launched
     stream: asyncio.Task[None] | None = None
     future: asyncio.Future[Any] | None = None
 
@@ -169,6 +180,10 @@ class Runner:
         self.max_connections = max_connections
         self.frame_seconds = frame_seconds
         self._connections = 0
+        # For the metrics (``runner_source``): jobs launched, and how each run ended.
+        self.started = 0
+        self.ended = {"committed": 0, "failed": 0, "cancelled": 0}
+        self.durations = {outcome: Histogram(DURATION_BUCKETS) for outcome in self.ended}
 
     # ------------------------------------------------------------ serving
     async def listen(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -303,6 +318,7 @@ class Runner:
             return
         self.jobs.running(start.job_id)
         job = self._running[start.job_id] = _Job(start, attempt)
+        self.started += 1
         log.info("job %s: running %s attempt %s", start.job_id, start.name, attempt)
         future = asyncio.get_running_loop().run_in_executor(
             self._pool, execute.run_attempt, self.connect, definition, attempt, args,
@@ -319,11 +335,13 @@ class Runner:
             return
         err = future.exception()
         if job.cancelled.is_set() or self._running.get(job_id) is not job:
+            self._ran(job, "cancelled")
             self._running.pop(job_id, None)
             log.info("job %s: stopped after its cancel (%s)", job_id,
                      "nothing committed" if err is not None else "already committed")
             return
         if err is not None:
+            self._ran(job, "failed")
             self._running.pop(job_id, None)
             code = (RunnerCancelCode.ATTEMPT_REUSED if isinstance(err, AttemptReusedError)
                     else RunnerCancelCode.CONNECT_FAILED if execute.connect_failed(err)
@@ -331,10 +349,16 @@ class Runner:
             self._refuse(job_id, code, err)
             return
         job.committed = True
+        self._ran(job, "committed")
         log.info("job %s: %s", job_id, future.result().value)
         peer = self._peers.get(job_id.initiator)
         if peer is not None:
             self._stream(peer, job)
+
+    def _ran(self, job: _Job, outcome: str) -> None:
+        """A job's run on Spark ended (its output committed, failed, or cancelled)."""
+        self.ended[outcome] += 1
+        self.durations[outcome].observe(time.monotonic() - job.began)
 
     def _stop(self, job_id: JobId) -> None:
         job = self._running.pop(job_id, None)
@@ -407,11 +431,43 @@ class Runner:
         log.info("job %s: %d result batches sent", job_id, number + 1)
 
 
+def runner_source(runner: Runner, member: str) -> Source:
+    """The runner's metrics, read from its counters at scrape time (on the exposition
+    server's thread)."""
+    def read(f: Families) -> None:
+        name = {"member": member}
+        f.counter("ambrosia_runner_jobs_started", "Jobs launched on Spark", runner.started,
+                  **name)
+        for outcome, n in dict(runner.ended).items():
+            f.counter("ambrosia_runner_jobs_ended", "Job runs ended: output committed, "
+                      "failed, or cancelled", n, outcome=outcome, **name)
+            f.histogram("ambrosia_runner_job_duration_seconds", "From a job's launch to the "
+                        "end of its run on Spark", runner.durations[outcome], outcome=outcome,
+                        **name)
+        jobs = list(runner._running.values())
+        f.gauge("ambrosia_runner_jobs_running", "Jobs launched and not yet committed, "
+                "failed or cancelled", sum(not job.committed for job in jobs), **name)
+        f.gauge("ambrosia_runner_jobs_held", "Jobs this runner holds (running, or their "
+                "committed output being streamed)", len(jobs), **name)
+        f.gauge("ambrosia_runner_connections", "Initiators connected", runner._connections,
+                **name)
+    return read
+
+
 async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
     runner = Runner(member_id(args.member), registry, args.connect, args.out,
                     initial_credits=args.credits, batch_bytes=args.batch_bytes,
                     workers=args.workers, max_connections=args.max_connections,
                     frame_seconds=args.frame_seconds)
+    metrics = serve_metrics(args.metrics, [runner_source(runner, args.member)])
+    try:
+        return await _run(runner, args, registry)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+async def _run(runner: Runner, args: argparse.Namespace, registry: JobRegistry) -> bool:
     host = args.listen.host
     port = await runner.listen(host, args.listen.port)
     print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}; "
@@ -489,6 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="how long a linked initiator may take to send the rest of a "
                              "frame it began; then it is closed "
                              f"(default {DEFAULT_FRAME_SECONDS:g})")
+    add_metrics_option(parser, what="the runner's")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -498,7 +555,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JobDefinitionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    busy = asyncio.run(_serve(args, registry))
+    try:
+        busy = asyncio.run(_serve(args, registry))
+    except MetricsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if busy:
         # Jobs still running belong to the Connect server now; waiting for their threads
         # (or for SparkSession.__del__) could hang the exit.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ambrosia_core.metrics import DURATION_BUCKETS, Families, Histogram
 from ambrosia_py import impulse, rpc
 from ambrosia_services.connectors.coordinator import (
     ConnectorCoordinator,
@@ -23,7 +24,7 @@ from ambrosia_services.connectors.coordinator import (
 )
 
 from .config import PipelineConfig
-from .jobtable import JobTable
+from .jobtable import JobTable, Phase
 from .live import JobsLive
 
 __all__ = ["SparkCoordinator"]
@@ -39,6 +40,8 @@ class SparkCoordinator(ConnectorCoordinator):
         self.jobs = JobTable()
         self._jobs_live: JobsLive | None = None  # the primary's links; never state
         self._pipeline_cfg: PipelineConfig | None = None
+        # Job durations by outcome, for the metrics; never state.
+        self._job_seconds: dict[str, Histogram] = {}
 
     # ------------------------------------------------------------ the API for subclasses
     def submit_job(self, name: str, args: dict[str, Any]) -> str:
@@ -107,6 +110,43 @@ class SparkCoordinator(ConnectorCoordinator):
         live = self._jobs_live
         return {} if live is None else {"job_links": live.report()}
 
+    def live_metrics(self, f: Families) -> None:
+        """Jobs by state (the job table's, since the instance began), attempts, and how
+        long the jobs that ended while this process was primary took."""
+        table = self.jobs
+        name = {"instance_name": self.ctx.instance_name}
+        phases = [e.phase for e in list(table.jobs.values())]
+        counts = dict(table.counts)
+        for state, n in (("waiting", phases.count(Phase.DECIDED)),
+                         ("running", phases.count(Phase.RUNNING)),
+                         ("done", counts["done"]), ("failed", counts["failed"]),
+                         ("cancelled", counts["cancelled"])):
+            f.gauge("ambrosia_pipeline_jobs", "Jobs by state: waiting for a runner, running, "
+                    "and ended (done, failed, cancelled) since the instance began", n,
+                    state=state, **name)
+        f.counter("ambrosia_pipeline_jobs_decided", "Jobs decided, since the instance began",
+                  table.jobs_decided, **name)
+        f.counter("ambrosia_pipeline_job_attempts", "Attempts decided (first attempts, "
+                  "retries, new attempts after a loss)", counts["attempts"], **name)
+        for outcome, hist in sorted(dict(self._job_seconds).items()):
+            f.histogram("ambrosia_pipeline_job_duration_seconds", "From the decision of a "
+                        "job's last attempt to its whole result or its failure (logged "
+                        "times), for jobs that ended while this process was primary", hist,
+                        outcome=outcome, **name)
+
+    def _job_ended(self, outcome: str, since_ns: int) -> None:
+        """A job ended in a handler: its duration, when this process is primary (never
+        while replaying) and its attempt's decision time is known."""
+        if since_ns and self._is_live():
+            hist = self._job_seconds.get(outcome)
+            if hist is None:
+                hist = self._job_seconds[outcome] = Histogram(DURATION_BUCKETS)
+            hist.observe(max(self._now_ns() - since_ns, 0) / 1e9)
+
+    def _since(self, key: str) -> int:
+        entry = self.jobs.jobs.get(key)
+        return 0 if entry is None else entry.since_ns
+
     # ------------------------------------------------------------ inputs
     @impulse
     def configure_jobs(self, settings: dict[str, Any]) -> None:
@@ -120,26 +160,33 @@ class SparkCoordinator(ConnectorCoordinator):
 
     @impulse
     def job_batch(self, key: str, local_id: int, number: int, rows: bytes, last: bool) -> None:
+        since = self._since(key)
         result = self.jobs.batch(key, local_id, number, rows, last)
         if result is None:
             return
         try:
             parsed = [json.loads(line) for line in result.splitlines()]
         except ValueError as err:  # a runner's fault; the same bytes fail the same on replay
+            self._job_ended("failed", since)
             self.ctx.log.warning("job %s: its result is not JSON lines (%s)", key, err)
             self.jobs.unreadable(key, f"its result is not JSON lines: {err}")
             self.on_job_failed(key, f"its result is not JSON lines: {err}")
         else:
+            self._job_ended("done", since)
             self.on_job_result(key, parsed)
 
     @impulse
     def job_failed(self, key: str, local_id: int, reason: str) -> None:
+        since = self._since(key)
         if self.jobs.failed(key, local_id, reason, self._now_ns()):
+            self._job_ended("failed", since)
             self.on_job_failed(key, reason)
 
     @impulse
     def job_lost(self, key: str, local_id: int, same_attempt: bool, why: str) -> None:
+        since = self._since(key)
         if self.jobs.lost(key, local_id, same_attempt, why, self._now_ns()):
+            self._job_ended("failed", since)
             self.on_job_failed(key, self.jobs.ended[-1].reason)
 
     @rpc
@@ -155,6 +202,8 @@ class SparkCoordinator(ConnectorCoordinator):
         for key in self.jobs.timed_out(now):  # by logged time: a replay decides the same
             self.ctx.log.warning("job %s: %s", key, f"attempt {self.jobs.jobs[key].attempt} "
                                  "timed out; the next goes to the next runner")
+            since = self._since(key)
             if self.jobs.expire(key, now):
+                self._job_ended("failed", since)
                 self.on_job_failed(key, self.jobs.ended[-1].reason)
         self.on_job_tick()

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from ambrosia_core.metrics import Families
 from ambrosia_py import Immortal, impulse, rpc
 from ambrosia_services.staging import Ref
 
@@ -200,6 +201,11 @@ class ConnectorCoordinator(Immortal):
         """Live counters of the primary's own I/O, for the status file (a subclass with
         I/O of its own adds them)."""
         return {}
+
+    def live_metrics(self, f: Families) -> None:
+        """A subclass's own metrics, added at each scrape while primary in a process that
+        serves metrics (``ambrosia run --metrics``). It runs on the exposition server's
+        thread: read counters, and copy a dict or list before iterating it."""
 
     # ------------------------------------------------------------ helpers
     def _now_ns(self) -> int:
