@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx \
 	@# The staged-records Spark source is Java, built against the installed pyspark: a JDK.
 	command -v javac >/dev/null || { echo "installing openjdk-17-jdk-headless"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openjdk-17-jdk-headless; }
+	@# The status page's browser test drives Debian's chromium (playwright downloads none).
+	test -x /usr/bin/chromium || { echo "installing chromium"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	@# The PostgreSQL sink's tests initdb a private server: Debian's binaries.
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "installing postgresql"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
 	$(PY) -m ambrosia_services.jobs.spark.jar >/dev/null
 	touch $(STAMP)
 

@@ -7,11 +7,15 @@ alone; an instance whose configuration names no file may write ``status.json`` i
 instance directory, the place looked at next. Every status says how old it is; one left by
 a stopped instance (whose coordinator no longer holds its log lock) is shown as that: its
 last status, which an ordinary stop writes once more as it ends.
+
+``--serve [HOST:]PORT`` serves the same status as a page that refreshes itself, with a
+chart of the file's history (``ambrosia_cli.status_page``).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import time
@@ -22,7 +26,8 @@ from typing import Any
 from ambrosia_ic import registry
 from ambrosia_ic.logstore import LOCK_NAME
 
-from ambrosia_core.errors import AmbrosiaError
+from ambrosia_core.addresses import Address
+from ambrosia_core.errors import AddressError, AmbrosiaError
 
 from .local_coordinator import lock_held
 
@@ -31,6 +36,10 @@ __all__ = ["DEFAULT_NAME", "StatusError", "add_status", "find_status_file", "rec
 
 #: The file an instance may write in its instance directory when no location is recorded.
 DEFAULT_NAME = "status.json"
+#: Where ``--serve`` listens when given a port alone.
+SERVE_HOST = "127.0.0.1"
+#: The recent errors ``status`` prints (the page shows all the file keeps).
+ERRORS_SHOWN = 5
 
 
 class StatusError(AmbrosiaError):
@@ -212,7 +221,24 @@ def render(name: str, report: Mapping[str, Any], age: float, running: bool = Tru
         if row["sink"] in linked:
             row["linked"] = linked[row["sink"]]
     lines += table("sinks", sinks)
+    lines += _errors(report.get("errors"))
     return "\n".join(lines)
+
+
+def _errors(errors: Any) -> list[str]:
+    """The last few warnings and errors the instance logged, one line each (none: no
+    lines; the status page shows them all)."""
+    if not isinstance(errors, list) or not errors:
+        return []
+    shown = [e for e in errors if isinstance(e, Mapping)][-ERRORS_SHOWN:]
+    lines = [f"recent errors ({len(shown)} of {len(errors)}, newest last):"]
+    for e in shown:
+        at = e.get("time")
+        clock = (datetime.datetime.fromtimestamp(at).strftime("%H:%M:%S")
+                 if isinstance(at, (int, float)) else "-")
+        lines.append(f"  {clock} {e.get('level', '-')} {e.get('logger', '-')}: "
+                     f"{e.get('message', '')}")
+    return lines
 
 
 # Column names of the tables inside a section: {sub-table: (key column, value column)}.
@@ -247,12 +273,34 @@ def add_status(sub: Any) -> argparse.ArgumentParser:
                         "from the configuration's status_file, else status.json in the "
                         "instance directory)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--serve", type=serve_address, default=None, metavar="[HOST:]PORT",
+                   help="serve a page of the status that refreshes itself (streams, jobs, "
+                        "sinks, replicas, a chart of throughput and commit latency, recent "
+                        f"errors) on HOST ({SERVE_HOST} by default; port 0: any free one) "
+                        "until Ctrl-C")
     p.set_defaults(handler=status_main)
     return p
 
 
+def serve_address(text: str) -> Address:
+    """``--serve``'s value: ``PORT``, ``:PORT`` or ``HOST:PORT`` (port 0: a free one), as an
+    argparse type whose error is one line."""
+    try:
+        if text.strip().isdigit():
+            text = f":{text.strip()}"
+        return Address.parse(text, what="", allow_port_zero=True, default_host=SERVE_HOST)
+    except AddressError as err:
+        raise argparse.ArgumentTypeError(str(err) if err.detail else
+                                         f"{text!r} is not [HOST:]PORT") from None
+
+
 def status_main(args: argparse.Namespace) -> int:
     home = registry.ambrosia_home(args.home)
+    if args.serve is not None:
+        # Imported here: the page's server is no part of the text command.
+        from .status_page import serve
+        return serve(args.instance_name, home, Path(args.file) if args.file else None,
+                     args.serve)
     report, age, running = load_status(args.instance_name, home,
                                        Path(args.file) if args.file else None)
     if args.json:

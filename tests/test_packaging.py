@@ -16,6 +16,11 @@ def test_every_package_ships_py_typed() -> None:
     # install test checks that they are shipped).
     assert data.pop("ambrosia_services.jobs.spark") == ["java/**/*.java",
                                                          "java/META-INF/services/*"]
+    # And the live status page's files, which must be there to be shipped.
+    assert data.pop("ambrosia_cli") == ["py.typed", "page/*"]
+    assert {p.name for p in (ROOT / "ambrosia_cli" / "page").iterdir()} >= {
+        "index.html", "page.js", "page.css"}
+    data["ambrosia_cli"] = ["py.typed"]
     packages = {"ambrosia_core": ROOT, "ambrosia_py": ROOT, "ambrosia_ic": ROOT / "ic-harness",
                 "ambrosia_cli": ROOT, "ambrosia_services": ROOT / "services"}
     assert data == {name: ["py.typed"] for name in packages}
@@ -27,6 +32,7 @@ def test_the_ambrosia_command_is_the_command_package() -> None:
         "ambrosia": "ambrosia_cli.main:main",
         "ambrosia-feed": "ambrosia_services.connectors.clients.feed:main",  # the connector clients
         "ambrosia-sink": "ambrosia_services.connectors.clients.filesink:main",
+        "ambrosia-pgsink": "ambrosia_services.connectors.clients.pgsink:main",
     }
     assert "ambrosia_cli" in PYPROJECT["tool"]["mypy"]["packages"]
     assert "import-linter>=2.0" in PYPROJECT["project"]["optional-dependencies"]["dev"]

@@ -43,6 +43,12 @@ def test_a_plain_install_with_no_extras_runs_an_immortal(tmp_path: Path) -> None
     java = ROOT / "services" / "ambrosia_services" / "jobs" / "spark" / "java"
     want = sorted(p.relative_to(java).as_posix() for p in java.rglob("*") if p.is_file())
     assert shipped.stdout.split() == want, shipped.stdout + shipped.stderr
+    # The live status page (`ambrosia status --serve`) serves its files from the package.
+    page = subprocess.run(
+        [str(py), "-c", "import importlib.resources as r; "
+         "print(*sorted(f.name for f in r.files('ambrosia_cli').joinpath('page').iterdir()))"],
+        env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert page.stdout.split() == ["index.html", "page.css", "page.js"], page.stdout + page.stderr
     # An immortal of the user's own, outside the repository (nothing imported from it).
     app = tmp_path / "app"
     app.mkdir()

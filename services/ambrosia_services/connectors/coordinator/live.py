@@ -4,30 +4,75 @@ woken after every run of inputs applied) and cancelled with the instance. Nothin
 changes the state; every outcome is an Impulse.
 
 The links follow the state: one per sink the state has active (``wanted_sinks``), started
-when a ``configure`` Impulse adds a sink and stopped when one removes it."""
+when a ``configure`` Impulse adds a sink and stopped when one removes it.
+
+Each status write also carries a short ``history`` (one sample of the counters per write,
+for the status page's chart) and the instance logger's recent warnings and errors
+(``errors``): both live in this life's memory only, never in the state."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
+import logging
 import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ambrosia_core.metrics import Families, MetricsServer
 from ambrosia_py.effects import Effects
 from ambrosia_services.staging import SegmentWriter, segment_names
 
 from .commits import CommitClock
 from .config import CoordinatorConfig
 from .core import CoordinatorCore
+from .metrics import ConnectorMetrics
 from .sinks import SinkLink
 from .sources import SourceListener
 
 if TYPE_CHECKING:
     from ambrosia_py import ImmortalContext
 
-__all__ = ["Live", "Owner"]
+__all__ = ["Live", "Owner", "RecentErrors"]
+
+#: Samples kept in the status file's ``history``: at the default 5 s between writes, the
+#: last 20 minutes (a page that stays open keeps more itself).
+HISTORY_KEEP = 240
+#: Warning and error records kept in the status file's ``errors``.
+ERRORS_KEEP = 40
+#: A longer message is cut: the status file is rewritten every few seconds.
+_MESSAGE_CHARS = 1000
+
+
+class RecentErrors(logging.Handler):
+    """The last WARNING and ERROR records of a logger, for the status file: the first
+    thing an operator looks for. The handler's level keeps lesser records from reaching
+    ``emit``, so ordinary logging pays nothing for it."""
+
+    def __init__(self, keep: int = ERRORS_KEEP) -> None:
+        super().__init__(logging.WARNING)
+        self._records: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format: its format
+            message = str(record.msg)
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            message = f"{message} ({type(exc).__name__}: {exc})"
+        self._records.append({"time": round(record.created, 3), "level": record.levelname,
+                              "logger": record.name, "message": message[:_MESSAGE_CHARS]})
+
+    def recent(self) -> list[dict[str, Any]]:
+        """The records kept, oldest first (a copy: ``emit`` may run on another thread)."""
+        self.acquire()
+        try:
+            return list(self._records)
+        finally:
+            self.release()
 
 
 class Owner(Protocol):
@@ -45,6 +90,8 @@ class Owner(Protocol):
 
     def live_status(self) -> dict[str, Any]: ...
 
+    def live_metrics(self, f: Families) -> None: ...
+
 
 class Live:
     """Everything the primary does with sockets and clocks, for one coordinator."""
@@ -54,6 +101,15 @@ class Live:
         self.cfg = cfg
         self.log = owner.ctx.log
         me = owner.impulse_self
+        # The process's metrics, when it serves them (``ambrosia run --metrics``): the
+        # runtime ``ambrosia run`` drives carries its server; other runtimes have none.
+        self.metrics_server: MetricsServer | None = getattr(owner.ctx.runtime, "metrics",
+                                                            None)
+        self.metrics = ConnectorMetrics(self._core) if self.metrics_server else None
+        receive, receive_staged = me.receive, me.receive_staged
+        if self.metrics is not None:
+            receive = self.metrics.counting(receive)
+            receive_staged = self.metrics.counting_staged(receive_staged)
         # With staging, this life's segments: named after the instance and a random life
         # id, never appended to by another life. Only the instance's own segments are
         # ever deleted here: a root may be shared by several instances.
@@ -61,10 +117,16 @@ class Live:
         self.writer = (SegmentWriter(cfg.staging, self.segment_prefix + os.urandom(6).hex(),
                                      cfg.segment_bytes)
                        if cfg.staging else None)
-        self.sources = SourceListener(self._core, cfg, me.receive, me.end_of_stream,
-                                      self.log, me.receive_staged, self.writer)
+        self.sources = SourceListener(self._core, cfg, receive, me.end_of_stream,
+                                      self.log, receive_staged, self.writer)
         self.deleted_segments = 0
         self.commits = CommitClock()
+        if self.metrics is not None:
+            self.commits.listeners.append(self.metrics.committed)
+        self.history: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=HISTORY_KEEP)
+        self._sampled_commits = 0  # the clock's count at the last sample
+        self.errors = RecentErrors()
         self.sinks: Effects[str, str] = Effects(
             self.wanted_sinks,
             lambda name, _address: SinkLink(name, self._core, cfg, owner.ctx.instance_name,
@@ -100,6 +162,11 @@ class Live:
     # ------------------------------------------------------------ the tasks
     async def run(self) -> None:
         tasks: list[asyncio.Task[Any]] = []
+        # The instance's own logger (ctx.log is a replay-aware adapter around it).
+        logger = self.log.logger
+        logger.addHandler(self.errors)
+        if self.metrics_server is not None:
+            self.metrics_server.add(self.export)
         try:
             await self.sources.start()
             tasks = [asyncio.ensure_future(t) for t in (
@@ -117,8 +184,20 @@ class Live:
             for t in tasks:
                 with contextlib.suppress(BaseException):
                     await t
-            if self.cfg.status_file:  # the last status: what `ambrosia status` shows now
-                self._write_status(self.report())
+            try:
+                if self.cfg.status_file:  # the last status: what `ambrosia status` shows
+                    self._write_status(self._with_history(self.report()))
+            finally:
+                logger.removeHandler(self.errors)
+                if self.metrics_server is not None:
+                    self.metrics_server.remove(self.export)
+
+    def export(self, f: Families) -> None:
+        """The metrics source of this primary (on the exposition server's thread): the
+        connector coordinator's, then the immortal's own (``live_metrics``)."""
+        if self.metrics is not None:
+            self.metrics.read(self, f)
+        self.owner.live_metrics(f)
 
     async def _ticker(self) -> None:
         """A ``tick`` Impulse when some sink's uncut output is old enough to cut."""
@@ -167,7 +246,29 @@ class Live:
                 ", ".join(f"{n} committed {s['committed']} pending {s['pending_bytes']}"
                           for n, s in sinks.items()) or "no sinks")
             if self.cfg.status_file:
-                self._write_status(report)
+                self._write_status(self._with_history(report))
+
+    def _with_history(self, report: dict[str, Any]) -> dict[str, Any]:
+        """``report`` with a new sample of its counters added to the history, and the
+        history: received, acked, applied (messages, and lines where streams count
+        them), committed bytes per sink, and the commits measured since the last sample
+        with their mean and slowest latency."""
+        count = self.commits.commits
+        new = count - self._sampled_commits
+        self._sampled_commits = count
+        latencies = [c.latency for c in list(self.commits.recent)[-new:]] if new > 0 else []
+        streams = report["streams"].values()
+        self.history.append({
+            "time": round(time.time(), 3), "received": report["received"],
+            "acked": report["acked"], "applied": sum(s["applied"] for s in streams),
+            "lines": sum(s.get("lines", 0) for s in streams),
+            "committed": {name: s["committed"] for name, s in report["sinks"].items()},
+            "commits": new,
+            "latency_ms": (round(sum(latencies) / len(latencies) * 1e3, 1)
+                           if latencies else None),
+            "latency_max_ms": round(max(latencies) * 1e3, 1) if latencies else None})
+        report["history"] = list(self.history)
+        return report
 
     def report(self) -> dict[str, Any]:
         """The state's status with the live counters added."""
@@ -179,7 +280,7 @@ class Live:
             lag=max(self.sources.received - self.sources.early_drops - applied, 0),
             linked={name: link.connected for name, link in self._links()},
             aborts_in_a_row={name: link.aborts_in_a_row for name, link in self._links()},
-            commit_latency=self.commits.summary())
+            commit_latency=self.commits.summary(), errors=self.errors.recent())
         if self.writer is not None:
             report["staged"].update(
                 root=self.cfg.staging, backlog_limit=self.cfg.backlog_bytes,
