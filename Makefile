@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx \
 	@# The status page's browser test drives Debian's chromium (playwright downloads none).
 	test -x /usr/bin/chromium || { echo "installing chromium"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	@# The power-cut tests mount a FUSE file system (tests/power): Debian's fuse3.
+	command -v fusermount3 >/dev/null || { echo "installing fuse3"; \
+		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fuse3; }
 	@# The PostgreSQL sink's tests initdb a private server: Debian's binaries.
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 		echo "installing postgresql"; \
@@ -77,6 +80,7 @@ bench: $(STAMP) $(RAFT_STAMP)
 chaos: $(STAMP)
 	$(PY) -m tests.sim --seeds 100000
 	$(PY) bench/chaos.py --requests 2000 --kills 20
+	$(PY) bench/chaos.py --requests 2000 --kills 10 --power-cuts 10
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

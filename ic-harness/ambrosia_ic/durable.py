@@ -10,12 +10,14 @@ old file whole, the new file whole, or (for a new name) nothing.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["fsync_dir", "replace_durably", "temporary_name"]
+__all__ = ["fsync_dir", "make_dirs", "replace_durably", "temporary_name"]
 
 
 def fsync_dir(d: Path) -> None:
@@ -25,6 +27,28 @@ def fsync_dir(d: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs(d: Path) -> None:
+    """Create directory ``d`` and its missing parents, durably: each new directory's entry
+    is fsynced in its parent, so that a power cut cannot take back a directory whose files
+    were made durable (an instance's log directory, the registry's). Like
+    ``mkdir(parents=True, exist_ok=True)`` otherwise.
+
+    Raises:
+        FileExistsError: ``d`` (or a parent) exists and is not a directory.
+    """
+    missing = []
+    p = d
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for new in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # a racing creator: sync it anyway
+            new.mkdir()
+        fsync_dir(new.parent)
+    if not d.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(d))
 
 
 def temporary_name(path: Path) -> Path:

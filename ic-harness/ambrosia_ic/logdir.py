@@ -16,6 +16,8 @@ from pathlib import Path
 
 from ambrosia_core.errors import CoordinatorError
 
+from .durable import make_dirs
+
 __all__ = ["check_log_dir"]
 
 _PROBE_PREFIX = ".ambrosia-probe-"
@@ -46,7 +48,7 @@ def check_log_dir(path: str | os.PathLike[str], *, create: bool = True) -> Path:
         if not create:
             return d
         try:
-            d.mkdir(parents=True, exist_ok=True)
+            make_dirs(d)
         except OSError as err:
             raise CoordinatorError(
                 f"log directory {d} cannot be created: {err.strerror or err}") from None

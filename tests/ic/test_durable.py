@@ -92,7 +92,12 @@ def test_every_durable_file_goes_through_the_helper(
             ("logs", ["serverchkpt3"]),
             ("logs", ["serverchkpt3", "serverseal3"]),
             ("logs", ["serverchkpt3", "serverseal3", "serverupgraded"]),
+            # Each directory the registration creates is synced into its parent (the log
+            # directory, the home, then its instances directory), before a file in it.
+            (tmp_path.name, ["alpha-logs", "logs"]),
+            (tmp_path.name, ["alpha-logs", "home", "logs"]),
             ("home", ["link-secret"]),
+            ("home", ["instances", "link-secret"]),
             ("instances", ["alpha.json"]),
             ("instances", ["alpha.json"]),
         ]
@@ -100,3 +105,16 @@ def test_every_durable_file_goes_through_the_helper(
     assert logstore.CheckpointFile(d / "serverchkpt3").state == {"format": 1}
     assert lease.Epochs(d).upgraded_to() == 2
     assert registry.load("alpha", home).upgrade_version == 1
+
+
+def test_make_dirs_syncs_each_new_directory_into_its_parent(
+        tmp_path: Path, dir_syncs: list[tuple[Path, list[str]]]) -> None:
+    durable.make_dirs(tmp_path / "a" / "b" / "c")
+    assert [(d.relative_to(tmp_path).as_posix(), entries) for d, entries in dir_syncs] == [
+        (".", ["a"]), ("a", ["b"]), ("a/b", ["c"])]
+    dir_syncs.clear()
+    durable.make_dirs(tmp_path / "a" / "b")  # there already: nothing to sync
+    assert dir_syncs == []
+    (tmp_path / "f").write_text("")
+    with pytest.raises(FileExistsError):
+        durable.make_dirs(tmp_path / "f")

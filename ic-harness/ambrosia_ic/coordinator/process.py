@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import registry
 from ..binding import BindingPorts, reserve_port
+from ..durable import make_dirs
 from . import commit, reading, startup
 from .lifecycle import Coordinator
 
@@ -52,7 +53,7 @@ class StandaloneCoordinator(Coordinator):
     """The only coordinator of its instance's directory (its lock says so)."""
 
     async def run(self) -> int:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.dir)
         self.lock.acquire()
         try:
             code, message = await serve(

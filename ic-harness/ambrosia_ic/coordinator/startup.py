@@ -17,7 +17,7 @@ from ambrosia_core.wire import (
 )
 
 from .. import registry
-from ..durable import fsync_dir
+from ..durable import fsync_dir, make_dirs
 from ..logstore import (
     DIGEST_PREFIX,
     LOG_PREFIX,
@@ -129,7 +129,7 @@ def _move_to_version(c: Coordinator, m: int) -> None:
     c.reg = registry.set_versions(c.name, m, m, c.home)
     c.lock.release()
     c.dir = registry.instance_dir(c.reg)
-    c.dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(c.dir)
     c.lock = InstanceLock(c.dir)
     c.lock.acquire()
 
@@ -184,6 +184,7 @@ async def first_start(c: Coordinator) -> None:
 
 async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
     c.core.begin_recovery(plan.start_seq, plan.next_seq, plan.inputs, plan.outputs)
+    c.stats.replay_first, c.stats.replay_end = plan.start_seq, plan.next_seq
     actions.run(c)  # the links its outputs name
     for k in file_numbers(c.dir, DIGEST_PREFIX):  # digests of checkpoints never made
         if k > plan.number:
@@ -228,7 +229,7 @@ async def _upgrade(c: Coordinator, new_n: int) -> None:
     c.set_phase(Phase.UPGRADING)
     old_version = c.reg.current_version
     new_dir = registry.instance_dir(c.reg, m)
-    new_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(new_dir)
     c.new_lock = InstanceLock(new_dir)
     c.new_lock.acquire()
     c.set_digest(None)

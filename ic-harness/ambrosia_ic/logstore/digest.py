@@ -34,7 +34,10 @@ def read_digest(path: Path) -> list[tuple[int, int]]:
 
 class DigestWriter:
     """Appends digest entries with plain writes: they survive the process being killed
-    (the page cache keeps them); a power loss may cost the newest, which is harmless.
+    (the page cache keeps them). A power cut may cost the entries of the log being
+    written; the next recovery starts from that log's checkpoint and writes them again as
+    it replays. Once the log ends (a checkpoint starts the next one, or a stop), ``close``
+    syncs the digest: no recovery comes back to it.
 
     ``add`` buffers; ``flush`` writes what was added in one call. The coordinator flushes
     after each read from its binding, before any output of that read leaves the process.
@@ -64,9 +67,13 @@ class DigestWriter:
             self._pending.clear()
 
     def close(self) -> None:
+        """Flush and sync: a closed digest describes a log that ended (at a checkpoint or
+        a stop), which no recovery replays into it again, so a power cut must not cut it
+        short (the time-travel check would call the replay divergent)."""
         if self._fd >= 0:
             try:
                 self.flush()
+                os.fdatasync(self._fd)
             finally:
                 os.close(self._fd)
                 self._fd = -1

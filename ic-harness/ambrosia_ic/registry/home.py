@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..durable import replace_durably
+from ..durable import make_dirs, replace_durably
 
 __all__ = ["HOME_HELP", "ambrosia_home", "write_durably", "write_new_durably"]
 
@@ -27,11 +27,11 @@ def ambrosia_home(home: str | os.PathLike[str] | None = None,
 
 
 def write_durably(path: Path, data: bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     replace_durably(path, data, mode=mode)
 
 
 def write_new_durably(path: Path, data: bytes) -> None:
     # Two registrations racing must agree on one secret: the second finds it there.
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     replace_durably(path, data, mode=0o600, exclusive=True)

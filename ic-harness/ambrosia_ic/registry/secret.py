@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ambrosia_ic.errors import RegistryError
 
-from ..durable import replace_durably
+from ..durable import make_dirs, replace_durably
 from .home import ambrosia_home, write_new_durably
 
 __all__ = ["SECRET_NAME", "export_secret", "fingerprint", "import_secret", "link_secret",
@@ -132,7 +132,7 @@ def import_secret(path: str | os.PathLike[str], home: str | os.PathLike[str] | N
                 "coordinators that keep the old one would be refused; --force replaces it")
     try:
         if force:
-            home_path.mkdir(parents=True, exist_ok=True)
+            make_dirs(home_path)
             replace_durably(target, secret.hex().encode("ascii"), mode=0o600)
         else:
             write_new_durably(target, secret.hex().encode("ascii"))

@@ -48,7 +48,7 @@ from ..coordinator import LinkOptions, actions, checkpoints, process, startup
 from ..coordinator.directory import DirectoryFactory
 from ..coordinator.phase import Phase
 from ..coordinator.sink import FencedSink
-from ..durable import replace_durably
+from ..durable import make_dirs, replace_durably
 from ..lease import EPOCH_PREFIX, Epochs
 from ..logstore import (
     CHECKPOINT_PREFIX,
@@ -174,7 +174,7 @@ class RaftReplica:
 
     async def run(self) -> int:
         try:
-            self.c.dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.c.dir)
             try:
                 code, message = await process.serve(
                     self.c, f"replica={self.number} receive={self.c.receive_port} "
@@ -274,7 +274,7 @@ class RaftReplica:
         """An epoch file in the instance's directory, for senders on this machine."""
         e = self.store.held
         assert e is not None
-        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.shared_dir)
         # Where the claim is in the log too: callers here start reading there.
         info = {**self._info(), "epoch": e, "log_key": self.store.name,
                 "claim_index": self.store.view.claim_index}
@@ -314,7 +314,7 @@ class RaftReplica:
         """Start from a checkpoint of the cluster (its check bytes verified twice: the
         cluster's, then the file's own)."""
         assert self.c.send is not None
-        self.c.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.c.dir)
         path = checkpoint_path(self.c.dir, max(1, number))
         await asyncio.to_thread(replace_durably, path, data)
         cf = CheckpointFile(path)

@@ -53,6 +53,7 @@ from ..coordinator import LinkOptions, actions, checkpoints, process, startup
 from ..coordinator.directory import DirectoryFactory
 from ..coordinator.phase import Phase
 from ..coordinator.sink import FencedSink
+from ..durable import make_dirs
 from ..lease import HEARTBEAT, Epochs
 from ..logstore import (
     LOG_PREFIX,
@@ -171,7 +172,7 @@ class SharedDirReplica:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> int:
-        self.c.dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.c.dir)
         try:
             # The link port is reserved with the others: a busy one must stop this
             # replica before it claims an epoch or writes anything.
@@ -341,7 +342,7 @@ class SharedDirReplica:
         self.c.log(f"upgrading to version {m}: holding epoch {epoch}")
         n = await self._seal_and_finish()
         new_dir = registry.instance_dir(self.c.reg, m)
-        new_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(new_dir)
         data = await checkpoints.collect(self.c, n, UpgradeTakeCheckpoint())
         self.epochs.check()
         new_epochs = Epochs(new_dir)

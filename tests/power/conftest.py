@@ -1,0 +1,24 @@
+"""Fixtures for the power-cut tests: a disk that can lose power, or one clear skip line
+where FUSE is missing (counted in the run's summary)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .disk import PowerDisk, unavailable
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[PowerDisk]:
+    why = unavailable()
+    if why is not None:
+        pytest.skip(f"power cuts not run: {why}")
+    d = PowerDisk(tmp_path)
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()

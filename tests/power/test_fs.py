@@ -1,0 +1,98 @@
+"""The unsynced file system loses exactly what a power cut would: file data since the
+file's last fsync, directory entries since the directory's last fsync; nothing synced."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ambrosia_ic.durable import fsync_dir, replace_durably
+
+from .disk import PowerDisk
+
+
+def _append(path: Path, data: bytes, *, sync: bool) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+
+
+def test_file_data_survives_only_up_to_its_last_fsync(disk: PowerDisk) -> None:
+    log = disk.mount / "log"
+    _append(log, b"synced;", sync=True)
+    fsync_dir(disk.mount)
+    _append(log, b"lost", sync=False)
+    assert log.read_bytes() == b"synced;lost"
+    report = disk.restart()
+    assert log.read_bytes() == b"synced;"
+    assert len(report) == 1 and "/log: 1 write(s) since its last fsync" in report[0]
+    assert "fsync(/log) would keep them" in report[0]
+
+
+def test_overwrites_and_truncation_of_synced_bytes_come_back(disk: PowerDisk) -> None:
+    f = disk.mount / "data"
+    f.write_bytes(b"0123456789")
+    fd = os.open(f, os.O_RDWR)
+    os.fsync(fd)
+    fsync_dir(disk.mount)
+    os.pwrite(fd, b"ab", 2)
+    os.ftruncate(fd, 5)
+    os.pwrite(fd, b"XYZ", 7)  # past the end: a hole, then bytes
+    os.close(fd)
+    assert f.read_bytes() == b"01ab4\0\0XYZ"
+    disk.restart()
+    assert f.read_bytes() == b"0123456789"
+
+
+def test_fdatasync_keeps_data_too(disk: PowerDisk) -> None:
+    f = disk.mount / "wal"
+    _append(f, b"", sync=True)
+    fsync_dir(disk.mount)
+    with open(f, "ab") as w:
+        w.write(b"record")
+        w.flush()
+        os.fdatasync(w.fileno())
+    disk.restart()
+    assert f.read_bytes() == b"record"
+
+
+def test_a_new_file_needs_its_directory_synced(disk: PowerDisk) -> None:
+    (disk.mount / "d").mkdir()
+    fsync_dir(disk.mount)
+    _append(disk.mount / "d" / "kept", b"k", sync=True)
+    fsync_dir(disk.mount / "d")
+    _append(disk.mount / "d" / "gone", b"g", sync=True)  # its entry is never synced
+    report = disk.restart()
+    assert sorted(os.listdir(disk.mount / "d")) == ["kept"]
+    assert (disk.mount / "d" / "kept").read_bytes() == b"k"
+    assert report == ["create /d/gone: fsync of /d would keep it"]
+
+
+def test_a_rename_without_a_directory_fsync_comes_undone(disk: PowerDisk) -> None:
+    target = disk.mount / "checkpoint"
+    replace_durably(target, b"old")  # the project's way: tmp, fsync, rename, fsync dir
+    tmp = disk.mount / "checkpoint.tmp"
+    _append(tmp, b"new", sync=True)
+    os.rename(tmp, target)  # the directory is not synced after it
+    assert target.read_bytes() == b"new"
+    report = disk.restart()
+    assert target.read_bytes() == b"old"
+    assert not tmp.exists()  # its creation was not durable either
+    assert "rename /checkpoint.tmp -> /checkpoint (replacing it): fsync of / would keep it" \
+        in report
+
+
+def test_replace_durably_and_unlink_with_fsync_survive(disk: PowerDisk) -> None:
+    replace_durably(disk.mount / "a", b"first")
+    replace_durably(disk.mount / "a", b"second")
+    (disk.mount / "b").write_bytes(b"b")
+    os.sync()  # not a file or directory fsync: changes nothing here
+    fsync_dir(disk.mount)
+    os.unlink(disk.mount / "b")
+    fsync_dir(disk.mount)
+    os.unlink(disk.mount / "a")  # not synced: comes back, with its synced content
+    assert disk.restart() == ["unlink /a: fsync of / would keep it"]
+    assert sorted(os.listdir(disk.mount)) == ["a"]
+    assert (disk.mount / "a").read_bytes() == b"second"
