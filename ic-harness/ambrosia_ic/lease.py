@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ambrosia_core.durable import fsync_dir, replace_durably
 from ambrosia_ic.errors import LockLostError
 
-from .durable import fsync_dir, replace_durably
 from .logstore import file_numbers
 
 __all__ = ["HEARTBEAT", "LEASE", "Epochs", "current_primary"]

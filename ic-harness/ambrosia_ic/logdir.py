@@ -14,9 +14,8 @@ import os
 import secrets
 from pathlib import Path
 
+from ambrosia_core.durable import make_dirs
 from ambrosia_core.errors import CoordinatorError
-
-from .durable import make_dirs
 
 __all__ = ["check_log_dir"]
 

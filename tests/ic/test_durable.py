@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ambrosia_ic import durable, lease, logstore, registry
+from ambrosia_ic import lease, logstore, registry
 
+from ambrosia_core import durable
 from ambrosia_core.wire import Checkpoint
 
 

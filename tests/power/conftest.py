@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from .disk import PowerDisk, unavailable
+from .disk import PowerDisk, mounted
 
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[PowerDisk]:
-    why = unavailable()
-    if why is not None:
-        pytest.skip(f"power cuts not run: {why}")
-    d = PowerDisk(tmp_path)
-    d.start()
-    try:
+    with mounted(tmp_path) as d:
         yield d
-    finally:
-        d.stop()

@@ -3,6 +3,7 @@ mounted over a backing directory in its own process, cut and mounted again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,9 +11,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["PowerDisk", "unavailable"]
+import pytest
+
+__all__ = ["PowerDisk", "mounted", "unavailable"]
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,3 +121,18 @@ class PowerDisk:
                 self._proc.kill()
                 self._proc.wait()
         self.control.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def mounted(base: Path) -> Iterator[PowerDisk]:
+    """A started disk under ``base``, stopped after; a test is skipped with one line where
+    FUSE is missing (pytest's summary counts it)."""
+    why = unavailable()
+    if why is not None:
+        pytest.skip(f"power cuts not run: {why}")
+    d = PowerDisk(base)
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()

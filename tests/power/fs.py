@@ -137,8 +137,8 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
         return kept
 
     def _put_back(self, kept: str | None, real: str) -> None:
-        if kept is None:
-            return
+        if kept is None or not os.path.isdir(os.path.dirname(real)):
+            return  # nothing kept, or its directory is gone for good (its removal synced)
         self._remove_any(real)
         if os.path.isdir(kept):
             os.rename(kept, real)
@@ -334,8 +334,11 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
             os.rename(real_old, real_new)
 
             def undo() -> None:
-                self._remove_any(real_old)
-                os.rename(real_new, real_old)
+                if os.path.isdir(os.path.dirname(real_old)):
+                    self._remove_any(real_old)
+                    os.rename(real_new, real_old)
+                else:  # the source's directory is gone for good: so is what was moved
+                    self._remove_any(real_new)
                 self._put_back(replaced, real_new)
 
             self._journal(f"rename {old} -> {new}" + (" (replacing it)" if replaced else ""),

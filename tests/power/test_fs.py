@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ambrosia_ic.durable import fsync_dir, replace_durably
+from ambrosia_core.durable import fsync_dir, replace_durably
 
 from .disk import PowerDisk
 

@@ -9,9 +9,10 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ambrosia_core.durable import make_dirs
+
 from .. import registry
 from ..binding import BindingPorts, reserve_port
-from ..durable import make_dirs
 from . import commit, reading, startup
 from .lifecycle import Coordinator
 

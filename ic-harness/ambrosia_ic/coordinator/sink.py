@@ -22,10 +22,10 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from ambrosia_core.durable import fsync_dir
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_ic.errors import LockLostError
 
-from ..durable import fsync_dir
 from ..lease import Epochs
 from ..logstore import (
     CHECKPOINT_PREFIX,

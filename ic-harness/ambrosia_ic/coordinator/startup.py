@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from ambrosia_core.durable import fsync_dir, make_dirs
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
@@ -17,7 +18,6 @@ from ambrosia_core.wire import (
 )
 
 from .. import registry
-from ..durable import fsync_dir, make_dirs
 from ..logstore import (
     DIGEST_PREFIX,
     LOG_PREFIX,

@@ -12,11 +12,11 @@ from typing import Any
 import msgpack
 import xxhash
 
+from ambrosia_core.durable import replace_durably
 from ambrosia_core.errors import CoordinatorError, WireFormatError
 from ambrosia_core.wire import Incomplete, MessageType, decode_zz32, decode_zz64
 from ambrosia_ic.errors import LogCorruptionError
 
-from ..durable import replace_durably
 from .layout import checkpoint_path
 
 __all__ = ["CHECKPOINT_MAGIC", "CheckpointFile", "write_checkpoint"]

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from ambrosia_core.durable import fsync_dir
 from ambrosia_core.errors import CoordinatorError
-
-from ..durable import fsync_dir
 
 __all__ = [
     "CHECKPOINT_PREFIX",

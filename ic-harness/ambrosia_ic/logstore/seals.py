@@ -5,9 +5,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from ambrosia_core.durable import replace_durably
 from ambrosia_ic.errors import LogCorruptionError
 
-from ..durable import replace_durably
 from .layout import seal_path
 
 __all__ = ["read_seal", "write_seal"]

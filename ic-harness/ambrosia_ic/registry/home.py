@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..durable import make_dirs, replace_durably
+from ambrosia_core.durable import make_dirs, replace_durably
 
 __all__ = ["HOME_HELP", "ambrosia_home", "write_durably", "write_new_durably"]
 

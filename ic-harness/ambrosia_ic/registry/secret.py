@@ -20,9 +20,9 @@ import os
 import secrets
 from pathlib import Path
 
+from ambrosia_core.durable import make_dirs, replace_durably
 from ambrosia_ic.errors import RegistryError
 
-from ..durable import make_dirs, replace_durably
 from .home import ambrosia_home, write_new_durably
 
 __all__ = ["SECRET_NAME", "export_secret", "fingerprint", "import_secret", "link_secret",

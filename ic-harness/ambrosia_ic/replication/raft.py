@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from ambrosia_core.durable import make_dirs, replace_durably
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
@@ -48,7 +49,6 @@ from ..coordinator import LinkOptions, actions, checkpoints, process, startup
 from ..coordinator.directory import DirectoryFactory
 from ..coordinator.phase import Phase
 from ..coordinator.sink import FencedSink
-from ..durable import make_dirs, replace_durably
 from ..lease import EPOCH_PREFIX, Epochs
 from ..logstore import (
     CHECKPOINT_PREFIX,

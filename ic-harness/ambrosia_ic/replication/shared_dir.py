@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
+from ambrosia_core.durable import make_dirs
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
@@ -53,7 +54,6 @@ from ..coordinator import LinkOptions, actions, checkpoints, process, startup
 from ..coordinator.directory import DirectoryFactory
 from ..coordinator.phase import Phase
 from ..coordinator.sink import FencedSink
-from ..durable import make_dirs
 from ..lease import HEARTBEAT, Epochs
 from ..logstore import (
     LOG_PREFIX,

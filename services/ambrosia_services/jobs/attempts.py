@@ -22,6 +22,7 @@ never import pyspark.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import os
@@ -173,6 +174,19 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _sync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (deepest directories first, each
+    after its entries)."""
+    for dirpath, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
 def commit(attempt: Attempt, out: str | os.PathLike[str]) -> CommitOutcome:
     """Commit a finished attempt by one rename of its staging directory onto the final one.
 
@@ -187,6 +201,10 @@ def commit(attempt: Attempt, out: str | os.PathLike[str]) -> CommitOutcome:
             return CommitOutcome.ALREADY_COMMITTED
         raise StagingIncompleteError(f"attempt {attempt} has no finished output in {staging}")
     (staging / ATTEMPT_FILE).write_text(str(attempt.number))
+    # Spark's writers close their files without syncing them: a power cut after the
+    # rename would leave a committed directory of empty or missing files. Every file
+    # and directory of the output is synced first, then the rename in both directories.
+    _sync_tree(staging)
     try:
         os.rename(staging, final)
     except OSError as err:
@@ -198,6 +216,9 @@ def commit(attempt: Attempt, out: str | os.PathLike[str]) -> CommitOutcome:
             f"{final} exists but holds no finished output; not committing attempt {attempt}"
         ) from None
     _fsync_dir(final.parent)
+    _fsync_dir(staging.parent)
+    with contextlib.suppress(PermissionError):  # ``out``'s own entry, made by Spark
+        _fsync_dir(final.parent.parent)
     return CommitOutcome.COMMITTED
 
 

@@ -51,6 +51,7 @@ from typing import Final
 import attrs
 import xxhash
 
+from ambrosia_core.durable import make_dirs
 from ambrosia_core.errors import AmbrosiaError
 
 __all__ = [
@@ -303,7 +304,7 @@ class SegmentWriter:
 
     def _open_next(self) -> None:
         self._close()
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root)  # the root's own entry too: a power cut must not drop it
         self._n += 1
         # Named (and listed as written) before it exists: whoever lists the root and then
         # looks at ``current`` or ``written`` never takes it for another life's file.

@@ -41,6 +41,8 @@ from typing import Final
 import attrs
 import xxhash
 
+from ambrosia_core.durable import make_dirs
+
 from .errors import SinkStateError, SinkStoreCorruptError
 from .sinkserver import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
@@ -148,7 +150,7 @@ class FileSinkStore(SinkStore):
     def __init__(self, directory: Path, *, on_step: Callable[[str], None] | None = None) -> None:
         self.directory = directory
         self._on_step = on_step or (lambda _step: None)
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)  # a power cut must not take the directory back
         self._lock = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -25,7 +25,9 @@ def test_jobs_by_state_attempts_and_durations_are_exported(
     cfg = tmp_path / "app.toml"
     cfg.write_text(f'listen = "127.0.0.1:0"\n'
                    f'runners = ["r1@127.0.0.1:{port}"]\nout = "{out}"\nmax_attempts = 2\n')
-    p = launcher.start("tests.services.jobs.spark.pipeline_app:JobsApp", "app",
+    # Job keys are <instance>-<n>, and attempts name Connect sessions, which the one
+    # Connect server of the run never forgets: an instance name no other test uses.
+    p = launcher.start("tests.services.jobs.spark.pipeline_app:JobsApp", "metrics-app",
                        args=["--config", str(cfg), "--metrics", str(metrics)])
 
     def jobs(state: str) -> float:

@@ -37,9 +37,9 @@ def test_a_runner_exports_its_jobs_runs_and_their_durations(runners, words,
         seen: list[object] = []
         async with links:
             await until(links, (Held,), seen)
-            links.start("nope", plan_params(Attempt("x", 1)), [runner.member])
+            links.start("nope", plan_params(Attempt("x-metrics", 1)), [runner.member])
             await until(links, (JobCancelled,), seen)
-            links.start("wordcount", plan_params(Attempt("wc", 1), {"input": str(text)}),
+            links.start("wordcount", plan_params(Attempt("wc-metrics", 1), {"input": str(text)}),
                         [runner.member])
             await until(links, (JobDone,), seen)
 

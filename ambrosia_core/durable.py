@@ -1,11 +1,12 @@
-"""Replacing a file durably: the one way the coordinator and the registry do it.
+"""Files and directories that survive a power cut: the one way every process makes them.
 
 A file that must survive a crash or a power loss whole (a checkpoint, a seal, a
 registration, the link secret, the upgrade mark) is written to a temporary name beside
 it, fsynced, renamed over the target (or linked to it, when the target must not exist
 yet), and then the directory is fsynced: without that last step the rename itself may be
 lost at a power cut, and the old file (or none) comes back. Readers therefore see the
-old file whole, the new file whole, or (for a new name) nothing.
+old file whole, the new file whole, or (for a new name) nothing. A new directory's entry
+is synced into its parent (``make_dirs``) before anything in it is relied on.
 """
 
 from __future__ import annotations
