@@ -25,6 +25,13 @@ $(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx \
 	@# The power-cut tests mount a FUSE file system (tests/power): Debian's fuse3.
 	command -v fusermount3 >/dev/null || { echo "installing fuse3"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fuse3; }
+	@# The partition tests (tests/partitions) build namespaced networks: ip, nft, iptables.
+	missing=""; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v nft >/dev/null || missing="$$missing nftables"; \
+	command -v iptables >/dev/null || missing="$$missing iptables"; \
+	[ -z "$$missing" ] || { echo "installing$$missing"; $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq $$missing; }
 	@# The PostgreSQL sink's tests initdb a private server: Debian's binaries.
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 		echo "installing postgresql"; \
