@@ -84,10 +84,12 @@ lint: $(STAMP)
 bench: $(STAMP) $(RAFT_STAMP)
 	$(PY) bench/run.py
 
-chaos: $(STAMP)
+chaos: $(STAMP) $(RAFT_STAMP)
 	$(PY) -m tests.sim --seeds 100000
 	$(PY) bench/chaos.py --requests 2000 --kills 20
 	$(PY) bench/chaos.py --requests 2000 --kills 10 --power-cuts 10
+	$(PY) bench/partitions.py --store raft --faults 20
+	$(PY) bench/partitions.py --store files --faults 20
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -115,3 +115,23 @@ def test_close_leaves_nothing(tmp_path: object) -> None:
     net.close()
     listed = _run("ip", "netns", "list")
     assert not any(n in listed for n in names)
+
+
+def test_a_fault_schedule_depends_only_on_the_seed() -> None:
+    import importlib
+    import sys
+    from pathlib import Path
+
+    bench = str(Path(__file__).resolve().parents[2] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        partitions = importlib.import_module("partitions")
+    finally:
+        sys.path.remove(bench)
+    a = partitions.schedule("raft", 30, 7)
+    assert a == partitions.schedule("raft", 30, 7) != partitions.schedule("raft", 30, 8)
+    assert {k for k, _, _ in a} <= set(partitions.KINDS["raft"])
+    files = partitions.schedule("files", 30, 7)
+    # With files nothing can part a replica from the log: only the caller's faults.
+    assert {k for k, _, _ in files} <= {"caller", "flap", "slow"}
+    assert all(0.5 <= d <= 3.0 for _, d, _ in a + files)
