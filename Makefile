@@ -25,6 +25,13 @@ $(STAMP): pyproject.toml setup.py ambrosia_core/wire/_cfast.pyx \
 	@# The power-cut tests mount a FUSE file system (tests/power): Debian's fuse3.
 	command -v fusermount3 >/dev/null || { echo "installing fuse3"; \
 		$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq fuse3; }
+	@# The partition tests (tests/partitions) build namespaced networks: ip, nft, iptables.
+	missing=""; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v nft >/dev/null || missing="$$missing nftables"; \
+	command -v iptables >/dev/null || missing="$$missing iptables"; \
+	[ -z "$$missing" ] || { echo "installing$$missing"; $(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq $$missing; }
 	@# The PostgreSQL sink's tests initdb a private server: Debian's binaries.
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 		echo "installing postgresql"; \
@@ -77,10 +84,12 @@ lint: $(STAMP)
 bench: $(STAMP) $(RAFT_STAMP)
 	$(PY) bench/run.py
 
-chaos: $(STAMP)
+chaos: $(STAMP) $(RAFT_STAMP)
 	$(PY) -m tests.sim --seeds 100000
 	$(PY) bench/chaos.py --requests 2000 --kills 20
 	$(PY) bench/chaos.py --requests 2000 --kills 10 --power-cuts 10
+	$(PY) bench/partitions.py --store raft --faults 20
+	$(PY) bench/partitions.py --store files --faults 20
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -104,6 +104,7 @@ def start_process(
     timeout: float = 90.0,
     stderr: Any = None,
     what: str | None = None,
+    prefix: Sequence[str] = (),
 ) -> CoordinatorProcess:
     """Run ``python -m ambrosia_ic ARGS`` and return once it prints its readiness line.
 
@@ -117,12 +118,15 @@ def start_process(
         CoordinatorError: the process exited before it was ready (the message is its own
             one-line reason), or did not get ready within ``timeout``; ``what`` names it
             (default ``ambrosia ARGS[0]``).
+
+    ``prefix`` goes before the command line: a command that runs it elsewhere, such as
+    ``ip netns exec NS`` (which execs in place, so the pid is the coordinator's).
     """
     child_env = dict(os.environ if env is None else env)
     if home is not None:
         child_env["AMBROSIA_HOME"] = os.fspath(home)
     proc = CoordinatorProcess(
-        [sys.executable, "-m", "ambrosia_ic", *args],
+        [*prefix, sys.executable, "-m", "ambrosia_ic", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -175,18 +179,20 @@ def start_coordinator(
     timeout: float = 90.0,
     stderr: Any = None,
     options: Sequence[str] = (),
+    prefix: Sequence[str] = (),
 ) -> CoordinatorProcess:
     """Start ``ambrosia ic`` for a registered instance; returns once it is listening
     on its receive and send ports.
 
     Args:
         options: more options of ``ambrosia ic`` (``--metrics ADDR``).
+        prefix: what runs it elsewhere (``ip netns exec NS``), as for ``start_process``.
 
     Raises:
         CoordinatorError: it could not start; the message is the coordinator's reason.
     """
     return start_process(
         ["ic", "--instance-name", name, "--replica", str(replica), *options],
-        env=env, home=home, timeout=timeout, stderr=stderr,
+        env=env, home=home, timeout=timeout, stderr=stderr, prefix=prefix,
         what=f"the coordinator of {name}" + (f" (replica {replica})" if replica else ""),
     )
