@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import cast
 
 from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.tls import Tls, describe_tls_error
 from ambrosia_core.wire import TrimTo
 from ambrosia_ic.errors import LinkAuthenticationError, RegistryError
 
@@ -53,14 +55,18 @@ class LinkServer:
         on_record: takes each record a sender sends (in order, per connection).
         known: whether a sender may link (default: registered in ``home``).
         burst_done: called after each read from a link (the coordinator commits).
+        tls: accept links over TLS only, each sender showing a certificate our CA
+            trusts (None: plain TCP).
     """
 
     def __init__(self, name: str, home: Path, secret: bytes, port: int,
                  logged: Callable[[str], int], on_record: OnRecord,
                  log: Callable[[str], None],
                  known: Callable[[str], Awaitable[bool]] | None = None,
-                 burst_done: Callable[[], None] = lambda: None) -> None:
+                 burst_done: Callable[[], None] = lambda: None,
+                 tls: Tls | None = None) -> None:
         self.name = name
+        self.tls = tls
         self.home = home
         self.secret = secret
         self.port = port
@@ -187,10 +193,41 @@ class _Inbound(asyncio.Protocol):
         # A stream transport (uvloop's do not subclass asyncio.Transport).
         self.transport = cast(asyncio.Transport, transport)
         self.peer = self.transport.get_extra_info("peername") or self.peer
+        loop = asyncio.get_running_loop()
+        # The TLS handshake and the link's own must both end within the time.
+        self.timer = loop.call_later(HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
+        if self.server.tls is None:
+            self._challenge()
+        else:
+            # Here, not in the server's transport: asyncio keeps a failed handshake to
+            # its debug log, and a refused peer must be named. Nothing is read before
+            # it starts: the peer's first bytes are the handshake's.
+            self.transport.pause_reading()
+            self.admitting = loop.create_task(self._start_tls(self.server.tls))
+
+    def _challenge(self) -> None:
+        assert self.transport is not None
         first, self.nonce_s = challenge()
         write_unless_closing(self.transport, first)
-        self.timer = asyncio.get_running_loop().call_later(
-            HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
+
+    async def _start_tls(self, tls: Tls) -> None:
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        try:
+            secure = await loop.start_tls(self.transport, self, tls.server, server_side=True,
+                                          ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        except asyncio.CancelledError:
+            return  # the handshake's time ran out, or the server is closing
+        except (ssl.SSLError, OSError, EOFError) as err:
+            self._refuse(f"TLS handshake failed: {describe_tls_error(err)}")
+            return
+        if secure is None or self.hello is None:
+            return  # refused meanwhile
+        self.transport = secure
+        self.admitting = None
+        self._challenge()
+        if self.hello:
+            self.data_received(b"")
 
     def _refuse(self, why: str) -> None:
         if self.hello is None:
@@ -275,6 +312,10 @@ class _Inbound(asyncio.Protocol):
         return False  # the sender went away: it reconnects and resends from our position
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError) and self.sender is not None:
+            # An altered, replayed or cut TLS record: the sender reconnects and resends
+            # from the position acknowledged.
+            self.server._log(f"link from {self.sender} closed: {describe_tls_error(exc)}")
         if self.timer is not None:
             self.timer.cancel()
         if self.admitting is not None and self.sender is None:
