@@ -15,15 +15,17 @@ names the host it dialled. Without TLS, a process listens on loopback only, unle
 ``--insecure`` says otherwise (and it logs that it does): a listener beyond loopback
 without TLS lets anyone who reaches the port in.
 
-Servers run the handshake themselves (``Tls.start_server``), not through asyncio's own
-``ssl=``, whose handshake failures asyncio keeps to its debug log: a refused peer must be
-named in one line.
+Servers run their end of TLS themselves (``TlsServerProtocol``, on ``ssl.MemoryBIO``),
+not through the event loop's ``ssl=``, whose handshake failures asyncio keeps to its debug
+log (a refused peer must be named in one line), nor its ``start_tls``, which uvloop does
+not serve on the server side.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import os
 import socket
@@ -37,8 +39,9 @@ from .addresses import Address
 from .errors import AmbrosiaError, UsageError
 
 __all__ = ["ENV_CA", "ENV_CERT", "ENV_KEY", "HANDSHAKE_SECONDS", "InsecureListenError", "Tls",
-           "TlsConfigError", "TlsHandshakeError", "TlsOptions", "add_tls_options",
-           "describe_tls_error", "is_loopback", "tls_from_args", "tls_from_config"]
+           "TlsConfigError", "TlsHandshakeError", "TlsOptions", "TlsServerProtocol",
+           "add_tls_options", "describe_tls_error", "is_loopback", "tls_from_args",
+           "tls_from_config"]
 
 ENV_CERT = "AMBROSIA_TLS_CERT"
 ENV_KEY = "AMBROSIA_TLS_KEY"
@@ -166,23 +169,28 @@ class Tls:
     server: ssl.SSLContext
     client: ssl.SSLContext
 
+    def wrap_server(self, inner: asyncio.Protocol, refused: Callable[[str], None],
+                    timeout: float = HANDSHAKE_SECONDS) -> TlsServerProtocol:
+        """``inner`` behind the server's end of TLS (see ``TlsServerProtocol``)."""
+        return TlsServerProtocol(self.server, inner, refused, timeout)
+
     async def start_server(self, handler: Handler, host: str | None, port: int,
                            refused: Callable[[str], None],
                            timeout: float = HANDSHAKE_SECONDS, **kwargs: Any
                            ) -> asyncio.Server:
         """``asyncio.start_server`` over TLS, the peer showing a certificate our CA
-        trusts. ``handler`` gets the streams once the handshake is done; a peer refused
+        trusts: ``handler`` gets the streams once the handshake is done; a peer refused
         or failing is said to ``refused`` in one line, naming the certificate problem.
 
-        The handshake is run here rather than by the server's own ``ssl=``, whose
-        failures asyncio keeps to its debug log; and a connection reads nothing before
-        it starts, so no byte of the peer's hello is taken for plain data.
+        Raises:
+            OSError: as ``create_server`` (the address is in use, ...).
         """
         loop = asyncio.get_running_loop()
-        tasks: set[asyncio.Task[None]] = set()
 
         def factory() -> asyncio.Protocol:
-            return _Handshake(self.server, handler, refused, timeout, tasks)
+            reader = asyncio.StreamReader(limit=_READ, loop=loop)
+            return self.wrap_server(asyncio.StreamReaderProtocol(reader, handler, loop=loop),
+                                    refused, timeout)
 
         return await loop.create_server(factory, host, port, **kwargs)
 
@@ -209,45 +217,179 @@ class Tls:
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+_READ = 65536
 
 
-class _Handshake(asyncio.Protocol):
-    """An accepted connection until its TLS handshake ends: it reads nothing itself,
-    then hands the secure streams to the handler."""
+class _TlsTransport(asyncio.Transport):
+    """What the protocol inside a ``TlsServerProtocol`` writes to: plain bytes in,
+    TLS records out on the connection."""
 
-    def __init__(self, ctx: ssl.SSLContext, handler: Handler, refused: Callable[[str], None],
-                 timeout: float, tasks: set[asyncio.Task[None]]) -> None:
-        self.ctx = ctx
-        self.handler = handler
+    def __init__(self, shim: TlsServerProtocol, raw: asyncio.Transport) -> None:
+        super().__init__()
+        self._shim = shim
+        self._raw = raw
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._shim.send(bytes(data))
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.write(b"".join(list_of_data))
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._shim.close()
+
+    def abort(self) -> None:
+        self._raw.abort()
+
+    def is_closing(self) -> bool:
+        return self._raw.is_closing()
+
+    def pause_reading(self) -> None:
+        self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._raw.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._raw.is_reading()
+
+    def get_write_buffer_size(self) -> int:
+        return self._raw.get_write_buffer_size()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._raw.set_write_buffer_limits(high, low)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peercert":
+            return self._shim.tls.getpeercert()
+        if name == "ssl_object":
+            return self._shim.tls
+        return self._raw.get_extra_info(name, default)
+
+
+class TlsServerProtocol(asyncio.Protocol):
+    """The server's end of TLS on any event loop, around the protocol ``inner``: the
+    handshake and the records through ``ssl.MemoryBIO``, ``inner`` told of the
+    connection only once the peer's certificate checked.
+
+    Ours rather than the loop's: asyncio keeps a failed handshake to its debug log, and
+    uvloop's ``start_tls`` does not serve the server side; a refused peer must be named
+    (``refused`` gets one line). A record that fails its check (altered, replayed, cut)
+    closes the connection, and ``inner.connection_lost`` gets the ``ssl.SSLError``.
+    """
+
+    def __init__(self, ctx: ssl.SSLContext, inner: asyncio.Protocol,
+                 refused: Callable[[str], None], timeout: float = HANDSHAKE_SECONDS) -> None:
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self.inner = inner
         self.refused = refused
         self.timeout = timeout
-        self.tasks = tasks
+        self.raw: asyncio.Transport | None = None
+        self.peer = "a peer"
+        self.secure = False
+        self.error: BaseException | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        stream = cast(asyncio.Transport, transport)
-        stream.pause_reading()  # the peer's first bytes are the handshake's
-        task = asyncio.get_running_loop().create_task(self._run(stream))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.raw = cast(asyncio.Transport, transport)
+        self.peer = _peer(transport)
+        self._timer = asyncio.get_running_loop().call_later(
+            self.timeout, self._fail, TimeoutError())
 
-    async def _run(self, transport: asyncio.Transport) -> None:
-        loop = asyncio.get_running_loop()
-        peer = _peer(transport)
-        reader = asyncio.StreamReader()
-        protocol = asyncio.StreamReaderProtocol(reader)
-        try:
-            secure = await asyncio.wait_for(
-                loop.start_tls(transport, protocol, self.ctx, server_side=True,
-                               ssl_handshake_timeout=self.timeout), self.timeout + 1)
-        except (ssl.SSLError, OSError, TimeoutError, EOFError) as err:
-            transport.close()
-            self.refused(f"TLS handshake with {peer} failed: {describe_tls_error(err)}")
+    def _flush(self) -> None:
+        out = self._outgoing.read()
+        if out and self.raw is not None and not self.raw.is_closing():
+            self.raw.write(out)
+
+    def _fail(self, err: BaseException) -> None:
+        self._flush()  # the alert, if any, tells the peer why
+        if self.raw is not None:
+            self.raw.close()
+        if not self.secure:
+            if self.error is None:
+                self.error = err
+                self.refused(f"TLS handshake with {self.peer} failed: "
+                             f"{describe_tls_error(err)}")
+        elif self.error is None:
+            self.error = err
+
+    def data_received(self, data: bytes) -> None:
+        if self.error is not None:
             return
-        if secure is None:
-            transport.close()
+        self._incoming.write(data)
+        if not self.secure:
+            try:
+                self.tls.do_handshake()
+            except ssl.SSLWantReadError:
+                self._flush()
+                return
+            except (ssl.SSLError, ssl.CertificateError) as err:
+                self._fail(err)
+                return
+            self.secure = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._flush()
+            assert self.raw is not None
+            self.inner.connection_made(_TlsTransport(self, self.raw))
+        while self.error is None:
+            try:
+                chunk = self.tls.read(_READ)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:  # the peer's close_notify
+                self._flush()
+                if self.raw is not None:
+                    self.raw.close()
+                break
+            except ssl.SSLError as err:
+                self._fail(err)
+                break
+            if not chunk:
+                break
+            self.inner.data_received(chunk)
+        self._flush()
+
+    def send(self, data: bytes) -> None:
+        if self.error is not None or self.raw is None or self.raw.is_closing():
             return
-        protocol.connection_made(secure)
-        await self.handler(reader, asyncio.StreamWriter(secure, protocol, reader, loop))
+        self.tls.write(data)
+        self._flush()
+
+    def close(self) -> None:
+        if self.raw is None or self.raw.is_closing():
+            return
+        with contextlib.suppress(ssl.SSLError):
+            self.tls.unwrap()  # close_notify
+        self._flush()
+        self.raw.close()
+
+    def eof_received(self) -> bool | None:
+        return False
+
+    def pause_writing(self) -> None:
+        if self.secure:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.secure:
+            self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.secure:
+            err = self.error if isinstance(self.error, Exception) else exc
+            self.inner.connection_lost(err)
+        elif self.error is None:
+            self.error = exc or ConnectionResetError()
+            self.refused(f"TLS handshake with {self.peer} failed: "
+                         f"{describe_tls_error(self.error)}")
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:

@@ -1,9 +1,10 @@
-"""Certificates for the TLS tests, made by ``ambrosia tls init``'s own code: a CA with a
-certificate for 127.0.0.1, a second CA (a stranger's), and an expired certificate signed
-by the first CA."""
+"""For the TLS tests: certificates made by ``ambrosia tls init``'s own code (a CA with a
+certificate for 127.0.0.1, a second CA, a stranger's, and an expired certificate signed by
+the first CA), and a relay that alters or replays a TLS record in flight."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from pathlib import Path
 
@@ -53,3 +54,49 @@ def make_pki(root: Path) -> tuple[Pki, Pki, Pki]:
     issue_host(expired.dir, HOST, days=10,
                not_before=datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=11))
     return ours, stranger, expired
+
+
+class Relay:
+    """Passes bytes between a client and ``target``; once ``arm`` is called, the next
+    TLS record the client sends is altered (``flip``) or sent twice (``replay``)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.mode = "pass"
+        self.done = asyncio.Event()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    def arm(self, mode: str) -> None:
+        self.mode = mode
+
+    async def _serve(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        sr, sw = await asyncio.open_connection("127.0.0.1", self.target)
+
+        async def back() -> None:
+            while data := await sr.read(65536):
+                cw.write(data)
+            cw.close()
+
+        task = asyncio.ensure_future(back())
+        try:
+            while True:
+                head = await cr.readexactly(5)  # a TLS record: type, version, length
+                body = await cr.readexactly(int.from_bytes(head[3:5]))
+                if self.mode == "flip" and head[0] == 23:
+                    body = body[:-1] + bytes([body[-1] ^ 1])
+                    self.mode = "pass"
+                    self.done.set()
+                elif self.mode == "replay" and head[0] == 23:
+                    sw.write(head + body)
+                    self.mode = "pass"
+                    self.done.set()
+                sw.write(head + body)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            sw.close()
+            task.cancel()

@@ -91,13 +91,20 @@ class LinkServer:
             CoordinatorError: the port cannot be listened on (one line naming it).
         """
         loop = asyncio.get_running_loop()
+        tls = self.tls
+
+        def inbound() -> asyncio.Protocol:
+            if tls is None:
+                return _Inbound(self)
+            return tls.wrap_server(_Inbound(self), lambda why: self._log(
+                f"refused a link: {why}"), HANDSHAKE_TIMEOUT)
+
         try:
             if self.sock is not None:
-                self._server = await loop.create_server(lambda: _Inbound(self),
-                                                        sock=self.sock)
+                self._server = await loop.create_server(inbound, sock=self.sock)
             else:
-                self._server = await loop.create_server(lambda: _Inbound(self), self.host,
-                                                        self.port, reuse_address=True)
+                self._server = await loop.create_server(inbound, self.host, self.port,
+                                                        reuse_address=True)
         except OSError as err:
             raise CoordinatorError(
                 f"cannot listen for links on {registry.format_address(self.host, self.port)}: "
@@ -190,44 +197,14 @@ class _Inbound(asyncio.Protocol):
         self.admitting: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream transport (uvloop's do not subclass asyncio.Transport).
+        # A stream transport (uvloop's do not subclass asyncio.Transport); with TLS, the
+        # handshake is done and the peer's certificate checked (``TlsServerProtocol``).
         self.transport = cast(asyncio.Transport, transport)
         self.peer = self.transport.get_extra_info("peername") or self.peer
-        loop = asyncio.get_running_loop()
-        # The TLS handshake and the link's own must both end within the time.
-        self.timer = loop.call_later(HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
-        if self.server.tls is None:
-            self._challenge()
-        else:
-            # Here, not in the server's transport: asyncio keeps a failed handshake to
-            # its debug log, and a refused peer must be named. Nothing is read before
-            # it starts: the peer's first bytes are the handshake's.
-            self.transport.pause_reading()
-            self.admitting = loop.create_task(self._start_tls(self.server.tls))
-
-    def _challenge(self) -> None:
-        assert self.transport is not None
         first, self.nonce_s = challenge()
         write_unless_closing(self.transport, first)
-
-    async def _start_tls(self, tls: Tls) -> None:
-        assert self.transport is not None
-        loop = asyncio.get_running_loop()
-        try:
-            secure = await loop.start_tls(self.transport, self, tls.server, server_side=True,
-                                          ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
-        except asyncio.CancelledError:
-            return  # the handshake's time ran out, or the server is closing
-        except (ssl.SSLError, OSError, EOFError) as err:
-            self._refuse(f"TLS handshake failed: {describe_tls_error(err)}")
-            return
-        if secure is None or self.hello is None:
-            return  # refused meanwhile
-        self.transport = secure
-        self.admitting = None
-        self._challenge()
-        if self.hello:
-            self.data_received(b"")
+        self.timer = asyncio.get_running_loop().call_later(
+            HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
 
     def _refuse(self, why: str) -> None:
         if self.hello is None:

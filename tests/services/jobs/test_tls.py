@@ -24,7 +24,7 @@ from ambrosia_services.jobs.link import Disconnected, Held, JobLinks, RunnerAddr
 from ambrosia_core.processes import kill_process
 from ambrosia_core.tls import TlsHandshakeError
 
-from ...pki import Pki, make_pki
+from ...pki import Pki, Relay, make_pki
 
 COORDINATOR = uuid.UUID("c7c7c7c7-c7c7-c7c7-c7c7-c7c7c7c7c7c7")
 JOBS = "tests.services.jobs.spark.jobs_for_tests"
@@ -181,52 +181,6 @@ def test_a_runner_refuses_an_expired_initiator_certificate(runner_of, pki) -> No
     asyncio.run(scenario())
     line = _wait_for(runner, "refused a connection")
     assert line.endswith("failed: its certificate has expired"), line
-
-
-class Relay:
-    """Passes bytes between a client and ``target``; once ``arm`` is called, the next
-    TLS record the client sends is altered (``flip``) or sent twice (``replay``)."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.mode = "pass"
-        self.done = asyncio.Event()
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    def arm(self, mode: str) -> None:
-        self.mode = mode
-
-    async def _serve(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-        sr, sw = await asyncio.open_connection("127.0.0.1", self.target)
-
-        async def back() -> None:
-            while data := await sr.read(65536):
-                cw.write(data)
-            cw.close()
-
-        task = asyncio.ensure_future(back())
-        try:
-            while True:
-                head = await cr.readexactly(5)  # a TLS record: type, version, length
-                body = await cr.readexactly(int.from_bytes(head[3:5]))
-                if self.mode == "flip" and head[0] == 23:
-                    body = body[:-1] + bytes([body[-1] ^ 1])
-                    self.mode = "pass"
-                    self.done.set()
-                elif self.mode == "replay" and head[0] == 23:
-                    sw.write(head + body)
-                    self.mode = "pass"
-                    self.done.set()
-                sw.write(head + body)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            sw.close()
-            task.cancel()
 
 
 @pytest.mark.parametrize("mode", ["flip", "replay"])
