@@ -17,6 +17,7 @@ from . import calls
 from .instances import add_list, add_stop
 from .run import run_main
 from .status import add_status
+from .tls import add_tls
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -80,7 +81,7 @@ def _add_run(sub: Any) -> None:
 # The coordinator's commands in their order, its `log` replaced by the one naming methods.
 COMMANDS: tuple[Callable[[Any], Any], ...] = (
     *(_add_log if add is ic_cli.add_log else add for add in ic_cli.COMMANDS), _add_run,
-    add_status, add_list, add_stop)
+    add_status, add_list, add_stop, add_tls)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_core.errors import AmbrosiaError, UsageError
 from ambrosia_core.metrics import add_metrics_option
+from ambrosia_core.tls import ENV_CA, ENV_CERT, ENV_KEY, add_tls_options, tls_from_args
 from ambrosia_py.runtime import cli as binding
 from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "directory is a first start (its earlier history is not recovered); "
                         "without it, an instance that has started refuses to start afresh")
     add_metrics_option(p, "--coordinator-metrics", what="the coordinator's it starts")
+    add_tls_options(p)
     binding.add_log_level(p)
     return p
 
@@ -130,6 +132,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     cls = binding.load_class(args.target)
     config = load_config(args.config, args.sets)  # a bad one fails before anything starts
     upgrade_to = binding.load_upgrade_target(args.upgrade_to, cls)  # before it is registered
+    tls_options = _tls_options(args)
     if (args.ic_receive_port is None) != (args.ic_send_port is None):
         raise UsageError("--ic-receive-port and --ic-send-port go together")
     if args.ic_receive_port is not None:
@@ -160,6 +163,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
 
         options = ([] if args.coordinator_metrics is None else
                    ["--metrics", str(args.coordinator_metrics)])
+        options += tls_options
         if new:
             proc, reg = local_coordinator.start_new(reg, home, log, stopping, options)
         else:
@@ -174,6 +178,26 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
                                   on_failure=_stop_first(proc), config=config,
                                   metrics=args.metrics)
     return _outcome(args, runner, stops, proc)
+
+
+def _tls_options(args: argparse.Namespace) -> list[str]:
+    """The coordinator's TLS options: this command's. The files also become this
+    process's ``$AMBROSIA_TLS_*``, which an immortal's configuration without a ``[tls]``
+    table takes (``ambrosia_core.tls.tls_from_config``), so one setting covers the
+    coordinator's links and the immortal's own connections.
+
+    Raises:
+        TlsConfigError: some of the three files without the others.
+    """
+    tls = tls_from_args(args)
+    out = ["--insecure"] if tls.insecure else []
+    if tls.enabled:
+        assert tls.cert and tls.key and tls.ca
+        for name, value in ((ENV_CERT, tls.cert), (ENV_KEY, tls.key), (ENV_CA, tls.ca)):
+            os.environ[name] = os.path.abspath(value)
+        out += ["--tls-cert", os.environ[ENV_CERT], "--tls-key", os.environ[ENV_KEY],
+                "--tls-ca", os.environ[ENV_CA]]
+    return out
 
 
 def _stop_with(proc: subprocess.Popen[str] | None) -> Callable[[ImmortalRunner], None]:

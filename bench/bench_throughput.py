@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,12 +119,14 @@ def _rss_kb(pid: int, field: str) -> int:
 class _Pair:
     """A coordinator and a binding for one instance, their stderr in files."""
 
-    def __init__(self, name: str, target: str, home: Path, env: dict[str, str]) -> None:
+    def __init__(self, name: str, target: str, home: Path, env: dict[str, str],
+                 options: Sequence[str] = ()) -> None:
         from ambrosia_ic import launch, registry
 
         reg = registry.load(name, home)
         self.err = open(home / f"{name}-ic.err", "w")  # noqa: SIM115 - closed in stop()
-        self.coordinator = launch.start_coordinator(name, env=env, stderr=self.err)
+        self.coordinator = launch.start_coordinator(name, env=env, stderr=self.err,
+                                                    options=options)
         self.binding = Child(subprocess.Popen(
             [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", name,
              "--ic-receive-port", str(reg.receive_port), "--ic-send-port",
@@ -143,8 +146,10 @@ class _Pair:
         self.err.close()
 
 
-def run_immortals(forks: int, burst: int, pings: int) -> dict[str, Any]:
-    """One run of the workload; the source's result plus memory figures (kB)."""
+def run_immortals(forks: int, burst: int, pings: int,
+                  options: Sequence[str] = ()) -> dict[str, Any]:
+    """One run of the workload; the source's result plus memory figures (kB).
+    ``options`` go to both coordinators (``bench_tls``: TLS on their link)."""
     from ambrosia_ic import registry
 
     from ambrosia_core.ports import free_ports
@@ -161,13 +166,13 @@ def run_immortals(forks: int, burst: int, pings: int) -> dict[str, Any]:
                               log_dir=str(home / "logs"), home=home)
         pairs = []
         try:
-            sink = _Pair(SINK, "bench_throughput:Sink", home, env)
+            sink = _Pair(SINK, "bench_throughput:Sink", home, env, options)
             pairs.append(sink)
             sink.wait_for("became primary", 60)
             time.sleep(0.5)
             rest = {"coordinator": _rss_kb(sink.coordinator.pid, "VmRSS"),
                     "binding": _rss_kb(sink.binding.pid, "VmRSS")}
-            source = _Pair(SOURCE, "bench_throughput:Source", home, env)
+            source = _Pair(SOURCE, "bench_throughput:Source", home, env, options)
             pairs.append(source)
             line = source.wait_for(RESULT, 600)
             peak = {"coordinator": _rss_kb(sink.coordinator.pid, "VmHWM"),
@@ -274,7 +279,7 @@ def bare_python_rss_kb() -> int:
 
 
 # ---------------------------------------------------------------------------- figures
-def _pct(values: list[int], q: float) -> float:
+def percentile(values: list[int], q: float) -> float:
     s = sorted(values)
     return float(s[min(len(s) - 1, int(q * len(s)))])
 
@@ -284,7 +289,7 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / med if med else 0.0
 
 
-def _row(name: str, values: list[float], unit: str, baselines: list[float] | None,
+def bench_row(name: str, values: list[float], unit: str, baselines: list[float] | None,
          extra: dict[str, Any] | None = None) -> dict[str, Any]:
     value = statistics.median(values)
     base = statistics.median(baselines) if baselines else None
@@ -305,15 +310,15 @@ def run(quick: bool) -> list[dict[str, Any]]:
         raw_rates.append(raw_throughput(forks, burst))
         ceiling_rates.append(ceilings.pipeline_rate(forks, burst, PAYLOAD))
         lat = ceilings.round_trips(pings)
-        ceiling_p50s.append(_pct(lat, 0.5) / 1e3)
-        ceiling_p99s.append(_pct(lat, 0.99) / 1e3)
+        ceiling_p50s.append(percentile(lat, 0.5) / 1e3)
+        ceiling_p99s.append(percentile(lat, 0.99) / 1e3)
         lat = raw_latencies(pings)
-        raw_p50s.append(_pct(lat, 0.5) / 1e3)
-        raw_p99s.append(_pct(lat, 0.99) / 1e3)
+        raw_p50s.append(percentile(lat, 0.5) / 1e3)
+        raw_p99s.append(percentile(lat, 0.99) / 1e3)
         r = run_immortals(forks, burst, pings)
         rates.append(r["forks"] / r["elapsed_s"])
-        p50s.append(_pct(r["latencies_ns"], 0.5) / 1e3)
-        p99s.append(_pct(r["latencies_ns"], 0.99) / 1e3)
+        p50s.append(percentile(r["latencies_ns"], 0.5) / 1e3)
+        p99s.append(percentile(r["latencies_ns"], 0.99) / 1e3)
         rest_c.append(r["rest_kb"]["coordinator"] / 1024)
         rest_b.append(r["rest_kb"]["binding"] / 1024)
         peak_c.append(r["peak_kb"]["coordinator"] / 1024)
@@ -322,20 +327,20 @@ def run(quick: bool) -> list[dict[str, Any]]:
     sizes = {"forks": forks, "burst": burst, "pings": pings, "repeats": repeats,
              "payload_bytes": PAYLOAD, "quick": quick}
     return [
-        _row("durable fork RPCs between immortals (vs the plain-Python pipeline ceiling)",
+        bench_row("durable fork RPCs between immortals (vs the plain-Python pipeline ceiling)",
              rates, "RPC/s", ceiling_rates, sizes),
-        _row("durable fork RPCs between immortals (vs raw loopback)", rates, "RPC/s",
+        bench_row("durable fork RPCs between immortals (vs raw loopback)", rates, "RPC/s",
              raw_rates, sizes),
-        _row("await round trip p50 (vs the plain-Python round trip with two log syncs)", p50s,
+        bench_row("await round trip p50 (vs the plain-Python round trip with two log syncs)", p50s,
              "us", ceiling_p50s, sizes),
-        _row("await round trip p99 (vs the plain-Python round trip with two log syncs)", p99s,
+        bench_row("await round trip p99 (vs the plain-Python round trip with two log syncs)", p99s,
              "us", ceiling_p99s, sizes),
-        _row("await round trip p50 (vs raw loopback)", p50s, "us", raw_p50s, sizes),
-        _row("await round trip p99 (vs raw loopback)", p99s, "us", raw_p99s, sizes),
-        _row("coordinator RSS at rest (vs bare python)", rest_c, "MiB", bare),
-        _row("coordinator peak RSS under load (vs bare python)", peak_c, "MiB", bare, sizes),
-        _row("binding RSS at rest (vs bare python)", rest_b, "MiB", bare),
-        _row("binding peak RSS under load (vs bare python)", peak_b, "MiB", bare, sizes),
+        bench_row("await round trip p50 (vs raw loopback)", p50s, "us", raw_p50s, sizes),
+        bench_row("await round trip p99 (vs raw loopback)", p99s, "us", raw_p99s, sizes),
+        bench_row("coordinator RSS at rest (vs bare python)", rest_c, "MiB", bare),
+        bench_row("coordinator peak RSS under load (vs bare python)", peak_c, "MiB", bare, sizes),
+        bench_row("binding RSS at rest (vs bare python)", rest_b, "MiB", bare),
+        bench_row("binding peak RSS under load (vs bare python)", peak_b, "MiB", bare, sizes),
     ]
 
 

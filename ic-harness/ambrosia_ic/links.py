@@ -11,9 +11,14 @@ Handshake (before anything else; ``S`` = receiver, ``C`` = sender)::
             HMAC-SHA256(secret, b"C" + nonce_s + nonce_c + sender + b"\\0" + destination)
     S -> C  HMAC-SHA256(secret, b"S" + nonce_c + nonce_s), int64 last logged seq number
 
-``secret`` is the registry's link secret. A peer that fails its proof, or names an
-instance that is not registered (nor published in the cluster the receiver reads
-registrations from), is refused (the receiver logs it and closes).
+``secret`` is the registry's link secret. With TLS (``ambrosia_core.tls``: ``ambrosia ic
+--tls-cert/--tls-key/--tls-ca``) the connection is TLS from its first byte, both ends
+showing a certificate the other's CA trusts, and all of the above travels inside it: the
+handshake still proves the instance names, and TLS keeps the records that follow secret
+and refuses any altered, replayed or cut on the way (without TLS they travel in clear).
+A peer that fails its proof, or names an instance that is not registered (nor published
+in the cluster the receiver reads registrations from), is refused (the receiver logs it
+and closes).
 
 Then ``C -> S``: log records (the wire codec's records, ``Direction.LINK``) of
 incoming-form ``Rpc`` frames. Each call has a link sequence number (1, 2, ... per sender
@@ -34,6 +39,7 @@ import contextlib
 import hashlib
 import hmac
 import os
+import ssl
 import struct
 from collections.abc import Callable, Iterable
 
@@ -42,6 +48,7 @@ import attrs
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import RemoteProtocolError
 from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_core.tls import Tls, TlsHandshakeError, describe_tls_error
 from ambrosia_core.wire import (
     CONTROL_SEQ,
     Direction,
@@ -156,11 +163,19 @@ def hello_reply(secret: bytes, hello: Hello, nonce_s: bytes, last_logged: int) -
 
 
 async def open_link(
-    host: str, port: int, secret: bytes, my_name: str, dest: str
+    host: str, port: int, secret: bytes, my_name: str, dest: str, tls: Tls | None = None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
-    """Sender side: connect and authenticate both ways. Returns the streams and the last
-    link sequence number the receiver has durably logged from us."""
-    reader, writer = await asyncio.open_connection(host, port)
+    """Sender side: connect (over TLS with ``tls``) and authenticate both ways. Returns
+    the streams and the last link sequence number the receiver has durably logged from us.
+
+    Raises:
+        LinkAuthenticationError: the handshake failed (TlsHandshakeError: TLS's did).
+        OSError: the receiver cannot be reached.
+    """
+    if tls is None:
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        reader, writer = await tls.connect(host, port)
     try:
         head = await reader.readexactly(len(LINK_MAGIC) + _NONCE)
         if head[: len(LINK_MAGIC)] != LINK_MAGIC:
@@ -177,6 +192,10 @@ async def open_link(
     except asyncio.IncompleteReadError:
         writer.close()
         raise LinkAuthenticationError(f"{dest!r} refused the link") from None
+    except ssl.SSLError as err:  # TLS 1.3: a refused certificate shows at the first read
+        writer.close()
+        raise TlsHandshakeError(f"TLS handshake with {Address(host, port)} failed: "
+                                f"{describe_tls_error(err)}") from None
     except BaseException:
         writer.close()
         raise
@@ -317,8 +336,11 @@ class OutboundLink:
         box: LinkOutbox | None = None,
         flush_soon: bool = True,
         unreachable: Callable[[], None] | None = None,
+        tls: Tls | None = None,
     ) -> None:
         self.my_name = my_name
+        self.tls = tls
+        self._said: str | None = None  # the last refusal logged, said once a streak
         self.dest = dest
         self.secret = secret
         self.address = address
@@ -416,12 +438,14 @@ class OutboundLink:
             try:
                 host, port = self.address()
                 reader, writer, last = await asyncio.wait_for(
-                    open_link(host, port, self.secret, self.my_name, self.dest),
+                    open_link(host, port, self.secret, self.my_name, self.dest, self.tls),
                     HANDSHAKE_TIMEOUT,
                 )
             except (TimeoutError, OSError, LinkAuthenticationError) as err:
-                if isinstance(err, LinkAuthenticationError):
-                    self.log(f"link to {self.dest}: {err}")
+                if isinstance(err, LinkAuthenticationError | TlsHandshakeError):
+                    if str(err) != self._said:  # a refusal repeats until someone acts
+                        self._said = str(err)
+                        self.log(f"link to {self.dest}: {err}")
                 elif self._unreachable is not None:
                     self._unreachable()
                 await asyncio.sleep(self.backoff.failed())
@@ -432,10 +456,13 @@ class OutboundLink:
                 continue
             self.connected = True
             self._progressed = False
+            self._said = None
             try:
                 await self._stream(reader, writer, last, (host, port))
             except RemoteProtocolError as err:
                 self.log(f"link to {self.dest}: the receiver broke the protocol: {err}")
+            except ssl.SSLError as err:  # an altered, replayed or cut TLS record
+                self.log(f"link to {self.dest}: {describe_tls_error(err)}; reconnecting")
             except (OSError, asyncio.IncompleteReadError):
                 pass  # the receiver went away: reconnect, resend from where it says
             finally:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class Harness:
         self.starts = 0
         self.bindings: list[RawBinding] = []
         self.env = dict(os.environ, AMBROSIA_HOME=str(self.home))
+        self.options: list[str] = []  # every coordinator's (``start``)
 
     def register(self, name: str, **kw: Any) -> registry.Registration:
         rp, sp, ip = registry.unregistered_free_ports(3, self.home)
@@ -56,12 +57,16 @@ class Harness:
         return registry.add_replica(instance_name=name, replica=n, receive_port=rp,
                                     send_port=sp, ic_port=ip, home=self.home, **kw)
 
-    def start(self, name: str, replica: int = 0) -> subprocess.Popen[str]:
+    def start(self, name: str, replica: int = 0,
+              options: Sequence[str] = ()) -> subprocess.Popen[str]:
+        """Start the coordinator of ``name`` with ``options`` and this harness's own
+        (``self.options``: TLS, for the tests run both ways)."""
         self.starts += 1
         err = open(self.tmp / f"{name}-{self.starts}.err", "w")  # noqa: SIM115
         self.files.append(err)
         try:
-            proc = launch.start_coordinator(name, replica, home=self.home, stderr=err)
+            proc = launch.start_coordinator(name, replica, home=self.home, stderr=err,
+                                            options=[*self.options, *options])
         finally:
             err.flush()
         self.procs.append(proc)

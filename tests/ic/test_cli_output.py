@@ -46,7 +46,8 @@ def test_every_option_of_every_sub_command_has_help() -> None:
                      "ambrosia log dump", "ambrosia raft-cluster", "ambrosia link-secret",
                      "ambrosia link-secret export", "ambrosia link-secret import",
                      "ambrosia link-secret fingerprint", "ambrosia run",
-                     "ambrosia status", "ambrosia list", "ambrosia stop", "ambrosia run"]
+                     "ambrosia status", "ambrosia list", "ambrosia stop", "ambrosia tls",
+                     "ambrosia tls init", "ambrosia run"]
     missing = []
     binding = ("python -m ambrosia_py.runtime", binding_cli.build_parser())
     for name, parser in [*_all_parsers(), binding]:

@@ -158,7 +158,7 @@ def test_a_replica_binding_every_address_claims_its_advertised_one(harness: Harn
     and a caller dials it."""
     harness.register("S", active_active=True, ic_host="0.0.0.0", advertise_host="127.0.0.7")
     harness.register("C")
-    s = harness.start("S")
+    s = harness.start("S", options=["--insecure"])  # every address, so beyond loopback
     assert s.stdout is not None
     server = harness.drive("S")
     wait_until(server.primary.is_set, "S primary")

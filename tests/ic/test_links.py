@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import ssl
 
 import pytest
-from ambrosia_ic.links import LINK_MAGIC
+from ambrosia_ic.coordinator.link_server import LinkServer
+from ambrosia_ic.links import LINK_MAGIC, open_link
 
+from ambrosia_core.wire import CONTROL_SEQ, Rpc, encode_record
+
+from ..pki import Pki, Relay, make_pki
 from .conftest import Harness, wait_until
 
 
@@ -121,3 +127,90 @@ def test_a_coordinator_with_another_secret_cannot_deliver(harness: Harness, tmp_
     wait_until(lambda: da.snapshot()["sent"] == ["A:1"], "A sent")
     wait_until(lambda: "refused a link" in harness.stderr_of(pb), "B refused A")
     assert db.snapshot()["received"] == []
+
+
+# ------------------------------------------------------------------ over TLS
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pki, Pki, Pki]:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.mark.slow
+def test_calls_across_kill9_arrive_exactly_once_over_tls(harness: Harness, pki) -> None:  # type: ignore[no-untyped-def]
+    """The crash test above, every link over TLS with mutual certificates."""
+    harness.options = pki[0].args()
+    test_calls_across_kill9_of_either_side_arrive_exactly_once_in_order(harness)
+    for proc in harness.procs:  # crashes cut handshakes, but no certificate is refused
+        assert "its certificate" not in harness.stderr_of(proc), harness.stderr_of(proc)
+
+
+def test_calls_flow_over_tls_and_a_coordinator_with_a_strange_certificate_is_refused(
+        harness: Harness, pki) -> None:  # type: ignore[no-untyped-def]
+    ours, stranger, _ = pki
+    harness.register("A")
+    harness.register("B")
+    harness.register("C")
+    harness.options = ours.args()
+    harness.start("A")
+    pb = harness.start("B")
+    pc = harness.start("C", options=[])
+    da = harness.drive("A", peer="B")
+    db = harness.drive("B")
+    wait_until(lambda: da.primary.is_set() and db.primary.is_set(), "both primary")
+    for k in range(5):
+        da.impulse(k)
+    wait_until(lambda: da.snapshot()["acked"] == [f"A:{k}" for k in range(5)], "acks")
+    assert db.snapshot()["received"] == [f"A:{k}" for k in range(5)]
+    # C's certificate is signed by a CA B does not trust (C trusts B's, so only B refuses).
+    harness.procs.remove(pc)
+    harness.kill9(pc)
+    harness.options = []
+    both = harness.tmp / "both-cas.pem"
+    both.write_bytes(stranger.ca.read_bytes() + ours.ca.read_bytes())
+    cert, key = stranger.cert()
+    harness.start("C", options=["--tls-cert", str(cert), "--tls-key", str(key),
+                                "--tls-ca", str(both)])
+    dc = harness.drive("C", peer="B")
+    wait_until(dc.primary.is_set, "C primary")
+    dc.impulse(1)
+    wait_until(lambda: "refused a link" in harness.stderr_of(pb), "the refusal logged")
+    lines = [x for x in harness.stderr_of(pb).splitlines() if "refused a link" in x]
+    assert lines[0].startswith("ambrosia-ic: B: refused a link: TLS handshake with 127.0.0.1:")
+    assert lines[0].endswith(" failed: its certificate is not signed by a CA in --tls-ca"), lines
+    assert "C:1" not in db.snapshot()["received"]
+
+
+@pytest.mark.parametrize("mode", ["flip", "replay"])
+def test_a_link_record_altered_or_replayed_in_flight_is_refused_in_one_line(
+        tmp_path, pki, mode: str) -> None:  # type: ignore[no-untyped-def]
+    ours = pki[0]
+    said: list[str] = []
+    records: list[object] = []
+
+    async def known(_name: str) -> bool:
+        return True
+
+    async def scenario() -> None:
+        server = LinkServer("B", tmp_path, b"s" * 32, 0, lambda _s: 0,
+                            lambda _s, rec: records.append(rec), said.append, known=known,
+                            tls=ours.tls())
+        server.sock = socket.create_server(("127.0.0.1", 0))
+        await server.open()
+        relay = Relay(server.sock.getsockname()[1])
+        port = await relay.start()
+        reader, writer, last = await open_link("127.0.0.1", port, b"s" * 32, "A", "B",
+                                               ours.tls())
+        assert last == 0
+        relay.arm(mode)
+        writer.write(encode_record(0, CONTROL_SEQ, Rpc(7, 1, b"\x01").encode()))  # an Impulse
+        try:  # closed, after the receiver's alert
+            assert await asyncio.wait_for(reader.read(100), 10) == b""
+        except ssl.SSLError as err:
+            assert err.reason == "SSLV3_ALERT_BAD_RECORD_MAC"
+        server.close()
+
+    asyncio.run(scenario())
+    assert said == ["link from A closed: a record failed its integrity check (altered, "
+                    "replayed or cut in transit)"]
+    # The original of a replayed record arrives once; an altered one never.
+    assert len(records) == (1 if mode == "replay" else 0)

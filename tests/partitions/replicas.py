@@ -45,8 +45,12 @@ RAFT = "raft"
 SECRET = "partitions"
 # Options of every `ambrosia ic` this harness starts, and of its `raft-cluster`: where a
 # flag about listening beyond loopback (plain TCP on a private network) goes.
-LISTEN_OPTIONS: tuple[str, ...] = ()
-RAFT_LISTEN_OPTIONS: tuple[str, ...] = ()
+# The coordinators listen on their namespace's bridge address, beyond loopback, in plain
+# TCP: the test network is private, and --insecure says so (the coordinator logs it).
+LISTEN_OPTIONS: tuple[str, ...] = ("--insecure",)
+RAFT_# The coordinators listen on their namespace's bridge address, beyond loopback, in plain
+# TCP: the test network is private, and --insecure says so (the coordinator logs it).
+LISTEN_OPTIONS: tuple[str, ...] = ("--insecure",)
 
 
 class PartitionCheckError(AssertionError):

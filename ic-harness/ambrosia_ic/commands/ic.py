@@ -14,6 +14,7 @@ from typing import Any
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import loop_runner, shorten_slice
 from ambrosia_core.metrics import add_metrics_option, serve
+from ambrosia_core.tls import add_tls_options, tls_from_args
 from ambrosia_ic.errors import RegistryError
 
 from .. import registry
@@ -47,7 +48,8 @@ def _ic(args: argparse.Namespace) -> int:
     shorten_slice()
     link = LinkOptions(
         args.ic_host or None, args.advertise or None,
-        registry.read_secret_file(args.link_secret_file) if args.link_secret_file else None)
+        registry.read_secret_file(args.link_secret_file) if args.link_secret_file else None,
+        tls_from_args(args))
     # Registrations this registry lacks are read from the cluster ``--registry`` names,
     # else from the instance's own log store.
     directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
@@ -162,4 +164,5 @@ def add_ic(sub: Any) -> None:
                    "writes it) instead of the registry's (default: "
                    "$AMBROSIA_LINK_SECRET_FILE)")
     add_metrics_option(p, what="the coordinator's")
+    add_tls_options(p)
     p.set_defaults(handler=_ic)

@@ -30,6 +30,7 @@ import attrs
 
 from ambrosia_core.errors import AmbrosiaError, CoordinatorError
 from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.tls import TlsOptions
 from ambrosia_core.wire import InitialMessage
 
 from .. import registry
@@ -60,6 +61,9 @@ class LinkOptions:
     host: str | None = None
     advertise: str | None = None
     secret: bytes | None = None
+    # TLS for the link server and the outbound links, and whether the link server may
+    # listen beyond loopback without it (``ambrosia ic --tls-* / --insecure``).
+    tls: TlsOptions = attrs.field(factory=TlsOptions)
 
 # What a file system says when it, not the coordinator, failed.
 _STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO,
@@ -113,6 +117,7 @@ class Coordinator:
             trigger_bytes=reg.log_trigger_size_mb * 1024 * 1024,
             keeps_early_impulses=self.sink.keeps_early_impulses, digests=self)
         self.secret = self.link_options.secret or registry.link_secret(home)
+        self.tls = self.link_options.tls.load()  # the contexts, once (None: plain TCP)
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.receive_port, self.send_port, self.ic_port = (
@@ -141,7 +146,8 @@ class Coordinator:
             RegistryDirectory, home, reg.log_store))(self.log, self.spawn)
         self.link_server = LinkServer(
             self.name, home, self.secret, self.ic_port, self.core.logged,
-            self.core.link_record, self.log, known=self.directory.known_sender)
+            self.core.link_record, self.log, known=self.directory.known_sender,
+            tls=self.tls)
         # Where the link server listens, and the host others dial (epoch claims name it).
         self.ic_host = self.advertise = ""
         self.set_link_hosts(reg.ic_host, reg.advertise_host)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import cast
 
 from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.tls import Tls, describe_tls_error
 from ambrosia_core.wire import TrimTo
 from ambrosia_ic.errors import LinkAuthenticationError, RegistryError
 
@@ -53,14 +55,18 @@ class LinkServer:
         on_record: takes each record a sender sends (in order, per connection).
         known: whether a sender may link (default: registered in ``home``).
         burst_done: called after each read from a link (the coordinator commits).
+        tls: accept links over TLS only, each sender showing a certificate our CA
+            trusts (None: plain TCP).
     """
 
     def __init__(self, name: str, home: Path, secret: bytes, port: int,
                  logged: Callable[[str], int], on_record: OnRecord,
                  log: Callable[[str], None],
                  known: Callable[[str], Awaitable[bool]] | None = None,
-                 burst_done: Callable[[], None] = lambda: None) -> None:
+                 burst_done: Callable[[], None] = lambda: None,
+                 tls: Tls | None = None) -> None:
         self.name = name
+        self.tls = tls
         self.home = home
         self.secret = secret
         self.port = port
@@ -85,13 +91,20 @@ class LinkServer:
             CoordinatorError: the port cannot be listened on (one line naming it).
         """
         loop = asyncio.get_running_loop()
+        tls = self.tls
+
+        def inbound() -> asyncio.Protocol:
+            if tls is None:
+                return _Inbound(self)
+            return tls.wrap_server(_Inbound(self), lambda why: self._log(
+                f"refused a link: {why}"), HANDSHAKE_TIMEOUT)
+
         try:
             if self.sock is not None:
-                self._server = await loop.create_server(lambda: _Inbound(self),
-                                                        sock=self.sock)
+                self._server = await loop.create_server(inbound, sock=self.sock)
             else:
-                self._server = await loop.create_server(lambda: _Inbound(self), self.host,
-                                                        self.port, reuse_address=True)
+                self._server = await loop.create_server(inbound, self.host, self.port,
+                                                        reuse_address=True)
         except OSError as err:
             raise CoordinatorError(
                 f"cannot listen for links on {registry.format_address(self.host, self.port)}: "
@@ -184,7 +197,8 @@ class _Inbound(asyncio.Protocol):
         self.admitting: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream transport (uvloop's do not subclass asyncio.Transport).
+        # A stream transport (uvloop's do not subclass asyncio.Transport); with TLS, the
+        # handshake is done and the peer's certificate checked (``TlsServerProtocol``).
         self.transport = cast(asyncio.Transport, transport)
         self.peer = self.transport.get_extra_info("peername") or self.peer
         first, self.nonce_s = challenge()
@@ -275,6 +289,10 @@ class _Inbound(asyncio.Protocol):
         return False  # the sender went away: it reconnects and resends from our position
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError) and self.sender is not None:
+            # An altered, replayed or cut TLS record: the sender reconnects and resends
+            # from the position acknowledged.
+            self.server._log(f"link from {self.sender} closed: {describe_tls_error(exc)}")
         if self.timer is not None:
             self.timer.cancel()
         if self.admitting is not None and self.sender is None:

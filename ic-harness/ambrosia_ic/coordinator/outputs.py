@@ -26,7 +26,7 @@ def open_link(c: Coordinator, dest: str) -> OutboundLink:
     # Flushed by the binding's reader after each read (``reading``), not a loop turn later.
     link = OutboundLink(c.name, dest, c.secret, where.address, c.log,
                         box=c.core.outboxes[dest], flush_soon=False,
-                        unreachable=where.unreachable)
+                        unreachable=where.unreachable, tls=c.tls)
     c.links[dest] = link
     if c.links_active:
         link.start()

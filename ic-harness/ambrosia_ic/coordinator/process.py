@@ -33,6 +33,7 @@ async def serve(c: Coordinator, ready_fields: str,
     try:
         # Every port first: a busy one must stop the start before anything is
         # written (or, for a replica, before it claims an epoch).
+        c.link_options.tls.check_listen(c.ic_host, "the link server", c.log)
         c.link_server.sock = reserve_port(c.ic_port, "links", c.ic_host)
         await ports.open()
         main = choose()

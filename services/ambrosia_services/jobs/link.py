@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -35,6 +36,7 @@ import attrs
 
 from ambrosia_core.addresses import Address
 from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_core.tls import Tls, describe_tls_error
 
 from ._state import InitiatorState, Role
 from .attempts import OperationState, Reconciled, reconcile
@@ -121,6 +123,8 @@ class JobLinks:
         runners: every runner's address.
         initial_credits: every stream's starting byte credit (as the runners').
         max_backoff: the longest wait between connection attempts.
+        tls: dial the runners over TLS, checking that each runner's certificate names
+            the host dialled and showing ours (None: plain TCP).
     """
 
     def __init__(
@@ -130,8 +134,10 @@ class JobLinks:
         *,
         initial_credits: int = DEFAULT_INITIAL_CREDITS,
         max_backoff: float = 2.0,
+        tls: Tls | None = None,
     ) -> None:
         self.jobs = jobs
+        self.tls = tls
         self.initial_credits = initial_credits
         self.max_backoff = max_backoff
         self._links = {r.member: _Link(r, backoff=Backoff(0.05, max_backoff))
@@ -249,8 +255,11 @@ class JobLinks:
         said_at = 0.0
         while True:
             try:
-                reader, writer = await asyncio.open_connection(address.host, address.port)
-            except OSError as err:
+                if self.tls is None:
+                    reader, writer = await asyncio.open_connection(address.host, address.port)
+                else:
+                    reader, writer = await self.tls.connect(address.host, address.port)
+            except OSError as err:  # a TlsHandshakeError too: it names the certificate
                 # Said at once, then once a minute while it lasts: jobs for this runner
                 # wait for it, and a silent wait looks like a hang.
                 now = time.monotonic()
@@ -278,6 +287,9 @@ class JobLinks:
             except (HelloError, JobProtocolError) as err:
                 reason = str(err)
                 log.warning("link to runner %s: %s", address.member, err)
+            except ssl.SSLError as err:  # an altered, replayed or cut TLS record
+                reason = describe_tls_error(err)
+                log.warning("link to runner %s: %s", address.member, reason)
             except OSError as err:
                 reason = f"connection lost: {err}"
             finally:

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -46,7 +47,7 @@ from typing import Any
 import attrs
 
 from ambrosia_core.addresses import Address, address_argument
-from ambrosia_core.errors import AddressError
+from ambrosia_core.errors import AddressError, UsageError
 from ambrosia_core.metrics import (
     DURATION_BUCKETS,
     Families,
@@ -56,6 +57,12 @@ from ambrosia_core.metrics import (
     add_metrics_option,
 )
 from ambrosia_core.metrics import serve as serve_metrics
+from ambrosia_core.tls import (
+    Tls,
+    add_tls_options,
+    describe_tls_error,
+    tls_from_args,
+)
 
 from ._state import JobState, Role
 from .attempts import Attempt, RunnerCancelCode, member_id, parse_plan
@@ -149,6 +156,8 @@ class Runner:
         workers: jobs that may run at once.
         max_connections: the most connections at once, in their hello or linked; one
             more is closed at once, with one log line.
+        tls: serve initiators over TLS, each showing a certificate our CA trusts (None:
+            plain TCP, for loopback).
     """
 
     def __init__(
@@ -163,6 +172,7 @@ class Runner:
         workers: int = 4,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         frame_seconds: float = DEFAULT_FRAME_SECONDS,
+        tls: Tls | None = None,
     ) -> None:
         if not 0 < batch_bytes <= initial_credits:
             raise ValueError(f"batch_bytes {batch_bytes} must be 1..initial_credits")
@@ -179,6 +189,9 @@ class Runner:
         self._server: asyncio.Server | None = None
         self.max_connections = max_connections
         self.frame_seconds = frame_seconds
+        # With TLS, an initiator must show a certificate that our CA file trusts before
+        # its hello is read: the hello alone would let anyone who reaches the port in.
+        self.tls = tls
         self._connections = 0
         # For the metrics (``runner_source``): jobs launched, and how each run ended.
         self.started = 0
@@ -188,7 +201,12 @@ class Runner:
     # ------------------------------------------------------------ serving
     async def listen(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Start accepting initiators; returns the port."""
-        self._server = await asyncio.start_server(self._on_connection, host, port)
+        if self.tls is None:
+            self._server = await asyncio.start_server(self._on_connection, host, port)
+        else:
+            self._server = await self.tls.start_server(
+                self._on_connection, host, port,
+                refused=lambda why: log.warning("refused a connection: %s", why))
         return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
@@ -251,6 +269,10 @@ class Runner:
                     self._receive(peer, msg)
         except JobProtocolError as err:
             log.warning("closing connection from initiator %s: %s", initiator, err)
+        except ssl.SSLError as err:
+            # An altered, replayed or cut TLS record: nothing of it reached the protocol.
+            log.warning("closing connection from initiator %s: %s", initiator,
+                        describe_tls_error(err))
         except OSError as err:
             log.info("connection from initiator %s lost: %s", initiator, err)
         finally:
@@ -458,7 +480,7 @@ async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
     runner = Runner(member_id(args.member), registry, args.connect, args.out,
                     initial_credits=args.credits, batch_bytes=args.batch_bytes,
                     workers=args.workers, max_connections=args.max_connections,
-                    frame_seconds=args.frame_seconds)
+                    frame_seconds=args.frame_seconds, tls=args.tls)
     metrics = serve_metrics(args.metrics, [runner_source(runner, args.member)])
     try:
         return await _run(runner, args, registry)
@@ -546,9 +568,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "frame it began; then it is closed "
                              f"(default {DEFAULT_FRAME_SECONDS:g})")
     add_metrics_option(parser, what="the runner's")
+    add_tls_options(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        options = tls_from_args(args)
+        options.check_listen(args.listen.host, "the runner", log.warning)
+        args.tls = options.load()
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     os.environ.pop("MASTER", None)  # PySpark reads it, and .remote() then fails
     try:
         registry = JobRegistry.from_modules(m for m in args.jobs.split(",") if m)

@@ -109,7 +109,7 @@ class JobsLive:
                    for k, e in table.jobs.items() if table.runner_of(k) in self.addresses]
         self.links = JobLinks(InitiatorJobs(self.member, next_local_id=table.next_local,
                                             records=records),
-                              self.addresses.values())
+                              self.addresses.values(), tls=cfg.coordinator.load_tls())
         self.launched = {r.job_id.local_id for r in records}  # never start one twice
         self.reconciling: dict[int, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()

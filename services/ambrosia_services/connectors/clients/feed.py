@@ -31,8 +31,9 @@ import time
 from collections.abc import Sequence
 
 from ambrosia_core.addresses import Address, address_argument
-from ambrosia_core.errors import AddressError
+from ambrosia_core.errors import AddressError, UsageError
 from ambrosia_core.loops import Backoff, said_at
+from ambrosia_core.tls import Tls, TlsHandshakeError, add_tls_options, tls_from_args
 from ambrosia_services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
     POINT_OF_REFERENCE_FROM_START,
@@ -108,6 +109,8 @@ class Feed:
             a stream.
         poll_interval: how often a followed file is checked for new lines, in seconds.
         rng: the jitter's random numbers (seed one for repeatable runs).
+        tls: connect over TLS, checking the worker's certificate and showing ours (None:
+            plain TCP, the Wallaroo protocol as its real peers speak it, for loopback).
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class Feed:
         poll_interval: float = 0.1,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         rng: random.Random | None = None,
+        tls: Tls | None = None,
     ) -> None:
         if not addresses:
             raise ValueError("a feed needs at least one address")
@@ -136,6 +140,7 @@ class Feed:
         self.backoff_cap = backoff_cap
         self.poll_interval = poll_interval
         self.max_frame_size = max_frame_size
+        self.tls = tls
         self._rng = rng or random.Random()
         self._backoff = Backoff(backoff_base, backoff_cap, self._rng)
         self._next = 0
@@ -171,14 +176,19 @@ class Feed:
                 target = self.addresses[self._next % len(self.addresses)]
                 self._next += 1
             try:
-                reader, writer = await asyncio.open_connection(target.host, target.port)
+                if self.tls is None:
+                    reader, writer = await asyncio.open_connection(target.host, target.port)
+                else:
+                    reader, writer = await self.tls.connect(target.host, target.port)
             except OSError as e:
                 delay = backoff.failed()
                 refused += 1
                 if said_at(refused):  # the first of a streak, then counted
                     again = "" if refused == 1 else f" ({refused} attempts in a row)"
-                    log.info("cannot connect to %s (%s)%s; retrying with back-off up to "
-                             "%g s", target, e.strerror or e, again, backoff.cap)
+                    # A refused certificate needs a person: said as a warning.
+                    say = log.warning if isinstance(e, TlsHandshakeError) else log.info
+                    say("cannot connect to %s (%s)%s; retrying with back-off up to %g s",
+                        target, e.strerror or e, again, backoff.cap)
                 target = None
                 await asyncio.sleep(delay)
                 continue
@@ -349,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--message-bytes", type=int, default=0, metavar="N",
                    help="send as many whole lines as fit in N bytes per message (default: "
                         "a message per line)")
+    add_tls_options(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ambrosia-feed: %(message)s")
     if args.message_bytes < 0:
@@ -357,9 +368,10 @@ def main(argv: list[str] | None = None) -> int:
                for f in args.files]
     try:
         feed = Feed(sources, args.to, cookie=args.cookie.encode(), instance_name=args.instance,
-                    backoff_cap=args.backoff_cap, poll_interval=args.poll_interval)
+                    backoff_cap=args.backoff_cap, poll_interval=args.poll_interval,
+                    tls=tls_from_args(args).load())
         asyncio.run(_run(feed))
-    except (ClientError, ValueError) as e:
+    except (ClientError, ValueError, UsageError) as e:
         print(f"ambrosia-feed: {e}", file=sys.stderr)
         return 1
     return 0

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -30,8 +31,16 @@ from typing import Any
 import attrs
 
 from ambrosia_core.addresses import Address, address_argument
+from ambrosia_core.errors import UsageError
 from ambrosia_core.metrics import MetricsError, MetricsServer, add_metrics_option
 from ambrosia_core.metrics import serve as serve_metrics
+from ambrosia_core.tls import (
+    Tls,
+    TlsOptions,
+    add_tls_options,
+    describe_tls_error,
+    tls_from_args,
+)
 from ambrosia_core.wire import NEED_DATA
 from ambrosia_services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -178,6 +187,8 @@ class SinkServer:
         cookie: the cookie a HELLO must carry (b"" = none).
         max_frame_size: the largest frame accepted.
         handshake_seconds: how long a new connection may take to send its HELLO.
+        tls: serve over TLS, the coordinator showing a certificate our CA trusts (None:
+            plain TCP, as the real Wallaroo peers speak, for loopback).
     """
 
     def __init__(
@@ -187,8 +198,10 @@ class SinkServer:
         cookie: bytes = b"",
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         handshake_seconds: float = HANDSHAKE_SECONDS,
+        tls: Tls | None = None,
     ) -> None:
         self.store = store
+        self.tls = tls
         self.cookie = cookie
         self.max_frame_size = max_frame_size
         self.handshake_seconds = handshake_seconds
@@ -205,7 +218,11 @@ class SinkServer:
 
     async def start(self, address: Address) -> asyncio.Server:
         """Listen on ``address`` (port 0 picks a free port: see the server's sockets)."""
-        return await asyncio.start_server(self._serve, address.host, address.port)
+        if self.tls is None:
+            return await asyncio.start_server(self._serve, address.host, address.port)
+        return await self.tls.start_server(
+            self._serve, address.host, address.port, timeout=self.handshake_seconds,
+            refused=lambda why: log.warning("refused a connection: %s", why))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -234,6 +251,8 @@ class SinkServer:
             # The store lost track of what it holds (a database connection lost mid-way):
             # the coordinator reconnects and lists the prepared transactions again.
             why = str(e)
+        except ssl.SSLError as e:  # an altered, replayed or cut TLS record
+            why = describe_tls_error(e)
         except (OSError, asyncio.IncompleteReadError) as e:
             why = f"connection lost ({e.__class__.__name__}: {e})"
         except asyncio.CancelledError:
@@ -396,6 +415,7 @@ def add_server_options(p: argparse.ArgumentParser, default_port: int) -> None:
                    "HELLO, and a linked one the rest of a frame it began, before it is "
                    f"closed (default {HANDSHAKE_SECONDS:g})")
     add_metrics_option(p, what="the sink's")
+    add_tls_options(p)
 
 
 async def serve(store: SinkStore, args: argparse.Namespace, what: str) -> None:
@@ -404,9 +424,16 @@ async def serve(store: SinkStore, args: argparse.Namespace, what: str) -> None:
     store in the "listening on" line."""
     metrics: MetricsServer | None = None
     try:
+        # (args made by hand, not by add_server_options, may lack the TLS options)
+        try:
+            options = (tls_from_args(args) if hasattr(args, "tls_cert") else TlsOptions())
+            options.check_listen(args.listen.host, "the sink", log.warning)
+            tls = options.load()
+        except UsageError as e:
+            raise SinkConfigError(str(e)) from None
         sink = SinkServer(store, cookie=args.cookie.encode(),
                           max_frame_size=args.max_frame_size,
-                          handshake_seconds=args.handshake_timeout)
+                          handshake_seconds=args.handshake_timeout, tls=tls)
         try:
             # (args made by hand, not by add_server_options, may lack the option)
             metrics = serve_metrics(getattr(args, "metrics", None), [sink_source(sink)])

@@ -11,6 +11,7 @@ import attrs
 
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AddressError, UsageError
+from ambrosia_core.tls import Tls, TlsOptions, tls_from_config
 
 from ..frame_reader import DEFAULT_MAX_FRAME_SIZE
 
@@ -19,7 +20,7 @@ __all__ = ["CoordinatorConfig", "CoordinatorConfigError", "parse_address"]
 _KEYS = ("listen", "advertise", "cookie", "credits", "sinks", "interval_bytes",
          "interval_seconds", "max_frame_size", "batch_messages", "status_file",
          "status_seconds", "handshake_seconds", "max_sources", "staging", "backlog_bytes",
-         "segment_bytes")
+         "segment_bytes", "tls")
 
 
 class CoordinatorConfigError(UsageError):
@@ -83,6 +84,16 @@ def _text(name: str) -> Any:
     return check
 
 
+def _tls(value: Any) -> TlsOptions:
+    """The ``[tls]`` table as ``TlsOptions`` (none: the environment's files, if any)."""
+    if isinstance(value, TlsOptions):
+        return value
+    try:
+        return tls_from_config({} if value is None else {"tls": value})
+    except UsageError as err:
+        raise CoordinatorConfigError(str(err)) from None
+
+
 @attrs.frozen
 class CoordinatorConfig:
     """What the coordinator is told (``--config FILE`` / ``--set KEY=VALUE``).
@@ -111,6 +122,9 @@ class CoordinatorConfig:
         backlog_bytes: with staging, credits go back to the sources only while the staged
             bytes not yet committed are fewer than this (back-pressure).
         segment_bytes: a staged segment is closed at this size and the next one begun.
+        tls: the ``[tls]`` table (cert, key, ca, insecure; ``ambrosia_core.tls``): the
+            source listener, the sink links and the job links speak TLS with it, and
+            without it the listener stays on loopback unless ``insecure``.
     """
 
     listen: str = attrs.field(default="127.0.0.1:7100", validator=_address("listen"))
@@ -134,6 +148,7 @@ class CoordinatorConfig:
     staging: str = attrs.field(default="", validator=_text("staging"))
     backlog_bytes: int = attrs.field(default=256 << 20, validator=_int("backlog_bytes", 1))
     segment_bytes: int = attrs.field(default=64 << 20, validator=_int("segment_bytes", 4096))
+    tls: TlsOptions = attrs.field(default=None, converter=_tls)
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any],
@@ -156,6 +171,17 @@ class CoordinatorConfig:
     @property
     def listen_address(self) -> Address:
         return parse_address(self.listen, "listen")
+
+    def load_tls(self) -> Tls | None:
+        """The TLS contexts of ``tls`` (None without TLS).
+
+        Raises:
+            CoordinatorConfigError: a file of ``tls`` cannot be used (one line).
+        """
+        try:
+            return self.tls.load()
+        except UsageError as err:
+            raise CoordinatorConfigError(f"tls: {err}") from None
 
     def decision_part(self) -> dict[str, Any]:
         """What handlers decide with: the sinks' names and the interval. The state keeps

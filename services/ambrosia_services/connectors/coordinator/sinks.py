@@ -17,10 +17,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 from ambrosia_core.loops import Backoff, said_at, write_unless_closing
+from ambrosia_core.tls import describe_tls_error
 from ambrosia_services.staging import Ref, StagingError, read_block
 
 from ..errors import ConnectorProtocolError
@@ -82,6 +84,7 @@ class SinkLink:
         self.connected = False
         self.aborts_in_a_row = 0  # transactions the sink voted no on since its last commit
         self._backoff = Backoff(_FIRST_DELAY, _MAX_DELAY)
+        self._tls = cfg.load_tls()  # the sink's certificate is checked, ours shown
 
     def wake(self) -> None:
         """The state changed: look again."""
@@ -103,7 +106,11 @@ class SinkLink:
             writer: asyncio.StreamWriter | None = None
             delay = 0.0
             try:
-                reader, writer = await asyncio.open_connection(self.address.host,
+                if self._tls is None:
+                    reader, writer = await asyncio.open_connection(self.address.host,
+                                                                 self.address.port)
+                else:
+                    reader, writer = await self._tls.connect(self.address.host,
                                                              self.address.port)
                 await self._session(reader, writer)
             except _ReconnectError:
@@ -119,7 +126,8 @@ class SinkLink:
                 # took the connection is asked again later and later, said once a streak.
                 delay = backoff.failed()
                 if self.connected or said_at(backoff.failures):
-                    reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+                    reason = (describe_tls_error(e) if isinstance(e, ssl.SSLError) else
+                              e.strerror if isinstance(e, OSError) and e.strerror else e)
                     again = ("" if backoff.failures == 1
                              else f" ({backoff.failures} attempts in a row)")
                     self.log.warning("sink %s (%s): %s%s; reconnecting", self.name,

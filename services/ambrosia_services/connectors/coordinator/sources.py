@@ -24,13 +24,16 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ambrosia_core.addresses import Address
+from ambrosia_core.errors import UsageError
 from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.tls import Tls, describe_tls_error
 from ambrosia_services.staging import SegmentWriter, StagingError
 
 from .._state import ConnectionState, Role
@@ -137,6 +140,7 @@ class SourceListener:
         self._sources: set[_Source] = set()
         self._count = 0
         self.server: asyncio.Server | None = None
+        self._tls: Tls | None = None  # loaded by ``start``
         self.received = 0  # MESSAGEs, this life
         self.acked = 0  # MESSAGEs ACKed, this life
         self.port = 0
@@ -145,7 +149,19 @@ class SourceListener:
     async def start(self) -> None:
         listen = self.cfg.listen_address
         try:
-            self.server = await asyncio.start_server(self._serve, listen.host, listen.port)
+            self.cfg.tls.check_listen(listen.host, "the source listener", self.log.warning)
+        except UsageError as err:
+            raise CoordinatorConfigError(f"listen: {err}") from None
+        self._tls = self.cfg.load_tls()
+        try:
+            if self._tls is None:
+                self.server = await asyncio.start_server(self._serve, listen.host,
+                                                         listen.port)
+            else:
+                self.server = await self._tls.start_server(
+                    self._serve, listen.host, listen.port,
+                    timeout=self.cfg.handshake_seconds,
+                    refused=lambda why: self.log.warning("refused a source: %s", why))
         except OSError as err:  # the instance stops with this line (a failed side effect)
             raise CoordinatorConfigError(
                 f"listen: cannot listen for sources on {listen}: "
@@ -422,6 +438,8 @@ class SourceListener:
         except ConnectorProtocolError as e:
             src.write(conn.take_error_frame())
             self.log.warning("%s: %s; closed", src.peer, e)
+        except ssl.SSLError as e:  # an altered, replayed or cut TLS record
+            self.log.warning("%s: %s; closed", src.peer, describe_tls_error(e))
         except (ConnectionError, OSError) as e:
             self.log.info("%s: connection lost: %s", src.peer, e)
         except asyncio.CancelledError:

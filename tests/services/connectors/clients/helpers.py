@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -147,8 +148,11 @@ def committed_output(dsn: str, table: str = "out", sink: str = "") -> bytes:
 class SinkClient:
     """The coordinator's end of a sink link, scripted, on a blocking socket."""
 
-    def __init__(self, port: int, *, cookie: bytes = b"", timeout: float = 10.0) -> None:
+    def __init__(self, port: int, *, cookie: bytes = b"", timeout: float = 10.0,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.conn = ConnectorConnection(Role.CONNECTOR, twopc=True, cookie=cookie)
         self.rtag = 0
 

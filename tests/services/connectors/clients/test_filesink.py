@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import ssl
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from ambrosia_services.connectors import (
 
 from ambrosia_core.wire import NEED_DATA
 
+from ....pki import Pki, make_pki
 from .helpers import SinkClient, SinkProcess
 
 
@@ -35,8 +37,43 @@ def sink(tmp_path: Path):
     s.kill()
 
 
-def test_commits_exact_bytes_and_votes_as_the_rules_say(sink: SinkProcess) -> None:
-    c = SinkClient(sink.port)
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pki, Pki, Pki]:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls"])
+def test_commits_exact_bytes_and_votes_as_the_rules_say(tmp_path: Path, pki,  # type: ignore[no-untyped-def]
+                                                        secure: bool) -> None:
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log",
+                       extra=pki[0].args() if secure else ())
+    try:
+        _commits_exact_bytes(sink, pki[0].tls().client if secure else None)
+    finally:
+        sink.kill()
+
+
+def test_a_sink_over_tls_refuses_a_strange_certificate_and_plain_tcp(tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                    pki) -> None:
+    ours, stranger, _ = pki
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log", extra=ours.args())
+    try:
+        client = stranger.tls().client
+        client.load_verify_locations(cafile=str(ours.ca))
+        with pytest.raises(OSError):
+            SinkClient(sink.port, tls=client).handshake()
+        logged = sink.wait_logged("refused a connection")
+        assert "failed: its certificate is not signed by a CA in --tls-ca" in logged
+        with pytest.raises(OSError):
+            SinkClient(sink.port).handshake()
+        assert "does not speak TLS" in sink.wait_logged("does not speak TLS")
+        assert not (tmp_path / "out" / "committed").read_bytes()
+    finally:
+        sink.kill()
+
+
+def _commits_exact_bytes(sink: SinkProcess, tls: ssl.SSLContext | None) -> None:
+    c = SinkClient(sink.port, tls=tls)
     c.handshake()
     assert c.list_uncommitted() == ()
     assert c.notify() == 0

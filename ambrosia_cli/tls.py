@@ -1,0 +1,212 @@
+"""``ambrosia tls init DIR [--hosts H1,H2 ...]``: a small private CA and a certificate per
+host, for users who have no PKI of their own.
+
+``DIR/ca.pem`` is the CA certificate every process gets as ``--tls-ca``;
+``DIR/ca-key.pem`` signs (keep it off the hosts; it is written readable by its owner only).
+Each host gets ``DIR/HOST.pem`` and ``DIR/HOST-key.pem`` (``--tls-cert``, ``--tls-key``),
+valid for both ends of a connection (server and client authentication), naming the host
+as an IP address or a DNS name as it is written; the processes on that host dial and are
+dialled by that name. A second run with the same DIR keeps the CA and adds the hosts it
+lacks, so hosts can be added later; an existing host's files are kept unless ``--renew``.
+
+Keys are ECDSA P-256: small, fast handshakes, accepted by every TLS 1.2/1.3 stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from ambrosia_core.errors import UsageError
+
+__all__ = ["CA_DAYS", "HOST_DAYS", "TlsInitError", "add_tls", "check_host", "init_dir",
+           "issue_host"]
+
+CA_DAYS = 3650
+HOST_DAYS = 825  # what browsers once capped server certificates at; renew with --renew
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+
+
+class TlsInitError(UsageError):
+    """``tls init`` cannot make or read its files (one line why)."""
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _write(path: Path, data: bytes, private: bool) -> None:
+    """Write ``path`` whole or not at all; a private key is never readable by others,
+    not even for an instant."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _new_ca(dir_: Path, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"ambrosia CA {dir_.name}")])
+    now = _now()
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
+                                         crl_sign=True, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False,
+                                         decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    _write(dir_ / "ca-key.pem", _key_pem(key), private=True)
+    _write(dir_ / "ca.pem", cert.public_bytes(serialization.Encoding.PEM), private=False)
+    return cert, key
+
+
+def _load_ca(dir_: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    try:
+        cert = x509.load_pem_x509_certificate((dir_ / "ca.pem").read_bytes())
+        key = serialization.load_pem_private_key((dir_ / "ca-key.pem").read_bytes(), None)
+    except (OSError, ValueError) as err:
+        raise TlsInitError(f"{dir_} holds a CA that cannot be read: "
+                           f"{getattr(err, 'strerror', None) or err}") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TlsInitError(f"{dir_}/ca-key.pem is not an ECDSA key (not made by tls init)")
+    return cert, key
+
+
+def _san(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def check_host(host: str) -> str:
+    """``host`` if it is an IP address or a DNS name.
+
+    Raises:
+        TlsInitError: neither.
+    """
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not _HOST_RE.match(host) or ".." in host:
+        raise TlsInitError(f"{host!r} is neither an IP address nor a host name")
+    return host
+
+
+def issue_host(dir_: Path, host: str, *, days: int = HOST_DAYS,
+               not_before: datetime.datetime | None = None) -> tuple[Path, Path]:
+    """Sign a certificate for ``host`` with ``dir_``'s CA; returns its certificate and
+    key files. ``not_before`` (default: now) with ``days`` sets its validity (a test
+    makes an expired one so).
+
+    Raises:
+        TlsInitError: the CA cannot be read, or ``host`` is no host.
+    """
+    check_host(host)
+    ca_cert, ca_key = _load_ca(dir_)
+    key = ec.generate_private_key(ec.SECP256R1())
+    start = (not_before or _now()) - datetime.timedelta(minutes=5)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName([_san(host)]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    stem = host.replace(":", "_")  # an IPv6 address names a file too
+    cert_path, key_path = dir_ / f"{stem}.pem", dir_ / f"{stem}-key.pem"
+    _write(key_path, _key_pem(key), private=True)
+    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), private=False)
+    return cert_path, key_path
+
+
+def init_dir(dir_: Path, hosts: list[str], *, renew: bool = False,
+             days: int = HOST_DAYS) -> list[str]:
+    """Make ``dir_``'s CA unless it has one, and a certificate for each host that lacks
+    one (each, with ``renew``); returns a line per file made or kept.
+
+    Raises:
+        TlsInitError: as ``issue_host``, or the directory cannot be made.
+    """
+    for host in hosts:
+        check_host(host)
+    try:
+        dir_.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise TlsInitError(f"cannot make {dir_}: {err.strerror}") from None
+    lines = []
+    if (dir_ / "ca.pem").exists() or (dir_ / "ca-key.pem").exists():
+        _load_ca(dir_)
+        lines.append(f"kept the CA {dir_ / 'ca.pem'}")
+    else:
+        _new_ca(dir_, CA_DAYS)
+        lines.append(f"made the CA {dir_ / 'ca.pem'} (its key ca-key.pem signs: keep it "
+                     "off the hosts)")
+    for host in hosts:
+        stem = host.replace(":", "_")
+        if (dir_ / f"{stem}.pem").exists() and not renew:
+            lines.append(f"kept {host}: {dir_ / f'{stem}.pem'} (--renew makes a new one)")
+            continue
+        cert, key = issue_host(dir_, host, days=days)
+        lines.append(f"made {host}: --tls-cert {cert} --tls-key {key} --tls-ca "
+                     f"{dir_ / 'ca.pem'}")
+    return lines
+
+
+def _init(args: argparse.Namespace) -> int:
+    hosts = [h.strip() for part in args.hosts for h in part.split(",") if h.strip()]
+    if args.days < 1:
+        raise TlsInitError(f"--days must be at least 1, got {args.days}")
+    for line in init_dir(Path(args.dir), hosts or ["localhost", "127.0.0.1"],
+                         renew=args.renew, days=args.days):
+        print(line)
+    return 0
+
+
+def add_tls(sub: Any) -> None:
+    p = sub.add_parser("tls", help="TLS certificates: `tls init DIR` makes a private CA "
+                                   "and per-host certificates")
+    tls_sub = p.add_subparsers(dest="tls_command", required=True, metavar="COMMAND")
+    i = tls_sub.add_parser("init", help="make a private CA in DIR (unless there is one) and "
+                                        "a certificate for each host")
+    i.add_argument("dir", metavar="DIR", help="where the CA and the certificates go")
+    i.add_argument("--hosts", action="append", default=[], metavar="H1,H2",
+                   help="the hosts (IP addresses or DNS names as the processes dial them; "
+                        "repeatable; default: localhost and 127.0.0.1)")
+    i.add_argument("--days", type=int, default=HOST_DAYS,
+                   help=f"how long the host certificates are valid (default {HOST_DAYS})")
+    i.add_argument("--renew", action="store_true",
+                   help="make new certificates for hosts that have one")
+    i.set_defaults(handler=_init)

@@ -1,0 +1,59 @@
+"""``ambrosia tls init`` end to end: the files it writes serve a sink over TLS, a second
+run keeps the CA and adds a host, and its key files are readable by their owner only."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from ambrosia_core.tls import TlsOptions
+
+from ..services.connectors.clients.helpers import SinkClient, SinkProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _init(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ambrosia_cli", "tls", "init", *args],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def test_tls_init_makes_files_that_serve_a_sink_over_tls(tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    r = _init(str(pki), "--hosts", "127.0.0.1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"made the CA {pki / 'ca.pem'} (its key ca-key.pem signs: keep it off the hosts)",
+        f"made 127.0.0.1: --tls-cert {pki / '127.0.0.1.pem'} --tls-key "
+        f"{pki / '127.0.0.1-key.pem'} --tls-ca {pki / 'ca.pem'}"]
+    for key in ("ca-key.pem", "127.0.0.1-key.pem"):
+        assert stat.S_IMODE(os.stat(pki / key).st_mode) == 0o600
+    ca = (pki / "ca.pem").read_bytes()
+    r = _init(str(pki), "--hosts", "127.0.0.1,node-b.example")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == [
+        f"kept the CA {pki / 'ca.pem'}",
+        f"kept 127.0.0.1: {pki / '127.0.0.1.pem'} (--renew makes a new one)"]
+    assert (pki / "ca.pem").read_bytes() == ca and (pki / "node-b.example.pem").exists()
+
+    args = ["--tls-cert", str(pki / "127.0.0.1.pem"), "--tls-key",
+            str(pki / "127.0.0.1-key.pem"), "--tls-ca", str(pki / "ca.pem")]
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log", extra=args)
+    try:
+        tls = TlsOptions(args[1], args[3], args[5]).load()
+        assert tls is not None
+        client = SinkClient(sink.port, tls=tls.client)
+        client.handshake()
+        assert client.list_uncommitted() == ()
+        client.close()
+    finally:
+        sink.kill()
+
+
+def test_tls_init_refuses_a_host_that_is_no_host_in_one_line(tmp_path: Path) -> None:
+    r = _init(str(tmp_path / "pki"), "--hosts", "bad host!")
+    assert r.returncode == 1
+    assert r.stderr == "ambrosia: error: 'bad host!' is neither an IP address nor a host name\n"
