@@ -43,14 +43,12 @@ REPLICAS = ("r0", "r1", "r2")
 CALLER = "c"
 RAFT = "raft"
 SECRET = "partitions"
-# Options of every `ambrosia ic` this harness starts, and of its `raft-cluster`: where a
-# flag about listening beyond loopback (plain TCP on a private network) goes.
-# The coordinators listen on their namespace's bridge address, beyond loopback, in plain
-# TCP: the test network is private, and --insecure says so (the coordinator logs it).
+# Options of every `ambrosia ic` this harness starts, and of its `raft-cluster`. The
+# coordinators listen on their namespace's bridge address, beyond loopback, in plain TCP:
+# the test network is private, and --insecure says so (the coordinator logs it). The Raft
+# peers speak no TLS at all (see the README's "Across hosts: TLS").
 LISTEN_OPTIONS: tuple[str, ...] = ("--insecure",)
-RAFT_# The coordinators listen on their namespace's bridge address, beyond loopback, in plain
-# TCP: the test network is private, and --insecure says so (the coordinator logs it).
-LISTEN_OPTIONS: tuple[str, ...] = ("--insecure",)
+RAFT_LISTEN_OPTIONS: tuple[str, ...] = ()
 
 
 class PartitionCheckError(AssertionError):
