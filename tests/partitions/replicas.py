@@ -243,10 +243,16 @@ class ReplicaSet:
 
     # ------------------------------------------------------------------ checks
     def check_exactly_once(self, primary: str, limit: float = 120.0) -> int:
-        """Every call C sent applied once, in order, by ``primary``; every answer back."""
+        """Every call C sent applied once, in order, by ``primary``; every answer back.
+        If the primary moves while the calls settle (a slow link can outlast a lease),
+        the check follows it to the one live primary."""
         client = self.client
 
         def settled() -> bool:
+            nonlocal primary
+            now = self.primaries()
+            if len(now) == 1:
+                primary = now[0]
             c = client.snapshot()
             return (len(c["sent"]) == self.sent and c["acked"] == c["sent"]
                     and self.drivers[primary].snapshot()["received"] == c["sent"])

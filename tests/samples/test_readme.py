@@ -134,6 +134,7 @@ def _commands(path: Path) -> list[str]:
     text = path.read_text()
     found = []
     for block in _blocks(text, "sh"):
+        block = re.sub(r"\\\n\s*", " ", block)  # a command continued over lines: one
         for line in block.splitlines():
             line = re.sub(r"^timeout \d+ ", "", line.split(" #")[0].strip())
             if line.startswith("ambrosia "):
