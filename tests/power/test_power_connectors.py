@@ -103,7 +103,8 @@ def _wait_gone(pid: int) -> None:
 @pytest.mark.parametrize("staged", [False, True], ids=["in-log", "staged"])
 def test_every_line_committed_once_through_power_cuts(disk: PowerDisk, tmp_path: Path,
                                                        staged: bool) -> None:
-    seed = random.randrange(1, 2**32)
+    seed = int(os.environ.get("POWER_CUT_SEED", "0")) or random.randrange(1, 2**32)
+    print(f"POWER_CUT_SEED={seed}")  # pytest shows it when the test fails
     rng = random.Random(seed)
     for name in TAILED:
         (tmp_path / name).write_bytes(b"")
@@ -140,7 +141,8 @@ def test_every_line_committed_once_through_power_cuts(disk: PowerDisk, tmp_path:
                 f"seed {seed}: committed lines per stream "
                 f"{ {k: len(v) for k, v in got.items()} }, wanted "
                 f"{ {k: len(v) for k, v in want.items()} }\n{_dropped(reports)}\n"
-                f"{pipe.logs()}") from None
+                f"{pipe.logs()}\n--- the coordinator\n"
+                + "\n".join(pipe.coord.lines[-40:])) from None
         assert len(reports) == CUTS and all(reports), reports  # each cut dropped something
         assert disk.complaints() == []
     finally:

@@ -303,6 +303,10 @@ class SegmentWriter:
         self._close()
 
     def _open_next(self) -> None:
+        # Blocks appended to the segment being closed are synced now: ``sync`` only
+        # reaches the current file, and a power cut would otherwise take back blocks an
+        # Impulse is about to name.
+        self.sync()
         self._close()
         make_dirs(self.root)  # the root's own entry too: a power cut must not drop it
         self._n += 1
