@@ -37,6 +37,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,9 @@ import attrs
 import mfusepy as fuse
 
 __all__ = ["UnsyncedFS", "main"]
+
+_UTIME_NOW = (1 << 30) - 1  # utimensat(2)'s markers, as tv_nsec of a zero tv_sec
+_UTIME_OMIT = (1 << 30) - 2
 
 
 @attrs.define
@@ -148,9 +152,12 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
     # ------------------------------------------------------------------ reads
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
-        return {k: getattr(st, k) for k in (
-            "st_atime", "st_ctime", "st_mtime", "st_gid", "st_mode", "st_nlink", "st_size",
-            "st_uid", "st_ino")}
+        attrs = {k: getattr(st, k) for k in (
+            "st_gid", "st_mode", "st_nlink", "st_size", "st_uid", "st_ino")}
+        # Times in nanoseconds (``use_ns``): in seconds they would read as 1970.
+        attrs.update(st_atime=st.st_atime_ns, st_ctime=st.st_ctime_ns,
+                     st_mtime=st.st_mtime_ns)
+        return attrs
 
     def readdir(self, path: str, fh: int) -> list[str]:
         return [".", "..", *os.listdir(self._p(path))]
@@ -245,10 +252,19 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
             return 0
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
+        real = self._p(path)
         if times is None:
-            os.utime(self._p(path))
-        else:
-            os.utime(self._p(path), ns=times)
+            os.utime(real)
+            return 0
+        # libfuse passes utimensat's "now" and "leave as is" as a zero second and the
+        # marker in the nanoseconds; taken as times they would set 1970 (a lease touched
+        # with os.utime(path) would look expired at once).
+        st = os.lstat(real)
+        now = time.time_ns()
+        atime, mtime = (now if t == _UTIME_NOW else old if t == _UTIME_OMIT else t
+                        for t, old in zip(times, (st.st_atime_ns, st.st_mtime_ns),
+                                          strict=True))
+        os.utime(real, ns=(atime, mtime))
         return 0
 
     def chmod(self, path: str, mode: int) -> int:

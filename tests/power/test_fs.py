@@ -4,6 +4,8 @@ file's last fsync, directory entries since the directory's last fsync; nothing s
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 from ambrosia_core.durable import fsync_dir, replace_durably
@@ -96,3 +98,19 @@ def test_replace_durably_and_unlink_with_fsync_survive(disk: PowerDisk) -> None:
     assert disk.restart() == ["unlink /a: fsync of / would keep it"]
     assert sorted(os.listdir(disk.mount)) == ["a"]
     assert (disk.mount / "a").read_bytes() == b"second"
+
+
+def test_touching_a_file_sets_now_and_leaves_what_it_omits(disk: PowerDisk) -> None:
+    # An active/active lease is a heartbeat through the epoch file's mtime (os.utime).
+    f = disk.mount / "lease"
+    f.write_bytes(b"")
+    os.utime(f, ns=(5 * 10**9, 7 * 10**9))
+    before = time.time()
+    os.utime(f)
+    st = os.stat(f)
+    assert before - 1 <= st.st_mtime <= time.time() + 1
+    assert before - 1 <= st.st_atime <= time.time() + 1
+    os.utime(f, ns=(3 * 10**9, 4 * 10**9))
+    subprocess.run(["touch", "-m", str(f)], check=True)  # the access time: UTIME_OMIT
+    st = os.stat(f)
+    assert st.st_atime_ns == 3 * 10**9 and before - 1 <= st.st_mtime <= time.time() + 1
