@@ -1,7 +1,8 @@
 """A FUSE file system that can lose power: what was not synced is dropped at a cut.
 
 Every operation passes through to a backing directory at once (so reads, locks and mmap
-behave as on a real disk), and the file system remembers how to undo whatever a power
+behave as on a real disk; ``flock`` takes the backing file's lock, seen through every
+name of the file, but never waits), and the file system remembers how to undo whatever a power
 cut would lose:
 
 - file data written since the file's last ``fsync``/``fdatasync``: the bytes each write or
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -233,6 +235,18 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
                 self._data_of(fh, path).writes += 1
             os.posix_fallocate(fh, offset, size)
             return 0
+
+    def flock(self, path: str, fh: int, op: int) -> int:
+        # The backing file's lock, not the kernel's own: FUSE's path API gives each name
+        # of a file an inode of its own in the kernel, so a lock taken through one name
+        # and kept after a hard link (an active/active epoch claim) would be invisible
+        # through the other. A request that would wait fails instead (EWOULDBLOCK): this
+        # file system serves one call at a time, and the unlock it waits for is one.
+        try:
+            fcntl.flock(fh, op | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise fuse.FuseOSError(errno.EWOULDBLOCK) from None
+        return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
         with self._mutex:

@@ -3,10 +3,13 @@ file's last fsync, directory entries since the directory's last fsync; nothing s
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from ambrosia_core.durable import fsync_dir, replace_durably
 
@@ -114,3 +117,21 @@ def test_touching_a_file_sets_now_and_leaves_what_it_omits(disk: PowerDisk) -> N
     subprocess.run(["touch", "-m", str(f)], check=True)  # the access time: UTIME_OMIT
     st = os.stat(f)
     assert st.st_atime_ns == 3 * 10**9 and before - 1 <= st.st_mtime <= time.time() + 1
+
+
+def test_a_lock_is_seen_through_every_name_of_the_file(disk: PowerDisk) -> None:
+    # An epoch claim: locked under a temporary name, hard-linked to the epoch's name, and
+    # held; a standby tests the lock through the epoch's name.
+    tmp, name = disk.mount / ".claim.tmp", disk.mount / "epoch"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.link(tmp, name)
+    os.unlink(tmp)
+    other = os.open(name, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        os.close(fd)  # the holder dies
+        fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    finally:
+        os.close(other)
