@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ambrosia_ic import api
+from ambrosia_ic import api, registry
+from ambrosia_ic.lease import current_epoch
 
 from ambrosia_core.ports import free_ports
 from tests.ic.rawbinding import CounterApp, Driver, RawBinding
@@ -281,8 +282,9 @@ class PoweredReplicaSet(ReplicaSet[OneHost]):
             return ""
 
     def summary(self) -> dict[str, Any]:
+        d = registry.instance_dir(registry.load("S", self.home))
         return {"cuts": len(self.reports), "takeovers": self.takeovers, "calls": self.sent,
-                "dropped": sum(map(len, self.reports))}
+                "epochs": current_epoch(d), "dropped": sum(map(len, self.reports))}
 
 
 def _kill9(proc: subprocess.Popen[Any]) -> None:
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"power leases: {text}", flush=True)
 
-    say(f"seed {seed}, P={args.cuts} power cuts and a cut at a takeover, K={args.kills} "
+    say(f"seed {seed}, P={args.cuts} power cuts and two at a takeover, K={args.kills} "
         f"kills of the primary")
     disk = PowerDisk(workdir / "power")
     disk.start()
@@ -338,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             import shutil
 
             shutil.rmtree(workdir, ignore_errors=True)
-    say(f"OK: seed {seed}: {s['cuts']} power cuts, {s['takeovers']} takeovers, {s['calls']} "
+    say(f"OK: seed {seed}: {s['cuts']} power cuts, {s['takeovers']} takeovers by a kill or "
+        f"at a cut, {s['epochs']} epochs claimed, {s['calls']} "
         f"calls applied exactly once and in order by {s['primary']}, every answer held, "
         f"one primary after every restart, both replays agree; {s['dropped']} unsynced "
         f"changes dropped; {s['elapsed_s']:.1f} s")
