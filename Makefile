@@ -88,6 +88,7 @@ chaos: $(STAMP) $(RAFT_STAMP)
 	$(PY) -m tests.sim --seeds 100000
 	$(PY) bench/chaos.py --requests 2000 --kills 20
 	$(PY) bench/chaos.py --requests 2000 --kills 10 --power-cuts 10
+	$(PY) -m tests.power.leases --cuts 10 --kills 3
 	$(PY) bench/partitions.py --store raft --faults 20
 	$(PY) bench/partitions.py --store files --faults 20
 

@@ -20,24 +20,27 @@ Every process's listen address is set in one place: the registration (``ic_host`
 each replica and of C: its node's address) and ``raft-cluster --host``; options every
 listening process gets are ``LISTEN_OPTIONS`` (``ambrosia ic``) and
 ``RAFT_LISTEN_OPTIONS`` (``raft-cluster``).
+
+Runs that need no partitions (power cuts: ``tests/power``) put every node on this host's
+loopback (``OneHost``), the registry and logs where they choose, on free ports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ambrosia_ic import launch, registry
 from ambrosia_ic.lease import current_primary
 
 from ambrosia_core.processes import kill_process
 from tests.ic.rawbinding import CounterApp, Driver, RawBinding
-
-from .net import Network
 
 REPLICAS = ("r0", "r1", "r2")
 CALLER = "c"
@@ -49,6 +52,38 @@ SECRET = "partitions"
 # peers speak no TLS at all (see the README's "Across hosts: TLS").
 LISTEN_OPTIONS: tuple[str, ...] = ("--insecure",)
 RAFT_LISTEN_OPTIONS: tuple[str, ...] = ()
+# Each replica's receive, send and link ports, then C's: on a network every node has an
+# address of its own, so the same ports serve every run.
+PORTS: tuple[int, ...] = (41001, 41002, 41003, 41011, 41012, 41013, 41021, 41022, 41023,
+                          41101, 41102, 41103)
+
+
+class Nodes(Protocol):
+    """Where the nodes are: a ``Network``, or ``OneHost``."""
+
+    def address(self, node: str) -> str: ...
+
+    def prefix(self, node: str) -> list[str]: ...
+
+    def inside(self, node: str) -> contextlib.AbstractContextManager[None]: ...
+
+
+N = TypeVar("N", bound=Nodes)
+
+
+class OneHost:
+    """Every node on this host's loopback, in this network namespace: for a replica set
+    that is faulted otherwise than by the network (a power cut of the whole host)."""
+
+    def address(self, node: str) -> str:
+        return "127.0.0.1"
+
+    def prefix(self, node: str) -> list[str]:
+        return []
+
+    @contextlib.contextmanager
+    def inside(self, node: str) -> Iterator[None]:
+        yield
 
 
 class PartitionCheckError(AssertionError):
@@ -56,23 +91,38 @@ class PartitionCheckError(AssertionError):
 
 
 class TimedDriver(Driver):
-    """A Driver that also notes when each control event (BecomingPrimary, ...) came."""
+    """A Driver that also notes when each control event (BecomingPrimary, ...) came, and
+    how many calls its app had applied then."""
 
     def __init__(self, binding: RawBinding, app: CounterApp) -> None:
         super().__init__(binding, app)
         self.event_times: list[float] = []
+        self.event_applied: list[int] = []
 
     def _handle(self, rec: Any, raw: bytes) -> None:
         before = len(self.events)
         super()._handle(rec, raw)
         if len(self.events) > before:
             self.event_times.append(time.monotonic())
+            with self.lock:
+                self.event_applied.append(len(self.app.received))
+
+    def _primary_event(self) -> int | None:
+        return next((i for i, name in enumerate(self.events)
+                     if name in ("becoming-primary", "take-becoming-primary-checkpoint")),
+                    None)
 
     def became_primary_at(self) -> float | None:
-        for name, at in zip(self.events, self.event_times, strict=False):
-            if name in ("becoming-primary", "take-becoming-primary-checkpoint"):
-                return at
-        return None
+        i = self._primary_event()
+        return None if i is None or i >= len(self.event_times) else self.event_times[i]
+
+    def applied_when_primary(self) -> list[str] | None:
+        """The calls the app had applied when it was made primary (what the replica
+        recovered from the log, before any new input)."""
+        i = self._primary_event()
+        if i is None or i >= len(self.event_applied):
+            return None
+        return self.snapshot()["received"][:self.event_applied[i]]
 
 
 def wait_for(cond: Any, what: str, limit: float = 60.0) -> Any:
@@ -86,25 +136,32 @@ def wait_for(cond: Any, what: str, limit: float = 60.0) -> Any:
         time.sleep(0.01)
 
 
-class ReplicaSet:
+class ReplicaSet(Generic[N]):
     """S's three replicas and the caller C on ``net`` (nodes r0, r1, r2, c, and raft for
     ``store="raft"``); ``close()`` stops every process.
 
     Args:
-        net: a started Network with those nodes.
-        tmp: where the registry, logs and every process's stderr go.
+        net: a started Network with those nodes, or ``OneHost()``.
+        tmp: where every process's stderr goes (and the Raft cluster's files).
         store: ``"files"`` or ``"raft"``.
         lease_ms: S's lease.
+        files: where the registry (``home``) and the logs (``logs``) go (default: tmp).
+        ports: twelve ports, laid out as ``PORTS`` (default: those).
     """
 
-    def __init__(self, net: Network, tmp: Path, store: str, lease_ms: int = 1000) -> None:
+    def __init__(self, net: N, tmp: Path, store: str, lease_ms: int = 1000,
+                 *, files: Path | None = None, ports: Sequence[int] = PORTS) -> None:
         if store not in ("files", "raft"):
             raise ValueError("store must be 'files' or 'raft'")
+        if len(ports) != len(PORTS):
+            raise ValueError(f"need {len(PORTS)} ports, laid out as PORTS")
         self.net = net
         self.tmp = tmp
         self.store = store
         self.lease_ms = lease_ms
-        self.home = tmp / "home"
+        self.home = (files or tmp) / "home"
+        self.logs = (files or tmp) / "logs"
+        self.ports = tuple(ports)
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.drivers: dict[str, TimedDriver] = {}
         self.raft: subprocess.Popen[str] | None = None
@@ -117,22 +174,23 @@ class ReplicaSet:
         self.stderr_paths: dict[str, list[Path]] = {}
 
     # ------------------------------------------------------------------ start
-    def start(self) -> ReplicaSet:
+    def start(self) -> ReplicaSet[N]:
         if self.store == "raft":
             self._start_raft()
         log_store = self.raft_address if self.store == "raft" else ""
         for n, node in enumerate(REPLICAS):
-            rp, sp, ip = 41001 + 10 * n, 41002 + 10 * n, 41003 + 10 * n
-            kw = dict(receive_port=rp, send_port=sp, ic_port=ip, home=self.home,
-                      ic_host=self.net.address(node))
+            rp, sp, ip = self.ports[3 * n:3 * n + 3]
+            kw: dict[str, Any] = dict(receive_port=rp, send_port=sp, ic_port=ip,
+                                      home=self.home, ic_host=self.net.address(node))
             if n == 0:
-                registry.register(instance_name="S", log_dir=self.tmp / "logs",
+                registry.register(instance_name="S", log_dir=self.logs,
                                   active_active=True, log_store=log_store,
                                   lease_ms=self.lease_ms, log_trigger_size_mb=1, **kw)
             else:
                 registry.add_replica(instance_name="S", replica=n, **kw)
-        registry.register(instance_name="C", receive_port=41101, send_port=41102,
-                          ic_port=41103, log_dir=self.tmp / "logs", home=self.home,
+        rp, sp, ip = self.ports[9:12]
+        registry.register(instance_name="C", receive_port=rp, send_port=sp, ic_port=ip,
+                          log_dir=self.logs, home=self.home,
                           ic_host=self.net.address(CALLER))
         self.start_replica(0)
         wait_for(self.drivers["r0"].primary.is_set, "S's first start")
@@ -194,7 +252,9 @@ class ReplicaSet:
 
     # ------------------------------------------------------------------ load
     def start_pump(self, pause: float = 0.003) -> None:
+        """C streams ``C:sent``, ``C:sent+1``, ... (again after ``stop_pump``)."""
         client = self.client
+        self._stop.clear()
 
         def pump() -> None:
             while not self._stop.is_set():

@@ -1,7 +1,8 @@
 """A FUSE file system that can lose power: what was not synced is dropped at a cut.
 
 Every operation passes through to a backing directory at once (so reads, locks and mmap
-behave as on a real disk), and the file system remembers how to undo whatever a power
+behave as on a real disk; ``flock`` takes the backing file's lock, seen through every
+name of the file, but never waits), and the file system remembers how to undo whatever a power
 cut would lose:
 
 - file data written since the file's last ``fsync``/``fdatasync``: the bytes each write or
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -37,6 +39,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +47,9 @@ import attrs
 import mfusepy as fuse
 
 __all__ = ["UnsyncedFS", "main"]
+
+_UTIME_NOW = (1 << 30) - 1  # utimensat(2)'s markers, as tv_nsec of a zero tv_sec
+_UTIME_OMIT = (1 << 30) - 2
 
 
 @attrs.define
@@ -148,9 +154,12 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
     # ------------------------------------------------------------------ reads
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         st = os.fstat(fh) if fh is not None else os.lstat(self._p(path))
-        return {k: getattr(st, k) for k in (
-            "st_atime", "st_ctime", "st_mtime", "st_gid", "st_mode", "st_nlink", "st_size",
-            "st_uid", "st_ino")}
+        attrs = {k: getattr(st, k) for k in (
+            "st_gid", "st_mode", "st_nlink", "st_size", "st_uid", "st_ino")}
+        # Times in nanoseconds (``use_ns``): in seconds they would read as 1970.
+        attrs.update(st_atime=st.st_atime_ns, st_ctime=st.st_ctime_ns,
+                     st_mtime=st.st_mtime_ns)
+        return attrs
 
     def readdir(self, path: str, fh: int) -> list[str]:
         return [".", "..", *os.listdir(self._p(path))]
@@ -227,6 +236,18 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
             os.posix_fallocate(fh, offset, size)
             return 0
 
+    def flock(self, path: str, fh: int, op: int) -> int:
+        # The backing file's lock, not the kernel's own: FUSE's path API gives each name
+        # of a file an inode of its own in the kernel, so a lock taken through one name
+        # and kept after a hard link (an active/active epoch claim) would be invisible
+        # through the other. A request that would wait fails instead (EWOULDBLOCK): this
+        # file system serves one call at a time, and the unlock it waits for is one.
+        try:
+            fcntl.flock(fh, op | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise fuse.FuseOSError(errno.EWOULDBLOCK) from None
+        return 0
+
     def fsync(self, path: str, datasync: int, fh: int) -> int:
         with self._mutex:
             ino = os.fstat(fh).st_ino
@@ -245,10 +266,19 @@ class UnsyncedFS(fuse.Operations):  # type: ignore[misc]
             return 0
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
+        real = self._p(path)
         if times is None:
-            os.utime(self._p(path))
-        else:
-            os.utime(self._p(path), ns=times)
+            os.utime(real)
+            return 0
+        # libfuse passes utimensat's "now" and "leave as is" as a zero second and the
+        # marker in the nanoseconds; taken as times they would set 1970 (a lease touched
+        # with os.utime(path) would look expired at once).
+        st = os.lstat(real)
+        now = time.time_ns()
+        atime, mtime = (now if t == _UTIME_NOW else old if t == _UTIME_OMIT else t
+                        for t, old in zip(times, (st.st_atime_ns, st.st_mtime_ns),
+                                          strict=True))
+        os.utime(real, ns=(atime, mtime))
         return 0
 
     def chmod(self, path: str, mode: int) -> int:

@@ -3,8 +3,13 @@ file's last fsync, directory entries since the directory's last fsync; nothing s
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from ambrosia_core.durable import fsync_dir, replace_durably
 
@@ -96,3 +101,37 @@ def test_replace_durably_and_unlink_with_fsync_survive(disk: PowerDisk) -> None:
     assert disk.restart() == ["unlink /a: fsync of / would keep it"]
     assert sorted(os.listdir(disk.mount)) == ["a"]
     assert (disk.mount / "a").read_bytes() == b"second"
+
+
+def test_touching_a_file_sets_now_and_leaves_what_it_omits(disk: PowerDisk) -> None:
+    # An active/active lease is a heartbeat through the epoch file's mtime (os.utime).
+    f = disk.mount / "lease"
+    f.write_bytes(b"")
+    os.utime(f, ns=(5 * 10**9, 7 * 10**9))
+    before = time.time()
+    os.utime(f)
+    st = os.stat(f)
+    assert before - 1 <= st.st_mtime <= time.time() + 1
+    assert before - 1 <= st.st_atime <= time.time() + 1
+    os.utime(f, ns=(3 * 10**9, 4 * 10**9))
+    subprocess.run(["touch", "-m", str(f)], check=True)  # the access time: UTIME_OMIT
+    st = os.stat(f)
+    assert st.st_atime_ns == 3 * 10**9 and before - 1 <= st.st_mtime <= time.time() + 1
+
+
+def test_a_lock_is_seen_through_every_name_of_the_file(disk: PowerDisk) -> None:
+    # An epoch claim: locked under a temporary name, hard-linked to the epoch's name, and
+    # held; a standby tests the lock through the epoch's name.
+    tmp, name = disk.mount / ".claim.tmp", disk.mount / "epoch"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.link(tmp, name)
+    os.unlink(tmp)
+    other = os.open(name, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        os.close(fd)  # the holder dies
+        fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    finally:
+        os.close(other)
