@@ -106,8 +106,11 @@ def test_every_line_is_in_the_table_once_through_kill_9_of_every_part_and_the_da
         assert postgres.query(dsn, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
         said = (tmp_path / "sink.log").read_text()
         assert said.count("reachable again") >= 1, said  # it outlived a database death
-        # Both kills between PREPARE and the vote left a transaction in doubt.
-        assert said.count("1 prepared transaction(s) in doubt") >= 2, said
+        # The sink's own kill between PREPARE and the vote leaves a transaction in doubt,
+        # settled by the coordinator. (Whether the database's kill at that step leaves one
+        # too depends on whether the sink saw the server die before it voted; the
+        # deterministic cases are in clients/test_pgsink.py.)
+        assert said.count("1 prepared transaction(s) in doubt") >= 1, said
         for text in (pipe.logs(), *("\n".join(p.lines) for p in launcher.procs)):
             assert "Traceback" not in text, text
     finally:
