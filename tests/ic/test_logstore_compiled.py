@@ -19,6 +19,7 @@ import pytest
 # _cfast without importorskip: a missing build must fail here, never pass as the pure path.
 from ambrosia_ic.logstore import _cfast, _fast, fastpaths  # type: ignore[attr-defined]
 from ambrosia_ic.logstore import records as log_records
+from ambrosia_ic.logstore.watermarks import CHECK_ENTRY, record_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,27 +58,38 @@ def test_a_choice_that_cannot_be_met_is_the_codecs_typed_error(monkeypatch):
 
 
 # A coordinator's stored records: the length field holds -length - 1 and the watermarks
-# follow the record (``ambrosia_ic.logstore.watermarks``).
+# follow the record, ending in its check bytes (``ambrosia_ic.logstore.watermarks``).
 NAMES = {b"peer": "peer", b"pear": "pear", b"bob": "bob", "é".encode(): "é", b"x" * 70: "x" * 70}
+CHECKED = b"\x02" + CHECK_ENTRY  # the trims of a record without an epoch
+EPOCH = b"\x04" + encode_zz32(6) + b"#epoch" + struct.pack("<q", 4) + CHECK_ENTRY
+
+
+def inputs_of(name: bytes, value: int) -> bytes:
+    return encode_zz32(len(name)) + name + struct.pack("<qq", value, value)
 
 
 def one_input(name: bytes, value: int) -> bytes:
-    return (b"\x02" + encode_zz32(len(name)) + name + struct.pack("<qq", value, value)
-            + b"\x00")
+    return b"\x02" + inputs_of(name, value) + CHECKED
 
 
 WATERMARKS = [
-    b"\x00\x00",  # no inputs, no trims
-    b"\x04" + one_input(b"peer", 1)[1:-1] + one_input(b"bob", 2)[1:],  # two inputs
-    one_input(b"peer", 3)[:-1] + b"\x02" + encode_zz32(6) + b"#epoch" + struct.pack("<q", 4),
+    b"\x00" + CHECKED,  # no inputs
+    b"\x04" + inputs_of(b"peer", 1) + inputs_of(b"bob", 2) + CHECKED,  # two inputs
+    b"\x02" + inputs_of(b"peer", 3) + EPOCH,  # an active/active primary's epoch
     one_input(b"x" * 70, 5),  # a name of a two-byte length
     one_input(b"stranger", 6),  # a name not seen before
+    b"\x02" + inputs_of(b"peer", 7) + b"\x00",  # no check bytes (the format before them)
 ]
 
 
-def stored(cid: int, seq: int, body: bytes, watermarks: bytes) -> bytes:
+def stored(cid: int, seq: int, body: bytes, watermarks: bytes, *, flip: int = 0) -> bytes:
+    """A stored record; ``flip`` is XORed into its check bytes."""
     length = 24 + len(body)
-    return HEADER.pack(cid, -length - 1, check_bytes(body), seq) + body + watermarks
+    header = HEADER.pack(cid, -length - 1, check_bytes(body), seq)
+    if not watermarks.endswith(CHECK_ENTRY):
+        return header + body + watermarks
+    check = int.from_bytes(record_check(header, watermarks), "little") ^ flip
+    return header + body + watermarks + check.to_bytes(8, "little")
 
 
 def spans(impl: Any, buf: Any, pos: int, size: int, cid: int | None, expect: int | None
@@ -115,7 +127,9 @@ def test_stored_spans_take_the_usual_records_and_stop_at_anything_else(tmp_path)
     whole = b"".join(usual)
     path = tmp_path / "log"
     for tail in (b"", *odd, stored(8, 1205, b"z", one_input(b"peer", 1)),
-                 stored(7, 1206, b"z", one_input(b"peer", 1)), usual[0][:-1]):
+                 stored(7, 1206, b"z", one_input(b"peer", 1)), usual[0][:-1],
+                 stored(7, 1205, b"z", one_input(b"peer", 1), flip=1),
+                 stored(7, 1205, b"z", one_input(b"peer", 1), flip=1 << 63)):
         buf = whole + tail
         want = ((len(whole), 1200, 1204), {"before": 1, "peer": 1207, "pear": 1208, "bob": 1209},
                 [3, *offsets], NAMES)

@@ -18,6 +18,11 @@ from libc.string cimport memcmp, memcpy
 from ambrosia_core.wire import check_bytes
 
 from . import _fast
+from .watermarks import CHECK_ENTRY
+
+# The trims of the usual record up to its check bytes (``_fast._USUAL_TRIMS``).
+cdef bytes _USUAL_TRIMS = b"\x02" + CHECK_ENTRY
+assert len(_USUAL_TRIMS) == 8
 
 
 # Little-endian fixed integers of the record header (the wire codec's ``_cfast`` reads
@@ -72,6 +77,10 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
     cdef long long value = 0
     cdef long long pending[512]
     cdef Py_ssize_t k = 0
+    # The header and the watermarks up to the check bytes, as they are hashed (the
+    # name's length is one zz32 byte: at most 63 bytes).
+    cdef unsigned char sealed[128]
+    cdef const char* usual = PyBytes_AS_STRING(_USUAL_TRIMS)
     check = check_bytes
     try:
         while size - pos >= 24:
@@ -87,7 +96,7 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
                 break
             ln = mark >> 1
             q = end + 2 + ln
-            if q + 17 > size or p[q + 16] != 0:
+            if q + 32 > size or memcmp(p + q + 16, usual, 8) != 0:
                 break
             if ln != raw_len or memcmp(raw, p + end + 2, ln) != 0:
                 found = names.get(PyBytes_FromStringAndSize(<const char*>p + end + 2, ln))
@@ -103,6 +112,11 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
             if (<unsigned long long>_i64(p + pos + 8)) != <unsigned long long>check(
                     PyBytes_FromStringAndSize(<const char*>p + pos + 24, end - pos - 24)):
                 break
+            memcpy(sealed, p + pos, 24)
+            memcpy(sealed + 24, p + end, q + 24 - end)
+            if (<unsigned long long>_i64(p + q + 24)) != <unsigned long long>check(
+                    PyBytes_FromStringAndSize(<const char*>sealed, q + 48 - end)):
+                break
             value = _i64(p + q)
             have_value = True
             pending[k] = pos
@@ -113,7 +127,7 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
             last = seq
             want = seq + 1
             any_seq = False
-            pos = q + 17
+            pos = q + 32
     finally:
         _flush_starts(starts, pending, &k)
         if have_value:

@@ -28,10 +28,14 @@ from typing import Any
 from ambrosia_core.wire import check_bytes
 from ambrosia_core.wire.records import HEADER
 
+from .watermarks import CHECK_ENTRY
+
 __all__ = ["stored_as_wire", "stored_spans"]
 
 _header = HEADER.unpack_from
 _set_length = struct.Struct("<i").pack_into
+# The trims of the usual record up to its check bytes: one entry, the check bytes'.
+_USUAL_TRIMS = b"\x02" + CHECK_ENTRY
 
 
 def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect: int | None,
@@ -41,11 +45,12 @@ def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect
     ``(next_pos, records taken, last sequence id taken or None)``.
 
     The usual stored record has the committer ``committer_id`` and the sequence id
-    ``expect`` (None: any), intact check bytes, and the watermarks of one input whose
-    name is a key of ``names`` (names seen earlier in the scan) with no trims: ``02,
-    zz32 length, name, two int64, 00``. For each, its start is appended to ``starts``
-    and ``inputs[name]`` set to its input watermark. Anything else, a torn tail
-    included, stops the loop there, for the general reader.
+    ``expect`` (None: any), and the watermarks of one input whose name is a key of
+    ``names`` (names seen earlier in the scan) with no epoch: ``02, zz32 length, name,
+    two int64, 02, the check entry, its 8 check bytes``; both check bytes intact. For
+    each, its start is appended to ``starts`` and ``inputs[name]`` set to its input
+    watermark. Anything else, a torn tail included, stops the loop there, for the
+    general reader.
     """
     append = starts.append
     header, check_of, name_of = _header, check_bytes, names.get  # locals: a hot loop
@@ -65,14 +70,15 @@ def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect
         if layout is None:
             if mark & 0x81:
                 break
-            packed = struct.Struct(f"<BB{mark >> 1}sqqB")
+            packed = struct.Struct(f"<BB{mark >> 1}sqq8sQ")
             layout = layouts[mark] = (packed.unpack_from, packed.size)
         unpack, length = layout
         if end + length > size:
             break
-        n, _, raw, value, _, trims = unpack(buf, end)
-        name = name_of(raw) if n == 2 and trims == 0 else None
-        if name is None or check_of(buf[pos + 24 : end]) != check:
+        n, _, raw, value, _, trims, sealed = unpack(buf, end)
+        name = name_of(raw) if n == 2 and trims == _USUAL_TRIMS else None
+        if (name is None or check_of(buf[pos + 24 : end]) != check
+                or check_of(buf[pos : pos + 24] + buf[end : end + length - 8]) != sealed):
             break
         inputs[name] = value
         append(pos)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import struct
 from array import array
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,9 +23,11 @@ from ambrosia_core.wire.records import HEADER as _HEADER
 from ambrosia_ic.errors import LogCorruptionError
 
 from .fastpaths import stored_as_wire, stored_spans
-from .watermarks import cut_short as _cut_short
+from .watermarks import CHECK_KEY
+from .watermarks import checked as _checked
 from .watermarks import decode_watermarks as _decode_watermarks
 from .watermarks import encode_watermarks as _encode_watermarks
+from .watermarks import record_check as _record_check
 
 __all__ = ["DEFAULT_REGION", "DiskRecord", "LogScan", "LogWriter", "encode_disk_record",
            "scan_log", "wire_batches", "written_end"]
@@ -36,6 +39,8 @@ DEFAULT_REGION = 1 << 20
 _PAGE = 4096
 _CHUNK = 1 << 16
 _ZEROS = bytes(_CHUNK)
+_SEQ = struct.Struct("<q")
+_CHECK_NAME = CHECK_KEY.encode()
 # Watermarks a cut-short write may have left after a whole body: past this many bytes of
 # them a record that does not parse is damage, not a torn tail.
 _MAX_TORN_WATERMARKS = 4096
@@ -76,13 +81,15 @@ def encode_disk_record(
     """``(disk bytes, wire bytes)`` of one data record.
 
     The wire form (what the binding receives) is the disk form with a positive length
-    and without the watermarks.
+    and without the watermarks. The disk form ends in the check bytes of its header and
+    watermarks (``watermarks.record_check``).
     """
     length = HEADER_SIZE + len(body)
     check = check_bytes(body)
     wire = _HEADER.pack(committer_id, length, check, seq_id) + body
-    disk = _HEADER.pack(committer_id, -length - 1, check, seq_id) + body
-    return disk + _encode_watermarks(inputs, epoch), wire
+    header = _HEADER.pack(committer_id, -length - 1, check, seq_id)
+    marks = _encode_watermarks(inputs, epoch)
+    return b"".join((header, body, marks, _record_check(header, marks))), wire
 
 
 class DiskRecord(NamedTuple):
@@ -110,7 +117,9 @@ class LogScan:
     A torn tail is a final record that runs past the end of the file, or whose check
     bytes or watermarks fail while nothing but zeros follows it (a crash during a
     write into space the writer had filled with zeros, or a power loss). Anything else
-    that does not parse is damage: ``LogCorruptionError`` naming the file and offset.
+    that does not parse or check is damage: ``LogCorruptionError`` naming the file and
+    offset. Every byte of a stored record is covered by check bytes (its body by the
+    header's, the header and watermarks by the record's own: ``watermarks``).
 
     A zero tail (nothing but zero bytes from a record boundary to the end) is space the
     writer had not written yet: ``zero_tail`` says the scan ended on one. In a scan that
@@ -118,11 +127,9 @@ class LogScan:
     otherwise it simply ends the file, since it cannot hide a record (the next log's
     first sequence id is checked against this one's last).
 
-    A whole record followed only by zeros, whose own last bytes are zero, may be a
-    write cut short whose missing bytes read as zeros; its watermarks (not covered by
-    the check bytes) must then look whole (``watermarks.cut_short``), and hold every
-    sender's watermark and the epoch at least where the records before it in the scan
-    left them (watermarks only grow), or it is a torn tail.
+    A record followed only by zeros may be a write cut short whose missing bytes read
+    as zeros: it is whole if its check bytes match (what is missing was zeros anyway),
+    otherwise a torn tail.
 
     Args:
         allow_torn_tail: if False a torn record is damage (only the newest file may
@@ -144,7 +151,6 @@ class LogScan:
         self.last_seq: int | None = None
         self.count = 0
         self.zero_tail = False
-        self._epoch = 0  # the newest epoch a record of this scan carried
 
     def _damage(self, offset: int, reason: str) -> LogCorruptionError:
         return LogCorruptionError(str(self.path), offset, reason)
@@ -179,8 +185,7 @@ class LogScan:
         with self._mapped() as mapped:
             if mapped is not None:
                 buf, size, written = mapped
-                yield from self._records(buf, size, written, self.start, self.first_seq,
-                                         {}, {})
+                yield from self._records(buf, size, written, self.start, self.first_seq, {})
 
     def spans(self, starts: array[int], inputs: dict[str, int]) -> None:
         """Check every record as iterating does, without building ``DiskRecord``s:
@@ -198,13 +203,13 @@ class LogScan:
     def _spans(self, buf: Any, size: int, written: int, starts: array[int],
                inputs: dict[str, int]) -> None:
         # The usual records (right committer and sequence id, one input watermark under
-        # a name seen before, no trims, check bytes good) are taken by ``stored_spans``
+        # a name seen before, no epoch, check bytes good) are taken by ``stored_spans``
         # (``fastpaths``: compiled when built); anything else goes through ``_records``
         # one record at a time, so every decision about damage and torn tails is made by
         # the one general reader.
         # ``stored_spans`` takes only records that end where something was written
-        # (``written``), so the one before a zero tail gets the general reader's look at
-        # its watermarks.
+        # (``written``), so the one before a zero tail gets the general reader's look (a
+        # torn tail or a whole record whose last bytes are zero).
         pos = self.start
         expect = self.first_seq
         cid = self.committer_id
@@ -222,7 +227,7 @@ class LogScan:
                 if pos >= size:
                     break
                 self.good_end = pos
-                records = self._records(buf, size, written, pos, expect, names, inputs)
+                records = self._records(buf, size, written, pos, expect, names)
                 rec = next(records, None)
                 records.close()
                 if rec is None:
@@ -243,6 +248,42 @@ class LogScan:
             raise self._damage(offset, f"incomplete record at the end of a closed log: {reason}")
         self.torn_at = offset
 
+    def _torn_unless_followed(self, buf: Any, pos: int, seq: int, written: int,
+                              reason: str) -> None:
+        """A record at ``pos`` that does not parse or check to its end is a torn tail
+        (a write cut short: a prefix, then zeros or the end of the file), unless a whole
+        record with the next sequence id follows it, or what was written ends as a
+        record ends (its check entry's name and 8 bytes, the last not zero): then it
+        is damaged (a flipped bit in its length, say), and cutting it off would lose it
+        or the rest."""
+        nxt = seq + 1
+        want = _SEQ.pack(nxt)
+        at = buf.find(want, pos + HEADER_SIZE + 16, written)
+        while at >= 0:
+            if self._whole_at(buf, at - 16, nxt):
+                raise self._damage(pos, f"record {seq}: {reason}, and record {nxt} follows "
+                                   f"at offset {at - 16}")
+            at = buf.find(want, at + 1, written)
+        ending = written - 8 - len(_CHECK_NAME)
+        if ending >= pos + HEADER_SIZE and buf[ending : written - 8] == _CHECK_NAME:
+            raise self._damage(pos, f"record {seq}: {reason}, though it was written to its "
+                               "end")
+        self._torn(pos, reason)
+
+    def _whole_at(self, buf: Any, pos: int, seq: int) -> bool:
+        """Whether a whole, intact record with sequence id ``seq`` starts at ``pos``."""
+        committer, stored, check, got = _HEADER.unpack_from(buf, pos)
+        body_end = pos - stored - 1
+        if (got != seq or stored >= -HEADER_SIZE or body_end > len(buf)
+                or (self.committer_id is not None and committer != self.committer_id)
+                or check_bytes(buf[pos + HEADER_SIZE : body_end]) != check):
+            return False
+        try:
+            _, end, _ = _decode_watermarks(buf, body_end, len(buf))
+        except (Incomplete, WireFormatError):
+            return False
+        return _checked(buf, pos, body_end, end)
+
     def _zeros(self, offset: int) -> None:
         """Nothing but zeros from ``offset`` on: space not written yet."""
         self.zero_tail = True
@@ -250,10 +291,9 @@ class LogScan:
             self.torn_at = offset
 
     def _records(self, buf: Any, size: int, written: int, pos: int, expect: int | None,
-                 names: dict[bytes, str], known: dict[str, int]
-                 ) -> Generator[DiskRecord, None, None]:
+                 names: dict[bytes, str]) -> Generator[DiskRecord, None, None]:
         # ``written``: where the bytes that are not zero end; ``names``: watermark names
-        # seen in this file; ``known``: the input watermarks so far (their names at least)
+        # seen in this file
         while pos < size:
             if written <= pos:
                 self._zeros(pos)
@@ -279,35 +319,37 @@ class LogScan:
                 raise self._damage(pos, bad)
             body_end = pos + length
             if body_end > size:
-                self._torn(pos, "the record runs past the end of the file")
+                self._torn_unless_followed(buf, pos, seq, written,
+                                           "the record runs past the end of the file")
                 return
             body = buf[pos + HEADER_SIZE : body_end]
             try:
                 inputs, end, epoch = _decode_watermarks(buf, body_end, size, names)
             except Incomplete:
-                if check_bytes(body) == check:
-                    self._torn(pos, "the file ends inside a record's watermarks")
-                else:
-                    self._torn(pos, "the final record's check bytes do not match")
+                self._torn_unless_followed(buf, pos, seq, written,
+                                           "the file ends inside a record's watermarks")
                 return
             except WireFormatError as err:
                 if written <= body_end + _MAX_TORN_WATERMARKS:
-                    self._torn(pos, f"the final record's watermarks do not parse: {err.reason}")
+                    self._torn_unless_followed(
+                        buf, pos, seq, written,
+                        f"the final record's watermarks do not parse: {err.reason}")
                     return
                 raise self._damage(body_end, f"watermarks do not parse: {err.reason}") from None
             if check_bytes(body) != check:
-                if written <= end:
-                    self._torn(pos, "the final record's check bytes do not match")
+                bad = "body"
+            elif not _checked(buf, pos, body_end, end):
+                bad = "header and watermarks"
+            if bad is not None:
+                # A write cut short leaves zeros where its bytes were missing, its last
+                # byte among them: a record read whole that fails is damage.
+                if written <= end and not buf[end - 1]:
+                    self._torn_unless_followed(
+                        buf, pos, seq, written,
+                        f"the final record's check bytes do not match its {bad}")
                     return
-                raise self._damage(pos, f"record {seq}: check bytes do not match its body")
-            if written < end < size and (
-                    _cut_short(buf, body_end, end) or epoch < self._epoch
-                    or any(inputs.get(k, -1) < v for k, v in known.items())):
-                self._torn(pos, "the final record's watermarks were cut short")
-                return
+                raise self._damage(pos, f"record {seq}: check bytes do not match its {bad}")
             wire = _HEADER.pack(committer, length, check, seq) + body
-            known.update(inputs)
-            self._epoch = max(self._epoch, epoch)
             yield DiskRecord(seq, pos, end, wire, inputs, epoch)
             self.count += 1
             self.last_seq = seq

@@ -2,6 +2,12 @@
 
     zz32 nInputs {zz32 len, name, int64 lastProcessedID, int64 lastProcessedReplayableID}*
     zz32 nTrims  {zz32 len, name, int64 trimSeqNo}*
+
+The trim entries are ours: an active/active primary's epoch (``EPOCH_KEY``), then, last
+in every record, the record's own check bytes (``CHECK_KEY``): XXH64 of its header and of
+its watermarks up to that value. The header's check bytes cover the body, so every byte
+of a stored record is covered: a flipped bit in the committer id, the length, a
+watermark or the epoch is damage, never a valid record with other contents.
 """
 
 from __future__ import annotations
@@ -10,10 +16,13 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ambrosia_core.errors import WireFormatError
-from ambrosia_core.wire import Incomplete, decode_zz32, encode_zz32
+import xxhash
 
-__all__ = ["EPOCH_KEY", "cut_short", "decode_watermarks", "encode_watermarks"]
+from ambrosia_core.errors import WireFormatError
+from ambrosia_core.wire import HEADER_SIZE, Incomplete, decode_zz32, encode_zz32
+
+__all__ = ["CHECK_ENTRY", "CHECK_KEY", "EPOCH_KEY", "checked", "decode_watermarks",
+           "encode_watermarks", "record_check"]
 
 _I64 = struct.Struct("<q")
 _TWO_I64 = struct.Struct("<qq")
@@ -24,18 +33,48 @@ _TWO_I64 = struct.Struct("<qq")
 EPOCH_KEY = "#epoch"
 _EPOCH_RAW = EPOCH_KEY.encode()
 
+# The last trim entry of every stored record: its check bytes (a name no instance can
+# have either). ``CHECK_ENTRY`` is the entry up to its value: the 8 bytes that follow it
+# end the record.
+CHECK_KEY = "#check"
+CHECK_ENTRY = encode_zz32(len(CHECK_KEY)) + CHECK_KEY.encode()
+_U64 = struct.Struct("<Q")
+_xxh64 = xxhash.xxh64_intdigest
+# The trims of a record without an epoch, up to its check bytes: count 1, the entry.
+_USUAL_TRIMS = encode_zz32(1) + CHECK_ENTRY
+
 
 def encode_watermarks(inputs: Mapping[str, int], epoch: int | None = None) -> bytes:
+    """A record's watermarks up to its check bytes (``record_check`` gives them)."""
     parts = [encode_zz32(len(inputs))]
     for name, seq in sorted(inputs.items()):
         raw = name.encode("utf-8")
         parts += [encode_zz32(len(raw)), raw, _I64.pack(seq), _I64.pack(seq)]
-    # The trim positions live in the checkpoint; the only trim entry is the epoch.
+    # The trim positions live in the checkpoint; the trim entries are the epoch, if
+    # any, and the record's check bytes.
     if epoch is None:
-        parts.append(encode_zz32(0))
+        parts.append(encode_zz32(1))
     else:
-        parts += [encode_zz32(1), encode_zz32(len(_EPOCH_RAW)), _EPOCH_RAW, _I64.pack(epoch)]
+        parts += [encode_zz32(2), encode_zz32(len(_EPOCH_RAW)), _EPOCH_RAW, _I64.pack(epoch)]
+    parts.append(CHECK_ENTRY)
     return b"".join(parts)
+
+
+def record_check(header: Any, marks: Any) -> bytes:
+    """The 8 check bytes that end a stored record: XXH64 of its header (as stored) and of
+    its watermarks up to them (``encode_watermarks``)."""
+    return _U64.pack(_xxh64(bytes(header) + bytes(marks)))
+
+
+def checked(buf: Any, pos: int, body_end: int, end: int) -> bool:
+    """Whether the stored record at ``pos``, whose body ends at ``body_end`` and whose
+    watermarks (which ``decode_watermarks`` read) end at ``end``, ends in its check
+    entry and the check bytes of its header and watermarks match."""
+    at = end - 8
+    if at - len(CHECK_ENTRY) < body_end or buf[at - len(CHECK_ENTRY) : at] != CHECK_ENTRY:
+        return False
+    want = _U64.unpack_from(buf, at)[0]
+    return _xxh64(bytes(buf[pos : pos + HEADER_SIZE]) + bytes(buf[body_end:at])) == want
 
 
 def _zz32_at(buf: Any, pos: int, size: int) -> tuple[int, int]:
@@ -55,14 +94,14 @@ def decode_watermarks(buf: Any, pos: int, size: int,
     """``(input watermarks, end, epoch)`` of the watermarks at ``pos``. ``names`` caches
     decoded names across the records of a scan (the same few senders recur)."""
     # The usual record: one input watermark (zz32 count 1 is the byte 2) whose name, of
-    # a one-byte zz32 length, was seen before, and no trims (zz32 count 0).
+    # a one-byte zz32 length, was seen before, and one trim entry, the check bytes.
     if names and pos + 2 <= size and buf[pos] == 2 and not buf[pos + 1] & 0x81:
         ln = buf[pos + 1] >> 1
         p = pos + 2 + ln
-        if p + 17 <= size and buf[p + 16] == 0:
+        if p + 32 <= size and buf[p + 16 : p + 24] == _USUAL_TRIMS:
             name = names.get(buf[pos + 2 : p])
             if name is not None:
-                return {name: _I64.unpack_from(buf, p)[0]}, p + 17, 0
+                return {name: _I64.unpack_from(buf, p)[0]}, p + 32, 0
     return _decode_watermarks_general(buf, pos, size, names)
 
 
@@ -103,37 +142,3 @@ def _decode_watermarks_general(buf: Any, pos: int, size: int,
             epoch = _I64.unpack_from(buf, pos + ln)[0]
         pos += ln + 8
     return inputs, pos, epoch
-
-
-def cut_short(buf: Any, pos: int, end: int) -> bool:
-    """Whether the watermarks at ``pos``..``end`` (which ``decode_watermarks`` read)
-    show the marks of a write cut short over zeros: an empty name or one with a zero
-    byte, an input's two watermarks unequal (``encode_watermarks`` writes each twice) or
-    zero (link and self-call numbers start at 1), or an epoch of zero.
-
-    A record's check bytes cover its body only; a write into space filled with zeros
-    that stopped inside the watermarks leaves zeros that parse. A name is never empty
-    nor holds a zero byte, so a cut in a name or its length shows; a cut in the first
-    watermark leaves it unequal to the second (zero); a cut in the second leaves the
-    first whole, and a cut at the start of the first leaves both zero. What a cut before
-    the count of inputs or of trims leaves (none) is the caller's to judge, against the
-    records before it.
-    """
-    n, pos = _zz32_at(buf, pos, end)
-    for _ in range(n):
-        ln, pos = _zz32_at(buf, pos, end)
-        if ln <= 0 or 0 in buf[pos : pos + ln]:
-            return True
-        first, second = _TWO_I64.unpack_from(buf, pos + ln)
-        if first != second or first <= 0:
-            return True
-        pos += ln + 16
-    n, pos = _zz32_at(buf, pos, end)
-    for _ in range(n):
-        ln, pos = _zz32_at(buf, pos, end)
-        if ln <= 0 or 0 in buf[pos : pos + ln]:
-            return True
-        if bytes(buf[pos : pos + ln]) == _EPOCH_RAW and _I64.unpack_from(buf, pos + ln)[0] <= 0:
-            return True
-        pos += ln + 8
-    return False

@@ -62,7 +62,7 @@ from ..logstore import (
 )
 from ..logstore.raft_entries import Records
 from ..logstore.raft_store import RaftLogStore
-from ..logstore.watermarks import decode_watermarks
+from ..logstore.watermarks import checked, decode_watermarks
 from ..raft.errors import RaftError
 from ..recovery import read_state
 from .common import claim_info, deliver_records, replica_coordinator
@@ -95,6 +95,9 @@ def decode_record(data: bytes, index: int) -> DiskRecord:
         raise LogCorruptionError("raft log", index, f"record {seq}: watermarks: {err}") from None
     if end != len(data):
         raise LogCorruptionError("raft log", index, f"record {seq}: bytes after its watermarks")
+    if not checked(data, 0, length, end):
+        raise LogCorruptionError("raft log", index, f"record {seq}: check bytes do not match "
+                                 "its header and watermarks")
     wire = HEADER.pack(committer, length, check, seq) + body
     return DiskRecord(seq, 0, end, wire, inputs, epoch)
 
