@@ -18,7 +18,7 @@ from libc.string cimport memcmp, memcpy
 from ambrosia_core.wire import check_bytes
 
 from . import _fast
-from .watermarks import CHECK_ENTRY
+from .watermarks import CHECK_ENTRY, TOP_BIT
 
 # The trims of the usual record up to its check bytes (``_fast._USUAL_TRIMS``).
 cdef bytes _USUAL_TRIMS = b"\x02" + CHECK_ENTRY
@@ -81,6 +81,7 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
     # name's length is one zz32 byte: at most 63 bytes).
     cdef unsigned char sealed[128]
     cdef const char* usual = PyBytes_AS_STRING(_USUAL_TRIMS)
+    cdef unsigned long long top = TOP_BIT
     check = check_bytes
     try:
         while size - pos >= 24:
@@ -114,8 +115,8 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
                 break
             memcpy(sealed, p + pos, 24)
             memcpy(sealed + 24, p + end, q + 24 - end)
-            if (<unsigned long long>_i64(p + q + 24)) != <unsigned long long>check(
-                    PyBytes_FromStringAndSize(<const char*>sealed, q + 48 - end)):
+            if (<unsigned long long>_i64(p + q + 24)) != (<unsigned long long>check(
+                    PyBytes_FromStringAndSize(<const char*>sealed, q + 48 - end)) | top):
                 break
             value = _i64(p + q)
             have_value = True

@@ -28,7 +28,7 @@ from typing import Any
 from ambrosia_core.wire import check_bytes
 from ambrosia_core.wire.records import HEADER
 
-from .watermarks import CHECK_ENTRY
+from .watermarks import CHECK_ENTRY, TOP_BIT
 
 __all__ = ["stored_as_wire", "stored_spans"]
 
@@ -78,7 +78,8 @@ def stored_spans(buf: Any, pos: int, size: int, committer_id: int | None, expect
         n, _, raw, value, _, trims, sealed = unpack(buf, end)
         name = name_of(raw) if n == 2 and trims == _USUAL_TRIMS else None
         if (name is None or check_of(buf[pos + 24 : end]) != check
-                or check_of(buf[pos : pos + 24] + buf[end : end + length - 8]) != sealed):
+                or check_of(buf[pos : pos + 24] + buf[end : end + length - 8]) | TOP_BIT
+                != sealed):
             break
         inputs[name] = value
         append(pos)

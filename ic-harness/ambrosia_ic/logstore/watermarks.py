@@ -5,9 +5,11 @@
 
 The trim entries are ours: an active/active primary's epoch (``EPOCH_KEY``), then, last
 in every record, the record's own check bytes (``CHECK_KEY``): XXH64 of its header and of
-its watermarks up to that value. The header's check bytes cover the body, so every byte
-of a stored record is covered: a flipped bit in the committer id, the length, a
-watermark or the epoch is damage, never a valid record with other contents.
+its watermarks up to that value, its top bit set. The header's check bytes cover the
+body, so every byte of a stored record is covered: a flipped bit in the committer id,
+the length, a watermark or the epoch is damage, never a valid record with other
+contents. With the top bit set a record's last byte is never zero, so a record read
+whole is told from a write cut short over zeros, whose last byte is.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import xxhash
 from ambrosia_core.errors import WireFormatError
 from ambrosia_core.wire import HEADER_SIZE, Incomplete, decode_zz32, encode_zz32
 
-__all__ = ["CHECK_ENTRY", "CHECK_KEY", "EPOCH_KEY", "checked", "decode_watermarks",
-           "encode_watermarks", "record_check"]
+__all__ = ["CHECK_ENTRY", "CHECK_KEY", "EPOCH_KEY", "TOP_BIT", "checked",
+           "decode_watermarks", "encode_watermarks", "record_check"]
 
 _I64 = struct.Struct("<q")
 _TWO_I64 = struct.Struct("<qq")
@@ -39,6 +41,8 @@ _EPOCH_RAW = EPOCH_KEY.encode()
 CHECK_KEY = "#check"
 CHECK_ENTRY = encode_zz32(len(CHECK_KEY)) + CHECK_KEY.encode()
 _U64 = struct.Struct("<Q")
+#: Set in every record's check bytes: their last byte, the record's, is never zero.
+TOP_BIT = 1 << 63
 _xxh64 = xxhash.xxh64_intdigest
 # The trims of a record without an epoch, up to its check bytes: count 1, the entry.
 _USUAL_TRIMS = encode_zz32(1) + CHECK_ENTRY
@@ -62,8 +66,8 @@ def encode_watermarks(inputs: Mapping[str, int], epoch: int | None = None) -> by
 
 def record_check(header: Any, marks: Any) -> bytes:
     """The 8 check bytes that end a stored record: XXH64 of its header (as stored) and of
-    its watermarks up to them (``encode_watermarks``)."""
-    return _U64.pack(_xxh64(bytes(header) + bytes(marks)))
+    its watermarks up to them (``encode_watermarks``), with its top bit set."""
+    return _U64.pack(_xxh64(bytes(header) + bytes(marks)) | TOP_BIT)
 
 
 def checked(buf: Any, pos: int, body_end: int, end: int) -> bool:
@@ -74,7 +78,8 @@ def checked(buf: Any, pos: int, body_end: int, end: int) -> bool:
     if at - len(CHECK_ENTRY) < body_end or buf[at - len(CHECK_ENTRY) : at] != CHECK_ENTRY:
         return False
     want = _U64.unpack_from(buf, at)[0]
-    return _xxh64(bytes(buf[pos : pos + HEADER_SIZE]) + bytes(buf[body_end:at])) == want
+    got = _xxh64(bytes(buf[pos : pos + HEADER_SIZE]) + bytes(buf[body_end:at]))
+    return got | TOP_BIT == want
 
 
 def _zz32_at(buf: Any, pos: int, size: int) -> tuple[int, int]:
