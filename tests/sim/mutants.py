@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ambrosia_ic import recovery
 from ambrosia_ic.coordinator.group_commit import GroupCommit, Record
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
 from ambrosia_ic.links import LinkOutbox
+from ambrosia_ic.logstore import records as log_records
+from ambrosia_ic.logstore.records import LogScan
 
 from ambrosia_core.errors import UnexpectedMessageError
 
@@ -67,7 +70,57 @@ def _trim_one_more(self: LinkOutbox, upto: int) -> None:
     _outbox_trim(self, upto + 1)
 
 
-MUTANTS: dict[str, tuple[type, str, Callable[..., Any]]] = {
+# The recovery reader: what the simulation's standalone instances start from.
+_plan_from = recovery._plan_from
+
+
+def _plan_one_late(d: Any, committer_id: int, n: int, cf: Any) -> Any:
+    """A recovery starts one record late: the first record after the checkpoint is not
+    replayed."""
+    plan = _plan_from(d, committer_id, n, cf)
+    for k in plan.logs:
+        if len(plan.offsets[k]):
+            del plan.offsets[k][0]
+            plan.start_seq += 1
+            break
+    return plan
+
+
+def _plan_one_behind(d: Any, committer_id: int, n: int, cf: Any) -> Any:
+    """A watermark read one behind: the recovered position of every sender is one call
+    short of what the log holds."""
+    plan = _plan_from(d, committer_id, n, cf)
+    plan.inputs = {k: v - 1 for k, v in plan.inputs.items()}
+    return plan
+
+
+_state = recovery.coordinator_state
+
+
+def _state_one_ahead(next_seq: int, inputs: dict[str, int],
+                     outputs: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's log position off by one."""
+    return _state(next_seq + 1, inputs, outputs)
+
+
+def _torn_as_damage(self: LogScan, offset: int, reason: str) -> None:
+    """A write cut short taken for damage: a crash inside a write stops the instance."""
+    raise self._damage(offset, f"an incomplete record: {reason}")
+
+
+def _damage_as_torn(self: LogScan, buf: Any, pos: int, seq: int, written: int,
+                    reason: str) -> None:
+    """Damage taken for a torn tail: a record whose length was flipped is cut off with
+    every record after it."""
+    self._torn(pos, reason)
+
+
+def _checked_always(buf: Any, pos: int, body_end: int, end: int) -> bool:
+    """A record's own check bytes not looked at: a flipped watermark is read as valid."""
+    return True
+
+
+MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a resent record's overlap is queued again": (LinkIntake, "take", _take_whole),
     "a record is delivered before it is synced": (StandaloneSink, "write", _write_unsynced),
     "calls are acknowledged before their record is written": (GroupCommit, "take",
@@ -76,4 +129,12 @@ MUTANTS: dict[str, tuple[type, str, Callable[..., Any]]] = {
                                                                 _restore_forgetting),
     "a sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
     "a fenced primary writes on": (FencedSink, "write", _write_fenced_off),
+    "a recovery starts one record late": (recovery, "_plan_from", _plan_one_late),
+    "a recovery reads the watermarks one behind": (recovery, "_plan_from", _plan_one_behind),
+    "a checkpoint's log position is one ahead": (recovery, "coordinator_state",
+                                                 _state_one_ahead),
+    "a write cut short is taken for damage": (LogScan, "_torn", _torn_as_damage),
+    "damage is taken for a torn tail": (LogScan, "_torn_unless_followed", _damage_as_torn),
+    "a record's own check bytes are not looked at": (log_records, "_checked",
+                                                     _checked_always),
 }

@@ -4,13 +4,20 @@ them, in one process, driven by one seeded scheduler (FoundationDB's way of test
 What runs is the real thing, in memory: each instance is a ``CoordinatorCore`` (every
 decision the live coordinator makes) with the real ``StandaloneSink`` writing into a
 simulated disk, and its binding is the real ``Engine`` running ``app.Rounds``. What is
-simulated is only what moves bytes: the disk (writes are lost at a crash unless synced;
-a checkpoint is durable once saved, as by a synced rename), the binding's socket (bytes
+simulated is only what moves bytes: the disk (writes are lost at a crash unless synced,
+or a prefix of a write in progress survives; a checkpoint is durable once saved, as by a
+synced rename, and a crash while one is saved leaves its temporary file), the binding's
+socket (bytes
 delivered wait until the binding reads them, in pieces), and the links (a connection
 per sender and destination, its bytes delivered in pieces, acknowledgements on their
 way back, connections dropped, pairs of instances cut apart and healed). The shell of
 each coordinator here does what ``coordinator.lifecycle``, ``startup``, ``commit`` and
-``checkpoints`` do around the core: the same steps in the same order.
+``checkpoints`` do around the core: the same steps in the same order. A standalone
+instance's disk is a real directory (on a memory file system where there is one): its
+logs and checkpoints are written as the coordinator writes them, and its start-up reads
+them with the real recovery reader (``recovery.first_start_pending``, ``plan_recovery``,
+``replay_wire``), so what a recovery makes of a torn write, a flipped bit, a log removed
+or a temporary file left behind is the coordinator's own decision.
 
 A run is a list of steps. ``World.run`` draws them from a seed (faults first, then
 the world heals and runs until nothing is left to do); ``World.replay`` runs a given
@@ -20,7 +27,11 @@ list, skipping steps that cannot happen. After every step the invariants are che
 - every call is applied exactly once and in order (each ping of each round once, no
   gap); every awaited result arrives, in order;
 - a recovered instance's state, as it goes live, equals a replay of its durable log
-  from its first checkpoint by a fresh binding; so does every instance's at the end.
+  from its first checkpoint by a fresh binding; so does every instance's at the end;
+- damage (a flipped bit in a log or a checkpoint, a log removed) is refused in one line
+  naming the file, with nothing in the directory changed, or repaired from what is
+  intact; a recovery never rolls back past a record that was durable, never reads a
+  damaged file as valid, and leaves no temporary checkpoint behind.
 
 ``shrink`` cuts a failing run down to a shortest list of steps that still fails.
 """
@@ -28,8 +39,13 @@ list, skipping steps that cannot happen. After every step the invariants are che
 from __future__ import annotations
 
 import collections
+import os
 import random
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import attrs
@@ -44,11 +60,23 @@ from ambrosia_ic.coordinator.frames import LinkRecords
 from ambrosia_ic.coordinator.group_commit import Record
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink, StandaloneSink
-from ambrosia_ic.errors import LockLostError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.logstore import (
+    CHECKPOINT_PREFIX,
+    LOG_PREFIX,
+    LogWriter,
+    checkpoint_path,
+    file_numbers,
+    log_path,
+    remove_first_start_leftovers,
+    write_checkpoint,
+)
 from ambrosia_ic.logstore.watermarks import decode_watermarks
+from ambrosia_ic import recovery
+from ambrosia_ic.recovery import RecoveryPlan
 from ambrosia_ic.replication.shared_dir import committed_prefix
 
-from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.wire import (
     HEADER_SIZE,
     InitialMessage,
@@ -63,8 +91,18 @@ from .app import Rounds
 __all__ = ["Scenario", "SimFailure", "Step", "World", "explain", "shrink"]
 
 MAX_RECORD = 1 << 20
-_FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause"})
+_FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose"})
+# Where a flipped bit lands in a log record (byte, bit; a negative byte counts from the
+# record's end): its committer id, its length by one and by 65,536 (it then runs past the
+# end of the file), its sequence id, body, watermarks and own check bytes.
+_SPOTS = ((1, 3), (4, 0), (6, 0), (16, 1), (26, 2), (-20, 4), (-1, 6))
+# Where the simulated disks' directories go: memory, where the machine has it.
+_DISK_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
 Step = tuple[Any, ...]  # ("action", *arguments)
+
+
+class Refused(Exception):  # noqa: N818 (a start refused, as the coordinator's line)
+    """A coordinator refused to start: its recovery found damage it cannot repair."""
 
 
 class SimFailure(AssertionError):  # noqa: N818 (an assertion, as pytest shows it)
@@ -78,12 +116,16 @@ class SimFailure(AssertionError):  # noqa: N818 (an assertion, as pytest shows i
 # ---------------------------------------------------------------------- the disk
 class SimLog:
     """One log file: what was written, and how much of it is synced (the sink's
-    ``LogWriter`` surface). A crash keeps the synced bytes only."""
+    ``LogWriter`` surface). The bytes are also written to the real file at ``path``,
+    which is what a recovery reads. A crash keeps the synced bytes, and in the file a
+    prefix of a write in progress (``tear``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.data = bytearray()
         self.synced = 0
         self._parsed: list[DiskEntry] = []
+        path.write_bytes(b"")
 
     @property
     def size(self) -> int:
@@ -91,6 +133,8 @@ class SimLog:
 
     def write(self, data: bytes) -> None:
         self.data += data
+        with open(self.path, "ab") as f:
+            f.write(data)
 
     def sync(self) -> None:
         self.synced = len(self.data)
@@ -100,6 +144,16 @@ class SimLog:
 
     def close(self) -> None:
         pass
+
+    def crash(self) -> None:
+        del self.data[self.synced:]
+        if self.path.exists():
+            os.truncate(self.path, self.synced)
+
+    def tear(self, data: bytes) -> None:
+        """A write of ``data`` cut short by the crash: the file keeps its prefix."""
+        with open(self.path, "ab") as f:
+            f.write(data)
 
     def records_end(self) -> int:
         """Where the last whole synced record ends."""
@@ -146,21 +200,42 @@ class SavedCheckpoint:
 
 class SimDisk:
     """An instance's log directory: numbered logs and checkpoints, and for the replicas
-    of an active/active instance (who share it) the claimed epochs and the seals."""
+    of an active/active instance (who share it) the claimed epochs and the seals.
 
-    def __init__(self) -> None:
+    The logs and checkpoints are also real files in ``dir``, written as the coordinator
+    writes them; a standalone instance recovers from those. ``damage`` holds the
+    faults done to them that are not undone yet: ``(file, offset, original bytes)``
+    (None: the whole file was removed)."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.dir = root / name
+        self.dir.mkdir()
         self.logs: dict[int, SimLog] = {}
         self.checkpoints: dict[int, SavedCheckpoint] = {}
         self.epochs: dict[int, SimEpochs] = {}  # epoch -> the claim that holds it
         self.seals: dict[int, int] = {}  # log -> where it ends for good
+        self.damage: list[tuple[Path, int | None, bytes]] = []
 
     def open_log(self, n: int) -> SimLog:
-        log = self.logs[n] = SimLog()
+        log = self.logs[n] = SimLog(log_path(self.dir, n))
         return log
+
+    def save_checkpoint(self, n: int, saved: SavedCheckpoint, message: bytes) -> None:
+        """Checkpoint ``n``, and its file as the coordinator writes it."""
+        self.checkpoints[n] = saved
+        state = recovery.coordinator_state(saved.next_seq, saved.inputs, saved.outputs)
+        write_checkpoint(self.dir, n, state, message, saved.chunks)
+
+    def leave_temporary(self, n: int, data: bytes) -> None:
+        """A crash while checkpoint ``n`` was written: its temporary file stays."""
+        (self.dir / f".{CHECKPOINT_PREFIX}{n}.{n:08x}.tmp").write_bytes(data)
+
+    def temporaries(self) -> list[str]:
+        return sorted(p.name for p in self.dir.iterdir() if p.name.endswith(".tmp"))
 
     def crash(self) -> None:
         for log in self.logs.values():
-            del log.data[log.synced:]
+            log.crash()
 
     def first_start_pending(self) -> bool:
         """No record 0 is durable: the next start is a first start."""
@@ -178,6 +253,58 @@ class SimDisk:
             out += [r for r in self.logs[n].records()
                     if r.seq >= from_seq and (seal is None or r.end <= seal)]
         return out
+
+    def durable_end(self) -> int:
+        """The sequence id after the last durable record (0: none)."""
+        for n in sorted(self.logs, reverse=True):
+            recs = self.logs[n].records()
+            if recs:
+                return recs[-1].seq + 1
+        return 0
+
+    # -- damage, and its repair (as from a backup)
+    def targets(self) -> list[Path]:
+        """The files a recovery reads: the newest checkpoint and the logs from it on."""
+        ckpts = file_numbers(self.dir, CHECKPOINT_PREFIX)
+        if not ckpts:
+            return []
+        n = ckpts[-1]
+        logs = [k for k in file_numbers(self.dir, LOG_PREFIX) if k >= n]
+        return [checkpoint_path(self.dir, n)] + [log_path(self.dir, k) for k in logs
+                                                 if self.logs.get(k) and self.logs[k].synced]
+
+    def flip(self, path: Path, where: float, spot: tuple[int, int]) -> None:
+        """Flip a bit of a durable record ``where`` (a fraction) in a log, at ``spot``
+        (``_SPOTS``); of the byte ``where`` in a checkpoint."""
+        data = bytearray(path.read_bytes())
+        byte, bit = spot
+        if path.name.startswith(LOG_PREFIX):
+            recs = self.logs[int(path.name[len(LOG_PREFIX):])].records()
+            rec = recs[min(len(recs) - 1, int(len(recs) * where))]
+            at = (rec.offset if byte >= 0 else rec.end) + byte
+        else:
+            at = min(len(data) - 1, int(len(data) * where))
+        self.damage.append((path, at, bytes(data[at : at + 1])))
+        data[at] ^= 1 << bit
+        path.write_bytes(bytes(data))
+
+    def lose(self, path: Path) -> None:
+        """A file lost (its directory entry never made it to disk, say)."""
+        self.damage.append((path, None, path.read_bytes()))
+        path.unlink()
+
+    def repair(self) -> None:
+        for path, at, data in reversed(self.damage):
+            if at is None:
+                path.write_bytes(data)
+            elif path.exists() and path.stat().st_size > at:
+                with open(path, "r+b") as f:
+                    f.seek(at)
+                    f.write(data)
+        self.damage.clear()
+
+    def files(self) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(self.dir.iterdir())}
 
 
 class SimEpochs:
@@ -244,6 +371,7 @@ class Node:
         self.asked: tuple[int, tuple[int, dict[str, int]]] | None = None  # a switch's
         self.recovered = False
         self.writing: Record | None = None  # taken; its write and sync in progress
+        self.plan: RecoveryPlan | None = None  # what its recovery read
         self._start()
 
     def make_sink(self) -> LogSink:
@@ -251,33 +379,55 @@ class Node:
 
     # -- start-up (``startup``)
     def _start(self) -> None:
-        if self.disk.first_start_pending():
+        try:
+            pending = recovery.first_start_pending(self.disk.dir, self.core.cid)
+        except (LogCorruptionError, CoordinatorError) as err:
+            raise Refused(err) from None
+        if pending and self.name in self.world.started:
+            # ``startup.choose_flow``: the registry says it went live once; starting
+            # afresh would apply everything again under numbers that were used.
+            raise Refused(CoordinatorError(
+                f"{self.name} has started before, but its log directory {self.disk.dir} "
+                "holds no log to recover from"))
+        if pending:
             self._first_start()
         else:
             self._recover()
 
     def _first_start(self) -> None:
-        self.disk.logs.clear()  # the leftovers of an interrupted first start
+        remove_first_start_leftovers(self.disk.dir)  # an interrupted first start's
+        self.disk.logs.clear()
         self.disk.checkpoints.clear()
         self.deliver(self.core.begin_first_start())
         self.flow = "first"
 
     def _recover(self) -> None:
+        """The recovery reader on the real files: the newest intact checkpoint, the logs
+        after it, a torn tail cut off; damage it cannot repair refuses the start."""
         core = self.core
-        n = max(self.disk.checkpoints)
-        saved = self.disk.checkpoints[n]
-        replay = self.disk.durable_records(saved.next_seq)
-        # The log's position is after its last durable record; the outputs are the
-        # checkpoint's (``recovery.plan_recovery``).
-        next_seq, inputs = ((replay[-1].seq + 1, replay[-1].inputs) if replay
-                            else (saved.next_seq, saved.inputs))
-        core.begin_recovery(saved.next_seq, next_seq, inputs, saved.outputs)
-        self.deliver(encode_checkpoint_record(core.cid, sum(map(len, saved.chunks)))
-                     + b"".join(saved.chunks))
-        for r in replay:
-            self.deliver(r.wire)
-            core.last_delivered = r.seq
-        self.log_n = max(self.disk.logs) + 1
+        try:
+            plan = recovery.plan_recovery(self.disk.dir, core.cid)
+        except (LogCorruptionError, CoordinatorError) as err:
+            raise Refused(err) from None
+        assert plan is not None
+        self.plan = plan
+        for n, _ in plan.damaged:
+            self.lines.append(f"checkpoint {n} is damaged; recovering from {plan.number}")
+        if plan.torn is not None:
+            path, offset = plan.torn
+            LogWriter(path, truncate_at=offset).close()
+        durable = self.disk.durable_end()
+        if plan.next_seq != durable:
+            self.world.fail(f"{self.id} recovers up to record {plan.next_seq - 1}, but "
+                            f"record {durable - 1} was durable"
+                            + (" (a silent rollback)" if plan.next_seq < durable else ""))
+        core.begin_recovery(plan.start_seq, plan.next_seq, plan.inputs, plan.outputs)
+        self.deliver(encode_checkpoint_record(core.cid, plan.checkpoint.size)
+                     + b"".join(plan.checkpoint.chunks()))
+        for wire, last in recovery.replay_wire(plan):
+            self.deliver(bytes(wire))
+            core.last_delivered = last
+        self.log_n = plan.last_log + 1
         self.deliver(core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint()))
         self.flow = "recover"
         self.run_actions()
@@ -285,22 +435,23 @@ class Node:
     def _advance_start(self) -> None:
         core = self.core
         if self.flow == "first" and self.initial is not None and 1 in self.received:
-            _, chunks, outputs = self.received.pop(1)
-            self.disk.checkpoints[1] = SavedCheckpoint(0, {}, outputs, chunks)
+            message, chunks, outputs = self.received.pop(1)
+            self.disk.save_checkpoint(1, SavedCheckpoint(0, {}, outputs, chunks), message)
             self.writer = self.disk.open_log(1)
             self.log_n = 1
             core.first_record(self.initial)
             self._commit_one()  # record 0, durably, before anything else
             self._go_live()
         elif self.flow == "recover" and self.log_n in self.received:
-            _message, chunks, outputs = self.received.pop(self.log_n)
+            message, chunks, outputs = self.received.pop(self.log_n)
             self.writer = self.disk.open_log(self.log_n)
-            self.disk.checkpoints[self.log_n] = SavedCheckpoint(
-                core.group.next_seq, dict(core.group.inputs), outputs, chunks)
+            self.disk.save_checkpoint(self.log_n, SavedCheckpoint(
+                core.group.next_seq, dict(core.group.inputs), outputs, chunks), message)
             self.recovered = True
             self._go_live()
 
     def _go_live(self) -> None:
+        self.world.started.add(self.name)  # ``registry.mark_started``
         self.core.set_phase(Phase.LIVE)
         self.flow = ""
         if self.recovered:
@@ -385,8 +536,9 @@ class Node:
         assert self.asked is not None
         n, (next_seq, inputs) = self.asked
         self.asked = None
-        _message, chunks, outputs = self.received.pop(n)
-        self.disk.checkpoints[n] = SavedCheckpoint(next_seq, inputs, outputs, chunks)
+        message, chunks, outputs = self.received.pop(n)
+        self.disk.save_checkpoint(n, SavedCheckpoint(next_seq, inputs, outputs, chunks),
+                                  message)
         self.core.checkpoint_saved()
         self.world.counts["checkpoint"] += 1
 
@@ -531,7 +683,10 @@ class World:
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
         self.rounds = rounds
         self.trigger = trigger
-        self.disks = {name: SimDisk() for name in self.names}
+        root = Path(tempfile.mkdtemp(prefix="ambrosia-sim-", dir=_DISK_ROOT))
+        weakref.finalize(self, shutil.rmtree, root, True)
+        self.root = root
+        self.disks = {name: SimDisk(root, name) for name in self.names}
         self.replicated = {"i0": replicas} if replicas > 1 else {}
         self.nodes: dict[str, Node | None] = {}
         self.conns: dict[tuple[str, str], Conn] = {}
@@ -539,6 +694,7 @@ class World:
         self.trace: list[Step] = []
         self.counts: collections.Counter[str] = collections.Counter()  # what happened
         self.writers: dict[int, Node] = {}  # per epoch, the replica that wrote in it
+        self.started: set[str] = set()  # instances that went live once (the registry's)
         for name in self.names:
             for node_id in self.members(name):
                 self.nodes[node_id] = self._new(node_id)
@@ -613,6 +769,17 @@ class World:
                     out.append(("pause", node_id))
             if faults:
                 out.append(("crash", node_id))
+                if node.writing is not None or node.asked is not None:
+                    out.append(("crash", node_id, 0.5))  # cutting a write short
+        if faults:
+            for name in self.names:
+                disk = self.disks[name]
+                if name in self.replicated or self.nodes[name] is not None or disk.damage:
+                    continue
+                for k, _ in enumerate(disk.targets()):
+                    out += [("flip", name, k, where, spot) for where in (0.0, 0.5, 1.0)
+                            for spot in _SPOTS]
+                    out.append(("lose", name, k))
         for s in self.names:
             sender = self.serving(s)
             if sender is None:
@@ -672,10 +839,15 @@ class World:
         elif kind == "written":
             self._node(step[1]).written()
         elif kind == "crash":
-            self._stop(step[1])
-            self.disks[step[1].split("/")[0]].crash()
+            self._crash(step[1], step[2] if len(step) > 2 else None)
         elif kind == "restart":
-            self.nodes[step[1]] = self._new(step[1])
+            self._restart(step[1])
+        elif kind == "flip":
+            disk = self.disks[step[1]]
+            disk.flip(disk.targets()[step[2]], step[3], step[4])
+        elif kind == "lose":
+            disk = self.disks[step[1]]
+            disk.lose(disk.targets()[step[2]])
         elif kind in ("follow", "claim", "beat"):
             getattr(self._replica(step[1]), kind)()
         elif kind == "pause":
@@ -742,6 +914,63 @@ class World:
             sender = self.nodes.get(conn.frm)
             if sender is not None and d in sender.core.outboxes:
                 sender.core.outboxes[d].disconnected()
+
+    def _crash(self, node_id: str, cut: float | None) -> None:
+        """The process dies: what it had not synced is lost; with ``cut``, the write in
+        progress leaves that part of itself, and a checkpoint being written its
+        temporary file."""
+        node = self._node(node_id)
+        disk = self.disks[node.name]
+        self._stop(node_id)
+        disk.crash()
+        if cut is None:
+            return
+        if node.writing is not None and node.writer is not None:
+            data = node.writing.disk
+            node.writer.tear(data[: min(len(data) - 1, max(1, round(len(data) * cut)))])
+            self.counts["torn"] += 1
+        if node.asked is not None:
+            disk.leave_temporary(node.asked[0], b"AMBRCKP2" + bytes(40))
+            self.counts["temporary"] += 1
+
+    def _restart(self, node_id: str) -> None:
+        """A new process for ``node_id``. A start refused must say why in one line
+        naming the file, with nothing in the directory changed, and only over damage
+        (which is then repaired, as from a backup); a start that goes on must not have
+        read damage as valid, and leaves no temporary checkpoint behind."""
+        name = node_id.split("/")[0]
+        disk = self.disks[name]
+        before = disk.files()
+        damaged = list(disk.damage)
+        try:
+            node = self.nodes[node_id] = self._new(node_id)
+        except Refused as err:
+            self.counts["refused"] += 1
+            text = str(err.__cause__ or err.args[0]).replace(str(self.root), "<disk>")
+            if not damaged:
+                self.fail(f"{node_id} refused to start over an intact directory: {text}")
+            # A flipped bit is named by its file; a file lost, by its directory at least.
+            named = any(path.name in text or (at is None and f"<disk>/{name}" in text)
+                        for path, at, _ in damaged)
+            if "\n" in text or not named:
+                self.fail(f"{node_id} refused to start with {text!r}: not one line naming "
+                          "the damaged file")
+            if disk.files() != before:
+                self.fail(f"{node_id}'s refused start changed its directory")
+            disk.repair()
+            return
+        plan = node.plan
+        if damaged and plan is not None:
+            read = {checkpoint_path(disk.dir, plan.number)} | {
+                log_path(disk.dir, k) for k in plan.logs}
+            for path, at, _ in damaged:
+                if path in read and at is not None:
+                    self.fail(f"{node_id} recovered from {path.name}, damaged at {at}, as "
+                              "if it were intact")
+            self.counts["repaired"] += 1
+        if disk.temporaries() and name not in self.replicated:
+            self.fail(f"{node_id} started, and left {', '.join(disk.temporaries())}")
+        disk.repair()
 
     def _stop(self, node_id: str) -> None:
         """The process of ``node_id`` is gone (its writes stay where the disk has them)."""

@@ -251,16 +251,18 @@ class LogScan:
     def _torn_unless_followed(self, buf: Any, pos: int, seq: int, written: int,
                               reason: str) -> None:
         """A record at ``pos`` that does not parse or check to its end is a torn tail
-        (a write cut short: a prefix, then zeros or the end of the file), unless a whole
-        record with the next sequence id follows it, or what was written ends as a
-        record ends (its check entry's name and 8 bytes, the last not zero): then it
-        is damaged (a flipped bit in its length, say), and cutting it off would lose it
-        or the rest."""
+        (a write cut short: a prefix, then zeros or the end of the file), unless the
+        header of the record after it follows (a record is written only once the one
+        before is whole and synced), or what was written ends as a record ends (its
+        check entry's name and 8 bytes, the last not zero): then it is damaged (a
+        flipped bit in its length, say), and cutting it off would lose it or the rest."""
         nxt = seq + 1
         want = _SEQ.pack(nxt)
         at = buf.find(want, pos + HEADER_SIZE + 16, written)
         while at >= 0:
-            if self._whole_at(buf, at - 16, nxt):
+            committer, stored, _, _ = _HEADER.unpack_from(buf, at - 16)
+            if stored < -HEADER_SIZE and (self.committer_id is None
+                                          or committer == self.committer_id):
                 raise self._damage(pos, f"record {seq}: {reason}, and record {nxt} follows "
                                    f"at offset {at - 16}")
             at = buf.find(want, at + 1, written)
@@ -269,20 +271,6 @@ class LogScan:
             raise self._damage(pos, f"record {seq}: {reason}, though it was written to its "
                                "end")
         self._torn(pos, reason)
-
-    def _whole_at(self, buf: Any, pos: int, seq: int) -> bool:
-        """Whether a whole, intact record with sequence id ``seq`` starts at ``pos``."""
-        committer, stored, check, got = _HEADER.unpack_from(buf, pos)
-        body_end = pos - stored - 1
-        if (got != seq or stored >= -HEADER_SIZE or body_end > len(buf)
-                or (self.committer_id is not None and committer != self.committer_id)
-                or check_bytes(buf[pos + HEADER_SIZE : body_end]) != check):
-            return False
-        try:
-            _, end, _ = _decode_watermarks(buf, body_end, len(buf))
-        except (Incomplete, WireFormatError):
-            return False
-        return _checked(buf, pos, body_end, end)
 
     def _zeros(self, offset: int) -> None:
         """Nothing but zeros from ``offset`` on: space not written yet."""
