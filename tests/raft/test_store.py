@@ -107,6 +107,38 @@ def test_a_newer_claim_fences_the_old_primary(cluster: LocalCluster) -> None:
     run(body)
 
 
+def test_a_primary_silent_past_half_its_lease_looks_before_writing_and_writes_nothing(
+        cluster: LocalCluster) -> None:
+    """A primary that sent nothing that counted for half a lease (paused, stalled) may
+    have been replaced: it reads the log before its next entry, and finding the newer
+    claim it sends nothing, heartbeat or records (no entry of its epoch after the claim)."""
+    name = fresh()
+
+    async def body() -> None:
+        a = RaftLogStore(cluster.address, name, lease=0.4)
+        b = RaftLogStore(cluster.address, name, lease=0.4)
+        try:
+            assert await a.claim({"replica": 1})
+            await a.append([b"a0"])
+            await a.heartbeat()  # within half a lease: no look first, and none needed
+            await asyncio.sleep(0.25)  # a is paused past half its lease
+            assert await b.claim({"replica": 2})
+            with pytest.raises(LockLostError, match="epoch 2 was claimed after this "
+                               "primary's epoch 1"):
+                await a.heartbeat()
+            with pytest.raises(LockLostError):
+                await a.append([b"a1"])
+            await b.append([b"b0"])
+        finally:
+            a.close()
+            b.close()
+        records, view = await committed(cluster, name)
+        assert records == [b"a0", b"b0"]
+        assert view.epoch == 2 and view.fenced_count == 0
+
+    run(body)
+
+
 def test_racing_claims_have_one_winner(cluster: LocalCluster) -> None:
     name = fresh()
 
@@ -250,7 +282,7 @@ def test_primary_killed_standby_goes_on(whole_cluster: LocalCluster) -> None:
 @pytest.mark.slow
 def test_paused_primary_is_fenced_and_a_raft_peer_dies(whole_cluster: LocalCluster) -> None:
     """SIGSTOP past the lease: the standby takes over (while a Raft peer is killed);
-    the old primary wakes up, its last append is ignored by everyone, and it stops."""
+    the old primary wakes up, finds the claim before it writes anything, and stops."""
     c, name, total = whole_cluster, fresh(), 1500
     a = Replica(c, name, 1, total)
     b: Replica | None = None
@@ -275,7 +307,9 @@ def test_paused_primary_is_fenced_and_a_raft_peer_dies(whole_cluster: LocalClust
         a.kill()
         if b is not None:
             b.kill()
-    exactly_once(c, name, total)
+    # Woken past its lease, it read the log before writing: nothing of its epoch
+    # reached the log after the claim, not even a heartbeat.
+    assert exactly_once(c, name, total).fenced_count == 0
 
 
 def test_a_primary_that_resigns_lets_a_standby_claim_at_once(cluster: LocalCluster) -> None:

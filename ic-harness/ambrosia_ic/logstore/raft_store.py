@@ -14,6 +14,10 @@ standbys on different hosts each hold a ``RaftLogStore`` on the same cluster.
 - The primary renews its lease with ``heartbeat`` when idle; a standby that saw nothing
   of the current epoch for ``lease`` seconds (``silent_for``) may ``claim``. Safety does
   not depend on the lease: a paused primary that wakes up is fenced by the log order.
+  The lease keeps a fenced primary from writing at all: a claim is sent no sooner than
+  a lease after the primary's last entry that counted was sent, so a primary that sends
+  within half a lease of that needs no look; after longer (a pause, a stall), it reads
+  the log first and, finding a newer claim, sends nothing.
 - Checkpoints are written as parts and an end entry carrying their XXH64; readers verify
   the check bytes before a byte of the checkpoint is used.
 """
@@ -66,9 +70,11 @@ class RaftLogStore:
         address: a ``raft://`` address or a parsed one.
         name: the instance.
         timeout: how long one cluster call may take (``RaftUnavailableError`` after).
+        lease: the seconds of silence after which a standby may claim.
     """
 
-    def __init__(self, address: str | RaftAddress, name: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, address: str | RaftAddress, name: str, *, timeout: float = 10.0,
+                 lease: float = LEASE) -> None:
         self.address = parse_address(address) if isinstance(address, str) else address
         self.name = name
         self.view = InstanceView(name)
@@ -78,6 +84,9 @@ class RaftLogStore:
                                   context=self._writer.context)
         self._sub: Subscription | None = None
         self._seen_epoch_at = time.monotonic()
+        self.lease = lease
+        # When this store's last entry that counted (its claim, or an append) was sent.
+        self._counted_sent_at = -math.inf
         self._read_lock = asyncio.Lock()
         self._unread: list[Event] = []
 
@@ -160,10 +169,12 @@ class RaftLogStore:
             return False
         epoch = self.view.epoch + 1
         rid = self._writer.request_ids.new()
+        sent = time.monotonic()
         index = await self._writer.request_update(encode_claim(self.name, epoch, holder), rid)
         await self.catch_up(until=index)
         if self.view.epoch == epoch and self.view.claim_reqid == rid:
             self.held = epoch
+            self._counted_sent_at = sent
             return True
         return False
 
@@ -183,10 +194,16 @@ class RaftLogStore:
                 "entry it sent before it saw the claim counts for no reader)")
 
     async def _append_fenced(self, data: bytes) -> int:
+        if time.monotonic() - self._counted_sent_at > self.lease / 2:
+            # Long enough since the last entry that counted for a standby to have
+            # claimed (a pause, a stall, a leader election): look before writing.
+            await self.catch_up()
         self.check()
+        sent = time.monotonic()
         index = await self._writer.request_update(data)
         await self.catch_up(until=index)
         self.check()  # a claim committed before our entry: everyone ignores it
+        self._counted_sent_at = sent
         return index
 
     async def append(self, records: Sequence[bytes]) -> int:

@@ -155,7 +155,7 @@ class RaftReplica:
         if not reg.log_store:
             raise CoordinatorError(f"{reg.instance_name} has no raft:// log store")
         self.shared_dir = registry.instance_dir(reg)  # where senders here look
-        self.store = RaftLogStore(reg.log_store, reg.log_key)
+        self.store = RaftLogStore(reg.log_store, reg.log_key, lease=reg.lease_ms / 1000)
         # The local copy of the log, for ``log dump``: the replica's own directory.
         own = self.shared_dir / f"replica{replica}"
         self.raft_sink = RaftSink(self.store, Epochs(own))
