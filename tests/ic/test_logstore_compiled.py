@@ -39,6 +39,14 @@ def choose(choice: str) -> tuple[str, Any]:
                                             "the log store's compiled module", choice)
 
 
+@SETTINGS
+@given(st.one_of(st.binary(max_size=200), st.binary(min_size=1000, max_size=5000)))
+def test_the_compiled_xxh64_is_the_xxhash_packages(data):
+    # The compiled scan hashes in C; the records' check bytes are the package's XXH64.
+    assert _cfast.xxh64(data) == check_bytes(data)
+    assert _cfast.xxh64(memoryview(data)) == check_bytes(data)
+
+
 def test_the_scans_use_the_fast_paths_the_codec_chose():
     assert fastpaths.CODEC == wire_fastpaths.CODEC  # both are built here
     assert log_records.stored_spans is IMPLS[fastpaths.CODEC].stored_spans

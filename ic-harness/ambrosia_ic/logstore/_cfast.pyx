@@ -15,7 +15,6 @@ from cpython.buffer cimport PyObject_CheckBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memcmp, memcpy
 
-from ambrosia_core.wire import check_bytes
 
 from . import _fast
 from .watermarks import CHECK_ENTRY, TOP_BIT
@@ -38,6 +37,82 @@ cdef inline long long _i64(const unsigned char* p) noexcept:
 cdef inline long _i32(const unsigned char* p) noexcept:
     return <int>((<unsigned int>p[3] << 24) | (<unsigned int>p[2] << 16)
                  | (<unsigned int>p[1] << 8) | p[0])
+
+
+# XXH64 with seed 0 (the records' check bytes), in C from the algorithm's specification:
+# a call into the ``xxhash`` package per record, with the bytes it needs, cost as much
+# as the rest of the scan. ``xxh64`` (below) is checked against that package.
+cdef unsigned long long _P1 = 0x9E3779B185EBCA87ULL
+cdef unsigned long long _P2 = 0xC2B2AE3D27D4EB4FULL
+cdef unsigned long long _P3 = 0x165667B19E3779F9ULL
+cdef unsigned long long _P4 = 0x85EBCA77C2B2AE63ULL
+cdef unsigned long long _P5 = 0x27D4EB2F165667C5ULL
+
+
+cdef inline unsigned long long _rotl(unsigned long long x, int r) noexcept:
+    return (x << r) | (x >> (64 - r))
+
+
+cdef inline unsigned long long _round(unsigned long long acc,
+                                      unsigned long long lane) noexcept:
+    acc += lane * _P2
+    return _rotl(acc, 31) * _P1
+
+
+cdef inline unsigned long long _merge(unsigned long long acc,
+                                      unsigned long long v) noexcept:
+    acc ^= _round(0, v)
+    return acc * _P1 + _P4
+
+
+cdef unsigned long long _xxh64(const unsigned char* p, Py_ssize_t n) noexcept:
+    cdef const unsigned char* end = p + n
+    cdef unsigned long long v1, v2, v3, v4, acc
+    if n >= 32:
+        v1 = _P1 + _P2
+        v2 = _P2
+        v3 = 0
+        v4 = 0 - _P1
+        while end - p >= 32:
+            v1 = _round(v1, <unsigned long long>_i64(p))
+            v2 = _round(v2, <unsigned long long>_i64(p + 8))
+            v3 = _round(v3, <unsigned long long>_i64(p + 16))
+            v4 = _round(v4, <unsigned long long>_i64(p + 24))
+            p += 32
+        acc = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        acc = _merge(acc, v1)
+        acc = _merge(acc, v2)
+        acc = _merge(acc, v3)
+        acc = _merge(acc, v4)
+    else:
+        acc = _P5
+    acc += <unsigned long long>n
+    while end - p >= 8:
+        acc ^= _round(0, <unsigned long long>_i64(p))
+        acc = _rotl(acc, 27) * _P1 + _P4
+        p += 8
+    if end - p >= 4:
+        acc ^= (<unsigned long long>(<unsigned int>_i32(p))) * _P1
+        acc = _rotl(acc, 23) * _P2 + _P3
+        p += 4
+    while p < end:
+        acc ^= p[0] * _P5
+        acc = _rotl(acc, 11) * _P1
+        p += 1
+    acc ^= acc >> 33
+    acc *= _P2
+    acc ^= acc >> 29
+    acc *= _P3
+    acc ^= acc >> 32
+    return acc
+
+
+def xxh64(data) -> int:
+    """XXH64 with seed 0 of ``data`` (a bytes-like object), as the scans compute it."""
+    cdef const unsigned char[::1] view = data
+    if view.shape[0] == 0:
+        return _xxh64(<const unsigned char*>b"", 0)
+    return _xxh64(&view[0], view.shape[0])
 
 
 cdef void _flush_starts(starts, long long* pending, Py_ssize_t* k):
@@ -82,7 +157,6 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
     cdef unsigned char sealed[128]
     cdef const char* usual = PyBytes_AS_STRING(_USUAL_TRIMS)
     cdef unsigned long long top = TOP_BIT
-    check = check_bytes
     try:
         while size - pos >= 24:
             stored = _i32(p + pos + 4)
@@ -110,13 +184,11 @@ def stored_spans(buf, Py_ssize_t pos, Py_ssize_t size, committer_id, expect, dic
                 key = PyBytes_FromStringAndSize(<const char*>p + end + 2, ln)
                 raw = PyBytes_AS_STRING(key)
                 raw_len = ln
-            if (<unsigned long long>_i64(p + pos + 8)) != <unsigned long long>check(
-                    PyBytes_FromStringAndSize(<const char*>p + pos + 24, end - pos - 24)):
+            if (<unsigned long long>_i64(p + pos + 8)) != _xxh64(p + pos + 24, end - pos - 24):
                 break
             memcpy(sealed, p + pos, 24)
             memcpy(sealed + 24, p + end, q + 24 - end)
-            if (<unsigned long long>_i64(p + q + 24)) != (<unsigned long long>check(
-                    PyBytes_FromStringAndSize(<const char*>sealed, q + 48 - end)) | top):
+            if (<unsigned long long>_i64(p + q + 24)) != (_xxh64(sealed, q + 48 - end) | top):
                 break
             value = _i64(p + q)
             have_value = True
