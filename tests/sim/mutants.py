@@ -3,7 +3,7 @@ version of one function of the real code, patched in for a run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ambrosia_ic import recovery
@@ -37,11 +37,23 @@ def _write_unsynced(self: StandaloneSink, writer: Any, data: bytes) -> None:
     writer.write(data)
 
 
-def _write_fenced_off(self: FencedSink, writer: Any, data: bytes) -> None:
+def _write_fenced_off(self: FencedSink, writer: Any, data: bytes) -> Iterator[str]:
     """A fence ignored: an active/active primary writes without looking for a newer
     epoch (a paused primary resuming after a takeover writes on)."""
+    yield "checked"
     writer.write(data)
     writer.sync()
+    yield "landed"
+
+
+def _write_looking_once(self: FencedSink, writer: Any, data: bytes) -> Iterator[str]:
+    """No look after the write: a record that landed after a newer claim is delivered
+    by the primary that wrote it."""
+    self.epochs.check()
+    yield "checked"
+    writer.write(data)
+    writer.sync()
+    yield "landed"
 
 
 _group_take = GroupCommit.take
@@ -128,7 +140,9 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a recovery forgets the checkpoint's unlogged self-calls": (SelfCalls, "restore",
                                                                 _restore_forgetting),
     "a sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
-    "a fenced primary writes on": (FencedSink, "write", _write_fenced_off),
+    "a fenced primary writes on": (FencedSink, "write_steps", _write_fenced_off),
+    "a fenced primary delivers what landed after the claim": (FencedSink, "write_steps",
+                                                              _write_looking_once),
     "a recovery starts one record late": (recovery, "_plan_from", _plan_one_late),
     "a recovery reads the watermarks one behind": (recovery, "_plan_from", _plan_one_behind),
     "a checkpoint's log position is one ahead": (recovery, "coordinator_state",

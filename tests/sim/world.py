@@ -44,7 +44,7 @@ import random
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -74,7 +74,7 @@ from ambrosia_ic.logstore import (
 from ambrosia_ic.logstore.watermarks import decode_watermarks
 from ambrosia_ic import recovery
 from ambrosia_ic.recovery import RecoveryPlan
-from ambrosia_ic.replication.shared_dir import committed_prefix
+from ambrosia_ic.replication import shared_dir
 
 from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.wire import (
@@ -511,9 +511,14 @@ class Node:
         self._write(self.core.take(MAX_RECORD, self.sink.epoch))
 
     def _write(self, record: Record) -> None:
-        core = self.core
         assert self.writer is not None
         self.sink.write(self.writer, record.disk)  # type: ignore[arg-type]
+        self._delivered(record)
+
+    def _delivered(self, record: Record) -> None:
+        """The record is durable: the core lets it go out."""
+        core = self.core
+        assert self.writer is not None
         out = core.durable(record, self.writer.size)
         self.deliver(out.wire)
         for sender, position in out.acks.items():
@@ -555,6 +560,7 @@ class ReplicaNode(Node):
 
     def __init__(self, world: World, name: str, node_id: str) -> None:
         self.epochs = SimEpochs(world.disks[name])
+        self.steps: Iterator[str] | None = None  # the fenced write of ``writing``
         self.role = "follower"
         self.tail: tuple[int, int, int] | None = None  # (log, offset, next seq id)
         self.beat_due = False  # resumed from a pause: its heartbeat has not run since
@@ -585,7 +591,7 @@ class ReplicaNode(Node):
         recs = [r for r in log.records() if r.offset >= offset and r.seq >= next_seq
                 and (seal is None or r.end <= seal)]
         if seal is None and not has_next:
-            recs = committed_prefix(recs, self.epochs.current())
+            recs = shared_dir.committed_prefix(recs, self.epochs.current())
         if recs:
             offset, next_seq = recs[-1].end, recs[-1].seq + 1
         whole_end = log.records_end()
@@ -661,6 +667,34 @@ class ReplicaNode(Node):
         self.core.switch_log(n, self.sink.checkpoints_on_switch)
         self.writer = self.disk.open_log(n)
         self.log_n = n
+
+    def written(self) -> None:
+        """One step of the real ``FencedSink.write_steps``: look for a newer epoch; write
+        and sync; look again, and only then deliver. A claim can come between any two:
+        a record then lands after the claim (past the seal to come) and nobody may
+        deliver it, its writer included."""
+        record = self.writing
+        assert record is not None and self.writer is not None
+        if self.steps is None:
+            self.steps = cast(FencedSink, self.sink).write_steps(
+                self.writer, record.disk)  # type: ignore[arg-type]
+        newest = self.epochs.current() == self.epochs.held
+        stage = next(self.steps, None)
+        if stage == "checked" and not newest:
+            self.world.fail(f"{self.id} looked for a newer epoch than its {self.epochs.held} "
+                            f"and went on to write, though epoch {self.epochs.current()} "
+                            "was claimed")
+        elif stage == "landed":
+            if not newest:
+                self.world.counts["late"] += 1  # looked before the claim, landed after
+            self.world.wrote(self.sink.epoch, self)
+        elif stage is None:  # the last look found no newer epoch
+            if not newest:
+                self.world.fail(f"{self.id} delivers a record it wrote in epoch "
+                                f"{self.epochs.held}, which epoch {self.epochs.current()} "
+                                "superseded before it looked again")
+            self.writing, self.steps = None, None
+            self._delivered(record)
 
     def _write(self, record: Record) -> None:
         super()._write(record)

@@ -18,7 +18,7 @@ file cut shorter under it would fault; readers take a zero tail in any log for i
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -151,9 +151,23 @@ class FencedSink:
         return self.epochs.held
 
     def write(self, writer: LogWriter, data: bytes) -> None:
+        for _ in self.write_steps(writer, data):
+            pass
+
+    def write_steps(self, writer: LogWriter, data: bytes) -> Iterator[str]:
+        """``write`` as its steps, each ended by a yield (the simulation lets other
+        replicas act between them): look for a newer epoch; write and sync; look again.
+        A claim between the first look and the write lands the record after it (past
+        the seal to come): the second look stops this primary before it delivers it.
+
+        Raises:
+            LockLostError: a newer epoch was claimed.
+        """
         self.epochs.check()
+        yield "checked"
         writer.write(data)
         writer.sync()
+        yield "landed"
         # Claimed meanwhile? Then this record may lie past the seal: say nothing.
         self.epochs.check()
 
