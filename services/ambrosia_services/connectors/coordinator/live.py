@@ -105,7 +105,8 @@ class Live:
         # runtime ``ambrosia run`` drives carries its server; other runtimes have none.
         self.metrics_server: MetricsServer | None = getattr(owner.ctx.runtime, "metrics",
                                                             None)
-        self.metrics = ConnectorMetrics(self._core) if self.metrics_server else None
+        self.metrics = (ConnectorMetrics(self._core, owner.ctx.instance_name)
+                        if self.metrics_server else None)
         receive, receive_staged = me.receive, me.receive_staged
         if self.metrics is not None:
             receive = self.metrics.counting(receive)
@@ -196,7 +197,7 @@ class Live:
         """The metrics source of this primary (on the exposition server's thread): the
         connector coordinator's, then the immortal's own (``live_metrics``)."""
         if self.metrics is not None:
-            self.metrics.read(self, f)
+            self.metrics.read(f, self.sources, self.sinks.effects)
         self.owner.live_metrics(f)
 
     async def _ticker(self) -> None:
