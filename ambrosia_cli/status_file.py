@@ -20,6 +20,7 @@ from typing import Any
 from ambrosia_ic import registry
 from ambrosia_ic.logstore import LOCK_NAME
 
+from ambrosia_core.durable import make_dirs, replace_durably
 from ambrosia_core.errors import AmbrosiaError
 
 from .local_coordinator import lock_held
@@ -50,10 +51,8 @@ def record_status_file(name: str, config: Mapping[str, Any], home: Path) -> Path
         pointer.unlink(missing_ok=True)
         return None
     path = Path(os.path.abspath(value))
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"status_file": str(path)}) + "\n")
-    os.replace(tmp, pointer)
+    make_dirs(pointer.parent)
+    replace_durably(pointer, (json.dumps({"status_file": str(path)}) + "\n").encode())
     return path
 
 

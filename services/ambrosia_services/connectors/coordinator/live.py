@@ -19,8 +19,10 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ambrosia_core.durable import replace_durably
 from ambrosia_core.metrics import Families, MetricsServer
 from ambrosia_py.effects import Effects
 from ambrosia_services.staging import SegmentWriter, segment_names
@@ -298,10 +300,7 @@ class Live:
 
     def _write_status(self, report: dict[str, Any]) -> None:
         path = self.cfg.status_file
-        tmp = f"{path}.tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump(report, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
+            replace_durably(Path(path), json.dumps(report, indent=1, sort_keys=True).encode())
         except OSError as e:
             self.log.warning("status file %s not written: %s", path, e.strerror or e)
