@@ -35,7 +35,7 @@ from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
 from ambrosia_py.runtime.stops import StopSignals
 
-from . import local_coordinator, status
+from . import local_coordinator, status_file
 
 __all__ = ["build_parser", "run_main"]
 
@@ -269,7 +269,7 @@ def _with_default_status_file(cls: type, config: Mapping[str, Any],
     so that ``ambrosia status -i NAME`` works with no configuration at all."""
     if not getattr(cls, "default_status_file", False) or config.get("status_file"):
         return config
-    return {**config, "status_file": str(registry.instance_dir(reg) / status.DEFAULT_NAME)}
+    return {**config, "status_file": str(registry.instance_dir(reg) / status_file.DEFAULT_NAME)}
 
 
 def _record_status_file(name: str, config: Mapping[str, Any], home: Path,
@@ -278,7 +278,7 @@ def _record_status_file(name: str, config: Mapping[str, Any], home: Path,
     configuration), for ``ambrosia status -i NAME``. Only a convenience, like the class
     record: if it cannot be written the instance still runs."""
     try:
-        status.record_status_file(name, config, home)
+        status_file.record_status_file(name, config, home)
     except OSError as err:
         log.warning("the status file was not recorded for `ambrosia status` (give it "
                     "--file): %s", err.strerror or err)

@@ -4,7 +4,8 @@ An instance that reports its status (the connector coordinator and the pipeline 
 it: their ``status_file`` key) rewrites a JSON file every few seconds. ``ambrosia run``
 records where, under the registry home, so this command finds it by the instance's name
 alone; an instance whose configuration names no file may write ``status.json`` in its
-instance directory, the place looked at next. Every status says how old it is; one left by
+instance directory, the place looked at next (``ambrosia_cli.status_file``, which the page
+reads through too). Every status says how old it is; one left by
 a stopped instance (whose coordinator no longer holds its log lock) is shown as that: its
 last status, which an ordinary stop writes once more as it ends.
 
@@ -17,109 +18,23 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ambrosia_ic import registry
-from ambrosia_ic.logstore import LOCK_NAME
 
 from ambrosia_core.addresses import Address
-from ambrosia_core.errors import AddressError, AmbrosiaError
+from ambrosia_core.errors import AddressError
 
-from .local_coordinator import lock_held
+from .status_file import load_status
 
-__all__ = ["DEFAULT_NAME", "StatusError", "add_status", "find_status_file", "record_status_file",
-           "render", "status_main"]
+__all__ = ["add_status", "render", "status_main"]
 
-#: The file an instance may write in its instance directory when no location is recorded.
-DEFAULT_NAME = "status.json"
 #: Where ``--serve`` listens when given a port alone.
 SERVE_HOST = "127.0.0.1"
 #: The recent errors ``status`` prints (the page shows all the file keeps).
 ERRORS_SHOWN = 5
-
-
-class StatusError(AmbrosiaError):
-    """No status can be shown: the instance is unknown, not running, or reports none."""
-
-
-def _pointer_path(home: Path, name: str) -> Path:
-    return home / "status" / f"{registry.check_instance_name(name)}.json"
-
-
-def record_status_file(name: str, config: Mapping[str, Any], home: Path) -> Path | None:
-    """Remember where ``name`` writes its status (its configuration's ``status_file``, made
-    absolute against the current directory, as the instance will open it); returns it, or
-    None when the configuration names none (an older record is then removed, so that
-    ``status`` does not read a file this run no longer writes)."""
-    pointer = _pointer_path(home, name)
-    value = config.get("status_file")
-    if not isinstance(value, str) or not value:
-        pointer.unlink(missing_ok=True)
-        return None
-    path = Path(os.path.abspath(value))
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"status_file": str(path)}) + "\n")
-    os.replace(tmp, pointer)
-    return path
-
-
-def find_status_file(reg: registry.Registration, home: Path) -> Path:
-    """The status file of ``reg``'s instance: the recorded one, else ``status.json`` in
-    its instance directory.
-
-    Raises:
-        StatusError: the record is damaged.
-    """
-    pointer = _pointer_path(home, reg.instance_name)
-    try:
-        data = json.loads(pointer.read_text())
-    except FileNotFoundError:
-        return registry.instance_dir(reg) / DEFAULT_NAME
-    except (OSError, ValueError) as err:
-        raise StatusError(f"cannot read {pointer}: {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("status_file"), str):
-        raise StatusError(f"{pointer}: not a status file record")
-    return Path(data["status_file"])
-
-
-def load_status(name: str, home: Path, path: Path | None = None,
-                now: float | None = None) -> tuple[dict[str, Any], float, bool]:
-    """The status ``name`` wrote last, its age in seconds, and whether it is running.
-
-    Raises:
-        StatusError: unknown instance, no status file, or an unreadable one.
-    """
-    try:
-        reg = registry.load(name, home)
-    except AmbrosiaError as err:
-        raise StatusError(str(err)) from None
-    if path is None:
-        path = find_status_file(reg, home)
-    lock = registry.instance_dir(reg) / LOCK_NAME
-    running = lock_held(lock)
-    try:
-        raw = path.read_bytes()
-        age = (time.time() if now is None else now) - path.stat().st_mtime
-    except FileNotFoundError:
-        if not running:
-            raise StatusError(f"{name} is not running (no coordinator holds {lock}) and "
-                              f"left no status ({path})") from None
-        raise StatusError(f"{name} is running but reports no status: no {path} (set "
-                          "status_file in its configuration)") from None
-    except OSError as err:
-        raise StatusError(f"cannot read {path}: {err.strerror or err}") from None
-    try:
-        report = json.loads(raw)
-    except ValueError as err:
-        raise StatusError(f"{path}: not a status report: {err}") from None
-    if not isinstance(report, dict):
-        raise StatusError(f"{path}: not a status report (expected a JSON object)")
-    return report, max(age, 0.0), running
 
 
 # ------------------------------------------------------------------ rendering

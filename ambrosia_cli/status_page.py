@@ -42,7 +42,7 @@ from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AmbrosiaError
 
 from .instances import describe
-from .status import StatusError, load_status
+from .status_file import StatusError, load_status
 
 __all__ = ["PAGE_FILES", "PageServer", "StatusSource", "merge_history", "page_files",
            "replica_rows", "sample_of", "serve"]

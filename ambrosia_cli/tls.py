@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import ipaddress
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ambrosia_core.durable import replace_durably
 from ambrosia_core.errors import UsageError
 
 __all__ = ["CA_DAYS", "HOST_DAYS", "TlsInitError", "add_tls", "check_host", "init_dir",
@@ -48,13 +48,7 @@ def _now() -> datetime.datetime:
 def _write(path: Path, data: bytes, private: bool) -> None:
     """Write ``path`` whole or not at all; a private key is never readable by others,
     not even for an instant."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_durably(path, data, mode=0o600 if private else 0o644)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

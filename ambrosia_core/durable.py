@@ -22,8 +22,12 @@ __all__ = ["fsync_dir", "make_dirs", "replace_durably", "temporary_name"]
 
 
 def fsync_dir(d: Path) -> None:
-    """Make the entries of directory ``d`` (creations, renames, removals) durable."""
-    fd = os.open(d, os.O_RDONLY)
+    """Make the entries of directory ``d`` (creations, renames, removals) durable.
+
+    Raises:
+        NotADirectoryError: ``d`` is not a directory.
+    """
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:

@@ -5,11 +5,14 @@ dependencies themselves are import-linter's contracts in ``pyproject.toml``, che
 from __future__ import annotations
 
 import ast
+import json
+import os
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,6 +152,60 @@ def test_the_layers_contracts_ignore_no_import() -> None:
               c.get("ignore_imports", []) for c in contracts if c["type"] == "layers"}
     assert layers == {"ambrosia_core": [], "ambrosia_py": [], "ambrosia_ic": [],
                       "ambrosia_ic.coordinator": []}
+
+
+# ---------------------------------------------------------------- no circles
+def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """import-linter on the source under ``cwd`` (never its cache: a cache written under
+    another configuration can answer for files that changed since)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(cwd), str(cwd / "ic-harness"), str(cwd / "services"),
+         os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache",
+                           "--no-logo", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _circles_contract() -> dict[str, Any]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [contract] = [c for c in config["tool"]["importlinter"]["contracts"]
+                  if c.get("id") == "no-circles"]
+    return contract
+
+
+def test_no_module_or_package_of_ours_imports_one_that_imports_it_back() -> None:
+    """The circles contract covers every shipped package, grants no exception, and holds."""
+    contract = _circles_contract()
+    assert sorted(contract["ancestors"]) == sorted(p.name for p in PACKAGES)
+    assert "ignore_imports" not in contract and "skip_descendants" not in contract
+    result = _lint_imports(ROOT, "--contract", "no-circles")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_circles_contract_sees_imports_made_late_or_for_types_only(tmp_path: Path) -> None:
+    """The contract, as configured, refuses the circles the house once had: a module
+    starting another from inside a function while that one imports it back (the status
+    command and its page), and a module naming its user under TYPE_CHECKING (a
+    coordinator's counts and the Coordinator)."""
+    pkg = tmp_path / "house"
+    (pkg / "cli").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "cli" / "__init__.py"):
+        init.write_text("")
+    (pkg / "cli" / "status.py").write_text(
+        "def main():\n    from .status_page import serve\n    return serve\n")
+    (pkg / "cli" / "status_page.py").write_text("from .status import main\n")
+    (pkg / "stats.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .lifecycle import C\n")
+    (pkg / "lifecycle.py").write_text("from .stats import *\nclass C: ...\n")
+    contract = {**_circles_contract(), "ancestors": ["house"]}
+    lines = ["[tool.importlinter]", 'root_packages = ["house"]', "",
+             "[[tool.importlinter.contracts]]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in contract.items()]
+    (tmp_path / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No cycles are allowed in house.cli." in result.stdout
+    assert "No cycles are allowed in house." in result.stdout
 
 
 def test_each_class_records_how_its_state_is_checkpointed() -> None:

@@ -19,7 +19,6 @@ files in the instance directory (which may be shared storage).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -32,6 +31,7 @@ from ambrosia_core.durable import fsync_dir, replace_durably
 from ambrosia_ic.errors import LockLostError
 
 from .logstore import file_numbers
+from .logstore.lock import release_flock
 
 __all__ = ["HEARTBEAT", "LEASE", "Epochs", "current_primary"]
 
@@ -146,11 +146,7 @@ class Epochs:
             self.check()
 
     def release(self) -> None:
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = -1
+        self._fd = release_flock(self._fd)
 
     # ------------------------------------------------------------------ checkpointer
     def try_checkpointer(self) -> bool:

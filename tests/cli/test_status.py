@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import registry
 
-from ambrosia_cli.status import DEFAULT_NAME, render
+from ambrosia_cli.status import render
+from ambrosia_cli.status_file import DEFAULT_NAME
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import start_immortal
 from tests.launcher import ROOT

@@ -20,7 +20,7 @@ from ambrosia_ic.errors import RegistryError
 from .. import registry
 from ..coordinator import LinkOptions, StandaloneCoordinator
 from ..coordinator.directory import RegistryDirectory
-from ..coordinator.stats import coordinator_source
+from ..coordinator.metrics import coordinator_source
 from ..launch import STOPPED_PREFIX
 from ..logdir import check_log_dir
 from ..registry.raft_address import without_secret

@@ -8,9 +8,9 @@ The jobs the shell runs live above this module, each in its own and none importe
 coordinator), ``startup`` (first start, recovery, upgrade), ``reading`` (the binding's
 bytes to the core), ``actions`` (what the core asks for), ``outputs`` (the links of its
 outboxes), ``commit`` (group commit), ``checkpoints`` (asking for and writing
-checkpoints). Below it: ``link_server`` (calls from other instances), ``sink`` (how the
-log is written: standalone, or fenced for active/active replicas), ``frames`` (the bytes
-paths).
+checkpoints), ``metrics`` (what a scrape reads of it). Below it: ``link_server`` (calls
+from other instances), ``sink`` (how the log is written: standalone, or fenced for
+active/active replicas), ``stats`` (what it counts), ``frames`` (the bytes paths).
 """
 
 from __future__ import annotations

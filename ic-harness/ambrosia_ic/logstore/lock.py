@@ -1,4 +1,5 @@
-"""The flock that keeps a second coordinator from writing an instance directory."""
+"""The flock that keeps a second coordinator from writing an instance directory, and the
+one way a held flock is given up (``lease``'s epochs use it too)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,19 @@ from ambrosia_ic.errors import LockLostError
 
 from .layout import LOCK_NAME
 
-__all__ = ["InstanceLock"]
+__all__ = ["InstanceLock", "release_flock"]
+
+
+def release_flock(fd: int) -> int:
+    """Give up the flock held on ``fd`` and close it (a negative ``fd`` holds nothing and is
+    left alone). Unlocking first frees the lock even where another descriptor shares it (a
+    child process that inherited it). Returns -1, what the holder keeps once it holds
+    nothing: ``self._fd = release_flock(self._fd)``."""
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    return -1
 
 
 class InstanceLock:
@@ -34,8 +47,4 @@ class InstanceLock:
         self._fd = fd
 
     def release(self) -> None:
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = -1
+        self._fd = release_flock(self._fd)

@@ -4,8 +4,8 @@
   way. A runner-to-runner link carries only stream traffic; ``start``, ``cancel`` and the
   check pair always go through the initiator.
 - ``PARTICIPANT_TRANSITIONS[state][input] -> next state``: one job in a runner's job
-  table. A missing entry is refused: ``UnexpectedJobMessageError`` for a message from the
-  initiator, ``IllegalJobTransitionError`` for a step of the runner's own.
+  table. A missing entry is refused (``next_state``): ``UnexpectedJobMessageError`` for a
+  message from the initiator, ``IllegalJobTransitionError`` for a step of the runner's own.
 - ``PARTICIPANT_BATCH[state]``: what a runner does with a batch that arrives for a job in
   that state (section 3.5: retain before start, discard after cancel).
 - ``INITIATOR_TRANSITIONS`` and ``INITIATOR_BATCH``: the same for the initiator's table.
@@ -14,9 +14,11 @@
 from __future__ import annotations
 
 import enum
-from typing import Final
+from collections.abc import Mapping, Set
+from typing import Final, TypeVar
 
-from .messages import MessageType
+from .errors import IllegalJobTransitionError, UnexpectedJobMessageError
+from .messages import JobId, MessageType
 
 
 class Role(enum.Enum):
@@ -159,3 +161,25 @@ INITIATOR_BATCH: Final[dict[InitiatorState, Disposition]] = {
 }
 
 del IS, II
+
+
+_S = TypeVar("_S", bound=enum.Enum)
+_I = TypeVar("_I", bound=enum.Enum)
+
+
+def next_state(transitions: Mapping[_S, Mapping[_I, _S]], remote: Set[_I], job_id: JobId,
+               state: _S, inp: _I) -> _S:
+    """Where ``inp`` takes job ``job_id`` from ``state``, by one side's ``transitions``.
+
+    Raises:
+        UnexpectedJobMessageError: the table has no entry, and ``inp`` is a message from
+            the other side (one of ``remote``).
+        IllegalJobTransitionError: the table has no entry for a step of this side's own.
+    """
+    nxt = transitions[state].get(inp)
+    if nxt is None:
+        what = f"job {job_id} in state {state.name} ({state.value}) does not allow: {inp.value}"
+        if inp in remote:
+            raise UnexpectedJobMessageError(what)
+        raise IllegalJobTransitionError(what)
+    return nxt

@@ -34,6 +34,8 @@ from typing import Any, Final
 
 import attrs
 
+from ambrosia_core.durable import fsync_dir
+
 from .errors import CommitConflictError, PlanError, StagingIncompleteError
 from .messages import JobId
 
@@ -166,14 +168,6 @@ class CommitOutcome(enum.Enum):
     ALREADY_COMMITTED = "another attempt's output was committed first"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sync_tree(root: Path) -> None:
     """fsync every file and directory under ``root`` (deepest directories first, each
     after its entries)."""
@@ -184,7 +178,7 @@ def _sync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(dirpath))
+        fsync_dir(Path(dirpath))
 
 
 def commit(attempt: Attempt, out: str | os.PathLike[str]) -> CommitOutcome:
@@ -215,10 +209,10 @@ def commit(attempt: Attempt, out: str | os.PathLike[str]) -> CommitOutcome:
         raise CommitConflictError(
             f"{final} exists but holds no finished output; not committing attempt {attempt}"
         ) from None
-    _fsync_dir(final.parent)
-    _fsync_dir(staging.parent)
+    fsync_dir(final.parent)
+    fsync_dir(staging.parent)
     with contextlib.suppress(PermissionError):  # ``out``'s own entry, made by Spark
-        _fsync_dir(final.parent.parent)
+        fsync_dir(final.parent.parent)
     return CommitOutcome.COMMITTED
 
 

@@ -32,6 +32,7 @@ from ._state import (
     Disposition,
     InitiatorInput,
     InitiatorState,
+    next_state,
 )
 from .effects import Deliver, Discarded, Effect, HeldJobs, JobCancelled, JobDone, Send
 from .errors import IllegalJobTransitionError, UnexpectedJobMessageError
@@ -120,14 +121,8 @@ class InitiatorJobs:
 
     # ------------------------------------------------------------ transitions
     def _step(self, job_id: JobId, inp: InitiatorInput) -> InitiatorState:
-        state = self.state(job_id)
-        nxt = INITIATOR_TRANSITIONS[state].get(inp)
-        if nxt is None:
-            what = f"job {job_id} in state {state.name} ({state.value}) does not allow: {inp.value}"
-            if inp in INITIATOR_REMOTE_INPUTS:
-                raise UnexpectedJobMessageError(what)
-            raise IllegalJobTransitionError(what)
-        return nxt
+        return next_state(INITIATOR_TRANSITIONS, INITIATOR_REMOTE_INPUTS, job_id,
+                          self.state(job_id), inp)
 
     def _set(self, job_id: JobId, state: InitiatorState, **changes: Any) -> None:
         record = self._jobs.get(job_id)

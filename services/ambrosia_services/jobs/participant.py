@@ -32,6 +32,7 @@ from ._state import (
     Disposition,
     JobInput,
     JobState,
+    next_state,
 )
 from .effects import (
     Deliver,
@@ -43,11 +44,7 @@ from .effects import (
     Retained,
     Send,
 )
-from .errors import (
-    IllegalJobTransitionError,
-    RetentionLimitError,
-    UnexpectedJobMessageError,
-)
+from .errors import RetentionLimitError, UnexpectedJobMessageError
 from .messages import Batch, Cancel, Check, CheckResponse, FlowControl, JobId, JobMessage, Start
 
 __all__ = ["ParticipantJobs"]
@@ -110,14 +107,8 @@ class ParticipantJobs:
 
     # ------------------------------------------------------------ transitions
     def _step(self, job_id: JobId, inp: JobInput) -> JobState:
-        state = self.state(job_id)
-        nxt = PARTICIPANT_TRANSITIONS[state].get(inp)
-        if nxt is None:
-            what = f"job {job_id} in state {state.name} ({state.value}) does not allow: {inp.value}"
-            if inp in PARTICIPANT_REMOTE_INPUTS:
-                raise UnexpectedJobMessageError(what)
-            raise IllegalJobTransitionError(what)
-        return nxt
+        return next_state(PARTICIPANT_TRANSITIONS, PARTICIPANT_REMOTE_INPUTS, job_id,
+                          self.state(job_id), inp)
 
     def _enter(self, job_id: JobId, state: JobState) -> None:
         self._states[job_id] = state

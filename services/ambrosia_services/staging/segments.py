@@ -51,7 +51,7 @@ from typing import Final
 import attrs
 import xxhash
 
-from ambrosia_core.durable import make_dirs
+from ambrosia_core.durable import fsync_dir, make_dirs
 from ambrosia_core.errors import AmbrosiaError
 
 __all__ = [
@@ -203,14 +203,6 @@ def encode_block(stream_id: int, first_id: int, last_id: int, payloads: Sequence
     return body + _CHECK.pack(check), check, size
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _full(err: OSError) -> bool:
     return err.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -289,7 +281,7 @@ class SegmentWriter:
         try:
             os.fsync(self._file)
             if self._new_file:
-                _fsync_dir(self.root)
+                fsync_dir(self.root)
                 self._new_file = False
         except OSError as err:
             self._close()

@@ -8,14 +8,11 @@ process's life; the offsets are the store's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ambrosia_core.metrics import DURATION_BUCKETS, Families, Histogram, Source
 
-if TYPE_CHECKING:
-    from .sinkserver import SinkServer
-
-__all__ = ["SinkCounts", "sink_source"]
+__all__ = ["MeasuredSink", "SinkCounts", "sink_source"]
 
 
 class SinkCounts:
@@ -31,7 +28,29 @@ class SinkCounts:
         self.commit_seconds = Histogram(DURATION_BUCKETS)
 
 
-def sink_source(server: SinkServer) -> Source:
+class _Offsets(Protocol):
+    @property
+    def committed_offset(self) -> int: ...
+
+    @property
+    def output_offset(self) -> int: ...
+
+
+class MeasuredSink(Protocol):
+    """What the metrics read of a sink server (``sinkserver.SinkServer``): its counts, its
+    store's offsets, and whether a coordinator's link is being served."""
+
+    @property
+    def counts(self) -> SinkCounts: ...
+
+    @property
+    def store(self) -> _Offsets: ...
+
+    @property
+    def linked(self) -> bool: ...
+
+
+def sink_source(server: MeasuredSink) -> Source:
     """The metrics of ``server`` and its store (read on the exposition server's thread)."""
     def read(f: Families) -> None:
         c = server.counts

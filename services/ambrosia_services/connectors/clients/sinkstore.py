@@ -41,7 +41,7 @@ from typing import Final
 import attrs
 import xxhash
 
-from ambrosia_core.durable import make_dirs
+from ambrosia_core.durable import fsync_dir, make_dirs
 
 from .errors import SinkStateError, SinkStoreCorruptError
 from .sinkserver import DATA_STREAM_ID, Prepared, SinkStore, Vote
@@ -125,14 +125,6 @@ def _decode_body(body: bytes) -> LogRecord | None:
     return LogRecord(LogKind(body[0]), txn, start, end)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class FileSinkStore(SinkStore):
     """The sink's output and 2PC state in ``directory``, recovered on construction.
 
@@ -172,7 +164,7 @@ class FileSinkStore(SinkStore):
             self._committed = os.open(directory / "committed", os.O_RDWR | os.O_CREAT, 0o644)
             self._log = os.open(directory / "txnlog", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             if created:
-                _fsync_dir(directory)
+                fsync_dir(directory)
             self._recover()
         except BaseException:
             self.close_files()  # a refused directory is not left locked
@@ -328,7 +320,7 @@ class FileSinkStore(SinkStore):
         if self._pending is not None:
             os.fsync(self._pending[0])
         if self._dir_dirty:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self._dir_dirty = False
         self._on_step("pending-synced")
         self._append(LogRecord(LogKind.PREPARE, txn_id, start, end))

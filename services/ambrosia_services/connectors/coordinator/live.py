@@ -19,8 +19,10 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ambrosia_core.durable import replace_durably
 from ambrosia_core.metrics import Families, MetricsServer
 from ambrosia_py.effects import Effects
 from ambrosia_services.staging import SegmentWriter, segment_names
@@ -105,7 +107,8 @@ class Live:
         # runtime ``ambrosia run`` drives carries its server; other runtimes have none.
         self.metrics_server: MetricsServer | None = getattr(owner.ctx.runtime, "metrics",
                                                             None)
-        self.metrics = ConnectorMetrics(self._core) if self.metrics_server else None
+        self.metrics = (ConnectorMetrics(self._core, owner.ctx.instance_name)
+                        if self.metrics_server else None)
         receive, receive_staged = me.receive, me.receive_staged
         if self.metrics is not None:
             receive = self.metrics.counting(receive)
@@ -196,7 +199,7 @@ class Live:
         """The metrics source of this primary (on the exposition server's thread): the
         connector coordinator's, then the immortal's own (``live_metrics``)."""
         if self.metrics is not None:
-            self.metrics.read(self, f)
+            self.metrics.read(f, self.sources, self.sinks.effects)
         self.owner.live_metrics(f)
 
     async def _ticker(self) -> None:
@@ -297,10 +300,7 @@ class Live:
 
     def _write_status(self, report: dict[str, Any]) -> None:
         path = self.cfg.status_file
-        tmp = f"{path}.tmp"
         try:
-            with open(tmp, "w") as f:
-                json.dump(report, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
+            replace_durably(Path(path), json.dumps(report, indent=1, sort_keys=True).encode())
         except OSError as e:
             self.log.warning("status file %s not written: %s", path, e.strerror or e)

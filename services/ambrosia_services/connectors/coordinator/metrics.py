@@ -12,16 +12,14 @@ the paths of messages, and nothing here is in the state or the log.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ambrosia_core.metrics import DURATION_BUCKETS, Families, Histogram
 
 from .commits import Commit
 from .core import FROM_START, CoordinatorCore, Incoming, IncomingRef
-
-if TYPE_CHECKING:
-    from .live import Live
+from .sources import SourceListener
 
 __all__ = ["ConnectorMetrics"]
 
@@ -31,10 +29,12 @@ class ConnectorMetrics:
 
     Args:
         core: reads the state (anew each time: an upgrade or a load may replace it).
+        instance_name: the label of every metric.
     """
 
-    def __init__(self, core: Callable[[], CoordinatorCore]) -> None:
+    def __init__(self, core: Callable[[], CoordinatorCore], instance_name: str) -> None:
         self._core = core
+        self.instance_name = instance_name
         self.received: dict[int, int] = {}  # stream id -> messages sent to the log, this life
         # Per stream, messages applied or dropped when this life became primary: what
         # it has applied since is the difference, the lag what it received beyond that.
@@ -72,10 +72,11 @@ class ConnectorMetrics:
             hist = self.latency[commit.sink] = Histogram(DURATION_BUCKETS)
         hist.observe(commit.latency)
 
-    def read(self, live: Live, f: Families) -> None:
-        """Everything, as of now (on the exposition server's thread: copies first)."""
+    def read(self, f: Families, sources: SourceListener, links: Mapping[str, Any]) -> None:
+        """Everything, as of now (on the exposition server's thread: copies first), with
+        the primary's listener and its sinks' links (``live.Live`` passes them)."""
         core = self._core()
-        name = {"instance_name": live.owner.ctx.instance_name}
+        name = {"instance_name": self.instance_name}
         received = dict(self.received)
         for sid, rec in sorted(dict(core.streams).items()):
             labels = {"stream": str(sid), "stream_name": rec.name, **name}
@@ -96,14 +97,13 @@ class ConnectorMetrics:
             done = rec.applied + rec.dropped - self.baseline.get(sid, 0)
             f.gauge("ambrosia_connector_stream_lag_messages", "Messages of the stream "
                     "received and not yet applied", max(got - done, 0), **labels)
-        sources = live.sources
         f.counter("ambrosia_connector_received_messages", "Messages received from sources, "
                   "this life (re-sent ones included)", sources.received, **name)
         f.counter("ambrosia_connector_acknowledged_messages", "Messages acknowledged to "
                   "sources, this life", sources.acked, **name)
         f.gauge("ambrosia_connector_source_connections", "Sources connected",
                 sources.connections, **name)
-        links = dict(live.sinks.effects)
+        links = dict(links)
         latency = dict(self.latency)
         for sink, srec in sorted(dict(core.sinks).items()):
             labels = {"sink": sink, **name}
