@@ -6,7 +6,7 @@ stream name, checked with one-line errors.
 command = ["python", "my_processor.py"]   # or one string, split as a shell would
 env = { PYTHONPATH = "/opt/kclpy" }         # added to the instance's environment
 cwd = "/srv/orders"                         # "" = the instance's working directory
-protocol = "current"                        # or "shutdown": the older protocol
+protocol = "current"                        # or "shutdown": amazon-kclpy 1.x's
 ```
 """
 

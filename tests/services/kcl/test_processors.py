@@ -1,6 +1,7 @@
 """Record processors as real child processes of a real coordinator: amazon-kclpy's own
 sample, the sample of samples/kcl (amazon-kclpy's API, exactly once by sequence number)
-with the child and the coordinator killed mid-batch, a processor of the older protocol,
+with the child and the coordinator killed mid-batch, a processor on amazon-kclpy 1.x
+(the older protocol),
 and an unruly child."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 TARGET = "ambrosia_services.kcl:KclCoordinator"
 CHILDREN = Path(__file__).with_name("children.py")
+V1 = Path(__file__).with_name("kclpy_v1.py")
 VERSIONS = "tests.services.kcl.versions:KclCoordinator"
 
 
@@ -232,18 +234,31 @@ def test_end_of_primacy_says_why(launcher: Launcher, tmp_path: Path, protocol: s
     assert rec.checkpoint == kept  # where the next life's processor starts
 
 
-def test_older_protocol_processor(launcher: Launcher, tmp_path: Path) -> None:
+def test_older_protocol_with_amazon_kclpy_1(launcher: Launcher, tmp_path: Path,
+                                            kclpy_v1: Path) -> None:
+    """A processor on amazon-kclpy 1.x's API with that kclpy: every record once,
+    checkpoints after each batch, the stream's end as shutdown TERMINATE (checkpointed),
+    and an ordinary stop as shutdown ZOMBIE (its checkpoint refused, as kclpy reports)."""
     (port,) = free_ports(1)
-    out = tmp_path / "out.txt"
-    body = f'{command(CHILDREN, "old", out)}\nprotocol = "shutdown"\nbatch_records = 7\n'
-    p = start(launcher, tmp_path, port, {"legacy": body})
+    out, kept = tmp_path / "legacy.txt", tmp_path / "kept.txt"
+    env = f'env = {{ PYTHONPATH = "{kclpy_v1}" }}\nprotocol = "shutdown"\nbatch_records = 7\n'
+    p = start(launcher, tmp_path, port, {"legacy": f"{command(V1, out)}\n{env}",
+                                         "kept": f"{command(V1, kept)}\n{env}"})
     feed(port, 3, "legacy", range(1, 31), eos=True)
-    p.wait_for("test child: terminated at 30")
-    assert written(out) == list(range(1, 31))
-    assert "test child: fields" not in "\n".join(p.lines)
-    p.stop()
-    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[3]
-    assert (rec.checkpoint, rec.finished) == (30, True)
+    feed(port, 4, "kept", range(1, 11), eos=False)
+    p.wait_for("kclpy v1 processor: terminated at 30")
+    wait_until(lambda: kept.exists() and len(written(kept)) == 10, 30)
+    assert p.stop() == 0
+    assert written(out) == list(range(1, 31)) and written(kept) == list(range(1, 11))
+    said = [line.split("kclpy v1 processor: ", 1)[1] for line in p.lines
+            if "kclpy v1 processor: " in line]
+    assert sorted(said) == sorted(["shard legacy", "terminated at 30", "shard kept",
+                                   "shutdown ZOMBIE",
+                                   "checkpoint refused: 'ShutdownException'"]), said
+    assert not any("Traceback" in line for line in p.lines)
+    state = repro("coord", KclCoordinator, home=launcher.home).state.kcl
+    assert (state.streams[3].checkpoint, state.streams[3].finished) == (30, True)
+    assert (state.streams[4].checkpoint, state.streams[4].finished) == (10, False)
 
 
 def test_unruly_child_gets_answers_and_log_lines_never_a_hang(
