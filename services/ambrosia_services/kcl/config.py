@@ -54,7 +54,7 @@ class ProcessorConfig:
         timeout_seconds: a child that does not answer an action (or write a line) for this
             long is killed and started again.
         restart_max_seconds: the longest pause before starting a failed child again (the
-            pause doubles from 0.1 s after each failure).
+            pause doubles from 0.1 s after each failure, until a child stays up).
         shutdown_seconds: how long a child may take to answer shutdownRequested when the
             instance stops, before it is killed.
     """

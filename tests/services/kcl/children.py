@@ -8,6 +8,11 @@ answers a batch; later lives behave, checkpointing each batch.
 ``children.py crashes WIDTH``: a traceback and a WIDTH-character line on stderr, then an
 exit before answering ``initialize``, at every start.
 
+``children.py dies STARTS CRASHES``: the current protocol; each life appends the time it
+started to STARTS; the first CRASHES lives process one batch (answered, not
+checkpointed), then write a 30-line traceback and exit; later lives say so in one line and
+checkpoint each batch and the stream's end.
+
 ``children.py ends UPTO``: either protocol, checkpointing each batch up to sequence
 number UPTO (later ones are held, not recorded); at the end of
 primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on stderr which end it
@@ -19,6 +24,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -80,6 +87,30 @@ def ends(upto: str) -> None:
         say({"action": "status", "responseFor": action})
 
 
+def dies(starts: str, crashes: str) -> None:
+    with open(starts, "a") as f:
+        f.write(f"{time.time()!r}\n")
+    with open(starts) as f:
+        life = len(f.readlines())
+    for line in sys.stdin:
+        msg = json.loads(line)
+        action = msg["action"]
+        if life > int(crashes):
+            if action == "initialize":
+                sys.stderr.write(f"test child: life {life} behaves\n")
+            elif action == "processRecords":
+                ask(msg["records"][-1]["sequenceNumber"], "sequenceNumber")
+            elif action == "shardEnded":
+                ask(None, "sequenceNumber")
+        say({"action": "status", "responseFor": action})
+        if action == "processRecords" and life <= int(crashes):
+            frames = "".join(f'  File "child.py", line {i}, in step{i}\n    step{i + 1}()\n'
+                             for i in range(14))
+            sys.stderr.write(f"Traceback (most recent call last):\n{frames}"
+                             "RuntimeError: died after a batch\n")
+            sys.exit(1)
+
+
 def crashes(width: str) -> None:
     """Writes a traceback (indented lines) and one line of ``width`` characters in a single
     write to stderr, then exits before answering ``initialize``: at every start."""
@@ -91,4 +122,6 @@ def crashes(width: str) -> None:
 
 
 if __name__ == "__main__":
-    {"unruly": unruly, "ends": ends, "crashes": crashes}[sys.argv[1]](sys.argv[2])
+    modes: dict[str, Callable[..., None]] = {"unruly": unruly, "ends": ends,
+                                             "crashes": crashes, "dies": dies}
+    modes[sys.argv[1]](*sys.argv[2:])

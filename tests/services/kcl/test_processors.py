@@ -6,6 +6,7 @@ and an unruly child."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -316,8 +317,9 @@ def test_a_bad_processor_entry_stops_the_instance_with_one_line(launcher: Launch
 def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off(
         launcher: Launcher, tmp_path: Path) -> None:
     """Its stderr comes line by line (indentation kept, a 100,000-character line whole),
-    its failure is said once and then counted in the status, and it is started again with
-    back-off: not a line per 64 KiB read, nor a warning every few seconds for ever."""
+    for its first crash only; its failure is said once in full, once more as one line with
+    the count, and then counted in the status, and it is started again with back-off: not
+    a line per 64 KiB read, nor a warning or a traceback every few seconds for ever."""
     (port,) = free_ports(1)
     body = f'{command(CHILDREN, "crashes", 100_000)}\nrestart_max_seconds = 0.4\n'
     status = tmp_path / "status.json"
@@ -328,11 +330,12 @@ def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off
     feed(port, 6, "bad", range(1, 3), eos=False)
     wait_until(lambda: sum("started processor (pid" in ln for ln in p.lines) >= 6, 30)
     lines = [ln.split("): ", 1)[1] for ln in p.lines if "kcl bad (pid " in ln]
-    assert lines[:5] == ["Traceback (most recent call last):", '  File "child.py", line 1',
-                         "    boom()", "RuntimeError: crashes at start", "x" * 100_000]
+    assert lines == ["Traceback (most recent call last):", '  File "child.py", line 1',
+                     "    boom()", "RuntimeError: crashes at start", "x" * 100_000]
     warnings = [ln for ln in p.lines if "started again in" in ln]
-    assert len(warnings) == 1, warnings  # the same reason each time: said once
+    assert len(warnings) == 2, warnings  # the same reason each time: said once, then again
     assert "with back-off up to 0.4 s while it fails" in warnings[0]
+    assert "the processor failed again (2 times since " in warnings[1]
 
     def counted() -> bool:
         try:
@@ -343,3 +346,41 @@ def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off
 
     wait_until(counted, 30)
     p.stop()
+
+
+def test_a_child_that_dies_after_each_batch_backs_off_and_its_crash_is_said_once(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """Six lives process a batch, then die with a 30-line traceback; the seventh behaves.
+    A batch processed is no reason to start again at once: the pause doubles until a child
+    stayed up (the spacing of the starts, from the times the children recorded). The first
+    crash is said in full, the second as one line with a count, the rest are counted."""
+    (port,) = free_ports(1)
+    starts = tmp_path / "starts.txt"
+    body = (f'{command(CHILDREN, "dies", starts, 6)}\nbatch_records = 5\n'
+            f'restart_max_seconds = 1\n')
+    p = start(launcher, tmp_path, port, {"s": body})
+    feed(port, 2, "s", range(1, 21), eos=True)
+    p.wait_for("test child: life 7 behaves")  # held while it might crash, said at its end
+    times = [float(t) for t in starts.read_text().split()]
+    assert len(times) == 7
+    for k, (a, b) in enumerate(itertools.pairwise(times)):
+        assert b - a >= min(1.0, 0.1 * 2 ** k) / 2, (k, b - a)  # the pause's least draw
+    pids = [int(ln.split("(pid ", 1)[1].split(")", 1)[0]) for ln in p.lines
+            if "started processor (pid" in ln]
+    said = {pid: [ln.split("): ", 1)[1] for ln in p.lines if f"kcl s (pid {pid}): " in ln]
+            for pid in pids}
+    assert said[pids[0]][0] == "Traceback (most recent call last):"
+    assert said[pids[0]][-1] == "RuntimeError: died after a batch"
+    assert len(said[pids[0]]) == 30
+    assert [said[pid] for pid in pids[1:6]] == [[]] * 5  # the same crash: not again
+    assert said[pids[6]][0] == "test child: life 7 behaves"
+    reason = "the processor exited (code 1) during processRecords"
+    warnings = [ln.split("kcl s: ", 1)[1] for ln in p.lines if "kcl s: " in ln
+                and "started again in" in ln]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(f"{reason}; started again in ")
+    assert re.fullmatch(rf"the processor failed again \(2 times since \d\d:\d\d:\d\d\): "
+                        rf"{re.escape(reason)}; started again in \d+\.\d s", warnings[1])
+    p.stop()
+    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[2]
+    assert (rec.checkpoint, rec.finished) == (20, True)
