@@ -7,8 +7,8 @@ A child that exits, breaks the protocol, or stays silent for ``timeout_seconds``
 answer is due is killed and started again after a pause (0.1 s, doubling up to
 ``restart_max_seconds``; back to 0.1 s once a child stayed up ``STABLE_SECONDS``), as
 ``Restarts`` decides, which also says which failures and stderr lines are logged. Each
-start begins at the checkpoint the state holds then. Its stderr goes to the log, line by
-line.
+start begins at the checkpoint the state holds then. Its stderr goes to the log as it
+comes, line by line (``StderrLines``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from .protocol import (
     Violation,
 )
 from .restarts import STABLE_SECONDS, Restarts, Said
+from .stderr import UNFINISHED_SECONDS, StderrLines
 
 __all__ = ["ChildFailedError", "ProcessorDriver"]
 
@@ -391,23 +392,32 @@ class ProcessorDriver:
         self._answers.clear()
 
     async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        """The child's stderr, one log line per line it wrote (indentation kept; a line
-        cut by a read is joined first; one longer than ``MAX_LINE`` goes in pieces)."""
+        """The child's stderr as it comes, one log line per line it wrote, as
+        ``StderrLines`` cuts it: a line longer than 64 KiB in pieces, and an unfinished
+        line once it waited ``UNFINISHED_SECONDS`` for its end (its rest follows)."""
         assert proc.stderr is not None
-        pid = proc.pid
-        pending = b""
-        while chunk := await proc.stderr.read(65536):
-            *lines, pending = (pending + chunk).split(b"\n")
-            if len(pending) > MAX_LINE:
-                lines.append(pending)
-                pending = b""
-            for line in lines:
-                self._say_stderr(pid, line)
-        self._say_stderr(pid, pending)
+        loop = asyncio.get_running_loop()
+        lines = StderrLines()
+        due: float | None = None  # when the unfinished line is logged as it is
+        while True:
+            try:
+                async with asyncio.timeout_at(due):
+                    chunk = await proc.stderr.read(65536)
+            except TimeoutError:
+                self._say_stderr(proc.pid, lines.flush())
+                due = None
+                continue
+            if not chunk:
+                break
+            self._say_stderr(proc.pid, lines.feed(chunk))
+            if not lines.unfinished:
+                due = None
+            elif due is None:
+                due = loop.time() + UNFINISHED_SECONDS
+        self._say_stderr(proc.pid, lines.close())
 
-    def _say_stderr(self, pid: int, line: bytes) -> None:
-        text = line.decode("utf-8", "replace").rstrip()
-        if text.strip():
+    def _say_stderr(self, pid: int, texts: Sequence[str]) -> None:
+        for text in texts:
             self._say_lines(self._restarts.stderr(f"kcl {self.cfg.stream} (pid {pid}): {text}"))
 
     def _say_lines(self, lines: Sequence[str]) -> None:

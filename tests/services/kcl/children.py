@@ -13,6 +13,10 @@ started to STARTS; the first CRASHES lives process one batch (answered, not
 checkpointed), then write a 30-line traceback and exit; later lives say so in one line and
 checkpoint each batch and the stream's end.
 
+``children.py talks LONG TAIL``: the current protocol, checkpointing each batch; before it
+answers ``initialize`` it writes to stderr, at once, a line of LONG "a"s and then TAIL
+"b"s with no newline, and stays (it writes nothing more there).
+
 ``children.py ends UPTO``: either protocol, checkpointing each batch up to sequence
 number UPTO (later ones are held, not recorded); at the end of
 primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on stderr which end it
@@ -111,6 +115,19 @@ def dies(starts: str, crashes: str) -> None:
             sys.exit(1)
 
 
+def talks(long: str, tail: str) -> None:
+    for line in sys.stdin:
+        msg = json.loads(line)
+        action = msg["action"]
+        if action == "initialize":
+            sys.stderr.write("a" * int(long) + "\n" + "b" * int(tail))
+            sys.stderr.flush()
+        elif action == "processRecords":  # nothing more on stderr
+            say({"action": "checkpoint", "sequenceNumber": msg["records"][-1]["sequenceNumber"]})
+            sys.stdin.readline()
+        say({"action": "status", "responseFor": action})
+
+
 def crashes(width: str) -> None:
     """Writes a traceback (indented lines) and one line of ``width`` characters in a single
     write to stderr, then exits before answering ``initialize``: at every start."""
@@ -123,5 +140,6 @@ def crashes(width: str) -> None:
 
 if __name__ == "__main__":
     modes: dict[str, Callable[..., None]] = {"unruly": unruly, "ends": ends,
-                                             "crashes": crashes, "dies": dies}
+                                             "crashes": crashes, "dies": dies,
+                                             "talks": talks}
     modes[sys.argv[1]](*sys.argv[2:])

@@ -80,7 +80,7 @@ def test_amazon_kclpy_sample_processor(launcher: Launcher, tmp_path: Path,
     feed(port, 2, "held", range(1, 11), eos=False)
     p.wait_for("at the end of the stream")  # the sample's checkpoint at shardEnded
     p.wait_for("kcl held: checkpoint at 10 recorded")
-    # Written with no newline: logged once the child's stderr ends (it exits at shardEnded).
+    # Written with no newline: logged once it waited 0.5 s for its end, or the stderr ended.
     p.wait_for("Shard has ended checkpointing")
     p.stop()  # shutdownRequested: its checkpoint is recorded, the log still open
     log = "\n".join(p.lines)
@@ -316,10 +316,10 @@ def test_a_bad_processor_entry_stops_the_instance_with_one_line(launcher: Launch
 
 def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off(
         launcher: Launcher, tmp_path: Path) -> None:
-    """Its stderr comes line by line (indentation kept, a 100,000-character line whole),
-    for its first crash only; its failure is said once in full, once more as one line with
-    the count, and then counted in the status, and it is started again with back-off: not
-    a line per 64 KiB read, nor a warning or a traceback every few seconds for ever."""
+    """Its stderr comes line by line (indentation kept, a 100,000-character line in pieces
+    of 64 KiB), for its first crash only; its failure is said once in full, once more as
+    one line with the count, and then counted in the status, and it is started again with
+    back-off: not a warning or a traceback every few seconds for ever."""
     (port,) = free_ports(1)
     body = f'{command(CHILDREN, "crashes", 100_000)}\nrestart_max_seconds = 0.4\n'
     status = tmp_path / "status.json"
@@ -331,7 +331,8 @@ def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off
     wait_until(lambda: sum("started processor (pid" in ln for ln in p.lines) >= 6, 30)
     lines = [ln.split("): ", 1)[1] for ln in p.lines if "kcl bad (pid " in ln]
     assert lines == ["Traceback (most recent call last):", '  File "child.py", line 1',
-                     "    boom()", "RuntimeError: crashes at start", "x" * 100_000]
+                     "    boom()", "RuntimeError: crashes at start", "x" * 65536,
+                     "[continued] " + "x" * (100_000 - 65536)]
     warnings = [ln for ln in p.lines if "started again in" in ln]
     assert len(warnings) == 2, warnings  # the same reason each time: said once, then again
     assert "with back-off up to 0.4 s while it fails" in warnings[0]
@@ -384,3 +385,20 @@ def test_a_child_that_dies_after_each_batch_backs_off_and_its_crash_is_said_once
     p.stop()
     rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[2]
     assert (rec.checkpoint, rec.finished) == (20, True)
+
+
+def test_a_long_or_unfinished_stderr_line_is_logged_in_pieces_as_it_comes(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """A line of 2 x 64 KiB + 100 bytes is three log lines of its bytes, the later ones
+    marked continued; an unfinished line is logged within moments, not when the child's
+    stderr ends: a kill -9 of the instance then takes nothing of it."""
+    (port,) = free_ports(1)
+    p = start(launcher, tmp_path, port, {"s": command(CHILDREN, "talks", 2 * 65536 + 100,
+                                                      1000)})
+    feed(port, 2, "s", range(1, 4), eos=False)
+    p.wait_for("kcl s: checkpoint at 3 recorded")
+    p.wait_for("b" * 1000, timeout=10)  # the child is still up, the line unfinished
+    p.kill()
+    said = [ln.split("): ", 1)[1] for ln in p.lines if "kcl s (pid " in ln]
+    assert said == ["a" * 65536, "[continued] " + "a" * 65536, "[continued] " + "a" * 100,
+                    "b" * 1000]
