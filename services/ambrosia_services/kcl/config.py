@@ -6,7 +6,7 @@ stream name, checked with one-line errors.
 command = ["python", "my_processor.py"]   # or one string, split as a shell would
 env = { PYTHONPATH = "/opt/kclpy" }         # added to the instance's environment
 cwd = "/srv/orders"                         # "" = the instance's working directory
-protocol = "current"                        # or "shutdown": the older protocol
+protocol = "current"                        # or "shutdown": amazon-kclpy 1.x's
 ```
 """
 
@@ -54,7 +54,7 @@ class ProcessorConfig:
         timeout_seconds: a child that does not answer an action (or write a line) for this
             long is killed and started again.
         restart_max_seconds: the longest pause before starting a failed child again (the
-            pause doubles from 0.1 s after each failure).
+            pause doubles from 0.1 s after each failure, until a child stays up).
         shutdown_seconds: how long a child may take to answer shutdownRequested when the
             instance stops, before it is killed.
     """

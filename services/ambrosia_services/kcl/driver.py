@@ -5,8 +5,10 @@ the handler recorded it (so an answered checkpoint is in the log).
 
 A child that exits, breaks the protocol, or stays silent for ``timeout_seconds`` while an
 answer is due is killed and started again after a pause (0.1 s, doubling up to
-``restart_max_seconds``; back to 0.1 s once a batch was processed). Each start begins at
-the checkpoint the state holds then. Its stderr goes to the log, line by line.
+``restart_max_seconds``; back to 0.1 s once a child stayed up ``STABLE_SECONDS``), as
+``Restarts`` decides, which also says which failures and stderr lines are logged. Each
+start begins at the checkpoint the state holds then. Its stderr goes to the log as it
+comes, line by line (``StderrLines``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_core.loops import write_unless_closing
 from ambrosia_py import AmbrosiaError, StopReason
 from ambrosia_services.staging import StagingError, read_block
 
@@ -37,10 +40,11 @@ from .protocol import (
     StatusDone,
     Violation,
 )
+from .restarts import STABLE_SECONDS, Restarts, Said
+from .stderr import UNFINISHED_SECONDS, StderrLines
 
 __all__ = ["ChildFailedError", "ProcessorDriver"]
 
-_SAY_AGAIN_AT = frozenset({10, 100, 1000, 10000})  # failures in a row said again
 MAX_LINE = 16 << 20  # the longest stdout line taken from a child
 _MIN_PAUSE = 0.1
 
@@ -93,13 +97,11 @@ class ProcessorDriver:
         self._answers: dict[int, asyncio.Future[str]] = {}
         self._next_token = first_token
         self._ended_seen = False  # shardEnded was sent; wait for new records
-        self._progressed = False  # a batch was processed in this child's life
         self._checkpointed = False  # a checkpoint was recorded in this child's life
         self._pending: asyncio.Future[str] | None = None  # the checkpoint being recorded
         self.starts = 0
         self.pid = 0
-        self.failures_in_a_row = 0  # child failures since it last processed a batch
-        self.last_failure = ""
+        self._restarts = Restarts(_MIN_PAUSE, cfg.restart_max_seconds)
 
     # ------------------------------------------------------------ from handlers
     def wake(self) -> None:
@@ -128,33 +130,40 @@ class ProcessorDriver:
         return rec.ended and not rec.finished and not self._ended_seen
 
     async def run(self) -> None:
-        backoff = Backoff(floor=_MIN_PAUSE, cap=self.cfg.restart_max_seconds)
+        loop = asyncio.get_running_loop()
+        restarts = self._restarts
         while True:
             while not self._has_work():
                 self._wake.clear()
                 await self._wake.wait()
-            self._progressed = False
+            restarts.started(loop.time())
+            # Once it stayed up, a child of a streak ends it and its held stderr is logged.
+            up = loop.call_later(STABLE_SECONDS, lambda: self._say_lines(
+                restarts.check_up(loop.time())))
             try:
                 await self._life()
-                backoff.progress()
-                self.failures_in_a_row = 0
             except ChildFailedError as e:
-                if self._progressed:  # it processed a batch: a new streak
-                    backoff.progress()
-                    self.failures_in_a_row = 0
-                self.failures_in_a_row += 1
-                pause = backoff.failed()
-                # Said when it is new (the first, or another reason), then counted: a
-                # child that fails at every start would fill the log with one line each.
-                if (self.failures_in_a_row == 1 or str(e) != self.last_failure
-                        or self.failures_in_a_row in _SAY_AGAIN_AT):
-                    again = ("" if self.failures_in_a_row == 1 else
-                             f" ({self.failures_in_a_row} failures in a row)")
+                fail = restarts.failed(loop.time(), time.time(), str(e))
+                if fail.said is Said.FULL:
+                    self._say_lines(fail.stderr)
+                    again = "" if fail.count == 1 else f" ({fail.count} failures in a row)"
                     self.log.warning("kcl %s: %s%s; started again in %.1f s, with back-off "
                                      "up to %g s while it fails", self.cfg.stream, e, again,
-                                     pause, self.cfg.restart_max_seconds)
-                self.last_failure = str(e)
-                await asyncio.sleep(pause)
+                                     fail.pause, self.cfg.restart_max_seconds)
+                elif fail.said is Said.AGAIN:
+                    self.log.warning("kcl %s: the processor failed again (%d times since "
+                                     "%s): %s; started again in %.1f s", self.cfg.stream,
+                                     fail.count, time.strftime("%H:%M:%S",
+                                                               time.localtime(fail.since)),
+                                     e, fail.pause)
+                await asyncio.sleep(fail.pause)
+            except BaseException:
+                self._say_lines(restarts.release())  # a stop: what it said is no crash
+                raise
+            else:
+                self._say_lines(restarts.ended())
+            finally:
+                up.cancel()
 
     async def _life(self) -> None:
         """One child, from initialize to shardEnded, or a failure (raises)."""
@@ -189,7 +198,6 @@ class ProcessorDriver:
                 if batch:
                     self._ended_seen = False
                     await self._act(proc, session, sid, session.process_records(batch))
-                    self._progressed = True
                     continue
                 if rec.ended and not rec.finished and not self._ended_seen:
                     self._ended_seen = True
@@ -240,7 +248,7 @@ class ProcessorDriver:
     async def _act(self, proc: asyncio.subprocess.Process, session: ChildSession,
                    sid: int, line: bytes, timeout: float | None = None) -> None:
         """Write one action, then read until its status, answering checkpoints."""
-        await self._write(proc, line)
+        await self._write(proc, line, session.awaiting)
         await self._finish(proc, session, sid, timeout)
 
     async def _finish(self, proc: asyncio.subprocess.Process, session: ChildSession,
@@ -273,7 +281,7 @@ class ProcessorDriver:
                     self.log.info("kcl %s: skipped a line: %s", self.cfg.stream, reason)
                 case Reply(answer, reason):
                     self.log.warning("kcl %s: %s", self.cfg.stream, reason)
-                    await self._write(proc, answer)
+                    await self._write(proc, answer, action)
                 case Violation(reason):
                     raise ChildFailedError(f"{reason}; killed")
                 case CheckpointAsk(seq, at_end):
@@ -291,7 +299,7 @@ class ProcessorDriver:
                         self.log.log(level, "kcl %s: checkpoint at %d recorded (pid %d)%s",
                                      self.cfg.stream, seq, proc.pid,
                                      ", at the end of the stream" if at_end else "")
-                    await self._write(proc, session.answer(error))
+                    await self._write(proc, session.answer(error), action)
 
     async def _record_checkpoint(self, sid: int, seq: int, at_end: bool) -> str:
         token = self._next_token
@@ -320,14 +328,17 @@ class ProcessorDriver:
                       self.cfg.stream, f"refused ({error})" if error else "recorded", proc.pid)
         return error
 
-    async def _write(self, proc: asyncio.subprocess.Process, line: bytes) -> None:
+    async def _write(self, proc: asyncio.subprocess.Process, line: bytes, action: str) -> None:
+        """Write to the child during ``action``: a child gone is said as by ``_finish``, so
+        the same crash gives the same reason whether a write or a read meets it."""
         assert proc.stdin is not None
         try:
             write_unless_closing(proc.stdin, line)
             await proc.stdin.drain()
         except (ConnectionError, OSError):
             code = await proc.wait()
-            raise ChildFailedError(f"the processor exited (code {code})") from None
+            raise ChildFailedError(f"the processor exited (code {code}) during {action}"
+                                   ) from None
 
     async def _shutdown(self, proc: asyncio.subprocess.Process, session: ChildSession,
                         sid: int) -> None:
@@ -348,7 +359,7 @@ class ProcessorDriver:
         try:
             if session.asking:
                 error = SHUTDOWN if lost else await self._pending_answer(proc)
-                await self._write(proc, session.answer(error))
+                await self._write(proc, session.answer(error), session.awaiting)
             if session.awaiting:
                 await self._finish(proc, session, sid, timeout=grace)
             end = session.lease_lost() if lost else session.shutdown_requested()
@@ -381,27 +392,40 @@ class ProcessorDriver:
         self._answers.clear()
 
     async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        """The child's stderr, one log line per line it wrote (indentation kept; a line
-        cut by a read is joined first; one longer than ``MAX_LINE`` goes in pieces)."""
+        """The child's stderr as it comes, one log line per line it wrote, as
+        ``StderrLines`` cuts it: a line longer than 64 KiB in pieces, and an unfinished
+        line once it waited ``UNFINISHED_SECONDS`` for its end (its rest follows)."""
         assert proc.stderr is not None
-        pid = proc.pid
-        pending = b""
-        while chunk := await proc.stderr.read(65536):
-            *lines, pending = (pending + chunk).split(b"\n")
-            if len(pending) > MAX_LINE:
-                lines.append(pending)
-                pending = b""
-            for line in lines:
-                self._say_stderr(pid, line)
-        self._say_stderr(pid, pending)
+        loop = asyncio.get_running_loop()
+        lines = StderrLines()
+        due: float | None = None  # when the unfinished line is logged as it is
+        while True:
+            try:
+                async with asyncio.timeout_at(due):
+                    chunk = await proc.stderr.read(65536)
+            except TimeoutError:
+                self._say_stderr(proc.pid, lines.flush())
+                due = None
+                continue
+            if not chunk:
+                break
+            self._say_stderr(proc.pid, lines.feed(chunk))
+            if not lines.unfinished:
+                due = None
+            elif due is None:
+                due = loop.time() + UNFINISHED_SECONDS
+        self._say_stderr(proc.pid, lines.close())
 
-    def _say_stderr(self, pid: int, line: bytes) -> None:
-        text = line.decode("utf-8", "replace").rstrip()
-        if text.strip():
-            self.log.info("kcl %s (pid %d): %s", self.cfg.stream, pid, text)
+    def _say_stderr(self, pid: int, texts: Sequence[str]) -> None:
+        for text in texts:
+            self._say_lines(self._restarts.stderr(f"kcl {self.cfg.stream} (pid {pid}): {text}"))
+
+    def _say_lines(self, lines: Sequence[str]) -> None:
+        for line in lines:
+            self.log.info("%s", line)
 
     def report(self) -> dict[str, Any]:
         """The processor's live counters, for the status file."""
         return {"pid": self.pid, "starts": self.starts,
-                "failures_in_a_row": self.failures_in_a_row,
-                "last_failure": self.last_failure}
+                "failures_in_a_row": self._restarts.failures,
+                "last_failure": self._restarts.last_failure}

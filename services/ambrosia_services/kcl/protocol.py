@@ -4,19 +4,25 @@ A ``ChildSession`` is one conversation with one record processor (a child proces
 ``send_*`` methods return the line to write to its stdin, ``receive_line`` takes one line
 of its stdout and returns what happened. Sockets, pipes and timers live in ``driver``.
 
-Two versions, chosen per processor:
+Both versions send the same ``initialize`` (with the checkpointed sequence number),
+``processRecords`` (with ``millisBehindLatest``) and records (``"action": "record"``, a
+sub-sequence number and an arrival time); they differ in the end, chosen per processor:
 
-- ``CURRENT`` (as amazon-kclpy 3.x and the current daemon speak it): ``initialize`` carries
-  the checkpointed sequence number; records carry ``"action": "record"``, a
-  sub-sequence number and an arrival time; the end is ``leaseLost``, ``shardEnded`` or
-  ``shutdownRequested``; checkpoints name ``sequenceNumber`` / ``subSequenceNumber``.
-- ``SHUTDOWN`` (the older published document): ``initialize`` has the shard id only,
-  records have data, partition key and sequence number only, the end is ``shutdown``
-  with reason ``TERMINATE`` (the shard ended) or ``ZOMBIE`` (the lease is gone), and a
-  checkpoint names ``checkpoint``.
+- ``CURRENT`` (the KCL 2.x and later daemons, amazon-kclpy 2.x and 3.x): ``leaseLost``,
+  ``shardEnded`` or ``shutdownRequested``.
+- ``SHUTDOWN`` (the KCL 1.x daemon, amazon-kclpy 1.x): ``shutdown`` with reason
+  ``TERMINATE`` (the shard ended) or ``ZOMBIE`` (the lease is gone, or a stop: kclpy
+  before 1.4 has no ``shutdownRequested`` and exits at an action it does not know).
 
-A child's checkpoint request is accepted in either form under either version (the
-answer uses the version's form). The session checks what it can know alone (a sequence
+Every field stays in the older version too: amazon-kclpy 1.4 to 1.5.1 need each one (a
+missing ``sequenceNumber`` in ``initialize`` is a ``KeyError``), while older ones read
+only the fields they use, as did the protocol's first document.
+
+A child's checkpoint request names ``sequenceNumber`` / ``subSequenceNumber`` (amazon-kclpy
+1.4 and later) or ``checkpoint`` (before 1.4, and the first document); either is accepted
+under either version and answered in the form it was asked in (kclpy 1.5.1 reads an
+answer's ``sequenceNumber`` and ``subSequenceNumber`` and fails without them). The
+session checks what it can know alone (a sequence
 number beyond what was delivered, a checkpoint outside an action that allows one); a
 request that passes is handed to the caller (``CheckpointAsk``), which records it
 durably and gives the verdict back with ``answer``.
@@ -47,8 +53,8 @@ NO_CHECKPOINT = -1  # a stream with nothing checkpointed yet
 class Protocol(enum.Enum):
     """Which version of the protocol a processor speaks."""
 
-    CURRENT = "current"
-    SHUTDOWN = "shutdown"
+    CURRENT = "current"  # leaseLost, shardEnded, shutdownRequested
+    SHUTDOWN = "shutdown"  # shutdown TERMINATE or ZOMBIE
 
 
 @attrs.frozen
@@ -140,31 +146,24 @@ class ChildSession:
         self.stopping = False  # the log takes no more inputs: no checkpoint can be recorded
         self._ask_echo: Any = None
         self._ask_sub: Any = None
+        self._ask_key = "sequenceNumber"  # the form the waiting request was asked in
 
     # ------------------------------------------------------------ daemon -> child
     def initialize(self) -> bytes:
-        msg: dict[str, Any] = {"action": "initialize", "shardId": self.shard_id}
-        if self.protocol is Protocol.CURRENT:
-            seq = None if self.delivered == NO_CHECKPOINT else str(self.delivered)
-            msg.update(sequenceNumber=seq, subSequenceNumber=None if seq is None else 0)
-        return self._send("initialize", msg)
+        seq = None if self.delivered == NO_CHECKPOINT else str(self.delivered)
+        return self._send("initialize", {"action": "initialize", "shardId": self.shard_id,
+                                         "sequenceNumber": seq,
+                                         "subSequenceNumber": None if seq is None else 0})
 
     def process_records(self, records: Sequence[Record], millis_behind: int = 0) -> bytes:
         if not records:
             raise ValueError("processRecords needs at least one record")
-        if self.protocol is Protocol.CURRENT:
-            out = [{"action": "record", "data": base64.b64encode(r.data).decode(),
-                    "partitionKey": r.key.decode("utf-8", "replace"),
-                    "sequenceNumber": str(r.sequence), "subSequenceNumber": 0,
-                    "approximateArrivalTimestamp": r.arrival_ms} for r in records]
-            msg: dict[str, Any] = {"action": "processRecords", "records": out,
-                                   "millisBehindLatest": millis_behind}
-        else:
-            msg = {"action": "processRecords", "records": [
-                {"data": base64.b64encode(r.data).decode(),
-                 "partitionKey": r.key.decode("utf-8", "replace"),
-                 "sequenceNumber": str(r.sequence)} for r in records]}
-        line = self._send("processRecords", msg)
+        out = [{"action": "record", "data": base64.b64encode(r.data).decode(),
+                "partitionKey": r.key.decode("utf-8", "replace"),
+                "sequenceNumber": str(r.sequence), "subSequenceNumber": 0,
+                "approximateArrivalTimestamp": r.arrival_ms} for r in records]
+        line = self._send("processRecords", {"action": "processRecords", "records": out,
+                                             "millisBehindLatest": millis_behind})
         self.delivered = max(self.delivered, records[-1].sequence)
         return line
 
@@ -183,8 +182,9 @@ class ChildSession:
 
     def shutdown_requested(self) -> bytes:
         """The instance is stopping on purpose: the child may checkpoint (refused with
-        ``ShutdownException`` once ``stopping`` says the log takes no more inputs); the
-        older protocol has no such action and is told ``ZOMBIE`` (do not checkpoint)."""
+        ``ShutdownException`` once ``stopping`` says the log takes no more inputs). Under
+        the older version it is told ``ZOMBIE`` (do not checkpoint), which every
+        amazon-kclpy 1.x knows (shutdownRequested came with 1.4)."""
         if self.protocol is Protocol.CURRENT:
             return self._send("shutdownRequested", {"action": "shutdownRequested"})
         return self.lease_lost()
@@ -194,7 +194,7 @@ class ChildSession:
         if not self.asking:
             raise RuntimeError("no checkpoint request waits for an answer")
         self.asking = False
-        return self._checkpoint_line(self._ask_echo, self._ask_sub, error)
+        return self._checkpoint_line(self._ask_key, self._ask_echo, self._ask_sub, error)
 
     def _send(self, action: str, msg: dict[str, Any]) -> bytes:
         if self.awaiting:
@@ -202,12 +202,13 @@ class ChildSession:
         self.awaiting = action
         return _line(msg)
 
-    def _checkpoint_line(self, seq: Any, sub: Any, error: str) -> bytes:
-        if self.protocol is Protocol.CURRENT:
-            msg: dict[str, Any] = {"action": "checkpoint", "sequenceNumber": seq,
-                                   "subSequenceNumber": sub}
+    @staticmethod
+    def _checkpoint_line(key: str, seq: Any, sub: Any, error: str) -> bytes:
+        """The answer to a checkpoint request asked with ``key``, in its form."""
+        if key == "checkpoint":
+            msg: dict[str, Any] = {"action": "checkpoint", "checkpoint": seq}
         else:
-            msg = {"action": "checkpoint", "checkpoint": seq}
+            msg = {"action": "checkpoint", "sequenceNumber": seq, "subSequenceNumber": sub}
         if error:
             msg["error"] = error
         return _line(msg)
@@ -260,9 +261,10 @@ class ChildSession:
         if refuse:
             why = (f"checkpoint at {raw!r} refused ({refuse}; delivered up to "
                    f"{self.delivered}, waiting for {self.awaiting or 'nothing'})")
-            return Reply(self._checkpoint_line(raw, sub, refuse), why)
+            return Reply(self._checkpoint_line(key, raw, sub, refuse), why)
         assert seq is not None
         self.asking = True
+        self._ask_key = key
         self._ask_echo = str(seq) if seq != NO_CHECKPOINT else None
         self._ask_sub = sub if raw is not None else (0 if seq != NO_CHECKPOINT else None)
         at_end = self.awaiting == "shardEnded" or (

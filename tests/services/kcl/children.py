@@ -1,9 +1,5 @@
 """Record processors for the tests, speaking the protocol by hand (no amazon-kclpy):
 
-``children.py old OUTPUT``: the older protocol, strictly as its document has it (it exits
-with a line on stderr at any field the document does not name), appending each record to
-OUTPUT once (``<seq> <data>`` lines) and checkpointing after each batch and at TERMINATE.
-
 ``children.py unruly MARKS``: the current protocol, misbehaving differently in each life
 (MARKS is a directory counting them): the first life sends lines that are no messages and
 checkpoints it may not take, then a status for the wrong action; the second never
@@ -12,8 +8,17 @@ answers a batch; later lives behave, checkpointing each batch.
 ``children.py crashes WIDTH``: a traceback and a WIDTH-character line on stderr, then an
 exit before answering ``initialize``, at every start.
 
-``children.py ends UPTO``: either protocol (as ``initialize`` shows), checkpointing each
-batch up to sequence number UPTO (later ones are held, not recorded); at the end of
+``children.py dies STARTS CRASHES``: the current protocol; each life appends the time it
+started to STARTS; the first CRASHES lives process one batch (answered, not
+checkpointed), then write a 30-line traceback and exit; later lives say so in one line and
+checkpoint each batch and the stream's end.
+
+``children.py talks LONG TAIL``: the current protocol, checkpointing each batch; before it
+answers ``initialize`` it writes to stderr, at once, a line of LONG "a"s and then TAIL
+"b"s with no newline, and stays (it writes nothing more there).
+
+``children.py ends UPTO``: either protocol, checkpointing each batch up to sequence
+number UPTO (later ones are held, not recorded); at the end of
 primacy (leaseLost, shutdownRequested, shutdown ZOMBIE) it says on stderr which end it
 got, then asks for a checkpoint anyway, to show the answer.
 """
@@ -23,21 +28,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
-
-OLD_FIELDS = {"initialize": {"action", "shardId"}, "processRecords": {"action", "records"},
-              "shutdown": {"action", "reason"}}
-OLD_RECORD = {"data", "partitionKey", "sequenceNumber"}
 
 
 def say(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
-
-
-def fail(why: str) -> None:
-    sys.stderr.write(f"test child: {why}\n")
-    sys.exit(3)
 
 
 def ask(sequence: Any, key: str) -> dict[str, Any]:
@@ -46,39 +44,6 @@ def ask(sequence: Any, key: str) -> dict[str, Any]:
     sys.stderr.write(f"test child: checkpoint {sequence!r} answered {answer.get('error', 'ok')}"
                      f"\n")
     return dict(answer)
-
-
-def old(output: str) -> None:
-    import base64
-    done = -1
-    if os.path.exists(output):
-        with open(output) as f:
-            for line in f:
-                done = int(line.split(" ", 1)[0])
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    for line in sys.stdin:
-        msg = json.loads(line)
-        action = msg["action"]
-        if set(msg) != OLD_FIELDS.get(action, set()):
-            fail(f"fields {sorted(msg)} in {action}")
-        if action == "processRecords":
-            for r in msg["records"]:
-                if set(r) != OLD_RECORD:
-                    fail(f"record fields {sorted(r)}")
-                seq = int(r["sequenceNumber"])
-                if seq > done:
-                    data = base64.b64decode(r["data"]).decode().rstrip("\n")
-                    os.write(fd, f"{seq} {data}\n".encode())
-                    done = seq
-            answer = ask(msg["records"][-1]["sequenceNumber"], "checkpoint")
-            if set(answer) != {"action", "checkpoint"}:
-                fail(f"answer {answer}")
-        elif action == "shutdown" and msg["reason"] == "TERMINATE":
-            answer = ask(None, "checkpoint")
-            if "error" in answer:
-                fail(f"answer {answer}")
-            sys.stderr.write(f"test child: terminated at {done}\n")
-        say({"action": "status", "responseFor": action})
 
 
 def unruly(marks: str) -> None:
@@ -107,15 +72,12 @@ def unruly(marks: str) -> None:
 
 
 def ends(upto: str) -> None:
-    current = False
     last: Any = None
+    key = "sequenceNumber"
     for line in sys.stdin:
         msg = json.loads(line)
         action = msg["action"]
-        key = "sequenceNumber" if current else "checkpoint"
-        if action == "initialize":
-            current = "sequenceNumber" in msg
-        elif action == "processRecords":
+        if action == "processRecords":
             last = msg["records"][-1]["sequenceNumber"]
             if int(last) <= int(upto):
                 ask(last, key)
@@ -123,9 +85,46 @@ def ends(upto: str) -> None:
                 sys.stderr.write(f"test child: holding {last}\n")
         elif action == "shardEnded" or msg.get("reason") == "TERMINATE":
             ask(None, key)
-        else:  # the end of primacy: say which, then try to checkpoint anyway
+        elif action != "initialize":  # the end of primacy: say which, then checkpoint anyway
             sys.stderr.write(f"test child: {action} {msg.get('reason', '')}".rstrip() + "\n")
             ask(last, key)
+        say({"action": "status", "responseFor": action})
+
+
+def dies(starts: str, crashes: str) -> None:
+    with open(starts, "a") as f:
+        f.write(f"{time.time()!r}\n")
+    with open(starts) as f:
+        life = len(f.readlines())
+    for line in sys.stdin:
+        msg = json.loads(line)
+        action = msg["action"]
+        if life > int(crashes):
+            if action == "initialize":
+                sys.stderr.write(f"test child: life {life} behaves\n")
+            elif action == "processRecords":
+                ask(msg["records"][-1]["sequenceNumber"], "sequenceNumber")
+            elif action == "shardEnded":
+                ask(None, "sequenceNumber")
+        say({"action": "status", "responseFor": action})
+        if action == "processRecords" and life <= int(crashes):
+            frames = "".join(f'  File "child.py", line {i}, in step{i}\n    step{i + 1}()\n'
+                             for i in range(14))
+            sys.stderr.write(f"Traceback (most recent call last):\n{frames}"
+                             "RuntimeError: died after a batch\n")
+            sys.exit(1)
+
+
+def talks(long: str, tail: str) -> None:
+    for line in sys.stdin:
+        msg = json.loads(line)
+        action = msg["action"]
+        if action == "initialize":
+            sys.stderr.write("a" * int(long) + "\n" + "b" * int(tail))
+            sys.stderr.flush()
+        elif action == "processRecords":  # nothing more on stderr
+            say({"action": "checkpoint", "sequenceNumber": msg["records"][-1]["sequenceNumber"]})
+            sys.stdin.readline()
         say({"action": "status", "responseFor": action})
 
 
@@ -140,4 +139,7 @@ def crashes(width: str) -> None:
 
 
 if __name__ == "__main__":
-    {"old": old, "unruly": unruly, "ends": ends, "crashes": crashes}[sys.argv[1]](sys.argv[2])
+    modes: dict[str, Callable[..., None]] = {"unruly": unruly, "ends": ends,
+                                             "crashes": crashes, "dies": dies,
+                                             "talks": talks}
+    modes[sys.argv[1]](*sys.argv[2:])

@@ -17,31 +17,46 @@ import pytest
 
 from tests.launcher import Launcher, launcher
 
-__all__ = ["Launcher", "kclpy", "launcher"]
+__all__ = ["Launcher", "kclpy", "kclpy_v1", "launcher"]
 
-KCLPY = "amazon-kclpy==3.2.0"
-KCLPY_DIR = "amazon_kclpy-3.2.0"
+KCLPY = "3.2.0"  # what the current protocol's processors are tested with
+# amazon-kclpy 1.x, for the older protocol: 1.3.1 asks for checkpoints as "checkpoint" and
+# reads only the fields it uses; 1.5.1, the last 1.x, asks as "sequenceNumber" and needs
+# every field the KCL 1.x daemon sent.
+KCLPY_V1 = ("1.3.1", "1.5.1")
 
 
-@pytest.fixture(scope="session")
-def kclpy() -> Path:
-    """The unpacked sdist's root: ``amazon_kclpy`` and ``samples`` are under it."""
+def unpacked_kclpy(version: str) -> Path:
+    """amazon-kclpy ``version``'s sdist root (``amazon_kclpy`` and ``samples`` under it),
+    fetched once into the cache."""
     cache = Path(os.environ.get("AMBROSIA_TEST_CACHE",
                                 Path.home() / ".cache" / "ambrosia-py-tests"))
-    root = cache / KCLPY_DIR
+    root = cache / f"amazon_kclpy-{version}"
     if (root / "amazon_kclpy" / "kcl.py").exists():
         return root
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--no-binary", ":all:", KCLPY, "-d", tmp],
+                        "--no-binary", ":all:", f"amazon-kclpy=={version}", "-d", tmp],
                        check=True, timeout=300)
         (sdist,) = Path(tmp).glob("*.tar.gz")
         with tarfile.open(sdist) as tar:
             tar.extractall(tmp, filter="data")
         try:
-            os.replace(Path(tmp) / KCLPY_DIR, root)  # atomic: a parallel worker may win
+            os.replace(Path(tmp) / root.name, root)  # atomic: a parallel worker may win
         except OSError:
             if not (root / "amazon_kclpy" / "kcl.py").exists():
                 raise
     return root
+
+
+@pytest.fixture(scope="session")
+def kclpy() -> Path:
+    """amazon-kclpy 3.2.0, unpacked."""
+    return unpacked_kclpy(KCLPY)
+
+
+@pytest.fixture(scope="session", params=KCLPY_V1)
+def kclpy_v1(request: pytest.FixtureRequest) -> Path:
+    """amazon-kclpy 1.x, unpacked (each of ``KCLPY_V1``)."""
+    return unpacked_kclpy(request.param)

@@ -1,10 +1,12 @@
 """Record processors as real child processes of a real coordinator: amazon-kclpy's own
 sample, the sample of samples/kcl (amazon-kclpy's API, exactly once by sequence number)
-with the child and the coordinator killed mid-batch, a processor of the older protocol,
+with the child and the coordinator killed mid-batch, a processor on amazon-kclpy 1.x
+(the older protocol),
 and an unruly child."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -30,6 +32,7 @@ pytestmark = pytest.mark.integration
 
 TARGET = "ambrosia_services.kcl:KclCoordinator"
 CHILDREN = Path(__file__).with_name("children.py")
+V1 = Path(__file__).with_name("kclpy_v1.py")
 VERSIONS = "tests.services.kcl.versions:KclCoordinator"
 
 
@@ -77,7 +80,7 @@ def test_amazon_kclpy_sample_processor(launcher: Launcher, tmp_path: Path,
     feed(port, 2, "held", range(1, 11), eos=False)
     p.wait_for("at the end of the stream")  # the sample's checkpoint at shardEnded
     p.wait_for("kcl held: checkpoint at 10 recorded")
-    # Written with no newline: logged once the child's stderr ends (it exits at shardEnded).
+    # Written with no newline: logged once it waited 0.5 s for its end, or the stderr ended.
     p.wait_for("Shard has ended checkpointing")
     p.stop()  # shutdownRequested: its checkpoint is recorded, the log still open
     log = "\n".join(p.lines)
@@ -232,18 +235,31 @@ def test_end_of_primacy_says_why(launcher: Launcher, tmp_path: Path, protocol: s
     assert rec.checkpoint == kept  # where the next life's processor starts
 
 
-def test_older_protocol_processor(launcher: Launcher, tmp_path: Path) -> None:
+def test_older_protocol_with_amazon_kclpy_1(launcher: Launcher, tmp_path: Path,
+                                            kclpy_v1: Path) -> None:
+    """A processor on amazon-kclpy 1.x's API with that kclpy: every record once,
+    checkpoints after each batch, the stream's end as shutdown TERMINATE (checkpointed),
+    and an ordinary stop as shutdown ZOMBIE (its checkpoint refused, as kclpy reports)."""
     (port,) = free_ports(1)
-    out = tmp_path / "out.txt"
-    body = f'{command(CHILDREN, "old", out)}\nprotocol = "shutdown"\nbatch_records = 7\n'
-    p = start(launcher, tmp_path, port, {"legacy": body})
+    out, kept = tmp_path / "legacy.txt", tmp_path / "kept.txt"
+    env = f'env = {{ PYTHONPATH = "{kclpy_v1}" }}\nprotocol = "shutdown"\nbatch_records = 7\n'
+    p = start(launcher, tmp_path, port, {"legacy": f"{command(V1, out)}\n{env}",
+                                         "kept": f"{command(V1, kept)}\n{env}"})
     feed(port, 3, "legacy", range(1, 31), eos=True)
-    p.wait_for("test child: terminated at 30")
-    assert written(out) == list(range(1, 31))
-    assert "test child: fields" not in "\n".join(p.lines)
-    p.stop()
-    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[3]
-    assert (rec.checkpoint, rec.finished) == (30, True)
+    feed(port, 4, "kept", range(1, 11), eos=False)
+    p.wait_for("kclpy v1 processor: terminated at 30")
+    wait_until(lambda: kept.exists() and len(written(kept)) == 10, 30)
+    assert p.stop() == 0
+    assert written(out) == list(range(1, 31)) and written(kept) == list(range(1, 11))
+    said = [line.split("kclpy v1 processor: ", 1)[1] for line in p.lines
+            if "kclpy v1 processor: " in line]
+    assert sorted(said) == sorted(["shard legacy", "terminated at 30", "shard kept",
+                                   "shutdown ZOMBIE",
+                                   "checkpoint refused: 'ShutdownException'"]), said
+    assert not any("Traceback" in line for line in p.lines)
+    state = repro("coord", KclCoordinator, home=launcher.home).state.kcl
+    assert (state.streams[3].checkpoint, state.streams[3].finished) == (30, True)
+    assert (state.streams[4].checkpoint, state.streams[4].finished) == (10, False)
 
 
 def test_unruly_child_gets_answers_and_log_lines_never_a_hang(
@@ -300,9 +316,10 @@ def test_a_bad_processor_entry_stops_the_instance_with_one_line(launcher: Launch
 
 def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off(
         launcher: Launcher, tmp_path: Path) -> None:
-    """Its stderr comes line by line (indentation kept, a 100,000-character line whole),
-    its failure is said once and then counted in the status, and it is started again with
-    back-off: not a line per 64 KiB read, nor a warning every few seconds for ever."""
+    """Its stderr comes line by line (indentation kept, a 100,000-character line in pieces
+    of 64 KiB), for its first crash only; its failure is said once in full, once more as
+    one line with the count, and then counted in the status, and it is started again with
+    back-off: not a warning or a traceback every few seconds for ever."""
     (port,) = free_ports(1)
     body = f'{command(CHILDREN, "crashes", 100_000)}\nrestart_max_seconds = 0.4\n'
     status = tmp_path / "status.json"
@@ -313,11 +330,13 @@ def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off
     feed(port, 6, "bad", range(1, 3), eos=False)
     wait_until(lambda: sum("started processor (pid" in ln for ln in p.lines) >= 6, 30)
     lines = [ln.split("): ", 1)[1] for ln in p.lines if "kcl bad (pid " in ln]
-    assert lines[:5] == ["Traceback (most recent call last):", '  File "child.py", line 1',
-                         "    boom()", "RuntimeError: crashes at start", "x" * 100_000]
+    assert lines == ["Traceback (most recent call last):", '  File "child.py", line 1',
+                     "    boom()", "RuntimeError: crashes at start", "x" * 65536,
+                     "[continued] " + "x" * (100_000 - 65536)]
     warnings = [ln for ln in p.lines if "started again in" in ln]
-    assert len(warnings) == 1, warnings  # the same reason each time: said once
+    assert len(warnings) == 2, warnings  # the same reason each time: said once, then again
     assert "with back-off up to 0.4 s while it fails" in warnings[0]
+    assert "the processor failed again (2 times since " in warnings[1]
 
     def counted() -> bool:
         try:
@@ -328,3 +347,58 @@ def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off
 
     wait_until(counted, 30)
     p.stop()
+
+
+def test_a_child_that_dies_after_each_batch_backs_off_and_its_crash_is_said_once(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """Six lives process a batch, then die with a 30-line traceback; the seventh behaves.
+    A batch processed is no reason to start again at once: the pause doubles until a child
+    stayed up (the spacing of the starts, from the times the children recorded). The first
+    crash is said in full, the second as one line with a count, the rest are counted."""
+    (port,) = free_ports(1)
+    starts = tmp_path / "starts.txt"
+    body = (f'{command(CHILDREN, "dies", starts, 6)}\nbatch_records = 5\n'
+            f'restart_max_seconds = 1\n')
+    p = start(launcher, tmp_path, port, {"s": body})
+    feed(port, 2, "s", range(1, 21), eos=True)
+    p.wait_for("test child: life 7 behaves")  # held while it might crash, said at its end
+    times = [float(t) for t in starts.read_text().split()]
+    assert len(times) == 7
+    for k, (a, b) in enumerate(itertools.pairwise(times)):
+        assert b - a >= min(1.0, 0.1 * 2 ** k) / 2, (k, b - a)  # the pause's least draw
+    pids = [int(ln.split("(pid ", 1)[1].split(")", 1)[0]) for ln in p.lines
+            if "started processor (pid" in ln]
+    said = {pid: [ln.split("): ", 1)[1] for ln in p.lines if f"kcl s (pid {pid}): " in ln]
+            for pid in pids}
+    assert said[pids[0]][0] == "Traceback (most recent call last):"
+    assert said[pids[0]][-1] == "RuntimeError: died after a batch"
+    assert len(said[pids[0]]) == 30
+    assert [said[pid] for pid in pids[1:6]] == [[]] * 5  # the same crash: not again
+    assert said[pids[6]][0] == "test child: life 7 behaves"
+    reason = "the processor exited (code 1) during processRecords"
+    warnings = [ln.split("kcl s: ", 1)[1] for ln in p.lines if "kcl s: " in ln
+                and "started again in" in ln]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(f"{reason}; started again in ")
+    assert re.fullmatch(rf"the processor failed again \(2 times since \d\d:\d\d:\d\d\): "
+                        rf"{re.escape(reason)}; started again in \d+\.\d s", warnings[1])
+    p.stop()
+    rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[2]
+    assert (rec.checkpoint, rec.finished) == (20, True)
+
+
+def test_a_long_or_unfinished_stderr_line_is_logged_in_pieces_as_it_comes(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """A line of 2 x 64 KiB + 100 bytes is three log lines of its bytes, the later ones
+    marked continued; an unfinished line is logged within moments, not when the child's
+    stderr ends: a kill -9 of the instance then takes nothing of it."""
+    (port,) = free_ports(1)
+    p = start(launcher, tmp_path, port, {"s": command(CHILDREN, "talks", 2 * 65536 + 100,
+                                                      1000)})
+    feed(port, 2, "s", range(1, 4), eos=False)
+    p.wait_for("kcl s: checkpoint at 3 recorded")
+    p.wait_for("b" * 1000, timeout=10)  # the child is still up, the line unfinished
+    p.kill()
+    said = [ln.split("): ", 1)[1] for ln in p.lines if "kcl s (pid " in ln]
+    assert said == ["a" * 65536, "[continued] " + "a" * 65536, "[continued] " + "a" * 100,
+                    "b" * 1000]

@@ -67,14 +67,24 @@ def test_current_protocol_first_start_and_other_ends() -> None:
 
 
 def test_older_protocol_golden_lines() -> None:
+    """The KCL 1.x daemon's version: the same messages (amazon-kclpy 1.5.1 needs every
+    field), the end as shutdown TERMINATE or ZOMBIE, and a checkpoint answered in the form
+    it was asked in: ``checkpoint`` (kclpy before 1.4) or ``sequenceNumber`` (1.4 on)."""
     s = ChildSession(Protocol.SHUTDOWN, "legacy", 5)
-    assert s.initialize() == b'{"action":"initialize","shardId":"legacy"}\n'
+    assert s.initialize() == (b'{"action":"initialize","shardId":"legacy",'
+                              b'"sequenceNumber":"5","subSequenceNumber":0}\n')
     s.receive_line(line({"action": "status", "responseFor": "initialize"}))
-    assert s.process_records([R1]) == (b'{"action":"processRecords","records":[{"data":"aGk=",'
-                                       b'"partitionKey":"k","sequenceNumber":"7"}]}\n')
+    assert s.process_records([R1]) == (
+        b'{"action":"processRecords","records":['
+        b'{"action":"record","data":"aGk=","partitionKey":"k","sequenceNumber":"7",'
+        b'"subSequenceNumber":0,"approximateArrivalTimestamp":1700000000123}],'
+        b'"millisBehindLatest":0}\n')
     assert s.receive_line(line({"action": "checkpoint", "checkpoint": "6"})
                           ) == CheckpointAsk(6, False)
     assert s.answer() == b'{"action":"checkpoint","checkpoint":"6"}\n'
+    assert s.receive_line(line({"action": "checkpoint", "sequenceNumber": "7",
+                                "subSequenceNumber": None})) == CheckpointAsk(7, False)
+    assert s.answer() == b'{"action":"checkpoint","sequenceNumber":"7","subSequenceNumber":null}\n'
     s.receive_line(line({"action": "status", "responseFor": "processRecords"}))
     assert s.shard_ended() == b'{"action":"shutdown","reason":"TERMINATE"}\n'
     assert s.receive_line(line({"action": "checkpoint", "checkpoint": None})
@@ -82,6 +92,21 @@ def test_older_protocol_golden_lines() -> None:
     assert s.answer("X") == b'{"action":"checkpoint","checkpoint":"7","error":"X"}\n'
     s.receive_line(line({"action": "status", "responseFor": "shutdown"}))
     assert s.shutdown_requested() == b'{"action":"shutdown","reason":"ZOMBIE"}\n'
+    s.receive_line(line({"action": "status", "responseFor": "shutdown"}))
+    # Refused by the session itself: in the form asked too.
+    assert s.receive_line(line({"action": "checkpoint", "sequenceNumber": None,
+                                "subSequenceNumber": None})) == Reply(
+        b'{"action":"checkpoint","sequenceNumber":null,"subSequenceNumber":null,'
+        b'"error":"ShutdownException"}\n',
+        "checkpoint at None refused (ShutdownException; delivered up to 7, waiting for "
+        "nothing)")
+
+
+def test_current_protocol_answers_a_checkpoint_in_the_form_it_was_asked_in() -> None:
+    s = fresh()
+    assert s.receive_line(line({"action": "checkpoint", "checkpoint": None})
+                          ) == CheckpointAsk(7, False)
+    assert s.answer() == b'{"action":"checkpoint","checkpoint":"7"}\n'
 
 
 def fresh(action: str = "processRecords") -> ChildSession:
