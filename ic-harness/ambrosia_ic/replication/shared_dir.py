@@ -47,7 +47,7 @@ from ambrosia_core.wire import (
     encode_checkpoint_record,
     encode_control_record,
 )
-from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError, MissingLogError
 
 from .. import registry
 from ..coordinator import LinkOptions, actions, checkpoints, process, startup
@@ -67,6 +67,7 @@ from ..logstore import (
     write_seal,
 )
 from ..recovery import (
+    check_log_chain,
     first_start_pending,
     interrupted_first_start,
     latest_checkpoint,
@@ -247,6 +248,12 @@ class SharedDirReplica:
         if found is None:
             return
         c, cf, damaged = found
+        try:
+            check_log_chain(self.c.dir, c)
+        except MissingLogError:
+            if (latest_checkpoint(self.c.dir) or 0) > c:  # pruned meanwhile: look again
+                raise FileNotFoundError(checkpoint_path(self.c.dir, c)) from None
+            raise
         for n, err in damaged:
             if n not in self.c.damaged:
                 self.c.damaged.add(n)
