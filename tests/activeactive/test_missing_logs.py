@@ -1,5 +1,6 @@
 """Replicas sharing a directory: a log missing after its checkpoint stops a replica in one
-line instead of being written again from an older state."""
+line instead of being written again from an older state, and only the checkpointing
+secondary (the holder of its lock) removes what a killed checkpoint write left."""
 
 from __future__ import annotations
 
@@ -44,3 +45,23 @@ def test_a_replica_refuses_a_log_missing_after_its_checkpoint(harness: Harness) 
     assert not cl.drivers[0].primary.is_set()
     assert _listing(cl.dir) == before  # no epoch claimed, no log created
 
+
+def test_only_the_checkpointer_removes_what_a_killed_checkpoint_write_left(
+        harness: Harness) -> None:
+    cl = Cluster(harness, replicas=3)
+    cl.start_replica(0)
+    wait_until(cl.drivers[0].primary.is_set, "first start")
+    stale = cl.dir / ".serverchkpt2.5eed1e55.tmp"  # a checkpointer killed while writing
+    stale.write_bytes(bytes(1000))
+    cl.start_replica(1)
+    _role(harness, cl, 1, "checkpointer")
+    wait_until(lambda: not stale.exists(), "the temporary file removed")
+    assert ("removed what a checkpoint write cut short left behind: "
+            ".serverchkpt2.5eed1e55.tmp (1000 bytes)") in harness.stderr_of(cl.procs[1])
+    # One the live checkpointer could be writing is left alone by a standby.
+    writing = cl.dir / ".serverchkpt2.0badf00d.tmp"
+    writing.write_bytes(b"x")
+    cl.start_replica(2)
+    _role(harness, cl, 2, "standby")
+    assert writing.exists()
+    assert "removed what" not in harness.stderr_of(cl.procs[2])

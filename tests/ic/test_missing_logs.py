@@ -1,5 +1,6 @@
 """A log a recovery needs that is gone is refused in one line naming it, and nothing in
-the directory changes.
+the directory changes; what a killed checkpoint write left behind is removed by the
+directory's only writer when it starts.
 
 Checkpoint N is written only once log N exists (every flow: ``recovery.check_log_chain``),
 so checkpoint N without log N, or a gap in the logs, means records were lost: recovering
@@ -15,6 +16,7 @@ import pytest
 from ambrosia_ic import registry
 from ambrosia_ic.errors import LogCorruptionError, MissingLogError
 from ambrosia_ic.logstore import (
+    InstanceLock,
     LogScan,
     checkpoint_path,
     encode_disk_record,
@@ -214,4 +216,41 @@ def test_ambrosia_run_refuses_a_missing_log_after_kill9(tmp_path: Path) -> None:
     assert not any("recovery complete" in line for line in third.lines), third.lines
     assert _listing(idir) == before
     assert {p.name: p.read_bytes() for p in (home / "instances").iterdir()} == stored
+
+
+def test_stale_checkpoint_temps_go_only_once_the_lock_is_held(harness: Harness) -> None:
+    harness.register("alpha")
+    proc = harness.start("alpha")
+    d = harness.drive("alpha")
+    wait_until(d.primary.is_set, "primary")
+    _run_chain(d, 0, 2)
+    harness.kill9(proc)
+    d.thread.join(30)
+    idir = harness.instance_dir("alpha")
+    # What a kill -9 in the middle of writing checkpoint 2 leaves.
+    stale = idir / ".serverchkpt2.5eed1e55.tmp"
+    stale.write_bytes(bytes(1000))
+    lock = InstanceLock(idir)  # as if another coordinator were running here
+    lock.acquire()
+    try:
+        r = harness.cli("ic", "--instance-name", "alpha")
+    finally:
+        lock.release()
+    assert r.returncode == 1 and "another coordinator holds the log lock" in r.stderr
+    assert stale.exists()
+    proc2 = harness.start("alpha")
+    d2 = harness.drive("alpha")
+    wait_until(d2.primary.is_set, "primary after recovery")
+    assert not stale.exists()
+    assert ("ambrosia-ic: alpha: removed what a checkpoint write cut short left behind: "
+            ".serverchkpt2.5eed1e55.tmp (1000 bytes)") in harness.stderr_of(proc2).splitlines()
+    # And when the next checkpoint lets older files go (one left while it ran).
+    _run_chain(d2, 2, 3)  # live: the recovery's checkpoint 2 and its pruning are done
+    late = idir / ".serverchkpt1.0badf00d.tmp"
+    late.write_bytes(b"x")
+    d2.b.send(TakeCheckpoint())
+    _run_chain(d2, 3, 4)
+    wait_until(lambda: checkpoint_path(idir, 3).exists() and not late.exists(),
+               "checkpoint 3, and the temporary file gone")
+    assert sorted(p.name for p in idir.iterdir() if p.name.endswith(".tmp")) == []
 

@@ -136,6 +136,9 @@ def _move_to_version(c: Coordinator, m: int) -> None:
 
 
 async def start(c: Coordinator, plan: RecoveryPlan | None) -> None:
+    # The directory's lock is held and the flow chosen: no live writer is left of
+    # whatever a killed one was writing.
+    await checkpoints.remove_stale_temps(c)
     if plan is None:
         # Nothing of a first start may reach another instance before its record 0
         # is durable: until then a restart does the first start again.
@@ -213,7 +216,7 @@ async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
     data = await checkpoints.collect(c, new_n, TakeBecomingPrimaryCheckpoint())
     await _open_log_before_checkpoint(c, c.dir, new_n)
     await checkpoints.save(c, c.dir, new_n, data)
-    await checkpoints.remove_unkept(c)
+    await checkpoints.remove_unkept(c, temps_from=1)
 
 
 async def _open_log_before_checkpoint(c: Coordinator, d: Path, n: int) -> None:

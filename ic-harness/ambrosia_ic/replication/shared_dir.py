@@ -205,6 +205,8 @@ class SharedDirReplica:
             self.role = "upgrader"
         elif self.epochs.try_checkpointer():
             self.role = "checkpointer"
+            # Its lock makes it the only writer of checkpoints after 1 here.
+            await checkpoints.remove_stale_temps(self.c, first=2)
         else:
             self.role = "standby"
         self.c.set_phase(Phase.FOLLOWING)
@@ -302,7 +304,7 @@ class SharedDirReplica:
         """The checkpointing secondary: the state at the start of log ``n``."""
         data = await checkpoints.collect(self.c, n, TakeCheckpoint())
         await checkpoints.save(self.c, self.c.dir, n, data)
-        await checkpoints.remove_unkept(self.c)
+        await checkpoints.remove_unkept(self.c, temps_from=2)
 
     # ------------------------------------------------------------------ taking over
     async def _seal_and_finish(self) -> int:
