@@ -19,6 +19,16 @@ class LogCorruptionError(CoordinatorError):
         super().__init__(f"{path}: damaged at offset {offset}: {reason}")
 
 
+class MissingLogError(LogCorruptionError):
+    """A log file that was written is gone: a checkpoint or a later log shows it existed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.offset = 0
+        self.reason = reason
+        CoordinatorError.__init__(self, f"{path}: missing: {reason}")
+
+
 class LinkAuthenticationError(CoordinatorError):
     """A coordinator-to-coordinator link peer did not prove it knows the shared secret."""
 

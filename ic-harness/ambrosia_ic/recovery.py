@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from ambrosia_core.errors import CoordinatorError
-from ambrosia_ic.errors import LogCorruptionError
+from ambrosia_ic.errors import LogCorruptionError, MissingLogError
 
 from .logstore import (
     CHECKPOINT_PREFIX,
@@ -29,8 +29,8 @@ from .logstore import (
     written_end,
 )
 
-__all__ = ["RecoveryPlan", "ReplayEstimate", "check_no_orphan_logs", "coordinator_state",
-           "estimate_replay",
+__all__ = ["RecoveryPlan", "ReplayEstimate", "check_log_chain", "check_no_orphan_logs",
+           "coordinator_state", "estimate_replay",
            "first_start_pending", "interrupted_first_start", "newest_intact_checkpoint",
            "plan_recovery", "read_state", "replay_records",
            "replay_wire"]
@@ -172,9 +172,10 @@ def plan_recovery(d: Path, committer_id: int, checkpoint: int | None = None) -> 
     those passed over). Returns None when there is no checkpoint at all.
 
     Raises:
-        LogCorruptionError: a file is damaged anywhere but the newest log's torn tail,
-            or a log in the chain is missing; for damaged checkpoints, the newest one's
-            damage when no older intact checkpoint can stand in.
+        LogCorruptionError: a file is damaged anywhere but the newest log's torn tail;
+            for damaged checkpoints, the newest one's damage when no older intact
+            checkpoint can stand in.
+        MissingLogError: a log the replay needs is gone (``check_log_chain``).
         CoordinatorError: a checkpoint is in the format before check bytes, or
             checkpoint ``checkpoint`` is not kept.
     """
@@ -198,7 +199,8 @@ def newest_intact_checkpoint(
 ) -> tuple[int, CheckpointFile, list[tuple[int, LogCorruptionError]]] | None:
     """``(number, file, damaged)``: the newest checkpoint whose check bytes and state
     are intact, passing over damaged newer ones (listed in ``damaged``, newest first)
-    only for one whose logs are all kept. None when there is no checkpoint. A
+    only for one whose logs are all kept, through those of the damaged ones (a log
+    missing there held records that no older checkpoint has). None when there is no checkpoint. A
     checkpoint removed while this looks is skipped (an older one can be in use).
 
     Raises:
@@ -225,17 +227,54 @@ def newest_intact_checkpoint(
     return None
 
 
-def _chain_kept(d: Path, n: int) -> bool:
+def check_log_chain(d: Path, n: int) -> list[int]:
+    """The logs of ``d`` a replay from checkpoint ``n`` reads: log ``n`` and each log
+    after it, up to the newest log or checkpoint, with none missing.
+
+    Every flow creates log N, and syncs its directory entry, before it writes checkpoint
+    N; only a first start writes checkpoint 1 first (``interrupted_first_start``: a
+    checkpoint 1 alone is its leftovers, not damage). So each of those logs was written,
+    and a replay without one would quietly take the instance back to an older state.
+
+    Raises:
+        MissingLogError: one of those logs is gone.
+    """
+    # Checkpoints first: one listed now had its log before it, so the logs listed next
+    # include it even while other processes go on writing the directory.
+    checkpoints = file_numbers(d, CHECKPOINT_PREFIX)
     logs = [k for k in file_numbers(d, LOG_PREFIX) if k >= n]
-    return bool(logs) and logs == list(range(n, n + len(logs)))
+    if n == 1 and not logs and checkpoints == [1]:
+        return logs
+    end = max(n, *logs[-1:], *checkpoints[-1:])
+    kept = set(logs)
+    for k in range(n, end + 1):
+        if k in kept:
+            continue
+        later = [j for j in logs if j > k]
+        if later:
+            why = f"{LOG_PREFIX}{later[0]} follows it in the log chain"
+        else:
+            newest = max(c for c in checkpoints if c >= k)
+            why = (f"{CHECKPOINT_PREFIX}{newest} exists, and a checkpoint is written only "
+                   "once its log exists")
+        raise MissingLogError(
+            str(log_path(d, k)),
+            f"{why}; recovering without it would lose the records it held: restore it "
+            "from a copy of the directory (nothing in it was changed)")
+    return logs
+
+
+def _chain_kept(d: Path, n: int) -> bool:
+    try:
+        check_log_chain(d, n)
+    except MissingLogError:
+        return False
+    return True
 
 
 def _plan_from(d: Path, committer_id: int, n: int, cf: CheckpointFile) -> RecoveryPlan:
     next_seq, inputs, outputs = read_state(cf)
-    logs = [k for k in file_numbers(d, LOG_PREFIX) if k >= n]
-    for i, k in enumerate(logs):
-        if k != n + i:
-            raise LogCorruptionError(str(log_path(d, n + i)), 0, "missing from the log chain")
+    logs = check_log_chain(d, n)
     plan = RecoveryPlan(d, committer_id, cf, n, logs, next_seq, next_seq, inputs, outputs)
     for i, k in enumerate(logs):
         scan = _log_scan(plan, k, plan.next_seq, last=i == len(logs) - 1)

@@ -18,15 +18,16 @@ from ambrosia_core.wire import (
     Message,
 )
 
-from ..logstore import write_checkpoint
-from ..recovery import coordinator_state
+from ..logstore import remove_checkpoint_temps, write_checkpoint
+from ..recovery import coordinator_state, latest_checkpoint
 from . import actions
 from .core import CheckpointData
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
 
-__all__ = ["CheckpointData", "ask", "collect", "remove_unkept", "save", "switch_log", "wait_for"]
+__all__ = ["CheckpointData", "ask", "collect", "remove_stale_temps", "remove_unkept", "save",
+           "switch_log", "wait_for"]
 
 
 def wait_for(c: Coordinator) -> asyncio.Future[CheckpointData]:
@@ -67,8 +68,24 @@ async def save(c: Coordinator, d: Path, n: int, data: CheckpointData,
     stats.checkpoint_bytes.observe(len(message) + sum(len(chunk) for chunk in chunks))
 
 
-async def remove_unkept(c: Coordinator) -> None:
+async def remove_unkept(c: Coordinator, *, temps_from: int | None = None) -> None:
+    """Once a new checkpoint is durable: remove what no kept checkpoint needs; with
+    ``temps_from``, also what writers killed while writing a checkpoint numbered from
+    there up to the newest left behind (``remove_stale_temps``)."""
     await asyncio.to_thread(c.sink.remove_unkept, c.dir, c.reg.keep_checkpoints, c.damaged)
+    if temps_from is not None:
+        await remove_stale_temps(c, temps_from, await asyncio.to_thread(latest_checkpoint, c.dir))
+
+
+async def remove_stale_temps(c: Coordinator, first: int = 1, through: int | None = None) -> None:
+    """Remove the temporary files of checkpoints ``first`` (through ``through``) that a
+    writer killed while writing one left in the coordinator's directory, in one line.
+    Call only where no live process can be writing one of those checkpoints: the caller
+    holds the lock that makes it their only writer."""
+    removed = await asyncio.to_thread(remove_checkpoint_temps, c.dir, first, through)
+    if removed:
+        c.log("removed what a checkpoint write cut short left behind: "
+              + ", ".join(f"{name} ({size} bytes)" for name, size in removed))
 
 
 def switch_log(c: Coordinator) -> None:
@@ -91,6 +108,6 @@ def switch_log(c: Coordinator) -> None:
 async def _finish(c: Coordinator, n: int, position: tuple[int, dict[str, int]],
                   fut: asyncio.Future[CheckpointData]) -> None:
     await save(c, c.dir, n, await fut, position)
-    await remove_unkept(c)
+    await remove_unkept(c, temps_from=1)  # the only writer of its directory (its lock)
     c.core.checkpoint_saved()
     actions.run(c)

@@ -121,7 +121,10 @@ class StandaloneSink:
         if old is not None:
             # Before log n exists: a crash after this leaves no older log with zeros.
             old.trim()
-        return self.open_log(log_path(d, n))
+        writer = self.open_log(log_path(d, n))
+        # Before checkpoint n is written: a checkpoint never outlives its log's entry.
+        fsync_dir(d)
+        return writer
 
     def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:
         # The last K checkpoints with their logs and digests: what a repro from any needs.

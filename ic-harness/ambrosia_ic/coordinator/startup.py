@@ -6,6 +6,7 @@ going live, which every flow ends with (active/active replicas too).
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ambrosia_core.durable import fsync_dir, make_dirs
@@ -135,6 +136,9 @@ def _move_to_version(c: Coordinator, m: int) -> None:
 
 
 async def start(c: Coordinator, plan: RecoveryPlan | None) -> None:
+    # The directory's lock is held and the flow chosen: no live writer is left of
+    # whatever a killed one was writing.
+    await checkpoints.remove_stale_temps(c)
     if plan is None:
         # Nothing of a first start may reach another instance before its record 0
         # is durable: until then a restart does the first start again.
@@ -210,19 +214,28 @@ async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
         await _upgrade(c, new_n)
         return
     data = await checkpoints.collect(c, new_n, TakeBecomingPrimaryCheckpoint())
-    c.writer = c.sink.open_log(log_path(c.dir, new_n))
-    c.log_n = new_n
+    await _open_log_before_checkpoint(c, c.dir, new_n)
     await checkpoints.save(c, c.dir, new_n, data)
-    await checkpoints.remove_unkept(c)
+    await checkpoints.remove_unkept(c, temps_from=1)
+
+
+async def _open_log_before_checkpoint(c: Coordinator, d: Path, n: int) -> None:
+    """Create log ``n`` of ``d`` and sync its directory entry: checkpoint ``n`` is written
+    only once its log exists for sure, so a checkpoint without its log is damage,
+    never the trace of a crash."""
+    c.writer = c.sink.open_log(log_path(d, n))
+    c.log_n = n
+    await asyncio.to_thread(fsync_dir, d)
 
 
 async def _upgrade(c: Coordinator, new_n: int) -> None:
     """Recovery with the old code is complete: switch to version M.
 
-    Version N's files stay as they are; version M's directory gets checkpoint
-    ``new_n`` (numbers go on from N's logs, as do sequence ids) and then its log.
+    Version N's files stay as they are; version M's directory gets log ``new_n``
+    and then checkpoint ``new_n`` (numbers go on from N's logs, as do sequence ids).
     Until that checkpoint is durable nothing in M's directory counts, so a binding
-    that dies first leaves the upgrade to be retried from version N.
+    that dies first leaves the upgrade to be retried from version N (a log without
+    its checkpoint there is removed then: ``_prepare_upgrade``).
     """
     m = c.upgrade_to
     assert m is not None
@@ -235,10 +248,8 @@ async def _upgrade(c: Coordinator, new_n: int) -> None:
     c.set_digest(None)
     c.dir = new_dir  # the new version's digest starts with its checkpoint
     data = await checkpoints.collect(c, new_n, UpgradeTakeCheckpoint())
+    await _open_log_before_checkpoint(c, new_dir, new_n)
     await checkpoints.save(c, new_dir, new_n, data)
-    c.writer = c.sink.open_log(log_path(new_dir, new_n))
-    c.log_n = new_n
-    await asyncio.to_thread(fsync_dir, new_dir)
     c.reg = registry.set_versions(c.name, m, m, c.home)
     c.upgrade_to = None
     c.log(f"upgraded from version {old_version} to version {m}")

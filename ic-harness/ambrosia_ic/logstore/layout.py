@@ -5,6 +5,7 @@ See the package docstring for what each file holds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ __all__ = [
     "digest_path",
     "file_numbers",
     "log_path",
+    "remove_checkpoint_temps",
     "remove_first_start_leftovers",
     "remove_unkept",
     "seal_path",
@@ -31,6 +33,8 @@ CHECKPOINT_PREFIX = "serverchkpt"
 DIGEST_PREFIX = "serverdigest"
 SEAL_PREFIX = "serverseal"
 LOCK_NAME = "serverlock"
+# What ``durable.replace_durably`` writes checkpoint N under until it is whole.
+_CHECKPOINT_TEMP = re.compile(rf"\.{CHECKPOINT_PREFIX}(\d+)\.[0-9a-f]+\.tmp")
 
 
 def log_path(d: Path, n: int) -> Path:
@@ -77,6 +81,30 @@ def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
                 (d / f"{prefix}{k}").unlink(missing_ok=True)
     fsync_dir(d)
     return oldest
+
+
+def remove_checkpoint_temps(d: Path, first: int = 1,
+                            through: int | None = None) -> list[tuple[str, int]]:
+    """Remove what a process killed while writing checkpoint N (``first`` <= N, and N <=
+    ``through`` if given) left in ``d``: its temporary file ``.serverchkpt<N>.<hex>.tmp``
+    (``durable.replace_durably``), which nothing else ever removes. Returns the name and
+    size of each file removed.
+
+    Call only where no live process can be writing such a checkpoint: the caller holds
+    the lock that makes it the only writer of those checkpoints in ``d``.
+    """
+    removed = []
+    for p in d.iterdir() if d.is_dir() else ():
+        m = _CHECKPOINT_TEMP.fullmatch(p.name)
+        if m is None or int(m[1]) < first or (through is not None and int(m[1]) > through):
+            continue
+        try:
+            size = p.stat().st_size
+            p.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append((p.name, size))
+    return sorted(removed)
 
 
 def remove_first_start_leftovers(d: Path) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
-from ambrosia_core.durable import make_dirs
+from ambrosia_core.durable import fsync_dir, make_dirs
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
@@ -47,7 +47,7 @@ from ambrosia_core.wire import (
     encode_checkpoint_record,
     encode_control_record,
 )
-from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError, MissingLogError
 
 from .. import registry
 from ..coordinator import LinkOptions, actions, checkpoints, process, startup
@@ -57,6 +57,7 @@ from ..coordinator.sink import FencedSink
 from ..lease import HEARTBEAT, Epochs
 from ..logstore import (
     LOG_PREFIX,
+    SEAL_PREFIX,
     DiskRecord,
     LogScan,
     checkpoint_path,
@@ -66,6 +67,7 @@ from ..logstore import (
     write_seal,
 )
 from ..recovery import (
+    check_log_chain,
     first_start_pending,
     interrupted_first_start,
     latest_checkpoint,
@@ -203,6 +205,8 @@ class SharedDirReplica:
             self.role = "upgrader"
         elif self.epochs.try_checkpointer():
             self.role = "checkpointer"
+            # Its lock makes it the only writer of checkpoints after 1 here.
+            await checkpoints.remove_stale_temps(self.c, first=2)
         else:
             self.role = "standby"
         self.c.set_phase(Phase.FOLLOWING)
@@ -246,6 +250,12 @@ class SharedDirReplica:
         if found is None:
             return
         c, cf, damaged = found
+        try:
+            check_log_chain(self.c.dir, c)
+        except MissingLogError:
+            if (latest_checkpoint(self.c.dir) or 0) > c:  # pruned meanwhile: look again
+                raise FileNotFoundError(checkpoint_path(self.c.dir, c)) from None
+            raise
         for n, err in damaged:
             if n not in self.c.damaged:
                 self.c.damaged.add(n)
@@ -279,6 +289,10 @@ class SharedDirReplica:
                 continue
             if self.role == "checkpointer" and not checkpoint_path(
                     self.c.dir, tail.n + 1).exists():
+                if not log_path(self.c.dir, tail.n + 1).exists():
+                    # Sealed by a takeover whose primary has not created the next log
+                    # yet: checkpoint N+1 is written only once log N+1 exists.
+                    return True
                 await self._checkpoint(tail.n + 1)
             tail.next_log()
             self.c.log_n = tail.n
@@ -290,7 +304,7 @@ class SharedDirReplica:
         """The checkpointing secondary: the state at the start of log ``n``."""
         data = await checkpoints.collect(self.c, n, TakeCheckpoint())
         await checkpoints.save(self.c, self.c.dir, n, data)
-        await checkpoints.remove_unkept(self.c)
+        await checkpoints.remove_unkept(self.c, temps_from=2)
 
     # ------------------------------------------------------------------ taking over
     async def _seal_and_finish(self) -> int:
@@ -349,15 +363,26 @@ class SharedDirReplica:
         if not new_epochs.claim(new_epochs.current() + 1, self._info()):
             raise LockLostError(f"{new_dir}: another replica is writing version {m}")
         self._new_epochs = new_epochs
+        # Log n before checkpoint n, as everywhere; the logs of an attempt that died
+        # before its checkpoint are leftovers (nothing in the directory counts yet).
+        if latest_checkpoint(new_dir) is None:
+            await asyncio.to_thread(_remove_logs, new_dir)
+        self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, n)
         await checkpoints.save(self.c, new_dir, n, data)
         # Version m is committed: from here on this replica writes only there.
         old_epochs = self.epochs
         self.fenced.epochs, self._new_epochs = new_epochs, None
         self.c.dir = new_dir
-        self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, n)
         self.c.log_n = n
         self.c.reg = registry.set_versions(self.c.name, m, m, self.c.home)
         old_epochs.mark_upgraded(m)
         old_epochs.close()
         self.c.log(f"upgraded to version {m}; primary of epoch {self.c.sink.epoch} there")
         await startup.go_live(self.c)
+
+
+def _remove_logs(d: Path) -> None:
+    for prefix in (LOG_PREFIX, SEAL_PREFIX):
+        for k in file_numbers(d, prefix):
+            (d / f"{prefix}{k}").unlink(missing_ok=True)
+    fsync_dir(d)
