@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ambrosia_ic import recovery
+from ambrosia_ic import logstore, recovery
 from ambrosia_ic.coordinator.group_commit import GroupCommit, Record
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
@@ -127,6 +127,17 @@ def _damage_as_torn(self: LogScan, buf: Any, pos: int, seq: int, written: int,
     self._torn(pos, reason)
 
 
+def _chain_as_found(d: Any, n: int) -> list[int]:
+    """A missing log taken for a shorter chain: the logs there are, from checkpoint
+    ``n`` on (a log removed after the newest checkpoint rolls the instance back)."""
+    return [k for k in logstore.file_numbers(d, logstore.LOG_PREFIX) if k >= n]
+
+
+def _temps_kept(d: Any, first: int = 1, through: int | None = None) -> list[Any]:
+    """What a checkpoint write cut short left is never removed."""
+    return []
+
+
 def _checked_always(buf: Any, pos: int, body_end: int, end: int) -> bool:
     """A record's own check bytes not looked at: a flipped watermark is read as valid."""
     return True
@@ -151,4 +162,8 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "damage is taken for a torn tail": (LogScan, "_torn_unless_followed", _damage_as_torn),
     "a record's own check bytes are not looked at": (log_records, "_checked",
                                                      _checked_always),
+    "a missing log is taken for a shorter chain": (recovery, "check_log_chain",
+                                                   _chain_as_found),
+    "a checkpoint's temporary file outlives a start": (logstore, "remove_checkpoint_temps",
+                                                       _temps_kept),
 }

@@ -37,7 +37,7 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     # The runs did what they are for: every fault and every recovery path, many times.
     for what in ("crash", "drop", "cut", "heal", "recovered", "checkpoint", "written",
                  "pause", "takeover", "fenced", "flip", "lose", "refused", "repaired",
-                 "torn"):
+                 "torn", "temporary"):
         assert seen[what] >= 100, (what, seen)
     # Rarer: a sender leaving an old primary that still reads, and a resent record
     # partly taken before (its mutant is found within a few hundred seeds all the same).

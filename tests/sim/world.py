@@ -72,7 +72,7 @@ from ambrosia_ic.logstore import (
     write_checkpoint,
 )
 from ambrosia_ic.logstore.watermarks import decode_watermarks
-from ambrosia_ic import recovery
+from ambrosia_ic import logstore, recovery
 from ambrosia_ic.recovery import RecoveryPlan
 from ambrosia_ic.replication import shared_dir
 
@@ -394,7 +394,14 @@ class Node:
         else:
             self._recover()
 
+    def _remove_temporaries(self) -> None:
+        """``startup.start``: once the flow is chosen, under the directory's lock, what a
+        killed checkpoint write left is removed."""
+        for name, _ in logstore.remove_checkpoint_temps(self.disk.dir):
+            self.lines.append(f"removed {name}, left by a checkpoint write cut short")
+
     def _first_start(self) -> None:
+        self._remove_temporaries()
         remove_first_start_leftovers(self.disk.dir)  # an interrupted first start's
         self.disk.logs.clear()
         self.disk.checkpoints.clear()
@@ -416,6 +423,7 @@ class Node:
         if plan.torn is not None:
             path, offset = plan.torn
             LogWriter(path, truncate_at=offset).close()
+        self._remove_temporaries()
         durable = self.disk.durable_end()
         if plan.next_seq != durable:
             self.world.fail(f"{self.id} recovers up to record {plan.next_seq - 1}, but "
@@ -803,7 +811,7 @@ class World:
                     out.append(("pause", node_id))
             if faults:
                 out.append(("crash", node_id))
-                if node.writing is not None or node.asked is not None:
+                if node.writing is not None or node.asked is not None or node.flow:
                     out.append(("crash", node_id, 0.5))  # cutting a write short
         if faults:
             for name in self.names:
@@ -963,8 +971,11 @@ class World:
             data = node.writing.disk
             node.writer.tear(data[: min(len(data) - 1, max(1, round(len(data) * cut)))])
             self.counts["torn"] += 1
-        if node.asked is not None:
-            disk.leave_temporary(node.asked[0], b"AMBRCKP2" + bytes(40))
+        writing = (node.asked[0] if node.asked is not None else
+                   1 if node.flow == "first" else node.log_n if node.flow == "recover"
+                   else None)
+        if writing is not None:  # the checkpoint it was taking was being written
+            disk.leave_temporary(writing, b"AMBRCKP2" + bytes(40))
             self.counts["temporary"] += 1
 
     def _restart(self, node_id: str) -> None:
