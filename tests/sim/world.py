@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import attrs
+from ambrosia_ic import logstore, recovery
+from ambrosia_ic.coordinator import start_plan
 from ambrosia_ic.coordinator.core import (
     CheckpointData,
     CheckpointReceived,
@@ -72,7 +74,6 @@ from ambrosia_ic.logstore import (
     write_checkpoint,
 )
 from ambrosia_ic.logstore.watermarks import decode_watermarks
-from ambrosia_ic import logstore, recovery
 from ambrosia_ic.recovery import RecoveryPlan
 from ambrosia_ic.replication import shared_dir
 
@@ -379,51 +380,38 @@ class Node:
 
     # -- start-up (``startup``)
     def _start(self) -> None:
+        """The coordinator's own decision (``start_plan.choose_start``) on the real
+        files: a first start, or a recovery through the real reader with a torn tail cut
+        off; damage it cannot repair, or a history gone, refuses the start."""
         try:
-            pending = recovery.first_start_pending(self.disk.dir, self.core.cid)
+            chosen = start_plan.choose_start(self.disk.dir, self.core.cid, name=self.name,
+                                             started=self.name in self.world.started)
         except (LogCorruptionError, CoordinatorError) as err:
             raise Refused(err) from None
-        if pending and self.name in self.world.started:
-            # ``startup.choose_flow``: the registry says it went live once; starting
-            # afresh would apply everything again under numbers that were used.
-            raise Refused(CoordinatorError(
-                f"{self.name} has started before, but its log directory {self.disk.dir} "
-                "holds no log to recover from"))
-        if pending:
-            self._first_start()
-        else:
-            self._recover()
-
-    def _remove_temporaries(self) -> None:
-        """``startup.start``: once the flow is chosen, under the directory's lock, what a
-        killed checkpoint write left is removed."""
+        self.lines += chosen.lines
+        if chosen.cut is not None:
+            path, offset = chosen.cut
+            LogWriter(path, truncate_at=offset).close()
+        # ``startup.start``: once the flow is chosen, under the directory's lock, what a
+        # killed checkpoint write left is removed.
         for name, _ in logstore.remove_checkpoint_temps(self.disk.dir):
             self.lines.append(f"removed {name}, left by a checkpoint write cut short")
+        if chosen.plan is None:
+            self._first_start()
+        else:
+            self._recover(chosen.plan)
 
     def _first_start(self) -> None:
-        self._remove_temporaries()
         remove_first_start_leftovers(self.disk.dir)  # an interrupted first start's
         self.disk.logs.clear()
         self.disk.checkpoints.clear()
         self.deliver(self.core.begin_first_start())
         self.flow = "first"
 
-    def _recover(self) -> None:
-        """The recovery reader on the real files: the newest intact checkpoint, the logs
-        after it, a torn tail cut off; damage it cannot repair refuses the start."""
+    def _recover(self, plan: RecoveryPlan) -> None:
+        """``startup._recover``: the checkpoint, then the records the plan found."""
         core = self.core
-        try:
-            plan = recovery.plan_recovery(self.disk.dir, core.cid)
-        except (LogCorruptionError, CoordinatorError) as err:
-            raise Refused(err) from None
-        assert plan is not None
         self.plan = plan
-        for n, _ in plan.damaged:
-            self.lines.append(f"checkpoint {n} is damaged; recovering from {plan.number}")
-        if plan.torn is not None:
-            path, offset = plan.torn
-            LogWriter(path, truncate_at=offset).close()
-        self._remove_temporaries()
         durable = self.disk.durable_end()
         if plan.next_seq != durable:
             self.world.fail(f"{self.id} recovers up to record {plan.next_seq - 1}, but "

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ambrosia_core.durable import fsync_dir, make_dirs
-from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
     TakeBecomingPrimaryCheckpoint,
@@ -36,11 +35,11 @@ from ..recovery import (
     check_no_orphan_logs,
     first_start_pending,
     latest_checkpoint,
-    plan_recovery,
     replay_wire,
 )
 from . import actions, checkpoints, commit
 from .phase import Phase
+from .start_plan import choose_start
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
@@ -49,54 +48,25 @@ __all__ = ["choose_flow", "first_start", "go_live", "start"]
 
 
 def choose_flow(c: Coordinator) -> RecoveryPlan | None:
-    """The recovery plan, or None for a first start.
+    """The recovery plan, or None for a first start (``start_plan.choose_start``
+    decides; this carries out its cut and says its lines).
 
     Raises:
-        CoordinatorError: ``--create-service`` forbids the flow the directory needs.
+        CoordinatorError: ``--create-service`` forbids the flow the directory needs, or
+            the directory cannot be started from as it is.
     """
     if c.reg.upgrading:
         _prepare_upgrade(c)
-    mode = c.reg.create_service
-    if first_start_pending(c.dir, c.cid):
-        if registry.has_started(c.name, c.home):
-            # Its history is somewhere else (a home copied or moved with its registration
-            # naming the old directory, a directory removed or emptied): starting afresh
-            # would apply everything again under numbers that were used.
-            raise CoordinatorError(
-                f"{c.name} has started before, but its log directory {c.dir} holds no log "
-                "to recover from (moved, removed or emptied?); register it again with "
-                "the directory that holds its log (ambrosia register-instance -i "
-                f"{c.name} -l DIR), or start it afresh on purpose with ambrosia run "
-                "--start-afresh")
-        leftovers = latest_checkpoint(c.dir) is not None
-        if mode == "always-recover":
-            raise CoordinatorError(
-                f"{c.name}: --create-service always-recover, but {c.dir} holds no "
-                "checkpoint to recover from"
-                + (" (only the leftovers of an interrupted first start)" if leftovers
-                   else "")
-            )
-        if leftovers:
-            c.log("the first start was interrupted before its InitialMessage was "
-                  "logged; starting afresh")
-        return None
-    have = latest_checkpoint(c.dir)
-    if mode == "no-recovery":
-        raise CoordinatorError(
-            f"{c.name}: --create-service no-recovery, but {c.dir} already holds "
-            f"checkpoint {have}; remove that directory to start afresh"
-        )
-    plan = plan_recovery(c.dir, c.cid)
-    if plan is not None:
-        for _, err in plan.damaged:
-            c.log(f"{err}; recovering from checkpoint {plan.number} and its logs instead")
-        c.damaged = {n for n, _ in plan.damaged}
-    if plan is not None and plan.torn is not None:
-        path, offset = plan.torn
-        if not plan.torn_zeros:  # zeros past the end are what a live log looks like
-            c.log(f"cutting a torn record off {path} at offset {offset}")
+    chosen = choose_start(c.dir, c.cid, name=c.name,
+                          started=registry.has_started(c.name, c.home),
+                          mode=c.reg.create_service)
+    for line in chosen.lines:
+        c.log(line)
+    c.damaged = set(chosen.damaged)
+    if chosen.cut is not None:
+        path, offset = chosen.cut
         LogWriter(path, truncate_at=offset).close()
-    return plan
+    return chosen.plan
 
 
 def _prepare_upgrade(c: Coordinator) -> None:

@@ -1,0 +1,86 @@
+"""Which flow a standalone coordinator's start runs: a decision from what its directory
+holds and what the registry says, with no process, socket or event loop.
+
+``choose_start`` reads the directory (through the recovery reader) and writes nothing:
+it answers with a ``StartPlan``, whose cut and lines the shell carries out, or refuses
+with one line. The shell (``startup.choose_flow``) and the simulation (``tests/sim``)
+both call it, so the simulation's starts take the coordinator's own decision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from ambrosia_core.errors import CoordinatorError
+
+from ..recovery import RecoveryPlan, first_start_pending, latest_checkpoint, plan_recovery
+
+__all__ = ["StartPlan", "choose_start"]
+
+
+@attrs.frozen
+class StartPlan:
+    """What a start does: recover by ``plan`` (None: a first start), having cut the torn
+    tail ``cut`` (``(file, offset)``) off its newest log, and saying ``lines``.
+    ``damaged`` are the checkpoints passed over for an older intact one."""
+
+    plan: RecoveryPlan | None
+    cut: tuple[Path, int] | None = None
+    lines: tuple[str, ...] = ()
+    damaged: frozenset[int] = frozenset()
+
+
+def choose_start(d: Path, cid: int, *, name: str, started: bool,
+                 mode: str | None = None, afresh_hint: str = "ambrosia run --start-afresh"
+                 ) -> StartPlan:
+    """The flow a start of instance ``name`` from directory ``d`` runs.
+
+    Args:
+        cid: the instance's committer id.
+        started: the registry says the instance went live once.
+        mode: ``--create-service``: None, ``always-recover`` or ``no-recovery``.
+        afresh_hint: the command that starts the instance afresh on purpose.
+
+    Raises:
+        CoordinatorError: the directory cannot be started from as it is (a history gone,
+            a mode that forbids the flow it needs); ``LogCorruptionError`` and
+            ``MissingLogError`` (its subclasses) for damage. Nothing was written.
+    """
+    if first_start_pending(d, cid):
+        if started:
+            # Its history is somewhere else (a home copied or moved with its registration
+            # naming the old directory, a directory removed or emptied): starting afresh
+            # would apply everything again under numbers that were used.
+            raise CoordinatorError(
+                f"{name} has started before, but its log directory {d} holds no log "
+                "to recover from (moved, removed or emptied?); register it again with "
+                "the directory that holds its log (ambrosia register-instance -i "
+                f"{name} -l DIR), or start it afresh on purpose with {afresh_hint}")
+        leftovers = latest_checkpoint(d) is not None
+        if mode == "always-recover":
+            raise CoordinatorError(
+                f"{name}: --create-service always-recover, but {d} holds no "
+                "checkpoint to recover from"
+                + (" (only the leftovers of an interrupted first start)" if leftovers
+                   else ""))
+        lines = (("the first start was interrupted before its InitialMessage was "
+                  "logged; starting afresh",) if leftovers else ())
+        return StartPlan(None, lines=lines)
+    if mode == "no-recovery":
+        raise CoordinatorError(
+            f"{name}: --create-service no-recovery, but {d} already holds "
+            f"checkpoint {latest_checkpoint(d)}; remove that directory to start afresh")
+    plan = plan_recovery(d, cid)
+    if plan is None:  # its checkpoints went while this looked
+        raise CoordinatorError(f"{name}: the checkpoints of {d} were removed while the "
+                               "start read them; start it again")
+    lines = [f"{err}; recovering from checkpoint {plan.number} and its logs instead"
+             for _, err in plan.damaged]
+    cut = None
+    if plan.torn is not None:
+        cut = plan.torn
+        if not plan.torn_zeros:  # zeros past the end are what a live log looks like
+            lines.append(f"cutting a torn record off {cut[0]} at offset {cut[1]}")
+    return StartPlan(plan, cut, tuple(lines), frozenset(n for n, _ in plan.damaged))
