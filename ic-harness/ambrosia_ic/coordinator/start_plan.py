@@ -65,9 +65,9 @@ def choose_start(d: Path, cid: int, *, name: str, started: bool,
                 "checkpoint to recover from"
                 + (" (only the leftovers of an interrupted first start)" if leftovers
                    else ""))
-        lines = (("the first start was interrupted before its InitialMessage was "
-                  "logged; starting afresh",) if leftovers else ())
-        return StartPlan(None, lines=lines)
+        said = ("the first start was interrupted before its InitialMessage was logged; "
+                "starting afresh")
+        return StartPlan(None, lines=(said,) if leftovers else ())
     if mode == "no-recovery":
         raise CoordinatorError(
             f"{name}: --create-service no-recovery, but {d} already holds "
