@@ -145,7 +145,7 @@ def test_a_caller_registered_again_elsewhere_is_taken_again_when_unreachable(
     the newer registration, and the replies arrive."""
     import shutil
 
-    from tests.ic.conftest import wait_until
+    from tests.launcher import wait_until
 
     callee, caller = Harness(tmp_path / "callee"), Harness(tmp_path / "caller")
     s, c = unique("S"), unique("C")

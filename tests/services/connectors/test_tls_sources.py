@@ -79,8 +79,8 @@ def test_a_feed_reaches_the_sink_over_tls_and_strangers_are_refused(
             proc, log = _feed(tmp_path, port, name, args)
             procs.append(proc)
             # The TCP connection is made, then closed before any frame is read.
-            wait_until(partial(_said_refused, log), 30)
-            wait_until(partial(_refused_after, coord, before), 30)
+            wait_until(partial(_said_refused, log), f"the {name} feed refused", 30)
+            wait_until(partial(_refused_after, coord, before), "its refusal", 30)
             proc.kill()
             proc.wait()
         committed = tmp_path / "sink" / "committed"
@@ -91,7 +91,7 @@ def test_a_feed_reaches_the_sink_over_tls_and_strangers_are_refused(
         proc, log = _feed(tmp_path, port, "ours", ours.args())
         procs.append(proc)
         wait_until(lambda: committed.exists() and committed.read_bytes() == b"".join(LINES),
-                   60)
+                   "every line committed", 60)
         assert proc.wait(30) == 0, log.read_text()
     finally:
         for p in procs:

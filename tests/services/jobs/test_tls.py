@@ -23,6 +23,7 @@ from ambrosia_services.jobs.link import Disconnected, Held, JobLinks, RunnerAddr
 
 from ambrosia_core.processes import kill_process
 from ambrosia_core.tls import TlsHandshakeError
+from tests.launcher import wait_until
 
 from ...pki import Pki, Relay, make_pki
 
@@ -97,15 +98,10 @@ def _held_over(runner: Runner, tls: Pki | None, port: int | None = None) -> obje
     return asyncio.run(scenario())
 
 
-def _wait_for(runner: Runner, text: str, limit: float = 20.0) -> str:
-    async def poll() -> str:
-        async with asyncio.timeout(limit):
-            while True:
-                for line in runner.log().splitlines():
-                    if text in line:
-                        return line
-                await asyncio.sleep(0.02)
-    return asyncio.run(poll())
+def _wait_for(runner: Runner, text: str) -> str:
+    """The first line of the runner's log holding ``text``, once there is one."""
+    return str(wait_until(lambda: next((ln for ln in runner.log().splitlines() if text in ln),
+                                       None), f"the runner to say {text!r}"))
 
 
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls"])

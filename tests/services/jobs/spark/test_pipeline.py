@@ -30,9 +30,9 @@ from ambrosia_services.staging import segment_names
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from samples.pipeline.next_version import WordCountPipelineV1
-from tests.launcher import ROOT, Launcher, launcher  # noqa: F401 - the fixture
+from tests.launcher import ROOT, Launcher, launcher, wait_until  # noqa: F401 - the fixture
 
-from .conftest import free_port, wait_until
+from .conftest import free_port
 from .pipeline_app import WordCountPipelineV2
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(400),
