@@ -230,16 +230,20 @@ def test_a_worker_nobody_runs_is_said_once_then_counted(
     feed = Feed([FileSource(path, follow=False)], [Address("127.0.0.1", closed)],
                 backoff_base=0.0005, backoff_cap=0.001, rng=random.Random(3))
 
+    def cannot_connect() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+
     async def main() -> None:
         task = asyncio.ensure_future(feed.run())
-        await asyncio.sleep(1.0)  # hundreds of attempts
+        await until(lambda: len(cannot_connect()) >= 2, "the 10th attempt said")
+        await asyncio.sleep(1.0)  # hundreds of attempts more
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     with caplog.at_level(logging.INFO, logger="ambrosia_services.connectors.clients.feed"):
         asyncio.run(main())
-    said = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+    said = cannot_connect()
     assert said[0].startswith(f"cannot connect to 127.0.0.1:{closed} (")
     assert said[0].endswith("); retrying with back-off up to 0.001 s")
     assert said[1].endswith("(10 attempts in a row); retrying with back-off up to 0.001 s")
