@@ -179,7 +179,7 @@ class PipelineRun:
         assert numbers == list(range(1, len(numbers) + 1))
         assert total == len(self.written)
         assert counts == count_words(self.written)
-        wait_until(lambda: self.jobs().get("done") == len(numbers), "the status file", 10)
+        wait_until(lambda: self.jobs().get("done") == len(numbers), "the status file")
         final = self.jobs()
         assert final["failed"] == 0 and final["running"] == 0
         return numbers
