@@ -1,12 +1,14 @@
 """Helpers shared by the suites that run immortals as processes: the repository's root,
 a launcher of `ambrosia run` processes (and its fixture, which a suite's conftest imports),
-and a wait for a condition."""
+and the one wait for a condition (``wait_until``, and ``until`` inside an event loop)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,9 +45,35 @@ def launcher(tmp_path: Path) -> Iterator[Launcher]:
         lau.close()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
+class NeverHappenedError(AssertionError):
+    """What a test waited for did not happen within the wait's limit."""
+
+
+def wait_until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
+    """Poll ``cond`` until it returns something true, and return that. A test waits for
+    the event it checks, never for a time: ``limit`` only keeps a broken run from hanging,
+    so make it generous (the machine may be busy with something else).
+
+    Raises:
+        NeverHappenedError: ``limit`` seconds passed first; it names ``what``.
+    """
+    deadline = time.monotonic() + limit
+    while True:
+        value = cond()
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise TimeoutError("the condition did not become true")
-        time.sleep(0.05)
+            raise NeverHappenedError(f"gave up waiting for {what} after {limit:g} s")
+        time.sleep(0.05)  # a condition may read a big file: leave the CPU to the processes
+
+
+async def until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
+    """``wait_until`` for a test running in an event loop: the loop goes on meanwhile."""
+    deadline = time.monotonic() + limit
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise NeverHappenedError(f"gave up waiting for {what} after {limit:g} s")
+        await asyncio.sleep(0.01)

@@ -12,8 +12,9 @@ from pathlib import Path
 from ambrosia_ic import registry
 from ambrosia_ic.lease import current_primary
 
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
 from tests.ic.rawbinding import CounterApp, Driver
+from tests.launcher import wait_until
 
 
 class Cluster:

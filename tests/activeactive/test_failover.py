@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
+from tests.launcher import wait_until
 
 from .cluster import Cluster
 

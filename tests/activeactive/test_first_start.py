@@ -6,8 +6,9 @@ from __future__ import annotations
 import socket
 
 from ambrosia_core.wire import InitialMessage, TakeBecomingPrimaryCheckpoint, TakeCheckpoint
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
 from tests.ic.test_first_start import _run_chain
+from tests.launcher import wait_until
 
 from .cluster import Cluster
 

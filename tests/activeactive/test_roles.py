@@ -7,7 +7,8 @@ import signal
 from ambrosia_ic.logstore import file_numbers, log_path, read_seal
 
 from ambrosia_core.wire import TakeCheckpoint
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
+from tests.launcher import wait_until
 
 from .cluster import Cluster
 

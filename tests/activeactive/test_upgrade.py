@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ambrosia_ic.logstore import file_numbers
 
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
 from tests.ic.rawbinding import CounterApp, Driver
+from tests.launcher import wait_until
 
 from .cluster import Cluster
 

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from playwright.sync_api import BrowserContext, Page, Playwright, expect, sync_p
 from ambrosia_core.ports import free_ports
 from ambrosia_core.processes import Child
 from ambrosia_py.testing import start_immortal
-from tests.launcher import ROOT
+from tests.launcher import ROOT, wait_until
 from tests.services.connectors.clients.helpers import SinkProcess
 
 pytestmark = pytest.mark.integration
@@ -65,19 +64,19 @@ def _ambrosia(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _settled(status_file: Path, lines: int, size: int) -> dict[str, Any]:
     """The status file once every line is applied and committed to the sink ``out``."""
-    deadline = time.monotonic() + 20
-    while True:
+    def settled() -> dict[str, Any] | None:
         try:
             report = json.loads(status_file.read_text())
         except (OSError, ValueError):
-            report = {}
+            return None
         streams = list((report.get("streams") or {}).values())
         out = (report.get("sinks") or {}).get("out", {})
         if streams and streams[0]["applied"] == lines and streams[0]["closed"] and \
                 out.get("committed") == size and report.get("acked") == lines:
-            return report
-        assert time.monotonic() < deadline, f"the run did not settle: {report}"
-        time.sleep(0.1)
+            return dict(report)
+        return None
+
+    return dict(wait_until(settled, "every line applied and committed in the status file"))
 
 
 def test_the_page_shows_a_running_coordinator_then_its_stop(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from ambrosia_core.processes import (
     ChildTimeoutError,
     stop_process,
 )
+from tests.launcher import wait_until
 
 # A child that ignores SIGTERM and starts a grandchild (in its group) that ignores it too.
 STUBBORN = """
@@ -65,15 +66,6 @@ def group_members(pgid: int) -> list[int]:
                 if int(fields[2]) == pgid and fields[0] != "Z":
                     found.append(int(entry.name))
     return found
-
-
-def eventually(cond: Callable[[], bool], limit: float = 10.0) -> bool:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_an_awaited_line_arrives_and_the_count_picks_which(children: list[Child]) -> None:
@@ -134,7 +126,7 @@ def test_stop_of_a_child_that_ignores_sigterm_ends_it_and_its_grandchild(
     started = time.monotonic()
     assert child.stop(timeout=0.5) == -signal.SIGKILL
     assert time.monotonic() - started < 10
-    assert eventually(lambda: gone(grandchild)), "the grandchild outlived the stop"
+    wait_until(lambda: gone(grandchild), "the grandchild gone after the stop")
     assert not child.alive()
 
 
@@ -160,7 +152,7 @@ def test_kill_leaves_no_process_of_the_group_alive(children: list[Child]) -> Non
     child.wait_for("grandchild", timeout=30)
     assert len(group_members(child.pid)) == 2
     assert child.kill() == -signal.SIGKILL
-    assert eventually(lambda: not group_members(child.pid)), group_members(child.pid)
+    wait_until(lambda: not group_members(child.pid), "no process of the group left")
 
 
 def test_a_child_writing_to_a_log_file_is_read_from_where_its_run_began(
@@ -191,7 +183,7 @@ def test_stop_process_stops_a_group_started_elsewhere() -> None:
         assert proc.stdout is not None
         grandchild = int(proc.stdout.readline().split()[1])
         assert stop_process(proc, 0.5, terminate_group=True) == -signal.SIGKILL
-        assert eventually(lambda: gone(grandchild))
+        wait_until(lambda: gone(grandchild), "the grandchild gone after the stop")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -29,8 +29,9 @@ from ambrosia_core.wire import (
     TrimTo,
     encode_zz32,
 )
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
 from tests.ic.rawbinding import Driver
+from tests.launcher import wait_until
 
 pytestmark = pytest.mark.integration
 

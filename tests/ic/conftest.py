@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,6 @@ from ambrosia_ic import launch, registry
 from ambrosia_core.processes import kill_process
 
 from .rawbinding import CounterApp, Driver, RawBinding
-
-
-def wait_until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
-    """Poll ``cond`` until it is true; ``limit`` only keeps a broken run from hanging."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.01)
 
 
 class Harness:

@@ -14,8 +14,9 @@ from ambrosia_ic.logstore import CheckpointFile, checkpoint_path, write_checkpoi
 
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.wire import Checkpoint, TakeCheckpoint
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .test_first_start import _run_chain
 
 STATE = {"format": 1, "next_seq": 0, "inputs": {}, "outputs": {}}

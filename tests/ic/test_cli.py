@@ -90,7 +90,8 @@ def test_run_hands_every_argument_to_the_runtime(harness: Harness) -> None:
 
 
 def test_log_dump_shows_records_and_checkpoints(harness: Harness) -> None:
-    from .conftest import wait_until
+    from tests.launcher import wait_until
+
     from .test_first_start import _run_chain
 
     harness.register("alpha")

@@ -17,8 +17,9 @@ from ambrosia_ic import cli, registry
 from ambrosia_cli import main as ambrosia_main
 from ambrosia_cli import run as run_cli
 from ambrosia_py.runtime import cli as binding_cli
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .test_first_start import _run_chain
 
 

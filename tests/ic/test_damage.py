@@ -11,7 +11,9 @@ from ambrosia_ic.errors import LogCorruptionError
 from ambrosia_ic.logstore import LogScan, encode_disk_record, log_path, scan_log
 from ambrosia_ic.recovery import plan_recovery
 
-from .conftest import Harness, wait_until
+from tests.launcher import wait_until
+
+from .conftest import Harness
 from .test_first_start import _run_chain
 
 CID = 1234

@@ -7,8 +7,9 @@ import subprocess
 from typing import Any
 
 from ambrosia_core.wire import OutgoingRpc, Rpc
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .rawbinding import CounterApp, Driver, RawBinding
 from .test_first_start import _run_chain
 

@@ -15,8 +15,9 @@ from ambrosia_core.wire import (
     encode_control_record,
     encode_record,
 )
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 
 
 def test_first_start_echoes_initial_message_and_logs_self_calls(harness: Harness) -> None:

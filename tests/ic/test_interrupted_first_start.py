@@ -22,8 +22,9 @@ from ambrosia_ic.recovery import first_start_pending, interrupted_first_start
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.wire import Checkpoint, InitialMessage, TakeBecomingPrimaryCheckpoint
 from ambrosia_py.testing import start_immortal
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
 CID = 77

@@ -14,7 +14,9 @@ from ambrosia_ic import registry
 from ambrosia_ic.errors import RegistryError
 from ambrosia_ic.lease import current_primary
 
-from .conftest import Harness, wait_until
+from tests.launcher import wait_until
+
+from .conftest import Harness
 from .rawbinding import CounterApp, Driver
 
 

@@ -5,21 +5,13 @@ the floor only once the receiver acknowledges calls."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from ambrosia_ic.links import OutboundLink, challenge, check_hello, hello_reply
 
 from ambrosia_core.wire import Rpc, TrimTo
+from tests.launcher import until
 
 SECRET = b"s" * 32
-
-
-async def _until(cond: Callable[[], object], what: str) -> None:
-    for _ in range(1000):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{what} never happened")
 
 
 def test_a_receiver_that_drops_each_admitted_link_is_waited_for_until_it_acknowledges(
@@ -55,12 +47,12 @@ def test_a_receiver_that_drops_each_admitted_link_is_waited_for_until_it_acknowl
         link.add(Rpc(7, 1, b"call").encode())
         link.start()
         try:
-            await _until(lambda: len(admitted) >= 4, "four admitted connections")
+            await until(lambda: len(admitted) >= 4, "four admitted connections")
             # Every one was admitted and dropped with nothing acknowledged: a streak.
             assert link.backoff.failures >= 3
             assert link.unacked  # the call waits for a receiver that logs it
             acknowledge = True
-            await _until(lambda: not link.unacked, "the call acknowledged")
+            await until(lambda: not link.unacked, "the call acknowledged")
             assert link.backoff.failures == 0
         finally:
             await link.stop()

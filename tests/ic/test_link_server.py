@@ -21,6 +21,7 @@ from ambrosia_ic.links import LINK_MAGIC, _mac, _name, open_link
 
 from ambrosia_core.ports import free_ports
 from ambrosia_core.wire import Rpc, TrimTo, encode_record
+from tests.launcher import until
 
 SECRET = b"k" * 32
 Queued = collections.deque[tuple[str | None, int | None, bytes]]
@@ -57,14 +58,6 @@ def _serve(tmp_path: Path,
     asyncio.run(main())
 
 
-async def _until(cond: Callable[[], object], what: str) -> None:
-    for _ in range(500):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{what} never happened")
-
-
 def test_records_behind_the_hello_in_one_segment_are_queued_and_acknowledged(
         tmp_path: Path) -> None:
     async def test(server: LinkServer, queued: Queued, lines: list[str],
@@ -85,11 +78,11 @@ def test_records_behind_the_hello_in_one_segment_are_queued_and_acknowledged(
             while len(reply) < 40:
                 reply += await loop.sock_recv(s, 64)
             assert reply[:32] == _mac(SECRET, b"S", nonce_c, nonce_s)
-            await _until(lambda: len(queued) == 2, "the first two records queued")
+            await until(lambda: len(queued) == 2, "the first two records queued")
             assert [(k, n) for k, n, _ in queued] == [("A", 1), ("A", 3)]
             assert bursts and bursts[-1] == 2  # committed after the read that brought them
             await loop.sock_sendall(s, third[9:])
-            await _until(lambda: len(queued) == 3, "the third record queued")
+            await until(lambda: len(queued) == 3, "the third record queued")
             # Acknowledgements made close together go out as one, the highest.
             server.acknowledge({"A": 3})
             server.acknowledge({"A": 5, "C": 1})  # C has no link: nothing to send it
@@ -116,7 +109,7 @@ def test_a_hello_with_a_wrong_proof_is_refused_with_one_line(tmp_path: Path) -> 
         writer.write(_name("A") + _name("B") + bytes(16) + bytes(32) + _record(1, 1))
         assert await reader.read(100) == b""  # closed without a word
         writer.close()
-        await _until(lambda: lines, "the refusal logged")
+        await until(lambda: lines, "the refusal logged")
         assert len(lines) == 1 and lines[0].startswith("refused a link from 127.0.0.1:")
         assert lines[0].endswith("peer claiming to be 'A' failed the link authentication")
         assert list(queued) == []
@@ -130,14 +123,14 @@ def test_a_paused_server_reads_nothing_until_it_resumes(tmp_path: Path) -> None:
         _, writer, last = await open_link(LOOPBACK, server.port, SECRET, "A", "B")
         assert last == 0
         writer.write(_record(1, 1))
-        await _until(lambda: len(queued) == 1, "the first record queued")
+        await until(lambda: len(queued) == 1, "the first record queued")
         server.pause()
         writer.write(_record(2, 1))
         await writer.drain()
         await asyncio.sleep(0.3)
         assert len(queued) == 1
         server.resume()
-        await _until(lambda: len(queued) == 2, "the held record queued once resumed")
+        await until(lambda: len(queued) == 2, "the held record queued once resumed")
         assert [n for _, n, _ in queued] == [1, 2]
         writer.close()
 
@@ -168,7 +161,7 @@ def test_links_pause_while_the_binding_reads_nothing_or_the_log_is_behind(
         got = 0
         while got < sent:
             got += len(await loop.sock_recv(binding, 1 << 20))
-        await _until(lambda: not server.paused and c.drain_wait is None, "links resumed")
+        await until(lambda: not server.paused and c.drain_wait is None, "links resumed")
         c.pending.extend([(None, None, b"x")] * (commit.MAX_PENDING + 1))
         commit.regulate(c)
         assert server.paused  # the log is behind
@@ -197,7 +190,7 @@ def test_a_sender_that_stops_inside_a_record_is_closed_in_time(tmp_path: Path) -
             hello = (_name("A") + _name("B") + nonce_c
                      + _mac(SECRET, b"C", nonce_s, nonce_c, b"A", b"\0", b"B"))
             await loop.sock_sendall(s, hello + _record(1, 1))
-            await _until(lambda: len(queued) == 1, "the first record queued")
+            await until(lambda: len(queued) == 1, "the first record queued")
             await asyncio.sleep(2.0)  # idle between records: still linked
             assert lines == []
             second = _record(3, 2)
@@ -206,7 +199,7 @@ def test_a_sender_that_stops_inside_a_record_is_closed_in_time(tmp_path: Path) -
             await loop.sock_sendall(s, second[5:12])  # progress: the time starts again
             await asyncio.sleep(1.0)
             assert lines == []  # 2 s after the record began, but 1 s since its progress
-            await _until(lambda: lines, "the stalled link closed")
+            await until(lambda: lines, "the stalled link closed")
             got = b""
             while True:
                 chunk = await loop.sock_recv(s, 64)
@@ -245,12 +238,12 @@ def test_a_resent_run_is_queued_from_the_first_call_not_yet_accepted(tmp_path: P
                        encode_record(0, 7, _calls(2, 7)),  # 2..3 again, 4..7 new
                        encode_record(0, 8, _calls(8, 8))]
             await loop.sock_sendall(s, hello + b"".join(records))
-            await _until(lambda: len(queued) == 3, "three records queued")
+            await until(lambda: len(queued) == 3, "three records queued")
             await asyncio.sleep(0.05)
             assert list(queued) == [("A", 3, _calls(1, 3)), ("A", 7, _calls(4, 7)),
                               ("A", 8, _calls(8, 8))]
             await loop.sock_sendall(s, encode_record(0, 12, _calls(10, 12)))  # 9 is missing
-            await _until(lambda: lines, "the gap said")
+            await until(lambda: lines, "the gap said")
         assert len(queued) == 3
         assert "link calls 10..12 from A after 8" in lines[0], lines
 

@@ -11,9 +11,10 @@ from ambrosia_ic.coordinator.link_server import LinkServer
 from ambrosia_ic.links import LINK_MAGIC, open_link
 
 from ambrosia_core.wire import CONTROL_SEQ, Rpc, encode_record
+from tests.launcher import wait_until
 
 from ..pki import Pki, Relay, make_pki
-from .conftest import Harness, wait_until
+from .conftest import Harness
 
 
 def _connect(port: int) -> socket.socket | None:

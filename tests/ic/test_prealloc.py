@@ -21,8 +21,9 @@ from ambrosia_ic.logstore import (
 from ambrosia_ic.recovery import coordinator_state, plan_recovery
 
 from ambrosia_core.wire import Checkpoint, TakeCheckpoint
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .test_first_start import _run_chain
 
 CID = 77

@@ -7,8 +7,9 @@ from ambrosia_ic.logstore import scan_log
 from ambrosia_ic.recovery import estimate_replay, plan_recovery
 
 from ambrosia_py.runtime.progress import progress_line
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .test_first_start import _run_chain
 
 

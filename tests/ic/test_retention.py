@@ -14,8 +14,9 @@ from ambrosia_core.ports import free_ports
 from ambrosia_core.wire import TakeCheckpoint
 from ambrosia_py.testing import checkpoints, repro, start_immortal
 from samples.counter.counter import Counter
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .rawbinding import CounterApp
 from .test_debug_instance import _debug
 from .test_first_start import _run_chain

@@ -15,9 +15,9 @@ import pytest
 from ambrosia_ic.logstore import LOCK_NAME, LogScan, log_path, scan_log
 
 from ambrosia_py.testing import start_immortal
-from tests.launcher import ROOT
+from tests.launcher import ROOT, wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .test_cli import _one_line_error
 from .test_first_start import _run_chain
 

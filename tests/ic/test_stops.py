@@ -15,9 +15,9 @@ from ambrosia_cli.local_coordinator import lock_held
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, start_immortal
 from samples.counter.counter import Counter
-from tests.launcher import ROOT
+from tests.launcher import ROOT, wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .test_first_start import _run_chain
 
 pytestmark = pytest.mark.integration

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ambrosia_core.wire import CONTROL_SEQ, UpgradeTakeCheckpoint, encode_control_record
+from tests.launcher import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .rawbinding import CounterApp, Driver
 from .test_first_start import _run_chain
 

@@ -59,10 +59,12 @@ def test_post_calls_from_the_peer_get_their_result_or_error(interop: Interop) ->
     assert failed["methodName"] == "divide_Result" and failed["callID"] == div
     assert "result" not in failed
     assert failed["errorMsg"] == "ZeroDivisionError: division by zero"
-    # The callee logs it too, with its traceback.
+    # The callee logs it too, with its traceback: waited for to its last line, which the
+    # reader of the callee's output may not have reached when it hands out the first.
     logged = py.wait_for(f"divide failed (posted by js, call {div}")
     assert logged.endswith(f"divide failed (posted by js, call {div}; the caller gets its "
                            "errorMsg)")
+    py.wait_for("ZeroDivisionError: division by zero")
     after = py.lines[py.lines.index(logged) + 1:]
     assert after[0] == "Traceback (most recent call last):"
     assert "ZeroDivisionError: division by zero" in after[:12]

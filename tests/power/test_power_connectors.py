@@ -20,7 +20,7 @@ import pytest
 from ambrosia_core.durable import make_dirs
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
-from tests.launcher import Launcher, wait_until
+from tests.launcher import Launcher, NeverHappenedError, wait_until
 from tests.services.connectors.clients.helpers import SinkProcess
 from tests.services.connectors.test_crashes import (
     TAILED,
@@ -55,7 +55,8 @@ class PoweredPipeline(Pipeline):
         self.args = {"tail feed": list(TAILED)}
         self.started = 0
         first = self._feed("tail feed")
-        wait_until(partial(_logged, tmp / f"feed-{self.started}.log", b"connected to"), 30)
+        wait_until(partial(_logged, tmp / f"feed-{self.started}.log", b"connected to"),
+                   "the new feed connected", 30)
         self.feeds = {"tail feed": [first, self._feed("tail feed")]}
 
     def _config(self) -> None:
@@ -134,8 +135,8 @@ def test_every_line_committed_once_through_power_cuts(disk: PowerDisk, tmp_path:
             return got == want
 
         try:
-            wait_until(complete, 60)
-        except TimeoutError:
+            wait_until(complete, "every line committed once", 60)
+        except NeverHappenedError:
             got = by_stream(committed.read_bytes()) if committed.exists() else {}
             raise AssertionError(
                 f"seed {seed}: committed lines per stream "

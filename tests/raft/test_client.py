@@ -98,11 +98,13 @@ def test_broadcast_carries_new_entries(cluster: LocalCluster) -> None:
     async def body(cl: RaftClient) -> None:
         sub = await cl.subscribe()
         try:
-            await asyncio.sleep(0.3)  # a SUB socket misses what comes before it joins
+            # A SUB socket misses what comes before it joins: it has joined once the first
+            # broadcast (the leader sends one at least every 0.5 s) reaches it.
+            assert await sub.receive(30) is not None
             index = await cl.request_update(b"broadcast me")
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                got = await sub.receive(1.0)
+                got = await sub.receive(30)
                 assert got is not None
                 if any(e.index == index for e in got.entries):
                     assert [e.data for e in got.entries if e.index == index] == [b"broadcast me"]

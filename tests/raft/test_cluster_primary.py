@@ -18,6 +18,8 @@ from ambrosia_ic.logstore.raft_store import RaftLogStore
 from ambrosia_ic.raft.client import RaftClient
 from ambrosia_ic.raft.cluster import LocalCluster
 
+from tests.launcher import until
+
 from .conftest import SECRET
 
 pytestmark = pytest.mark.integration
@@ -35,14 +37,6 @@ async def _history(c: LocalCluster, n: int) -> int:
         return index
     finally:
         client.close()
-
-
-async def _until(cond: object, what: str) -> None:
-    for _ in range(400):
-        if cond():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def test_a_caller_reads_from_the_claim_not_the_history(cluster: LocalCluster) -> None:
@@ -64,7 +58,7 @@ def test_a_caller_reads_from_the_claim_not_the_history(cluster: LocalCluster) ->
             everything = ClusterPrimary(cluster.address, key, logs.append)
             tasks = [asyncio.create_task(p.follow()) for p in (caller, everything)]
             try:
-                await _until(lambda: caller.where and everything.where, "both followers")
+                await until(lambda: caller.where and everything.where, "both followers")
                 assert caller.where == everything.where == ("127.0.0.1", 1111)
                 # Only the claim and what came after it: the history before was skipped.
                 assert caller.entries_read == last - mark.index + 1
@@ -72,7 +66,7 @@ def test_a_caller_reads_from_the_claim_not_the_history(cluster: LocalCluster) ->
                 assert seen == [mark]
                 # A newer claim still moves the caller.
                 assert await standby.claim({"replica": 2, "ic_port": 2222})
-                await _until(lambda: caller.where == ("127.0.0.1", 2222), "the newer claim")
+                await until(lambda: caller.where == ("127.0.0.1", 2222), "the newer claim")
                 assert seen == [mark, ClaimMark(standby.view.claim_index, 2)]
             finally:
                 for t in tasks:
@@ -83,7 +77,7 @@ def test_a_caller_reads_from_the_claim_not_the_history(cluster: LocalCluster) ->
                                   start=ClaimMark(mark.index + 1, 1))
             task = asyncio.create_task(lost.follow())
             try:
-                await _until(lambda: lost.where == ("127.0.0.1", 2222), "the primary")
+                await until(lambda: lost.where == ("127.0.0.1", 2222), "the primary")
                 assert lost.entries_read > last
             finally:
                 task.cancel()

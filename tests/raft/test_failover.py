@@ -14,7 +14,8 @@ from ambrosia_ic.logstore.raft_store import HEARTBEAT, LEASE
 from ambrosia_ic.raft.cluster import LocalCluster
 
 from tests.activeactive.cluster import Cluster
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
+from tests.launcher import wait_until
 
 from .conftest import restart_missing
 

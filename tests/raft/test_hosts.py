@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 from ambrosia_ic import launch, registry
 
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
 from tests.ic.rawbinding import CounterApp, Driver
+from tests.launcher import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

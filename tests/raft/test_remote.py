@@ -18,7 +18,8 @@ from ambrosia_ic.logstore.registrations import publish_registration
 from ambrosia_ic.raft.cluster import LocalCluster
 
 from tests.activeactive.cluster import Cluster
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
+from tests.launcher import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -30,6 +30,8 @@ from ambrosia_ic.logstore.raft_store import LEASE, RaftLogStore
 from ambrosia_ic.raft.client import RaftClient
 from ambrosia_ic.raft.cluster import LocalCluster
 
+from tests.launcher import wait_until
+
 from .conftest import SECRET, restart_missing
 from .replica_worker import EXIT_FENCED
 
@@ -247,14 +249,9 @@ class Replica:
         self.proc.wait()
 
 
-def wait_records(c: LocalCluster, name: str, at_least: int) -> int:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        n = len(asyncio.run(committed(c, name))[0])
-        if n >= at_least:
-            return n
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {at_least} records after 30 s")
+def wait_records(c: LocalCluster, name: str, at_least: int) -> None:
+    wait_until(lambda: len(asyncio.run(committed(c, name))[0]) >= at_least,
+               f"{at_least} records of {name}")
 
 
 def exactly_once(c: LocalCluster, name: str, total: int) -> InstanceView:

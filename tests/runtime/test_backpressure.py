@@ -9,8 +9,6 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 from ambrosia_core.wire import (
     CheckpointEnd,
@@ -26,19 +24,12 @@ from ambrosia_core.wire import (
 from ambrosia_py.runtime.engine import IMPULSE_QUEUE_LIMIT, Engine
 from ambrosia_py.runtime.runner import _WRITE_HIGH_WATER, ImmortalRunner
 from ambrosia_py.serialization import Envelope
+from tests.launcher import wait_until
 
 from .apps import FLOOD, FLOOD_PAD, Flooder
 
 CID = 11
 _RECV_TIMEOUT = 10.0  # seconds without bytes before the test says what is stuck
-
-
-def _wait(cond: Callable[[], Any], what: str, limit: float = 60.0) -> None:
-    """Poll ``cond``; ``limit`` only keeps a broken run from hanging."""
-    deadline = time.monotonic() + limit
-    while not cond():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)
 
 
 def _flooded(m: object, seen: list[int]) -> None:
@@ -87,7 +78,7 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
         assert initial is not None
         send.sendall(encode_record(CID, 0, initial.encode()))
         # Now the immortal floods and the coordinator reads nothing: the sender must stall.
-        _wait(lambda: engine.blocked_senders > 0, "the flooding thread to wait for room")
+        wait_until(lambda: engine.blocked_senders > 0, "the flooding thread to wait for room")
         inst = engine.instance
         assert isinstance(inst, Flooder)
         # Stalled for good, not just for a moment: the kernel's socket buffers and the
@@ -118,7 +109,7 @@ def test_a_coordinator_that_stops_reading_bounds_the_buffers_and_loses_nothing()
             for m in decoder.events():
                 _flooded(m, seen)
         assert seen == list(range(FLOOD))
-        _wait(lambda: inst._accepted == FLOOD, "the flooding thread to finish")
+        wait_until(lambda: inst._accepted == FLOOD, "the flooding thread to finish")
         # The whole time, the buffers held about a megabyte each, never the whole flood.
         one = FLOOD_PAD + 64
         assert engine.peak_queued_bytes <= IMPULSE_QUEUE_LIMIT + one

@@ -5,13 +5,12 @@ checkpoint with the same state."""
 from __future__ import annotations
 
 import hashlib
-import time
 
 import pytest
 
 from ambrosia_py import Immortal, ImmortalDefinitionError
 from ambrosia_py.testing import checkpoints
-from tests.launcher import Launcher
+from tests.launcher import Launcher, wait_until
 
 from .apps import BLOB_SIZE, POKES, expected_blob
 
@@ -19,10 +18,8 @@ pytestmark = pytest.mark.integration
 
 
 def _wait_for_checkpoint(launcher: Launcher, name: str, number: int) -> None:
-    deadline = time.monotonic() + 60
-    while max(checkpoints(name, launcher.home), default=0) < number:
-        assert time.monotonic() < deadline, f"checkpoint {number} of {name} never came"
-        time.sleep(0.05)
+    wait_until(lambda: max(checkpoints(name, launcher.home), default=0) >= number,
+               f"checkpoint {number} of {name}")
 
 
 @pytest.mark.parametrize(("cls", "loaded"), [

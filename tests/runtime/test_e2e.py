@@ -34,7 +34,8 @@ def test_pending_awaits_complete_across_crashes(launcher: Launcher) -> None:
     caller.kill()  # crash 1: the call is in the log, its result is not
     caller = launcher.start("tests.runtime.apps:Caller", "caller")
     # Became primary while suspended: that checkpoint holds the quiescent snapshot + inputs.
-    wait_until(lambda: max(checkpoints("caller", launcher.home), default=0) >= 2)
+    wait_until(lambda: max(checkpoints("caller", launcher.home), default=0) >= 2,
+               "the caller's second checkpoint")
     caller.kill()  # crash 2
     caller = launcher.start("tests.runtime.apps:Caller", "caller")
     caller.wait_for("re-dispatching 1 inputs to rebuild suspended calls")

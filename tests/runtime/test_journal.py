@@ -19,10 +19,9 @@ from ambrosia_py.runtime.journal import InitialInput, RpcInput, input_from_wire,
 from ambrosia_py.serialization import Envelope
 from ambrosia_py.testing import checkpoints, repro
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
-from tests.launcher import Launcher
+from tests.launcher import Launcher, wait_until
 
 from .apps import BoundedPatient, ImpulsedBoundedPatient, ImpulsedPatient, Patient, Waiters
-from .test_e2e import wait_until
 
 PAD = default_method_id("pad")
 WARNING = ("every checkpoint now carries {n} inputs ({size} bytes) because handlers are "
@@ -173,7 +172,8 @@ def test_a_real_run_warns_live_and_recovers_quietly(launcher: Launcher) -> None:
     p.kill()
     # A replay of the log, then a load of the checkpoint that carries the journal.
     p = launcher.start("tests.runtime.apps:ImpulsedPatient", "patient")
-    wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2)
+    wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2,
+               "the patient's second checkpoint")
     p.stop()
     assert not any("every checkpoint" in line for line in p.lines)
     p = launcher.start("tests.runtime.apps:ImpulsedPatient", "patient")
@@ -196,7 +196,8 @@ def test_a_real_run_gives_up_past_the_limit_and_stays_small(launcher: Launcher) 
     p.wait_for("patient padded 20")
     p.kill()
     p = launcher.start("tests.runtime.apps:ImpulsedBoundedPatient", "patient")
-    wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2)
+    wait_until(lambda: max(checkpoints("patient", launcher.home), default=0) >= 2,
+               "the patient's second checkpoint")
     p.stop()
     # Replayed, it gave up at the same input, so its checkpoints carry no journal.
     assert not any("gave up" in ln or "re-dispatching" in ln for ln in p.lines)

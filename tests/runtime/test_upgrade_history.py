@@ -10,10 +10,9 @@ import pytest
 from ambrosia_core.wire import RpcType
 from ambrosia_py.errors import AlreadyUpgradedError
 from ambrosia_py.testing import checkpoints, upgrade_test
-from tests.launcher import Launcher
+from tests.launcher import Launcher, wait_until
 
 from .apps import BookV1, BookV2
-from .test_e2e import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +33,8 @@ def _upgrade_live(launcher: Launcher) -> None:
     p = launcher.start(V1, "book", args=["--upgrade-to", V2])
     assert "(live)" in p.wait_for("upgraded to BookV2 version 2")
     p.wait_for("v2 signed by Linus (4 signatures)")
-    wait_until(lambda: registry.load("book", launcher.home).current_version == 2)
+    wait_until(lambda: registry.load("book", launcher.home).current_version == 2,
+               "version 2 registered")
     p.stop()
 
 

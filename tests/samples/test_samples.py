@@ -83,7 +83,8 @@ def test_upgrade_v1_to_v2_live_with_one_command(launcher: Launcher) -> None:
     assert any("registered the upgrade of guests from version 1 to version 2" in line
                for line in p.lines)
     # The coordinator records the new version once the upgraded checkpoint is durable.
-    wait_until(lambda: registry.load("guests", launcher.home).current_version == 2)
+    wait_until(lambda: registry.load("guests", launcher.home).current_version == 2,
+               "version 2 registered")
     p.stop()
     after = registry.load("guests", launcher.home)
     assert (after.receive_port, after.send_port, after.ic_port, after.upgrade_version) == (
@@ -115,7 +116,8 @@ def test_upgrade_v1_to_v2_live_with_register_instance_and_a_restart(
                        args=["--upgrade-to", "samples.upgrade.v2:GuestBook"])
     assert "(live)" in p.wait_for("upgraded to GuestBook version 2")
     assert not any("registered the upgrade" in line for line in p.lines)  # done already
-    wait_until(lambda: registry.load("guests", launcher.home).current_version == 2)
+    wait_until(lambda: registry.load("guests", launcher.home).current_version == 2,
+               "version 2 registered")
     p.stop()
     p = launcher.start("samples.upgrade.v2:GuestBook", "guests")
     p.stop()

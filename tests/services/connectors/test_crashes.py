@@ -20,7 +20,7 @@ import pytest
 
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess
-from tests.launcher import ROOT, Launcher, wait_until
+from tests.launcher import ROOT, Launcher, NeverHappenedError, wait_until
 
 from .clients.helpers import SinkProcess
 from .coordinator.peers import Source, lines
@@ -66,7 +66,7 @@ class Pipeline:
             # kind is always the active one.
             first = self._feed(kind)
             wait_until(partial(_logged, self.tmp / f"feed-{self.started}.log",
-                               b"connected to"), 30)
+                               b"connected to"), "the new feed connected", 30)
             self.feeds[kind] = [first, self._feed(kind)]
 
     def _sink(self) -> SinkProcess:
@@ -195,8 +195,8 @@ def test_every_line_is_committed_once_in_order_through_kill_9_of_every_part(
             return pipe.once_done() and got == want
 
         try:
-            wait_until(complete, 60)
-        except TimeoutError:
+            wait_until(complete, "every line committed once", 60)
+        except NeverHappenedError:
             got = by_stream(committed.read_bytes()) if committed.exists() else {}
             raise AssertionError(
                 f"seed {seed}: committed lines per stream "

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.launcher import Launcher, wait_until
+from tests.launcher import Launcher, NeverHappenedError, wait_until
 from tests.postgres import PostgresServer
 
 from .clients.helpers import PgSinkProcess, committed_output
@@ -55,12 +55,14 @@ class PgPipeline(Pipeline):
         log = self.tmp / "sink.log"
         if what == "database":
             if self.hook.get("kill_group"):  # wait for the hook's kill mid-commit
-                wait_until(lambda: b"kill -9 of the database" in log.read_bytes(), 30)
+                wait_until(lambda: b"kill -9 of the database" in log.read_bytes(),
+                           "the database's kill -9", 30)
                 self.hook = {}
             self.postgres.kill9()
             self.postgres.start()
         elif what == "sink" and self.hook.get("crash_at") and not self.hook.get("kill_group"):
-            wait_until(lambda: self.sink.proc.poll() is not None, 30)  # its own kill -9
+            wait_until(lambda: self.sink.proc.poll() is not None,
+                       "the sink's own kill -9", 30)  # its own kill -9
             assert self.sink.proc.returncode == -9
             super().kill(what)
         else:
@@ -97,8 +99,8 @@ def test_every_line_is_in_the_table_once_through_kill_9_of_every_part_and_the_da
             return pipe.once_done() and got == want
 
         try:
-            wait_until(complete, 60)
-        except TimeoutError:
+            wait_until(complete, "every line committed once", 60)
+        except NeverHappenedError:
             got = by_stream(committed_output(dsn))
             raise AssertionError(
                 f"committed lines per stream { {k: len(v) for k, v in got.items()} }, wanted "

@@ -14,8 +14,14 @@ from ambrosia_services.jobs.link import Connected, JobLinks, RunnerAddress
 from ambrosia_services.jobs.transport import exchange_hello
 
 from ambrosia_core.ports import free_ports
+from tests.launcher import until
 
 COORDINATOR = uuid.UUID("c4c4c4c4-c4c4-c4c4-c4c4-c4c4c4c4c4c4")
+
+
+def _cannot(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith("cannot reach runner")]
 
 
 def test_an_unreachable_runner_is_said_once_then_its_reaching(
@@ -27,7 +33,8 @@ def test_an_unreachable_runner_is_said_once_then_its_reaching(
         links = JobLinks(InitiatorJobs(COORDINATOR), [RunnerAddress(member, "127.0.0.1", port)],
                          max_backoff=0.05)
         async with links:
-            await asyncio.sleep(0.6)  # a dozen failed attempts
+            await until(lambda: _cannot(caplog), "the first failed attempt said")
+            await asyncio.sleep(0.6)  # a dozen failed attempts more, said no more
 
             async def runner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
                 await exchange_hello(r, w, member)
@@ -42,7 +49,7 @@ def test_an_unreachable_runner_is_said_once_then_its_reaching(
     with caplog.at_level(logging.INFO, logger="ambrosia_services.jobs.link"):
         asyncio.run(scenario())
     said = [r.getMessage() for r in caplog.records]
-    cannot = [m for m in said if m.startswith("cannot reach runner")]
+    cannot = _cannot(caplog)
     assert len(cannot) == 1, said
     assert cannot[0].startswith(f"cannot reach runner {member} at 127.0.0.1:{port} (")
     assert cannot[0].endswith("for 0 s; jobs for it wait, retrying")

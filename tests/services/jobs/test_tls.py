@@ -23,6 +23,7 @@ from ambrosia_services.jobs.link import Disconnected, Held, JobLinks, RunnerAddr
 
 from ambrosia_core.processes import kill_process
 from ambrosia_core.tls import TlsHandshakeError
+from tests.launcher import until, wait_until
 
 from ...pki import Pki, Relay, make_pki
 
@@ -97,15 +98,14 @@ def _held_over(runner: Runner, tls: Pki | None, port: int | None = None) -> obje
     return asyncio.run(scenario())
 
 
-def _wait_for(runner: Runner, text: str, limit: float = 20.0) -> str:
-    async def poll() -> str:
-        async with asyncio.timeout(limit):
-            while True:
-                for line in runner.log().splitlines():
-                    if text in line:
-                        return line
-                await asyncio.sleep(0.02)
-    return asyncio.run(poll())
+def _unreachable(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "cannot reach runner" in r.getMessage()]
+
+
+def _wait_for(runner: Runner, text: str) -> str:
+    """The first line of the runner's log holding ``text``, once there is one."""
+    return str(wait_until(lambda: next((ln for ln in runner.log().splitlines() if text in ln),
+                                       None), f"the runner to say {text!r}"))
 
 
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls"])
@@ -155,12 +155,13 @@ def test_an_expired_runner_certificate_is_named_in_one_line(
                          [RunnerAddress(runner.member, "127.0.0.1", runner.port)],
                          tls=ours.tls(), max_backoff=0.05)
         async with links:
-            await asyncio.sleep(1.0)
+            await until(lambda: _unreachable(caplog), "the runner's certificate named")
+            await asyncio.sleep(1.0)  # a second of failed attempts more, said no more
             assert not links.connected(runner.member)
 
     with caplog.at_level(logging.INFO, logger="ambrosia_services.jobs.link"):
         asyncio.run(scenario())
-    said = [r.getMessage() for r in caplog.records if "cannot reach runner" in r.getMessage()]
+    said = _unreachable(caplog)
     assert len(said) == 1, said
     assert (f"(TLS handshake with 127.0.0.1:{runner.port} failed: its certificate has "
             "expired)") in said[0]
@@ -175,7 +176,8 @@ def test_a_runner_refuses_an_expired_initiator_certificate(runner_of, pki) -> No
                          [RunnerAddress(runner.member, "127.0.0.1", runner.port)],
                          tls=expired.tls(), max_backoff=0.05)
         async with links:
-            await asyncio.sleep(1.0)
+            await until(lambda: "refused a connection" in runner.log(), "the runner's refusal")
+            await asyncio.sleep(1.0)  # a second of attempts more, none linked
             assert not links.connected(runner.member)
 
     asyncio.run(scenario())

@@ -122,11 +122,11 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     top = f'staging = "{root}"\n' if staged else ""
     p = start(launcher, tmp_path, port, {"orders": body}, top)
     feed(port, 7, "orders", range(1, 301), eos=False)
-    wait_until(lambda: out.exists() and len(written(out)) >= 40, 30)
+    wait_until(lambda: out.exists() and len(written(out)) >= 40, "40 lines written", 30)
     os.kill(processor_pid(p, 1), signal.SIGKILL)  # the child, mid-batch
     line = p.wait_for("started processor (pid", count=2)
     assert not line.endswith("at checkpoint none")  # from the last recorded checkpoint
-    wait_until(lambda: len(written(out)) >= 120, 30)
+    wait_until(lambda: len(written(out)) >= 120, "120 lines written", 30)
     p.kill()  # the coordinator (binding and log), mid-batch; the child dies with it
     mid = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[7]
     assert mid.checkpoint < 300
@@ -140,7 +140,7 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     assert int(resumed.rsplit(" ", 1)[1]) >= 100
     told = p.wait_for("processor: shard orders from checkpoint")  # initialize's number
     assert told.split("from checkpoint ")[1].startswith(resumed.rsplit(" ", 1)[1] + ",")
-    wait_until(lambda: len(written(out)) >= 200, 30)
+    wait_until(lambda: len(written(out)) >= 200, "200 lines written", 30)
     os.kill(coordinator_pid(p), signal.SIGKILL)  # the log alone: the binding stops
     assert p.proc.wait(30) != 0
     p.kill()  # joins the log reader
@@ -155,7 +155,7 @@ def test_child_and_coordinator_killed_mid_batch_lose_nothing(
     assert written(out) == list(range(1, 321))  # every record once, in order
     assert json.loads(out.read_text().splitlines()[0].split(" ", 1)[1]) == "s7 line 1\n"
     if staged:  # every block was let go: no segment is left but the one being written
-        wait_until(lambda: len(segment_names(root)) <= 1, 30)
+        wait_until(lambda: len(segment_names(root)) <= 1, "segments deleted", 30)
     p.stop()
     rec = repro("coord", KclCoordinator, home=launcher.home).state.kcl.streams[7]
     assert (rec.checkpoint, rec.finished, rec.records, rec.blocks) == (320, True, [], [])
@@ -175,14 +175,14 @@ def test_live_upgrades_mid_batch_and_a_kill_during_one_lose_nothing(
             f'env = {{ PYTHONPATH = "{kclpy}" }}\nbatch_records = 25\n')
     p = start(launcher, tmp_path, port, {"orders": body})
     feed(port, 7, "orders", range(1, 301), eos=False)
-    wait_until(lambda: out.exists() and len(written(out)) >= 60, 30)
+    wait_until(lambda: out.exists() and len(written(out)) >= 60, "60 lines written", 30)
     p.stop()  # mid-batch: records kept for the processor after its checkpoint
     config = ["--config", str(tmp_path / "coord.toml")]
     p = launcher.start(TARGET, "coord", args=[*config, "--upgrade-to", f"{VERSIONS}V1"])
     p.wait_for("upgraded to KclCoordinatorV1 version 1 (live)")
     resumed = p.wait_for("started processor (pid")
     assert int(resumed.rsplit(" ", 1)[1]) >= 50  # from the checkpoint version 0 recorded
-    wait_until(lambda: len(written(out)) >= 150, 30)
+    wait_until(lambda: len(written(out)) >= 150, "150 lines written", 30)
     p.stop()
     args = [*config, "--upgrade-to", f"{VERSIONS}V2"]
     p = launcher.start(f"{VERSIONS}V1", "coord", args=args, primary=False)
@@ -328,7 +328,8 @@ def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off
         f'[kcl.bad]\n{body}\n')
     p = start(launcher, tmp_path, port, {})
     feed(port, 6, "bad", range(1, 3), eos=False)
-    wait_until(lambda: sum("started processor (pid" in ln for ln in p.lines) >= 6, 30)
+    wait_until(lambda: sum("started processor (pid" in ln for ln in p.lines) >= 6,
+               "six processors started", 30)
     lines = [ln.split("): ", 1)[1] for ln in p.lines if "kcl bad (pid " in ln]
     assert lines == ["Traceback (most recent call last):", '  File "child.py", line 1',
                      "    boom()", "RuntimeError: crashes at start", "x" * 65536,
@@ -345,7 +346,7 @@ def test_a_child_that_crashes_at_every_start_is_said_once_counted_and_backed_off
             return False
         return bad["failures_in_a_row"] >= 5 and bad["last_failure"] != ""
 
-    wait_until(counted, 30)
+    wait_until(counted, "five failures in a row in the status", 30)
     p.stop()
 
 

@@ -9,8 +9,6 @@ import hashlib
 import logging
 import random
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,8 @@ from ambrosia_services.connectors import EosMessage, Hello, Message, Notify
 from ambrosia_services.connectors.clients import Address, FeedSourceError
 from ambrosia_services.connectors.clients.feed import Feed
 from ambrosia_services.connectors.clients.sources import FileSource, IteratorSource, RecordSource
+
+from tests.launcher import until
 
 from .helpers import ROOT, free_port
 from .worker import Worker, drop, error, restart_to
@@ -45,14 +45,6 @@ def _sent(worker: Worker) -> list[tuple[int, bytes]]:
 
 async def _run(feed: Feed, timeout: float = 20.0) -> None:
     await asyncio.wait_for(feed.run(), timeout)
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Wait for what must happen; a fixed sleep is only for what must not."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not become true"
-        await asyncio.sleep(0.01)
 
 
 def test_resumes_after_the_point_of_reference_skipping_the_record_at_it(tmp_path: Path) -> None:
@@ -94,16 +86,16 @@ def test_waits_when_out_of_credits(tmp_path: Path) -> None:
         worker = Worker(credits=3, auto_ack=False)
         port = await worker.start()
         task = asyncio.ensure_future(_run(_feed([FileSource(path, follow=False)], [port])))
-        await _until(lambda: len(worker.messages) == 2)
+        await until(lambda: len(worker.messages) == 2, "two MESSAGEs")
         await asyncio.sleep(0.3)
         assert _sent(worker) == list(zip(OFFSETS[:2], LINES[:2], strict=True))  # NOTIFY + 2
         sid = worker.messages[0].stream_id
         worker.ack(1, 2, ((sid, 2),))
-        await _until(lambda: len(worker.messages) == 4)
+        await until(lambda: len(worker.messages) == 4, "four MESSAGEs")
         await asyncio.sleep(0.3)
         assert len(worker.messages) == 4
         worker.ack(1, 10, ((sid, 9),))
-        await _until(lambda: any(isinstance(e, EosMessage) for _n, e in worker.events))
+        await until(lambda: any(isinstance(e, EosMessage) for _n, e in worker.events), "the EOS")
         await asyncio.sleep(0.2)
         assert not task.done()  # EOS sent, but no ACK covers the last line yet
         worker.ack(1, 0, ((sid, 17),))
@@ -166,14 +158,14 @@ def test_tails_a_growing_file(tmp_path: Path) -> None:
         task = asyncio.ensure_future(
             _feed([FileSource(path)], [port], poll_interval=0.02).run()
         )
-        await _until(lambda: len(worker.messages) == 2)
+        await until(lambda: len(worker.messages) == 2, "two MESSAGEs")
         with path.open("ab") as f:
             f.write(b"cc")  # a line without its newline yet: not sent
             f.flush()
             await asyncio.sleep(0.3)
             assert len(worker.messages) == 2
             f.write(b"c\nd\n")
-        await _until(lambda: len(worker.messages) == 4)
+        await until(lambda: len(worker.messages) == 4, "four MESSAGEs")
         task.cancel()
         worker.close()
         assert _sent(worker) == list(zip(OFFSETS[:4], LINES[:4], strict=True))
@@ -238,16 +230,20 @@ def test_a_worker_nobody_runs_is_said_once_then_counted(
     feed = Feed([FileSource(path, follow=False)], [Address("127.0.0.1", closed)],
                 backoff_base=0.0005, backoff_cap=0.001, rng=random.Random(3))
 
+    def cannot_connect() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+
     async def main() -> None:
         task = asyncio.ensure_future(feed.run())
-        await asyncio.sleep(1.0)  # hundreds of attempts
+        await until(lambda: len(cannot_connect()) >= 2, "the 10th attempt said")
+        await asyncio.sleep(1.0)  # hundreds of attempts more
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     with caplog.at_level(logging.INFO, logger="ambrosia_services.connectors.clients.feed"):
         asyncio.run(main())
-    said = [r.getMessage() for r in caplog.records if "cannot connect" in r.getMessage()]
+    said = cannot_connect()
     assert said[0].startswith(f"cannot connect to 127.0.0.1:{closed} (")
     assert said[0].endswith("); retrying with back-off up to 0.001 s")
     assert said[1].endswith("(10 attempts in a row); retrying with back-off up to 0.001 s")

@@ -95,7 +95,7 @@ def test_bad_sources_get_error_and_a_close_and_lose_nothing(launcher: Launcher,
                             reasons, strict=True):
         assert word in reason.lower(), (word, reason)
     want = {1: expected(1, 22), 2: expected(2, 1)}
-    wait_until(lambda: per_stream(sink.committed_bytes) == want, 30)
+    wait_until(lambda: per_stream(sink.committed_bytes) == want, "every stream committed", 30)
     assert not sink.violations
     assert not any("Traceback" in line for line in p.lines)
     assert sum("; closed" in line for line in p.lines) == len(reasons)
@@ -136,7 +136,8 @@ def test_silent_and_half_sent_sources_are_closed_in_time_and_their_number_is_bou
     idle.send(*lines(2, [1]))
     idle.wait_acked(2, 1)  # 1 s and more after its NOTIFY
     wait_until(lambda: per_stream(sink.committed_bytes) == {1: expected(1, 5),
-                                                            2: expected(2, 1)}, 30)
+                                                            2: expected(2, 1)},
+               "both streams committed", 30)
     assert not any("Traceback" in line for line in p.lines)
     idle.close()
     p.stop()

@@ -86,10 +86,11 @@ def _through(harness: Harness, tmp: Path, upgrade: bool) -> ReplicaSet:
         first.wait_for("became primary")
         first.wait_for("listening for sources")
         rs.start(1)
-        wait_until(lambda: rs.ic_says(1, "as the checkpointer"), 30)
+        wait_until(lambda: rs.ic_says(1,
+                   "as the checkpointer"), "replica 1 as the checkpointer", 30)
         feeds.append(feed(tmp, "feed-a.log", *to, "a.log"))
         append(tailed, "a", 0, BURST)
-        wait_until(lambda: len(committed_lines(tmp / "sink")) > 0, 30)
+        wait_until(lambda: len(committed_lines(tmp / "sink")) > 0, "a first line committed", 30)
         append(tailed, "a", BURST, BURST)  # in flight when the primary goes
         if upgrade:
             nxt = rs.start(2, "--upgrade-to", V1)
@@ -97,7 +98,7 @@ def _through(harness: Harness, tmp: Path, upgrade: bool) -> ReplicaSet:
             assert first.proc.wait(30) != 0  # fenced off by the upgrader
         else:
             nxt = rs.start(2)
-            wait_until(lambda: rs.ic_says(2, "as the standby"), 30)
+            wait_until(lambda: rs.ic_says(2, "as the standby"), "replica 2 as the standby", 30)
             rs.kill9(0)
         nxt.wait_for("became primary")
         nxt.wait_for("listening for sources")
@@ -117,7 +118,7 @@ def _through(harness: Harness, tmp: Path, upgrade: bool) -> ReplicaSet:
                 f"{ {k: len(v) for k, v in got.items()} }")
             return got == want
 
-        wait_until(complete, 60)
+        wait_until(complete, "every line committed", 60)
         assert feeds[1].wait(30) == 0, (tmp / "feed-c.log").read_text()
         assert f"connected to 127.0.0.1:{rs.listen[2]}" in (tmp / "feed-a.log").read_text()
         for n, p in rs.bindings.items():

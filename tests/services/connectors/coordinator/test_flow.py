@@ -65,12 +65,13 @@ def test_lines_are_committed_once_in_order_and_acked_after_apply(
     src.wait_acked(5, 120)
     credits = src.credits_back
     src.send(EosMessage(5))
-    wait_until(lambda: src.step() is None and src.credits_back > credits, 30)  # its ACK
-    wait_until(lambda: sink.committed_bytes == expected(5, 120), 30)
+    wait_until(lambda: src.step() is None and src.credits_back > credits,
+               "the source's ACK", 30)  # its ACK
+    wait_until(lambda: sink.committed_bytes == expected(5, 120), "every line committed", 30)
     assert not sink.violations
     status = tmp_path / "status.json"
     wait_until(lambda: status.exists() and json.loads(status.read_text())["sinks"]["out"][
-        "committed"] == len(expected(5, 120)), 30)
+        "committed"] == len(expected(5, 120)), "the status file's commits", 30)
     report = json.loads(status.read_text())
     assert report["streams"]["5"] == {"name": "five", "applied": 120, "dropped": 1,
                                       "por": 120, "closed": True, "lines": 120}
@@ -113,7 +114,7 @@ def test_kill_9_mid_stream_commits_every_line_once(launcher: Launcher,
         assert all((por != FROM_START and por >= acked) or acked == 0
                    for acked, por in f.resumes), f.resumes
     want = {sid: expected(sid, N_LINES) for sid in (1, 2)}
-    wait_until(lambda: per_stream(sink.committed_bytes) == want, 30)
+    wait_until(lambda: per_stream(sink.committed_bytes) == want, "every stream committed", 30)
     assert not sink.violations
     p.stop()
 
@@ -139,13 +140,13 @@ def test_aborts_and_cut_links_are_settled_and_committed_once(launcher: Launcher,
     src.notify(3, "three")
     src.send(*lines(3, range(1, 41)))
     src.wait_acked(3, 40)
-    wait_until(lambda: sink.committed_bytes == expected(3, 40), 30)
+    wait_until(lambda: sink.committed_bytes == expected(3, 40), "the first lines committed", 30)
     t1, t2 = sink.phase1s
     assert t1 != t2
     assert sink.listed[1:] == [(t1,), (t2,)]
     assert sink.phase2s == [(t1, False), (t2, True)]
     src.send(*lines(3, range(41, 61)))
-    wait_until(lambda: sink.committed_bytes == expected(3, 60), 30)
+    wait_until(lambda: sink.committed_bytes == expected(3, 60), "the next lines committed", 30)
     t3, t4 = sink.phase1s[2:]
     assert sink.phase2s[2:] == [(t3, False), (t4, True)]
     assert not sink.violations
@@ -162,7 +163,7 @@ def commit_ten_lines(launcher: Launcher, tmp_path: Path, sink: MemorySink,
     src.notify(4, "four")
     src.send(*lines(4, range(1, 11)))
     src.wait_acked(4, 10)
-    wait_until(lambda: sink.committed_bytes == expected(4, 10), 30)
+    wait_until(lambda: sink.committed_bytes == expected(4, 10), "every line committed", 30)
     src.close()
     p.stop()
 
@@ -183,7 +184,7 @@ def test_a_restarted_sink_that_says_offset_0_still_gets_the_next_transactions(
     src.notify(4, "four")
     src.send(*lines(4, range(11, 21)))
     src.wait_acked(4, 20)
-    wait_until(lambda: sink.committed_bytes == expected(4, 20), 30)
+    wait_until(lambda: sink.committed_bytes == expected(4, 20), "every line committed", 30)
     assert not sink.violations
     src.close()
     p.stop()

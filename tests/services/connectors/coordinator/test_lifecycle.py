@@ -82,7 +82,8 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
         v0.wait_for("listening for sources")
         feeds.append(feed(tmp_path, "feed-a.log", "--to", f"127.0.0.1:{port}", "a.log"))
         append(tailed, "a", 0, BURST)
-        wait_until(lambda: len(committed_lines(tmp_path / "sink")) > 0, 30)
+        wait_until(lambda: len(committed_lines(tmp_path / "sink")) > 0,
+                   "a first line committed", 30)
         append(tailed, "a", BURST, BURST)  # in flight while version 0 stops
         assert v0.stop() == 0
         append(tailed, "a", 2 * BURST, BURST)  # written while no primary runs
@@ -106,7 +107,7 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
                 f"{ {k: len(v) for k, v in got.items()} }")
             return got == want
 
-        wait_until(complete, 60)
+        wait_until(complete, "every line committed", 60)
         assert feeds[1].wait(30) == 0, (tmp_path / "feed-c.log").read_text()
         # The status RPC, called by another immortal, from the state of version 1.
         before = ask_status(launcher, "probe-1")
@@ -123,7 +124,7 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
         v2.wait_for("listening for sources")
         append(tailed, "a", 5 * BURST, BURST)
         want["a"] = [line("a", i) for i in range(6 * BURST)]
-        wait_until(complete, 60)
+        wait_until(complete, "every line committed", 60)
         feed_log = (tmp_path / "feed-a.log").read_text()
         # It reconnected (told by RESTART, or by a reset when the stop closed the socket
         # with its lines unread) and logged no warning storm on the way.

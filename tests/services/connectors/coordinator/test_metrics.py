@@ -43,13 +43,13 @@ def test_streams_sinks_and_commit_latency_agree_with_the_sink(launcher: Launcher
         total = b"".join(m.payload for sid, n in FED.items()
                          for m in lines(sid, range(1, n + 1)))
         wait_until(lambda: (sink.directory / "committed").exists()
-                   and len(sink.committed()) == len(total), 30)
+                   and len(sink.committed()) == len(total), "every line committed", 30)
 
         def settled() -> Samples:
             got = scrape(binding)
             return got if value(got, "ambrosia_connector_sink_pending_bytes", sink="out") == 0 \
                 else {}
-        wait_until(lambda: bool(settled()), 30)
+        wait_until(lambda: bool(settled()), "the metrics settled", 30)
         b, s = scrape(binding), scrape(sink_metrics)
         for sid, n in FED.items():
             stream = {"stream": str(sid), "stream_name": f"stream-{sid}"}

@@ -99,7 +99,7 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
         runs = runs_of(sink.committed_bytes)
         return {s: r[-1][1] for s, r in runs.items()} == want
 
-    wait_until(complete, 60)
+    wait_until(complete, "every line committed", 60)
     assert not sink.violations
     for sid, runs in runs_of(sink.committed_bytes).items():
         # Contiguous, in order, no message twice: each staged once and referenced once.
@@ -107,8 +107,9 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
         assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(runs)), (sid, runs)
     # Everything committed: every block is released and every segment but the one being
     # written is deleted, the stray one included.
-    wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0, 30)
-    wait_until(lambda: len(segment_names(staging, "staged.")) <= 1, 30)
+    wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0,
+               "no backlog", 30)
+    wait_until(lambda: len(segment_names(staging, "staged.")) <= 1, "segments deleted", 30)
     assert stray not in segment_names(staging)
     assert foreign in segment_names(staging)
     assert status(tmp_path)["staged"]["deleted_segments"] > 0  # type: ignore[index]
@@ -129,7 +130,8 @@ def test_credits_wait_while_the_backlog_is_over_its_bound(launcher: Launcher,
         src.wait_acked(5, k + 20)  # every message is ACKed (logged) ...
     held = src.credits_back
     assert held < 300  # ... but past the bound their credits are not given back
-    wait_until(lambda: status(tmp_path).get("staged", {}).get("held_credits", 0) > 0, 30)
+    wait_until(lambda: status(tmp_path).get("staged", {}).get("held_credits", 0) > 0,
+               "credits held", 30)
     report = status(tmp_path)["staged"]
     assert report["backlog_bytes"] >= 2000 and report["backlog_limit"] == 2000  # type: ignore[index]
     sink.votes.clear()  # the sink commits again: the blocks go, the credits come back
@@ -139,7 +141,8 @@ def test_credits_wait_while_the_backlog_is_over_its_bound(launcher: Launcher,
         assert time.monotonic() < deadline, (src.credits_back, status(tmp_path))
         assert src.step() is None
     assert src.credits_back == 301
-    wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0, 30)
+    wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0,
+               "no backlog", 30)
     src.close()
     p.stop()
 
@@ -185,10 +188,11 @@ def test_the_connector_coordinator_commits_staged_payloads_exactly_through_kill_
         f.join(90)
     want = {sid: b"".join(m.payload for m in lines(sid, range(1, N_LINES + 1)))
             for sid in (1, 2)}
-    wait_until(lambda: per_stream(sink.committed_bytes) == want, 60)
+    wait_until(lambda: per_stream(sink.committed_bytes) == want, "every stream committed", 60)
     assert not sink.violations
-    wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0, 30)
-    wait_until(lambda: len(segment_names(tmp_path / "staging")) <= 1, 30)
+    wait_until(lambda: status(tmp_path).get("staged", {}).get("backlog_bytes") == 0,
+               "no backlog", 30)
+    wait_until(lambda: len(segment_names(tmp_path / "staging")) <= 1, "segments deleted", 30)
     report = status(tmp_path)
     assert report["sinks"]["out"]["pending_bytes"] == 0  # type: ignore[index]
     p.stop()
@@ -237,7 +241,8 @@ def test_a_full_staging_root_is_said_and_nothing_is_lost_or_doubled(
     assert not feed.done.is_set()
     sink.votes.clear()
     feed.join(120)
-    wait_until(lambda: runs_of(sink.committed_bytes).get(1, [(0, 0)])[-1][1] == n, 60)
+    wait_until(lambda: runs_of(sink.committed_bytes).get(1, [(0, 0)])[-1][1] == n,
+               "the last line committed", 60)
     runs = runs_of(sink.committed_bytes)[1]
     assert runs[0][0] == 1
     assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(runs))

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,18 +28,6 @@ JOBS_MODULE = "tests.services.jobs.spark.jobs_for_tests"
 def free_port() -> int:
     """A free port on 127.0.0.1, below the ephemeral range (see ``ambrosia_core.ports``)."""
     return free_ports(1)[0]
-
-
-def wait_until(cond: Callable[[], Any], what: str, limit: float = 120.0) -> Any:
-    """Poll ``cond`` until it is true; ``limit`` only keeps a broken run from hanging."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

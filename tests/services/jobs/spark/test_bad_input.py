@@ -14,6 +14,8 @@ from ambrosia_services.jobs.errors import SparkServerError
 from ambrosia_services.jobs.spark import ConnectServer
 from ambrosia_services.jobs.transport import HELLO_MAGIC, HELLO_SIZE, exchange_hello
 
+from tests.launcher import until, wait_until
+
 from .conftest import ROOT
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(120)]
@@ -92,10 +94,8 @@ def test_a_failed_attempt_and_a_stop_with_jobs_queued_are_one_line_each(runners)
                 links.start("sleepy", plan_params(Attempt(f"slow-{i}", 1),
                                                   {"rows": 4, "sleep_ms": 3000}),
                             [runner.member])
-            for _ in range(600):  # the failure first: then the sleepers hold the worker
-                if "PATH_NOT_FOUND" in runner.log_text():
-                    break
-                await asyncio.sleep(0.1)
+            # The failure first: then the sleepers hold the worker.
+            await until(lambda: "PATH_NOT_FOUND" in runner.log_text(), "the failed job")
 
     asyncio.run(scenario())
     assert runner.process is not None
@@ -155,7 +155,6 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
     the port (the handlers came after the start), so the next start failed."""
     import signal
     import socket
-    import time
     from pathlib import Path
 
     from ambrosia_core.ports import free_ports
@@ -164,15 +163,18 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
     proc = subprocess.Popen([sys.executable, "-m", "ambrosia_services.jobs.spark.server", "--port",
                              str(port), "--log", str(tmp_path)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def children() -> list[str]:
+        path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        return path.read_text().split() if path.exists() else []
+
+    def gone(pid: int) -> bool:
+        try:
+            return "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+        except FileNotFoundError:
+            return True
+
     try:
-        children: list[str] = []
-        deadline = time.monotonic() + 30
-        while not children and time.monotonic() < deadline:
-            path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-            children = path.read_text().split() if path.exists() else []
-            time.sleep(0.05)
-        assert children, "the JVM was not started"
-        jvm = int(children[0])
+        jvm = int(wait_until(children, "the JVM started")[0])
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -181,12 +183,7 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
     assert proc.returncode == 0, err
     assert err.strip().splitlines()[-1] == "stopped (SIGTERM) before the server was ready"
     assert "Traceback" not in err and "RuntimeWarning" not in err
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{jvm}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    gone = not Path(f"/proc/{jvm}").exists() or "zombie" in Path(
-        f"/proc/{jvm}/status").read_text().lower()
-    assert gone, "the JVM outlived its server"
+    wait_until(lambda: gone(jvm), "the JVM gone with its server")
     with socket.socket() as s:  # the port is free for the next start
         s.bind(("127.0.0.1", port))
 
@@ -223,12 +220,8 @@ def test_a_runner_that_cannot_reach_spark_says_so_at_start(tmp_path) -> None:
     runner = RunnerProcess("r9", f"sc://127.0.0.1:{nowhere}", tmp_path / "out",
                            tmp_path / "r9.log").start()
     try:
-        import time
-
-        deadline = time.monotonic() + 30
-        while "cannot reach Spark Connect" not in runner.log_text():
-            assert time.monotonic() < deadline, runner.log_text()
-            time.sleep(0.1)
+        wait_until(lambda: "cannot reach Spark Connect" in runner.log_text(),
+                   "the runner saying Spark Connect is out of reach")
         line = next(ln for ln in runner.log_text().splitlines() if "cannot reach" in ln)
         assert f"cannot reach Spark Connect at 127.0.0.1:{nowhere} (Connection refused)" in line
     finally:

@@ -15,9 +15,8 @@ from ambrosia_services.jobs.spark import ConnectServer
 from ambrosia_services.jobs.spark import _connect_internals as internals
 from ambrosia_services.jobs.spark.execute import cancel_attempt, operation_state
 
+from tests.launcher import wait_until
 from tests.services.jobs.spark.jobs_for_tests import sleepy
-
-from .conftest import wait_until
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(240)]
 

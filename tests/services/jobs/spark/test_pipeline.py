@@ -30,9 +30,9 @@ from ambrosia_services.staging import segment_names
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro, upgrade_test
 from samples.pipeline.next_version import WordCountPipelineV1
-from tests.launcher import ROOT, Launcher, launcher  # noqa: F401 - the fixture
+from tests.launcher import ROOT, Launcher, launcher, wait_until  # noqa: F401 - the fixture
 
-from .conftest import free_port, wait_until
+from .conftest import free_port
 from .pipeline_app import WordCountPipelineV2
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(400),
@@ -179,7 +179,7 @@ class PipelineRun:
         assert numbers == list(range(1, len(numbers) + 1))
         assert total == len(self.written)
         assert counts == count_words(self.written)
-        wait_until(lambda: self.jobs().get("done") == len(numbers), "the status file", 10)
+        wait_until(lambda: self.jobs().get("done") == len(numbers), "the status file")
         final = self.jobs()
         assert final["failed"] == 0 and final["running"] == 0
         return numbers

@@ -10,9 +10,7 @@ import pytest
 
 from ambrosia_core.ports import free_ports
 from tests.core.scraping import scrape, value
-from tests.launcher import Launcher, launcher  # noqa: F401 - the fixture
-
-from .conftest import wait_until
+from tests.launcher import Launcher, launcher, wait_until  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(240)]
 

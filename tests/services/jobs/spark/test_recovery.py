@@ -25,7 +25,9 @@ from ambrosia_services.jobs.link import Disconnected, Held, JobLinks, LinkEvent,
 from ambrosia_services.jobs.spark import ConnectServer
 from ambrosia_services.jobs.spark.execute import operation_state
 
-from .conftest import free_port, wait_until
+from tests.launcher import wait_until
+
+from .conftest import free_port
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(300)]
 

@@ -33,7 +33,9 @@ from ambrosia_services.jobs.attempts import (
 from ambrosia_services.jobs.link import Connected, Held, JobLinks, LinkEvent, RunnerAddress
 from ambrosia_services.jobs.transport import exchange_hello
 
-from .conftest import committed_counts, counts_of, wait_until
+from tests.launcher import wait_until
+
+from .conftest import committed_counts, counts_of
 
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(240)]
 
