@@ -13,7 +13,7 @@ from typing import Any
 
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import loop_runner, shorten_slice
-from ambrosia_core.metrics import add_metrics_option, serve
+from ambrosia_core.metrics import MetricsServer, add_metrics_option, serve
 from ambrosia_core.tls import add_tls_options, tls_from_args
 from ambrosia_ic.errors import RegistryError
 
@@ -33,7 +33,16 @@ EXIT_SIGINT = 130
 
 
 def _ic(args: argparse.Namespace) -> int:
+    # Before anything is written: a metrics port in use stops the start with one line.
+    metrics = serve(args.metrics)
+    try:
+        return _run_coordinator(args, metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()
 
+
+def _run_coordinator(args: argparse.Namespace, metrics: MetricsServer | None) -> int:
     home = registry.ambrosia_home(args.home)
     reg = _registration(args.instance_name, home, args.registry)
     if reg.log_store and not reg.active_active:
@@ -54,16 +63,11 @@ def _ic(args: argparse.Namespace) -> int:
     # else from the instance's own log store.
     directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
     coordinator = cls(reg, home, replica=args.replica, link=link, directory=directory)
-    # Before anything starts: a metrics port in use stops the start with one line.
-    metrics = serve(args.metrics, [
-        coordinator_source(coordinator.c, lambda: coordinator.role)
-        if isinstance(coordinator, SharedDirReplica | RaftReplica)
-        else coordinator_source(coordinator)])
-    try:
-        code, signum = run(_serve_until_stopped(coordinator.run()))
-    finally:
-        if metrics is not None:
-            metrics.close()
+    if metrics is not None:
+        metrics.add(coordinator_source(coordinator.c, lambda: coordinator.role)
+                    if isinstance(coordinator, SharedDirReplica | RaftReplica)
+                    else coordinator_source(coordinator))
+    code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code
     # On stdout, beside the readiness line: whoever started us reads both there.
