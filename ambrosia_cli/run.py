@@ -32,6 +32,7 @@ from ambrosia_core.metrics import add_metrics_option
 from ambrosia_core.metrics import check_address as check_metrics_address
 from ambrosia_core.metrics import serve as serve_metrics
 from ambrosia_core.tls import ENV_CA, ENV_CERT, ENV_KEY, add_tls_options, tls_from_args
+from ambrosia_py.runtime import checkpoint as ckpt
 from ambrosia_py.runtime import cli as binding
 from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
@@ -132,7 +133,8 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
 
     Everything that can be refused is refused before anything is written (a registration,
     a directory, a class record, a log): the classes, the configuration as they read it,
-    the options, the TLS files and the metrics ports.
+    the options, the TLS files, the metrics ports, and the class the instance's newest
+    checkpoint holds.
     """
     cls = binding.load_class(args.target)
     config = load_config(args.config, args.sets)
@@ -150,6 +152,9 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
         raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
                          "(the ports `ambrosia debug-instance` listens on)")
     home = registry.ambrosia_home(args.home)
+    known = local_coordinator.registered(args.instance_name, home) if own_coordinator else None
+    if known is not None:
+        _check_checkpoint_class(known, cls, upgrade_to, args, home)
     if own_coordinator and args.coordinator_metrics is not None:
         check_metrics_address(args.coordinator_metrics, "--coordinator-metrics")
     # The binding's metrics are served from here on: a port in use is refused first.
@@ -208,6 +213,35 @@ def _start_coordinator(args: argparse.Namespace, log: logging.Logger, stops: Sto
     started.append(proc)
     log.info("started the coordinator (pid %d)", proc.pid)
     return proc, estimate, config, (reg.receive_port, reg.send_port)
+
+
+def _check_checkpoint_class(reg: registry.Registration, cls: type[Any],
+                            upgrade_to: type[Any] | None, args: argparse.Namespace,
+                            home: Path) -> None:
+    """Refuse a class that cannot load the instance's newest checkpoint, before its class
+    record or its registration is touched, naming what to run instead: the class recorded
+    for the version it runs, when that is the class the checkpoint holds.
+
+    Raises:
+        UsageError: the checkpoint holds another class or version.
+    """
+    held = local_coordinator.held_class(reg)
+    if held is None:
+        return  # none yet, or unreadable: the recovery says why
+    problem = ckpt.class_problem(held[0], held[1], cls, upgrade_to)
+    if problem is None:
+        return
+    name = reg.instance_name
+    try:
+        recorded = registry.recorded_class(name, reg.current_version, home)
+    except AmbrosiaError:
+        recorded = None
+    if recorded is not None and recorded[0].partition(":")[2] == held[0]:
+        command = f"ambrosia run {recorded[0]} -i {name}"
+        if held[1] < cls.version:
+            command += f" --upgrade-to {args.target}"
+        problem += f": {command}"
+    raise UsageError(f"{name}: {problem}")
 
 
 def _tls_options(args: argparse.Namespace) -> list[str]:
