@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ambrosia_ic import registry
+from ambrosia_ic.commands.afresh import add_start_afresh, prepare_start
 from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_core.errors import AmbrosiaError, UsageError
@@ -79,10 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
     p.add_argument("--home", default=None,
                    help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
-    p.add_argument("--start-afresh", action="store_true",
-                   help="forget that the instance ever started, so that an empty log "
-                        "directory is a first start (its earlier history is not recovered); "
-                        "without it, an instance that has started refuses to start afresh")
+    add_start_afresh(p)
     add_metrics_option(p, "--coordinator-metrics", what="the coordinator's it starts")
     add_tls_options(p)
     binding.add_log_level(p)
@@ -160,6 +158,10 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     # The binding's metrics are served from here on: a port in use is refused first.
     metrics = serve_metrics(args.metrics)
     try:
+        if known is not None:
+            prepare_start(known, home, afresh=args.start_afresh,
+                          command=f"ambrosia run {args.target} -i {args.instance_name}",
+                          warn=log.warning)
         if own_coordinator:
             proc, estimate, config, (rp, sp) = _start_coordinator(
                 args, log, stops, started, home, cls, upgrade_to, config, tls_options)
@@ -189,9 +191,6 @@ def _start_coordinator(args: argparse.Namespace, log: logging.Logger, stops: Sto
     the coordinator's receive and send ports."""
     reg, new = local_coordinator.ensure_registered(args.instance_name, home, log,
                                                    version=cls.version)
-    if args.start_afresh and registry.start_afresh(args.instance_name, home):
-        log.warning("--start-afresh: %s starts afresh if its log directory %s holds no "
-                    "log", args.instance_name, registry.instance_dir(reg))
     if upgrade_to is not None:
         reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
     _record_classes(reg, args, home, log)
