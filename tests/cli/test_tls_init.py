@@ -45,6 +45,8 @@ def test_tls_init_makes_files_that_serve_a_sink_over_tls(tmp_path: Path) -> None
     try:
         tls = TlsOptions(args[1], args[3], args[5]).load()
         assert tls is not None
+        assert f"listening on 127.0.0.1:{sink.port} over TLS (directory " in (
+            tmp_path / "sink.log").read_text()
         client = SinkClient(sink.port, tls=tls.client)
         client.handshake()
         assert client.list_uncommitted() == ()

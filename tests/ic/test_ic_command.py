@@ -1,13 +1,17 @@
 """``ambrosia ic`` as the user of another language's binding runs it: an instance whose
 history has gone astray is refused in one line naming ``ambrosia ic ... --start-afresh``
-with nothing written, and that option starts it afresh."""
+with nothing written, and that option starts it afresh; a coordinator whose links speak
+TLS says so in its readiness line."""
 
 from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
+from ..pki import make_pki
 from .conftest import Harness, wait_until
 
 
@@ -45,3 +49,23 @@ def test_ic_starts_afresh_on_purpose_and_otherwise_refuses_naming_itself(
     assert (f"ambrosia-ic: alpha: --start-afresh: alpha starts afresh if its log directory "
             f"{gone} holds no log") in harness.stderr_of(proc)
 
+
+def _ready_line(harness: Harness, *options: str) -> str:
+    with subprocess.Popen([sys.executable, "-m", "ambrosia_cli", "ic", "-i", "alpha",
+                           *options], env=harness.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True) as p:
+        try:
+            assert p.stdout is not None
+            return p.stdout.readline().strip()
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
+
+
+def test_the_readiness_line_says_when_links_speak_tls(harness: Harness) -> None:
+    reg = harness.register("alpha")
+    plain = (f"ambrosia-ic ready: instance=alpha receive={reg.receive_port} "
+             f"send={reg.send_port} ic={reg.ic_port}")
+    assert _ready_line(harness) == plain
+    ours, _, _ = make_pki(harness.tmp / "pki")
+    assert _ready_line(harness, *ours.args()) == f"{plain} tls=on"

@@ -492,8 +492,9 @@ async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
 async def _run(runner: Runner, args: argparse.Namespace, registry: JobRegistry) -> bool:
     host = args.listen.host
     port = await runner.listen(host, args.listen.port)
-    print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}; "
-          f"jobs: {', '.join(registry.names())}", flush=True)
+    print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}"
+          f"{' over TLS' if args.tls is not None else ''}; jobs: "
+          f"{', '.join(registry.names())}", flush=True)
     watch = asyncio.ensure_future(_watch_connect(args.connect))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

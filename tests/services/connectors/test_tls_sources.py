@@ -54,7 +54,8 @@ def test_a_feed_reaches_the_sink_over_tls_and_strangers_are_refused(
     coord = launcher.start(TARGET, "coord", args=["--config", str(tmp_path / "coord.toml")])
     procs = []
     try:
-        coord.wait_for("listening for sources")
+        said = coord.wait_for("listening for sources")
+        assert said.endswith(f"listening for sources on 127.0.0.1:{port} over TLS"), said
         # Strangers first: one speaking plain TCP, one with another CA's certificate.
         for name, args in (("plain", []), ("stranger", stranger.args())):
             proc, log = _feed(tmp_path, port, name, args)

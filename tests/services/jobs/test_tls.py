@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -53,9 +54,10 @@ class Runner:
                  "--out", str(tmp / "out"), *args],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        self.port = int(line.split(" listening on ")[1].split(";")[0].rsplit(":", 1)[1]) \
-            if " listening on " in line else 0
+        # "runner r1 (...) listening on HOST:PORT[ over TLS]; jobs: ..."
+        self.line = line = self.proc.stdout.readline()
+        found = re.search(r" listening on \S+:(\d+)", line)
+        self.port = int(found.group(1)) if found else 0
         self.member = member_id("r1")
 
     def log(self) -> str:
@@ -220,8 +222,10 @@ def test_listening_beyond_loopback_needs_tls_or_insecure(runner_of, pki) -> None
     insecure = runner_of("--insecure", listen="0.0.0.0:0")
     assert insecure.port and insecure.proc.poll() is None
     assert "the runner listens on 0.0.0.0 without TLS (--insecure)" in insecure.log()
+    assert " over TLS" not in insecure.line
     secure = runner_of(*pki[0].args(), listen="0.0.0.0:0")
     assert secure.port and secure.proc.poll() is None
+    assert f"listening on 0.0.0.0:{secure.port} over TLS; jobs: " in secure.line
     assert _held_over(secure, pki[0]) == Held(secure.member, (), ())
     # 127.0.0.2 is loopback too: no TLS needed there.
     local = runner_of(listen="127.0.0.2:0")

@@ -494,7 +494,7 @@ async def _serve(store: SinkStore, server: asyncio.Server, args: argparse.Namesp
         metrics.add(sink_source(sink))
     await server.start_serving()
     host, port = server.sockets[0].getsockname()[:2]
-    log.info("listening on %s (%s)", Address(host, port), what)
+    log.info("listening on %s%s (%s)", Address(host, port), " over TLS" if tls else "", what)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

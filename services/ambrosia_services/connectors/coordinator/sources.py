@@ -168,7 +168,8 @@ class SourceListener:
                 f"listen: cannot listen for sources on {listen}: "
                 f"{err.strerror or err}") from None
         self.port = self.server.sockets[0].getsockname()[1]
-        self.log.info("listening for sources on %s", Address(listen.host, self.port))
+        self.log.info("listening for sources on %s%s", Address(listen.host, self.port),
+                      " over TLS" if self._tls is not None else "")
 
     async def run_flusher(self) -> None:
         while True:
