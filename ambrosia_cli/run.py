@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--home", default=None,
                    help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
     add_start_afresh(p)
-    add_metrics_option(p, "--coordinator-metrics", what="the coordinator's it starts")
+    add_metrics_option(p, "--coordinator-metrics", what="its coordinator's",
+                       note="the coordinator ambrosia run starts (one given by "
+                            "--ic-receive-port takes --metrics of its own)")
     add_tls_options(p)
     binding.add_log_level(p)
     return p

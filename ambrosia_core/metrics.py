@@ -86,12 +86,18 @@ def metrics_argument() -> Callable[[str], Address]:
 
 
 def add_metrics_option(parser: argparse.ArgumentParser, flag: str = "--metrics", *,
-                       what: str = "this process's") -> None:
-    """The option every process shares: off unless given."""
+                       what: str = "this process's", note: str = "") -> None:
+    """The option every process shares: off unless given.
+
+    Args:
+        what: whose metrics, as a possessive ("the sink's"): "serve {what} metrics".
+        note: a last word on whose they are, added to the help.
+    """
     parser.add_argument(
         flag, type=metrics_argument(), default=None, metavar="[HOST:]PORT",
         help=f"serve {what} metrics in the Prometheus exposition format at "
-             f"http://HOST:PORT/metrics (HOST defaults to {DEFAULT_HOST}; default: none)")
+             f"http://HOST:PORT/metrics (HOST defaults to {DEFAULT_HOST}; default: none)"
+             + (f"; {note}" if note else ""))
 
 
 # ------------------------------------------------------------------ counting

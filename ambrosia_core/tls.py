@@ -478,8 +478,14 @@ _VERIFY_WORDS = {10: "certificate has expired", 9: "certificate is not yet valid
                  20: "unable to get local issuer certificate", 62: "Hostname mismatch"}
 
 
-def add_tls_options(parser: argparse.ArgumentParser) -> None:
-    """The TLS options every process takes (``tls_from_args`` reads them)."""
+def add_tls_options(parser: argparse.ArgumentParser, *, listens: bool = True) -> None:
+    """The TLS options every process takes (``tls_from_args`` reads them).
+
+    Args:
+        listens: whether the process listens; one that only dials (a feed) takes
+            ``--insecure`` too, so that one set of options serves every process, and its
+            help says that it changes nothing there.
+    """
     g = parser.add_argument_group("TLS (connections that may leave the host)")
     g.add_argument("--tls-cert", metavar="FILE", default=os.environ.get(ENV_CERT) or None,
                    help="this process's certificate, PEM (default $AMBROSIA_TLS_CERT); "
@@ -491,7 +497,12 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
                    help="the CA certificates peers must be signed by, PEM (default "
                         "$AMBROSIA_TLS_CA)")
     g.add_argument("--insecure", action="store_true",
-                   help="allow listening beyond loopback without TLS (logged)")
+                   help="listen beyond loopback without TLS, letting in anyone who reaches "
+                        "the port (logged); without it, such a listener is refused"
+                   if listens else
+                   "changes nothing here: this process only dials, never listens (without "
+                   "--tls-cert/--tls-key/--tls-ca it dials in plain TCP); taken so that "
+                   "every process takes the same options")
 
 
 def tls_from_args(args: argparse.Namespace) -> TlsOptions:

@@ -214,9 +214,10 @@ def test_a_record_altered_or_replayed_in_flight_closes_the_link_in_one_line(
 
 def test_listening_beyond_loopback_needs_tls_or_insecure(runner_of, pki) -> None:  # type: ignore[no-untyped-def]
     refused = runner_of(listen="0.0.0.0:0")
-    assert refused.proc.wait(30) == 2
+    assert refused.proc.wait(30) == 1
     assert refused.log().strip().splitlines() == [
-        "error: the runner would listen on 0.0.0.0, beyond loopback, without TLS: give "
+        "python -m ambrosia_services.jobs.runner: error: the runner would listen on 0.0.0.0, "
+        "beyond loopback, without TLS: give "
         "--tls-cert, --tls-key and --tls-ca (`ambrosia tls init` makes them), or --insecure "
         "to accept anyone who reaches the port"]
     insecure = runner_of("--insecure", listen="0.0.0.0:0")
@@ -235,7 +236,8 @@ def test_listening_beyond_loopback_needs_tls_or_insecure(runner_of, pki) -> None
 def test_tls_options_go_together(runner_of, pki) -> None:  # type: ignore[no-untyped-def]
     cert, _ = pki[0].cert()
     r = runner_of("--tls-cert", str(cert))
-    assert r.proc.wait(30) == 2
+    assert r.proc.wait(30) == 1
     assert r.log().strip() == (
-        "error: TLS needs a certificate, its key and a CA file together (--tls-cert, "
-        "--tls-key, --tls-ca; in a [tls] table cert, key, ca); missing --tls-key, --tls-ca")
+        "python -m ambrosia_services.jobs.runner: error: TLS needs a certificate, its key "
+        "and a CA file together (--tls-cert, --tls-key, --tls-ca; in a [tls] table cert, "
+        "key, ca); missing --tls-key, --tls-ca")

@@ -406,7 +406,8 @@ def add_server_options(p: argparse.ArgumentParser, default_port: int) -> None:
                    "one)")
     p.add_argument("--cookie", default="", help="the cookie a HELLO must carry")
     p.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE,
-                   help="the largest frame accepted, in bytes")
+                   metavar="BYTES",
+                   help=f"the largest frame accepted (default {DEFAULT_MAX_FRAME_SIZE})")
     p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_SECONDS,
                    metavar="SECONDS", help="how long a new connection may take to send its "
                    "HELLO, and a linked one the rest of a frame it began, before it is "
