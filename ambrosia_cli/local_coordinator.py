@@ -22,16 +22,54 @@ from ambrosia_ic.errors import RegistryError
 from ambrosia_ic.launch import STOPPED_PREFIX
 from ambrosia_ic.logstore import LOCK_NAME
 
-from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.errors import AmbrosiaError, CoordinatorError
 from ambrosia_core.processes import exit_status, stop_process
+from ambrosia_py.runtime.checkpoint import read_header
 
-__all__ = ["ensure_registered", "how_it_ended", "lock_held", "port_taken", "register_upgrade",
-           "replay_estimate", "start", "start_new", "stop", "was_stopped"]
+__all__ = ["ensure_registered", "held_class", "how_it_ended", "lock_held", "port_taken",
+           "register_upgrade", "registered", "replay_estimate", "start", "start_new", "stop",
+           "was_stopped"]
 
 # How many port draws a new instance's first start makes (see ``start_new``).
 FIRST_START_TRIES = 3
 # How long a start waits for the previous run's coordinator to let go of the log lock.
 LOCK_WAIT_SECONDS = 5.0
+# Enough of a checkpoint's binding bytes to hold their header (its first object).
+_HEADER_BYTES = 4096
+
+
+def registered(name: str, home: Path) -> registry.Registration | None:
+    """The registration of ``name``, or None if it has none (nothing is written).
+
+    Raises:
+        RegistryError: its registration file is there but cannot be used.
+    """
+    if not registry.registration_exists(name, home):
+        return None
+    return registry.load(name, home)
+
+
+def held_class(reg: registry.Registration) -> tuple[str, int] | None:
+    """The class name and version that the checkpoint the instance will recover from
+    holds (its newest intact one); None when it will not recover (no checkpoint, or only
+    an interrupted first start's, which is started again afresh), or when the checkpoint
+    cannot be read (its recovery then says why). Only read."""
+    if reg.active_active:
+        return None  # the replicas' log decides which checkpoint, at the epoch claim
+    d = registry.instance_dir(reg)
+    try:
+        if not d.is_dir() or recovery.first_start_pending(d, reg.committer_id):
+            return None
+        found = recovery.newest_intact_checkpoint(d)
+        if found is None:
+            return None
+        cf = found[1]  # the binding's bytes: ``size`` of them at ``raw_offset``
+        with open(cf.path, "rb") as f:
+            f.seek(cf.raw_offset)
+            first = f.read(min(cf.size, _HEADER_BYTES))
+    except (AmbrosiaError, OSError):
+        return None
+    return read_header(first)
 
 
 def ensure_registered(name: str, home: Path, log: logging.Logger,

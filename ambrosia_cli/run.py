@@ -25,11 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from ambrosia_ic import registry
+from ambrosia_ic.commands.afresh import add_start_afresh, prepare_start
 from ambrosia_ic.logdir import check_log_dir
 
 from ambrosia_core.errors import AmbrosiaError, UsageError
 from ambrosia_core.metrics import add_metrics_option
+from ambrosia_core.metrics import check_address as check_metrics_address
+from ambrosia_core.metrics import serve as serve_metrics
 from ambrosia_core.tls import ENV_CA, ENV_CERT, ENV_KEY, add_tls_options, tls_from_args
+from ambrosia_py.runtime import checkpoint as ckpt
 from ambrosia_py.runtime import cli as binding
 from ambrosia_py.runtime.config import load_config
 from ambrosia_py.runtime.runner import ImmortalRunner
@@ -76,11 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
     p.add_argument("--home", default=None,
                    help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
-    p.add_argument("--start-afresh", action="store_true",
-                   help="forget that the instance ever started, so that an empty log "
-                        "directory is a first start (its earlier history is not recovered); "
-                        "without it, an instance that has started refuses to start afresh")
-    add_metrics_option(p, "--coordinator-metrics", what="the coordinator's it starts")
+    add_start_afresh(p)
+    add_metrics_option(p, "--coordinator-metrics", what="its coordinator's",
+                       note="the coordinator ambrosia run starts (one given by "
+                            "--ic-receive-port takes --metrics of its own)")
     add_tls_options(p)
     binding.add_log_level(p)
     return p
@@ -126,58 +129,120 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
                    started: list[subprocess.Popen[str]]) -> tuple[int, str]:
     """Start the coordinator (unless one is given by its ports; its process goes to
     ``started``) and run the immortal until it stops; returns the exit code and the last
-    line to print (after ``ambrosia run: ``)."""
-    proc: subprocess.Popen[str] | None = None
-    estimate: int | None = None
+    line to print (after ``ambrosia run: ``).
+
+    Everything that can be refused is refused before anything is written (a registration,
+    a directory, a class record, a log): the classes, the configuration as they read it,
+    the options, the TLS files, the metrics ports, and the class the instance's newest
+    checkpoint holds.
+    """
     cls = binding.load_class(args.target)
-    config = load_config(args.config, args.sets)  # a bad one fails before anything starts
-    upgrade_to = binding.load_upgrade_target(args.upgrade_to, cls)  # before it is registered
+    config = load_config(args.config, args.sets)
+    upgrade_to = binding.load_upgrade_target(args.upgrade_to, cls)
+    binding.check_config(config, cls, upgrade_to)
     tls_options = _tls_options(args)
     if (args.ic_receive_port is None) != (args.ic_send_port is None):
         raise UsageError("--ic-receive-port and --ic-send-port go together")
-    if args.ic_receive_port is not None:
-        if args.coordinator_metrics is not None:
-            raise UsageError("--coordinator-metrics goes with the coordinator ambrosia run "
-                             "starts, not with --ic-receive-port (give that coordinator "
-                             "--metrics)")
-        rp, sp = args.ic_receive_port, args.ic_send_port
-    else:
-        if args.debug_replay:
-            raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
-                             "(the ports `ambrosia debug-instance` listens on)")
-        home = registry.ambrosia_home(args.home)
-        reg, new = local_coordinator.ensure_registered(args.instance_name, home, log,
-                                                       version=cls.version)
-        if args.start_afresh and registry.start_afresh(args.instance_name, home):
-            log.warning("--start-afresh: %s starts afresh if its log directory %s holds no "
-                        "log", args.instance_name, registry.instance_dir(reg))
-        if upgrade_to is not None:
-            reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
-        _record_classes(reg, args, home, log)
-        config = _with_default_status_file(cls, config, reg)
-        _record_status_file(args.instance_name, config, home, log)
-        check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
-        estimate = local_coordinator.replay_estimate(reg, log)
-        def stopping() -> bool:
-            return stops.signum is not None
-
-        options = ([] if args.coordinator_metrics is None else
-                   ["--metrics", str(args.coordinator_metrics)])
-        options += tls_options
-        if new:
-            proc, reg = local_coordinator.start_new(reg, home, log, stopping, options)
+    own_coordinator = args.ic_receive_port is None
+    if not own_coordinator and args.coordinator_metrics is not None:
+        raise UsageError("--coordinator-metrics goes with the coordinator ambrosia run "
+                         "starts, not with --ic-receive-port (give that coordinator "
+                         "--metrics)")
+    if own_coordinator and args.debug_replay:
+        raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
+                         "(the ports `ambrosia debug-instance` listens on)")
+    home = registry.ambrosia_home(args.home)
+    known = local_coordinator.registered(args.instance_name, home) if own_coordinator else None
+    if known is not None:
+        _check_checkpoint_class(known, cls, upgrade_to, args, home)
+    if own_coordinator and args.coordinator_metrics is not None:
+        check_metrics_address(args.coordinator_metrics, "--coordinator-metrics")
+    # The binding's metrics are served from here on: a port in use is refused first.
+    metrics = serve_metrics(args.metrics)
+    try:
+        if known is not None:
+            prepare_start(known, home, afresh=args.start_afresh,
+                          command=f"ambrosia run {args.target} -i {args.instance_name}",
+                          warn=log.warning)
+        if own_coordinator:
+            proc, estimate, config, (rp, sp) = _start_coordinator(
+                args, log, stops, started, home, cls, upgrade_to, config, tls_options)
         else:
-            proc = local_coordinator.start(reg, home, log, stopping, options)
-        started.append(proc)
-        log.info("started the coordinator (pid %d)", proc.pid)
-        rp, sp = reg.receive_port, reg.send_port
-    if stops.signum is not None:
-        return binding.stopped(args.instance_name, stops)
-    runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops, log,
-                                  replay_estimate=estimate, on_stop=_stop_with(proc),
-                                  on_failure=_stop_first(proc), config=config,
-                                  metrics=args.metrics)
+            proc, estimate, (rp, sp) = None, None, (args.ic_receive_port, args.ic_send_port)
+        if stops.signum is not None:
+            return binding.stopped(args.instance_name, stops)
+        runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops,
+                                      log, replay_estimate=estimate,
+                                      on_stop=_stop_with(proc), on_failure=_stop_first(proc),
+                                      config=config, metrics=metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()
     return _outcome(args, runner, stops, proc)
+
+
+def _start_coordinator(args: argparse.Namespace, log: logging.Logger, stops: StopSignals,
+                       started: list[subprocess.Popen[str]], home: Path, cls: type[Any],
+                       upgrade_to: type[Any] | None, config: Mapping[str, Any],
+                       tls_options: list[str],
+                       ) -> tuple[subprocess.Popen[str], int | None, Mapping[str, Any],
+                                  tuple[int, int]]:
+    """Register the instance if it is new (and its upgrade, if asked), record its class
+    and status file, and start its coordinator (its process goes to ``started``).
+    Returns the process, the replay estimate, the configuration the immortal gets and
+    the coordinator's receive and send ports."""
+    reg, new = local_coordinator.ensure_registered(args.instance_name, home, log,
+                                                   version=cls.version)
+    if upgrade_to is not None:
+        reg = local_coordinator.register_upgrade(reg, upgrade_to.version, home, log)
+    _record_classes(reg, args, home, log)
+    config = _with_default_status_file(cls, config, reg)
+    _record_status_file(args.instance_name, config, home, log)
+    check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
+    estimate = local_coordinator.replay_estimate(reg, log)
+
+    def stopping() -> bool:
+        return stops.signum is not None
+
+    options = ([] if args.coordinator_metrics is None else
+               ["--metrics", str(args.coordinator_metrics)])
+    options += tls_options
+    if new:
+        proc, reg = local_coordinator.start_new(reg, home, log, stopping, options)
+    else:
+        proc = local_coordinator.start(reg, home, log, stopping, options)
+    started.append(proc)
+    log.info("started the coordinator (pid %d)", proc.pid)
+    return proc, estimate, config, (reg.receive_port, reg.send_port)
+
+
+def _check_checkpoint_class(reg: registry.Registration, cls: type[Any],
+                            upgrade_to: type[Any] | None, args: argparse.Namespace,
+                            home: Path) -> None:
+    """Refuse a class that cannot load the instance's newest checkpoint, before its class
+    record or its registration is touched, naming what to run instead: the class recorded
+    for the version it runs, when that is the class the checkpoint holds.
+
+    Raises:
+        UsageError: the checkpoint holds another class or version.
+    """
+    held = local_coordinator.held_class(reg)
+    if held is None:
+        return  # none yet, or unreadable: the recovery says why
+    problem = ckpt.class_problem(held[0], held[1], cls, upgrade_to)
+    if problem is None:
+        return
+    name = reg.instance_name
+    try:
+        recorded = registry.recorded_class(name, reg.current_version, home)
+    except AmbrosiaError:
+        recorded = None
+    if recorded is not None and recorded[0].partition(":")[2] == held[0]:
+        command = f"ambrosia run {recorded[0]} -i {name}"
+        if held[1] < cls.version:
+            command += f" --upgrade-to {args.target}"
+        problem += f": {command}"
+    raise UsageError(f"{name}: {problem}")
 
 
 def _tls_options(args: argparse.Namespace) -> list[str]:
@@ -187,9 +252,11 @@ def _tls_options(args: argparse.Namespace) -> list[str]:
     coordinator's links and the immortal's own connections.
 
     Raises:
-        TlsConfigError: some of the three files without the others.
+        TlsConfigError: some of the three files without the others, or a file that
+            cannot be used.
     """
     tls = tls_from_args(args)
+    tls.load()  # files that cannot be used are refused before anything is written
     out = ["--insecure"] if tls.insecure else []
     if tls.enabled:
         assert tls.cert and tls.key and tls.ca

@@ -3,6 +3,8 @@ host, for users who have no PKI of their own.
 
 ``DIR/ca.pem`` is the CA certificate every process gets as ``--tls-ca``;
 ``DIR/ca-key.pem`` signs (keep it off the hosts; it is written readable by its owner only).
+``DIR/.gitignore`` (unless DIR has one) keeps every private key of DIR out of git, since
+DIR is often made inside a repository.
 Each host gets ``DIR/HOST.pem`` and ``DIR/HOST-key.pem`` (``--tls-cert``, ``--tls-key``),
 valid for both ends of a connection (server and client authentication), naming the host
 as an IP address or a DNS name as it is written; the processes on that host dial and are
@@ -29,9 +31,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from ambrosia_core.durable import replace_durably
 from ambrosia_core.errors import UsageError
 
-__all__ = ["CA_DAYS", "HOST_DAYS", "TlsInitError", "add_tls", "check_host", "init_dir",
+__all__ = ["CA_DAYS", "GITIGNORE", "HOST_DAYS", "TlsInitError", "add_tls", "check_host", "init_dir",
            "issue_host"]
 
+#: Written into DIR unless it has one: the directory is often made inside a repository
+#: (the README's `ambrosia tls init pki`), and a private key must never be committed.
+GITIGNORE = (b"# Written by `ambrosia tls init`: private keys never go into a repository.\n"
+             b"*-key.pem\n*.tmp\n")
 CA_DAYS = 3650
 HOST_DAYS = 825  # what browsers once capped server certificates at; renew with --renew
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -161,6 +167,10 @@ def init_dir(dir_: Path, hosts: list[str], *, renew: bool = False,
     except OSError as err:
         raise TlsInitError(f"cannot make {dir_}: {err.strerror}") from None
     lines = []
+    ignore = dir_ / ".gitignore"
+    if not ignore.exists():  # one the user wrote is theirs
+        _write(ignore, GITIGNORE, private=False)
+        lines.append(f"wrote {ignore}: git ignores the private keys (*-key.pem) here")
     if (dir_ / "ca.pem").exists() or (dir_ / "ca-key.pem").exists():
         _load_ca(dir_)
         lines.append(f"kept the CA {dir_ / 'ca.pem'}")

@@ -23,6 +23,7 @@ import argparse
 import bisect
 import errno
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 __all__ = ["DEFAULT_HOST", "DURATION_BUCKETS", "SIZE_BUCKETS", "Families", "Histogram",
-           "MetricsError", "MetricsServer", "Source", "add_metrics_option", "metrics_address",
-           "metrics_argument", "serve"]
+           "MetricsError", "MetricsServer", "Source", "add_metrics_option", "check_address",
+           "metrics_address", "metrics_argument", "serve"]
 
 #: Where metrics are served when the option names only a port: this machine only.
 DEFAULT_HOST = "127.0.0.1"
@@ -85,12 +86,18 @@ def metrics_argument() -> Callable[[str], Address]:
 
 
 def add_metrics_option(parser: argparse.ArgumentParser, flag: str = "--metrics", *,
-                       what: str = "this process's") -> None:
-    """The option every process shares: off unless given."""
+                       what: str = "this process's", note: str = "") -> None:
+    """The option every process shares: off unless given.
+
+    Args:
+        what: whose metrics, as a possessive ("the sink's"): "serve {what} metrics".
+        note: a last word on whose they are, added to the help.
+    """
     parser.add_argument(
         flag, type=metrics_argument(), default=None, metavar="[HOST:]PORT",
         help=f"serve {what} metrics in the Prometheus exposition format at "
-             f"http://HOST:PORT/metrics (HOST defaults to {DEFAULT_HOST}; default: none)")
+             f"http://HOST:PORT/metrics (HOST defaults to {DEFAULT_HOST}; default: none)"
+             + (f"; {note}" if note else ""))
 
 
 # ------------------------------------------------------------------ counting
@@ -189,8 +196,9 @@ class MetricsServer:
     made when it becomes primary); ``add`` and ``remove`` may be called from any thread.
     """
 
-    def __init__(self, address: Address) -> None:
+    def __init__(self, address: Address, flag: str = "--metrics") -> None:
         self.address = address
+        self.flag = flag  # the option that named the address, for the refusal
         self._sources: list[Source] = []
         self._lock = threading.Lock()
         self._httpd: Any = None
@@ -230,10 +238,7 @@ class MetricsServer:
             self._httpd, self._thread = start_http_server(
                 self.address.port, self.address.host, registry)
         except OSError as err:
-            why = (err.strerror or str(err)) if err.errno != errno.EADDRINUSE else (
-                f"{os.strerror(errno.EADDRINUSE)} (another process listens on that port)")
-            raise MetricsError(f"--metrics {self.address}: cannot serve metrics there: "
-                               f"{why}") from None
+            raise _refusal(self.flag, self.address, err) from None
 
     @property
     def port(self) -> int:
@@ -251,7 +256,34 @@ class MetricsServer:
             self._thread = None
 
 
-def serve(address: Address | None, sources: Iterable[Source] = ()) -> MetricsServer | None:
+def _refusal(flag: str, address: Address, err: OSError) -> MetricsError:
+    why = (err.strerror or str(err)) if err.errno != errno.EADDRINUSE else (
+        f"{os.strerror(errno.EADDRINUSE)} (another process listens on that port)")
+    return MetricsError(f"{flag} {address}: cannot serve metrics there: {why}")
+
+
+def check_address(address: Address, flag: str = "--metrics") -> None:
+    """Refuse, before anything is written, an address where a process about to be
+    started could not serve its metrics (``ambrosia run --coordinator-metrics``): the
+    address is bound for a moment, as the exposition server binds it, and let go.
+    Another program may still take the port in between; the process then refuses it.
+
+    Raises:
+        MetricsError: as ``MetricsServer.start`` (the message names ``flag``).
+    """
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            address.host, address.port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as sock:
+            # As http.server's servers do: a port left in TIME_WAIT can be served.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(sockaddr)
+    except OSError as err:
+        raise _refusal(flag, address, err) from None
+
+
+def serve(address: Address | None, sources: Iterable[Source] = (),
+          flag: str = "--metrics") -> MetricsServer | None:
     """Start serving ``sources`` at ``address``; None (nothing loaded or started) when
     no address was given: metrics are off unless asked for.
 
@@ -260,7 +292,7 @@ def serve(address: Address | None, sources: Iterable[Source] = ()) -> MetricsSer
     """
     if address is None:
         return None
-    server = MetricsServer(address)
+    server = MetricsServer(address, flag)
     for source in sources:
         server.add(source)
     server.start()

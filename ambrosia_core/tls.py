@@ -38,7 +38,8 @@ import attrs
 from .addresses import Address
 from .errors import AmbrosiaError, UsageError
 
-__all__ = ["ENV_CA", "ENV_CERT", "ENV_KEY", "HANDSHAKE_SECONDS", "InsecureListenError", "Tls",
+__all__ = ["CONFIG_REMEDY", "ENV_CA", "ENV_CERT", "ENV_KEY", "HANDSHAKE_SECONDS",
+           "OPTIONS_REMEDY", "InsecureListenError", "Tls",
            "TlsConfigError", "TlsHandshakeError", "TlsOptions", "TlsServerProtocol",
            "add_tls_options", "describe_tls_error", "is_loopback", "tls_from_args",
            "tls_from_config"]
@@ -47,6 +48,16 @@ ENV_CERT = "AMBROSIA_TLS_CERT"
 ENV_KEY = "AMBROSIA_TLS_KEY"
 ENV_CA = "AMBROSIA_TLS_CA"
 HANDSHAKE_SECONDS = 10.0  # a peer that has not finished its handshake by then is dropped
+
+
+#: What a refusal to listen beyond loopback without TLS asks for, given options or a
+#: configuration's ``[tls]`` table (``TlsOptions.check_listen``).
+OPTIONS_REMEDY = ("give --tls-cert, --tls-key and --tls-ca (`ambrosia tls init` makes "
+                  "them), or --insecure to accept anyone who reaches the port")
+CONFIG_REMEDY = ("give a [tls] table with cert, key and ca (`ambrosia tls init` makes "
+                 "them; `ambrosia run --tls-cert/--tls-key/--tls-ca` serve when there is "
+                 "no table), or insecure = true in [tls] to accept anyone who reaches the "
+                 "port")
 
 
 class TlsConfigError(UsageError):
@@ -116,9 +127,15 @@ class TlsOptions:
         return Tls(_context(ssl.Purpose.CLIENT_AUTH, self.cert, self.key, self.ca),
                    _context(ssl.Purpose.SERVER_AUTH, self.cert, self.key, self.ca))
 
-    def check_listen(self, host: str, what: str, log: Callable[[str], None]) -> None:
+    def check_listen(self, host: str, what: str, log: Callable[[str], None],
+                     remedy: str = OPTIONS_REMEDY) -> None:
         """Apply the rule for listening on ``host``: without TLS only loopback, unless
         ``insecure`` (then ``log`` says so).
+
+        Args:
+            remedy: what the refusal tells the user to give: the options
+                (``OPTIONS_REMEDY``), or the ``[tls]`` table of a configuration
+                (``CONFIG_REMEDY``).
 
         Raises:
             InsecureListenError: beyond loopback, without TLS or ``--insecure``.
@@ -127,9 +144,7 @@ class TlsOptions:
             return
         if not self.insecure:
             raise InsecureListenError(
-                f"{what} would listen on {host}, beyond loopback, without TLS: give "
-                "--tls-cert, --tls-key and --tls-ca (`ambrosia tls init` makes them), or "
-                "--insecure to accept anyone who reaches the port")
+                f"{what} would listen on {host}, beyond loopback, without TLS: {remedy}")
         log(f"{what} listens on {host} without TLS (--insecure): anyone who reaches the "
             "port is let in, and what it carries travels in clear")
 
@@ -463,8 +478,14 @@ _VERIFY_WORDS = {10: "certificate has expired", 9: "certificate is not yet valid
                  20: "unable to get local issuer certificate", 62: "Hostname mismatch"}
 
 
-def add_tls_options(parser: argparse.ArgumentParser) -> None:
-    """The TLS options every process takes (``tls_from_args`` reads them)."""
+def add_tls_options(parser: argparse.ArgumentParser, *, listens: bool = True) -> None:
+    """The TLS options every process takes (``tls_from_args`` reads them).
+
+    Args:
+        listens: whether the process listens; one that only dials (a feed) takes
+            ``--insecure`` too, so that one set of options serves every process, and its
+            help says that it changes nothing there.
+    """
     g = parser.add_argument_group("TLS (connections that may leave the host)")
     g.add_argument("--tls-cert", metavar="FILE", default=os.environ.get(ENV_CERT) or None,
                    help="this process's certificate, PEM (default $AMBROSIA_TLS_CERT); "
@@ -476,7 +497,12 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
                    help="the CA certificates peers must be signed by, PEM (default "
                         "$AMBROSIA_TLS_CA)")
     g.add_argument("--insecure", action="store_true",
-                   help="allow listening beyond loopback without TLS (logged)")
+                   help="listen beyond loopback without TLS, letting in anyone who reaches "
+                        "the port (logged); without it, such a listener is refused"
+                   if listens else
+                   "changes nothing here: this process only dials, never listens (without "
+                   "--tls-cert/--tls-key/--tls-ca it dials in plain TCP); taken so that "
+                   "every process takes the same options")
 
 
 def tls_from_args(args: argparse.Namespace) -> TlsOptions:

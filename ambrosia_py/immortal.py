@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ambrosia_core.errors import LocalProtocolError
@@ -272,6 +272,19 @@ class Immortal:
             UpgradeError: the state differs and this class says nothing of how to convert.
         """
         return upgrading.default_conversion(cls, previous)
+
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """Refuse a configuration (``ctx.config``) this class cannot run with, before
+        anything is written: ``ambrosia run`` asks it before it registers the instance or
+        starts a coordinator, and the binding's own entry point before it connects.
+
+        Raise a ``UsageError`` (``ambrosia_py.runtime.config.ConfigError`` will do) whose
+        one line names the key and why. Check only what the configuration says (keys,
+        types, values, files it names): no sockets, nothing written. The default accepts
+        any configuration; a class that reads its configuration in ``on_become_primary``
+        should refuse here what it would refuse there.
+        """
 
     @classmethod
     def keep_state(cls: type[IM], previous: Immortal) -> IM:

@@ -34,8 +34,8 @@ from ambrosia_py.errors import SerializationError
 from .. import serialization as ser
 from ..methods import Hosted, StateForm
 
-__all__ = ["CHECKPOINT_FORMAT", "header", "read_objects", "read_state", "state_bytes",
-           "write_state"]
+__all__ = ["CHECKPOINT_FORMAT", "class_problem", "header", "read_header", "read_objects",
+           "read_state", "state_bytes", "write_state"]
 
 CHECKPOINT_FORMAT = 1
 SPOOL_MAX = 8 << 20  # checkpoints bigger than this go through a temporary file
@@ -51,6 +51,46 @@ def header(inst: Hosted, mode: str) -> bytes:
     cls = type(inst)
     return msgpack.packb({"format": CHECKPOINT_FORMAT, "class": cls.__qualname__,
                           "version": cls.version, "mode": mode})
+
+
+def read_header(data: bytes) -> tuple[str, int] | None:
+    """The class name and version named by a checkpoint whose first bytes are ``data``
+    (the header is its first object, a few dozen bytes); None if they hold no header."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker.feed(data)
+    try:
+        head = next(unpacker)
+    except Exception:  # msgpack raises several unrelated types; StopIteration: too short
+        return None
+    if not isinstance(head, dict):
+        return None
+    name, version = head.get("class"), head.get("version")
+    if not isinstance(name, str) or not isinstance(version, int):
+        return None
+    return name, version
+
+
+def class_problem(held: str, held_version: int, cls: type[Hosted],
+                  upgrade_to: type[Hosted] | None = None) -> str | None:
+    """Why the code ``cls`` (upgrading to ``upgrade_to``, if given) cannot run from a
+    checkpoint of class ``held`` at ``held_version``, in one line saying what to run
+    instead; None when it can: the checkpoint holds ``cls``, or ``upgrade_to`` (the
+    instance was upgraded already, and that class runs)."""
+    if (held, held_version) == (cls.__qualname__, cls.version):
+        return None
+    if upgrade_to is not None and (held, held_version) == (upgrade_to.__qualname__,
+                                                           upgrade_to.version):
+        return None
+    code = cls.__qualname__
+    said = (f"the checkpoint holds {held} version {held_version}, but the code is {code} "
+            f"version {cls.version}")
+    if held_version > cls.version:
+        return f"{said}: the instance was upgraded to {held} already; run it with that class"
+    if held_version < cls.version:
+        return (f"{said}: to upgrade it, run the class it holds, {held}, with {code} as "
+                "the upgrade target (--upgrade-to)")
+    return (f"{said}: run it with the class it holds, {held} (to change classes, give the "
+            "new one a later version and make it the upgrade target)")
 
 
 def read_objects(f: IO[bytes], size: int | None = None) -> Iterator[Any]:

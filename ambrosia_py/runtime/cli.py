@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AmbrosiaError, UsageError
 from ambrosia_core.loops import loop_runner, shorten_slice
-from ambrosia_core.metrics import add_metrics_option
+from ambrosia_core.metrics import MetricsServer, add_metrics_option
 from ambrosia_core.metrics import serve as serve_metrics
 from ambrosia_core.ports import free_ports
 
@@ -34,8 +34,8 @@ from .metrics import binding_source
 from .runner import ImmortalRunner
 from .stops import StopSignals
 
-__all__ = ["EXIT_ERROR", "EXIT_USAGE", "add_arguments", "build_parser", "free_ports",
-           "load_class", "main", "outcome", "run_immortal", "stopped"]
+__all__ = ["EXIT_ERROR", "EXIT_USAGE", "add_arguments", "build_parser", "check_config",
+           "free_ports", "load_class", "main", "outcome", "run_immortal", "stopped"]
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -150,7 +150,7 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
                  on_stop: Callable[[ImmortalRunner], None] | None = None,
                  on_failure: Callable[[], Awaitable[None]] | None = None,
                  config: Mapping[str, Any] | None = None,
-                 metrics: Address | None = None) -> ImmortalRunner:
+                 metrics: Address | MetricsServer | None = None) -> ImmortalRunner:
     """Run the immortal until its coordinator closes the connection or a stop signal
     stops it; returns the runner, which says how it ended.
 
@@ -162,7 +162,9 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
             connection closes: ``ambrosia run`` stops its coordinator there, so that it
             ends as stopped rather than saying that its binding went away.
         config: the instance's configuration (``ctx.config``).
-        metrics: where to serve the binding's metrics, and its immortal's (None: not).
+        metrics: where to serve the binding's metrics, and its immortal's (None: not),
+            or the server already serving there (``ambrosia run`` starts it before it
+            writes anything, so that a port in use is refused first); closed at the end.
 
     Raises:
         MetricsError: the metrics address cannot be listened on.
@@ -172,7 +174,12 @@ def run_immortal(cls: type[Any], upgrade_to: type[Any] | None, name: str,
     engine = Engine(cls, name, upgrade_to=upgrade_to, logger=log, config=config)
     runner = ImmortalRunner(engine, ports[0], ports[1], replay_estimate=replay_estimate,
                             on_failure=on_failure)
-    engine.metrics = serve_metrics(metrics, [binding_source(engine, replay_estimate)])
+    source = binding_source(engine, replay_estimate)
+    if isinstance(metrics, MetricsServer):
+        metrics.add(source)
+        engine.metrics = metrics
+    else:
+        engine.metrics = serve_metrics(metrics, [source])
     try:
         run(_run(runner, stops, on_stop))
     finally:
@@ -228,6 +235,19 @@ def load_upgrade_target(target: str | None, cls: type[Any]) -> type[Any] | None:
     return upgrade_to
 
 
+def check_config(config: Mapping[str, Any], *classes: type[Any] | None) -> None:
+    """Ask each class (the one to run, and the upgrade target, which runs with the same
+    configuration once the instance upgrades) to refuse ``config`` before anything is
+    started or written.
+
+    Raises:
+        UsageError: a class refuses it (its one line).
+    """
+    for cls in classes:
+        if cls is not None:
+            cls.check_config(config)
+
+
 def stopped(name: str, stops: StopSignals) -> tuple[int, str]:
     return stops.exit_code, f"{name} stopped ({stops.name})"
 
@@ -242,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cls = load_class(args.target)
             upgrade_to = load_upgrade_target(args.upgrade_to, cls)
             config = load_config(args.config, args.sets)
+            check_config(config, cls, upgrade_to)
             runner = run_immortal(cls, upgrade_to, name,
                                   (args.ic_receive_port, args.ic_send_port), stops, log,
                                   config=config, metrics=args.metrics)

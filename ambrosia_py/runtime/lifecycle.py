@@ -98,12 +98,8 @@ class Lifecycle(EngineCore):
                           version)
             self.cls, self.upgrade_to = target, None
             self._loaded_upgraded = True
-        elif (cls_name, version) != (self.cls.__qualname__, self.cls.version):
-            raise SerializationError(
-                f"the checkpoint holds {cls_name} version {version}, but the code is "
-                f"{self.cls.__qualname__} version {self.cls.version}; to change versions, "
-                "register an upgrade and run with the new class as the upgrade target"
-            )
+        elif (problem := ckpt.class_problem(cls_name, version, self.cls, target)) is not None:
+            raise SerializationError(problem)
         self._read_state(objects)
         if mode is JournalMode.PENDING:
             inputs = [input_from_wire(r) for r in next(objects)]

@@ -35,10 +35,26 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool its rea
 
 
 class Parser(argparse.ArgumentParser):
-    """Argument errors are one line and exit code 2, with no usage dump."""
+    """Argument errors are one line and exit code 2, with no usage dump; a sub-command's
+    ``--help`` begins with its one-line help unless it is given a description."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Commands)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Commands(argparse._SubParsersAction):
+    """Sub-commands (``add_subparsers``) whose parsers describe themselves."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        said = kwargs.get("help")
+        if kwargs.get("description") is None and said:
+            kwargs["description"] = said[0].upper() + said[1:] + (
+                "" if said.endswith((".", ")")) else ".")
+        return super().add_parser(name, **kwargs)
 
 
 COMMANDS: tuple[Callable[[Any], Any], ...] = (

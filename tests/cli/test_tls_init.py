@@ -26,6 +26,7 @@ def test_tls_init_makes_files_that_serve_a_sink_over_tls(tmp_path: Path) -> None
     r = _init(str(pki), "--hosts", "127.0.0.1")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
+        f"wrote {pki / '.gitignore'}: git ignores the private keys (*-key.pem) here",
         f"made the CA {pki / 'ca.pem'} (its key ca-key.pem signs: keep it off the hosts)",
         f"made 127.0.0.1: --tls-cert {pki / '127.0.0.1.pem'} --tls-key "
         f"{pki / '127.0.0.1-key.pem'} --tls-ca {pki / 'ca.pem'}"]
@@ -45,6 +46,8 @@ def test_tls_init_makes_files_that_serve_a_sink_over_tls(tmp_path: Path) -> None
     try:
         tls = TlsOptions(args[1], args[3], args[5]).load()
         assert tls is not None
+        assert f"listening on 127.0.0.1:{sink.port} over TLS (directory " in (
+            tmp_path / "sink.log").read_text()
         client = SinkClient(sink.port, tls=tls.client)
         client.handshake()
         assert client.list_uncommitted() == ()
@@ -57,3 +60,20 @@ def test_tls_init_refuses_a_host_that_is_no_host_in_one_line(tmp_path: Path) -> 
     r = _init(str(tmp_path / "pki"), "--hosts", "bad host!")
     assert r.returncode == 1
     assert r.stderr == "ambrosia: error: 'bad host!' is neither an IP address nor a host name\n"
+
+
+def test_tls_init_in_a_repository_leaves_no_private_key_for_git_to_take(
+        tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    r = _init(str(tmp_path / "pki"), "--hosts", "127.0.0.1")
+    assert r.returncode == 0, r.stderr
+    untracked = subprocess.run(["git", "-C", str(tmp_path), "status", "--porcelain",
+                                "--untracked-files=all"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    assert "pki/ca.pem" in untracked and "pki/127.0.0.1.pem" in untracked
+    assert not [f for f in untracked if f.endswith("-key.pem")], untracked
+    # A .gitignore of the user's own is kept as it is.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / ".gitignore").write_text("*.pem\n")
+    assert _init(str(tmp_path / "mine")).returncode == 0
+    assert (tmp_path / "mine" / ".gitignore").read_text() == "*.pem\n"

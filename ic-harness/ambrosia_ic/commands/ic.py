@@ -7,13 +7,14 @@ import asyncio
 import functools
 import os
 import signal
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import loop_runner, shorten_slice
-from ambrosia_core.metrics import add_metrics_option, serve
+from ambrosia_core.metrics import MetricsServer, add_metrics_option, serve
 from ambrosia_core.tls import add_tls_options, tls_from_args
 from ambrosia_ic.errors import RegistryError
 
@@ -26,6 +27,7 @@ from ..logdir import check_log_dir
 from ..registry.raft_address import without_secret
 from ..replication.raft import RaftReplica
 from ..replication.shared_dir import SharedDirReplica
+from .afresh import add_start_afresh, prepare_start
 
 __all__ = ["EXIT_SIGINT", "add_ic"]
 
@@ -33,13 +35,26 @@ EXIT_SIGINT = 130
 
 
 def _ic(args: argparse.Namespace) -> int:
+    # Before anything is written: a metrics port in use stops the start with one line.
+    metrics = serve(args.metrics)
+    try:
+        return _run_coordinator(args, metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()
 
+
+def _run_coordinator(args: argparse.Namespace, metrics: MetricsServer | None) -> int:
     home = registry.ambrosia_home(args.home)
     reg = _registration(args.instance_name, home, args.registry)
     if reg.log_store and not reg.active_active:
         raise CoordinatorError(
             f"{reg.instance_name} is registered with the log store {reg.log_store}, which "
             "needs --active-active (or --log-store '' to use its log directory)")
+    prepare_start(reg, home, afresh=args.start_afresh,
+                  command=f"ambrosia ic -i {reg.instance_name}",
+                  warn=lambda line: print(f"ambrosia-ic: {reg.instance_name}: {line}",
+                                          file=sys.stderr, flush=True))
     check_log_dir(registry.instance_dir(reg))  # it may have become unusable since
     cls: type[StandaloneCoordinator | SharedDirReplica | RaftReplica] = (
         RaftReplica if reg.log_store else
@@ -54,16 +69,11 @@ def _ic(args: argparse.Namespace) -> int:
     # else from the instance's own log store.
     directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
     coordinator = cls(reg, home, replica=args.replica, link=link, directory=directory)
-    # Before anything starts: a metrics port in use stops the start with one line.
-    metrics = serve(args.metrics, [
-        coordinator_source(coordinator.c, lambda: coordinator.role)
-        if isinstance(coordinator, SharedDirReplica | RaftReplica)
-        else coordinator_source(coordinator)])
-    try:
-        code, signum = run(_serve_until_stopped(coordinator.run()))
-    finally:
-        if metrics is not None:
-            metrics.close()
+    if metrics is not None:
+        metrics.add(coordinator_source(coordinator.c, lambda: coordinator.role)
+                    if isinstance(coordinator, SharedDirReplica | RaftReplica)
+                    else coordinator_source(coordinator))
+    code, signum = run(_serve_until_stopped(coordinator.run()))
     if signum is None:
         return code
     # On stdout, beside the readiness line: whoever started us reads both there.
@@ -140,7 +150,15 @@ def _drop_signal_handlers(loop: asyncio.AbstractEventLoop, *, ignore: bool) -> N
 
 
 def add_ic(sub: Any) -> None:
-    p = sub.add_parser("ic", help="run the coordinator of a registered instance")
+    p = sub.add_parser(
+        "ic", help="run the coordinator of a registered instance",
+        description="Run the coordinator of a registered instance beside its binding (of "
+                    "any language), which connects to the instance's receive and send "
+                    "ports, until it is stopped or the binding goes. Exit codes: 0 "
+                    "stopped by SIGTERM (130: SIGINT), the ordinary stop; 1 a failure, "
+                    "the binding closing its connection included (the coordinator cannot "
+                    "tell a binding that stopped from one that crashed, so a supervisor "
+                    "restarts the pair); 2 the binding broke the protocol.")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
                    help="the registered instance")
     p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
@@ -163,6 +181,7 @@ def add_ic(sub: Any) -> None:
                    help="authenticate links with the secret in FILE (as `link-secret export` "
                    "writes it) instead of the registry's (default: "
                    "$AMBROSIA_LINK_SECRET_FILE)")
+    add_start_afresh(p)
     add_metrics_option(p, what="the coordinator's")
     add_tls_options(p)
     p.set_defaults(handler=_ic)

@@ -41,6 +41,7 @@ async def serve(c: Coordinator, ready_fields: str,
         link = ("" if c.advertise == c.ic_host == registry.LOOPBACK else
                 f" link={registry.format_address(c.advertise, c.ic_port)}"
                 + (f" listen={c.ic_host}" if c.ic_host != c.advertise else ""))
+        link += " tls=on" if c.tls is not None else ""  # links over TLS
         print(f"ambrosia-ic ready: instance={c.name} {ready_fields}{link}",
               file=c.stdout, flush=True)
         c.send = await ports.accept_into(reading.BindingReader(c))

@@ -27,8 +27,12 @@ __all__ = ["EXIT_BINDING_LOST", "EXIT_MALFORMED", "BindingReader"]
 EXIT_BINDING_LOST = 1
 EXIT_MALFORMED = 2
 
-_LOST = ("the binding closed its connection; exiting "
-         "(restart the coordinator and the binding together to recover)")
+# A failure, whatever the binding meant: an end of the connection looks the same whether
+# the binding stopped or crashed, and a supervisor must restart the pair after a crash.
+# The ordinary stop of an instance is its coordinator's (SIGTERM or SIGINT: exit 0 or 130).
+_LOST = ("the binding closed its connection; exiting with code 1, a failure: a binding "
+         "that stopped and one that crashed look the same here (restart the coordinator "
+         "and the binding together to recover; to stop the instance, stop its coordinator)")
 
 
 class BindingReader(asyncio.Protocol):

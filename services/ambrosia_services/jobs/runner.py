@@ -492,8 +492,9 @@ async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
 async def _run(runner: Runner, args: argparse.Namespace, registry: JobRegistry) -> bool:
     host = args.listen.host
     port = await runner.listen(host, args.listen.port)
-    print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}; "
-          f"jobs: {', '.join(registry.names())}", flush=True)
+    print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}"
+          f"{' over TLS' if args.tls is not None else ''}; jobs: "
+          f"{', '.join(registry.names())}", flush=True)
     watch = asyncio.ensure_future(_watch_connect(args.connect))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -541,8 +542,18 @@ async def _watch_connect(url: str) -> None:
         await asyncio.sleep(CONNECT_CHECK_SECONDS)
 
 
+PROG = "python -m ambrosia_services.jobs.runner"
+
+
+def _refused(err: Exception) -> int:
+    """A refusal, as every command says one: one line after the command's name, exit 1
+    (2 stays argparse's, for arguments it cannot parse)."""
+    print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ambrosia_services.jobs.runner",
+    parser = argparse.ArgumentParser(prog=PROG,
                                      description="Run Spark jobs for a job protocol initiator.")
     parser.add_argument("--listen", required=True,
                         type=address_argument(allow_port_zero=True, default_host="127.0.0.1"),
@@ -577,19 +588,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.check_listen(args.listen.host, "the runner", log.warning)
         args.tls = options.load()
     except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _refused(err)
     os.environ.pop("MASTER", None)  # PySpark reads it, and .remote() then fails
     try:
         registry = JobRegistry.from_modules(m for m in args.jobs.split(",") if m)
     except JobDefinitionError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _refused(err)
     try:
         busy = asyncio.run(_serve(args, registry))
     except MetricsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return _refused(err)
     if busy:
         # Jobs still running belong to the Connect server now; waiting for their threads
         # (or for SparkSession.__del__) could hang the exit.

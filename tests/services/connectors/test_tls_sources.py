@@ -69,7 +69,8 @@ def test_a_feed_reaches_the_sink_over_tls_and_strangers_are_refused(
     coord = launcher.start(TARGET, "coord", args=["--config", str(tmp_path / "coord.toml")])
     procs = []
     try:
-        coord.wait_for("listening for sources")
+        said = coord.wait_for("listening for sources")
+        assert said.endswith(f"listening for sources on 127.0.0.1:{port} over TLS"), said
         # Strangers first: one speaking plain TCP, one with another CA's certificate.
         # Each is waited for by its own refusal: the plain feed reconnects every 0.05 s and
         # is refused each time, so a count of the coordinator's refusals alone is reached

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -54,9 +55,10 @@ class Runner:
                  "--out", str(tmp / "out"), *args],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        self.port = int(line.split(" listening on ")[1].split(";")[0].rsplit(":", 1)[1]) \
-            if " listening on " in line else 0
+        # "runner r1 (...) listening on HOST:PORT[ over TLS]; jobs: ..."
+        self.line = line = self.proc.stdout.readline()
+        found = re.search(r" listening on \S+:(\d+)", line)
+        self.port = int(found.group(1)) if found else 0
         self.member = member_id("r1")
 
     def log(self) -> str:
@@ -214,16 +216,19 @@ def test_a_record_altered_or_replayed_in_flight_closes_the_link_in_one_line(
 
 def test_listening_beyond_loopback_needs_tls_or_insecure(runner_of, pki) -> None:  # type: ignore[no-untyped-def]
     refused = runner_of(listen="0.0.0.0:0")
-    assert refused.proc.wait(30) == 2
+    assert refused.proc.wait(30) == 1
     assert refused.log().strip().splitlines() == [
-        "error: the runner would listen on 0.0.0.0, beyond loopback, without TLS: give "
+        "python -m ambrosia_services.jobs.runner: error: the runner would listen on 0.0.0.0, "
+        "beyond loopback, without TLS: give "
         "--tls-cert, --tls-key and --tls-ca (`ambrosia tls init` makes them), or --insecure "
         "to accept anyone who reaches the port"]
     insecure = runner_of("--insecure", listen="0.0.0.0:0")
     assert insecure.port and insecure.proc.poll() is None
     assert "the runner listens on 0.0.0.0 without TLS (--insecure)" in insecure.log()
+    assert " over TLS" not in insecure.line
     secure = runner_of(*pki[0].args(), listen="0.0.0.0:0")
     assert secure.port and secure.proc.poll() is None
+    assert f"listening on 0.0.0.0:{secure.port} over TLS; jobs: " in secure.line
     assert _held_over(secure, pki[0]) == Held(secure.member, (), ())
     # 127.0.0.2 is loopback too: no TLS needed there.
     local = runner_of(listen="127.0.0.2:0")
@@ -233,7 +238,8 @@ def test_listening_beyond_loopback_needs_tls_or_insecure(runner_of, pki) -> None
 def test_tls_options_go_together(runner_of, pki) -> None:  # type: ignore[no-untyped-def]
     cert, _ = pki[0].cert()
     r = runner_of("--tls-cert", str(cert))
-    assert r.proc.wait(30) == 2
+    assert r.proc.wait(30) == 1
     assert r.log().strip() == (
-        "error: TLS needs a certificate, its key and a CA file together (--tls-cert, "
-        "--tls-key, --tls-ca; in a [tls] table cert, key, ca); missing --tls-key, --tls-ca")
+        "python -m ambrosia_services.jobs.runner: error: TLS needs a certificate, its key "
+        "and a CA file together (--tls-cert, --tls-key, --tls-ca; in a [tls] table cert, "
+        "key, ca); missing --tls-key, --tls-ca")

@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cookie", default="", help="the cookie the worker expects")
     p.add_argument("--once", action="store_true",
                    help="stop at each file's end (EOS), once the worker acknowledged it all")
-    p.add_argument("--instance", default="feed", help="the HELLO's instance name")
+    p.add_argument("--instance", default="feed", help="the HELLO's instance name (default feed)")
     p.add_argument("--backoff-cap", type=float, default=5.0,
                    help="the longest reconnect delay, in seconds (default 5)")
     p.add_argument("--poll-interval", type=float, default=0.1,
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--message-bytes", type=int, default=0, metavar="N",
                    help="send as many whole lines as fit in N bytes per message (default: "
                         "a message per line)")
-    add_tls_options(p)
+    add_tls_options(p, listens=False)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ambrosia-feed: %(message)s")
     if args.message_bytes < 0:

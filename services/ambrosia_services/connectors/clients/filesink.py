@@ -28,8 +28,11 @@ FileSink = SinkServer
 
 
 async def _run(args: argparse.Namespace) -> None:
-    store = FileSinkStore(Path(args.dir))
-    await serve(store, args, f"directory {args.dir}, committed {store.committed_offset} bytes")
+    async def open_store() -> FileSinkStore:
+        return FileSinkStore(Path(args.dir))  # creates the directory: after every check
+
+    await serve(open_store, args, lambda store: f"directory {args.dir}, committed "
+                f"{store.committed_offset} bytes")
 
 
 def main(argv: list[str] | None = None) -> int:

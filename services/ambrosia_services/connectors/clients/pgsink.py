@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 
 from .errors import ClientError
-from .sinkserver import add_server_options, serve
+from .sinkserver import SinkStore, add_server_options, serve
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -28,13 +28,20 @@ async def run(args: argparse.Namespace, on_step: Callable[[str], None] | None = 
     store's hook (see ``PgSinkStore``)."""
     from .pgstore import PgSinkStore, row_format
 
-    store = await PgSinkStore.open(
-        args.dsn, table=args.table, name=args.name or args.table.rpartition(".")[2],
-        row_format=row_format(args.format), state_table=args.state_table,
-        max_pending=args.max_pending_bytes, backoff_cap=args.backoff_cap, on_step=on_step)
-    await serve(store, args, f"database {store.where}, table {args.table} "
-                f"({args.format}), sink {store.name}, committed {store.committed_offset} "
-                f"bytes, {len(store.prepared)} prepared transaction(s) in doubt")
+    async def open_store() -> PgSinkStore:  # may create its tables: after every check
+        return await PgSinkStore.open(
+            args.dsn, table=args.table, name=args.name or args.table.rpartition(".")[2],
+            row_format=row_format(args.format), state_table=args.state_table,
+            max_pending=args.max_pending_bytes, backoff_cap=args.backoff_cap,
+            on_step=on_step)
+
+    def describe(store: SinkStore) -> str:
+        assert isinstance(store, PgSinkStore)
+        return (f"database {store.where}, table {args.table} ({args.format}), sink "
+                f"{store.name}, committed {store.committed_offset} bytes, "
+                f"{len(store.prepared)} prepared transaction(s) in doubt")
+
+    await serve(open_store, args, describe)
 
 
 def build_parser() -> argparse.ArgumentParser:

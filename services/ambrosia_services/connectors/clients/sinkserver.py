@@ -22,10 +22,11 @@ import abc
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -68,8 +69,8 @@ from ambrosia_services.connectors import (
 from .errors import SinkConfigError, SinkStateError, SinkStorageError, SinkUnavailableError
 from .sinkmetrics import SinkCounts, sink_source
 
-__all__ = ["DATA_STREAM_ID", "HANDSHAKE_SECONDS", "SINK_CREDITS", "Prepared", "SinkServer",
-           "SinkStore", "Vote", "add_server_options", "serve"]
+__all__ = ["DATA_STREAM_ID", "HANDSHAKE_SECONDS", "SINK_CREDITS", "Handler", "Prepared",
+           "SinkServer", "SinkStore", "Vote", "add_server_options", "listen", "serve"]
 
 DATA_STREAM_ID = 1  # a sink's output travels on stream 1; stream 0 carries 2PC
 SINK_CREDITS = 500  # what Wallaroo's 2PC file sink granted; its peers ignore credits
@@ -218,11 +219,7 @@ class SinkServer:
 
     async def start(self, address: Address) -> asyncio.Server:
         """Listen on ``address`` (port 0 picks a free port: see the server's sockets)."""
-        if self.tls is None:
-            return await asyncio.start_server(self._serve, address.host, address.port)
-        return await self.tls.start_server(
-            self._serve, address.host, address.port, timeout=self.handshake_seconds,
-            refused=lambda why: log.warning("refused a connection: %s", why))
+        return await listen(address, self._serve, self.tls, self.handshake_seconds)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -409,7 +406,8 @@ def add_server_options(p: argparse.ArgumentParser, default_port: int) -> None:
                    "one)")
     p.add_argument("--cookie", default="", help="the cookie a HELLO must carry")
     p.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE,
-                   help="the largest frame accepted, in bytes")
+                   metavar="BYTES",
+                   help=f"the largest frame accepted (default {DEFAULT_MAX_FRAME_SIZE})")
     p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_SECONDS,
                    metavar="SECONDS", help="how long a new connection may take to send its "
                    "HELLO, and a linked one the rest of a frame it began, before it is "
@@ -418,42 +416,93 @@ def add_server_options(p: argparse.ArgumentParser, default_port: int) -> None:
     add_tls_options(p)
 
 
-async def serve(store: SinkStore, args: argparse.Namespace, what: str) -> None:
-    """Serve ``store`` as the options in ``args`` say until SIGINT or SIGTERM (an
-    ordinary stop) or until the store fails for good (raised). ``what`` describes the
-    store in the "listening on" line."""
-    metrics: MetricsServer | None = None
+#: What serves one accepted connection.
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def listen(address: Address, handler: Handler, tls: Tls | None,
+                 handshake_seconds: float, *, start_serving: bool = True) -> asyncio.Server:
+    """A server for a sink's connections on ``address``, over TLS with ``tls``. Without
+    ``start_serving`` the address is only bound, so that one in use is refused before
+    the store is opened; ``Server.start_serving`` then takes connections."""
+    if tls is None:
+        return await asyncio.start_server(handler, address.host, address.port,
+                                          start_serving=start_serving)
+    return await tls.start_server(
+        handler, address.host, address.port, timeout=handshake_seconds,
+        refused=lambda why: log.warning("refused a connection: %s", why),
+        start_serving=start_serving)
+
+
+async def serve(open_store: Callable[[], Awaitable[SinkStore]], args: argparse.Namespace,
+                describe: Callable[[SinkStore], str]) -> None:
+    """Serve the store ``open_store`` opens as the options in ``args`` say, until SIGINT
+    or SIGTERM (an ordinary stop) or until the store fails for good (raised).
+
+    Everything the options can be refused for is refused before the store is opened
+    (which may create its directory or its tables): the TLS files, listening beyond
+    loopback without TLS, the metrics address and the listening address. ``describe``
+    says what the store is in the "listening on" line.
+
+    Raises:
+        SinkConfigError: the options cannot be used, or the address cannot be listened
+            on (one line).
+    """
+    # (args made by hand, not by add_server_options, may lack the TLS options)
     try:
-        # (args made by hand, not by add_server_options, may lack the TLS options)
+        options = (tls_from_args(args) if hasattr(args, "tls_cert") else TlsOptions())
+        options.check_listen(args.listen.host, "the sink", log.warning)
+        tls = options.load()
+    except UsageError as e:
+        raise SinkConfigError(str(e)) from None
+    try:
+        # (args made by hand, not by add_server_options, may lack the option)
+        metrics = serve_metrics(getattr(args, "metrics", None))
+    except MetricsError as e:
+        raise SinkConfigError(str(e)) from None
+    try:
+        sinks: list[SinkServer] = []  # the one sink, once its store is open
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await sinks[0]._serve(reader, writer)
+
         try:
-            options = (tls_from_args(args) if hasattr(args, "tls_cert") else TlsOptions())
-            options.check_listen(args.listen.host, "the sink", log.warning)
-            tls = options.load()
-        except UsageError as e:
-            raise SinkConfigError(str(e)) from None
-        sink = SinkServer(store, cookie=args.cookie.encode(),
-                          max_frame_size=args.max_frame_size,
-                          handshake_seconds=args.handshake_timeout, tls=tls)
+            server = await listen(args.listen, handle, tls, args.handshake_timeout,
+                                  start_serving=False)
+        except OSError as e:
+            raise SinkConfigError(f"--listen {args.listen}: cannot listen there: "
+                                  f"{os.strerror(e.errno) if e.errno else e}") from None
+        store: SinkStore | None = None
         try:
-            # (args made by hand, not by add_server_options, may lack the option)
-            metrics = serve_metrics(getattr(args, "metrics", None), [sink_source(sink)])
-        except MetricsError as e:
-            raise SinkConfigError(str(e)) from None
-        server = await sink.start(args.listen)
-        host, port = server.sockets[0].getsockname()[:2]
-        log.info("listening on %s (%s)", Address(host, port), what)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        async with server:
-            stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-            failing: asyncio.Future[Any] = sink.failed
-            await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
+            async with server:  # closed before the store
+                store = await open_store()
+                await _serve(store, server, args, tls, metrics, describe(store), sinks)
+        finally:
+            if store is not None:
+                await store.close()
     finally:
         if metrics is not None:
             metrics.close()
-        await store.close()
+
+
+async def _serve(store: SinkStore, server: asyncio.Server, args: argparse.Namespace,
+                 tls: Tls | None, metrics: MetricsServer | None, what: str,
+                 sinks: list[SinkServer]) -> None:
+    sink = SinkServer(store, cookie=args.cookie.encode(), max_frame_size=args.max_frame_size,
+                      handshake_seconds=args.handshake_timeout, tls=tls)
+    sinks.append(sink)
+    if metrics is not None:
+        metrics.add(sink_source(sink))
+    await server.start_serving()
+    host, port = server.sockets[0].getsockname()[:2]
+    log.info("listening on %s%s (%s)", Address(host, port), " over TLS" if tls else "", what)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    failing: asyncio.Future[Any] = sink.failed
+    await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
     if sink.failed.done():
         raise sink.failed.result()

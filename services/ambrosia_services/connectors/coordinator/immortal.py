@@ -19,10 +19,15 @@ Run: ``ambrosia run connectors -i NAME --config FILE``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, cast
 
+import attrs
+
+from ambrosia_core.errors import UsageError
 from ambrosia_core.metrics import Families
+from ambrosia_core.tls import CONFIG_REMEDY
 from ambrosia_py import Immortal, impulse, rpc
 from ambrosia_services.staging import Ref
 
@@ -31,6 +36,14 @@ from .core import Applied, CoordinatorCore, Incoming, IncomingRef
 from .live import Live
 
 __all__ = ["ConnectorCoordinator"]
+
+
+@attrs.frozen
+class _ConfigOnly:
+    """The runtime of an instance made only to read a configuration: it offers nothing
+    else (an instance that asks it for more fails at once)."""
+
+    config: Mapping[str, Any]
 
 
 class ConnectorCoordinator(Immortal):
@@ -97,8 +110,25 @@ class ConnectorCoordinator(Immortal):
     #: A subclass whose output can only go to sinks says so: started with none, it refuses.
     needs_sinks: ClassVar[bool] = False
 
-    def on_become_primary(self) -> None:
-        # A bad configuration stops the instance with its one-line error.
+    @classmethod
+    def check_config(cls, config: Mapping[str, Any]) -> None:
+        """Whatever ``on_become_primary`` would refuse ``config`` for, refused before
+        anything is written (``Immortal.check_config``). The configuration is read by an
+        instance of this class made for that alone, so a subclass's own reading of its
+        part (``coordinator_config``) is the one checked."""
+        probe = cls()
+        probe.__ambrosia_attach__(cast(Any, _ConfigOnly(config)), "(configuration check)",
+                                  logging.LoggerAdapter(logging.getLogger(__name__)))
+        probe.primary_config()
+
+    def primary_config(self) -> CoordinatorConfig:
+        """``coordinator_config`` as the primary needs it: staging and sinks as this class
+        uses them, TLS files that load, and no listener beyond loopback without TLS
+        (unless ``insecure``). Reads files, opens no socket.
+
+        Raises:
+            CoordinatorConfigError: one line naming the key.
+        """
         cfg = self.coordinator_config()
         if self.uses_staging and not cfg.staging:
             raise CoordinatorConfigError(f"staging: {type(self).__name__} reads what it "
@@ -106,11 +136,23 @@ class ConnectorCoordinator(Immortal):
         if cfg.staging and self._keeps_payloads():
             raise CoordinatorConfigError(f"staging: {type(self).__name__} keeps payloads in "
                                          "its state and cannot stage them; remove the key")
+        if not cfg.sinks and self.needs_sinks:
+            raise CoordinatorConfigError(
+                f"sinks: {type(self).__name__} commits its output to sinks and none is "
+                "configured (a [sinks] table of NAME = \"host:port\")")
+        try:  # (the listener applies the rule again, and logs `insecure` there)
+            cfg.tls.check_listen(cfg.listen_address.host, "the source listener",
+                                 lambda _line: None, remedy=CONFIG_REMEDY)
+        except UsageError as err:
+            raise CoordinatorConfigError(f"listen: {err}") from None
+        cfg.load_tls()
+        return cfg
+
+    def on_become_primary(self) -> None:
+        # A bad configuration stops the instance with its one-line error (`ambrosia run`
+        # refused it before anything started: see check_config).
+        cfg = self.primary_config()
         if not cfg.sinks:
-            if self.needs_sinks:
-                raise CoordinatorConfigError(
-                    f"sinks: {type(self).__name__} commits its output to sinks and none is "
-                    "configured (a [sinks] table of NAME = \"host:port\")")
             self.ctx.log.warning("no sinks are configured ([sinks]): output is committed "
                                  "nowhere")
         if "listen" not in self.ctx.config:

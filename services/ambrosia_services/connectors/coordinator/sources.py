@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import UsageError
 from ambrosia_core.loops import write_unless_closing
-from ambrosia_core.tls import Tls, describe_tls_error
+from ambrosia_core.tls import CONFIG_REMEDY, Tls, describe_tls_error
 from ambrosia_services.staging import SegmentWriter, StagingError
 
 from .._state import ConnectionState, Role
@@ -149,7 +149,8 @@ class SourceListener:
     async def start(self) -> None:
         listen = self.cfg.listen_address
         try:
-            self.cfg.tls.check_listen(listen.host, "the source listener", self.log.warning)
+            self.cfg.tls.check_listen(listen.host, "the source listener", self.log.warning,
+                                      remedy=CONFIG_REMEDY)
         except UsageError as err:
             raise CoordinatorConfigError(f"listen: {err}") from None
         self._tls = self.cfg.load_tls()
@@ -167,7 +168,8 @@ class SourceListener:
                 f"listen: cannot listen for sources on {listen}: "
                 f"{err.strerror or err}") from None
         self.port = self.server.sockets[0].getsockname()[1]
-        self.log.info("listening for sources on %s", Address(listen.host, self.port))
+        self.log.info("listening for sources on %s%s", Address(listen.host, self.port),
+                      " over TLS" if self._tls is not None else "")
 
     async def run_flusher(self) -> None:
         while True:

@@ -152,10 +152,11 @@ def test_a_coordinator_that_routes_payloads_itself_refuses_a_staging_root(
     cfg = tmp_path / "router.toml"
     cfg.write_text(f'listen = "127.0.0.1:0"\nstaging = "{tmp_path / "s"}"\n')
     p = launcher.start("tests.services.connectors.coordinator.staged_app:PayloadRouter",
-                       "router", args=["--config", str(cfg)])
+                       "router", args=["--config", str(cfg)], primary=False)
     p.wait_for("staging: PayloadRouter keeps payloads in its state and cannot stage them; "
                "remove the key")
     assert p.proc.wait(60) != 0
+    assert not (launcher.home / "instances").exists()  # refused before it was registered
 
 
 @pytest.mark.slow
