@@ -33,15 +33,13 @@ class StartPlan:
 
 
 def choose_start(d: Path, cid: int, *, name: str, started: bool,
-                 mode: str | None = None, afresh_hint: str = "ambrosia run --start-afresh"
-                 ) -> StartPlan:
+                 mode: str | None = None) -> StartPlan:
     """The flow a start of instance ``name`` from directory ``d`` runs.
 
     Args:
         cid: the instance's committer id.
         started: the registry says the instance went live once.
         mode: ``--create-service``: None, ``always-recover`` or ``no-recovery``.
-        afresh_hint: the command that starts the instance afresh on purpose.
 
     Raises:
         CoordinatorError: the directory cannot be started from as it is (a history gone,
@@ -57,7 +55,8 @@ def choose_start(d: Path, cid: int, *, name: str, started: bool,
                 f"{name} has started before, but its log directory {d} holds no log "
                 "to recover from (moved, removed or emptied?); register it again with "
                 "the directory that holds its log (ambrosia register-instance -i "
-                f"{name} -l DIR), or start it afresh on purpose with {afresh_hint}")
+                f"{name} -l DIR), or start it afresh on purpose with --start-afresh "
+                "(ambrosia run, or ambrosia ic beside a binding of another language)")
         leftovers = latest_checkpoint(d) is not None
         if mode == "always-recover":
             raise CoordinatorError(
