@@ -9,7 +9,8 @@ from pathlib import Path
 from ambrosia_ic.logstore import checkpoint_path, log_path
 
 from ambrosia_core.wire import TakeCheckpoint
-from tests.ic.conftest import Harness, wait_until
+from tests.ic.conftest import Harness
+from tests.launcher import wait_until
 
 from .cluster import Cluster
 

@@ -27,9 +27,9 @@ from ambrosia_ic.recovery import plan_recovery
 
 from ambrosia_core.wire import Checkpoint, TakeCheckpoint
 from ambrosia_py.testing import start_immortal
-from tests.launcher import ROOT
+from tests.launcher import ROOT, wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 from .test_first_start import _run_chain
 
 CID = 4321
