@@ -52,7 +52,7 @@ def _ran(home: Path, target: str) -> None:
     """One start of ``target`` as instance ``sq``, kept (its first start logged)."""
     p = start_immortal(target, "sq", home=home, cwd=ROOT)
     try:
-        wait_until((home / "instances" / "sq.started").exists)
+        wait_until((home / "instances" / "sq.started").exists, "the first start kept")
         assert p.stop() == 0, p.lines[-5:]
     finally:
         p.kill()

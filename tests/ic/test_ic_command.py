@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.launcher import wait_until
+
 from ..pki import make_pki
-from .conftest import Harness, wait_until
+from .conftest import Harness
 
 
 def _snapshot(root: Path) -> dict[str, bytes | None]:

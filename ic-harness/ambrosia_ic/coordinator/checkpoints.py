@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .lifecycle import Coordinator
 
 __all__ = ["CheckpointData", "ask", "collect", "remove_stale_temps", "remove_unkept", "save",
-           "switch_log", "wait_for"]
+           "say_removed", "switch_log", "wait_for"]
 
 
 def wait_for(c: Coordinator) -> asyncio.Future[CheckpointData]:
@@ -82,7 +82,11 @@ async def remove_stale_temps(c: Coordinator, first: int = 1, through: int | None
     writer killed while writing one left in the coordinator's directory, in one line.
     Call only where no live process can be writing one of those checkpoints: the caller
     holds the lock that makes it their only writer."""
-    removed = await asyncio.to_thread(remove_checkpoint_temps, c.dir, first, through)
+    say_removed(c, await asyncio.to_thread(remove_checkpoint_temps, c.dir, first, through))
+
+
+def say_removed(c: Coordinator, removed: list[tuple[str, int]]) -> None:
+    """One line for the temporary files ``remove_checkpoint_temps`` removed, if any."""
     if removed:
         c.log("removed what a checkpoint write cut short left behind: "
               + ", ".join(f"{name} ({size} bytes)" for name, size in removed))

@@ -28,6 +28,7 @@ from ..logstore import (
     file_numbers,
     log_path,
     read_digest,
+    remove_checkpoint_temps,
     remove_first_start_leftovers,
 )
 from ..recovery import (
@@ -66,6 +67,11 @@ def choose_flow(c: Coordinator) -> RecoveryPlan | None:
     if chosen.cut is not None:
         path, offset = chosen.cut
         LogWriter(path, truncate_at=offset).close()
+    # The directory's lock is held and the flow chosen: no live writer is left of
+    # whatever a killed one was writing. (Here, before the flow's task starts: an
+    # await at its start let a binding that dies at once end the first start before
+    # it saved checkpoint 1.)
+    checkpoints.say_removed(c, remove_checkpoint_temps(c.dir))
     return chosen.plan
 
 
@@ -106,9 +112,6 @@ def _move_to_version(c: Coordinator, m: int) -> None:
 
 
 async def start(c: Coordinator, plan: RecoveryPlan | None) -> None:
-    # The directory's lock is held and the flow chosen: no live writer is left of
-    # whatever a killed one was writing.
-    await checkpoints.remove_stale_temps(c)
     if plan is None:
         # Nothing of a first start may reach another instance before its record 0
         # is durable: until then a restart does the first start again.

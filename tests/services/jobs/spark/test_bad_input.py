@@ -60,10 +60,10 @@ def test_a_runner_given_a_module_without_jobs_exits_with_one_line() -> None:
          "--connect", "sc://127.0.0.1:1", "--jobs", "json", "--member", "x", "--out", "o"],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert done.stderr == (
-        "error: invalid job modules for 1 reason(s): module json defines no @spark_job "
-        "function\n"
+        "python -m ambrosia_services.jobs.runner: error: invalid job modules for 1 "
+        "reason(s): module json defines no @spark_job function\n"
     )
 
 
