@@ -96,6 +96,7 @@ DEFAULT_FRAME_SECONDS = 30.0  # for the rest of a frame begun, once linked
 log = logging.getLogger("ambrosia_services.jobs.runner")
 
 DEFAULT_BATCH_BYTES = 64 * 1024
+CLOSE_SECONDS = 5.0  # how long a stop waits for the connections' handlers to end
 
 
 def result_chunks(directory: Path, batch_bytes: int) -> Iterator[bytes]:
@@ -193,6 +194,8 @@ class Runner:
         # its hello is read: the hello alone would let anyone who reaches the port in.
         self.tls = tls
         self._connections = 0
+        # Each connection's handler and its writer, until the handler ends.
+        self._handlers: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         # For the metrics (``runner_source``): jobs launched, and how each run ended.
         self.started = 0
         self.ended = {"committed": 0, "failed": 0, "cancelled": 0}
@@ -210,10 +213,18 @@ class Runner:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
+        """Stop accepting, close every connection and wait (a few seconds at most) for
+        their handlers to end; jobs still running are left to Spark."""
         if self._server is not None:
             self._server.close()
-        for peer in list(self._peers.values()):
-            peer.writer.close()
+        for writer in self._handlers.values():
+            writer.close()
+        if self._handlers:  # each ends as its connection closes
+            await asyncio.wait(set(self._handlers), timeout=CLOSE_SECONDS)
+        for task in set(self._handlers):  # stuck: cancelled
+            task.cancel()
+        if self._handlers:
+            await asyncio.wait(set(self._handlers), timeout=CLOSE_SECONDS)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def busy(self) -> bool:
@@ -229,10 +240,19 @@ class Runner:
             writer.close()
             return
         self._connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers[task] = writer
         try:
             await self._serve_connection(reader, writer, where)
+        except asyncio.CancelledError:
+            # Only a stop cancels a handler (``close``, or asyncio.run ending). Ended
+            # quietly: Python 3.11's stream callback calls exception() on a cancelled
+            # handler and logs the CancelledError's traceback as an error.
+            writer.close()
         finally:
             self._connections -= 1
+            self._handlers.pop(task, None)
 
     async def _serve_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter, where: Any) -> None:
@@ -490,16 +510,25 @@ async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
 
 
 async def _run(runner: Runner, args: argparse.Namespace, registry: JobRegistry) -> bool:
+    # Asked before the line that says it listens, so that a stop sent on that line is
+    # an ordinary stop too: one line, exit 0.
+    stop = asyncio.Event()
+    asked: list[str] = []
+
+    def on_signal(name: str) -> None:
+        asked.append(name)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum.name)
     host = args.listen.host
     port = await runner.listen(host, args.listen.port)
     print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}; "
           f"jobs: {', '.join(registry.names())}", flush=True)
     watch = asyncio.ensure_future(_watch_connect(args.connect))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
+    log.info("stopping (%s)", asked[0])
     watch.cancel()
     busy = runner.busy()
     await runner.close()
