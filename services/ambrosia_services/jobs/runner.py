@@ -79,7 +79,6 @@ from .errors import (
 from .initiator import RESULT_EDGE
 from .messages import Batch, CheckResponse, FlowControl, JobId, JobMessage, Start
 from .participant import ParticipantJobs
-from .spark import execute
 from .spark.registry import JobRegistry
 from .transport import exchange_hello
 
@@ -96,6 +95,9 @@ DEFAULT_FRAME_SECONDS = 30.0  # for the rest of a frame begun, once linked
 log = logging.getLogger("ambrosia_services.jobs.runner")
 
 DEFAULT_BATCH_BYTES = 64 * 1024
+# Spark's client (pyspark with Connect, pandas, pyarrow) comes with this extra; the module
+# loads it on a job's first use (``spark.execute``), ``main`` before it listens.
+SPARK_EXTRA = "pip install 'ambrosia-py[spark]'"
 CLOSE_SECONDS = 5.0  # how long a stop waits for the connections' handlers to end
 
 
@@ -362,6 +364,8 @@ class Runner:
         job = self._running[start.job_id] = _Job(start, attempt)
         self.started += 1
         log.info("job %s: running %s attempt %s", start.job_id, start.name, attempt)
+        from .spark import execute  # Spark's client: see SPARK_EXTRA
+
         future = asyncio.get_running_loop().run_in_executor(
             self._pool, execute.run_attempt, self.connect, definition, attempt, args,
             self.out, job.cancelled,
@@ -383,6 +387,8 @@ class Runner:
                      "nothing committed" if err is not None else "already committed")
             return
         if err is not None:
+            from .spark import execute
+
             self._ran(job, "failed")
             self._running.pop(job_id, None)
             code = (RunnerCancelCode.ATTEMPT_REUSED if isinstance(err, AttemptReusedError)
@@ -423,6 +429,8 @@ class Runner:
         operation is still listed.
         """
         assert job.future is not None
+        from .spark import execute
+
         loop = asyncio.get_running_loop()
         while not job.future.done():
             try:
@@ -570,6 +578,27 @@ async def _watch_connect(url: str) -> None:
         await asyncio.sleep(CONNECT_CHECK_SECONDS)
 
 
+def _missing_spark_client() -> str | None:
+    """What of Spark's client cannot be imported ("pyspark", "Pandas >= 2.2.0"), or None:
+    it is loaded here, once, so that a runner without the ``spark`` extra says so in one
+    line. pyspark names a missing or old dependency of its own in a ``PySparkImportError``
+    (PACKAGE_NOT_INSTALLED, with the package and its least version)."""
+    try:
+        from .spark import execute  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.startswith("ambrosia_"):
+            raise  # one of ours: a bug, not a missing extra
+        return err.name.split(".")[0]
+    except ImportError as err:
+        said = getattr(err, "getMessageParameters", lambda: None)() or {}
+        package = said.get("package_name")
+        if not package:
+            raise
+        least = said.get("minimum_version")
+        return f"{package} >= {least}" if least else str(package)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ambrosia_services.jobs.runner",
                                      description="Run Spark jobs for a job protocol initiator.")
@@ -599,6 +628,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_metrics_option(parser, what="the runner's")
     add_tls_options(parser)
     args = parser.parse_args(argv)
+    missing = _missing_spark_client()
+    if missing is not None:
+        print(f"error: the job runner needs {missing}, part of Spark's client: {SPARK_EXTRA}",
+              file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

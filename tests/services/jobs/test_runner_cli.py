@@ -1,5 +1,7 @@
-"""The job runner as a command, with no Spark running: stopped by SIGTERM or SIGINT while
-an initiator is linked, it says one line and exits 0."""
+"""The job runner and the Spark Connect server as commands, with no Spark running: without
+Spark's client (the ``spark`` extra; its import blocked here) each says so in one line and
+exits 1; a runner stopped by SIGTERM or SIGINT while an initiator is linked says one line
+and exits 0."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from ambrosia_core.processes import kill_process
 
 ROOT = Path(__file__).resolve().parents[3]
 JOBS = "tests.services.jobs.spark.jobs_for_tests"
+EXTRA = "pip install 'ambrosia-py[spark]'"
 
 
 def _env() -> dict[str, str]:
@@ -34,6 +37,39 @@ def _env() -> dict[str, str]:
 def _runner_args(tmp_path: Path) -> list[str]:
     return ["--listen", "127.0.0.1:0", "--connect", "sc://127.0.0.1:1", "--jobs", JOBS,
             "--member", "r1", "--out", str(tmp_path / "out")]
+
+
+def _without(module: str, blocked: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` with ``blocked`` unimportable (None in sys.modules), as
+    when the extra that brings it is not installed."""
+    code = (f"import runpy, sys; sys.modules[{blocked!r}] = None; "
+            f"sys.argv = [{module!r}, *sys.argv[1:]]; "
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                          text=True, env=_env(), cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize(("blocked", "named"),
+                         [("pyspark", "pyspark"), ("pandas", "Pandas >= 2.2.0")])
+def test_a_runner_without_sparks_client_names_the_extra(tmp_path: Path, blocked: str,
+                                                       named: str) -> None:
+    """It used to end in a traceback (ModuleNotFoundError, or pyspark's own
+    PySparkImportError for a dependency of its Connect client)."""
+    done = _without("ambrosia_services.jobs.runner", blocked, _runner_args(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (f"error: the job runner needs {named}, part of Spark's client: "
+                           f"{EXTRA}\n")
+    assert done.stdout == ""  # it never listened
+
+
+def test_the_connect_server_without_pyspark_names_the_extra(tmp_path: Path) -> None:
+    """It used to warn about the staged-records jar, then say "spark-submit not found"."""
+    done = _without("ambrosia_services.jobs.spark.server", "pyspark",
+                    ["--port", "1", "--log", str(tmp_path)])
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ("error: the Spark Connect server needs pyspark, part of Spark's "
+                           f"client (its spark-submit and jars): {EXTRA}\n")
+    assert not list(tmp_path.iterdir())  # nothing started, nothing written
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
