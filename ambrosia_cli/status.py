@@ -5,8 +5,15 @@ it: their ``status_file`` key) rewrites a JSON file every few seconds. ``ambrosi
 records where, under the registry home, so this command finds it by the instance's name
 alone; an instance whose configuration names no file may write ``status.json`` in its
 instance directory, the place looked at next. Every status says how old it is; one left by
-a stopped instance (whose coordinator no longer holds its log lock) is shown as that: its
-last status, which an ordinary stop writes once more as it ends.
+an instance that no longer runs (no coordinator holds its log lock) is its last status,
+and says how the instance ended (``life_state``): *stopped* when its process wrote that
+status as it stopped (marked ``stopped``, with the reason), *crashed* when the process
+(``pid``) is gone without writing it (kill -9, a crash, a power cut).
+
+The live counters (received, acked, connections, lag) are of the process's run since it
+became primary (``run_started``): a restart counts them from zero, while the tables'
+counters (a stream's applied lines, a sink's committed bytes) come from the state and
+cover every run; the summary line says "this run" and since when.
 
 ``--serve [HOST:]PORT`` serves the same status as a page that refreshes itself, with a
 chart of the file's history (``ambrosia_cli.status_page``).
@@ -31,8 +38,8 @@ from ambrosia_core.errors import AddressError, AmbrosiaError
 
 from .local_coordinator import lock_held
 
-__all__ = ["DEFAULT_NAME", "StatusError", "add_status", "find_status_file", "record_status_file",
-           "render", "status_main"]
+__all__ = ["DEFAULT_NAME", "StatusError", "add_status", "find_status_file", "life_state",
+           "record_status_file", "render", "status_main"]
 
 #: The file an instance may write in its instance directory when no location is recorded.
 DEFAULT_NAME = "status.json"
@@ -122,6 +129,32 @@ def load_status(name: str, home: Path, path: Path | None = None,
     return report, max(age, 0.0), running
 
 
+def life_state(report: Mapping[str, Any], running: bool) -> str:
+    """How the instance that wrote ``report`` is: "running" (a coordinator holds its
+    lock), "stopped" (its last status is marked as written while it stopped), "crashed"
+    (unmarked, and its process is gone: kill -9, a crash, a power cut) or "stopping"
+    (unmarked, its coordinator gone, its process not yet). A status of an older version,
+    with no ``pid``, cannot tell: "stopped"."""
+    if running:
+        return "running"
+    pid = report.get("pid")
+    if "stopped" in report or not isinstance(pid, int) or isinstance(pid, bool):
+        return "stopped"
+    return "stopping" if _alive(pid) else "crashed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OSError:
+        return False
+    return True
+
+
 # ------------------------------------------------------------------ rendering
 
 
@@ -184,17 +217,46 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _head(name: str, report: Mapping[str, Any], age: float, running: bool) -> str:
+    state = life_state(report, running)
+    last = f"its last status, of {_age(age)} ago"
+    if state == "running":
+        return f"{name}: status of {_age(age)} ago"
+    if state == "crashed":
+        return (f"{name}: crashed: its process ({report['pid']}) ended without writing its "
+                f"last status (kill -9, a crash, a power cut); {last}")
+    if state == "stopping":
+        return (f"{name}: stopping: no coordinator holds its lock, its process "
+                f"({report['pid']}) has not ended yet; {last}")
+    stopped = report.get("stopped")
+    reason = stopped.get("reason") if isinstance(stopped, Mapping) else None
+    why = f" ({reason})" if isinstance(reason, str) and reason != "stopped" else ""
+    return f"{name}: stopped{why}; {last}"
+
+
+def _since(at: float) -> str:
+    """When this run began: the time of day, with the date when not today."""
+    when = datetime.datetime.fromtimestamp(at)
+    if when.date() == datetime.date.today():
+        return when.strftime("%H:%M:%S")
+    return when.strftime("%Y-%m-%d %H:%M:%S")
+
+
 def render(name: str, report: Mapping[str, Any], age: float, running: bool = True) -> str:
-    """A status report as text: a summary line (how old the status is, and whether the
-    instance still runs), then streams, jobs and sinks."""
-    summary = [f"{name}: status of {_age(age)} ago" if running else
-               f"{name}: stopped; its last status, of {_age(age)} ago"]
+    """A status report as text: a summary line (how old the status is, whether the
+    instance still runs or how it ended, and the live counters of its run), then
+    streams, jobs and sinks."""
+    summary = [_head(name, report, age, running)]
     if "port" in report:
         summary.append(f"sources on port {report['port']}")
-    for key in ("connections", "received", "acked", "lag"):
-        if key in report:
-            summary.append(f"{key} {_cell(report[key])}")
-    lines = [", ".join(summary)]
+    counters = [f"{key} {_cell(report[key])}"
+                for key in ("connections", "received", "acked", "lag") if key in report]
+    started = report.get("run_started")
+    if counters and isinstance(started, (int, float)) and not isinstance(started, bool):
+        head = ", ".join(summary)
+        lines = [f"{head}; this run (since {_since(started)}): {', '.join(counters)}"]
+    else:
+        lines = [", ".join(summary + counters)]
     streams = report.get("streams") or {}
     lines += table("streams", _keyed(streams, "stream"))
     jobs = report.get("jobs")
@@ -304,8 +366,8 @@ def status_main(args: argparse.Namespace) -> int:
     report, age, running = load_status(args.instance_name, home,
                                        Path(args.file) if args.file else None)
     if args.json:
-        print(json.dumps({**report, "age_seconds": round(age, 3), "running": running},
-                         indent=1, sort_keys=True))
+        print(json.dumps({**report, "age_seconds": round(age, 3), "running": running,
+                          "state": life_state(report, running)}, indent=1, sort_keys=True))
     else:
         print(render(args.instance_name, report, age, running))
         # Where other coordinators reach it, when that is not 127.0.0.1.
