@@ -249,14 +249,14 @@ def render(name: str, report: Mapping[str, Any], age: float, running: bool = Tru
     summary = [_head(name, report, age, running)]
     if "port" in report:
         summary.append(f"sources on port {report['port']}")
-    counters = [f"{key} {_cell(report[key])}"
-                for key in ("connections", "received", "acked", "lag") if key in report]
+    live = [f"{key} {_cell(report[key])}"
+            for key in ("connections", "received", "acked", "lag") if key in report]
     started = report.get("run_started")
-    if counters and isinstance(started, (int, float)) and not isinstance(started, bool):
+    if live and isinstance(started, (int, float)) and not isinstance(started, bool):
         head = ", ".join(summary)
-        lines = [f"{head}; this run (since {_since(started)}): {', '.join(counters)}"]
+        lines = [f"{head}; this run (since {_since(started)}): {', '.join(live)}"]
     else:
-        lines = [", ".join(summary + counters)]
+        lines = [", ".join(summary + live)]
     streams = report.get("streams") or {}
     lines += table("streams", _keyed(streams, "stream"))
     jobs = report.get("jobs")
@@ -267,7 +267,8 @@ def render(name: str, report: Mapping[str, Any], age: float, running: bool = Tru
     # Any other section (the word count's "batches", the job links, ...): its counters
     # as one row, each table in it as rows of name and value.
     for key, value in report.items():
-        if key in ("streams", "sinks", "jobs", "linked") or not isinstance(value, Mapping):
+        if (key in ("streams", "sinks", "jobs", "linked", "stopped")  # stopped: the head
+                or not isinstance(value, Mapping)):
             continue
         counters = {k: v for k, v in value.items() if not isinstance(v, (Mapping, list))}
         if counters:

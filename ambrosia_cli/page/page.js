@@ -15,9 +15,11 @@ const REPLICA_COLUMNS = ["replica", "links_at", "receive_port", "send_port", "ic
                          "log_lock"];
 const RECENT_JOB_COLUMNS = ["job", "phase", "attempts", "reason"];
 // Report keys with a place of their own, not shown again under "More counters".
-const PLACED = new Set(["streams", "sinks", "jobs", "linked", "aborts_in_a_row"]);
+const PLACED = new Set(["streams", "sinks", "jobs", "linked", "aborts_in_a_row", "stopped",
+                        "run_started"]);
 // Numbers that name something rather than count: written without grouping.
-const NAMES = new Set(["port", "receive_port", "send_port", "ic_port", "replica", "version"]);
+const NAMES = new Set(["port", "receive_port", "send_port", "ic_port", "replica", "version",
+                       "pid"]);
 
 let failingSince = null;
 

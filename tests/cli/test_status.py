@@ -214,6 +214,7 @@ def test_a_crash_is_told_from_a_stop_and_live_counters_are_this_runs(tmp_path: P
         assert coord.stop() == 0
     stopped = _status(home, "-i", "coord").stdout
     assert stopped.startswith("coord: stopped; its last status, of "), stopped
+    assert "\nstopped:" not in stopped  # the mark is said in the first line, not a table
     assert json.loads(_status(home, "-i", "coord", "--json").stdout)["state"] == "stopped"
 
 
