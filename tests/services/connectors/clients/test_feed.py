@@ -309,8 +309,13 @@ def test_a_plain_feed_at_a_tls_listener_stops_in_one_line(tmp_path: Path) -> Non
             cwd=ROOT, stderr=asyncio.subprocess.PIPE,
             env={k: v for k, v in os.environ.items() if not k.startswith("AMBROSIA_TLS_")},
         )
-        _out, err = await asyncio.wait_for(proc.communicate(), 30)
-        server.close()
+        try:
+            _out, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:  # it loops: not left behind
+                proc.kill()
+                await proc.wait()
+            server.close()
         text = err.decode()
         assert proc.returncode == 1, text
         last = text.strip().splitlines()[-1]
