@@ -6,8 +6,15 @@ records where, under the registry home, so this command finds it by the instance
 alone; an instance whose configuration names no file may write ``status.json`` in its
 instance directory, the place looked at next (``ambrosia_cli.status_file``, which the page
 reads through too). Every status says how old it is; one left by
-a stopped instance (whose coordinator no longer holds its log lock) is shown as that: its
-last status, which an ordinary stop writes once more as it ends.
+an instance that no longer runs (no coordinator holds its log lock) is its last status,
+and says how the instance ended (``life_state``): *stopped* when its process wrote that
+status as it stopped (marked ``stopped``, with the reason), *crashed* when the process
+(``pid``) is gone without writing it (kill -9, a crash, a power cut).
+
+The live counters (received, acked, connections, lag) are of the process's run since it
+became primary (``run_started``): a restart counts them from zero, while the tables'
+counters (a stream's applied lines, a sink's committed bytes) come from the state and
+cover every run; the summary line says "this run" and since when.
 
 ``--serve [HOST:]PORT`` serves the same status as a page that refreshes itself, with a
 chart of the file's history (``ambrosia_cli.status_page``).
@@ -27,7 +34,7 @@ from ambrosia_ic import registry
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AddressError
 
-from .status_file import load_status
+from .status_file import life_state, load_status
 
 __all__ = ["add_status", "render", "status_main"]
 
@@ -99,17 +106,46 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _head(name: str, report: Mapping[str, Any], age: float, running: bool) -> str:
+    state = life_state(report, running)
+    last = f"its last status, of {_age(age)} ago"
+    if state == "running":
+        return f"{name}: status of {_age(age)} ago"
+    if state == "crashed":
+        return (f"{name}: crashed: its process ({report['pid']}) ended without writing its "
+                f"last status (kill -9, a crash, a power cut); {last}")
+    if state == "stopping":
+        return (f"{name}: stopping: no coordinator holds its lock, its process "
+                f"({report['pid']}) has not ended yet; {last}")
+    stopped = report.get("stopped")
+    reason = stopped.get("reason") if isinstance(stopped, Mapping) else None
+    why = f" ({reason})" if isinstance(reason, str) and reason != "stopped" else ""
+    return f"{name}: stopped{why}; {last}"
+
+
+def _since(at: float) -> str:
+    """When this run began: the time of day, with the date when not today."""
+    when = datetime.datetime.fromtimestamp(at)
+    if when.date() == datetime.date.today():
+        return when.strftime("%H:%M:%S")
+    return when.strftime("%Y-%m-%d %H:%M:%S")
+
+
 def render(name: str, report: Mapping[str, Any], age: float, running: bool = True) -> str:
-    """A status report as text: a summary line (how old the status is, and whether the
-    instance still runs), then streams, jobs and sinks."""
-    summary = [f"{name}: status of {_age(age)} ago" if running else
-               f"{name}: stopped; its last status, of {_age(age)} ago"]
+    """A status report as text: a summary line (how old the status is, whether the
+    instance still runs or how it ended, and the live counters of its run), then
+    streams, jobs and sinks."""
+    summary = [_head(name, report, age, running)]
     if "port" in report:
         summary.append(f"sources on port {report['port']}")
-    for key in ("connections", "received", "acked", "lag"):
-        if key in report:
-            summary.append(f"{key} {_cell(report[key])}")
-    lines = [", ".join(summary)]
+    live = [f"{key} {_cell(report[key])}"
+            for key in ("connections", "received", "acked", "lag") if key in report]
+    started = report.get("run_started")
+    if live and isinstance(started, (int, float)) and not isinstance(started, bool):
+        head = ", ".join(summary)
+        lines = [f"{head}; this run (since {_since(started)}): {', '.join(live)}"]
+    else:
+        lines = [", ".join(summary + live)]
     streams = report.get("streams") or {}
     lines += table("streams", _keyed(streams, "stream"))
     jobs = report.get("jobs")
@@ -120,7 +156,8 @@ def render(name: str, report: Mapping[str, Any], age: float, running: bool = Tru
     # Any other section (the word count's "batches", the job links, ...): its counters
     # as one row, each table in it as rows of name and value.
     for key, value in report.items():
-        if key in ("streams", "sinks", "jobs", "linked") or not isinstance(value, Mapping):
+        if (key in ("streams", "sinks", "jobs", "linked", "stopped")  # stopped: the head
+                or not isinstance(value, Mapping)):
             continue
         counters = {k: v for k, v in value.items() if not isinstance(v, (Mapping, list))}
         if counters:
@@ -219,8 +256,8 @@ def status_main(args: argparse.Namespace) -> int:
     report, age, running = load_status(args.instance_name, home,
                                        Path(args.file) if args.file else None)
     if args.json:
-        print(json.dumps({**report, "age_seconds": round(age, 3), "running": running},
-                         indent=1, sort_keys=True))
+        print(json.dumps({**report, "age_seconds": round(age, 3), "running": running,
+                          "state": life_state(report, running)}, indent=1, sort_keys=True))
     else:
         print(render(args.instance_name, report, age, running))
         # Where other coordinators reach it, when that is not 127.0.0.1.

@@ -25,7 +25,7 @@ from ambrosia_core.errors import AmbrosiaError
 
 from .local_coordinator import lock_held
 
-__all__ = ["DEFAULT_NAME", "StatusError", "find_status_file", "load_status",
+__all__ = ["DEFAULT_NAME", "StatusError", "find_status_file", "life_state", "load_status",
            "record_status_file"]
 
 #: The file an instance may write in its instance directory when no location is recorded.
@@ -108,3 +108,29 @@ def load_status(name: str, home: Path, path: Path | None = None,
     if not isinstance(report, dict):
         raise StatusError(f"{path}: not a status report (expected a JSON object)")
     return report, max(age, 0.0), running
+
+
+def life_state(report: Mapping[str, Any], running: bool) -> str:
+    """How the instance that wrote ``report`` is: "running" (a coordinator holds its
+    lock), "stopped" (its last status is marked as written while it stopped), "crashed"
+    (unmarked, and its process is gone: kill -9, a crash, a power cut) or "stopping"
+    (unmarked, its coordinator gone, its process not yet). A status of an older version,
+    with no ``pid``, cannot tell: "stopped"."""
+    if running:
+        return "running"
+    pid = report.get("pid")
+    if "stopped" in report or not isinstance(pid, int) or isinstance(pid, bool):
+        return "stopped"
+    return "stopping" if _alive(pid) else "crashed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OSError:
+        return False
+    return True

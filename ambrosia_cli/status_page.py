@@ -42,7 +42,7 @@ from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AmbrosiaError
 
 from .instances import describe
-from .status_file import StatusError, load_status
+from .status_file import StatusError, life_state, load_status
 
 __all__ = ["PAGE_FILES", "PageServer", "StatusSource", "merge_history", "page_files",
            "replica_rows", "sample_of", "serve"]
@@ -166,6 +166,7 @@ class StatusSource:
         now = time.time() if now is None else now
         doc: dict[str, Any] = {"name": self.name, "time": round(now, 3), "error": None,
                                "report": None, "age_seconds": None, "running": None,
+                               "state": None,
                                "errors": [], "instance": None, "replicas": [],
                                "replicas_error": None}
         try:
@@ -185,6 +186,7 @@ class StatusSource:
                 self.history = merge_history(self.history, incoming, self.keep)
                 errors = report.pop("errors", None)
                 doc.update(report=report, age_seconds=round(age, 3), running=running,
+                           state=life_state(report, running),
                            errors=errors if isinstance(errors, list) else [])
             doc["history"] = self.history
         return doc

@@ -41,8 +41,8 @@ from .errors import AmbrosiaError, UsageError
 __all__ = ["CONFIG_REMEDY", "ENV_CA", "ENV_CERT", "ENV_KEY", "HANDSHAKE_SECONDS",
            "OPTIONS_REMEDY", "InsecureListenError", "Tls",
            "TlsConfigError", "TlsHandshakeError", "TlsOptions", "TlsServerProtocol",
-           "add_tls_options", "describe_tls_error", "is_loopback", "tls_from_args",
-           "tls_from_config"]
+           "add_tls_options", "describe_tls_error", "is_loopback", "is_tls_record_start",
+           "speaks_tls", "tls_client_hello", "tls_from_args", "tls_from_config"]
 
 ENV_CERT = "AMBROSIA_TLS_CERT"
 ENV_KEY = "AMBROSIA_TLS_KEY"
@@ -405,6 +405,59 @@ class TlsServerProtocol(asyncio.Protocol):
             self.error = exc or ConnectionResetError()
             self.refused(f"TLS handshake with {self.peer} failed: "
                          f"{describe_tls_error(self.error)}")
+
+
+def tls_client_hello() -> bytes:
+    """The bytes of a TLS ClientHello (any version we speak, no certificate checks): what
+    ``speaks_tls`` sends to learn whether a listener answers in TLS."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    out = ssl.MemoryBIO()
+    tls = ctx.wrap_bio(ssl.MemoryBIO(), out, server_side=False)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return out.read()
+
+
+def is_tls_record_start(data: bytes) -> bool | None:
+    """Whether ``data``, the first bytes a peer sent, begin a TLS record: a content type
+    of 20 to 24 (change cipher spec, alert, handshake, application data, heartbeat) and
+    major version 3 (SSL 3.0 and every TLS). None while fewer than two bytes came."""
+    if len(data) < 2:
+        return None
+    return 20 <= data[0] <= 24 and data[1] == 3
+
+
+async def speaks_tls(host: str, port: int, timeout: float = HANDSHAKE_SECONDS) -> bool | None:
+    """Whether the listener at ``host:port`` answers a TLS ClientHello in TLS.
+
+    For a client that spoke plain TCP and was closed unanswered: a TLS listener closes so,
+    without a byte, when the first bytes it reads are not TLS (OpenSSL sends no alert
+    then), and so does a plain listener that is stopping. This asks once more, in TLS:
+    a TLS listener answers with a handshake record (or an alert), which a plain
+    listener's own protocol never begins with (the connector and job protocols begin
+    with a small length or a magic string). None when no answer came (the connection
+    was refused, closed unanswered again, or ``timeout`` passed): nothing learnt.
+    """
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return None
+    try:
+        writer.write(tls_client_hello())
+        got = b""
+        async with asyncio.timeout(timeout):
+            while (answer := is_tls_record_start(got)) is None:
+                more = await reader.read(2 - len(got))
+                if not more:
+                    return None
+                got += more
+        return answer
+    except (OSError, TimeoutError):
+        return None
+    finally:
+        writer.close()
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:

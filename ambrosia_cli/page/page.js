@@ -15,9 +15,11 @@ const REPLICA_COLUMNS = ["replica", "links_at", "receive_port", "send_port", "ic
                          "log_lock"];
 const RECENT_JOB_COLUMNS = ["job", "phase", "attempts", "reason"];
 // Report keys with a place of their own, not shown again under "More counters".
-const PLACED = new Set(["streams", "sinks", "jobs", "linked", "aborts_in_a_row"]);
+const PLACED = new Set(["streams", "sinks", "jobs", "linked", "aborts_in_a_row", "stopped",
+                        "run_started"]);
 // Numbers that name something rather than count: written without grouping.
-const NAMES = new Set(["port", "receive_port", "send_port", "ic_port", "replica", "version"]);
+const NAMES = new Set(["port", "receive_port", "send_port", "ic_port", "replica", "version",
+                       "pid"]);
 
 let failingSince = null;
 
@@ -94,8 +96,12 @@ function showSummary(doc, report) {
   dl.replaceChildren();
   const items = [];
   if (report) {
-    for (const k of ["port", "connections", "received", "acked", "lag"]) {
-      if (k in report) items.push([k, cell(report[k], k)]);
+    // The live counters are of this run (since it became primary); the tables' are
+    // the state's, of every run.
+    const run = typeof report.run_started === "number" ? ` (this run, since ${clock(report.run_started)})` : "";
+    if ("port" in report) items.push(["port", cell(report.port, "port")]);
+    for (const k of ["connections", "received", "acked", "lag"]) {
+      if (k in report) items.push([k + run, cell(report[k], k)]);
     }
     const lat = report.commit_latency;
     if (lat && typeof lat === "object") {
@@ -256,14 +262,16 @@ function show(doc) {
     banner.className = "banner error";
     banner.hidden = false;
   } else if (doc.running === false) {
-    banner.textContent = `stopped: last status of ${age(doc.age_seconds)} ago`;
+    const how = {crashed: "crashed (its process ended without writing its last status)",
+                 stopping: "stopping"}[doc.state] || "stopped";
+    banner.textContent = `${how}: last status of ${age(doc.age_seconds)} ago`;
     banner.className = "banner stopped";
     banner.hidden = false;
   } else {
     banner.hidden = true;
   }
   $("state").textContent = doc.running ? (report ? `running, status of ${age(doc.age_seconds)} ago` : "running")
-                                       : "stopped";
+                                       : (doc.state || "stopped");
   $("refreshed").textContent = `refreshed ${clock(doc.time)}, every ${REFRESH_MS / 1000} s`;
   showSummary(doc, report);
   const r = report || {};

@@ -146,8 +146,7 @@ class ArgumentForms(EngineCore):
         self._enter(env.timestamp_ns, env.entropy)
         pc = self.handlers.take(env.call_id)
         if pc is None:
-            self.log.warning("a result for call %d, which is not pending, was ignored",
-                             env.call_id)
+            self.stray_result(env.call_id)
             return
         try:
             ok, value = env.payload

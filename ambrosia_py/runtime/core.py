@@ -21,6 +21,7 @@ from typing import IO, Any
 import xxhash
 
 from ambrosia_core.errors import LocalProtocolError
+from ambrosia_core.loops import said_at
 from ambrosia_core.metrics import DURATION_BUCKETS, SIZE_BUCKETS, Histogram, MetricsServer
 from ambrosia_core.wire import OutgoingRpc
 from ambrosia_core.wire.encoders import outgoing_rpc_head, sized
@@ -65,7 +66,9 @@ class EngineCore:
         self.cls = cls
         self.instance_name = instance_name
         # Read-only, nested tables too (``config.freeze``); outside-world input.
-        self.config: Mapping[str, Any] = EMPTY_CONFIG if config is None else freeze(config)
+        self._config: Mapping[str, Any] = EMPTY_CONFIG if config is None else freeze(config)
+        self.config_read = False  # whether the instance read it (see ``config``)
+        self.stray_results = 0  # results of calls that were not pending, ignored
         self.upgrade_to = upgrade_to
         self.convert = convert
         self.log = logger or logging.getLogger(f"ambrosia.{instance_name}")
@@ -126,6 +129,23 @@ class EngineCore:
         self._positional_types: dict[Callable[..., Any], list[Any]] = {}
         # ... and how many positional arguments each binds, (least, most).
         self._positional_counts: dict[Callable[..., Any], tuple[int, int]] = {}
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The configuration (``ctx.config``); reading it is noted in ``config_read``, so
+        that a repro whose outputs diverge can name a configuration unlike the recorded
+        run's as the likely cause."""
+        self.config_read = True
+        return self._config
+
+    def stray_result(self, call_id: object, what: str = "result") -> None:
+        """A result came for a call that is not pending: ignored, said the 1st, 10th,
+        100th ... time (a replay that diverged meets one for every recorded result)."""
+        self.stray_results += 1
+        n = self.stray_results
+        if said_at(n):
+            self.log.warning("a %s for call %r, which is not pending, was ignored%s", what,
+                             call_id, "" if n == 1 else f" ({n} such results so far)")
 
     @property
     def is_primary(self) -> bool:

@@ -34,8 +34,7 @@ class JsPosts(EngineCore):
         if spec is None and isinstance(name, str) and name.endswith("_Result"):
             pc = self.handlers.take(call_id)
             if pc is None:
-                self.log.warning("a post result for call %r, which is not pending, was ignored",
-                                 call_id)
+                self.stray_result(call_id, "post result")
                 return
             if "errorMsg" in obj:
                 pc.resolve(error=RemoteCallError(str(obj["errorMsg"]), "Error"))

@@ -12,6 +12,13 @@ in this process, and return the final state and the outputs::
 
 A replay whose outputs differ from the recorded run raises ``ReplayDivergenceError``
 naming the first sequence id where they diverged.
+
+The log does not hold the instance's configuration (``ctx.config``: ``--config`` and
+``--set`` of ``ambrosia run``), so a replay gets it from ``config=`` (default: empty)::
+
+    result = repro("feed", Feed, config={"listen": "127.0.0.1:7100"})
+
+A divergent replay that read ``ctx.config`` names that as the likely cause.
 """
 
 from __future__ import annotations
@@ -75,6 +82,11 @@ def repro(instance_name: str, cls: type[S], checkpoint: int | None = None, *,
     """Replay ``instance_name``'s log from checkpoint ``checkpoint`` with ``cls``: any of
     the checkpoints the coordinator kept (``checkpoints()`` lists them; the registration's
     ``--keep-checkpoints`` says how many), by default the oldest.
+
+    Args:
+        config: the instance's ``ctx.config`` during the replay (default: empty); give
+            what the recorded run was started with (``--config``, ``--set``), which the
+            log does not hold.
 
     Raises:
         ReplayDivergenceError: the outputs differ from the recorded run's.
@@ -175,12 +187,31 @@ def _debug(name: str, cls: type[Immortal], cls_next: type[Immortal] | None,
         raise CoordinatorError(f"debug-instance of {name} checkpoint {checkpoint} failed: "
                                f"{detail}")
     if summary["status"] == "diverged":
-        raise ReplayDivergenceError(summary["first_divergence_seq"], summary.get("detail", ""))
+        raise _divergence(summary["first_divergence_seq"], summary.get("detail", ""),
+                          engine, config)
     if cls_next is not None and type(engine.instance) is not cls_next:
         raise CoordinatorError("the upgrade test ended without switching to "
                                f"{cls_next.__qualname__} (no UpgradeService arrived)")
     return ReplayResult(engine.instance, list(engine.outputs or []),
                         summary["records_replayed"], summary["status"])
+
+
+def _divergence(seq_id: int, detail: str, engine: Engine,
+                config: Mapping[str, Any] | None) -> ReplayDivergenceError:
+    """The error for debug-instance's divergence: its detail without the sentence the
+    error itself begins with, and the likely cause when the replay read ``ctx.config``
+    (outside-world input a replay is given by ``config=``, not by the log)."""
+    head = f"{ReplayDivergenceError(seq_id)}: "
+    if detail.startswith(head):
+        detail = detail[len(head):]
+    if engine.config_read:
+        if config is None:
+            detail += ("; the replay read ctx.config and was given none: pass the recorded "
+                       "run's configuration (--config, --set) as repro(..., config=...)")
+        else:
+            detail += ("; the replay read ctx.config: a config= unlike the recorded run's "
+                       "configuration (--config, --set) diverges so")
+    return ReplayDivergenceError(seq_id, detail)
 
 
 class ImmortalProcess(Child):

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from .watch import Event, Sample
 
-__all__ = ["outages", "plot_run", "with_gaps"]
+__all__ = ["NO_PLOT", "outages", "plot_or_say", "plot_run", "with_gaps"]
+
+# matplotlib is the ``demo`` extra's only package: without it the run is the same, unplotted.
+NO_PLOT = "no plot: matplotlib is not installed (pip install 'ambrosia-py[demo]')"
 
 
 def _rates(points: list[tuple[float, int]], window: float = 2.0) -> list[tuple[float, float]]:
@@ -113,3 +116,15 @@ def plot_run(path: Path, samples: list[Sample], latencies: list[tuple[float, flo
     finally:
         plt.close(fig)
     return path
+
+
+def plot_or_say(path: Path, samples: list[Sample], latencies: list[tuple[float, float]],
+                events: list[Event], title: str) -> str:
+    """``plot_run``, and the line that says where the plot is, or ``NO_PLOT``."""
+    try:
+        png = plot_run(path, samples, latencies, events, title)
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] != "matplotlib":
+            raise
+        return NO_PLOT
+    return f"plot of throughput and commit latency, crashes marked: {png}"

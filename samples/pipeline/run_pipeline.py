@@ -331,12 +331,12 @@ def run(args: argparse.Namespace) -> int:
             problems.append(why)
         through.append("a live upgrade to version 1")
     verdict = check_output(batches, problems, expected, args.lines, " and ".join(through))
-    from samples.pipeline.plot import plot_run
+    from samples.pipeline.plot import plot_or_say
 
-    png = plot_run(run_dir / "pipeline.png", w.samples, w.commit_latencies(), w.events,
-                   f"{NAME}: {args.lines:,} lines, {len(batches)} batches")
+    plotted = plot_or_say(run_dir / "pipeline.png", w.samples, w.commit_latencies(),
+                          w.events, f"{NAME}: {args.lines:,} lines, {len(batches)} batches")
     say(f"committed output: {p.output_place()}")
-    say(f"plot of throughput and commit latency, crashes marked: {png}")
+    say(plotted)
     say(verdict.line)
     return 0 if verdict.ok else 1
 

@@ -159,3 +159,86 @@ def test_render_shows_job_counters_and_per_job_rows() -> None:
     assert "  running  attempts\n" in render("p", {"jobs": {"attempts": 4, "running": 1}}, 0)
     nested = render("p", {"jobs": {"7": {"state": "running", "attempt": 2}}}, 0)
     assert "  job  state    attempt" in nested and "    7  running        2" in nested
+
+
+def test_a_crash_is_told_from_a_stop_and_live_counters_are_this_runs(tmp_path: Path) -> None:
+    """After a kill -9 the status used to say "stopped", as after an ordinary stop; after a
+    restart, "received" (this run) stood unlabelled beside the applied lines of every run."""
+    home = tmp_path / "home"
+    port = _free_port()
+    (tmp_path / "run").mkdir()
+    args = ["--set", f"listen=127.0.0.1:{port}", "--set", "status_file=run/status.json",
+            "--set", "status_seconds=0.2"]
+    data = tmp_path / "lines.txt"
+    data.write_text("".join(f"line {i}\n" for i in range(50)))
+
+    def first_line_once(*marks: str) -> str:
+        deadline = time.monotonic() + 30
+        while True:
+            out = _status(home, "-i", "coord")
+            if out.returncode == 0 and all(m in out.stdout for m in marks):
+                return out.stdout.splitlines()[0]
+            assert time.monotonic() < deadline, out.stdout + out.stderr
+            time.sleep(0.2)
+
+    coord = start_immortal("ambrosia_services.connectors:ConnectorCoordinator", "coord",
+                           home=home, cwd=tmp_path, args=args)
+    try:
+        feed = subprocess.run(
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
+             f"127.0.0.1:{port}", "--once", str(data)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert feed.returncode == 0, feed.stderr
+        line = first_line_once("acked 50")
+        assert "; this run (since " in line and line.endswith(
+            "): connections 0, received 50, acked 50, lag 0"), line
+        pid = json.loads(_status(home, "-i", "coord", "--json").stdout)["pid"]
+    finally:
+        coord.kill()  # kill -9: no last status is written
+    crashed = _status(home, "-i", "coord")
+    assert crashed.returncode == 0, crashed.stderr
+    assert crashed.stdout.startswith(
+        f"coord: crashed: its process ({pid}) ended without writing its last status (kill "
+        "-9, a crash, a power cut); its last status, of "), crashed.stdout
+    assert json.loads(_status(home, "-i", "coord", "--json").stdout)["state"] == "crashed"
+
+    coord = start_immortal("ambrosia_services.connectors:ConnectorCoordinator", "coord",
+                           home=home, cwd=tmp_path, args=args)
+    try:
+        # A new run: its own counters from zero, the state's 50 lines applied in all.
+        line = first_line_once("status of", "received 0")
+        assert line.endswith("): connections 0, received 0, acked 0, lag 0"), line
+        out = _status(home, "-i", "coord").stdout.splitlines()
+        streams = out.index("streams:")
+        assert out[streams + 2].split()[2] == "50"  # applied, of every run
+    finally:
+        assert coord.stop() == 0
+    stopped = _status(home, "-i", "coord").stdout
+    assert stopped.startswith("coord: stopped; its last status, of "), stopped
+    assert "\nstopped:" not in stopped  # the mark is said in the first line, not a table
+    assert json.loads(_status(home, "-i", "coord", "--json").stdout)["state"] == "stopped"
+
+
+def test_render_names_how_an_instance_ended(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    at = time.time() - 60
+    counters = {"port": 7100, "connections": 1, "received": 5, "acked": 4, "lag": 1}
+    assert render("p", {**counters, "pid": gone.pid, "run_started": at}, 3,
+                  running=False).splitlines()[0] == (
+        f"p: crashed: its process ({gone.pid}) ended without writing its last status (kill "
+        "-9, a crash, a power cut); its last status, of 3 s ago, sources on port 7100; "
+        f"this run (since {time.strftime('%H:%M:%S', time.localtime(at))}): "
+        "connections 1, received 5, acked 4, lag 1")
+    assert render("p", {"pid": os.getpid()}, 3, running=False).startswith(
+        f"p: stopping: no coordinator holds its lock, its process ({os.getpid()}) has not "
+        "ended yet; ")
+    lost = {"pid": gone.pid, "stopped": {"time": at, "reason": "coordinator lost"}}
+    assert render("p", lost, 3, running=False).splitlines()[0] == (
+        "p: stopped (coordinator lost); its last status, of 3 s ago")
+    assert render("p", {"pid": gone.pid, "stopped": {"time": at, "reason": "stopped"}}, 3,
+                  running=False).splitlines()[0] == "p: stopped; its last status, of 3 s ago"
+    # An older status (no pid) cannot tell: stopped, as before; no "this run" label.
+    assert render("p", counters, 3, running=False).splitlines()[0] == (
+        "p: stopped; its last status, of 3 s ago, sources on port 7100, connections 1, "
+        "received 5, acked 4, lag 1")

@@ -76,6 +76,25 @@ class Caller(Immortal):
         self.ctx.log.info("caller: done %s", self.results)
 
 
+class Configured(Immortal):
+    """Awaits itself 30 times from its first start when its configuration says so
+    (``--set ask_self=true``): a repro without that configuration diverges."""
+
+    def __init__(self) -> None:
+        self.doubled: list[int] = []
+
+    async def on_first_start(self) -> None:
+        if not self.ctx.config.get("ask_self"):
+            return
+        for i in range(30):
+            self.doubled.append(await self.self_proxy.double(i))
+        self.ctx.log.info("configured: done")
+
+    @rpc
+    async def double(self, x: int) -> int:
+        return 2 * x
+
+
 class Clocked(Immortal):
     """Uses the replay-safe clock and PRNG: a repro reproduces its state and outputs."""
 

@@ -3,6 +3,7 @@ coordinator, kill -9 at chosen points, and repro through `ambrosia debug-instanc
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import signal
@@ -18,7 +19,7 @@ from ambrosia_py.testing import checkpoints, repro
 from samples.demo.services import Client, Server
 from tests.launcher import ROOT, Launcher, wait_until
 
-from .apps import Caller, Clocked, Nondeterministic, Pulsed, Stopping
+from .apps import Caller, Clocked, Configured, Nondeterministic, Pulsed, Stopping
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +157,25 @@ def test_ambrosia_run_reports_bad_targets_in_one_line(tmp_path: Path) -> None:
     assert out.stderr.strip().splitlines() == [
         "ambrosia run: error: cannot import 'broken_module': SyntaxError: invalid syntax "
         "(broken_module.py, line 1) (`python -c 'import broken_module'` shows the traceback)"]
+
+
+def test_a_repro_without_the_recorded_configuration_names_it_once(
+        launcher: Launcher, caplog: pytest.LogCaptureFixture) -> None:
+    """It used to say the divergence's sentence twice ("replay diverged ... at sequence
+    id 0: replay diverged ... at sequence id 0") with a warning for each recorded result
+    the replay had no call for."""
+    p = launcher.start("tests.runtime.apps:Configured", "configured",
+                       args=["--set", "ask_self=true"])
+    p.wait_for("configured: done")
+    p.stop()
+    with caplog.at_level(logging.WARNING), pytest.raises(ReplayDivergenceError) as info:
+        repro("configured", Configured, home=launcher.home)
+    said = str(info.value)
+    assert said.count("replay diverged") == 1, said
+    assert said.startswith("replay diverged from the recorded run at sequence id 0: "), said
+    assert said.endswith("; the replay read ctx.config and was given none: pass the recorded "
+                         "run's configuration (--config, --set) as repro(..., config=...)"), said
+    stray = [r for r in caplog.records if "which is not pending" in r.getMessage()]
+    assert 1 <= len(stray) <= 2, [r.getMessage() for r in stray]  # the 1st, the 10th
+    result = repro("configured", Configured, home=launcher.home, config={"ask_self": True})
+    assert result.status == "ok" and result.state.doubled == [2 * i for i in range(30)]

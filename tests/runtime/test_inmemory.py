@@ -11,6 +11,8 @@ from ambrosia_py.serialization import Envelope
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
 from samples.counter.counter import Counter
 
+from .apps import Calculator, Caller, Entry
+
 
 def test_the_readme_example_first_start_calls_checkpoint_and_recovery() -> None:
     ic = InMemoryCoordinator(Counter, "counter")
@@ -70,3 +72,40 @@ def test_a_journal_record_in_no_known_form_is_refused_by_name() -> None:
         input_from_wire(["q", 1])
     assert str(e.value) == ("the checkpoint's journal holds a record in no known form: "
                             "['q', 1]")
+
+
+RESULTS = [3.5, "ZeroDivisionError: division by zero", [42, "HI"], "RemoteCallError"]
+
+
+def test_a_call_to_another_immortal_is_answered_by_a_peer_instance() -> None:
+    """An @rpc awaiting another immortal used to stay suspended: nothing answered it."""
+    ic = InMemoryCoordinator(Caller, "caller")
+    calc = InMemoryCoordinator(Calculator, "calc")
+    ic.add_peer("calc", calc)
+    ic.first_start()
+    assert ic.instance.results == RESULTS
+    assert calc.instance.entries == [Entry(21, "hi")]
+    # Each result is a logged input of the caller: a new life replays them the same.
+    again = InMemoryCoordinator(Caller, "caller")
+    again.recover(ic.checkpoints[0], ic.log)
+    assert again.instance.results == RESULTS
+
+
+def test_a_stub_answers_by_method_name_and_says_which_answer_is_missing() -> None:
+    def fail(message: str) -> None:
+        raise KeyError(message)
+
+    ic = InMemoryCoordinator(Caller, "caller")
+    ic.add_peer("calc", Calculator, divide=lambda a, b: a / b,
+                store=lambda e: Entry(e.n * 2, e.note.upper()), fail=fail)
+    ic.first_start()
+    assert ic.instance.results == RESULTS
+    short = InMemoryCoordinator(Caller, "caller")
+    short.add_peer("calc", Calculator, divide=lambda a, b: a / b)
+    with pytest.raises(LookupError, match=r"the stub of calc has no answer for store \(give "
+                       r"one: add_peer\('calc', Calculator, store=\.\.\.\)\)"):
+        short.first_start()
+    with pytest.raises(ValueError, match="Calculator has no method sqrt"):
+        ic.add_peer("calc", Calculator, sqrt=lambda x: x)
+    with pytest.raises(ValueError, match="named 'calc', not 'other'"):
+        ic.add_peer("other", InMemoryCoordinator(Calculator, "calc"))

@@ -95,6 +95,18 @@ def test_the_plot_leaves_outages_undrawn() -> None:
     assert ys[0] == 1 and ys[1] != ys[1] and ys[2:] == [3, 4]
 
 
+def test_without_matplotlib_the_demo_says_so_instead_of_a_plot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """matplotlib (the ``demo`` extra) is only the plot: the run's verdict used to be lost
+    to a ModuleNotFoundError traceback at the very end."""
+    from samples.pipeline.plot import NO_PLOT, plot_or_say
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert plot_or_say(tmp_path / "p.png", [], [], [], "t") == NO_PLOT
+    assert NO_PLOT.endswith("(pip install 'ambrosia-py[demo]')")
+    assert not (tmp_path / "p.png").exists()
+
+
 def test_the_drip_feeds_the_corpus_whole_as_the_coordinator_keeps_up(tmp_path: Path) -> None:
     from samples.pipeline.drip import Drip
 

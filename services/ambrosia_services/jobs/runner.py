@@ -79,7 +79,6 @@ from .errors import (
 from .initiator import RESULT_EDGE
 from .messages import Batch, CheckResponse, FlowControl, JobId, JobMessage, Start
 from .participant import ParticipantJobs
-from .spark import execute
 from .spark.registry import JobRegistry
 from .transport import exchange_hello
 
@@ -96,6 +95,10 @@ DEFAULT_FRAME_SECONDS = 30.0  # for the rest of a frame begun, once linked
 log = logging.getLogger("ambrosia_services.jobs.runner")
 
 DEFAULT_BATCH_BYTES = 64 * 1024
+# Spark's client (pyspark with Connect, pandas, pyarrow) comes with this extra; the module
+# loads it on a job's first use (``spark.execute``), ``main`` before it listens.
+SPARK_EXTRA = "pip install 'ambrosia-py[spark]'"
+CLOSE_SECONDS = 5.0  # how long a stop waits for the connections' handlers to end
 
 
 def result_chunks(directory: Path, batch_bytes: int) -> Iterator[bytes]:
@@ -193,6 +196,8 @@ class Runner:
         # its hello is read: the hello alone would let anyone who reaches the port in.
         self.tls = tls
         self._connections = 0
+        # Each connection's handler and its writer, until the handler ends.
+        self._handlers: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         # For the metrics (``runner_source``): jobs launched, and how each run ended.
         self.started = 0
         self.ended = {"committed": 0, "failed": 0, "cancelled": 0}
@@ -210,10 +215,18 @@ class Runner:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self) -> None:
+        """Stop accepting, close every connection and wait (a few seconds at most) for
+        their handlers to end; jobs still running are left to Spark."""
         if self._server is not None:
             self._server.close()
-        for peer in list(self._peers.values()):
-            peer.writer.close()
+        for writer in self._handlers.values():
+            writer.close()
+        if self._handlers:  # each ends as its connection closes
+            await asyncio.wait(set(self._handlers), timeout=CLOSE_SECONDS)
+        for task in set(self._handlers):  # stuck: cancelled
+            task.cancel()
+        if self._handlers:
+            await asyncio.wait(set(self._handlers), timeout=CLOSE_SECONDS)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def busy(self) -> bool:
@@ -229,10 +242,19 @@ class Runner:
             writer.close()
             return
         self._connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers[task] = writer
         try:
             await self._serve_connection(reader, writer, where)
+        except asyncio.CancelledError:
+            # Only a stop cancels a handler (``close``, or asyncio.run ending). Ended
+            # quietly: Python 3.11's stream callback calls exception() on a cancelled
+            # handler and logs the CancelledError's traceback as an error.
+            writer.close()
         finally:
             self._connections -= 1
+            self._handlers.pop(task, None)
 
     async def _serve_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter, where: Any) -> None:
@@ -342,6 +364,8 @@ class Runner:
         job = self._running[start.job_id] = _Job(start, attempt)
         self.started += 1
         log.info("job %s: running %s attempt %s", start.job_id, start.name, attempt)
+        from .spark import execute  # Spark's client: see SPARK_EXTRA
+
         future = asyncio.get_running_loop().run_in_executor(
             self._pool, execute.run_attempt, self.connect, definition, attempt, args,
             self.out, job.cancelled,
@@ -363,6 +387,8 @@ class Runner:
                      "nothing committed" if err is not None else "already committed")
             return
         if err is not None:
+            from .spark import execute
+
             self._ran(job, "failed")
             self._running.pop(job_id, None)
             code = (RunnerCancelCode.ATTEMPT_REUSED if isinstance(err, AttemptReusedError)
@@ -403,6 +429,8 @@ class Runner:
         operation is still listed.
         """
         assert job.future is not None
+        from .spark import execute
+
         loop = asyncio.get_running_loop()
         while not job.future.done():
             try:
@@ -490,17 +518,26 @@ async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
 
 
 async def _run(runner: Runner, args: argparse.Namespace, registry: JobRegistry) -> bool:
+    # Asked before the line that says it listens, so that a stop sent on that line is
+    # an ordinary stop too: one line, exit 0.
+    stop = asyncio.Event()
+    asked: list[str] = []
+
+    def on_signal(name: str) -> None:
+        asked.append(name)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal, signum.name)
     host = args.listen.host
     port = await runner.listen(host, args.listen.port)
     print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}"
           f"{' over TLS' if args.tls is not None else ''}; jobs: "
           f"{', '.join(registry.names())}", flush=True)
     watch = asyncio.ensure_future(_watch_connect(args.connect))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     await stop.wait()
+    log.info("stopping (%s)", asked[0])
     watch.cancel()
     busy = runner.busy()
     await runner.close()
@@ -545,11 +582,32 @@ async def _watch_connect(url: str) -> None:
 PROG = "python -m ambrosia_services.jobs.runner"
 
 
-def _refused(err: Exception) -> int:
+def _refused(err: Exception | str) -> int:
     """A refusal, as every command says one: one line after the command's name, exit 1
     (2 stays argparse's, for arguments it cannot parse)."""
     print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
     return 1
+
+
+def _missing_spark_client() -> str | None:
+    """What of Spark's client cannot be imported ("pyspark", "Pandas >= 2.2.0"), or None:
+    it is loaded here, once, so that a runner without the ``spark`` extra says so in one
+    line. pyspark names a missing or old dependency of its own in a ``PySparkImportError``
+    (PACKAGE_NOT_INSTALLED, with the package and its least version)."""
+    try:
+        from .spark import execute  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.startswith("ambrosia_"):
+            raise  # one of ours: a bug, not a missing extra
+        return err.name.split(".")[0]
+    except ImportError as err:
+        said = getattr(err, "getMessageParameters", lambda: None)() or {}
+        package = said.get("package_name")
+        if not package:
+            raise
+        least = said.get("minimum_version")
+        return f"{package} >= {least}" if least else str(package)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -581,6 +639,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_metrics_option(parser, what="the runner's")
     add_tls_options(parser)
     args = parser.parse_args(argv)
+    missing = _missing_spark_client()
+    if missing is not None:
+        return _refused(f"the job runner needs {missing}, part of Spark's client: "
+                        f"{SPARK_EXTRA}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

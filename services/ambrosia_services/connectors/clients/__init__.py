@@ -18,6 +18,7 @@ from .errors import (
     SinkStorageError,
     SinkStoreCorruptError,
     SinkUnavailableError,
+    WorkerSpeaksTlsError,
 )
 from .sinkserver import Prepared, SinkServer, SinkStore, Vote
 from .sinkstore import FileSinkStore
@@ -71,4 +72,5 @@ __all__ = [
     "SinkStorageError",
     "SinkStoreCorruptError",
     "SinkUnavailableError",
+    "WorkerSpeaksTlsError",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "SinkStorageError",
     "SinkStoreCorruptError",
     "SinkUnavailableError",
+    "WorkerSpeaksTlsError",
 ]
 
 
@@ -29,6 +30,12 @@ class ClientError(Exception):
 class FeedSourceError(ClientError):
     """A feed's record source broke its promise: ids that do not rise, a point of
     reference it cannot rewind to, a point of reference that is not a line start."""
+
+
+class WorkerSpeaksTlsError(ClientError):
+    """A feed without TLS reached a worker that listens with TLS: it closed the plain
+    connection unanswered and answered a TLS hello in TLS. Starting the feed with the
+    TLS options is the fix; reconnecting would loop for ever."""
 
 
 class SinkStoreCorruptError(ClientError):

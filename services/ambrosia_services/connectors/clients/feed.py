@@ -9,6 +9,13 @@ ends the connection and the feed reconnects after an exponential back-off with j
 address, round robin. A refused NOTIFY_ACK (another connection holds the stream) is
 retried on the same connection after a back-off of its own.
 
+A feed without TLS whose connection is closed before the worker answered anything asks
+the listener once, in TLS, whether it speaks TLS (``ambrosia_core.tls.speaks_tls``): a TLS
+listener closes a plain peer so, without a byte (OpenSSL sends no alert to a peer that
+speaks no TLS), and so does a plain worker that is stopping. If it answers in TLS, the
+feed stops with ``WorkerSpeaksTlsError`` (``ambrosia-feed``: one line, exit 1) rather
+than reconnect for ever; any other outcome is a reconnect as before.
+
 A stream whose source finishes (a file without ``follow``, an exhausted iterator) gets an
 EOS_MESSAGE, and is done once an ACK covers its last record; the feed returns when every
 stream is done, and never while one follows a file.
@@ -33,7 +40,13 @@ from collections.abc import Sequence
 from ambrosia_core.addresses import Address, address_argument
 from ambrosia_core.errors import AddressError, UsageError
 from ambrosia_core.loops import Backoff, said_at
-from ambrosia_core.tls import Tls, TlsHandshakeError, add_tls_options, tls_from_args
+from ambrosia_core.tls import (
+    Tls,
+    TlsHandshakeError,
+    add_tls_options,
+    speaks_tls,
+    tls_from_args,
+)
 from ambrosia_services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
     POINT_OF_REFERENCE_FROM_START,
@@ -54,7 +67,7 @@ from ambrosia_services.connectors import (
     Role,
 )
 
-from .errors import ClientError
+from .errors import ClientError, WorkerSpeaksTlsError
 from .sources import FileSource, RecordSource
 
 __all__ = ["Feed", "main"]
@@ -87,12 +100,15 @@ class _Stream:
 
 
 class _SessionEndError(Exception):
-    """A session is over; ``restart_to`` is the RESTART's address, if it gave one."""
+    """A session is over; ``restart_to`` is the RESTART's address, if it gave one;
+    ``unanswered``: the worker closed before it sent a byte."""
 
-    def __init__(self, reason: str, *, restart_to: Address | None = None) -> None:
+    def __init__(self, reason: str, *, restart_to: Address | None = None,
+                 unanswered: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.restart_to = restart_to
+        self.unanswered = unanswered
 
 
 class Feed:
@@ -167,6 +183,8 @@ class Feed:
 
         Raises:
             FeedSourceError: a source broke its promise (the feed cannot go on).
+            WorkerSpeaksTlsError: the feed has no TLS and a worker closed its connection
+                unanswered, then answered a TLS hello in TLS.
         """
         backoff = self._backoff
         refused = 0  # connection attempts refused in a row
@@ -208,6 +226,12 @@ class Feed:
                         stream.phase = _Phase.IDLE
             if self.done:
                 break
+            if end.unanswered and self.tls is None and await speaks_tls(target.host,
+                                                                        target.port):
+                raise WorkerSpeaksTlsError(
+                    f"the worker at {target} speaks TLS (it closed our plain connection "
+                    "unanswered, and answered a TLS hello): start the feed with "
+                    "--tls-cert, --tls-key and --tls-ca (or $AMBROSIA_TLS_CERT, _KEY, _CA)")
             if end.restart_to is not None or self._opened > opened_before:
                 backoff.progress()  # it opened a stream, or was told where to go
             delay = backoff.failed()
@@ -251,11 +275,17 @@ class Feed:
         writer: asyncio.StreamWriter,
     ) -> None:
         """Handle what the worker sends; ends by raising ``_SessionEndError``."""
+        answered = False
         while True:
             try:
                 data = await reader.read(1 << 16)
             except (OSError, ConnectionError) as e:
-                raise _SessionEndError(f"connection lost ({e.__class__.__name__})") from None
+                raise _SessionEndError(f"connection lost ({e.__class__.__name__})",
+                                       unanswered=not answered) from None
+            if not data and not answered:
+                raise _SessionEndError("closed by the worker before it answered HELLO",
+                                       unanswered=True)
+            answered = True
             conn.receive_data(data)
             try:
                 for event in conn.events():

@@ -129,6 +129,11 @@ class Live:
         self.history: collections.deque[dict[str, Any]] = collections.deque(
             maxlen=HISTORY_KEEP)
         self._sampled_commits = 0  # the clock's count at the last sample
+        # This run (this process's primary life): when it began, and what the state had
+        # applied then. The listener's counters are this run's; the state's are of every
+        # run, so the lag compares the listener with what this run applied.
+        self.run_started = time.time()
+        self._applied_before = self._applied()
         self.errors = RecentErrors()
         self.sinks: Effects[str, str] = Effects(
             self.wanted_sinks,
@@ -144,6 +149,10 @@ class Live:
 
     def _core(self) -> CoordinatorCore:
         return self.owner.core  # read anew: an upgrade or a load may replace it
+
+    def _applied(self) -> int:
+        """MESSAGEs the state has applied or dropped as duplicates, in every run."""
+        return sum(s.applied + s.dropped for s in self._core().streams.values())
 
     # ------------------------------------------------------------ from handlers
     def wake(self) -> None:
@@ -189,7 +198,13 @@ class Live:
                     await t
             try:
                 if self.cfg.status_file:  # the last status: what `ambrosia status` shows
-                    self._write_status(self._with_history(self.report()))
+                    # Marked as the last: a status without the mark outlived its process
+                    # (kill -9, a crash), which `ambrosia status` tells from a stop.
+                    reason = self.owner.ctx.stop_reason
+                    report = self.report()
+                    report["stopped"] = {"time": round(time.time(), 3),
+                                         "reason": reason.value if reason else None}
+                    self._write_status(self._with_history(report))
             finally:
                 logger.removeHandler(self.errors)
                 if self.metrics_server is not None:
@@ -277,10 +292,12 @@ class Live:
         """The state's status with the live counters added."""
         report = self.owner.state_status()
         applied = sum(s["applied"] + s["dropped"] for s in report["streams"].values())
+        this_run = applied - self._applied_before
         report.update(
+            pid=os.getpid(), run_started=round(self.run_started, 3),
             port=self.sources.port, connections=self.sources.connections,
             received=self.sources.received, acked=self.sources.acked,
-            lag=max(self.sources.received - self.sources.early_drops - applied, 0),
+            lag=max(self.sources.received - self.sources.early_drops - this_run, 0),
             linked={name: link.connected for name, link in self._links()},
             aborts_in_a_row={name: link.aborts_in_a_row for name, link in self._links()},
             commit_latency=self.commits.summary(), errors=self.errors.recent())

@@ -21,14 +21,16 @@ The confs it sets, and why (measured with pyspark 4.3.0):
 (the pip package has no start-master.sh) for a Connect server started with
 ``master=cluster.url``: the cluster path of users who outgrow one machine.
 
-Command line: ``python -m ambrosia_services.jobs.spark.server --port P [--master URL] [--log DIR]``.
-No pyspark import: only processes.
+Command line: ``python -m ambrosia_services.jobs.spark.server --port P [--master URL] [--log DIR]``;
+without pyspark (the ``spark`` extra: its ``spark-submit`` and jars) it says so in one
+line and exits 1. No pyspark import: only processes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import ipaddress
 import os
 import shutil
@@ -470,6 +472,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log", default=".", help="directory for connect-server.log")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
+    if not _pyspark_installed():
+        print("error: the Spark Connect server needs pyspark, part of Spark's client (its "
+              "spark-submit and jars): pip install 'ambrosia-py[spark]'", file=sys.stderr)
+        return 1
     confs = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -506,6 +512,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.wait()
     server.stop()
     return 0
+
+
+def _pyspark_installed() -> bool:
+    """Whether pyspark can be imported, found without importing it."""
+    try:
+        return importlib.util.find_spec("pyspark") is not None
+    except (ImportError, ValueError):  # ValueError: None in sys.modules (import blocked)
+        return False
 
 
 def _loopback(host: str) -> bool:

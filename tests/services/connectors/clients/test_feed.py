@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import random
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from ambrosia_services.connectors.clients.sources import FileSource, IteratorSou
 
 from tests.launcher import until
 
+from ....pki import make_pki
 from .helpers import ROOT, free_port
 from .worker import Worker, drop, error, restart_to
 
@@ -282,3 +284,84 @@ def test_several_lines_per_message_resume_after_the_last_line_applied(tmp_path: 
     tail = Lines(path, follow=True, message_bytes=40)  # a tailed file: the last line waits
     tail.resume(records[-2].message_id)
     assert tail.next_record() is None
+
+
+def test_a_plain_feed_at_a_tls_listener_stops_in_one_line(tmp_path: Path) -> None:
+    """It used to loop "closed by the worker; reconnecting" for ever while only the
+    listener said that the peer does not speak TLS."""
+    path = _file(tmp_path)
+    ours, _stranger, _expired = make_pki(tmp_path / "pki")
+    refused: list[str] = []
+
+    async def main() -> None:
+        async def never(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+            raise AssertionError("no plain peer gets past the handshake")
+
+        server = await ours.tls().start_server(never, "127.0.0.1", 0, refused=refused.append)
+        port = server.sockets[0].getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "ambrosia_services.connectors.clients.feed",
+            "--to", f"127.0.0.1:{port}", "--backoff-cap", "0.05", "--once", str(path),
+            cwd=ROOT, stderr=asyncio.subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if not k.startswith("AMBROSIA_TLS_")},
+        )
+        try:
+            _out, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:  # it loops: not left behind
+                proc.kill()
+                await proc.wait()
+            server.close()
+        text = err.decode()
+        assert proc.returncode == 1, text
+        last = text.strip().splitlines()[-1]
+        assert last == (f"ambrosia-feed: the worker at 127.0.0.1:{port} speaks TLS (it closed "
+                        "our plain connection unanswered, and answered a TLS hello): start the "
+                        "feed with --tls-cert, --tls-key and --tls-ca (or $AMBROSIA_TLS_CERT, "
+                        "_KEY, _CA)"), text
+        assert "reconnecting" not in text and "Traceback" not in text, text
+        assert "does not speak TLS" in refused[0]  # the feed's own connection
+
+    asyncio.run(main())
+
+
+def test_a_plain_worker_that_closes_unanswered_is_not_taken_for_tls(tmp_path: Path) -> None:
+    """A plain worker closes a fresh connection unanswered while it stops: the TLS probe
+    learns nothing and the feed reconnects as before."""
+    path = _file(tmp_path)
+    closes = 3
+    answered: list[bytes] = []
+
+    async def main() -> None:
+        worker = Worker()
+        port = await worker.start()
+
+        async def stopping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal closes
+            first = await reader.read(1 << 16)
+            answered.append(first)
+            if closes:
+                closes -= 1
+                writer.close()
+                return
+            # Then the real worker: bytes both ways, as a proxy would.
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", port)
+            up_w.write(first)
+
+            async def pump(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                while data := await r.read(1 << 16):
+                    w.write(data)
+                w.close()
+
+            await asyncio.gather(pump(reader, up_w), pump(up_r, writer))
+
+        front = await asyncio.start_server(stopping, "127.0.0.1", 0)
+        await _run(_feed([FileSource(path, follow=False)],
+                         [front.sockets[0].getsockname()[1]]))
+        front.close()
+        worker.close()
+        assert _sent(worker) == list(zip(OFFSETS, LINES, strict=True))
+
+    asyncio.run(main())
+    # The probe's ClientHello was among the unanswered connections, closed plainly too.
+    assert any(first[:1] == b"\x16" for first in answered)
