@@ -50,6 +50,7 @@ def test_every_request_applied_once_in_order_across_random_kills(
 
 
 @pytest.mark.slow
+@pytest.mark.chaos  # `make chaos`: kill -9 into the zeros stays in tests/ic/test_prealloc
 def test_coordinator_kills_while_records_go_into_zeros_written_ahead(
         chaos: ModuleType, tmp_path: Path) -> None:
     """Only coordinators are killed, writing 4 KiB ahead (an extension every few dozen

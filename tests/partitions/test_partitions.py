@@ -49,7 +49,9 @@ def _others(node: str) -> list[str]:
     return [n for n in (*REPLICAS, RAFT) if n != node]
 
 
-@pytest.mark.parametrize("how", ["full", "one-way-out", "one-way-in"])
+# One-way cuts go to `make chaos`; the full cut stays in make test.
+@pytest.mark.parametrize("how", ["full", pytest.param("one-way-out", marks=pytest.mark.chaos),
+                                 pytest.param("one-way-in", marks=pytest.mark.chaos)])
 def test_a_primary_cut_off_from_the_cluster_hands_over(raft_set: ReplicaSet, how: str) -> None:
     rs = raft_set
     time.sleep(0.5)
@@ -87,6 +89,7 @@ def test_a_flapping_cut_leaves_one_primary(raft_set: ReplicaSet) -> None:
     assert rs.check_exactly_once(primary) > 100, seed
 
 
+@pytest.mark.chaos  # `make chaos`: the cut-off primary and the flapping cut stay in make test
 def test_the_caller_cut_from_a_files_primary_resumes_exactly_once(files_set: ReplicaSet) -> None:
     """With files, no cut parts a replica from the log (one file system): the primary
     keeps its lease, and cuts between the caller and it only delay calls and answers."""
@@ -111,6 +114,7 @@ def test_the_caller_cut_from_a_files_primary_resumes_exactly_once(files_set: Rep
     assert rs.check_exactly_once("r0") > 100
 
 
+@pytest.mark.chaos  # `make chaos`: the simulator's drops and cuts cover link faults in make test
 @pytest.mark.parametrize("store", ["files", "raft"])
 def test_slow_lossy_reordering_links(tmp_path: Path, store: str) -> None:
     for rs in _replica_set(tmp_path, store):

@@ -33,7 +33,8 @@ from tests.services.connectors.test_crashes import (
 
 from .disk import PowerDisk
 
-pytestmark = pytest.mark.integration
+# `make chaos`: power cuts stay in make test through tests/power/test_power_chaos.py.
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 STEPS = 12
 BURST = 200

@@ -14,7 +14,8 @@ import pytest
 from .disk import PowerDisk
 from .leases import PoweredReplicaSet
 
-pytestmark = pytest.mark.integration
+# `make chaos`: power cuts stay in make test through tests/power/test_power_chaos.py.
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 
 @pytest.mark.slow

@@ -60,6 +60,7 @@ def wait_new_primary(cl: Cluster, old: int) -> int:
     return new
 
 
+@pytest.mark.chaos  # `make chaos`: a Raft peer's death stays in make test in test_store
 def test_kill9_and_a_raft_peer_killed(harness: Harness, whole_cluster: LocalCluster) -> None:
     # A longer lease than the default: the steps below name which replica is primary, and
     # a primary whose heartbeats a loaded machine (or the Raft election after the leader's

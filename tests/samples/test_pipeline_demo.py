@@ -55,6 +55,7 @@ def test_the_corpus_is_the_same_for_the_same_seed(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.xdist_group("spark")
+@pytest.mark.chaos  # `make chaos`: the same kills, and the Connect server's, stay in test_pipeline
 def test_the_demo_survives_its_crashes_and_checks_the_output(tmp_path: Path) -> None:
     run = tmp_path / "run"
     out = subprocess.run(

@@ -108,7 +108,8 @@ def processor_pid(p: ImmortalProcess, count: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("staged", [False, True], ids=["in-state", "staged"])
+@pytest.mark.parametrize("staged", [False, pytest.param(True, marks=pytest.mark.chaos)],
+                         ids=["in-state", "staged"])  # staged: `make chaos`
 def test_child_and_coordinator_killed_mid_batch_lose_nothing(
         launcher: Launcher, tmp_path: Path, kclpy: Path, staged: bool) -> None:
     """Also with a staging root: the state then keeps references to staged blocks (with

@@ -148,6 +148,7 @@ def test_the_same_attempt_started_on_a_restarted_runner_reattaches_to_its_runnin
     assert not Attempt("orphan", 2).staging(out).exists()
 
 
+@pytest.mark.chaos  # `make chaos`: the Connect server's kill -9 stays in make test in test_pipeline
 def test_the_connect_server_killed_mid_job_is_restarted_and_a_new_attempt_completes(
         runners, connect_server: ConnectServer, tmp_path: Path) -> None:
     runner = runners()
