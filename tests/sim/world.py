@@ -810,12 +810,13 @@ class World:
                     out += [("flip", name, k, where, spot) for where in (0.0, 0.5, 1.0)
                             for spot in _SPOTS]
                     out.append(("lose", name, k))
+        serving = {name: self.serving(name) for name in self.names}  # fixed within a step
         for s in self.names:
-            sender = self.serving(s)
+            sender = serving[s]
             if sender is None:
                 continue
             for d, box in sender.core.outboxes.items():
-                if ((s, d) not in self.conns and self.serving(d) is not None
+                if ((s, d) not in self.conns and serving[d] is not None
                         and frozenset((s, d)) not in self.cut and (box.unacked or box.impulses)):
                     out.append(("connect", s, d))
         for (s, d), conn in self.conns.items():
@@ -830,7 +831,7 @@ class World:
                 out += [("link", s, d, 1.0), ("link", s, d, 0.5)]
             if conn.acks:
                 out.append(("ack", s, d))
-            if to is not self.serving(d):
+            if to is not serving[d]:
                 # The registry names another primary now: the sender leaves (within
                 # a look, ``links.MOVE_CHECK``; until then the old one may still read).
                 out.append(("moved", s, d))
