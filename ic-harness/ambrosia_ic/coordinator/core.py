@@ -21,7 +21,7 @@ streams it pulls: the next record to write (``take``), what a durable record let
 
 The rules themselves are the small sans-IO pieces beside this module, each checked on
 its own: ``group_commit``, ``intake``, ``self_calls``, ``checkpoint_plan``, ``phase``,
-and ``links.LinkOutbox``. The replay digest is a port (``Digests``): the shell's writes
+and ``links.outbox.LinkOutbox``. The replay digest is a port (``Digests``): the shell's writes
 files, a simulation's keeps nothing.
 """
 
@@ -52,7 +52,7 @@ from ambrosia_core.wire import (
     encode_control_record,
 )
 
-from ..links import LinkOutbox
+from ..links.outbox import LinkOutbox
 from ..logstore import is_impulse
 from .checkpoint_plan import CheckpointPlan, Event
 from .frames import LinkRecord, OutgoingFrame, batch_frames, outgoing_frames
