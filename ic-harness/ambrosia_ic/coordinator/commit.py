@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from ..logstore import LogWriter
 from . import actions, checkpoints
-from .group_commit import Record
+from .group_commit import TakenRecord
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ async def commit_batch(c: Coordinator) -> None:
     _written(c, record, writer)
 
 
-def _write(c: Coordinator) -> tuple[Record, LogWriter]:
+def _write(c: Coordinator) -> tuple[TakenRecord, LogWriter]:
     writer = c.writer
     assert writer is not None
     record = c.core.take(MAX_BATCH_BYTES, c.sink.epoch)
@@ -110,7 +110,7 @@ def _write(c: Coordinator) -> tuple[Record, LogWriter]:
     return record, writer
 
 
-def _written(c: Coordinator, record: Record, writer: LogWriter) -> None:
+def _written(c: Coordinator, record: TakenRecord, writer: LogWriter) -> None:
     """The record is durable: deliver it and acknowledge its calls."""
     stats = c.stats
     stats.records += 1

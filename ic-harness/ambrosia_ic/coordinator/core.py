@@ -63,7 +63,7 @@ from .core_actions import (
     OpenLink,
 )
 from .frames import LinkRecord, OutgoingFrame
-from .group_commit import Durable, GroupCommit, PendingInput, Record
+from .group_commit import Durable, GroupCommit, PendingInput, TakenRecord
 from .intake import LinkIntake
 from .phase import Phase, next_phase
 from .self_calls import SelfCalls
@@ -268,11 +268,11 @@ class CoordinatorCore:
         (with the self-calls the binding made while starting)."""
         self.group.pending.appendleft((None, None, initial.encode()))
 
-    def take(self, max_bytes: int, epoch: int | None = None) -> Record:
+    def take(self, max_bytes: int, epoch: int | None = None) -> TakenRecord:
         """The next record to write and sync (see ``GroupCommit.take``)."""
         return self.group.take(max_bytes, epoch)
 
-    def durable(self, record: Record, log_size: int) -> Durable:
+    def durable(self, record: TakenRecord, log_size: int) -> Durable:
         """``record`` is durable (the log now holds ``log_size`` bytes): what it lets go
         to the binding and the senders."""
         out = self.group.durable(record, self.name)
