@@ -6,18 +6,15 @@ I/O; this module writes and syncs between its two steps.
 
 Where the commit runs is a choice (``Coordinator.fsync_in_thread``). By default it runs
 on the event loop, in the callback of the read that brought the inputs
-(``after_burst``): one commit per read burst, written and fsynced right there, with no
-task to wake and no thread hop. What arrives meanwhile waits in the kernel's socket
-buffers, so the next read takes it all at once and the next record packs it: the
-batching happens as it would with a thread. A thread costs a hand-off each way (a futex
-wake-up there, a self-pipe write back) and lets the loop spend CPU on small reads while
-it waits; on 2 cores shared by four processes that measured worse than the fsync on the
-loop (bench/README.md, "Figures behind choices in the code"). The thread is
-kept for active/active replicas (a primary's heartbeat must go on during a slow fsync,
-or standbys take it for dead) and for a coordinator whose own outputs must not wait for
-its fsyncs; there the ``committer`` task commits, woken by ``wake``. That task also
-commits, in either mode, what gathers outside a read (a recovery's self-calls, a
-checkpoint the binding asks for).
+(``after_burst``): one commit per read burst, with no task to wake and no thread hop.
+What arrives meanwhile waits in the kernel's socket buffers, and the next record packs
+it, so batching happens as it would with a thread, without a thread's hand-off each way
+(which measured slower: bench/README.md, "Figures behind choices in the code"). The
+thread is kept for active/active replicas (a primary's heartbeat must go on during a
+slow fsync, or standbys take it for dead) and for a coordinator whose own outputs must
+not wait for its fsyncs; there the ``committer`` task commits, woken by ``wake``. That
+task also commits, in either mode, what gathers outside a read (a recovery's
+self-calls, a checkpoint the binding asks for).
 
 Back-pressure (``regulate``): inbound links stop being read while the binding is not
 reading what was delivered (the send buffer is over its high-water mark) or while the

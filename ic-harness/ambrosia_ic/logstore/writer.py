@@ -22,9 +22,9 @@ class LogWriter:
     With a ``region`` (bytes), the writer keeps that much space past its end filled
     with zeros and synced, and writes each record into it at its own end (``size``, the
     logical size; the file is longer). An append changes the file's size, and ext4 then
-    commits its journal in every sync (append + fdatasync about 200-290 us here); an
-    overwrite of synced zeros syncs only the data (130-160 us). The zeros are written
-    and synced once per region, when a record reaches them. Without a region, records
+    commits its journal in every sync; an overwrite of synced zeros syncs only the data,
+    which costs less (bench/README.md). The zeros are written and synced once per region,
+    when a record reaches them. Without a region, records
     are appended.
 
     ``trim`` cuts the zeros off (and syncs): a writer moving on to the next log calls it
