@@ -2,8 +2,9 @@
 
 A user subclasses ``Immortal``; its state is its ordinary attributes. Decorators only mark
 methods; ``Immortal.__init_subclass__`` validates the whole class and raises one
-``ImmortalDefinitionError`` listing every problem (the decorators, method specs and the
-checks of one method live in ``methods``; their names are importable from here too).
+``ImmortalDefinitionError`` listing every problem (``definition``; the decorators, method
+specs and the checks of one method live in ``methods``; their names are importable from
+here too).
 
 The arrow between the API and the runtime points down: the API imports the runtime's
 nothing and the runtime imports nothing of the API. The runtime (``ambrosia_py.runtime``)
@@ -15,30 +16,20 @@ runtime only through ``context.Runtime``. Nothing here touches a socket.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ambrosia_core.errors import LocalProtocolError
-from ambrosia_py.errors import ImmortalDefinitionError
 
 from . import upgrading
 from .context import ImmortalContext, Runtime
-from .methods import (
-    METHOD_MARK,
-    MethodKind,
-    MethodMark,
-    MethodSpec,
-    PendingCall,
-    StateForm,
-    state_types,
-    validate_method,
-)
+from .definition import check_definition
 from .methods import POST_BY_IMPULSE_METHOD_ID as POST_BY_IMPULSE_METHOD_ID
 from .methods import POST_METHOD_ID as POST_METHOD_ID
 from .methods import RESERVED_METHOD_IDS as RESERVED_METHOD_IDS
 from .methods import RESULT_METHOD_ID as RESULT_METHOD_ID
+from .methods import MethodKind, MethodSpec, PendingCall, StateForm, state_types
 from .methods import default_method_id as default_method_id
 from .methods import fork as fork
 from .methods import gather as gather
@@ -64,14 +55,6 @@ __all__ = [
 ]
 
 IM = TypeVar("IM", bound="Immortal")
-_HOOKS = (
-    "on_first_start",
-    "on_checkpoint_loaded",
-    "on_recovery_complete",
-    "on_become_primary",
-    "on_upgrade",
-)
-
 
 
 class Immortal:
@@ -117,68 +100,14 @@ class Immortal:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        problems: list[str] = []
-        methods: dict[str, MethodSpec] = {}
-        # Inherited methods first, so a subclass may override them.
-        for base in reversed(cls.__mro__[1:]):
-            methods.update(getattr(base, "__ambrosia_methods__", {}))
-        for name, attr in list(vars(cls).items()):
-            mark = getattr(attr, METHOD_MARK, None)
-            if not isinstance(mark, MethodMark):
-                inner = getattr(attr, "__func__", None)
-                if isinstance(getattr(inner, METHOD_MARK, None), MethodMark):
-                    problems.append(f"{name}: published methods must be plain instance methods, "
-                                    f"not {type(attr).__name__}")
-                elif name in methods and callable(attr):
-                    methods.pop(name)  # overridden without a decorator: no longer published
-                continue
-            spec, more = validate_method(cls, name, attr, mark)
-            problems.extend(more)
-            if spec is not None:
-                methods[name] = spec
-        by_id: dict[int, MethodSpec] = {}
-        for spec in methods.values():
-            other = by_id.get(spec.method_id)
-            if other is not None:
-                problems.append(f"{spec.name}: method id {spec.method_id} clashes with "
-                                f"{other.name}")
-            else:
-                by_id[spec.method_id] = spec
-        for hook in _HOOKS:
-            if hook in methods:
-                problems.append(f"{hook}: lifecycle hooks cannot be published methods")
-        has_cs = cls.checkpoint_state is not Immortal.checkpoint_state
-        has_ls = cls.load_state is not Immortal.load_state
-        if has_cs != has_ls:
-            problems.append("checkpoint_state and load_state must be overridden together")
-        has_cp = cls.checkpoint_producer is not Immortal.checkpoint_producer
-        has_cc = cls.checkpoint_consumer is not Immortal.checkpoint_consumer
-        if has_cp != has_cc:
-            problems.append("checkpoint_producer and checkpoint_consumer must be overridden "
-                            "together")
-        if (has_cs or has_ls) and (has_cp or has_cc):
-            problems.append("a class checkpoints either with checkpoint_state/load_state or "
-                            "with checkpoint_producer/checkpoint_consumer, not both")
-        try:
-            init_sig = inspect.signature(cls.__init__)
-            required = [p.name for p in list(init_sig.parameters.values())[1:]
-                        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL,
-                                                                   p.VAR_KEYWORD)]
-            if required:
-                problems.append(f"__init__ must be callable with no arguments (the runtime "
-                                f"creates the instance); it requires {', '.join(required)}")
-        except (TypeError, ValueError):
-            pass
-        if problems:
-            raise ImmortalDefinitionError(cls.__qualname__, problems)
+        methods, by_id, form = check_definition(cls, Immortal)
         cls.__ambrosia_methods__ = methods
         cls.__ambrosia_by_id__ = by_id
         cls.__ambrosia_serializer__ = Serializer()
         cls.__ambrosia_state_types__ = state_types(cls)
         # Recorded once, so the runtime's checkpoint code reads the form instead of
         # comparing the class's methods with this base class's.
-        cls.__ambrosia_state_form__ = (StateForm.STREAM if has_cp else
-                                       StateForm.OBJECT if has_cs else StateForm.ATTRIBUTES)
+        cls.__ambrosia_state_form__ = form
         if "upgrade_from" not in vars(cls):
             # The default rule, not whatever a base converted from: see ``upgrading``.
             cls.upgrade_from = vars(Immortal)["upgrade_from"]  # type: ignore[method-assign]

@@ -29,6 +29,12 @@ class MissingLogError(LogCorruptionError):
         CoordinatorError.__init__(self, f"{path}: missing: {reason}")
 
 
+class LogStoreError(CoordinatorError):
+    """A log store (a Raft cluster's log, say, where registrations are published too) did
+    not do what was asked: unreachable, or it refused. The store's adapter raises it, so
+    that what reads through a port knows no store's own errors."""
+
+
 class LinkAuthenticationError(CoordinatorError):
     """A coordinator-to-coordinator link peer did not prove it knows the shared secret."""
 

@@ -83,7 +83,7 @@ def test_a_log_writer_writes_nothing_after_a_failed_write() -> None:
     then no longer recovered ("sequence id 4 where 5 was expected")."""
     import errno
 
-    from ambrosia_ic.logstore.records import LogWriter
+    from ambrosia_ic.logstore.writer import LogWriter
 
     writer = LogWriter(Path("/dev/full"))  # every write: ENOSPC
     try:

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 from ambrosia_ic.coordinator.frames import LinkRecords
-from ambrosia_ic.coordinator.group_commit import GroupCommit, Record
+from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.links import LinkOutbox
 from hypothesis import given, settings
@@ -43,7 +43,7 @@ class World:
         self.log: list[int] = []  # the receiver's log: call numbers, in order
         self.group = GroupCommit(cid=1)
         self.intake = LinkIntake(self._logged)
-        self.writing: Record | None = None  # taken, being written and synced
+        self.writing: TakenRecord | None = None  # taken, being written and synced
         self.up = False
         self.wire = b""  # written by the sender, not yet read by the receiver
         self.parser = LinkRecords()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
-from ambrosia_ic.coordinator.group_commit import GroupCommit, Record
+from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
@@ -59,7 +59,7 @@ def _write_looking_once(self: FencedSink, writer: Any, data: bytes) -> Iterator[
 _group_take = GroupCommit.take
 
 
-def _take_acknowledging(self: GroupCommit, max_bytes: int, epoch: int | None = None) -> Record:
+def _take_acknowledging(self: GroupCommit, max_bytes: int, epoch: int | None = None) -> TakenRecord:
     """Acknowledged before the log write: the positions a record makes durable (what
     senders are told, at a handshake or in a TrimTo) move as it is taken."""
     record = _group_take(self, max_bytes, epoch)

@@ -59,7 +59,7 @@ from ambrosia_ic.coordinator.core import (
     LogLine,
 )
 from ambrosia_ic.coordinator.frames import LinkRecords
-from ambrosia_ic.coordinator.group_commit import Record
+from ambrosia_ic.coordinator.group_commit import TakenRecord
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink, StandaloneSink
 from ambrosia_ic.errors import LockLostError, LogCorruptionError
@@ -371,7 +371,7 @@ class Node:
         self.flow = ""  # the start-up step waited for: "first", "recover", "" once live
         self.asked: tuple[int, tuple[int, dict[str, int]]] | None = None  # a switch's
         self.recovered = False
-        self.writing: Record | None = None  # taken; its write and sync in progress
+        self.writing: TakenRecord | None = None  # taken; its write and sync in progress
         self.plan: RecoveryPlan | None = None  # what its recovery read
         self._start()
 
@@ -506,12 +506,12 @@ class Node:
     def _commit_one(self) -> None:
         self._write(self.core.take(MAX_RECORD, self.sink.epoch))
 
-    def _write(self, record: Record) -> None:
+    def _write(self, record: TakenRecord) -> None:
         assert self.writer is not None
         self.sink.write(self.writer, record.disk)  # type: ignore[arg-type]
         self._delivered(record)
 
-    def _delivered(self, record: Record) -> None:
+    def _delivered(self, record: TakenRecord) -> None:
         """The record is durable: the core lets it go out."""
         core = self.core
         assert self.writer is not None
@@ -692,7 +692,7 @@ class ReplicaNode(Node):
             self.writing, self.steps = None, None
             self._delivered(record)
 
-    def _write(self, record: Record) -> None:
+    def _write(self, record: TakenRecord) -> None:
         super()._write(record)
         self.world.wrote(self.sink.epoch, self)
 

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from ambrosia_core.errors import ArgumentError
-from ambrosia_ic.errors import RegistryError
+from ambrosia_ic.errors import LogStoreError, RegistryError
 
 from .. import registry
 
@@ -146,12 +146,11 @@ def _publish(reg: registry.Registration, home: str | None, also: str | None = No
     replicas and callers on other machines (``ambrosia ic --registry``) and for callees,
     which take a caller's registration from their cluster at its first link."""
     from ..logstore.registrations import publish_registration
-    from ..raft.errors import RaftError
     from ..registry.raft_address import without_secret
     for cluster in dict.fromkeys(c for c in (reg.log_store, reg.publish, also) if c):
         try:
             asyncio.run(publish_registration(cluster, registry.published(reg, home)))
-        except RaftError as err:
+        except LogStoreError as err:
             raise RegistryError(f"{reg.instance_name} is registered here, but the cluster at "
                                 f"{without_secret(cluster)} did not take the registration: "
                                 f"{err}") from None

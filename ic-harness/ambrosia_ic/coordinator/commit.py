@@ -6,18 +6,15 @@ I/O; this module writes and syncs between its two steps.
 
 Where the commit runs is a choice (``Coordinator.fsync_in_thread``). By default it runs
 on the event loop, in the callback of the read that brought the inputs
-(``after_burst``): one commit per read burst, written and fsynced right there, with no
-task to wake and no thread hop. What arrives meanwhile waits in the kernel's socket
-buffers, so the next read takes it all at once and the next record packs it: the
-batching happens as it would with a thread. A thread costs a hand-off each way (a futex
-wake-up there, a self-pipe write back) and lets the loop spend CPU on small reads while
-it waits; on 2 cores shared by four processes that measured worse than the fsync on the
-loop (bench/README.md, "Figures behind choices in the code"). The thread is
-kept for active/active replicas (a primary's heartbeat must go on during a slow fsync,
-or standbys take it for dead) and for a coordinator whose own outputs must not wait for
-its fsyncs; there the ``committer`` task commits, woken by ``wake``. That task also
-commits, in either mode, what gathers outside a read (a recovery's self-calls, a
-checkpoint the binding asks for).
+(``after_burst``): one commit per read burst, with no task to wake and no thread hop.
+What arrives meanwhile waits in the kernel's socket buffers, and the next record packs
+it, so batching happens as it would with a thread, without a thread's hand-off each way
+(which measured slower: bench/README.md, "Figures behind choices in the code"). The
+thread is kept for active/active replicas (a primary's heartbeat must go on during a
+slow fsync, or standbys take it for dead) and for a coordinator whose own outputs must
+not wait for its fsyncs; there the ``committer`` task commits, woken by ``wake``. That
+task also commits, in either mode, what gathers outside a read (a recovery's
+self-calls, a checkpoint the binding asks for).
 
 Back-pressure (``regulate``): inbound links stop being read while the binding is not
 reading what was delivered (the send buffer is over its high-water mark) or while the
@@ -33,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..logstore import LogWriter
 from . import actions, checkpoints
-from .group_commit import Record
+from .group_commit import TakenRecord
 from .phase import Phase
 
 if TYPE_CHECKING:
@@ -100,7 +97,7 @@ async def commit_batch(c: Coordinator) -> None:
     _written(c, record, writer)
 
 
-def _write(c: Coordinator) -> tuple[Record, LogWriter]:
+def _write(c: Coordinator) -> tuple[TakenRecord, LogWriter]:
     writer = c.writer
     assert writer is not None
     record = c.core.take(MAX_BATCH_BYTES, c.sink.epoch)
@@ -110,7 +107,7 @@ def _write(c: Coordinator) -> tuple[Record, LogWriter]:
     return record, writer
 
 
-def _written(c: Coordinator, record: Record, writer: LogWriter) -> None:
+def _written(c: Coordinator, record: TakenRecord, writer: LogWriter) -> None:
     """The record is durable: deliver it and acknowledge its calls."""
     stats = c.stats
     stats.records += 1

@@ -12,8 +12,8 @@ Events come in as method calls:
   checkpoints asked of the binding;
 - ``followed``, ``caught_up``: records a follower delivers, which another replica wrote.
 
-What the shell must do comes out as data: the typed ``actions`` it runs in order after
-each event (open a link for a new destination, wake the committer, hand over a
+What the shell must do comes out as data: the typed ``actions`` (``core_actions``) it
+runs in order after each event (open a link for a new destination, wake the committer, hand over a
 checkpoint the binding streamed back or the InitialMessage, log a line), and the byte
 streams it pulls: the next record to write (``take``), what a durable record lets go
 (``Durable``: bytes to deliver, positions to acknowledge), and each destination's
@@ -21,100 +21,56 @@ streams it pulls: the next record to write (``take``), what a durable record let
 
 The rules themselves are the small sans-IO pieces beside this module, each checked on
 its own: ``group_commit``, ``intake``, ``self_calls``, ``checkpoint_plan``, ``phase``,
-and ``links.LinkOutbox``. The replay digest is a port (``Digests``): the shell's writes
-files, a simulation's keeps nothing.
+and ``links.outbox.LinkOutbox``; ``binding_stream`` cuts the binding's bytes into what
+is routed. The replay digest is a port (``Digests``): the shell's writes files, a
+simulation's keeps nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
-
-from ambrosia_core.errors import RemoteProtocolError, UnexpectedMessageError
+from ambrosia_core.errors import UnexpectedMessageError
 from ambrosia_core.wire import (
     AttachTo,
     BecomingPrimary,
     Checkpoint,
     CheckpointChunk,
     CheckpointEnd,
-    Incomplete,
     InitialMessage,
     Message,
-    MessageStreamDecoder,
     OutgoingRpc,
     RpcBatch,
     TakeBecomingPrimaryCheckpoint,
     TakeCheckpoint,
     UpgradeTakeCheckpoint,
     check_bytes,
-    decode_zz32,
     encode_control_record,
 )
 
-from ..links import LinkOutbox
+from ..links.outbox import LinkOutbox
 from ..logstore import is_impulse
+from .binding_stream import BindingStream, CheckpointStream
 from .checkpoint_plan import CheckpointPlan, Event
-from .frames import LinkRecord, OutgoingFrame, batch_frames, outgoing_frames
-from .group_commit import Durable, GroupCommit, PendingInput, Record
+from .core_actions import (
+    Action,
+    CheckpointData,
+    CheckpointReceived,
+    Digest,
+    Digests,
+    InitialReceived,
+    LogLine,
+    OpenLink,
+)
+from .frames import LinkRecord, OutgoingFrame
+from .group_commit import Durable, GroupCommit, PendingInput, TakenRecord
 from .intake import LinkIntake
 from .phase import Phase, next_phase
 from .self_calls import SelfCalls
 
+# The actions and the digest port are importable from here, where the core is.
 __all__ = ["Action", "CheckpointData", "CheckpointReceived", "CoordinatorCore", "Digest",
            "Digests", "InitialReceived", "LogLine", "OpenLink"]
-
-# (the binding's Checkpoint message, its raw chunks, the outputs snapshot)
-CheckpointData = tuple[bytes, list[bytes], dict[str, Any]]
-
-# A partial frame at the end of a read is kept for the bytes path up to this size; a
-# bigger one (a large call or checkpoint) goes to the decoder, which joins its chunks once.
-_KEEP_PARTIAL = 1 << 20
-
-
-@attrs.frozen
-class OpenLink:
-    """A destination got its first output (or was restored): make its link."""
-
-    dest: str
-
-
-@attrs.frozen
-class CheckpointReceived:
-    """The binding streamed back checkpoint ``n`` whole."""
-
-    n: int
-    data: CheckpointData
-
-
-@attrs.frozen
-class InitialReceived:
-    """The binding's InitialMessage came, as a first start waits for."""
-
-    message: InitialMessage
-
-
-@attrs.frozen
-class LogLine:
-    text: str
-
-
-Action = OpenLink | CheckpointReceived | InitialReceived | LogLine
-
-
-class Digest(Protocol):
-    """Where the replay digest of one checkpoint interval goes (see ``logstore.digest``)."""
-
-    def add(self, output_hash: int, seq_id: int) -> None: ...
-
-    def add_run(self, output_hashes: list[int], seq_id: int) -> None: ...
-
-
-class Digests(Protocol):
-    """Starts the digest of checkpoint ``n``'s interval (the previous one is finished);
-    None: this coordinator keeps no digest."""
-
-    def begin(self, n: int) -> Digest | None: ...
 
 
 class CoordinatorCore:
@@ -153,13 +109,8 @@ class CoordinatorCore:
         self.digest_skip = 0  # outputs a recovery's replay regenerates, digested already
         self.actions: list[Action] = []
         self.wake = False  # the committer has inputs to commit (set once live)
-        self._expect: int | None = None  # the checkpoint asked for
-        self._parts: CheckpointData | None = None
-        # the binding's stream
-        self._decoder = MessageStreamDecoder()
-        self._limit = self._decoder.max_frame_size
-        self._names: dict[bytes, str] = {}
-        self._rest = b""
+        self._checkpoint = CheckpointStream()
+        self._stream = BindingStream(self.route_frames, self.on_message)
 
     # ------------------------------------------------------------------ state
     def logged(self, sender: str) -> int:
@@ -175,35 +126,14 @@ class CoordinatorCore:
 
     # ------------------------------------------------------------------ the binding
     def receive_binding(self, data: bytes) -> None:
-        """Bytes read from the binding. Plain RPC frames take the bytes path
-        (``frames.outgoing_frames``); from the first frame that is anything else until
-        the decoder is back at a frame boundary, the stream goes through the decoder.
+        """Bytes read from the binding (``binding_stream.BindingStream`` cuts them into
+        runs of plain RPC frames and other messages).
 
         Raises:
             RemoteProtocolError: malformed bytes.
             UnexpectedMessageError: a message a binding does not send, or out of turn.
         """
-        decoder = self._decoder
-        if decoder.at_boundary:
-            buf = self._rest + data if self._rest else data
-            limit, names = self._limit, self._names
-            got, pos = outgoing_frames(buf, 0, limit, names)
-            while True:
-                self.route_frames(got)
-                if pos >= len(buf) or (batch := batch_frames(buf, pos, limit, names)) is None:
-                    break
-                got, pos = batch
-                more, pos = outgoing_frames(buf, pos, limit, names)
-                got += more
-            self._rest = buf[pos:]
-            if self._rest and not _partial(self._rest, limit):
-                decoder.receive_data(self._rest)
-                self._rest = b""
-        else:
-            decoder.receive_data(data)
-        if not decoder.at_boundary:
-            for ev in decoder.drain():
-                self.on_message(ev)
+        self._stream.receive(data)
 
     def on_message(self, ev: Any) -> None:
         """One decoded message from the binding.
@@ -218,13 +148,11 @@ class CoordinatorCore:
             for rpc in ev.rpcs:
                 self.route(rpc)
         elif t is CheckpointChunk:
-            if self._parts is None:
-                raise UnexpectedMessageError("a checkpoint chunk outside a checkpoint")
-            self._parts[1].append(ev.data)
+            self._checkpoint.chunk(ev.data)
         elif t is Checkpoint:
             self._begin_checkpoint(ev)
         elif t is CheckpointEnd:
-            self._end_checkpoint()
+            self.actions.append(self._checkpoint.end())
         elif t is AttachTo:
             if ev.destination not in ("", self.name):
                 self.outbox(ev.destination)
@@ -340,11 +268,11 @@ class CoordinatorCore:
         (with the self-calls the binding made while starting)."""
         self.group.pending.appendleft((None, None, initial.encode()))
 
-    def take(self, max_bytes: int, epoch: int | None = None) -> Record:
+    def take(self, max_bytes: int, epoch: int | None = None) -> TakenRecord:
         """The next record to write and sync (see ``GroupCommit.take``)."""
         return self.group.take(max_bytes, epoch)
 
-    def durable(self, record: Record, log_size: int) -> Durable:
+    def durable(self, record: TakenRecord, log_size: int) -> Durable:
         """``record`` is durable (the log now holds ``log_size`` bytes): what it lets go
         to the binding and the senders."""
         out = self.group.durable(record, self.name)
@@ -416,7 +344,7 @@ class CoordinatorCore:
         """Checkpoint ``n`` is asked for with ``request``; returns the bytes to deliver.
         The binding answers with a Checkpoint message, chunks and the end of the stream
         (``CheckpointReceived``)."""
-        self._expect = n
+        self._checkpoint.ask(n)
         if isinstance(request, (TakeBecomingPrimaryCheckpoint, UpgradeTakeCheckpoint)):
             self.binding_primary = True  # it is primary once it has sent this checkpoint
         return encode_control_record(self.cid, request)
@@ -431,27 +359,15 @@ class CoordinatorCore:
         before the checkpoint, so the snapshot of unacknowledged outputs stored with it
         is taken exactly now; from here on its outputs belong to the next interval, and
         so does the digest."""
-        n = self._expect
-        if n is None or self._parts is not None:
-            raise UnexpectedMessageError("a Checkpoint the coordinator did not ask for")
-        if self.awaiting_initial:
-            raise UnexpectedMessageError("a Checkpoint before the InitialMessage")
-        self._parts = (ev.encode(), [], self.snapshot())
+        n = self._checkpoint.begin(ev.encode(), self.snapshot, self.awaiting_initial)
         if self.digests is not None:
             self.digest = self.digests.begin(n)
         self.digest_skip = 0
 
-    def _end_checkpoint(self) -> None:
-        parts, n = self._parts, self._expect
-        if parts is None or n is None:
-            raise UnexpectedMessageError("a checkpoint's end outside a checkpoint")
-        self._parts = self._expect = None
-        self.actions.append(CheckpointReceived(n, parts))
-
     @property
     def checkpoint_expected(self) -> int | None:
         """The number of the checkpoint asked for and not yet received, if any."""
-        return self._expect
+        return self._checkpoint.expected
 
     def snapshot(self) -> dict[str, Any]:
         """Per destination, the next number and the outputs not yet acknowledged."""
@@ -473,15 +389,3 @@ class CoordinatorCore:
             else:
                 self.outbox(dest, int(out["next"]),
                             [(int(s), bytes(b)) for s, b in out["unacked"]])
-
-
-def _partial(rest: bytes, limit: int) -> bool:
-    """Whether ``rest`` is the start of a frame of at most ``_KEEP_PARTIAL`` bytes that
-    the next read may complete (anything else goes to the decoder)."""
-    try:
-        size, body = decode_zz32(rest, 0)
-    except Incomplete:
-        return len(rest) < 5
-    except RemoteProtocolError:
-        return False
-    return 0 < size <= min(limit, _KEEP_PARTIAL) and body + size > len(rest)

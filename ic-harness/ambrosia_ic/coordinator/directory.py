@@ -21,12 +21,11 @@ from typing import Any, Protocol
 
 import attrs
 
-from ambrosia_ic.errors import RegistryError
+from ambrosia_ic.errors import LogStoreError, RegistryError
 
 from .. import registry
 from ..lease import current_primary
 from ..logstore.registrations import fetch_registration
-from ..raft.errors import RaftError
 from ..registry.raft_address import without_secret
 from .cluster_primary import ClaimMark, ClusterPrimary, claimed_address, known_claim
 from .senders import KnownSenders
@@ -140,7 +139,7 @@ class RegistryDirectory:
         while True:
             try:
                 doc = await fetch_registration(cluster, dest)
-            except RaftError as err:
+            except LogStoreError as err:
                 self._log(f"reading the registration of {dest!r} from {shown}: {err}")
                 doc = None
             if doc is not None:
@@ -180,7 +179,7 @@ class RegistryDirectory:
         shown = without_secret(cluster)
         try:
             doc = await fetch_registration(cluster, dest)
-        except RaftError as err:
+        except LogStoreError as err:
             self._log(f"reading the registration of {dest!r} from {shown}: {err}")
             return
         if doc is None:

@@ -19,7 +19,7 @@ import attrs
 
 from ..logstore import encode_disk_record
 
-__all__ = ["Durable", "GroupCommit", "PendingInput", "Record"]
+__all__ = ["Durable", "GroupCommit", "PendingInput", "TakenRecord"]
 
 # An input queued for the next log record: (input key, link sequence number, message
 # bytes); key is the sender's instance name (our own for self-calls) or None for inputs
@@ -28,8 +28,9 @@ PendingInput = tuple[str | None, int | None, bytes]
 
 
 @attrs.frozen
-class Record:
-    """The next log record, to be written and synced."""
+class TakenRecord:
+    """A log record taken from what waits (``GroupCommit.take``), to be written and
+    synced before ``GroupCommit.durable`` lets anything of it go."""
 
     seq_id: int
     disk: bytes  # as the log holds it (with the input positions and the epoch)
@@ -60,7 +61,7 @@ class GroupCommit:
         self.next_seq = 0  # of the next record
         self.inputs: dict[str, int] = {}  # per sender, the last call the log holds
 
-    def take(self, max_bytes: int, epoch: int | None = None) -> Record:
+    def take(self, max_bytes: int, epoch: int | None = None) -> TakenRecord:
         """The next record: what waits, in order, until ``max_bytes`` are taken (at
         least one input when any waits). The position does not move (see ``durable``)."""
         batch: list[bytes] = []
@@ -77,9 +78,9 @@ class GroupCommit:
                 senders.add(key)
         disk, wire = encode_disk_record(self.cid, self.next_seq, b"".join(batch), inputs,
                                         epoch)
-        return Record(self.next_seq, disk, wire, inputs, frozenset(senders), len(batch))
+        return TakenRecord(self.next_seq, disk, wire, inputs, frozenset(senders), len(batch))
 
-    def durable(self, record: Record, own_name: str) -> Durable:
+    def durable(self, record: TakenRecord, own_name: str) -> Durable:
         """``record`` is durable: the log's position moves past it, and its bytes may be
         delivered and its senders' calls acknowledged.
 

@@ -55,10 +55,8 @@ from .layout import (
 )
 from .lock import InstanceLock
 from .records import (
-    DEFAULT_REGION,
     DiskRecord,
     LogScan,
-    LogWriter,
     encode_disk_record,
     scan_log,
     wire_batches,
@@ -66,6 +64,7 @@ from .records import (
 )
 from .seals import read_seal, write_seal
 from .watermarks import EPOCH_KEY
+from .writer import DEFAULT_REGION, LogWriter
 
 __all__ = [
     "CHECKPOINT_MAGIC",

@@ -1,6 +1,7 @@
-"""A client of a ØMQ RAFT cluster (``frames``: the protocol without I/O; ``client``: the
-asyncio transport over pyzmq), and a local cluster of the real peers for development and
-tests (``cluster``). The coordinator's log store on a cluster is ``logstore.raft_store``."""
+"""A client of a ØMQ RAFT cluster (``frames`` and ``answers``: the protocol without I/O;
+``client``: the asyncio transport over pyzmq), and a local cluster of the real peers for
+development and tests (``cluster``). The coordinator's log store on a cluster is
+``logstore.raft_store``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A client of a ØMQ RAFT cluster over pyzmq (asyncio): the thin transport around
-``frames``.
+``frames`` (the messages) and ``answers`` (what each answer means).
 
 It keeps one DEALER socket per peer it talks to (so a request can go to one chosen
 peer), learns the peers and the leader with RequestConfig, and sends every request to
@@ -36,14 +36,8 @@ except ModuleNotFoundError as err:
 from ambrosia_core.errors import EncodeError
 
 from . import frames as fr
-from .errors import (
-    ConfigUpdateError,
-    RaftError,
-    RaftProtocolError,
-    RaftUnavailableError,
-    RequestExpiredError,
-    StreamLostError,
-)
+from .answers import WAIT, EntriesCursor, Redirect, config_outcome, update_outcome
+from .errors import RaftError, RaftProtocolError, RaftUnavailableError, StreamLostError
 
 __all__ = ["ELECTION_GRACE", "RESPONSE_TTL", "RaftClient", "Subscription"]
 
@@ -52,19 +46,6 @@ RESPONSE_TTL = 0.5
 STREAM_TTL_FACTOR = 4
 ELECTION_GRACE = 0.3
 T = TypeVar("T")
-
-
-class _Wait:
-    """An answer that says "accepted, not final yet": restart the response clock."""
-
-
-class _Redirect:
-    def __init__(self, leader_id: str | None) -> None:
-        self.leader_id = leader_id
-
-
-_WAIT = _Wait()
-Outcome = tuple[bool, Any]  # (final, value) or the markers above
 
 
 class RaftClient:
@@ -155,7 +136,7 @@ class RaftClient:
     async def _call(self, message: list[bytes], handle: Callable[[list[bytes]], Any]) -> Any:
         """Send ``message`` to the leader until ``handle`` gives a final answer.
 
-        ``handle`` returns ``_WAIT`` (accepted; keep waiting), a ``_Redirect`` (refused),
+        ``handle`` returns ``WAIT`` (accepted; keep waiting), a ``Redirect`` (refused),
         or the final value (wrapped as ``(True, value)``).
         """
         loop = asyncio.get_running_loop()
@@ -180,7 +161,7 @@ class RaftClient:
                 if reply is None:
                     break
                 answer = handle(reply)
-                if answer is _WAIT:
+                if answer is WAIT:
                     continue
                 break
             if isinstance(answer, tuple):
@@ -189,7 +170,7 @@ class RaftClient:
                     self._set_leader(next((i for i, u in self.peers.items() if u == url),
                                           None), url)
                 return answer[1]
-            if isinstance(answer, _Redirect) and answer.leader_id is not None:
+            if isinstance(answer, Redirect) and answer.leader_id is not None:
                 if answer.leader_id not in self.peers:
                     await self._learn_peers(url)
                 if self.peers.get(answer.leader_id, url) != url:  # not the one just asked
@@ -223,7 +204,7 @@ class RaftClient:
                 self._note_config(cfg)
                 if cfg.is_leader:
                     return (True, cfg)
-                return _Redirect(cfg.leader_id)
+                return Redirect(cfg.leader_id)
             cfg: fr.ConfigReply = await self._call(
                 [self._rid32(), fr.REQUEST_CONFIG, self.secret], handle)
             return cfg
@@ -243,7 +224,7 @@ class RaftClient:
             raise EncodeError(f"a request id is {fr.REQID_SIZE} bytes, got {len(rid)}")
         async with self._lock:
             index: int = await self._call([rid, fr.REQUEST_UPDATE, self.secret, bytes(data)],
-                                          _update_outcome)
+                                          update_outcome)
             return index
 
     async def config_update(self, peers: Sequence[tuple[str, str]],
@@ -260,7 +241,7 @@ class RaftClient:
         body = fr.encode_json([list(p) for p in peers])
         async with self._lock:
             index: int = await self._call([rid, fr.CONFIG_UPDATE, self.secret, body],
-                                          _config_outcome)
+                                          config_outcome)
         self.peers = dict(peers)
         return index
 
@@ -270,7 +251,7 @@ class RaftClient:
             if url is None:
                 def handle(reply: list[bytes]) -> Any:
                     info = fr.parse_log_info(reply)
-                    return (True, info) if info.is_leader else _Redirect(info.leader_id)
+                    return (True, info) if info.is_leader else Redirect(info.leader_id)
                 found: fr.LogInfo = await self._call(
                     [self._rid32(), fr.REQUEST_LOG_INFO, self.secret], handle)
                 return found
@@ -320,12 +301,12 @@ class RaftClient:
             msg = [rid, fr.REQUEST_ENTRIES, self.secret, fr.encode_uint(prev_index)]
             if count is not None:
                 msg.append(fr.encode_nuint(count))
-            state = {"prev": prev_index, "offset": 0, "count": count}
+            cursor = EntriesCursor(prev_index, count)
 
             def handle(reply: list[bytes]) -> Any:
                 got = fr.parse_entries(reply)
                 if got.status is fr.EntriesStatus.NOT_LEADER:
-                    return _Redirect(got.leader_id)
+                    return Redirect(got.leader_id)
                 return (True, got)
 
             first: fr.EntriesReply = await self._call(msg, handle)
@@ -334,12 +315,12 @@ class RaftClient:
             finished = False
             try:
                 while True:
-                    self._check_order(got, state)
+                    cursor.check(got)
                     yield got
                     if got.status is fr.EntriesStatus.LAST:
                         finished = True
                         return
-                    follow = self._follow_up(rid, got, state)
+                    follow = cursor.follow_up(rid, self.secret, got)
                     if follow is None:
                         finished = True
                         return
@@ -357,38 +338,7 @@ class RaftClient:
             finally:
                 if not finished and not self._closed and self.leader_url is not None:
                     # Stopped early: tell the peer, so it frees the stream's pipeline.
-                    stop = [rid, fr.REQUEST_ENTRIES, self.secret,
-                            fr.encode_uint(int(state["prev"] or 0)), fr.encode_nuint(0)]
-                    await sock.send_multipart(stop)
-
-    @staticmethod
-    def _check_order(got: fr.EntriesReply, state: dict[str, Any]) -> None:
-        if got.chunk is not None:
-            if got.chunk.offset != state["offset"]:
-                raise RaftProtocolError(f"RequestEntries: snapshot chunk at {got.chunk.offset}"
-                                        f" where {state['offset']} was due")
-            state["offset"] = got.chunk.offset + len(got.chunk.data)
-            return
-        if got.last_index - len(got.entries) != state["prev"]:
-            raise RaftProtocolError(f"RequestEntries: entries up to {got.last_index} do not "
-                                    f"follow index {state['prev']}")
-
-    def _follow_up(self, rid: bytes, got: fr.EntriesReply, state: dict[str, Any]
-                   ) -> list[bytes] | None:
-        msg = [rid, fr.REQUEST_ENTRIES, self.secret]
-        count = state["count"]
-        if got.chunk is not None and not got.chunk.last:
-            return [*msg, fr.encode_uint(state["prev"]), fr.encode_nuint(count),
-                    fr.encode_uint(state["offset"])]
-        state["prev"] = got.last_index
-        state["offset"] = 0
-        if count is not None:
-            count -= 1 if got.chunk is not None else len(got.entries)
-            state["count"] = count
-            if count <= 0:
-                return None
-            return [*msg, fr.encode_uint(got.last_index), fr.encode_nuint(count)]
-        return [*msg, fr.encode_uint(got.last_index)]
+                    await sock.send_multipart(cursor.stop(rid, self.secret))
 
     async def read(self, prev_index: int, count: int | None = None) -> list[fr.LogEntry]:
         """The committed entries after ``prev_index`` (snapshot chunks are skipped)."""
@@ -401,29 +351,6 @@ class RaftClient:
         """A StateBroadcast subscription at the leader's PUB url."""
         url = await self.broadcast_url()
         return Subscription(self.context, url, self.secret)
-
-
-def _update_outcome(reply: list[bytes]) -> Any:
-    got = fr.parse_update(reply)
-    if got.status == 1:
-        return (True, got.index) if got.index is not None else _WAIT
-    if not got.has_detail:
-        raise RequestExpiredError("the cluster refused the update: its request id expired")
-    return _Redirect(got.leader_id)
-
-
-def _config_outcome(reply: list[bytes]) -> Any:
-    got = fr.parse_update(reply, config=True)
-    if got.status == 1:
-        return (True, got.index) if got.index is not None else _WAIT
-    if got.status == 0:
-        return _Redirect(got.leader_id)
-    if got.status == 4:
-        raise RequestExpiredError("the cluster refused the configuration change: its "
-                                  "request id expired")
-    if got.status == 3:
-        raise ConfigUpdateError("the cluster is busy with an earlier configuration change")
-    raise ConfigUpdateError(f"the cluster refused the configuration: {got.error!r}")
 
 
 def _require_zmq() -> None:

@@ -1,0 +1,167 @@
+"""The link handshake: each end proves it knows the registry's link secret, the sender
+names itself and the instance it wants, and the receiver says how far it has logged that
+sender's calls (the protocol: ``ambrosia_ic.links``).
+
+The receiver's side is sans-IO (``challenge``, ``check_hello``, ``hello_reply``: the link
+server feeds it what it reads); the sender's is ``open_link``, over asyncio streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+import ssl
+import struct
+
+import attrs
+
+from ambrosia_core.addresses import Address
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.tls import Tls, TlsHandshakeError, describe_tls_error
+from ambrosia_core.wire import Incomplete, decode_zz32, encode_zz32
+from ambrosia_ic.errors import LinkAuthenticationError
+
+__all__ = ["HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "Hello", "challenge",
+           "check_hello", "hello_reply", "not_registered", "open_link"]
+
+# Version 2: records carry runs of calls (version 1 carried one call per record).
+LINK_MAGIC = b"AMBRLNK2"
+_NONCE = 16
+_MAC = 32
+_I64 = struct.Struct("<q")
+HANDSHAKE_TIMEOUT = 10.0
+
+
+def _mac(secret: bytes, *parts: bytes) -> bytes:
+    return hmac.new(secret, b"".join(parts), hashlib.sha256).digest()
+
+
+def _name(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return encode_zz32(len(raw)) + raw
+
+
+# The longest hello a sender sends: two names of at most 128 bytes with their lengths,
+# its nonce and its proof.
+HELLO_MAX = 2 * (5 + 128) + _NONCE + _MAC
+
+
+def challenge() -> tuple[bytes, bytes]:
+    """The receiver's first bytes, and the nonce they carry."""
+    nonce_s = os.urandom(_NONCE)
+    return LINK_MAGIC + nonce_s, nonce_s
+
+
+def _hello_name(buf: bytes | bytearray, pos: int) -> tuple[str, int] | None:
+    try:
+        n, body = decode_zz32(buf, pos)
+    except Incomplete:
+        return None
+    except RemoteProtocolError:  # an over-long or overflowing length
+        raise LinkAuthenticationError("malformed link handshake") from None
+    if not 0 < n <= 128:
+        raise LinkAuthenticationError(f"link handshake names an instance of {n} bytes")
+    if len(buf) < body + n:
+        return None
+    try:
+        return bytes(buf[body : body + n]).decode("utf-8"), body + n
+    except UnicodeDecodeError:
+        raise LinkAuthenticationError("link handshake name is not UTF-8") from None
+
+
+@attrs.frozen
+class Hello:
+    """A sender's hello whose proof checked: who it is, its nonce, and the bytes it took."""
+
+    sender: str
+    nonce_c: bytes
+    used: int
+
+
+def check_hello(buf: bytes | bytearray, nonce_s: bytes, secret: bytes,
+                my_name: str) -> Hello | None:
+    """Receiver side of the handshake, sans-IO: the sender's hello at the start of
+    ``buf`` checked, or None while it is incomplete. Whether the sender may link
+    (the link server's ``known``) is asked separately: it may take a lookup.
+
+    Raises:
+        LinkAuthenticationError: the hello is malformed, or the peer did not prove it
+            knows the secret, or wants another instance.
+    """
+    got = _hello_name(buf, 0)
+    if got is None:
+        return None
+    sender, pos = got
+    got = _hello_name(buf, pos)
+    if got is None:
+        return None
+    dest, pos = got
+    end = pos + _NONCE + _MAC
+    if len(buf) < end:
+        return None
+    nonce_c = bytes(buf[pos : pos + _NONCE])
+    proof = bytes(buf[pos + _NONCE : end])
+    expected = _mac(secret, b"C", nonce_s, nonce_c, sender.encode(), b"\0", dest.encode())
+    if not hmac.compare_digest(proof, expected):
+        raise LinkAuthenticationError(
+            f"peer claiming to be {sender!r} failed the link authentication"
+        )
+    if dest != my_name:
+        raise LinkAuthenticationError(f"peer {sender!r} wanted {dest!r}, this is {my_name!r}")
+    return Hello(sender, nonce_c, end)
+
+
+def not_registered(sender: str) -> LinkAuthenticationError:
+    return LinkAuthenticationError(f"peer {sender!r} is not a registered instance")
+
+
+def hello_reply(secret: bytes, hello: Hello, nonce_s: bytes, last_logged: int) -> bytes:
+    """The receiver's answer to an admitted hello: its proof and the last call logged."""
+    return _mac(secret, b"S", hello.nonce_c, nonce_s) + _I64.pack(last_logged)
+
+
+async def open_link(
+    host: str, port: int, secret: bytes, my_name: str, dest: str, tls: Tls | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+    """Sender side: connect (over TLS with ``tls``) and authenticate both ways. Returns
+    the streams and the last link sequence number the receiver has durably logged from us.
+
+    Raises:
+        LinkAuthenticationError: the handshake failed (TlsHandshakeError: TLS's did).
+        OSError: the receiver cannot be reached.
+    """
+    if tls is None:
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        reader, writer = await tls.connect(host, port)
+    try:
+        head = await reader.readexactly(len(LINK_MAGIC) + _NONCE)
+        if head[: len(LINK_MAGIC)] != LINK_MAGIC:
+            raise LinkAuthenticationError(
+                f"{Address(host, port)} does not speak the link protocol")
+        nonce_s = head[len(LINK_MAGIC):]
+        nonce_c = os.urandom(_NONCE)
+        write_unless_closing(writer,
+            _name(my_name) + _name(dest) + nonce_c
+            + _mac(secret, b"C", nonce_s, nonce_c, my_name.encode(), b"\0", dest.encode())
+        )
+        await writer.drain()
+        reply = await reader.readexactly(_MAC + 8)
+    except asyncio.IncompleteReadError:
+        writer.close()
+        raise LinkAuthenticationError(f"{dest!r} refused the link") from None
+    except ssl.SSLError as err:  # TLS 1.3: a refused certificate shows at the first read
+        writer.close()
+        raise TlsHandshakeError(f"TLS handshake with {Address(host, port)} failed: "
+                                f"{describe_tls_error(err)}") from None
+    except BaseException:
+        writer.close()
+        raise
+    if not hmac.compare_digest(reply[:_MAC], _mac(secret, b"S", nonce_c, nonce_s)):
+        writer.close()
+        raise LinkAuthenticationError(
+            f"the peer at {Address(host, port)} failed to prove it is {dest!r}")
+    return reader, writer, _I64.unpack_from(reply, _MAC)[0]

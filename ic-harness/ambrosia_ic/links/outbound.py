@@ -1,0 +1,235 @@
+"""A sender's link to one destination: a task that connects (``handshake.open_link``),
+writes what the destination's ``outbox.LinkOutbox`` says is due, reads the receiver's
+acknowledgements, and reconnects after a break or when the destination moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ssl
+from collections.abc import Callable
+
+from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.loops import Backoff
+from ambrosia_core.tls import Tls, TlsHandshakeError, describe_tls_error
+from ambrosia_core.wire import Direction, MessageStreamDecoder, TrimTo
+from ambrosia_ic.errors import LinkAuthenticationError
+
+from .handshake import HANDSHAKE_TIMEOUT, open_link
+from .outbox import LinkOutbox
+
+__all__ = ["MOVE_CHECK", "OutboundLink"]
+
+MOVE_CHECK = 0.05  # seconds between looks at where an idle or unanswered link should go
+
+
+class OutboundLink:
+    """Everything a sender keeps for one destination: the next link sequence number, the
+    calls not yet trimmed by the receiver, and a task that (re)connects and sends them.
+
+    ``add`` never blocks and works before the link is up: calls wait in ``unacked``.
+    ``box``, if given, is the outbox to run (``next_seq`` and ``unacked`` are then unused).
+    They are written soon after (or, with ``flush_soon=False``, when ``flush`` is called).
+    """
+
+    def __init__(
+        self,
+        my_name: str,
+        dest: str,
+        secret: bytes,
+        address: Callable[[], tuple[str, int]],
+        log: Callable[[str], None],
+        next_seq: int = 1,
+        unacked: list[tuple[int, bytes]] | None = None,
+        *,
+        box: LinkOutbox | None = None,
+        flush_soon: bool = True,
+        unreachable: Callable[[], None] | None = None,
+        tls: Tls | None = None,
+    ) -> None:
+        self.my_name = my_name
+        self.tls = tls
+        self._said: str | None = None  # the last refusal logged, said once a streak
+        self.dest = dest
+        self.secret = secret
+        self.address = address
+        self.log = log
+        # The calls, and what goes out when (a coordinator's core owns its outboxes).
+        self.box = box if box is not None else LinkOutbox(next_seq, unacked)
+        self._task: asyncio.Task[None] | None = None
+        self.connected = False
+        # While connected: the stream, and the last number written to it. Calls added
+        # in one turn of the event loop go out together in one write (``flush``).
+        self._out: asyncio.StreamWriter | None = None
+        self._flush_due = False
+        # False: the owner calls ``flush`` itself after each batch of adds (a coordinator
+        # does after each read from its binding), which saves a turn of the event loop.
+        self._flush_soon = flush_soon
+        # Called at each failed connection attempt (the owner may look for a new address).
+        self._unreachable = unreachable
+        # Between connection attempts; short: an active/active failover should cost
+        # little more than a retry. Back to the floor once the receiver acknowledges.
+        self.backoff = Backoff(floor=0.02, cap=0.1)
+        self._progressed = False  # an acknowledgement came on the current connection
+
+    # ------------------------------------------------------------------ state
+    @property
+    def next_seq(self) -> int:
+        return self.box.next_seq
+
+    @property
+    def unacked(self) -> collections.deque[tuple[int, bytes]]:
+        return self.box.unacked
+
+    @property
+    def acked(self) -> int:
+        """The highest number the receiver has confirmed as logged."""
+        return self.box.acked
+
+    def add(self, rpc: bytes) -> int:
+        """Queue a replayable call; returns its link sequence number."""
+        seq = self.box.add(rpc)
+        if seq > self.box.acked:
+            self._schedule()
+        return seq
+
+    def add_run(self, rpcs: list[bytes]) -> None:
+        """``add`` each of ``rpcs`` in turn (a read's run of calls to this destination)."""
+        if self.box.add_run(rpcs):
+            self._schedule()
+
+    def add_impulse(self, rpc: bytes) -> None:
+        self.box.add_impulse(rpc)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._flush_soon and self._out is not None and not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what was added since the last write, if connected (called soon after
+        each add, or at once by a coordinator about to block on an fsync)."""
+        self._flush_due = False
+        out = self._out
+        if out is None or out.transport.is_closing():
+            return  # the stream's task sees the break and reconnects
+        data = self.box.to_send()
+        if data:
+            out.write(data)
+
+    def trim(self, upto: int) -> None:
+        self.box.trim(upto)
+
+    def snapshot(self) -> dict[str, object]:
+        return self.box.snapshot()
+
+    # ------------------------------------------------------------------ I/O
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is None:
+            return
+        # Cancel until it takes: before Python 3.12, wait_for can swallow a cancellation
+        # that arrives as its inner future completes, and the link would run on.
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=MOVE_CHECK)
+        if not task.cancelled():
+            with contextlib.suppress(Exception):
+                task.result()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                host, port = self.address()
+                reader, writer, last = await asyncio.wait_for(
+                    open_link(host, port, self.secret, self.my_name, self.dest, self.tls),
+                    HANDSHAKE_TIMEOUT,
+                )
+            except (TimeoutError, OSError, LinkAuthenticationError) as err:
+                if isinstance(err, LinkAuthenticationError | TlsHandshakeError):
+                    if str(err) != self._said:  # a refusal repeats until someone acts
+                        self._said = str(err)
+                        self.log(f"link to {self.dest}: {err}")
+                elif self._unreachable is not None:
+                    self._unreachable()
+                await asyncio.sleep(self.backoff.failed())
+                continue
+            except Exception as err:  # the registry may be mid-update: retry
+                self.log(f"link to {self.dest}: {err}")
+                await asyncio.sleep(0.5)
+                continue
+            self.connected = True
+            self._progressed = False
+            self._said = None
+            try:
+                await self._stream(reader, writer, last, (host, port))
+            except RemoteProtocolError as err:
+                self.log(f"link to {self.dest}: the receiver broke the protocol: {err}")
+            except ssl.SSLError as err:  # an altered, replayed or cut TLS record
+                self.log(f"link to {self.dest}: {describe_tls_error(err)}; reconnecting")
+            except (OSError, asyncio.IncompleteReadError):
+                pass  # the receiver went away: reconnect, resend from where it says
+            finally:
+                self.connected = False
+                writer.close()
+            if not self._progressed:
+                # Nothing acknowledged on that connection: a receiver that admits us and
+                # drops us at once is waited for like one that refuses, not hammered.
+                await asyncio.sleep(self.backoff.failed())
+
+    def _moved(self, where: tuple[str, int]) -> bool:
+        """True when the destination's primary is now elsewhere (an active/active
+        failover): a paused old primary keeps its socket open, so only the registry
+        tells the sender to go."""
+        try:
+            return self.address() != where
+        except Exception:  # the registry may be mid-update: look again later
+            return False
+
+    async def _stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, last: int,
+        where: tuple[str, int],
+    ) -> None:
+        """Sends until the connection breaks or the destination moves. Writes happen in
+        ``flush``; this task only watches the acknowledgements and the registry. The
+        calls wait in ``unacked`` until trimmed, so the socket's buffer needs no bound of
+        its own: a receiver that stops reading is left when the registry says it moved."""
+        self.box.connected(last)
+        acks = asyncio.get_running_loop().create_task(self._read_acks(reader))
+        self._out = writer
+        try:
+            self.flush()
+            while True:
+                done, _ = await asyncio.wait({acks}, timeout=MOVE_CHECK)
+                if done:
+                    acks.result()  # raises the reason the connection broke
+                    return
+                if self._moved(where):
+                    return
+        finally:
+            self._out = None
+            self.box.disconnected()
+            acks.cancel()
+            with contextlib.suppress(BaseException):
+                await acks
+
+    async def _read_acks(self, reader: asyncio.StreamReader) -> None:
+        decoder = MessageStreamDecoder(direction=Direction.LINK, max_frame_size=64)
+        while True:
+            data = await reader.read(4096)
+            if not data:
+                raise ConnectionResetError("the receiver closed the link")
+            decoder.receive_data(data)
+            for ev in decoder.events():
+                if not isinstance(ev, TrimTo):
+                    raise RemoteProtocolError(f"unexpected {type(ev).__name__} on a link")
+                self.trim(ev.seq_id)
+                self.backoff.progress()  # the receiver logged calls: real progress
+                self._progressed = True
