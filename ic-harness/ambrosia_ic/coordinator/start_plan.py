@@ -5,19 +5,24 @@ holds and what the registry says, with no process, socket or event loop.
 it answers with a ``StartPlan``, whose cut and lines the shell carries out, or refuses
 with one line. The shell (``startup.choose_flow``) and the simulation (``tests/sim``)
 both call it, so the simulation's starts take the coordinator's own decision.
+``choose_upgrade`` decides, the same way, what a start registered for a live upgrade
+does first: finish one that only missed its registration, retry one that died, or let
+an instance that never started begin with the new version.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import attrs
 
 from ambrosia_core.errors import CoordinatorError
 
+from ..logstore import DIGEST_PREFIX, LOG_PREFIX, file_numbers
 from ..recovery import RecoveryPlan, first_start_pending, latest_checkpoint, plan_recovery
 
-__all__ = ["StartPlan", "choose_start"]
+__all__ = ["StartPlan", "UpgradePlan", "choose_start", "choose_upgrade"]
 
 
 @attrs.frozen
@@ -83,3 +88,35 @@ def choose_start(d: Path, cid: int, *, name: str, started: bool,
         if not plan.torn_zeros:  # zeros past the end are what a live log looks like
             lines.append(f"cutting a torn record off {cut[0]} at offset {cut[1]}")
     return StartPlan(plan, cut, tuple(lines), frozenset(n for n, _ in plan.damaged))
+
+
+@attrs.frozen
+class UpgradePlan:
+    """What a start registered for a live upgrade to version ``to`` does before its flow:
+
+    - ``finished``: version ``to``'s directory holds a checkpoint, so the upgrade is done
+      and only the registration's update was missed: record it, start version ``to``.
+    - ``afresh``: the instance never started (its first start is pending): version ``to``
+      simply starts afresh.
+    - ``retry``: recover the old version with the old code and upgrade again.
+
+    ``remove`` are the new directory's leftovers of an attempt that died before its
+    checkpoint (logs and digests, which count only once that checkpoint exists)."""
+
+    kind: Literal["finished", "afresh", "retry"]
+    to: int
+    remove: tuple[Path, ...] = ()
+
+
+def choose_upgrade(old_dir: Path, new_dir: Path, cid: int, to: int) -> UpgradePlan:
+    """The upgrade step of a start whose registration asks for version ``to``, from the
+    old version's directory ``old_dir`` and the new one's ``new_dir``. Reads, writes
+    nothing: the upgrade is done exactly when ``new_dir`` holds a checkpoint, which is
+    written (durably, by rename) before anything else there counts."""
+    if latest_checkpoint(new_dir) is not None:
+        return UpgradePlan("finished", to)
+    remove = tuple(new_dir / f"{prefix}{k}" for prefix in (LOG_PREFIX, DIGEST_PREFIX)
+                   for k in file_numbers(new_dir, prefix)) if new_dir.is_dir() else ()
+    if first_start_pending(old_dir, cid):
+        return UpgradePlan("afresh", to, remove)
+    return UpgradePlan("retry", to, remove)

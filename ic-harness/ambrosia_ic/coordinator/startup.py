@@ -20,7 +20,6 @@ from ambrosia_core.wire import (
 from .. import registry
 from ..logstore import (
     DIGEST_PREFIX,
-    LOG_PREFIX,
     DigestWriter,
     InstanceLock,
     LogWriter,
@@ -34,13 +33,11 @@ from ..logstore import (
 from ..recovery import (
     RecoveryPlan,
     check_no_orphan_logs,
-    first_start_pending,
-    latest_checkpoint,
     replay_wire,
 )
 from . import actions, checkpoints, commit
 from .phase import Phase
-from .start_plan import choose_start
+from .start_plan import choose_start, choose_upgrade
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
@@ -76,27 +73,17 @@ def choose_flow(c: Coordinator) -> RecoveryPlan | None:
 
 
 def _prepare_upgrade(c: Coordinator) -> None:
-    """Decide between finishing, retrying or skipping a standalone live upgrade.
-
-    The upgrade is done exactly when version M's directory holds a checkpoint: that
-    checkpoint is written (durably, by rename) before anything else there counts.
-    If it exists, only the registration update was missed: record it and recover M.
-    Otherwise M's directory holds at most leftovers of an attempt that died, which
-    are removed, and version N's files (never touched by an upgrade) are recovered
-    again with the old code and the upgrade retried.
-    """
+    """Carry out ``start_plan.choose_upgrade``: finish, start afresh or retry the
+    standalone live upgrade the registration asks for."""
     m = c.reg.upgrade_version
-    new_dir = registry.instance_dir(c.reg, m)
-    if latest_checkpoint(new_dir) is not None:
+    chosen = choose_upgrade(c.dir, registry.instance_dir(c.reg, m), c.cid, m)
+    if chosen.kind == "finished":
         _move_to_version(c, m)
         c.log(f"the upgrade to version {m} had finished; running version {m}")
         return
-    if new_dir.is_dir():
-        for prefix in (LOG_PREFIX, DIGEST_PREFIX):
-            for k in file_numbers(new_dir, prefix):
-                (new_dir / f"{prefix}{k}").unlink()
-    if first_start_pending(c.dir, c.cid):
-        # Nothing to upgrade from: version M simply starts afresh.
+    for path in chosen.remove:
+        path.unlink()
+    if chosen.kind == "afresh":
         _move_to_version(c, m)
         return
     c.upgrade_to = m
