@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import attrs
 from ambrosia_ic import registry
+from ambrosia_ic.errors import RegistryError
 
 from ambrosia_core.ports import free_ports
 
@@ -196,3 +198,34 @@ def test_the_event_loop_and_fsync_place_are_not_settings(harness: Harness) -> No
     for option in ("--loop", "--fsync"):
         r = harness.cli("ic", "-i", "alpha", option, "thread")
         assert f"unrecognized arguments: {option} thread" in _one_line_error(r, 2)
+
+
+def test_every_flipped_bit_of_a_registration_is_refused_in_one_line(harness: Harness) -> None:
+    """A registration is JSON: most flips in it still parse, as another port, committer id
+    or log directory. Its check bytes refuse every one of them, naming the file."""
+    harness.register("flip")
+    path = harness.home / "instances" / "flip.json"
+    good = path.read_bytes()
+    assert registry.load("flip", harness.home) == harness.reg("flip")
+    parsed = 0
+    for i in range(len(good)):
+        for bit in range(8):
+            bad = bytearray(good)
+            bad[i] ^= 1 << bit
+            path.write_bytes(bytes(bad))
+            try:
+                registry.load("flip", harness.home)
+            except RegistryError as err:
+                assert str(path) in str(err) and "\n" not in str(err)
+            else:
+                raise AssertionError(f"bit {bit} of byte {i} flipped reads as valid")
+            with contextlib.suppress(ValueError):
+                json.loads(bytes(bad))
+                parsed += 1
+    assert parsed > len(good)  # many flips were still valid JSON: the check refused them
+    path.write_bytes(good)
+    # A registration from before check bytes is read as it is.
+    old = json.loads(good)
+    del old["check"]
+    path.write_text(json.dumps(old))
+    assert registry.load("flip", harness.home) == harness.reg("flip")

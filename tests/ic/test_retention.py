@@ -123,6 +123,7 @@ def test_register_instance_stores_keep_checkpoints_and_refuses_0(harness: Harnes
     path = harness.home / "instances" / "svc.json"
     data = json.loads(path.read_text())
     del data["keep_checkpoints"]
+    del data["check"]  # nor check bytes
     path.write_text(json.dumps(data))
     assert registry.load("svc", harness.home).keep_checkpoints == 2
 

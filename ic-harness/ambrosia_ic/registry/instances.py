@@ -1,4 +1,10 @@
-"""Reading registrations, and recording a finished upgrade."""
+"""Reading registrations, and recording a finished upgrade.
+
+A registration file carries check bytes (``check``: XXH64 of its other fields, in a
+canonical JSON form): a bit flipped anywhere in it, which could still read as valid JSON
+with another port, committer id or log directory, is refused in one line instead of
+being used. A file without them (written before they existed) is read as it is.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import os
 from pathlib import Path
 
 import attrs
+import xxhash
 
 from ambrosia_ic.errors import RegistryError
 
@@ -18,6 +25,12 @@ __all__ = ["find_instances", "has_started", "instance_dir", "instances_dir", "lo
            "start_afresh"]
 
 _STARTED = ".started"  # beside NAME.json: the instance's first start was logged
+CHECK_FIELD = "check"
+
+
+def _check_of(data: dict[str, object]) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return xxhash.xxh64_hexdigest(canonical.encode("ascii"))
 
 
 def instances_dir(home: Path) -> Path:
@@ -46,6 +59,14 @@ def load(name: str, home: str | os.PathLike[str] | None = None) -> Registration:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
         raise RegistryError(f"{path}: not valid JSON: {err}") from None
+    if isinstance(data, dict) and CHECK_FIELD in data:
+        stored = data.pop(CHECK_FIELD)
+        if stored != _check_of(data):
+            raise RegistryError(
+                f"{path}: damaged: its check bytes do not match its contents (a bit "
+                "flipped, or it was edited by hand); restore it from a copy, or register "
+                f"{name} again with `ambrosia register-instance` (a new registration has a "
+                "new committer id: its old logs are not taken as its own)")
     reg = Registration.from_json(data, str(path))
     if reg.instance_name != name:
         raise RegistryError(f"{path}: registers {reg.instance_name!r}, not {name!r}")
@@ -62,6 +83,7 @@ def registration_json(reg: Registration, home: Path) -> bytes:
     base = os.path.abspath(home)
     if reg.log_dir and os.path.commonpath([base, os.path.abspath(reg.log_dir)]) == base:
         data["log_dir"] = os.path.relpath(os.path.abspath(reg.log_dir), base)
+    data[CHECK_FIELD] = _check_of(data)
     return (json.dumps(data, indent=2) + "\n").encode("utf-8")
 
 

@@ -14,7 +14,7 @@ import attrs
 from ambrosia_ic.errors import RegistryError
 
 from .home import ambrosia_home, write_durably
-from .instances import instances_dir
+from .instances import instances_dir, registration_json
 from .registration import Registration
 from .replicas import Replica, replica_path
 
@@ -71,5 +71,5 @@ def adopt(doc: Any, home: str | os.PathLike[str] | None = None,
                       (json.dumps(attrs.asdict(rep)) + "\n").encode("utf-8"))
     write_durably(adopted_marker(home_path, reg.instance_name), where.encode("utf-8") + b"\n")
     write_durably(instances_dir(home_path) / f"{reg.instance_name}.json",
-                  (json.dumps(reg.to_json()) + "\n").encode("utf-8"))
+                  registration_json(reg, home_path))
     return reg
