@@ -23,10 +23,10 @@ from .connection import DEFAULT_INITIAL_CREDITS, ConnectionState, JobConnection
 from .effects import (
     Deliver,
     Discarded,
-    Effect,
     HeldJobs,
     JobCancelled,
     JobDone,
+    JobEffect,
     JobStarted,
     Released,
     Retained,
@@ -103,7 +103,7 @@ __all__ = [
     "INITIATOR_TRANSITIONS",
     "INITIATOR_BATCH",
     # effects
-    "Effect",
+    "JobEffect",
     "Send",
     "JobStarted",
     "Deliver",

@@ -41,7 +41,7 @@ from ambrosia_core.tls import Tls, describe_tls_error
 from ._state import InitiatorState, Role
 from .attempts import OperationState, Reconciled, reconcile
 from .connection import DEFAULT_INITIAL_CREDITS, JobConnection
-from .effects import Deliver, Discarded, Effect, HeldJobs, JobCancelled, JobDone, Send
+from .effects import Deliver, Discarded, HeldJobs, JobCancelled, JobDone, JobEffect, Send
 from .errors import HelloError, JobProtocolError
 from .initiator import RESULT_EDGE, InitiatorJobs
 from .messages import Cancel, FlowControl, JobId, JobMessage, Start
@@ -216,7 +216,7 @@ class JobLinks:
         self._events.put_nowait((event, conn))
 
     # ------------------------------------------------------------ sending
-    def _apply(self, effects: list[Effect], conn: JobConnection | None = None) -> None:
+    def _apply(self, effects: list[JobEffect], conn: JobConnection | None = None) -> None:
         for effect in effects:
             if isinstance(effect, Send):
                 self._send(effect.to, effect.message)

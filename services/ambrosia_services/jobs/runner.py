@@ -67,7 +67,7 @@ from ambrosia_core.tls import (
 from ._state import JobState, Role
 from .attempts import Attempt, RunnerCancelCode, member_id, parse_plan
 from .connection import DEFAULT_INITIAL_CREDITS, JobConnection
-from .effects import Deliver, Discarded, Effect, JobCancelled, JobStarted, Released, Send
+from .effects import Deliver, Discarded, JobCancelled, JobEffect, JobStarted, Released, Send
 from .errors import (
     AttemptReusedError,
     HelloError,
@@ -318,7 +318,7 @@ class Runner:
                     self._stream(peer, job)
 
     # ------------------------------------------------------------ effects
-    def _apply(self, effects: list[Effect]) -> None:
+    def _apply(self, effects: list[JobEffect]) -> None:
         for effect in effects:
             if isinstance(effect, Send):
                 self._send(effect.to, effect.message)

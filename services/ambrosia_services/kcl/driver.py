@@ -34,7 +34,7 @@ from .protocol import (
     SHUTDOWN,
     CheckpointAsk,
     ChildSession,
-    Record,
+    KclRecord,
     Reply,
     Skipped,
     StatusDone,
@@ -216,7 +216,7 @@ class ProcessorDriver:
                 # line it wrote with no newline yet) are logged when its stderr ends.
                 await asyncio.wait({errors}, timeout=2)
 
-    async def _batch(self, rec: ProcessorRecord, delivered: int) -> list[Record]:
+    async def _batch(self, rec: ProcessorRecord, delivered: int) -> list[KclRecord]:
         """Up to ``batch_records`` records after ``delivered``: from the state, or read
         (in a thread) from the staged blocks that hold them.
 
@@ -230,12 +230,12 @@ class ProcessorDriver:
         runs = rec.blocks_after(delivered)
         staging = self.staging
 
-        def read() -> list[Record]:
-            out: list[Record] = []
+        def read() -> list[KclRecord]:
+            out: list[KclRecord] = []
             for run in runs:
                 for seq, key, data in read_block(staging, run.ref).messages():
                     if seq > delivered:
-                        out.append(Record(seq, key, data, run.arrival_ms))
+                        out.append(KclRecord(seq, key, data, run.arrival_ms))
                         if len(out) == limit:
                             return out
             return out

@@ -18,7 +18,7 @@ PUBLIC = {
     "InitiatorState", "InitiatorInput", "Disposition", "PARTICIPANT_TRANSITIONS",
     "PARTICIPANT_BATCH", "HELD_STATES", "INITIATOR_TRANSITIONS", "INITIATOR_BATCH",
     # effects
-    "Effect", "Send", "JobStarted", "Deliver", "Retained", "Discarded", "JobCancelled",
+    "JobEffect", "Send", "JobStarted", "Deliver", "Retained", "Discarded", "JobCancelled",
     "JobDone", "Released", "HeldJobs",
     # errors
     "JobProtocolError", "JobRemoteError", "JobWireError", "JobFrameTooLargeError",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from ambrosia_services.connectors.coordinator import CoordinatorConfigError
-from ambrosia_services.pipeline import JobTable, Phase, WordCountPipeline, format_batch, words
+from ambrosia_services.pipeline import JobPhase, JobTable, WordCountPipeline, format_batch, words
 from ambrosia_services.staging import Ref, SegmentWriter, read_payloads
 
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
@@ -60,7 +60,7 @@ def test_a_result_sent_again_from_batch_zero_is_kept_once() -> None:
     assert t.batch(key, 0, 0, b'{"word":"a","count":1}\n', False) is None  # again: dropped
     assert t.batch(key, 0, 2, b"x", True) is None  # skips ahead: dropped
     assert t.batch(key, 7, 1, b"x", True) is None  # another start's: dropped
-    assert t.jobs[key].phase is Phase.RUNNING
+    assert t.jobs[key].phase is JobPhase.RUNNING
     done = t.batch(key, 0, 1, b'{"word":"b","count":2}\n', True)
     assert done == b'{"word":"a","count":1}\n{"word":"b","count":2}\n'
     assert t.batch(key, 0, 2, b"late", True) is None and t.counts["done"] == 1

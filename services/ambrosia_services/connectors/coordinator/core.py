@@ -24,7 +24,7 @@ import attrs
 
 from ambrosia_services.staging import Ref, count_lines
 
-__all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "CoordinatorCore", "Incoming", "Pending",
+__all__ = ["FROM_START", "KEEP_DECIDED", "Applied", "ConnectorCore", "Incoming", "Pending",
            "SinkRecord", "StagedRunError", "StreamRecord"]
 
 FROM_START = (1 << 64) - 1  # a point of reference meaning "nothing applied yet"
@@ -208,7 +208,7 @@ class SinkRecord:
                    commits=commits, aborts=aborts, active=active)
 
 
-class CoordinatorCore:
+class ConnectorCore:
     """The state, and every way an input changes it."""
 
     def __init__(self) -> None:
@@ -451,7 +451,7 @@ class CoordinatorCore:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> CoordinatorCore:
+    def from_state(cls, state: dict[str, Any]) -> ConnectorCore:
         core = cls()
         core.instance = state["instance"]
         core.settings = dict(state["settings"])

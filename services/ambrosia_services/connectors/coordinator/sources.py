@@ -52,7 +52,7 @@ from ..frames import (
     Restart,
 )
 from .config import CoordinatorConfigError
-from .core import FROM_START, CoordinatorCore, Incoming, IncomingRef
+from .core import FROM_START, ConnectorCore, Incoming, IncomingRef
 
 if TYPE_CHECKING:
     from .config import CoordinatorConfig
@@ -104,7 +104,7 @@ class SourceListener:
         log: where one line per event worth knowing goes.
     """
 
-    def __init__(self, core: Callable[[], CoordinatorCore], cfg: CoordinatorConfig,
+    def __init__(self, core: Callable[[], ConnectorCore], cfg: CoordinatorConfig,
                  send_receive: Callable[[int, list[Incoming]], None],
                  send_eos: Callable[[int, int], None], log: logging.LoggerAdapter[Any],
                  send_staged: Callable[[int, list[IncomingRef]], None] | None = None,
