@@ -14,7 +14,8 @@ What it enforces, per connection:
 - per stream (``(job id, edge)`` in one direction): batch numbers 0, 1, 2, ... with no gap
   and no repeat, nothing after the ``last`` batch;
 - byte credits (section 3.4.2): each stream starts with ``initial_credits`` (both ends
-  must be configured alike); a batch costs ``len(rows)``; ``flow_control`` grants more.
+  must use the same: the transport's hello agrees it, ``transport.agree``); a batch
+  costs ``len(rows)``; ``flow_control`` grants more.
   Sending past the credit is refused locally (``CreditExhaustedError``); a peer that
   sends past it breaks the connection (``CreditExceededError``).
 
@@ -50,9 +51,15 @@ from .errors import (
 )
 from .messages import MAX_U64, TYPE_OF, Batch, FlowControl, JobId, JobMessage
 
-__all__ = ["DEFAULT_INITIAL_CREDITS", "ConnectionState", "JobConnection", "StreamKey"]
+__all__ = ["DEFAULT_BATCH_BYTES", "DEFAULT_INITIAL_CREDITS", "ConnectionState", "JobConnection",
+           "StreamKey"]
 
+# A stream's starting credit and a batch's size, as offered in a link's hello (the smaller
+# offer wins, ``transport.agree``). A runner's results arrive in batches; 64 KiB batches
+# under 1 MiB of credit keep 16 batches in flight, so the sender is not held back by one
+# round trip on a local network, and the receiver buffers at most 1 MiB per stream.
 DEFAULT_INITIAL_CREDITS = 1024 * 1024
+DEFAULT_BATCH_BYTES = 64 * 1024
 DEFAULT_MAX_RELEASED = 4096
 
 

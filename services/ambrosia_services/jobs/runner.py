@@ -66,7 +66,7 @@ from ambrosia_core.tls import (
 
 from ._state import JobState, Role
 from .attempts import Attempt, RunnerCancelCode, member_id, parse_plan
-from .connection import DEFAULT_INITIAL_CREDITS, JobConnection
+from .connection import DEFAULT_BATCH_BYTES, DEFAULT_INITIAL_CREDITS, JobConnection
 from .effects import Deliver, Discarded, JobCancelled, JobEffect, JobStarted, Released, Send
 from .errors import (
     AttemptReusedError,
@@ -80,21 +80,25 @@ from .initiator import RESULT_EDGE
 from .messages import Batch, CheckResponse, FlowControl, JobId, JobMessage, Start
 from .participant import ParticipantJobs
 from .spark.registry import JobRegistry
-from .transport import exchange_hello
+from .transport import Hello, exchange_hello
 
-__all__ = ["DEFAULT_BATCH_BYTES", "Runner", "main", "result_chunks", "runner_source"]
-
+__all__ = ["Runner", "main", "result_chunks", "runner_source"]
 
 
 def _first_line(err: BaseException) -> str:
     """The error's message on one line, at most 300 characters."""
     text = " ".join(str(err).split())
     return text if len(text) <= 300 else text[:297] + "..."
-DEFAULT_MAX_CONNECTIONS = 64  # initiators are a few coordinators; the rest is strangers
-DEFAULT_FRAME_SECONDS = 30.0  # for the rest of a frame begun, once linked
+
+
+# Initiators are a few coordinators (one per pipeline, two during a failover); 64 leaves
+# room for them many times over, and anything past it is a stranger holding sockets.
+DEFAULT_MAX_CONNECTIONS = 64
+# A linked initiator sends a frame in one write; 30 s for its rest outlasts any pause of a
+# loaded host and still frees a connection whose peer stalled mid-frame.
+DEFAULT_FRAME_SECONDS = 30.0
 log = logging.getLogger("ambrosia_services.jobs.runner")
 
-DEFAULT_BATCH_BYTES = 64 * 1024
 # Spark's client (pyspark with Connect, pandas, pyarrow) comes with this extra; the module
 # loads it on a job's first use (``spark.execute``), ``main`` before it listens.
 SPARK_EXTRA = "pip install 'ambrosia-py[spark]'"
@@ -140,6 +144,7 @@ class _Peer:
     member: uuid.UUID
     conn: JobConnection
     writer: asyncio.StreamWriter
+    batch_bytes: int  # the largest result batch, as agreed in the hellos
     credit: asyncio.Event = attrs.Factory(asyncio.Event)
 
     def send(self, message: JobMessage) -> None:
@@ -154,8 +159,10 @@ class Runner:
         registry: the jobs it can run.
         connect: the Spark Connect URL, e.g. ``sc://127.0.0.1:15002``.
         out: the output root (staging and final directories live under it).
-        initial_credits: every stream's starting byte credit (as the initiator's).
-        batch_bytes: the largest result batch (at most ``initial_credits``).
+        initial_credits: the starting byte credit this runner offers every stream in its
+            hello (a connection uses the smaller of its two ends' offers).
+        batch_bytes: the largest result batch it offers (the smaller offer wins, and a
+            batch is never above the credit agreed).
         workers: jobs that may run at once.
         max_connections: the most connections at once, in their hello or linked; one
             more is closed at once, with one log line.
@@ -177,14 +184,11 @@ class Runner:
         frame_seconds: float = DEFAULT_FRAME_SECONDS,
         tls: Tls | None = None,
     ) -> None:
-        if not 0 < batch_bytes <= initial_credits:
-            raise ValueError(f"batch_bytes {batch_bytes} must be 1..initial_credits")
         self.member = member
         self.registry = registry
         self.connect = connect
         self.out = Path(out)
-        self.initial_credits = initial_credits
-        self.batch_bytes = batch_bytes
+        self.hello = Hello(member, initial_credits, batch_bytes)
         self.jobs = ParticipantJobs(member)
         self._running: dict[JobId, _Job] = {}
         self._peers: dict[uuid.UUID, _Peer] = {}
@@ -238,7 +242,7 @@ class Runner:
         where = writer.get_extra_info("peername")
         if self._connections >= self.max_connections:
             log.warning("refused a connection from %s: %d connections are open "
-                        "(--max-connections)", where, self._connections)
+                        "(the most it takes)", where, self._connections)
             writer.close()
             return
         self._connections += 1
@@ -259,13 +263,15 @@ class Runner:
     async def _serve_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter, where: Any) -> None:
         try:
-            initiator = await exchange_hello(reader, writer, self.member)
+            terms = await exchange_hello(reader, writer, self.hello)
         except (HelloError, OSError) as err:
             log.warning("closing connection from %s: %s", where, err)
             writer.close()
             return
+        initiator = terms.peer
         peer = _Peer(initiator, JobConnection(Role.PARTICIPANT, Role.INITIATOR,
-                                              initial_credits=self.initial_credits), writer)
+                                              initial_credits=terms.credits),
+                     writer, terms.batch_bytes)
         old = self._peers.get(initiator)
         if old is not None:
             old.writer.close()
@@ -459,7 +465,7 @@ class Runner:
     async def _send_results(self, peer: _Peer, job: _Job) -> None:
         job_id = job.start.job_id
         final = job.attempt.final(self.out)
-        chunks = result_chunks(final, self.batch_bytes)
+        chunks = result_chunks(final, peer.batch_bytes)
         rows = next(chunks, b"")
         number = 0
         while True:
@@ -506,9 +512,7 @@ def runner_source(runner: Runner, member: str) -> Source:
 
 async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
     runner = Runner(member_id(args.member), registry, args.connect, args.out,
-                    initial_credits=args.credits, batch_bytes=args.batch_bytes,
-                    workers=args.workers, max_connections=args.max_connections,
-                    frame_seconds=args.frame_seconds, tls=args.tls)
+                    workers=args.workers, tls=args.tls)
     metrics = serve_metrics(args.metrics, [runner_source(runner, args.member)])
     try:
         return await _run(runner, args, registry)
@@ -620,22 +624,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", required=True, help="MODULE[,MODULE] with @spark_job functions")
     parser.add_argument("--member", required=True, help="this runner's member name")
     parser.add_argument("--out", required=True, help="output root directory")
-    parser.add_argument("--credits", type=int, default=DEFAULT_INITIAL_CREDITS,
-                        help="every result stream's starting credit in bytes, as the "
-                             f"initiator's (default {DEFAULT_INITIAL_CREDITS})")
-    parser.add_argument("--batch-bytes", type=int, default=DEFAULT_BATCH_BYTES,
-                        help="the largest result batch in bytes, at most --credits "
-                             f"(default {DEFAULT_BATCH_BYTES})")
     parser.add_argument("--workers", type=int, default=4,
                         help="jobs that may run at once; more wait for one to end "
                              "(default 4)")
-    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                        help="the most connections at once, in their hello or linked; one "
-                             f"more is closed (default {DEFAULT_MAX_CONNECTIONS})")
-    parser.add_argument("--frame-seconds", type=float, default=DEFAULT_FRAME_SECONDS,
-                        help="how long a linked initiator may take to send the rest of a "
-                             "frame it began; then it is closed "
-                             f"(default {DEFAULT_FRAME_SECONDS:g})")
     add_metrics_option(parser, what="the runner's")
     add_tls_options(parser)
     args = parser.parse_args(argv)

@@ -73,6 +73,13 @@ from .sources import FileSource, RecordSource
 __all__ = ["Feed", "main"]
 
 log = logging.getLogger(__name__)
+
+# The longest reconnect delay: a worker that comes back is reached within 5 s, and one that
+# stays down is asked at most once every 2.5 to 5 s by each feed (the delay is jittered).
+BACKOFF_CAP = 5.0
+# How often a followed file is checked for new lines: at most 100 ms of added latency, for
+# ten stat calls a second.
+POLL_SECONDS = 0.1
 _BATCH = 256  # records sent on one stream before the others get a turn
 
 
@@ -137,8 +144,8 @@ class Feed:
         cookie: bytes = b"",
         instance_name: str = "feed",
         backoff_base: float = 0.05,
-        backoff_cap: float = 5.0,
-        poll_interval: float = 0.1,
+        backoff_cap: float = BACKOFF_CAP,
+        poll_interval: float = POLL_SECONDS,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         rng: random.Random | None = None,
         tls: Tls | None = None,
@@ -381,11 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cookie", default="", help="the cookie the worker expects")
     p.add_argument("--once", action="store_true",
                    help="stop at each file's end (EOS), once the worker acknowledged it all")
-    p.add_argument("--instance", default="feed", help="the HELLO's instance name (default feed)")
-    p.add_argument("--backoff-cap", type=float, default=5.0,
-                   help="the longest reconnect delay, in seconds (default 5)")
-    p.add_argument("--poll-interval", type=float, default=0.1,
-                   help="how often a tailed file is checked, in seconds (default 0.1)")
+    p.add_argument("--instance-name", default="feed",
+                   help="the HELLO's instance name (default feed)")
     p.add_argument("--message-bytes", type=int, default=0, metavar="N",
                    help="send as many whole lines as fit in N bytes per message (default: "
                         "a message per line)")
@@ -397,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     sources = [FileSource(f, follow=not args.once, message_bytes=args.message_bytes)
                for f in args.files]
     try:
-        feed = Feed(sources, args.to, cookie=args.cookie.encode(), instance_name=args.instance,
-                    backoff_cap=args.backoff_cap, poll_interval=args.poll_interval,
-                    tls=tls_from_args(args).load())
+        feed = Feed(sources, args.to, cookie=args.cookie.encode(),
+                    instance_name=args.instance_name, backoff_cap=BACKOFF_CAP,
+                    poll_interval=POLL_SECONDS, tls=tls_from_args(args).load())
         asyncio.run(_run(feed))
     except (ClientError, ValueError, UsageError) as e:
         print(f"ambrosia-feed: {e}", file=sys.stderr)

@@ -74,7 +74,10 @@ __all__ = ["DATA_STREAM_ID", "HANDSHAKE_SECONDS", "SINK_CREDITS", "Handler", "Pr
 
 DATA_STREAM_ID = 1  # a sink's output travels on stream 1; stream 0 carries 2PC
 SINK_CREDITS = 500  # what Wallaroo's 2PC file sink granted; its peers ignore credits
-HANDSHAKE_SECONDS = 5.0  # how long a new connection may take to send its HELLO
+# How long a new connection may take to send its HELLO, and a linked one the rest of a frame
+# it began: a coordinator sends either in one write, so 5 s outlasts any pause of a loaded
+# host, and a stranger that connects and stays silent holds nothing for longer.
+HANDSHAKE_SECONDS = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -399,19 +402,12 @@ async def _close(writer: asyncio.StreamWriter) -> None:
 
 
 def add_server_options(p: argparse.ArgumentParser, default_port: int) -> None:
-    """The options every sink command shares: where it listens, the cookie, limits."""
+    """The options every sink command shares: where it listens, the cookie, metrics, TLS."""
     p.add_argument("--listen", type=address_argument(allow_port_zero=True),
                    default=Address("127.0.0.1", default_port), metavar="[HOST:]PORT",
                    help=f"where to listen (default 127.0.0.1:{default_port}; port 0 picks "
                    "one)")
     p.add_argument("--cookie", default="", help="the cookie a HELLO must carry")
-    p.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE,
-                   metavar="BYTES",
-                   help=f"the largest frame accepted (default {DEFAULT_MAX_FRAME_SIZE})")
-    p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_SECONDS,
-                   metavar="SECONDS", help="how long a new connection may take to send its "
-                   "HELLO, and a linked one the rest of a frame it began, before it is "
-                   f"closed (default {HANDSHAKE_SECONDS:g})")
     add_metrics_option(p, what="the sink's")
     add_tls_options(p)
 
@@ -467,7 +463,7 @@ async def serve(open_store: Callable[[], Awaitable[SinkStore]], args: argparse.N
             await sinks[0]._serve(reader, writer)
 
         try:
-            server = await listen(args.listen, handle, tls, args.handshake_timeout,
+            server = await listen(args.listen, handle, tls, HANDSHAKE_SECONDS,
                                   start_serving=False)
         except OSError as e:
             raise SinkConfigError(f"--listen {args.listen}: cannot listen there: "
@@ -488,8 +484,8 @@ async def serve(open_store: Callable[[], Awaitable[SinkStore]], args: argparse.N
 async def _serve(store: SinkStore, server: asyncio.Server, args: argparse.Namespace,
                  tls: Tls | None, metrics: MetricsServer | None, what: str,
                  sinks: list[SinkServer]) -> None:
-    sink = SinkServer(store, cookie=args.cookie.encode(), max_frame_size=args.max_frame_size,
-                      handshake_seconds=args.handshake_timeout, tls=tls)
+    sink = SinkServer(store, cookie=args.cookie.encode(), tls=tls,
+                      max_frame_size=DEFAULT_MAX_FRAME_SIZE, handshake_seconds=HANDSHAKE_SECONDS)
     sinks.append(sink)
     if metrics is not None:
         metrics.add(sink_source(sink))
