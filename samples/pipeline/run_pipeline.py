@@ -93,7 +93,7 @@ class Pipeline:
             Child(f"runner-{i + 1}", [
                 "-m", "ambrosia_services.jobs.runner", "--listen", f"127.0.0.1:{port}",
                 "--connect", connect, "--jobs", JOBS, "--member", f"runner-{i + 1}",
-                "--out", str(run_dir / "jobs"), "--workers", "1"],
+                "--dir", str(run_dir / "jobs"), "--workers", "1"],
                   self.logs / f"runner-{i + 1}.log")
             for i, port in enumerate(runner_ports)]
         config = run_dir / "pipeline.toml"

@@ -5,7 +5,7 @@ the sans-IO ``JobConnection`` and ``ParticipantJobs``) and runs jobs on a Spark 
 server::
 
     python -m ambrosia_services.jobs.runner --listen 127.0.0.1:P --connect sc://127.0.0.1:Q \
-        --jobs MODULE[,MODULE] --member NAME --out DIR
+        --jobs MODULE[,MODULE] --member NAME --dir DIR
 
 - ``start``: the plan's job key and attempt name everything Spark sees
   (``attempts.Attempt``); the job runs in a worker thread in a session of its own, writes
@@ -511,7 +511,7 @@ def runner_source(runner: Runner, member: str) -> Source:
 
 
 async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
-    runner = Runner(member_id(args.member), registry, args.connect, args.out,
+    runner = Runner(member_id(args.member), registry, args.connect, args.dir,
                     workers=args.workers, tls=args.tls)
     metrics = serve_metrics(args.metrics, [runner_source(runner, args.member)])
     try:
@@ -623,7 +623,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--connect", required=True, help="Spark Connect URL sc://host:port")
     parser.add_argument("--jobs", required=True, help="MODULE[,MODULE] with @spark_job functions")
     parser.add_argument("--member", required=True, help="this runner's member name")
-    parser.add_argument("--out", required=True, help="output root directory")
+    parser.add_argument("--dir", required=True,
+                        help="the output root directory (its attempts' staging and final "
+                             "directories)")
     parser.add_argument("--workers", type=int, default=4,
                         help="jobs that may run at once; more wait for one to end "
                              "(default 4)")

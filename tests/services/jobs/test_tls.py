@@ -53,7 +53,7 @@ class Runner:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", listen,
                  "--connect", "sc://127.0.0.1:1", "--jobs", JOBS, "--member", "r1",
-                 "--out", str(tmp / "out"), *args],
+                 "--dir", str(tmp / "out"), *args],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT)
         assert self.proc.stdout is not None
         # "runner r1 (...) listening on HOST:PORT[ over TLS]; jobs: ..."

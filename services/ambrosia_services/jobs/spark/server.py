@@ -21,7 +21,8 @@ The confs it sets, and why (measured with pyspark 4.3.0):
 (the pip package has no start-master.sh) for a Connect server started with
 ``master=cluster.url``: the cluster path of users who outgrow one machine.
 
-Command line: ``python -m ambrosia_services.jobs.spark.server --port P [--master URL] [--log DIR]``;
+Command line: ``python -m ambrosia_services.jobs.spark.server --listen [HOST]:PORT
+[--master URL] [--log-dir DIR]``;
 without pyspark (the ``spark`` extra: its ``spark-submit`` and jars) it says so in one
 line and exits 1. No pyspark import: only processes.
 """
@@ -46,7 +47,7 @@ from typing import IO, Final, TextIO
 
 from tqdm import tqdm
 
-from ambrosia_core.addresses import Address
+from ambrosia_core.addresses import Address, address_argument
 from ambrosia_core.loops import Backoff
 from ambrosia_core.processes import stop_process
 
@@ -463,13 +464,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m ambrosia_services.jobs.spark.server",
         description="Run and supervise a Spark Connect server until stopped.",
     )
-    parser.add_argument("--port", type=int, required=True, help="the gRPC port")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="the address to listen on, which runners on other hosts "
-                             "connect to (default 127.0.0.1); Spark Connect has no "
-                             "authentication here: keep it on a private network")
+    parser.add_argument("--listen", required=True, metavar="[HOST]:PORT",
+                        type=address_argument(default_host="127.0.0.1"),
+                        help="where the gRPC server listens (:PORT for 127.0.0.1), which "
+                             "runners on other hosts connect to; Spark Connect has "
+                             "no authentication here: keep it on a private network")
     parser.add_argument("--master", default="local[2]", help="local[N] or spark://host:port")
-    parser.add_argument("--log", default=".", help="directory for connect-server.log")
+    parser.add_argument("--log-dir", default=".",
+                        help="directory for connect-server.log (default: the current one)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     if not _pyspark_installed():
@@ -482,10 +484,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep:
             parser.error(f"--conf {item!r} is not KEY=VALUE")
         confs[key] = value
-    server = ConnectServer(args.port, host=args.host, master=args.master, log_dir=args.log,
+    host, port = args.listen.host, args.listen.port
+    server = ConnectServer(port, host=host, master=args.master, log_dir=args.log_dir,
                            confs=confs)
-    if not _loopback(args.host):
-        print(f"warning: Spark Connect at {args.host}:{args.port} accepts anyone who can "
+    if not _loopback(host):
+        print(f"warning: Spark Connect at {args.listen} accepts anyone who can "
               "reach it (no authentication): keep it on a private network", file=sys.stderr)
     stop = threading.Event()
 

@@ -57,7 +57,7 @@ def test_a_wrong_hello_and_a_bad_frame_close_only_their_connections(runners) -> 
 def test_a_runner_given_a_module_without_jobs_exits_with_one_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", "127.0.0.1:0",
-         "--connect", "sc://127.0.0.1:1", "--jobs", "json", "--member", "x", "--out", "o"],
+         "--connect", "sc://127.0.0.1:1", "--jobs", "json", "--member", "x", "--dir", "o"],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert done.returncode == 1
@@ -117,8 +117,8 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
     from ambrosia_core.ports import free_ports
 
     (port,) = free_ports(1)
-    proc = subprocess.Popen([sys.executable, "-m", "ambrosia_services.jobs.spark.server", "--port",
-                             str(port), "--log", str(tmp_path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "ambrosia_services.jobs.spark.server",
+                             "--listen", f":{port}", "--log-dir", str(tmp_path)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     def children() -> list[str]:
         path = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
