@@ -18,7 +18,8 @@ import sys
 from collections.abc import Callable
 
 from .errors import ClientError
-from .sinkserver import SinkStore, add_server_options, serve
+from .sinkcommand import add_server_options, serve
+from .sinkserver import SinkStore
 
 __all__ = ["BACKOFF_CAP", "MAX_PENDING_BYTES", "build_parser", "main", "run"]
 

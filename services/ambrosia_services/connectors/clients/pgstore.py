@@ -49,7 +49,7 @@ from ambrosia_core.loops import Backoff, said_at
 
 from .errors import SinkConfigError, SinkStateError, SinkUnavailableError
 from .pgrows import FORMATS, Column, RowFormat, RowFormatError, TableShape
-from .sinkserver import DATA_STREAM_ID, Prepared, SinkStore, Vote
+from .sinkport import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
 __all__ = ["DEFAULT_STATE_TABLE", "GID_PREFIX", "PgSinkStore", "RowFormat", "gid_of",
            "parse_gid"]

@@ -44,7 +44,7 @@ import xxhash
 from ambrosia_core.durable import fsync_dir, make_dirs
 
 from .errors import SinkStateError, SinkStoreCorruptError
-from .sinkserver import DATA_STREAM_ID, Prepared, SinkStore, Vote
+from .sinkport import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
 __all__ = ["DATA_STREAM_ID", "FileSinkStore", "LogKind", "LogRecord", "Prepared", "Vote"]
 
