@@ -36,7 +36,8 @@ BACKOFF_CAP = 5.0
 async def run(args: argparse.Namespace, on_step: Callable[[str], None] | None = None) -> None:
     """Serve as ``args`` (from ``build_parser``) say until stopped; ``on_step`` is the
     store's hook (see ``PgSinkStore``)."""
-    from .pgstore import PgSinkStore, row_format
+    from .pgschema import row_format
+    from .pgstore import PgSinkStore
 
     async def open_store() -> PgSinkStore:  # may create its tables: after every check
         return await PgSinkStore.open(
