@@ -33,10 +33,8 @@ from .effects import (
     Send,
 )
 from .errors import (
-    BatchNumberError,
     BatchOrderError,
     CreditExceededError,
-    CreditExhaustedError,
     DataAfterLastError,
     IllegalJobTransitionError,
     JobFrameTooLargeError,
@@ -46,7 +44,6 @@ from .errors import (
     JobRemoteError,
     JobWireError,
     RetentionLimitError,
-    StreamClosedError,
     UnexpectedJobMessageError,
     UnknownJobMessageTypeError,
 )
@@ -126,8 +123,5 @@ __all__ = [
     "UnexpectedJobMessageError",
     "RetentionLimitError",
     "JobLocalError",
-    "CreditExhaustedError",
-    "StreamClosedError",
-    "BatchNumberError",
     "IllegalJobTransitionError",
 ]

@@ -24,8 +24,7 @@ PUBLIC = {
     "JobProtocolError", "JobRemoteError", "JobWireError", "JobFrameTooLargeError",
     "UnknownJobMessageTypeError", "JobMessageDirectionError", "BatchOrderError",
     "DataAfterLastError", "CreditExceededError", "UnexpectedJobMessageError",
-    "RetentionLimitError", "JobLocalError", "CreditExhaustedError", "StreamClosedError",
-    "BatchNumberError", "IllegalJobTransitionError",
+    "RetentionLimitError", "JobLocalError", "IllegalJobTransitionError",
 }
 
 
@@ -42,7 +41,7 @@ def test_every_error_says_whose_fault_it_is() -> None:
         if isinstance(getattr(ambrosia_services.jobs, n), type)
         and issubclass(getattr(ambrosia_services.jobs, n), ambrosia_services.jobs.JobProtocolError)
     ]
-    assert len(errors) == 16
+    assert len(errors) == 13
     for cls in errors:
         if cls is ambrosia_services.jobs.JobProtocolError:
             continue
