@@ -47,7 +47,7 @@ CLOSE_SECONDS = 5.0  # how long a stop waits for the connections' handlers to en
 
 
 class Runner(ResultStreams, AttemptRuns):
-    """A job runner (see the module docstring).
+    """A job runner (what it does with each message: ``runner``'s docstring).
 
     Args:
         member: this runner's member id (what initiators list as a participant).
@@ -61,6 +61,8 @@ class Runner(ResultStreams, AttemptRuns):
         workers: jobs that may run at once.
         max_connections: the most connections at once, in their hello or linked; one
             more is closed at once, with one log line.
+        frame_seconds: how long a linked initiator may take to send the rest of a frame
+            it began; then it is closed.
         tls: serve initiators over TLS, each showing a certificate our CA trusts (None:
             plain TCP, for loopback).
     """
