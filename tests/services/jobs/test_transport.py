@@ -88,3 +88,23 @@ def test_a_silent_peer_is_a_hello_error() -> None:
             writer.close()
 
     asyncio.run(scenario())
+
+
+def test_an_end_of_the_old_hello_is_refused_in_one_line() -> None:
+    """An end that speaks the 24-byte ``AMBJOB01`` hello reads 24 of our 36 bytes, finds
+    another magic and closes: this end says so, and no frame is parsed."""
+    async def scenario() -> None:
+        async def old(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            w.write(b"AMBJOB01" + B.bytes)
+            if (await r.readexactly(24))[:8] != b"AMBJOB01":
+                w.close()
+
+        server = await asyncio.start_server(old, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            with pytest.raises(HelloError, match=r"^the peer closed after 24 hello bytes$"):
+                await exchange_hello(reader, writer, Hello(A), timeout=10)
+            writer.close()
+
+    asyncio.run(scenario())
