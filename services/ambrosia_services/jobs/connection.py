@@ -54,9 +54,9 @@ __all__ = ["DEFAULT_BATCH_BYTES", "DEFAULT_INITIAL_CREDITS", "ConnectionState", 
            "StreamKey"]
 
 # A stream's starting credit and a batch's size, as offered in a link's hello (the smaller
-# offer wins, ``transport.agree``). A runner's results arrive in batches; 64 KiB batches
-# under 1 MiB of credit keep 16 batches in flight, so the sender is not held back by one
-# round trip on a local network, and the receiver buffers at most 1 MiB per stream.
+# offer wins, ``transport.agree``): the smallest pair that streams results as fast as a
+# larger one (bench/README.md, "bench_job_link"), so a receiver buffers at most 1 MiB
+# per stream.
 DEFAULT_INITIAL_CREDITS = 1024 * 1024
 DEFAULT_BATCH_BYTES = 64 * 1024
 DEFAULT_MAX_RELEASED = 4096
