@@ -291,6 +291,15 @@ def test_an_unknown_key_is_refused_naming_the_pipelines_own_keys_among_the_known
                             "max_batch_bytes)")
 
 
+def test_a_key_that_is_fixed_now_is_refused_in_one_line_naming_it() -> None:
+    from ambrosia_services.pipeline.config import PipelineConfig
+
+    with pytest.raises(CoordinatorConfigError) as info:
+        PipelineConfig.from_mapping({"segment_bytes": 1 << 20, "batch_lines": 5})
+    assert str(info.value) == ("segment_bytes is no longer a configuration key: a staged "
+                               "segment is closed at 64 MiB (fixed); remove it")
+
+
 def test_the_word_count_refuses_to_start_without_sinks() -> None:
     loop = asyncio.new_event_loop()
     ic = InMemoryCoordinator(WordCountPipeline, "wc", config={
