@@ -42,7 +42,7 @@ for p in (ROOT, ROOT / "ic-harness"):
 import failover_procs  # noqa: E402
 from ambrosia_ic.lease import Epochs  # noqa: E402
 from ambrosia_ic.logstore import LogWriter  # noqa: E402
-from ambrosia_ic.logstore.raft_store import LEASE, GroupCommit, RaftLogStore  # noqa: E402
+from ambrosia_ic.logstore.raft_store import LEASE, RaftGroupCommit, RaftLogStore  # noqa: E402
 from ambrosia_ic.raft.cluster import LocalCluster  # noqa: E402
 
 BATCH = 64
@@ -69,7 +69,7 @@ async def _raft_appends(c: LocalCluster, seconds: float) -> float:
     store = RaftLogStore(c.address, f"bench-{os.getpid()}-{time.monotonic_ns()}")
     try:
         assert await store.claim({"replica": 0})
-        group = GroupCommit(store)
+        group = RaftGroupCommit(store)
         n = 0
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:

@@ -220,10 +220,14 @@ class RaftReplica:
         self.c.log(f"following the log in {self.store.address} as a {self.role}")
         while True:
             await self._follow_cluster()
+            if self.store.stalled_for:
+                self.c.log(f"the cluster did not answer for {self.store.stalled_for:.3f} s "
+                           "(a leader lost?): the primary's silence counts from its answer")
+                self.store.stalled_for = 0.0
             silent = self.store.silent_for()
             claiming = time.monotonic()
-            if silent > self.lease and await self.store.claim(self._info(),
-                                                             after=self.store.view.epoch):
+            if silent > self.lease and await self.store.claim(
+                    self._info(), after=self.store.view.epoch, if_silent=True):
                 if self.store.view.record_count == 0:
                     # The first start never logged its record 0: it is still owed.
                     await self._first_start()
