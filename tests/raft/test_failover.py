@@ -124,3 +124,17 @@ def test_a_primary_whose_binding_dies_resigns(harness: Harness,
     assert "took over epoch 2: the primary resigned" in harness.stderr_of(cl.procs[new])
     cl.stop_pump()
     assert len(cl.check_exactly_once(new)) > 20
+
+
+def test_kill9_of_the_primary_is_seen_through_its_watch(
+        harness: Harness, whole_cluster: LocalCluster) -> None:
+    # A lease far longer than the wait allowed below: only the watch can end it sooner.
+    cl = start(harness, whole_cluster, lease_ms=30000)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    cl.kill9(0)
+    new = wait_new_primary(cl, 0)
+    assert time.monotonic() - t0 < 15
+    assert "took over epoch 2: the primary's process ended" in harness.stderr_of(cl.procs[new])
+    cl.stop_pump()
+    assert len(cl.check_exactly_once(new)) > 20
