@@ -47,8 +47,8 @@ from ambrosia_ic.raft.cluster import LocalCluster  # noqa: E402
 
 BATCH = 64
 SHORT_LEASE_MS = 300
-_ACCOUNT = re.compile(r"(?:silent ([\d.]+) s|resigned).*claim ([\d.]+) ms, log up to the "
-                      r"claim ([\d.]+) ms")
+_ACCOUNT = re.compile(r"(?:silent ([\d.]+) s|resigned|process ended).*claim ([\d.]+) ms, "
+                      r"log up to the claim ([\d.]+) ms")
 RECORD = b"r" * 100
 
 

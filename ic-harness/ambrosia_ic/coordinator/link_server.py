@@ -130,11 +130,11 @@ class LinkServer:
         for transports in self._inbound.values():
             for t in transports:
                 t.close()
-        self.drop_watchers()
 
     def drop_watchers(self) -> None:
-        """Close the standbys' watches (this coordinator gives up its epoch): they may
-        claim at once."""
+        """Close the standbys' watches: they may claim at once. Not part of ``close``: a
+        primary that stops resigns first (so standbys need not take it for dead), and the
+        process's end closes them anyway."""
         for t in list(self._watchers):
             t.close()
         self._watchers.clear()

@@ -65,7 +65,7 @@ from ..logstore.raft_store import RaftLogStore
 from ..logstore.watermarks import checked, decode_watermarks
 from ..raft.errors import RaftError
 from ..recovery import read_state
-from .common import claim_info, deliver_records, replica_coordinator
+from .common import claim_info, deliver_records, notify_superseded, replica_coordinator
 from .watch import PrimaryWatch
 
 __all__ = ["RaftReplica", "RaftSink", "decode_record"]
@@ -179,6 +179,9 @@ class RaftReplica:
         self.watch = PrimaryWatch(self.c.name, self.c.secret, self.c.tls)
         self.c.link_server.watch_epoch = lambda: (
             self.store.held if self.role == "primary" else None)
+        # The newer epoch that fenced this replica off (it then rejoins as a standby).
+        self.fenced_by: int | None = None
+        self.c.on_shutdown = self._on_shutdown
 
     async def run(self) -> int:
         try:
@@ -191,12 +194,24 @@ class RaftReplica:
             finally:
                 self.watch.stop()
                 self.raft_sink.epochs.close()
+            if self.fenced_by is not None:
+                self.c.log(f"fenced by epoch {self.fenced_by}, rejoining as a standby")
+                return code
             if message:
                 self.c.log(message)
             await self._resign()
             return code
         finally:
+            self.c.link_server.drop_watchers()
             self.store.close()
+
+    def _on_shutdown(self) -> None:
+        """A primary that stops because a newer epoch was claimed (not a stop it was told
+        to make) tells its binding, which starts over with the standby it rejoins as."""
+        held = self.store.held
+        if self.c.stopping and held is not None and self.store.view.epoch > held:
+            self.fenced_by = self.store.view.epoch
+            notify_superseded(self.c)
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         return claim_info(self.c, self.number, **extra)
