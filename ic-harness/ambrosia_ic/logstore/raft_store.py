@@ -15,7 +15,8 @@ standbys on different hosts each hold a ``RaftLogStore`` on the same cluster.
   of the current epoch for ``lease`` seconds (``silent_for``) may ``claim``. The silence
   counts only time in which this reader could read the cluster: a read that waited
   longer than ``stall`` (a leader lost, an election) restarts it when the cluster
-  answers again, since the primary's heartbeats waited for the same leader; an election
+  answers again (plus the time the primary's client may take to find the new leader
+  after ours), since the primary's heartbeats waited for the same leader; an election
   alone costs no takeover. Safety does not depend on the lease: a paused primary that
   wakes up is fenced by the log order.
   The lease keeps a fenced primary from writing at all: a claim is sent no sooner than
@@ -93,6 +94,9 @@ class RaftLogStore:
         # the primary (its heartbeats wait for the same leader).
         self.stall = lease / 4
         self.stalled_for = 0.0  # the longest stall since the owner last took it
+        # After a stall, the primary's client may find the new leader later than ours:
+        # up to one unanswered request and one election grace (``raft.client``).
+        self._rediscovery = self._writer.response_ttl + self._writer.election_grace
         # When this store's last entry that counted (its claim, or an append) was sent.
         self._counted_sent_at = -math.inf
         self._read_lock = asyncio.Lock()
@@ -131,12 +135,12 @@ class RaftLogStore:
             answered = time.monotonic()
             if answered - asked > self.stall:
                 # This reader was blind meanwhile: the primary gets a fresh lease from
-                # the moment the cluster answers again.
+                # the moment the cluster answers again (and its client found the leader).
                 self.stalled_for = max(self.stalled_for, answered - asked)
-                self._seen_epoch_at = max(self._seen_epoch_at, answered)
+                self._seen_epoch_at = max(self._seen_epoch_at, answered + self._rediscovery)
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in out):
-            self._seen_epoch_at = time.monotonic()
+            self._seen_epoch_at = max(self._seen_epoch_at, time.monotonic())
         return out
 
     def drain_events(self) -> list[Event]:
