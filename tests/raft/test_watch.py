@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ambrosia_core.ports import free_ports
 from ambrosia_ic.coordinator.link_server import LinkServer
 from ambrosia_ic.replication.watch import PrimaryWatch
 
+from ambrosia_core.ports import free_ports
 from tests.launcher import until
 
 SECRET = b"w" * 32
