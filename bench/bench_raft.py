@@ -6,7 +6,8 @@
   with one fsync each, as a standalone coordinator writes. Ratio = raft / local.
 - failover: a primary process is killed with SIGKILL while it appends; the time until a
   standby that was following holds the next epoch. Raft: the standby claims once the
-  primary was silent past the lease (``LEASE``) and its claim is in the log. Baseline:
+  primary was silent past the lease (``LEASE``) and its claim is in the log (a bare store
+  process: no link server, so no watch, unlike the coordinators below). Baseline:
   the same with epoch files in a local directory, where the kernel frees the dead
   holder's flock at once. Ratio = local / raft (below 1: raft takes over more slowly).
 - failover through coordinators (``failover_procs``): a three-replica active/active
@@ -16,8 +17,9 @@
   primary, every request checked applied exactly once. The log in the cluster (with
   the default lease, and with a 300 ms one) against local files, in the same run;
   ratio = local / raft. ``extra`` splits the Raft takeover: the silence the standby
-  waited (the lease), the claim's round trips, reading the log up to the claim, and
-  the rest (the binding becoming primary, the caller's link moving, the first call).
+  waited (0 when its watch saw the primary's process end, or the primary resigned),
+  the claim's round trips, reading the log up to the claim, and the rest (the binding
+  becoming primary, the caller's link moving, the first call).
 """
 
 from __future__ import annotations
