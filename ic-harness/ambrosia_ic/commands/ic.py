@@ -181,7 +181,9 @@ def add_ic(sub: Any) -> None:
                     "stopped by SIGTERM (130: SIGINT), the ordinary stop; 1 a failure, "
                     "the binding closing its connection included (the coordinator cannot "
                     "tell a binding that stopped from one that crashed, so a supervisor "
-                    "restarts the pair); 2 the binding broke the protocol.")
+                    "restarts the pair); 2 the binding broke the protocol. A replica "
+                    "fenced off by a newer primary does not exit: it rejoins as a standby "
+                    "on the same ports, and `ambrosia run` connected to it starts afresh.")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
                    help="the registered instance")
     p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
