@@ -8,7 +8,7 @@ import functools
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -68,18 +68,41 @@ def _run_coordinator(args: argparse.Namespace, metrics: MetricsServer | None) ->
     # Registrations this registry lacks are read from the cluster ``--registry`` names,
     # else from the instance's own log store.
     directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
-    coordinator = cls(reg, home, replica=args.replica, link=link, directory=directory)
-    if metrics is not None:
-        metrics.add(coordinator_source(coordinator.c, lambda: coordinator.role)
-                    if isinstance(coordinator, SharedDirReplica | RaftReplica)
-                    else coordinator_source(coordinator))
-    code, signum = run(_serve_until_stopped(coordinator.run()))
+    code, signum = run(_serve_until_stopped(_run_replicas(
+        lambda: cls(reg, home, replica=args.replica, link=link, directory=directory),
+        metrics)))
     if signum is None:
         return code
     # On stdout, beside the readiness line: whoever started us reads both there.
     print(f"{STOPPED_PREFIX} instance={reg.instance_name} signal={signal.Signals(signum).name}",
           flush=True)
     return EXIT_SIGINT if signum == signal.SIGINT else 0
+
+
+async def _run_replicas(make: Callable[[], StandaloneCoordinator | SharedDirReplica |
+                                         RaftReplica], metrics: MetricsServer | None) -> int:
+    """Run the coordinator ``make`` gives; a replica that a newer primary fenced off
+    starts over as a standby, a new coordinator on the same ports (its binding starts
+    over too: ``ambrosia_core.superseded``). Returns the exit code of the last run."""
+    while True:
+        coordinator = make()
+        source = None
+        if metrics is not None:
+            source = (coordinator_source(coordinator.c, functools.partial(_role, coordinator))
+                      if isinstance(coordinator, SharedDirReplica | RaftReplica)
+                      else coordinator_source(coordinator))
+            metrics.add(source)
+        try:
+            code = await coordinator.run()
+        finally:
+            if metrics is not None and source is not None:
+                metrics.remove(source)
+        if isinstance(coordinator, StandaloneCoordinator) or coordinator.fenced_by is None:
+            return code
+
+
+def _role(replica: SharedDirReplica | RaftReplica) -> str:
+    return replica.role
 
 
 def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
@@ -158,7 +181,9 @@ def add_ic(sub: Any) -> None:
                     "stopped by SIGTERM (130: SIGINT), the ordinary stop; 1 a failure, "
                     "the binding closing its connection included (the coordinator cannot "
                     "tell a binding that stopped from one that crashed, so a supervisor "
-                    "restarts the pair); 2 the binding broke the protocol.")
+                    "restarts the pair); 2 the binding broke the protocol. A replica "
+                    "fenced off by a newer primary does not exit: it rejoins as a standby "
+                    "on the same ports, and `ambrosia run` connected to it starts afresh.")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
                    help="the registered instance")
     p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,
