@@ -16,7 +16,7 @@ from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import loop_runner, shorten_slice
 from ambrosia_core.metrics import MetricsServer, add_metrics_option, serve
 from ambrosia_core.tls import add_tls_options, tls_from_args
-from ambrosia_ic.errors import RegistryError
+from ambrosia_ic.errors import LogStoreError, RegistryError
 
 from .. import registry
 from ..coordinator import LinkOptions, StandaloneCoordinator
@@ -116,12 +116,11 @@ def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
     if not cluster or registry.registration_exists(name, home):
         return registry.load(name, home)
     from ..logstore.registrations import fetch_registration
-    from ..raft.errors import RaftError
 
     shown = without_secret(cluster)
     try:
         doc = asyncio.run(fetch_registration(cluster, name))
-    except RaftError as err:
+    except LogStoreError as err:
         raise RegistryError(f"{name} is not registered in {home}, and the cluster at "
                             f"{shown} could not be read: {err}") from None
     if doc is None:

@@ -24,14 +24,13 @@ from typing import Any
 
 import attrs
 
-from ambrosia_ic.errors import LogCorruptionError
+from ambrosia_ic.errors import LogCorruptionError, LogStoreError
 
 from .. import registry
 from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..logstore.raft_entries import EpochClaimed
 from ..logstore.raft_store import RaftLogStore
-from ..raft.errors import RaftError
 from ..registry.raft_address import without_secret
 
 __all__ = ["ClaimMark", "ClusterPrimary", "claimed_address", "known_claim"]
@@ -132,7 +131,7 @@ class ClusterPrimary:
             while True:
                 try:
                     await store.catch_up()
-                except (RaftError, LogCorruptionError) as err:
+                except (LogStoreError, LogCorruptionError) as err:
                     self.log(f"finding the primary of {self.key}: {err}")
                     await asyncio.sleep(RETRY)
                     continue

@@ -38,7 +38,7 @@ from typing import Any
 
 import xxhash
 
-from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError, LogStoreError
 
 from ..raft.client import RaftClient, Subscription
 from ..raft.errors import RaftError, StreamLostError
@@ -111,7 +111,18 @@ class RaftLogStore:
     # ------------------------------------------------------------------ reading
     async def catch_up(self, until: int | None = None) -> list[Event]:
         """Apply every committed entry past the view (at least up to ``until``) and
-        return the events (``drain_events`` returns them too)."""
+        return the events (``drain_events`` returns them too).
+
+        Raises:
+            LogStoreError: the cluster could not be read (its own error is the cause),
+                so that a reader through the store's port knows no Raft error.
+        """
+        try:
+            return await self._catch_up(until)
+        except RaftError as err:
+            raise LogStoreError(str(err)) from err
+
+    async def _catch_up(self, until: int | None = None) -> list[Event]:
         out: list[Event] = []
         async with self._read_lock:
             asked = time.monotonic()
@@ -186,7 +197,7 @@ class RaftLogStore:
             if_silent: claim only if, once caught up, the epoch's holder is still silent
                 past the lease (the catch-up may have stalled, which restarts the silence).
         """
-        await self.catch_up()
+        await self._catch_up()
         if after is not None and self.view.epoch != after:
             return False
         if if_silent and self.silent_for() <= self.lease:
@@ -195,7 +206,7 @@ class RaftLogStore:
         rid = self._writer.request_ids.new()
         sent = time.monotonic()
         index = await self._writer.request_update(encode_claim(self.name, epoch, holder), rid)
-        await self.catch_up(until=index)
+        await self._catch_up(until=index)
         if self.view.epoch == epoch and self.view.claim_reqid == rid:
             self.held = epoch
             self._counted_sent_at = sent
@@ -221,11 +232,11 @@ class RaftLogStore:
         if time.monotonic() - self._counted_sent_at > self.lease / 2:
             # Long enough since the last entry that counted for a standby to have
             # claimed (a pause, a stall, a leader election): look before writing.
-            await self.catch_up()
+            await self._catch_up()
         self.check()
         sent = time.monotonic()
         index = await self._writer.request_update(data)
-        await self.catch_up(until=index)
+        await self._catch_up(until=index)
         self.check()  # a claim committed before our entry: everyone ignores it
         self._counted_sent_at = sent
         return index
@@ -261,7 +272,7 @@ class RaftLogStore:
     async def write_checkpoint(self, number: int, pieces: Iterable[bytes]) -> bool:
         """Write checkpoint ``number`` (the concatenation of ``pieces``) in parts with
         check bytes. True if it is the one readers will use (the first complete)."""
-        await self.catch_up()
+        await self._catch_up()
         epoch = self.view.epoch
         digest = xxhash.xxh64()
         size = parts = 0
@@ -274,7 +285,7 @@ class RaftLogStore:
             parts += 1
         index = await self._writer.request_update(encode_checkpoint_end(
             self.name, epoch, number, parts, size, digest.intdigest()))
-        await self.catch_up(until=index)
+        await self._catch_up(until=index)
         end = self.view.checkpoints.get(number)
         return end is not None and end.index == index
 
@@ -305,7 +316,7 @@ class RaftLogStore:
         return await self._writer.request_update(encode_registration(self.name, registration))
 
     async def registration(self) -> dict[str, Any] | None:
-        await self.catch_up()
+        await self._catch_up()
         return self.view.registration
 
 
