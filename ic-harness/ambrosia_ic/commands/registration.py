@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 import attrs
@@ -145,6 +144,8 @@ def _publish(reg: registry.Registration, home: str | None, also: str | None = No
     store, the one it is registered to be published in (``--publish``) and ``also``, for
     replicas and callers on other machines (``ambrosia ic --registry``) and for callees,
     which take a caller's registration from their cluster at its first link."""
+    import asyncio
+
     from ..logstore.registrations import publish_registration
     from ..registry.raft_address import without_secret
     for cluster in dict.fromkeys(c for c in (reg.log_store, reg.publish, also) if c):
