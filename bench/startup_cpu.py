@@ -100,7 +100,7 @@ def main() -> None:
         for which in ("old", "new"):
             for case, value in _round(getattr(args, which)).items():
                 runs[which].setdefault(case, []).append(value)
-    bare = statistics.median(_cpu([sys.executable, "-c", "pass"], os.environ)
+    bare = statistics.median(_cpu([sys.executable, "-c", "pass"], dict(os.environ))
                              for _ in range(args.rounds))
     print(f"bare interpreter: {bare:.3f} s CPU (median of {args.rounds})")
     print(f"{'case':32} {'old median (range)':>22} {'new median (range)':>22}")
