@@ -3,31 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
 import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ambrosia_core.errors import CoordinatorError
-from ambrosia_core.loops import loop_runner, shorten_slice
-from ambrosia_core.metrics import MetricsServer, add_metrics_option, serve
-from ambrosia_core.tls import add_tls_options, tls_from_args
-from ambrosia_ic.errors import LogStoreError, RegistryError
+from ambrosia_core.metrics import add_metrics_option
+from ambrosia_core.tls import add_tls_options
 
 from .. import registry
-from ..coordinator import LinkOptions, StandaloneCoordinator
-from ..coordinator.directory import RegistryDirectory
-from ..coordinator.metrics import coordinator_source
-from ..launch import STOPPED_PREFIX
-from ..logdir import check_log_dir
-from ..registry.raft_address import without_secret
-from ..replication.raft import RaftReplica
-from ..replication.shared_dir import SharedDirReplica
-from .afresh import add_start_afresh, prepare_start
+from .afresh import add_start_afresh
+
+if TYPE_CHECKING:  # the coordinator is imported when `ic` runs, not for other commands
+    import asyncio
+
+    from ambrosia_core.metrics import MetricsServer
+
+    from ..coordinator import StandaloneCoordinator
+    from ..replication.raft import RaftReplica
+    from ..replication.shared_dir import SharedDirReplica
 
 __all__ = ["EXIT_SIGINT", "add_ic"]
 
@@ -35,6 +31,8 @@ EXIT_SIGINT = 130
 
 
 def _ic(args: argparse.Namespace) -> int:
+    from ambrosia_core.metrics import serve
+
     # Before anything is written: a metrics port in use stops the start with one line.
     metrics = serve(args.metrics)
     try:
@@ -45,6 +43,20 @@ def _ic(args: argparse.Namespace) -> int:
 
 
 def _run_coordinator(args: argparse.Namespace, metrics: MetricsServer | None) -> int:
+    import functools
+
+    from ambrosia_core.errors import CoordinatorError
+    from ambrosia_core.loops import loop_runner, shorten_slice
+    from ambrosia_core.tls import tls_from_args
+
+    from ..coordinator import LinkOptions, StandaloneCoordinator
+    from ..coordinator.directory import RegistryDirectory
+    from ..launch import STOPPED_PREFIX
+    from ..logdir import check_log_dir
+    from ..replication.raft import RaftReplica
+    from ..replication.shared_dir import SharedDirReplica
+    from .afresh import prepare_start
+
     home = registry.ambrosia_home(args.home)
     reg = _registration(args.instance_name, home, args.registry)
     if reg.log_store and not reg.active_active:
@@ -84,6 +96,13 @@ async def _run_replicas(make: Callable[[], StandaloneCoordinator | SharedDirRepl
     """Run the coordinator ``make`` gives; a replica that a newer primary fenced off
     starts over as a standby, a new coordinator on the same ports (its binding starts
     over too: ``ambrosia_core.superseded``). Returns the exit code of the last run."""
+    import functools
+
+    from ..coordinator import StandaloneCoordinator
+    from ..coordinator.metrics import coordinator_source
+    from ..replication.raft import RaftReplica
+    from ..replication.shared_dir import SharedDirReplica
+
     while True:
         coordinator = make()
         source = None
@@ -115,7 +134,12 @@ def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
     """
     if not cluster or registry.registration_exists(name, home):
         return registry.load(name, home)
+    import asyncio
+
+    from ambrosia_ic.errors import LogStoreError, RegistryError
+
     from ..logstore.registrations import fetch_registration
+    from ..registry.raft_address import without_secret
 
     shown = without_secret(cluster)
     try:
@@ -134,6 +158,8 @@ async def _serve_until_stopped(run: Coroutine[Any, Any, int]) -> tuple[int, int 
     """Run the coordinator; SIGTERM or SIGINT stops it as an ordinary stop (the write in
     progress finishes, everything acknowledged is durable). Returns its exit code, or the
     signal that stopped it."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     task = loop.create_task(run)
     got: list[int] = []
