@@ -304,9 +304,13 @@ def test_paused_primary_is_fenced_and_a_raft_peer_dies(whole_cluster: LocalClust
         a.kill()
         if b is not None:
             b.kill()
-    # Woken past its lease, it read the log before writing: nothing of its epoch
-    # reached the log after the claim, not even a heartbeat.
-    assert exactly_once(c, name, total).fenced_count == 0
+    # Woken past its lease, it read the log before writing anything new: at most the one
+    # entry it had handed to its socket when it was stopped (still in the process, on a
+    # busy machine, until its I/O thread ran again) reaches the log after the claim, and
+    # readers ignore it (a SIGSTOP lands there now and then under load). The look itself
+    # is held to nothing at all, deterministically, in
+    # test_a_primary_silent_past_half_its_lease_looks_before_writing_and_writes_nothing.
+    assert exactly_once(c, name, total).fenced_count <= 1
 
 
 def test_a_primary_that_resigns_lets_a_standby_claim_at_once(cluster: LocalCluster) -> None:

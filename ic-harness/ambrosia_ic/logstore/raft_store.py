@@ -229,10 +229,14 @@ class RaftLogStore:
                 "entry it sent before it saw the claim counts for no reader)")
 
     async def _append_fenced(self, data: bytes) -> int:
-        if time.monotonic() - self._counted_sent_at > self.lease / 2:
-            # Long enough since the last entry that counted for a standby to have
-            # claimed (a pause, a stall, a leader election): look before writing.
+        fresh = self._counted_sent_at
+        while time.monotonic() - fresh > self.lease / 2:
+            # Long enough since the last entry that counted, or since the last look, for
+            # a standby to have claimed (a pause, a stall, a leader election): look
+            # before writing, and again if a pause came between the look and the send.
             await self._catch_up()
+            self.check()
+            fresh = time.monotonic()
         self.check()
         sent = time.monotonic()
         index = await self._writer.request_update(data)
