@@ -21,12 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ambrosia_ic import registry
-from ambrosia_ic.logstore import LOCK_NAME
 from ambrosia_ic.registry.raft_address import without_secret
 
 from ambrosia_core.errors import AmbrosiaError
-
-from .local_coordinator import lock_held
 
 __all__ = ["StopError", "add_list", "add_stop", "describe", "lock_holder", "stop_instance"]
 
@@ -70,6 +67,10 @@ def _is_ambrosia_run(cmdline: str) -> bool:
 
 def describe(name: str, home: Path) -> dict[str, Any]:
     """One instance as ``list`` shows it: running or not, its role, ports and version."""
+    from ambrosia_ic.logstore import LOCK_NAME  # the log's readers: not at every start
+
+    from .local_coordinator import lock_held
+
     reg = registry.load(name, home)
     lock = registry.instance_dir(reg) / LOCK_NAME
     running = lock_held(lock)
@@ -110,6 +111,10 @@ def stop_instance(name: str, home: Path, timeout: float) -> str:
     Raises:
         StopError: unknown, not running, or still running after ``timeout`` seconds.
     """
+    from ambrosia_ic.logstore import LOCK_NAME
+
+    from .local_coordinator import lock_held
+
     try:
         reg = registry.load(name, home)
     except AmbrosiaError as err:

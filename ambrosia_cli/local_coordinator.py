@@ -24,7 +24,6 @@ from ambrosia_ic.logstore import LOCK_NAME
 
 from ambrosia_core.errors import AmbrosiaError, CoordinatorError
 from ambrosia_core.processes import exit_status, stop_process
-from ambrosia_py.runtime.checkpoint import read_header
 
 __all__ = ["ensure_registered", "held_class", "how_it_ended", "lock_held", "port_taken",
            "register_upgrade", "registered", "replay_estimate", "start", "start_new", "stop",
@@ -54,6 +53,10 @@ def held_class(reg: registry.Registration) -> tuple[str, int] | None:
     holds (its newest intact one); None when it will not recover (no checkpoint, or only
     an interrupted first start's, which is started again afresh), or when the checkpoint
     cannot be read (its recovery then says why). Only read."""
+    # The binding's runtime: `ambrosia run` has it, and list, stop and status (which
+    # probe the lock here) need none of it.
+    from ambrosia_py.runtime.checkpoint import read_header
+
     if reg.active_active:
         return None  # the replicas' log decides which checkpoint, at the epoch claim
     d = registry.instance_dir(reg)

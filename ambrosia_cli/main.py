@@ -13,9 +13,7 @@ from ambrosia_ic import registry
 
 from ambrosia_core.errors import AmbrosiaError
 
-from . import calls
 from .instances import add_list, add_stop
-from .run import run_main
 from .status import add_status
 from .tls import add_tls
 
@@ -35,6 +33,8 @@ def _add_log(sub: Any) -> None:
 
 
 def _dump(args: argparse.Namespace) -> int:
+    from . import calls  # the binding's serialization: only a dump with names needs it
+
     reg = registry.load(args.instance_name, args.home)
     version = reg.current_version if args.version is None else args.version
     target, cls = _dump_class(args, version)
@@ -49,6 +49,8 @@ def _dump_class(args: argparse.Namespace, version: int) -> tuple[str | None, Any
     """The class whose methods ``log dump`` names: ``--class``, else the one ``ambrosia
     run`` recorded for this version (a recorded class that no longer imports is said
     in one line and the dump goes on with method ids), else none."""
+    from . import calls
+
     if args.immortal_class:
         return args.immortal_class, calls.load_class(args.immortal_class)
     try:
@@ -66,6 +68,8 @@ def _dump_class(args: argparse.Namespace, version: int) -> tuple[str | None, Any
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .run import run_main  # the binding's runtime: only `run` loads it
+
     # The top-level --home reaches `run` as its default; `run --home` still wins.
     return run_main(list(args.run_args), default_home=args.home)
 

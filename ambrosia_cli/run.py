@@ -178,6 +178,8 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     finally:
         if metrics is not None:
             metrics.close()
+    if proc is None:  # a replica's coordinator may have been superseded: start afresh
+        binding.start_afresh_if_superseded(PREFIX, args.instance_name, runner, stops)
     return _outcome(args, runner, stops, proc)
 
 

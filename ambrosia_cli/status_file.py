@@ -18,12 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ambrosia_ic import registry
-from ambrosia_ic.logstore import LOCK_NAME
 
 from ambrosia_core.durable import make_dirs, replace_durably
 from ambrosia_core.errors import AmbrosiaError
-
-from .local_coordinator import lock_held
 
 __all__ = ["DEFAULT_NAME", "StatusError", "find_status_file", "life_state", "load_status",
            "record_status_file"]
@@ -82,6 +79,12 @@ def load_status(name: str, home: Path, path: Path | None = None,
     Raises:
         StatusError: unknown instance, no status file, or an unreadable one.
     """
+    # The log's readers and the coordinator's starter: `ambrosia run` has them already,
+    # and `ambrosia status` is the one other command that needs them.
+    from ambrosia_ic.logstore import LOCK_NAME
+
+    from .local_coordinator import lock_held
+
     try:
         reg = registry.load(name, home)
     except AmbrosiaError as err:

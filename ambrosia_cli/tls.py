@@ -21,15 +21,17 @@ import datetime
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING, Any
 
 from ambrosia_core.durable import replace_durably
 from ambrosia_core.errors import UsageError
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+# cryptography is imported where certificates are made or read: it is a fifth of what the
+# `ambrosia` command would otherwise load at every start, and only `tls init` uses it.
 
 __all__ = ["CA_DAYS", "GITIGNORE", "HOST_DAYS", "TlsInitError", "add_tls", "check_host", "init_dir",
            "issue_host"]
@@ -58,11 +60,18 @@ def _write(path: Path, data: bytes, private: bool) -> None:
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
 
 def _new_ca(dir_: Path, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"ambrosia CA {dir_.name}")])
     now = _now()
@@ -85,6 +94,10 @@ def _new_ca(dir_: Path, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePr
 
 
 def _load_ca(dir_: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     try:
         cert = x509.load_pem_x509_certificate((dir_ / "ca.pem").read_bytes())
         key = serialization.load_pem_private_key((dir_ / "ca-key.pem").read_bytes(), None)
@@ -97,6 +110,8 @@ def _load_ca(dir_: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
 
 
 def _san(host: str) -> x509.GeneralName:
+    from cryptography import x509
+
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
@@ -128,6 +143,11 @@ def issue_host(dir_: Path, host: str, *, days: int = HOST_DAYS,
     Raises:
         TlsInitError: the CA cannot be read, or ``host`` is no host.
     """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     check_host(host)
     ca_cert, ca_key = _load_ca(dir_)
     key = ec.generate_private_key(ec.SECP256R1())

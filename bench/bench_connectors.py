@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ambrosia_services.connectors.clients import Address, Feed, FileSource, Record  # noqa: E402
+from ambrosia_services.connectors.clients import Address, Feed, FeedRecord, FileSource  # noqa: E402
 
 from ambrosia_core.ports import free_ports  # noqa: E402
 from ambrosia_core.processes import stop_process  # noqa: E402
@@ -78,7 +78,7 @@ class _TimedSource:
     def resume(self, por: int | None) -> None:
         self._inner.resume(por)
 
-    def next_record(self) -> Record | None:
+    def next_record(self) -> FeedRecord | None:
         record = self._inner.next_record()
         if record is not None:
             self._sent.append((record.message_id, time.perf_counter()))

@@ -6,7 +6,8 @@
   with one fsync each, as a standalone coordinator writes. Ratio = raft / local.
 - failover: a primary process is killed with SIGKILL while it appends; the time until a
   standby that was following holds the next epoch. Raft: the standby claims once the
-  primary was silent past the lease (``LEASE``) and its claim is in the log. Baseline:
+  primary was silent past the lease (``LEASE``) and its claim is in the log (a bare store
+  process: no link server, so no watch, unlike the coordinators below). Baseline:
   the same with epoch files in a local directory, where the kernel frees the dead
   holder's flock at once. Ratio = local / raft (below 1: raft takes over more slowly).
 - failover through coordinators (``failover_procs``): a three-replica active/active
@@ -16,8 +17,9 @@
   primary, every request checked applied exactly once. The log in the cluster (with
   the default lease, and with a 300 ms one) against local files, in the same run;
   ratio = local / raft. ``extra`` splits the Raft takeover: the silence the standby
-  waited (the lease), the claim's round trips, reading the log up to the claim, and
-  the rest (the binding becoming primary, the caller's link moving, the first call).
+  waited (0 when its watch saw the primary's process end, or the primary resigned),
+  the claim's round trips, reading the log up to the claim, and the rest (the binding
+  becoming primary, the caller's link moving, the first call).
 """
 
 from __future__ import annotations
@@ -42,13 +44,13 @@ for p in (ROOT, ROOT / "ic-harness"):
 import failover_procs  # noqa: E402
 from ambrosia_ic.lease import Epochs  # noqa: E402
 from ambrosia_ic.logstore import LogWriter  # noqa: E402
-from ambrosia_ic.logstore.raft_store import LEASE, GroupCommit, RaftLogStore  # noqa: E402
+from ambrosia_ic.logstore.raft_store import LEASE, RaftGroupCommit, RaftLogStore  # noqa: E402
 from ambrosia_ic.raft.cluster import LocalCluster  # noqa: E402
 
 BATCH = 64
 SHORT_LEASE_MS = 300
-_ACCOUNT = re.compile(r"(?:silent ([\d.]+) s|resigned).*claim ([\d.]+) ms, log up to the "
-                      r"claim ([\d.]+) ms")
+_ACCOUNT = re.compile(r"(?:silent ([\d.]+) s|resigned|process ended).*claim ([\d.]+) ms, "
+                      r"log up to the claim ([\d.]+) ms")
 RECORD = b"r" * 100
 
 
@@ -69,7 +71,7 @@ async def _raft_appends(c: LocalCluster, seconds: float) -> float:
     store = RaftLogStore(c.address, f"bench-{os.getpid()}-{time.monotonic_ns()}")
     try:
         assert await store.claim({"replica": 0})
-        group = GroupCommit(store)
+        group = RaftGroupCommit(store)
         n = 0
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:

@@ -105,3 +105,25 @@ def test_every_command_describes_itself_and_every_option(
             parser = parser_of(main, [name, "--help"], monkeypatch, prog=parser.prog)
         found += problems(parser)
     assert found == []
+
+
+# Tuning that no user has a reason to turn, once options of the services' commands: each is
+# a module constant or a constructor argument now, with its reason beside it (the job
+# link's credit and batch are agreed in its hello). Renamed ones took the name the other
+# commands use for the same thing.
+SERVICES_COMMANDS = [
+    "ambrosia_services.connectors.clients.feed", "ambrosia_services.connectors.clients.filesink",
+    "ambrosia_services.connectors.clients.pgsink", "ambrosia_services.jobs.runner",
+    "ambrosia_services.jobs.spark.server",
+]
+DROPPED = {"--credits", "--batch-bytes", "--max-connections", "--frame-seconds",
+           "--backoff-cap", "--poll-interval", "--max-pending-bytes", "--max-frame-size",
+           "--handshake-timeout", "--instance", "--port", "--log", "--out"}
+
+
+@pytest.mark.parametrize("module", SERVICES_COMMANDS)
+def test_the_services_commands_offer_no_tuning_knobs(
+        module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = parser_of(importlib.import_module(module).main, ["--help"], monkeypatch)
+    offered = {o for action in parser._actions for o in action.option_strings}
+    assert offered & DROPPED == set()

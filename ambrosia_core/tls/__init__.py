@@ -23,6 +23,8 @@ failure in one line).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import InsecureListenError, TlsConfigError, TlsHandshakeError, describe_tls_error
 from .options import (
     CONFIG_REMEDY,
@@ -36,8 +38,25 @@ from .options import (
     tls_from_args,
     tls_from_config,
 )
-from .probe import is_tls_record_start, speaks_tls, tls_client_hello
-from .server import HANDSHAKE_SECONDS, Tls, TlsServerProtocol
+
+if TYPE_CHECKING:
+    from .probe import is_tls_record_start, speaks_tls, tls_client_hello
+    from .server import HANDSHAKE_SECONDS, Tls, TlsServerProtocol
+
+# The connection side (asyncio, and the probe built on it) is imported when first named:
+# every command's parser takes the options, and most commands never open a connection.
+_LAZY = {"HANDSHAKE_SECONDS": "server", "Tls": "server", "TlsServerProtocol": "server",
+         "is_tls_record_start": "probe", "speaks_tls": "probe", "tls_client_hello": "probe"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["CONFIG_REMEDY", "ENV_CA", "ENV_CERT", "ENV_KEY", "HANDSHAKE_SECONDS",
            "OPTIONS_REMEDY", "InsecureListenError", "Tls",

@@ -10,12 +10,14 @@ import os
 import socket
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .errors import InsecureListenError, TlsConfigError
-from .server import Tls
+
+if TYPE_CHECKING:
+    from .server import Tls
 
 __all__ = ["CONFIG_REMEDY", "ENV_CA", "ENV_CERT", "ENV_KEY", "OPTIONS_REMEDY", "TlsOptions",
            "add_tls_options", "is_loopback", "tls_from_args", "tls_from_config"]
@@ -81,6 +83,8 @@ class TlsOptions:
         Raises:
             TlsConfigError: a file cannot be read or does not hold what it should.
         """
+        from .server import Tls  # asyncio: a command's parser takes these options without it
+
         if not self.enabled:
             return None
         assert self.cert and self.key and self.ca

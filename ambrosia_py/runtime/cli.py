@@ -248,6 +248,22 @@ def check_config(config: Mapping[str, Any], *classes: type[Any] | None) -> None:
             cls.check_config(config)
 
 
+def start_afresh_if_superseded(prefix: str, name: str, runner: ImmortalRunner,
+                                stops: StopSignals) -> None:
+    """If a newer primary superseded the replica whose coordinator this binding ran with
+    (``ambrosia_core.superseded``), replace this process by a fresh run of the same
+    command: the immortal's state went past what was committed, and the coordinator,
+    a standby now on the same ports, sends it the checkpoint and the log to start from.
+    A fresh process holds nothing of the old run (module state included)."""
+    if not runner.superseded or stops.signum is not None:
+        return
+    print(f"{prefix}{name}: its coordinator's replica was superseded by a newer primary "
+          "and rejoins as a standby; the immortal starts afresh from the log",
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
 def stopped(name: str, stops: StopSignals) -> tuple[int, str]:
     return stops.exit_code, f"{name} stopped ({stops.name})"
 
@@ -266,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runner = run_immortal(cls, upgrade_to, name,
                                   (args.ic_receive_port, args.ic_send_port), stops, log,
                                   config=config, metrics=args.metrics)
+            start_afresh_if_superseded(f"{PROG}: ", name, runner, stops)
             code, line = outcome(name, runner, stops, args.debug_replay)
         except AmbrosiaError as e:
             code, line = (stopped(name, stops) if stops.signum is not None

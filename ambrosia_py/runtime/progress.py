@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["LOG_EVERY", "ReplayProgress", "progress_line"]
 
@@ -64,6 +65,8 @@ class ReplayProgress:
             self._start = self._last_line = now
         if self.terminal:
             if self._bar is None:
+                from tqdm import tqdm  # only a replay shown on a terminal loads it
+
                 self._bar = tqdm(total=self.total, desc="replaying the log", unit=" records",
                                  unit_scale=True, file=self.out, mininterval=_DRAW_EVERY,
                                  leave=True, dynamic_ncols=True)

@@ -31,6 +31,7 @@ from typing import TypeVar, cast
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AmbrosiaError, CoordinatorError
 from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_core.superseded import SUPERSEDED
 from ambrosia_py.errors import SideEffectError
 
 from ..stopping import StopReason
@@ -69,6 +70,19 @@ async def _retrying(connect: Callable[[], Awaitable[_T]], host: str, port: int,
                     f"{e.strerror or e}"
                 ) from None
             await asyncio.sleep(backoff.failed())
+
+
+NOTICE_WAIT = 2.0  # seconds a closed coordinator's notice may lag its close
+
+
+async def _read_notice(notices: asyncio.StreamReader) -> bool:
+    """Whether the coordinator, as it closed, wrote the superseded notice on the receive
+    connection (where it writes nothing otherwise: a stop or a death ends it empty)."""
+    try:
+        got = await asyncio.wait_for(notices.readexactly(len(SUPERSEDED)), NOTICE_WAIT)
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return False
+    return got == SUPERSEDED
 
 
 class _SendPort(asyncio.BufferedProtocol):
@@ -127,6 +141,9 @@ class ImmortalRunner:
         self.log = engine.log
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.closed_by_coordinator = False
+        # The coordinator closed because a newer primary superseded its replica: the
+        # immortal must start over (``ambrosia_core.superseded``).
+        self.superseded = False
         self.stop_asked = False  # stop() was called
         self.drain_seconds = drain_seconds
         self.on_failure = on_failure
@@ -202,7 +219,8 @@ class ImmortalRunner:
         # Handlers run on this loop's thread; a failed side effect ends the run.
         eng.attach(loop, self._kick, self._flush, self._side_effect_failed)
         # The receive port first, then the send port (the coordinator expects this order).
-        _, writer = await connect_with_retry(self.host, self.receive_port, self.connect_timeout)
+        notices, writer = await connect_with_retry(self.host, self.receive_port,
+                                                   self.connect_timeout)
         self._writer = writer
         writer.transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
         port = self._port
@@ -234,6 +252,8 @@ class ImmortalRunner:
             await eng.stop_tasks(self.stop_reason)
             if port.transport is not None:
                 port.transport.close()
+            if self.closed_by_coordinator:
+                self.superseded = await _read_notice(notices)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

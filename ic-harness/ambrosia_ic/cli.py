@@ -3,9 +3,14 @@
 
 Adding a sub-command: write ``add_<name>(subparsers)`` in the ``commands`` module of its
 group, registering a parser whose ``handler`` default is a function ``(args) -> int``, and
-list it in ``COMMANDS``. The ``ambrosia`` command (the ``ambrosia_cli`` package) is these
-commands plus the ones that need the binding: ``run``, and ``log dump`` with method names;
-this package never imports the binding's runtime or programming model.
+list it in ``COMMANDS``. Every command's module is imported at each start, so it imports
+at the top only what its parser needs; what the command runs (the coordinator, the log's
+readers, asyncio, the Raft client) is imported in its handler
+(``tests/cli/test_startup_imports.py`` checks).
+
+The ``ambrosia`` command (the ``ambrosia_cli`` package) is these commands plus the ones
+that need the binding: ``run``, and ``log dump`` with method names; this package never
+imports the binding's runtime or programming model.
 """
 
 from __future__ import annotations

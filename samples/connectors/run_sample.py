@@ -78,7 +78,7 @@ class Sample:
     def start_feed(self) -> None:
         self.feed = Child.start(
             [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
-             f"127.0.0.1:{self.port}", "--backoff-cap", "1", *(f"{s}.log" for s in STREAMS)],
+             f"127.0.0.1:{self.port}", *(f"{s}.log" for s in STREAMS)],
             name="the feed", env=self.env, cwd=self.work, log=self.work / "feed.log")
 
     def append(self, first: int, last: int) -> None:

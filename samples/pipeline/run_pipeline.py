@@ -93,7 +93,7 @@ class Pipeline:
             Child(f"runner-{i + 1}", [
                 "-m", "ambrosia_services.jobs.runner", "--listen", f"127.0.0.1:{port}",
                 "--connect", connect, "--jobs", JOBS, "--member", f"runner-{i + 1}",
-                "--out", str(run_dir / "jobs"), "--workers", "1"],
+                "--dir", str(run_dir / "jobs"), "--workers", "1"],
                   self.logs / f"runner-{i + 1}.log")
             for i, port in enumerate(runner_ports)]
         config = run_dir / "pipeline.toml"
@@ -117,9 +117,9 @@ class Pipeline:
         self.fed = [run_dir / "fed" / p.name for p in paths]
         self.feeds = [
             Child(f"feed-{i + 1}", ["-m", "ambrosia_services.connectors.clients.feed", "--to",
-                                    f"127.0.0.1:{self.listen}", "--backoff-cap", "1",
+                                    f"127.0.0.1:{self.listen}",
                                     "--message-bytes", str(MESSAGE_BYTES),
-                                    "--instance", f"feed-{i + 1}", str(p)],
+                                    "--instance-name", f"feed-{i + 1}", str(p)],
                   self.logs / f"feed-{i + 1}.log")
             for i, p in enumerate(self.fed)]
 

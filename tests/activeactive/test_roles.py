@@ -42,10 +42,12 @@ def test_a_primary_paused_past_its_lease_is_fenced_and_never_writes_again(
         wait_until(lambda: len(cl.received_by(2)) > at + 10, "the new primary working")
     finally:
         old.send_signal(signal.SIGCONT)
-    # Woken up, the old primary finds a newer epoch and stops without writing.
-    assert old.wait(30) == 1
+    # Woken up, the old primary finds a newer epoch, writes nothing and rejoins as a
+    # standby in the same process (this test's binding does not start over).
+    wait_until(lambda: "fenced by epoch 2, rejoining as a standby" in harness.stderr_of(old),
+               "the old primary rejoining")
+    assert old.poll() is None
     err = harness.stderr_of(old)
-    assert "was fenced off and stops without writing" in err
     assert err.count("LockLostError") == 0  # one clear line, no traceback
     assert "Traceback" not in err
     assert log_path(cl.dir, sealed).read_bytes()[:seal] == before

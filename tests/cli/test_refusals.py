@@ -63,7 +63,9 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 REFUSALS = [
     (["--set", "lisen=127.0.0.1:0"], "unknown configuration key(s) lisen (known: listen, "),
-    (["--set", 'credits="5"'], "credits must be an integer >= 1, got '5'"),
+    (["--set", 'max_sources="5"'], "max_sources must be an integer >= 1, got '5'"),
+    (["--set", "credits=5"], "credits is no longer a configuration key: a source's credits "
+                             "are fixed at 1000; remove it"),
     (["--set", "listen=0.0.0.0:0"], "listen: the source listener would listen on 0.0.0.0, "
                                     "beyond loopback, without TLS: give a [tls] table"),
     (["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem", "--tls-ca",
@@ -76,7 +78,8 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize(("args", "said"), REFUSALS, ids=[
-    "unknown-key", "wrong-type", "beyond-loopback", "tls-files", "metrics", "coordinator-metrics"])
+    "unknown-key", "wrong-type", "dropped-key", "beyond-loopback", "tls-files", "metrics",
+    "coordinator-metrics"])
 @pytest.mark.parametrize("home_kind", ["new", "ran"])
 def test_a_refusal_is_one_line_and_writes_nothing(
         args: list[str], said: str, home_kind: str, taken: int, tmp_path: Path,

@@ -16,7 +16,7 @@ import msgpack
 import pytest
 from ambrosia_services.connectors import ConnectorCoordinator
 from ambrosia_services.kcl import KclCoordinator
-from ambrosia_services.kcl.protocol import Record
+from ambrosia_services.kcl.protocol import KclRecord
 from ambrosia_services.pipeline import SparkCoordinator, WordCountPipeline
 from ambrosia_services.staging import SegmentWriter
 
@@ -335,7 +335,7 @@ def test_each_service_upgraded_to_a_version_that_adds_nothing_keeps_all_of_its_s
     old = populated(cls, config)
     if isinstance(old, KclCoordinator):
         old.kcl.configure(["s5"])
-        old.kcl.retain(5, "s5", [Record(1, b"", b"x", 0)])
+        old.kcl.retain(5, "s5", [KclRecord(1, b"", b"x", 0)])
     if isinstance(old, WordCountPipeline):
         ic_settings = old.jobs.settings
         assert ic_settings["jobs_in_flight"] == 2

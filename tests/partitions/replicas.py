@@ -272,7 +272,15 @@ class ReplicaSet(Generic[N]):
 
     # ------------------------------------------------------------------ roles
     def live(self, node: str) -> bool:
-        return node in self.procs and self.procs[node].poll() is None
+        """Its coordinator runs and still serves this test's binding (a fenced primary
+        rejoins as a standby in the same process and closes the binding, which does not
+        start over here)."""
+        return (node in self.procs and self.procs[node].poll() is None
+                and node in self.drivers and self.drivers[node].thread.is_alive())
+
+    def said(self, node: str) -> str:
+        """What the coordinator on ``node`` logged in its latest start."""
+        return self.stderr_paths[node][-1].read_text(errors="replace")
 
     def primaries(self) -> list[str]:
         """Replicas whose coordinator runs and whose binding was made primary."""

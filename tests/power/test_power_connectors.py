@@ -61,11 +61,12 @@ class PoweredPipeline(Pipeline):
         self.feeds = {"tail feed": [first, self._feed("tail feed")]}
 
     def _config(self) -> None:
-        staging = f'staging = "{self.disk.mount / "staging"}"\nsegment_bytes = 8192\n' \
-            if self.staged else ""
+        staging = f'staging = "{self.disk.mount / "staging"}"\n' if self.staged else ""
+        segments = "segment_bytes = 8192\n" if self.staged else ""
         (self.tmp / "coord.toml").write_text(
             f'listen = "127.0.0.1:{self.port}"\ninterval_bytes = 4096\n'
-            f'interval_seconds = 0.05\nbatch_messages = 64\ncredits = 1000000\n{staging}'
+            f'interval_seconds = 0.05\n{staging}'
+            f'[tuning]\nbatch_messages = 64\ncredits = 1000000\n{segments}'
             f'[sinks]\nout = "127.0.0.1:{self.sink_port}"\n')
 
     def _sink(self) -> SinkProcess:

@@ -15,7 +15,7 @@ import asyncio
 import sys
 
 from ambrosia_ic.errors import LockLostError
-from ambrosia_ic.logstore.raft_store import HEARTBEAT, LEASE, GroupCommit, RaftLogStore
+from ambrosia_ic.logstore.raft_store import HEARTBEAT, LEASE, RaftGroupCommit, RaftLogStore
 
 EXIT_FENCED = 3
 
@@ -31,7 +31,7 @@ async def replica(address: str, name: str, number: int, total: int, batch: int) 
             await store.wait(HEARTBEAT)
         k = store.view.record_count
         print(f"primary {store.held} {k}", flush=True)
-        group = GroupCommit(store)
+        group = RaftGroupCommit(store)
         try:
             while k < total:
                 end = min(total, k + batch)

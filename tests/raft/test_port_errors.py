@@ -68,3 +68,21 @@ def test_the_directory_logs_an_unreachable_cluster_and_looks_again(
     assert said[0].startswith("calls to 'nobody' wait for its registration from the "
                               "cluster at raft://127.0.0.1:")
     assert "secret" not in "".join(said)
+
+
+def test_the_stores_catch_up_raises_the_ports_error() -> None:
+    """What a follower of another instance's claims calls (``cluster_primary``): its
+    failure is the port's error too, with the cluster's reason kept as the cause."""
+    from ambrosia_ic.logstore.raft_store import RaftLogStore
+
+    async def main() -> None:
+        store = RaftLogStore(_nowhere(), "nobody", timeout=0.3)
+        try:
+            await store.catch_up()
+        finally:
+            store.close()
+
+    with pytest.raises(LogStoreError) as got:
+        asyncio.run(main())
+    assert not isinstance(got.value, RaftError)
+    assert isinstance(got.value.__cause__, RaftError)

@@ -18,7 +18,6 @@ from pathlib import Path
 from ambrosia_core.errors import CoordinatorError
 
 from .. import registry
-from ..recovery import first_start_pending
 
 __all__ = ["START_AFRESH_HELP", "add_start_afresh", "prepare_start"]
 
@@ -48,6 +47,8 @@ def prepare_start(reg: registry.Registration, home: Path, *, afresh: bool, comma
             log to recover from (or what the coordinator would refuse in that directory:
             logs without a checkpoint, a damaged first start).
     """
+    from ..recovery import first_start_pending  # the log's readers: only a start needs them
+
     name, d = reg.instance_name, registry.instance_dir(reg)
     if afresh:
         if registry.start_afresh(name, home):

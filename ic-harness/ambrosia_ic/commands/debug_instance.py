@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import sys
 from typing import Any
-
-from ambrosia_core.errors import AmbrosiaError
 
 from .. import registry
 
@@ -27,6 +22,12 @@ def _bool(value: str) -> bool:
 
 
 def _debug(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import sys
+
+    from ambrosia_core.errors import AmbrosiaError
+
     from ..debug import run_debug_instance
 
     reg = registry.load(args.instance_name, args.home)

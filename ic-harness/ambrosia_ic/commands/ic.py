@@ -3,31 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
 import os
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ambrosia_core.errors import CoordinatorError
-from ambrosia_core.loops import loop_runner, shorten_slice
-from ambrosia_core.metrics import MetricsServer, add_metrics_option, serve
-from ambrosia_core.tls import add_tls_options, tls_from_args
-from ambrosia_ic.errors import RegistryError
+from ambrosia_core.metrics import add_metrics_option
+from ambrosia_core.tls import add_tls_options
 
 from .. import registry
-from ..coordinator import LinkOptions, StandaloneCoordinator
-from ..coordinator.directory import RegistryDirectory
-from ..coordinator.metrics import coordinator_source
-from ..launch import STOPPED_PREFIX
-from ..logdir import check_log_dir
-from ..registry.raft_address import without_secret
-from ..replication.raft import RaftReplica
-from ..replication.shared_dir import SharedDirReplica
-from .afresh import add_start_afresh, prepare_start
+from .afresh import add_start_afresh
+
+if TYPE_CHECKING:  # the coordinator is imported when `ic` runs, not for other commands
+    import asyncio
+
+    from ambrosia_core.metrics import MetricsServer
+
+    from ..coordinator import StandaloneCoordinator
+    from ..replication.raft import RaftReplica
+    from ..replication.shared_dir import SharedDirReplica
 
 __all__ = ["EXIT_SIGINT", "add_ic"]
 
@@ -35,6 +31,8 @@ EXIT_SIGINT = 130
 
 
 def _ic(args: argparse.Namespace) -> int:
+    from ambrosia_core.metrics import serve
+
     # Before anything is written: a metrics port in use stops the start with one line.
     metrics = serve(args.metrics)
     try:
@@ -45,6 +43,20 @@ def _ic(args: argparse.Namespace) -> int:
 
 
 def _run_coordinator(args: argparse.Namespace, metrics: MetricsServer | None) -> int:
+    import functools
+
+    from ambrosia_core.errors import CoordinatorError
+    from ambrosia_core.loops import loop_runner, shorten_slice
+    from ambrosia_core.tls import tls_from_args
+
+    from ..coordinator import LinkOptions, StandaloneCoordinator
+    from ..coordinator.directory import RegistryDirectory
+    from ..launch import STOPPED_PREFIX
+    from ..logdir import check_log_dir
+    from ..replication.raft import RaftReplica
+    from ..replication.shared_dir import SharedDirReplica
+    from .afresh import prepare_start
+
     home = registry.ambrosia_home(args.home)
     reg = _registration(args.instance_name, home, args.registry)
     if reg.log_store and not reg.active_active:
@@ -68,18 +80,48 @@ def _run_coordinator(args: argparse.Namespace, metrics: MetricsServer | None) ->
     # Registrations this registry lacks are read from the cluster ``--registry`` names,
     # else from the instance's own log store.
     directory = functools.partial(RegistryDirectory, home, args.registry or reg.log_store)
-    coordinator = cls(reg, home, replica=args.replica, link=link, directory=directory)
-    if metrics is not None:
-        metrics.add(coordinator_source(coordinator.c, lambda: coordinator.role)
-                    if isinstance(coordinator, SharedDirReplica | RaftReplica)
-                    else coordinator_source(coordinator))
-    code, signum = run(_serve_until_stopped(coordinator.run()))
+    code, signum = run(_serve_until_stopped(_run_replicas(
+        lambda: cls(reg, home, replica=args.replica, link=link, directory=directory),
+        metrics)))
     if signum is None:
         return code
     # On stdout, beside the readiness line: whoever started us reads both there.
     print(f"{STOPPED_PREFIX} instance={reg.instance_name} signal={signal.Signals(signum).name}",
           flush=True)
     return EXIT_SIGINT if signum == signal.SIGINT else 0
+
+
+async def _run_replicas(make: Callable[[], StandaloneCoordinator | SharedDirReplica |
+                                         RaftReplica], metrics: MetricsServer | None) -> int:
+    """Run the coordinator ``make`` gives; a replica that a newer primary fenced off
+    starts over as a standby, a new coordinator on the same ports (its binding starts
+    over too: ``ambrosia_core.superseded``). Returns the exit code of the last run."""
+    import functools
+
+    from ..coordinator import StandaloneCoordinator
+    from ..coordinator.metrics import coordinator_source
+    from ..replication.raft import RaftReplica
+    from ..replication.shared_dir import SharedDirReplica
+
+    while True:
+        coordinator = make()
+        source = None
+        if metrics is not None:
+            source = (coordinator_source(coordinator.c, functools.partial(_role, coordinator))
+                      if isinstance(coordinator, SharedDirReplica | RaftReplica)
+                      else coordinator_source(coordinator))
+            metrics.add(source)
+        try:
+            code = await coordinator.run()
+        finally:
+            if metrics is not None and source is not None:
+                metrics.remove(source)
+        if isinstance(coordinator, StandaloneCoordinator) or coordinator.fenced_by is None:
+            return code
+
+
+def _role(replica: SharedDirReplica | RaftReplica) -> str:
+    return replica.role
 
 
 def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
@@ -92,13 +134,17 @@ def _registration(name: str, home: Path, cluster: str) -> registry.Registration:
     """
     if not cluster or registry.registration_exists(name, home):
         return registry.load(name, home)
+    import asyncio
+
+    from ambrosia_ic.errors import LogStoreError, RegistryError
+
     from ..logstore.registrations import fetch_registration
-    from ..raft.errors import RaftError
+    from ..registry.raft_address import without_secret
 
     shown = without_secret(cluster)
     try:
         doc = asyncio.run(fetch_registration(cluster, name))
-    except RaftError as err:
+    except LogStoreError as err:
         raise RegistryError(f"{name} is not registered in {home}, and the cluster at "
                             f"{shown} could not be read: {err}") from None
     if doc is None:
@@ -112,6 +158,8 @@ async def _serve_until_stopped(run: Coroutine[Any, Any, int]) -> tuple[int, int 
     """Run the coordinator; SIGTERM or SIGINT stops it as an ordinary stop (the write in
     progress finishes, everything acknowledged is durable). Returns its exit code, or the
     signal that stopped it."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     task = loop.create_task(run)
     got: list[int] = []
@@ -158,7 +206,9 @@ def add_ic(sub: Any) -> None:
                     "stopped by SIGTERM (130: SIGINT), the ordinary stop; 1 a failure, "
                     "the binding closing its connection included (the coordinator cannot "
                     "tell a binding that stopped from one that crashed, so a supervisor "
-                    "restarts the pair); 2 the binding broke the protocol.")
+                    "restarts the pair); 2 the binding broke the protocol. A replica "
+                    "fenced off by a newer primary does not exit: it rejoins as a standby "
+                    "on the same ports, and `ambrosia run` connected to it starts afresh.")
     p.add_argument("-i", "--instance-name", "--instanceName", required=True,
                    help="the registered instance")
     p.add_argument("-r", "--replica", "--replicaNum", type=int, default=0,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import registry
-from ..dump import Describe, FormatRpc, dump_entries, format_entry, format_rpc_ids
+
+if TYPE_CHECKING:
+    from ..dump import Describe, FormatRpc
 
 __all__ = ["add_log", "dump_log"]
 
@@ -16,15 +18,17 @@ def _dump(args: argparse.Namespace) -> int:
 
 
 def dump_log(args: argparse.Namespace, describe: Describe | None = None,
-             format_rpc: FormatRpc = format_rpc_ids, class_line: str | None = None) -> int:
+             format_rpc: FormatRpc | None = None, class_line: str | None = None) -> int:
     """``log dump``: print every entry of the instance's directory; 1 if any is a problem.
 
     Args:
         describe: what an RPC means to the class that ran the instance (``ambrosia_cli``
             passes it; without it the dump shows method ids).
-        format_rpc: how an RPC entry is printed.
+        format_rpc: how an RPC entry is printed (default: its method id and bytes).
         class_line: said under the header, naming the class (text output only).
     """
+    from ..dump import dump_entries, format_entry, format_rpc_ids  # the log's readers
+
     reg = registry.load(args.instance_name, args.home)
     version = reg.current_version if args.version is None else args.version
     d = registry.instance_dir(reg, version)
@@ -37,7 +41,7 @@ def dump_log(args: argparse.Namespace, describe: Describe | None = None,
             print(class_line)
     for entry in dump_entries(d, reg.committer_id, describe):
         problems += entry["kind"] == "problem"
-        print(format_entry(entry, args.json, format_rpc))
+        print(format_entry(entry, args.json, format_rpc or format_rpc_ids))
     return 1 if problems else 0
 
 

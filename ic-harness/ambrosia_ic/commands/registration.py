@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 import attrs
@@ -145,9 +144,14 @@ def _publish(reg: registry.Registration, home: str | None, also: str | None = No
     store, the one it is registered to be published in (``--publish``) and ``also``, for
     replicas and callers on other machines (``ambrosia ic --registry``) and for callees,
     which take a caller's registration from their cluster at its first link."""
+    clusters = list(dict.fromkeys(c for c in (reg.log_store, reg.publish, also) if c))
+    if not clusters:
+        return  # a registration kept on this machine only: no event loop, no log readers
+    import asyncio
+
     from ..logstore.registrations import publish_registration
     from ..registry.raft_address import without_secret
-    for cluster in dict.fromkeys(c for c in (reg.log_store, reg.publish, also) if c):
+    for cluster in clusters:
         try:
             asyncio.run(publish_registration(cluster, registry.published(reg, home)))
         except LogStoreError as err:

@@ -20,19 +20,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ambrosia_ic.errors import LogCorruptionError
+from ambrosia_ic.errors import LogCorruptionError, LogStoreError
 
 from .. import registry
 from ..binding import LOOPBACK
 from ..lease import current_primary
 from ..logstore.raft_entries import EpochClaimed
-from ..logstore.raft_store import RaftLogStore
-from ..raft.errors import RaftError
 from ..registry.raft_address import without_secret
+
+if TYPE_CHECKING:
+    from ..logstore.raft_store import RaftLogStore
 
 __all__ = ["ClaimMark", "ClusterPrimary", "claimed_address", "known_claim"]
 
@@ -107,6 +108,9 @@ class ClusterPrimary:
         return self._read_before + (self._store.view.entries_read if self._store else 0)
 
     def _open(self) -> RaftLogStore:
+        # pyzmq and the Raft client: only a coordinator with a raft:// callee needs them.
+        from ..logstore.raft_store import RaftLogStore
+
         store = RaftLogStore(self.address, self.key)
         if self.start is not None:
             store.view.start_at_claim(self.start.index, self.start.epoch)
@@ -132,7 +136,7 @@ class ClusterPrimary:
             while True:
                 try:
                     await store.catch_up()
-                except (RaftError, LogCorruptionError) as err:
+                except (LogStoreError, LogCorruptionError) as err:
                     self.log(f"finding the primary of {self.key}: {err}")
                     await asyncio.sleep(RETRY)
                     continue

@@ -164,6 +164,10 @@ class Coordinator:
         self.new_lock: InstanceLock | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._done: asyncio.Future[tuple[int, str]] | None = None
+        # The binding's receive connection (binding -> coordinator), and what runs first
+        # when the coordinator shuts down (a superseded replica notifies its binding).
+        self.binding_receive: asyncio.Transport | None = None
+        self.on_shutdown: Callable[[], None] | None = None
 
     # The state the core decides on, by the names the flows use.
     @property
@@ -324,6 +328,8 @@ class Coordinator:
         raise NotImplementedError
 
     async def shutdown(self) -> None:
+        if self.on_shutdown is not None:
+            self.on_shutdown()
         # Let a write in progress finish: what is durable must stay whole.
         async with self.write_lock:
             tasks = list(self._tasks)  # finishing tasks remove themselves from the list

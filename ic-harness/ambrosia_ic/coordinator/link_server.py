@@ -36,12 +36,16 @@ from ..links import (
 )
 from .frames import LinkRecord, LinkRecords
 
-__all__ = ["ACK_DELAY", "LinkServer"]
+__all__ = ["ACK_DELAY", "WATCH_SENDER", "LinkServer"]
 
 ACK_DELAY = 0.002  # seconds: acknowledgements made within this go out together
 # A linked sender that began a record and then sends nothing for this long is closed (it
 # reconnects and sends again from the position acknowledged); idle between records is fine.
 STALL_SECONDS = 30.0
+
+# The sender name of a standby's watch on the primary (``replication.watch``): never an
+# instance's, whose names start with a letter or a digit.
+WATCH_SENDER = "#watch"
 
 # What takes a sender's record (the core's ``link_record``: the new calls are queued once).
 OnRecord = Callable[[str, LinkRecord], None]
@@ -83,6 +87,10 @@ class LinkServer:
         self._ack_timer: asyncio.TimerHandle | None = None
         self.paused = False
         self.stall_seconds = STALL_SECONDS
+        # The epoch this coordinator holds as primary (None: it holds none), which a
+        # standby's watch is told; the watches are held open and never written to.
+        self.watch_epoch: Callable[[], int | None] = lambda: None
+        self._watchers: set[asyncio.Transport] = set()
 
     async def open(self) -> None:
         """Start accepting.
@@ -122,6 +130,14 @@ class LinkServer:
         for transports in self._inbound.values():
             for t in transports:
                 t.close()
+
+    def drop_watchers(self) -> None:
+        """Close the standbys' watches: they may claim at once. Not part of ``close``: a
+        primary that stops resigns first (so standbys need not take it for dead), and the
+        process's end closes them anyway."""
+        for t in list(self._watchers):
+            t.close()
+        self._watchers.clear()
 
     def pause(self) -> None:
         """Stop reading every inbound link (back-pressure; see ``commit``)."""
@@ -195,6 +211,7 @@ class _Inbound(asyncio.Protocol):
         self.records = LinkRecords()
         self.timer: asyncio.TimerHandle | None = None
         self.admitting: asyncio.Task[None] | None = None
+        self.watching = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport); with TLS, the
@@ -218,6 +235,8 @@ class _Inbound(asyncio.Protocol):
         self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.watching:
+            return  # a watch sends nothing after its hello
         if self.sender is None:
             if self.hello is None:
                 return  # refused: the transport is closing
@@ -232,12 +251,31 @@ class _Inbound(asyncio.Protocol):
             except LinkAuthenticationError as err:
                 self._refuse(str(err))
                 return
-            if got is not None:
+            if got is not None and got.sender == WATCH_SENDER:
+                self._watched(got)
+            elif got is not None:
                 # Whether the sender may link can take a lookup (a registration in the
                 # cluster): asked off this callback, still within the handshake's time.
                 self.admitting = asyncio.get_running_loop().create_task(self._admit(got))
             return
         self._records(self.sender, data)
+
+    def _watched(self, hello: Hello) -> None:
+        """A standby's watch: answered with the epoch held, then held open (and read from
+        only to see it close), if this coordinator holds one."""
+        server = self.server
+        epoch = server.watch_epoch()
+        if epoch is None:
+            self._refuse("a standby's watch, but this replica is not the primary")
+            return
+        assert self.transport is not None and self.timer is not None
+        self.timer.cancel()
+        self.timer = None
+        self.hello = None
+        self.watching = True
+        write_unless_closing(self.transport, hello_reply(server.secret, hello, self.nonce_s,
+                                                         epoch))
+        server._watchers.add(self.transport)
 
     async def _admit(self, hello: Hello) -> None:
         server = self.server
@@ -295,6 +333,8 @@ class _Inbound(asyncio.Protocol):
             self.server._log(f"link from {self.sender} closed: {describe_tls_error(exc)}")
         if self.timer is not None:
             self.timer.cancel()
+        if self.watching:
+            self.server._watchers.discard(cast(asyncio.Transport, self.transport))
         if self.admitting is not None and self.sender is None:
             self.admitting.cancel()
         if self.sender is not None:

@@ -47,6 +47,7 @@ class BindingReader(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport).
         self.transport = cast(asyncio.Transport, transport)
+        self.c.binding_receive = self.transport
 
     def data_received(self, data: bytes) -> None:
         if self.failed:

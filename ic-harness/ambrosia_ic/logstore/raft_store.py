@@ -5,15 +5,20 @@ Nothing here needs a shared file system: a primary, a checkpointing secondary an
 standbys on different hosts each hold a ``RaftLogStore`` on the same cluster.
 
 - A primary claims the next epoch (``claim``), then appends group commits of records
-  (``append``, or ``GroupCommit`` which gathers records while one append is in flight).
+  (``append``, or ``RaftGroupCommit`` which gathers records while one append is in flight).
   An append counts only after the writer has read the log up to the append's index and
   found no newer claim before it: otherwise every reader ignores it, and ``append``
   raises ``LockLostError`` so the fenced primary acknowledges nothing.
 - Everyone follows the log with ``catch_up`` (RequestEntries from where the view is)
   and ``wait`` (the leader's StateBroadcast says when there is more).
 - The primary renews its lease with ``heartbeat`` when idle; a standby that saw nothing
-  of the current epoch for ``lease`` seconds (``silent_for``) may ``claim``. Safety does
-  not depend on the lease: a paused primary that wakes up is fenced by the log order.
+  of the current epoch for ``lease`` seconds (``silent_for``) may ``claim``. The silence
+  counts only time in which this reader could read the cluster: a read that waited
+  longer than ``stall`` (a leader lost, an election) restarts it when the cluster
+  answers again (plus the time the primary's client may take to find the new leader
+  after ours), since the primary's heartbeats waited for the same leader; an election
+  alone costs no takeover. Safety does not depend on the lease: a paused primary that
+  wakes up is fenced by the log order.
   The lease keeps a fenced primary from writing at all: a claim is sent no sooner than
   a lease after the primary's last entry that counted was sent, so a primary that sends
   within half a lease of that needs no look; after longer (a pause, a stall), it reads
@@ -33,7 +38,7 @@ from typing import Any
 
 import xxhash
 
-from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError, LogStoreError
 
 from ..raft.client import RaftClient, Subscription
 from ..raft.errors import RaftError, StreamLostError
@@ -55,7 +60,7 @@ from .raft_entries import (
     part_body,
 )
 
-__all__ = ["CHECKPOINT_PART", "HEARTBEAT", "LEASE", "GroupCommit", "RaftLogStore"]
+__all__ = ["CHECKPOINT_PART", "HEARTBEAT", "LEASE", "RaftGroupCommit", "RaftLogStore"]
 
 CHECKPOINT_PART = 1 << 20
 HEARTBEAT = 0.2  # a primary with nothing to append renews its lease this often
@@ -85,6 +90,13 @@ class RaftLogStore:
         self._sub: Subscription | None = None
         self._seen_epoch_at = time.monotonic()
         self.lease = lease
+        # A read that took longer than this was a stall of the cluster, not a silence of
+        # the primary (its heartbeats wait for the same leader).
+        self.stall = lease / 4
+        self.stalled_for = 0.0  # the longest stall since the owner last took it
+        # After a stall, the primary's client may find the new leader later than ours:
+        # up to one unanswered request and one election grace (``raft.client``).
+        self._rediscovery = self._writer.response_ttl + self._writer.election_grace
         # When this store's last entry that counted (its claim, or an append) was sent.
         self._counted_sent_at = -math.inf
         self._read_lock = asyncio.Lock()
@@ -99,9 +111,21 @@ class RaftLogStore:
     # ------------------------------------------------------------------ reading
     async def catch_up(self, until: int | None = None) -> list[Event]:
         """Apply every committed entry past the view (at least up to ``until``) and
-        return the events (``drain_events`` returns them too)."""
+        return the events (``drain_events`` returns them too).
+
+        Raises:
+            LogStoreError: the cluster could not be read (its own error is the cause),
+                so that a reader through the store's port knows no Raft error.
+        """
+        try:
+            return await self._catch_up(until)
+        except RaftError as err:
+            raise LogStoreError(str(err)) from err
+
+    async def _catch_up(self, until: int | None = None) -> list[Event]:
         out: list[Event] = []
         async with self._read_lock:
+            asked = time.monotonic()
             while True:
                 try:
                     async for got in self._reader.entries(self.view.last_index):
@@ -119,9 +143,15 @@ class RaftLogStore:
                 if until is None or self.view.last_index >= until:
                     break
                 await asyncio.sleep(0.005)  # the commit index reached a follower late
+            answered = time.monotonic()
+            if answered - asked > self.stall:
+                # This reader was blind meanwhile: the primary gets a fresh lease from
+                # the moment the cluster answers again (and its client found the leader).
+                self.stalled_for = max(self.stalled_for, answered - asked)
+                self._seen_epoch_at = max(self._seen_epoch_at, answered + self._rediscovery)
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in out):
-            self._seen_epoch_at = time.monotonic()
+            self._seen_epoch_at = max(self._seen_epoch_at, time.monotonic())
         return out
 
     def drain_events(self) -> list[Event]:
@@ -154,7 +184,8 @@ class RaftLogStore:
         return time.monotonic() - self._seen_epoch_at
 
     # ------------------------------------------------------------------ writing
-    async def claim(self, holder: dict[str, Any], *, after: int | None = None) -> bool:
+    async def claim(self, holder: dict[str, Any], *, after: int | None = None,
+                    if_silent: bool = False) -> bool:
         """Claim the epoch after the newest one this view knows; True if this claim was
         the first of its epoch in the log (this store is then its holder).
 
@@ -163,15 +194,19 @@ class RaftLogStore:
                 nothing is claimed: another standby took over meanwhile, and its claim is
                 the new primary's first sign of life (claiming past it would fence a
                 primary nobody found silent, a second takeover right after the first).
+            if_silent: claim only if, once caught up, the epoch's holder is still silent
+                past the lease (the catch-up may have stalled, which restarts the silence).
         """
-        await self.catch_up()
+        await self._catch_up()
         if after is not None and self.view.epoch != after:
+            return False
+        if if_silent and self.silent_for() <= self.lease:
             return False
         epoch = self.view.epoch + 1
         rid = self._writer.request_ids.new()
         sent = time.monotonic()
         index = await self._writer.request_update(encode_claim(self.name, epoch, holder), rid)
-        await self.catch_up(until=index)
+        await self._catch_up(until=index)
         if self.view.epoch == epoch and self.view.claim_reqid == rid:
             self.held = epoch
             self._counted_sent_at = sent
@@ -197,11 +232,11 @@ class RaftLogStore:
         if time.monotonic() - self._counted_sent_at > self.lease / 2:
             # Long enough since the last entry that counted for a standby to have
             # claimed (a pause, a stall, a leader election): look before writing.
-            await self.catch_up()
+            await self._catch_up()
         self.check()
         sent = time.monotonic()
         index = await self._writer.request_update(data)
-        await self.catch_up(until=index)
+        await self._catch_up(until=index)
         self.check()  # a claim committed before our entry: everyone ignores it
         self._counted_sent_at = sent
         return index
@@ -237,7 +272,7 @@ class RaftLogStore:
     async def write_checkpoint(self, number: int, pieces: Iterable[bytes]) -> bool:
         """Write checkpoint ``number`` (the concatenation of ``pieces``) in parts with
         check bytes. True if it is the one readers will use (the first complete)."""
-        await self.catch_up()
+        await self._catch_up()
         epoch = self.view.epoch
         digest = xxhash.xxh64()
         size = parts = 0
@@ -250,7 +285,7 @@ class RaftLogStore:
             parts += 1
         index = await self._writer.request_update(encode_checkpoint_end(
             self.name, epoch, number, parts, size, digest.intdigest()))
-        await self.catch_up(until=index)
+        await self._catch_up(until=index)
         end = self.view.checkpoints.get(number)
         return end is not None and end.index == index
 
@@ -281,11 +316,11 @@ class RaftLogStore:
         return await self._writer.request_update(encode_registration(self.name, registration))
 
     async def registration(self) -> dict[str, Any] | None:
-        await self.catch_up()
+        await self._catch_up()
         return self.view.registration
 
 
-class GroupCommit:
+class RaftGroupCommit:
     """Gathers records while one append is in flight, so the cluster sees one entry per
     round trip, not one per record. ``submit`` resolves with the entry's index once the
     record counts (or raises what the append raised, ``LockLostError`` when fenced)."""

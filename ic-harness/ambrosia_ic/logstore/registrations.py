@@ -17,7 +17,6 @@ from ambrosia_ic.errors import LogStoreError
 
 from ..raft.errors import RaftError
 from ..registry.raft_address import RaftAddress
-from .raft_store import RaftLogStore
 
 __all__ = ["fetch_registration", "publish_registration"]
 
@@ -39,6 +38,8 @@ async def publish_registration(address: str | RaftAddress, registration: dict[st
         LogStoreError: the cluster did not take it within ``timeout``.
     """
     with _as_store_error():
+        from .raft_store import RaftLogStore  # pyzmq: only a raft:// cluster needs it
+
         store = RaftLogStore(address, registration["instance_name"], timeout=timeout)
         try:
             return await store.register(registration)
@@ -54,6 +55,8 @@ async def fetch_registration(address: str | RaftAddress, name: str,
         LogStoreError: the cluster could not be read within ``timeout``.
     """
     with _as_store_error():
+        from .raft_store import RaftLogStore
+
         store = RaftLogStore(address, name, timeout=timeout)
         try:
             return await store.registration()

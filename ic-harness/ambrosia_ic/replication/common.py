@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ambrosia_core.errors import CoordinatorError
+from ambrosia_core.superseded import SUPERSEDED
 
 from .. import registry
 from ..coordinator import Coordinator, LinkOptions
@@ -18,7 +19,7 @@ from ..coordinator.directory import DirectoryFactory
 from ..coordinator.sink import FencedSink
 from ..logstore import DiskRecord
 
-__all__ = ["claim_info", "deliver_records", "replica_coordinator"]
+__all__ = ["claim_info", "deliver_records", "notify_superseded", "replica_coordinator"]
 
 
 def replica_coordinator(reg: registry.Registration, home: Path, replica: int,
@@ -61,3 +62,13 @@ def deliver_records(c: Coordinator, recs: Sequence[DiskRecord]) -> None:
         c.core.followed(rec.seq_id, rec.inputs)
     if recs:
         c.core.caught_up()
+
+
+def notify_superseded(c: Coordinator) -> None:
+    """Tell the binding that a newer primary superseded this replica, so that it starts
+    over (``ambrosia_core.superseded``): the notice on its receive connection, which is
+    closed with it, before the send connection closes."""
+    t = c.binding_receive
+    if t is not None and not t.is_closing():
+        t.write(SUPERSEDED)
+        t.close()

@@ -65,7 +65,8 @@ from ..logstore.raft_store import RaftLogStore
 from ..logstore.watermarks import checked, decode_watermarks
 from ..raft.errors import RaftError
 from ..recovery import read_state
-from .common import claim_info, deliver_records, replica_coordinator
+from .common import claim_info, deliver_records, notify_superseded, replica_coordinator
+from .watch import PrimaryWatch
 
 __all__ = ["RaftReplica", "RaftSink", "decode_record"]
 
@@ -174,6 +175,13 @@ class RaftReplica:
         self.heartbeat_every = self.lease / 5
         self.loaded: int | None = None  # the checkpoint this replica started from
         self.backlog: list[DiskRecord] = []  # records read before a checkpoint was loaded
+        # A standby watches the primary's process: its death ends the wait at once.
+        self.watch = PrimaryWatch(self.c.name, self.c.secret, self.c.tls)
+        self.c.link_server.watch_epoch = lambda: (
+            self.store.held if self.role == "primary" else None)
+        # The newer epoch that fenced this replica off (it then rejoins as a standby).
+        self.fenced_by: int | None = None
+        self.c.on_shutdown = self._on_shutdown
 
     async def run(self) -> int:
         try:
@@ -184,13 +192,26 @@ class RaftReplica:
                             f"send={self.c.send_port} ic={self.c.ic_port}",
                     lambda: self._main)
             finally:
+                self.watch.stop()
                 self.raft_sink.epochs.close()
+            if self.fenced_by is not None:
+                self.c.log(f"fenced by epoch {self.fenced_by}, rejoining as a standby")
+                return code
             if message:
                 self.c.log(message)
             await self._resign()
             return code
         finally:
+            self.c.link_server.drop_watchers()
             self.store.close()
+
+    def _on_shutdown(self) -> None:
+        """A primary that stops because a newer epoch was claimed (not a stop it was told
+        to make) tells its binding, which starts over with the standby it rejoins as."""
+        held = self.store.held
+        if self.c.stopping and held is not None and self.store.view.epoch > held:
+            self.fenced_by = self.store.view.epoch
+            notify_superseded(self.c)
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         return claim_info(self.c, self.number, **extra)
@@ -220,21 +241,33 @@ class RaftReplica:
         self.c.log(f"following the log in {self.store.address} as a {self.role}")
         while True:
             await self._follow_cluster()
+            view = self.store.view
+            if view.holder.get("replica") != self.number:
+                self.watch.follow(view.epoch, view.holder)
+            if self.store.stalled_for:
+                self.c.log(f"the cluster did not answer for {self.store.stalled_for:.3f} s "
+                           "(a leader lost?): the primary's silence counts from its answer")
+                self.store.stalled_for = 0.0
             silent = self.store.silent_for()
+            ended = self.watch.gone == view.epoch and not math.isinf(silent)
             claiming = time.monotonic()
-            if silent > self.lease and await self.store.claim(self._info(),
-                                                             after=self.store.view.epoch):
+            if (silent > self.lease or ended) and await self.store.claim(
+                    self._info(), after=view.epoch, if_silent=not ended):
+                self.watch.stop()
                 if self.store.view.record_count == 0:
                     # The first start never logged its record 0: it is still owed.
                     await self._first_start()
                 else:
-                    await self._raft_take_over(silent, time.monotonic() - claiming)
+                    gone = ("the primary resigned" if math.isinf(silent) else
+                            "the primary's process ended (its watch closed)" if ended else
+                            f"the primary was silent {silent:.3f} s (lease {self.lease:g} s)")
+                    await self._raft_take_over(gone, time.monotonic() - claiming)
                 return
             if self.loaded is not None and (
                     self.c.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
                 await self._checkpoint_here()
             # A dead primary sends no broadcasts: wake up when its lease runs out, not
-            # up to a poll interval later.
+            # up to a poll interval later (a closed watch is seen within one).
             await self.store.wait(min(POLL, max(0.002, self.lease - silent)))
 
     def _rank(self) -> int:
@@ -253,14 +286,12 @@ class RaftReplica:
         await startup.first_start(self.c)
         await startup.go_live(self.c)
 
-    async def _raft_take_over(self, silent: float, claim: float) -> None:
+    async def _raft_take_over(self, gone: str, claim: float) -> None:
         self.role = "primary"
         reading = time.monotonic()
         before = self.c.next_seq
         await self._follow_cluster()  # everything committed before the claim
         # Where a takeover's time goes, for operators and the failover benchmark.
-        gone = ("the primary resigned" if math.isinf(silent) else
-                f"the primary was silent {silent:.3f} s (lease {self.lease:g} s)")
         self.c.log(f"took over epoch {self.store.held}: {gone}, claim {1000 * claim:.1f} ms, "
                  f"log up to the claim {1000 * (time.monotonic() - reading):.1f} ms "
                  f"({self.c.next_seq - before} records)")

@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, TextIO, TypeVar
+from typing import Any, TextIO
 
 from ambrosia_core.durable import fsync_dir, make_dirs
 from ambrosia_core.errors import CoordinatorError
@@ -47,14 +46,14 @@ from ambrosia_core.wire import (
     encode_checkpoint_record,
     encode_control_record,
 )
-from ambrosia_ic.errors import LockLostError, LogCorruptionError, MissingLogError
+from ambrosia_ic.errors import LockLostError, MissingLogError
 
 from .. import registry
 from ..coordinator import LinkOptions, actions, checkpoints, process, startup
 from ..coordinator.directory import DirectoryFactory
 from ..coordinator.phase import Phase
 from ..coordinator.sink import FencedSink
-from ..lease import HEARTBEAT, Epochs
+from ..lease import HEARTBEAT, Epochs, read_epoch
 from ..logstore import (
     LOG_PREFIX,
     SEAL_PREFIX,
@@ -74,7 +73,8 @@ from ..recovery import (
     newest_intact_checkpoint,
     read_state,
 )
-from .common import claim_info, deliver_records, replica_coordinator
+from .common import claim_info, deliver_records, notify_superseded, replica_coordinator
+from .log_tail import LogTail, committed_prefix
 
 __all__ = ["LogTail", "SharedDirReplica", "committed_prefix"]
 
@@ -84,67 +84,6 @@ POLL = 0.005  # seconds between looks at the shared directory while following
 # (records keep arriving while the last ones are delivered); the claim seals the log
 # and the upgrader reads up to the seal anyway, so this only bounds the pause.
 CAUGHT_UP_RECORDS = 64
-
-
-class _Stamped(Protocol):
-    @property
-    def epoch(self) -> int: ...
-
-
-Stamped = TypeVar("Stamped", bound=_Stamped)
-
-
-def committed_prefix(recs: Sequence[Stamped], newest_epoch: int) -> list[Stamped]:
-    """Of records read from the newest log (no seal, no newer log), those a follower may
-    deliver: the leading ones whose epoch is still ``newest_epoch`` read after them. A
-    takeover claims its epoch first and seals after, so such a record was written
-    before the claim and lies inside any later seal; one of an older epoch may lie past
-    the seal to come (a fenced primary's) and waits for it."""
-    keep = 0
-    while keep < len(recs) and recs[keep].epoch >= newest_epoch:
-        keep += 1
-    return list(recs[:keep])
-
-
-class LogTail:
-    """A follower's position in the shared log: log ``n`` at byte ``offset``."""
-
-    def __init__(self, d: Path, cid: int, n: int, next_seq: int) -> None:
-        self.dir = d
-        self.cid = cid
-        self.n = n
-        self.offset = 0
-        self.next_seq = next_seq
-
-    def poll(self, newest_epoch: Any) -> tuple[list[DiskRecord], bool]:
-        """Committed records of log ``n`` past the position, and whether log ``n`` is
-        complete and wholly read (the caller then calls ``next_log``)."""
-        # Order matters: a takeover writes the seal before creating the next log.
-        has_next = log_path(self.dir, self.n + 1).exists()
-        seal = read_seal(self.dir, self.n)
-        path = log_path(self.dir, self.n)
-        if not path.exists():
-            return [], False
-        scan = LogScan(path, allow_torn_tail=True, first_seq=self.next_seq,
-                       committer_id=self.cid, start=self.offset, limit=seal)
-        recs = list(scan)
-        if seal is None and not has_next:
-            recs = committed_prefix(recs, newest_epoch())
-        elif seal is None and scan.torn_at is not None and not scan.zero_tail:
-            raise LogCorruptionError(str(path), scan.torn_at,
-                                     "an incomplete record in a log that was moved past")
-        if recs:
-            self.offset = recs[-1].end
-            self.next_seq = recs[-1].seq_id + 1
-        # A log moved past may end in zeros: its primary writes ahead and never cuts them.
-        whole = scan.torn_at is None or scan.zero_tail
-        done = (seal is not None and self.offset >= seal) or (
-            seal is None and has_next and whole and self.offset == scan.good_end)
-        return recs, done
-
-    def next_log(self) -> None:
-        self.n += 1
-        self.offset = 0
 
 
 class SharedDirReplica:
@@ -166,6 +105,8 @@ class SharedDirReplica:
         self.upgrading_to = (self.replica.upgrade_version
                              if self.replica.upgrade_version > reg.current_version else None)
         self._new_epochs: Epochs | None = None
+        self.fenced_by: int | None = None  # the newer epoch that fenced this replica off
+        self.c.on_shutdown = self._on_shutdown
 
     @property
     def epochs(self) -> Epochs:
@@ -185,9 +126,21 @@ class SharedDirReplica:
             self.epochs.close()
             if self._new_epochs is not None:
                 self._new_epochs.close()
-        if message:
+        if self.fenced_by is not None:
+            self.c.log(f"fenced by epoch {self.fenced_by}, rejoining as a standby")
+        elif message:
             self.c.log(message)
         return code
+
+    def _on_shutdown(self) -> None:
+        """As ``RaftReplica._on_shutdown``: a primary fenced off tells its binding (not
+        by an upgrader's claim: the old version's replicas stop)."""
+        held = self.epochs.held
+        if self.c.stopping and held is not None and self.upgrading_to is None and (
+                newest := self.epochs.current()) > held and "upgrade_to" not in read_epoch(
+                    self.epochs.dir, newest):
+            self.fenced_by = newest
+            notify_superseded(self.c)
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         return claim_info(self.c, self.number, **extra)

@@ -23,20 +23,18 @@ from .connection import DEFAULT_INITIAL_CREDITS, ConnectionState, JobConnection
 from .effects import (
     Deliver,
     Discarded,
-    Effect,
     HeldJobs,
     JobCancelled,
     JobDone,
+    JobEffect,
     JobStarted,
     Released,
     Retained,
     Send,
 )
 from .errors import (
-    BatchNumberError,
     BatchOrderError,
     CreditExceededError,
-    CreditExhaustedError,
     DataAfterLastError,
     IllegalJobTransitionError,
     JobFrameTooLargeError,
@@ -46,7 +44,6 @@ from .errors import (
     JobRemoteError,
     JobWireError,
     RetentionLimitError,
-    StreamClosedError,
     UnexpectedJobMessageError,
     UnknownJobMessageTypeError,
 )
@@ -103,7 +100,7 @@ __all__ = [
     "INITIATOR_TRANSITIONS",
     "INITIATOR_BATCH",
     # effects
-    "Effect",
+    "JobEffect",
     "Send",
     "JobStarted",
     "Deliver",
@@ -126,8 +123,5 @@ __all__ = [
     "UnexpectedJobMessageError",
     "RetentionLimitError",
     "JobLocalError",
-    "CreditExhaustedError",
-    "StreamClosedError",
-    "BatchNumberError",
     "IllegalJobTransitionError",
 ]

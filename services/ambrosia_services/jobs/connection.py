@@ -14,9 +14,12 @@ What it enforces, per connection:
 - per stream (``(job id, edge)`` in one direction): batch numbers 0, 1, 2, ... with no gap
   and no repeat, nothing after the ``last`` batch;
 - byte credits (section 3.4.2): each stream starts with ``initial_credits`` (both ends
-  must be configured alike); a batch costs ``len(rows)``; ``flow_control`` grants more.
-  Sending past the credit is refused locally (``CreditExhaustedError``); a peer that
-  sends past it breaks the connection (``CreditExceededError``).
+  must use the same: the transport's hello agrees it, ``transport.agree``); a batch
+  costs ``len(rows)``; ``flow_control`` grants more.
+  One check (``_batch_problem``) serves both directions: a peer's batch that breaks a
+  rule breaks the connection with that rule's error (``BatchOrderError``,
+  ``DataAfterLastError``, ``CreditExceededError``); one of ours is refused with a
+  ``JobLocalError`` saying the same, and nothing is sent.
 
 Whose fault: a peer's bad bytes or broken rule raise a ``JobRemoteError`` and break the
 connection (every later call raises ``JobLocalError``). A refused ``send`` raises a
@@ -38,21 +41,24 @@ from ambrosia_core.wire import NEED_DATA, NeedData
 from ._state import LINK_MESSAGES, Role
 from .codec import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode
 from .errors import (
-    BatchNumberError,
     BatchOrderError,
     CreditExceededError,
-    CreditExhaustedError,
     DataAfterLastError,
     JobLocalError,
     JobMessageDirectionError,
     JobRemoteError,
-    StreamClosedError,
 )
 from .messages import MAX_U64, TYPE_OF, Batch, FlowControl, JobId, JobMessage
 
-__all__ = ["DEFAULT_INITIAL_CREDITS", "ConnectionState", "JobConnection", "StreamKey"]
+__all__ = ["DEFAULT_BATCH_BYTES", "DEFAULT_INITIAL_CREDITS", "ConnectionState", "JobConnection",
+           "StreamKey"]
 
+# A stream's starting credit and a batch's size, as offered in a link's hello (the smaller
+# offer wins, ``transport.agree``): the smallest pair that streams results as fast as a
+# larger one (bench/README.md, "bench_job_link"), so a receiver buffers at most 1 MiB
+# per stream.
 DEFAULT_INITIAL_CREDITS = 1024 * 1024
+DEFAULT_BATCH_BYTES = 64 * 1024
 DEFAULT_MAX_RELEASED = 4096
 
 
@@ -71,6 +77,35 @@ class _Stream:
 
 
 StreamKey = tuple[JobId, int]
+
+
+def _where(batch: Batch) -> str:
+    return f"stream {batch.job_id} edge {batch.edge}"
+
+
+def _batch_problem(stream: _Stream | None, batch: Batch, initial_credits: int
+                   ) -> tuple[str, str] | None:
+    """The one check of a batch against its stream's rules, the same in both directions:
+    None, or the rule it breaks ("after last", "order", "credit") and one line saying how.
+    Received, it is the peer's fault (``_PEER_BROKE``); sent, ours (``JobLocalError``)."""
+    where = _where(batch)
+    if stream is not None and stream.closed:
+        return "after last", f"batch {batch.number} on {where} after its last batch"
+    expected = 0 if stream is None else stream.next_number
+    if batch.number != expected:
+        what = "repeats an earlier batch" if batch.number < expected else "skips ahead"
+        return "order", f"batch {batch.number} on {where} {what}: batch {expected} was expected"
+    credit = initial_credits if stream is None else stream.credit
+    if len(batch.rows) > credit:
+        return "credit", (f"batch {batch.number} on {where} carries {len(batch.rows)} bytes; "
+                          f"only {credit} were granted")
+    return None
+
+
+#: The error a peer's batch raises for each rule it breaks.
+_PEER_BROKE: dict[str, type[JobRemoteError]] = {
+    "after last": DataAfterLastError, "order": BatchOrderError, "credit": CreditExceededError,
+}
 
 
 class JobConnection:
@@ -214,26 +249,11 @@ class JobConnection:
         if batch.job_id in self._released:
             return
         key = (batch.job_id, batch.edge)
-        stream = self._inbound.get(key)
-        where = f"stream {batch.job_id} edge {batch.edge}"
-        if stream is not None and stream.closed:
-            raise DataAfterLastError(f"batch {batch.number} on {where} after its last batch")
-        expected = 0 if stream is None else stream.next_number
-        if batch.number != expected:
-            what = "repeats an earlier batch" if batch.number < expected else "skips ahead"
-            raise BatchOrderError(
-                f"batch {batch.number} on {where} {what}: batch {expected} was expected"
-            )
-        credit = self.initial_credits if stream is None else stream.credit
-        if len(batch.rows) > credit:
-            raise CreditExceededError(
-                f"batch {batch.number} on {where} carries {len(batch.rows)} bytes; "
-                f"only {credit} were granted"
-            )
-        stream = self._stream(self._inbound, key)
-        stream.credit -= len(batch.rows)
-        stream.next_number += 1
-        stream.closed = batch.last
+        problem = _batch_problem(self._inbound.get(key), batch, self.initial_credits)
+        if problem is not None:
+            rule, text = problem
+            raise _PEER_BROKE[rule](text)
+        self._take(self._inbound, key, batch)
 
     def _accept_credit(self, grant: FlowControl) -> None:
         if grant.job_id in self._released:
@@ -250,9 +270,9 @@ class JobConnection:
         """The bytes for ``msg``, after checking this side may send it now.
 
         Raises:
-            JobLocalError: this role may not send it on this link, or the connection is
-                broken; ``StreamClosedError``, ``BatchNumberError``,
-                ``CreditExhaustedError`` for a batch that breaks its stream's rules.
+            JobLocalError: this role may not send it on this link, the connection is
+                broken, or a batch breaks its stream's rules (out of order, after the
+                last, past the credit: wait for flow control) or names a released job.
         """
         self._check_open()
         kind = TYPE_OF.get(type(msg))
@@ -272,24 +292,17 @@ class JobConnection:
 
     def _commit_batch(self, batch: Batch) -> None:
         key = (batch.job_id, batch.edge)
-        where = f"stream {batch.job_id} edge {batch.edge}"
         if batch.job_id in self._released:
-            raise StreamClosedError(f"batch on {where}: the job was released")
-        stream = self._outbound.get(key)
-        if stream is not None and stream.closed:
-            raise StreamClosedError(f"batch {batch.number} on {where} after its last batch")
-        expected = 0 if stream is None else stream.next_number
-        if batch.number != expected:
-            raise BatchNumberError(
-                f"batch {batch.number} on {where}: the stream's next batch is {expected}"
-            )
-        credit = self.initial_credits if stream is None else stream.credit
-        if len(batch.rows) > credit:
-            raise CreditExhaustedError(
-                f"batch {batch.number} on {where} needs {len(batch.rows)} credits; "
-                f"{credit} are left: wait for flow control"
-            )
-        stream = self._stream(self._outbound, key)
+            raise JobLocalError(f"batch on {_where(batch)}: the job was released")
+        problem = _batch_problem(self._outbound.get(key), batch, self.initial_credits)
+        if problem is not None:
+            rule, text = problem
+            raise JobLocalError(text + (": wait for flow control" if rule == "credit" else ""))
+        self._take(self._outbound, key, batch)
+
+    def _take(self, table: dict[StreamKey, _Stream], key: StreamKey, batch: Batch) -> None:
+        """A batch that passed its stream's rules, counted (either direction)."""
+        stream = self._stream(table, key)
         stream.credit -= len(batch.rows)
         stream.next_number += 1
         stream.closed = batch.last

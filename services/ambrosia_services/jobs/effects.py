@@ -16,7 +16,7 @@ from .messages import Batch, Cancel, JobId, JobMessage, Start
 __all__ = [
     "Deliver",
     "Discarded",
-    "Effect",
+    "JobEffect",
     "HeldJobs",
     "JobCancelled",
     "JobDone",
@@ -102,7 +102,7 @@ class HeldJobs:
     unknown: tuple[JobId, ...]
 
 
-Effect = (
+JobEffect = (
     Send | JobStarted | Deliver | Retained | Discarded | JobCancelled | JobDone | Released
     | HeldJobs
 )

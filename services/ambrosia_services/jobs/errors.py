@@ -33,10 +33,8 @@ __all__ = [
     "SparkServerError",
     "StagingIncompleteError",
     "UnknownJobNameError",
-    "BatchNumberError",
     "BatchOrderError",
     "CreditExceededError",
-    "CreditExhaustedError",
     "DataAfterLastError",
     "IllegalJobTransitionError",
     "JobFrameTooLargeError",
@@ -46,7 +44,6 @@ __all__ = [
     "JobRemoteError",
     "JobWireError",
     "RetentionLimitError",
-    "StreamClosedError",
     "UnexpectedJobMessageError",
     "UnknownJobMessageTypeError",
 ]
@@ -112,18 +109,6 @@ class RetentionLimitError(JobRemoteError):
 
 class JobLocalError(JobProtocolError, LocalProtocolError):
     """This side misused the job protocol API; nothing was sent and nothing changed."""
-
-
-class CreditExhaustedError(JobLocalError):
-    """A batch would exceed the credit the receiver has granted on its stream."""
-
-
-class StreamClosedError(JobLocalError):
-    """A batch on a stream whose ``last`` batch was already sent."""
-
-
-class BatchNumberError(JobLocalError):
-    """A batch whose number is not the stream's next one."""
 
 
 class IllegalJobTransitionError(JobLocalError):

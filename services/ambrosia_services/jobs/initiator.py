@@ -34,7 +34,7 @@ from ._state import (
     InitiatorState,
     next_state,
 )
-from .effects import Deliver, Discarded, Effect, HeldJobs, JobCancelled, JobDone, Send
+from .effects import Deliver, Discarded, HeldJobs, JobCancelled, JobDone, JobEffect, Send
 from .errors import IllegalJobTransitionError, UnexpectedJobMessageError
 from .messages import (
     MAX_U64,
@@ -133,7 +133,7 @@ class InitiatorJobs:
     def start(
         self, name: str, params: dict[str, Any], participants: Sequence[uuid.UUID],
         *, local_id: int | None = None,
-    ) -> tuple[JobId, list[Effect]]:
+    ) -> tuple[JobId, list[JobEffect]]:
         """Start a job: a ``start`` for each participant.
 
         Its local id is the counter's next, or ``local_id`` when the caller's logged state
@@ -154,7 +154,7 @@ class InitiatorJobs:
         self._jobs[job] = JobRecord(job, start.participants)
         return job, [Send(p, start) for p in start.participants]
 
-    def cancel(self, job_id: JobId, error_code: int, message: str) -> list[Effect]:
+    def cancel(self, job_id: JobId, error_code: int, message: str) -> list[JobEffect]:
         """Cancel a running job: the initiator is the cancel initiator too (snippet 5).
 
         Raises:
@@ -163,7 +163,7 @@ class InitiatorJobs:
         return self._broadcast(Cancel(job_id, self.member_id, error_code, message),
                                InitiatorInput.CANCEL)
 
-    def _broadcast(self, cancel: Cancel, inp: InitiatorInput) -> list[Effect]:
+    def _broadcast(self, cancel: Cancel, inp: InitiatorInput) -> list[JobEffect]:
         job = cancel.job_id
         before = self.state(job)
         after = self._step(job, inp)
@@ -174,7 +174,7 @@ class InitiatorJobs:
         return [*(Send(p, cancel) for p in record.participants), JobCancelled(cancel)]
 
     # ------------------------------------------------------------ messages
-    def handle(self, source: uuid.UUID, msg: JobMessage) -> list[Effect]:
+    def handle(self, source: uuid.UUID, msg: JobMessage) -> list[JobEffect]:
         """Apply one message that arrived from participant ``source``.
 
         Raises:
@@ -200,12 +200,12 @@ class InitiatorJobs:
                 f"{what} for job {job_id} from {source}, which is not one of its participants"
             )
 
-    def _batch(self, source: uuid.UUID, batch: Batch) -> list[Effect]:
+    def _batch(self, source: uuid.UUID, batch: Batch) -> list[JobEffect]:
         job = batch.job_id
         self._check_participant(source, job, "batch")
         if INITIATOR_BATCH[self.state(job)] is Disposition.DISCARD:
             return [Discarded(source, batch)]
-        effects: list[Effect] = [Deliver(source, batch)]
+        effects: list[JobEffect] = [Deliver(source, batch)]
         if batch.edge == RESULT_EDGE and batch.last:
             record = self._jobs[job]
             ended = record.results_ended | {source}
@@ -215,7 +215,7 @@ class InitiatorJobs:
                 effects.append(JobDone(job))
         return effects
 
-    def _check(self, source: uuid.UUID, check: Check) -> list[Effect]:
+    def _check(self, source: uuid.UUID, check: Check) -> list[JobEffect]:
         active, ended, unknown = [], [], []
         for job in check.job_ids:
             state = self.state(job)

@@ -40,12 +40,12 @@ from ambrosia_core.tls import Tls, describe_tls_error
 
 from ._state import InitiatorState, Role
 from .attempts import OperationState, Reconciled, reconcile
-from .connection import DEFAULT_INITIAL_CREDITS, JobConnection
-from .effects import Deliver, Discarded, Effect, HeldJobs, JobCancelled, JobDone, Send
+from .connection import DEFAULT_BATCH_BYTES, DEFAULT_INITIAL_CREDITS, JobConnection
+from .effects import Deliver, Discarded, HeldJobs, JobCancelled, JobDone, JobEffect, Send
 from .errors import HelloError, JobProtocolError
 from .initiator import RESULT_EDGE, InitiatorJobs
 from .messages import Cancel, FlowControl, JobId, JobMessage, Start
-from .transport import exchange_hello
+from .transport import Hello, exchange_hello
 
 __all__ = [
     "Connected",
@@ -121,7 +121,9 @@ class JobLinks:
     Args:
         jobs: the coordinator's job table (its member id is what we say hello with).
         runners: every runner's address.
-        initial_credits: every stream's starting byte credit (as the runners').
+        initial_credits: the starting byte credit offered to each runner in the hello (a
+            connection uses the smaller of its two ends' offers).
+        batch_bytes: the largest batch offered (likewise, the smaller offer wins).
         max_backoff: the longest wait between connection attempts.
         tls: dial the runners over TLS, checking that each runner's certificate names
             the host dialled and showing ours (None: plain TCP).
@@ -133,12 +135,13 @@ class JobLinks:
         runners: Iterable[RunnerAddress],
         *,
         initial_credits: int = DEFAULT_INITIAL_CREDITS,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
         max_backoff: float = 2.0,
         tls: Tls | None = None,
     ) -> None:
         self.jobs = jobs
         self.tls = tls
-        self.initial_credits = initial_credits
+        self.hello = Hello(jobs.member_id, initial_credits, batch_bytes)
         self.max_backoff = max_backoff
         self._links = {r.member: _Link(r, backoff=Backoff(0.05, max_backoff))
                        for r in runners}
@@ -216,7 +219,7 @@ class JobLinks:
         self._events.put_nowait((event, conn))
 
     # ------------------------------------------------------------ sending
-    def _apply(self, effects: list[Effect], conn: JobConnection | None = None) -> None:
+    def _apply(self, effects: list[JobEffect], conn: JobConnection | None = None) -> None:
         for effect in effects:
             if isinstance(effect, Send):
                 self._send(effect.to, effect.message)
@@ -277,13 +280,13 @@ class JobLinks:
                 failing_since = None
             reason = "closed by the runner"
             try:
-                peer = await exchange_hello(reader, writer, self.jobs.member_id)
-                if peer != address.member:
+                terms = await exchange_hello(reader, writer, self.hello)
+                if terms.peer != address.member:
                     raise HelloError(
-                        f"runner at {address.where} is {peer}, "
+                        f"runner at {address.where} is {terms.peer}, "
                         f"not {address.member}"
                     )
-                await self._serve(link, reader, writer)
+                await self._serve(link, reader, writer, terms.credits)
             except (HelloError, JobProtocolError) as err:
                 reason = str(err)
                 log.warning("link to runner %s: %s", address.member, err)
@@ -303,11 +306,11 @@ class JobLinks:
             await asyncio.sleep(backoff.failed())
 
     async def _serve(
-        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        credits: int,
     ) -> None:
         runner = link.address.member
-        conn = JobConnection(Role.INITIATOR, Role.PARTICIPANT,
-                             initial_credits=self.initial_credits)
+        conn = JobConnection(Role.INITIATOR, Role.PARTICIPANT, initial_credits=credits)
         link.conn, link.writer = conn, writer
         self._emit(Connected(runner))
         queued, link.queued = link.queued, []

@@ -37,8 +37,8 @@ from ._state import (
 from .effects import (
     Deliver,
     Discarded,
-    Effect,
     JobCancelled,
+    JobEffect,
     JobStarted,
     Released,
     Retained,
@@ -129,7 +129,7 @@ class ParticipantJobs:
         return kept.batches
 
     # ------------------------------------------------------------ messages
-    def handle(self, source: uuid.UUID, msg: JobMessage) -> list[Effect]:
+    def handle(self, source: uuid.UUID, msg: JobMessage) -> list[JobEffect]:
         """Apply one message that arrived from member ``source``.
 
         Raises:
@@ -151,7 +151,7 @@ class ParticipantJobs:
             return []  # credits are the connection's business
         raise UnexpectedJobMessageError(f"a participant does not handle {kind.__name__}")
 
-    def _start(self, source: uuid.UUID, start: Start) -> list[Effect]:
+    def _start(self, source: uuid.UUID, start: Start) -> list[JobEffect]:
         job = start.job_id
         if source != job.initiator:
             raise UnexpectedJobMessageError(
@@ -166,7 +166,7 @@ class ParticipantJobs:
         early = self._drop_retained(job)
         return [JobStarted(start), *(Deliver(s, b) for s, b in early)]
 
-    def _cancel(self, cancel: Cancel) -> list[Effect]:
+    def _cancel(self, cancel: Cancel) -> list[JobEffect]:
         job = cancel.job_id
         before = self.state(job)
         after = self._step(job, JobInput.RECV_CANCEL)
@@ -175,7 +175,7 @@ class ParticipantJobs:
             return []  # already over: the broadcast of our own request, or it finished
         return [JobCancelled(cancel)]
 
-    def _batch(self, source: uuid.UUID, batch: Batch) -> list[Effect]:
+    def _batch(self, source: uuid.UUID, batch: Batch) -> list[JobEffect]:
         job = batch.job_id
         disposition = PARTICIPANT_BATCH[self.state(job)]
         if disposition is Disposition.DELIVER:
@@ -201,7 +201,7 @@ class ParticipantJobs:
         self._retained_bytes += size
         return [Retained(source, batch)]
 
-    def _check_response(self, response: CheckResponse) -> list[Effect]:
+    def _check_response(self, response: CheckResponse) -> list[JobEffect]:
         released = []
         for job in response.inactive:
             if self.state(job) in HELD_STATES or job in self._retained:
@@ -234,7 +234,7 @@ class ParticipantJobs:
         """
         self._enter(job_id, self._step(job_id, JobInput.FINISH))
 
-    def request_cancel(self, job_id: JobId, error_code: int, message: str) -> list[Effect]:
+    def request_cancel(self, job_id: JobId, error_code: int, message: str) -> list[JobEffect]:
         """Cancel a job from this runner: it stops here now, and the request goes to the
         job's initiator, which tells every participant.
 

@@ -6,8 +6,8 @@ See the README beside this package."""
 from .config import ProcessorConfig, ProcessorConfigError, processors_from_config
 from .core import KclCore, ProcessorRecord
 from .immortal import KclCoordinator
-from .protocol import ChildSession, Protocol, Record
+from .protocol import ChildSession, KclRecord, Protocol
 
 __all__ = ["ChildSession", "KclCoordinator", "KclCore", "ProcessorConfig",
-           "ProcessorConfigError", "ProcessorRecord", "Protocol", "Record",
+           "ProcessorConfigError", "ProcessorRecord", "Protocol", "KclRecord",
            "processors_from_config"]

@@ -22,7 +22,7 @@ import attrs
 
 from ambrosia_services.staging import Ref
 
-from .protocol import ILLEGAL_ARGUMENT, NO_CHECKPOINT, Record
+from .protocol import ILLEGAL_ARGUMENT, NO_CHECKPOINT, KclRecord
 
 __all__ = ["KclCore", "ProcessorRecord", "StagedRun"]
 
@@ -51,7 +51,7 @@ class ProcessorRecord:
 
     name: str
     checkpoint: int = NO_CHECKPOINT
-    records: list[Record] = attrs.field(factory=list)
+    records: list[KclRecord] = attrs.field(factory=list)
     ended: bool = False
     finished: bool = False
     checkpoints: int = 0
@@ -68,7 +68,7 @@ class ProcessorRecord:
         ``sequence``, in order."""
         return [b for b in self.blocks if b.ref.last_id > sequence]
 
-    def after(self, sequence: int, limit: int) -> list[Record]:
+    def after(self, sequence: int, limit: int) -> list[KclRecord]:
         """Up to ``limit`` records with a sequence number above ``sequence``."""
         start = self.first_after(sequence)
         return self.records[start:start + limit]
@@ -114,7 +114,7 @@ class KclCore:
                 self._dropped += [b.ref for b in rec.blocks]
                 rec.blocks.clear()
 
-    def retain(self, stream_id: int, name: str, records: Sequence[Record]) -> bool:
+    def retain(self, stream_id: int, name: str, records: Sequence[KclRecord]) -> bool:
         """Keep a run of applied records of one stream, if it has a processor."""
         if name not in self.attached or not records:
             return False
@@ -205,6 +205,6 @@ class KclCore:
         for sid, name, cp, ended, finished, cps, refused, records, *staged in state["streams"]:
             blocks = [StagedRun(Ref.from_list(b[:-1]), b[-1]) for b in (staged or [[]])[0]]
             core.streams[sid] = ProcessorRecord(
-                name, cp, [Record(s, bytes(k), bytes(d), a) for s, k, d, a in records],
+                name, cp, [KclRecord(s, bytes(k), bytes(d), a) for s, k, d, a in records],
                 ended, finished, cps, refused, blocks)
         return core

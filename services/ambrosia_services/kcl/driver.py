@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
-import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,20 +25,20 @@ from ambrosia_core.loops import write_unless_closing
 from ambrosia_py import AmbrosiaError, StopReason
 from ambrosia_services.staging import StagingError, read_block
 
+from .child import die_with_parent, pump_stderr
 from .config import ProcessorConfig
 from .core import KclCore, ProcessorRecord
 from .protocol import (
     SHUTDOWN,
     CheckpointAsk,
     ChildSession,
-    Record,
+    KclRecord,
     Reply,
     Skipped,
     StatusDone,
     Violation,
 )
 from .restarts import STABLE_SECONDS, Restarts, Said
-from .stderr import UNFINISHED_SECONDS, StderrLines
 
 __all__ = ["ChildFailedError", "ProcessorDriver"]
 
@@ -51,22 +48,6 @@ _MIN_PAUSE = 0.1
 
 class ChildFailedError(Exception):
     """The child cannot go on: it exited, broke the protocol, or stopped answering."""
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """What the child runs before exec so that it is killed when the instance's process
-    dies, and never outlives (and races) the next life's processor: Linux's
-    PR_SET_PDEATHSIG. The C function is looked up here, in the parent: between fork and
-    exec only the system call itself runs (no loader lock, no allocation)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    kill = int(signal.SIGKILL)
-
-    def set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
-        prctl(1, kill)  # PR_SET_PDEATHSIG
-
-    return set_parent_death_signal
 
 
 class ProcessorDriver:
@@ -93,7 +74,7 @@ class ProcessorDriver:
         self._send_checkpoint = send_checkpoint
         self.log = log
         self._wake = asyncio.Event()
-        self._preexec = _die_with_parent()
+        self._preexec = die_with_parent()
         self._answers: dict[int, asyncio.Future[str]] = {}
         self._next_token = first_token
         self._ended_seen = False  # shardEnded was sent; wait for new records
@@ -184,7 +165,8 @@ class ProcessorDriver:
         self.pid = proc.pid
         self.log.info("kcl %s: started processor (pid %d) at checkpoint %s", cfg.stream,
                       proc.pid, rec.checkpoint if rec.checkpoint >= 0 else "none")
-        errors = asyncio.ensure_future(self._pump_stderr(proc))
+        errors = asyncio.ensure_future(
+            pump_stderr(proc.stderr, lambda texts: self._say_stderr(proc.pid, texts)))
         session = ChildSession(cfg.protocol, cfg.stream, rec.checkpoint)
         self._checkpointed = False
         try:
@@ -216,7 +198,7 @@ class ProcessorDriver:
                 # line it wrote with no newline yet) are logged when its stderr ends.
                 await asyncio.wait({errors}, timeout=2)
 
-    async def _batch(self, rec: ProcessorRecord, delivered: int) -> list[Record]:
+    async def _batch(self, rec: ProcessorRecord, delivered: int) -> list[KclRecord]:
         """Up to ``batch_records`` records after ``delivered``: from the state, or read
         (in a thread) from the staged blocks that hold them.
 
@@ -230,12 +212,12 @@ class ProcessorDriver:
         runs = rec.blocks_after(delivered)
         staging = self.staging
 
-        def read() -> list[Record]:
-            out: list[Record] = []
+        def read() -> list[KclRecord]:
+            out: list[KclRecord] = []
             for run in runs:
                 for seq, key, data in read_block(staging, run.ref).messages():
                     if seq > delivered:
-                        out.append(Record(seq, key, data, run.arrival_ms))
+                        out.append(KclRecord(seq, key, data, run.arrival_ms))
                         if len(out) == limit:
                             return out
             return out
@@ -390,31 +372,6 @@ class ProcessorDriver:
         for fut in self._answers.values():
             fut.cancel()
         self._answers.clear()
-
-    async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        """The child's stderr as it comes, one log line per line it wrote, as
-        ``StderrLines`` cuts it: a line longer than 64 KiB in pieces, and an unfinished
-        line once it waited ``UNFINISHED_SECONDS`` for its end (its rest follows)."""
-        assert proc.stderr is not None
-        loop = asyncio.get_running_loop()
-        lines = StderrLines()
-        due: float | None = None  # when the unfinished line is logged as it is
-        while True:
-            try:
-                async with asyncio.timeout_at(due):
-                    chunk = await proc.stderr.read(65536)
-            except TimeoutError:
-                self._say_stderr(proc.pid, lines.flush())
-                due = None
-                continue
-            if not chunk:
-                break
-            self._say_stderr(proc.pid, lines.feed(chunk))
-            if not lines.unfinished:
-                due = None
-            elif due is None:
-                due = loop.time() + UNFINISHED_SECONDS
-        self._say_stderr(proc.pid, lines.close())
 
     def _say_stderr(self, pid: int, texts: Sequence[str]) -> None:
         for text in texts:

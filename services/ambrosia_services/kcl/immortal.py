@@ -32,7 +32,7 @@ from ambrosia_services.staging import Ref
 from .config import ProcessorConfig, processors_from_config
 from .core import KclCore
 from .driver import ProcessorDriver
-from .protocol import Record
+from .protocol import KclRecord
 
 __all__ = ["KclCoordinator"]
 
@@ -56,7 +56,7 @@ class KclCoordinator(ConnectorCoordinator):
         super().on_messages(stream_id, messages)
         arrival_ms = self._now_ns() // 1_000_000
         name = self.core.streams[stream_id].name
-        records = [Record(m.message_id, m.key, m.payload, arrival_ms) for m in messages]
+        records = [KclRecord(m.message_id, m.key, m.payload, arrival_ms) for m in messages]
         self.kcl.retain(stream_id, name, records)
 
     def on_staged(self, stream_id: int, refs: Sequence[Ref]) -> None:

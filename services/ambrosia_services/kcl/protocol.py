@@ -39,7 +39,7 @@ from typing import Any
 import attrs
 
 __all__ = ["ILLEGAL_ARGUMENT", "INVALID_STATE", "SHUTDOWN", "CheckpointAsk", "ChildSession",
-           "Protocol", "Record", "Reply", "Skipped", "StatusDone", "Violation"]
+           "Protocol", "KclRecord", "Reply", "Skipped", "StatusDone", "Violation"]
 
 # The exception names the daemon puts in a refused checkpoint's "error" (what KCL's
 # checkpointer would have thrown; amazon-kclpy's sample tests for these names).
@@ -58,7 +58,7 @@ class Protocol(enum.Enum):
 
 
 @attrs.frozen
-class Record:
+class KclRecord:
     """One record: a message applied to the stream. ``sequence`` is its message id."""
 
     sequence: int
@@ -155,7 +155,7 @@ class ChildSession:
                                          "sequenceNumber": seq,
                                          "subSequenceNumber": None if seq is None else 0})
 
-    def process_records(self, records: Sequence[Record], millis_behind: int = 0) -> bytes:
+    def process_records(self, records: Sequence[KclRecord], millis_behind: int = 0) -> bytes:
         if not records:
             raise ValueError("processRecords needs at least one record")
         out = [{"action": "record", "data": base64.b64encode(r.data).decode(),

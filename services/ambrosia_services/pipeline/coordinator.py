@@ -24,7 +24,7 @@ from ambrosia_services.connectors.coordinator import (
 )
 
 from .config import PipelineConfig
-from .jobtable import JobTable, Phase
+from .jobtable import JobPhase, JobTable
 from .live import JobsLive
 
 __all__ = ["SparkCoordinator"]
@@ -117,8 +117,8 @@ class SparkCoordinator(ConnectorCoordinator):
         name = {"instance_name": self.ctx.instance_name}
         phases = [e.phase for e in list(table.jobs.values())]
         counts = dict(table.counts)
-        for state, n in (("waiting", phases.count(Phase.DECIDED)),
-                         ("running", phases.count(Phase.RUNNING)),
+        for state, n in (("waiting", phases.count(JobPhase.DECIDED)),
+                         ("running", phases.count(JobPhase.RUNNING)),
                          ("done", counts["done"]), ("failed", counts["failed"]),
                          ("cancelled", counts["cancelled"])):
             f.gauge("ambrosia_pipeline_jobs", "Jobs by state: waiting for a runner, running, "

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import attrs
 
-__all__ = ["KEEP_ENDED", "MAX_LOSSES", "Ended", "JobEntry", "JobTable", "Phase"]
+__all__ = ["KEEP_ENDED", "MAX_LOSSES", "Ended", "JobEntry", "JobTable", "JobPhase"]
 
 KEEP_ENDED: Final = 64  # ended jobs remembered by key (and cancels the primary must send)
 # Starts of one job lost by its runners (each a new attempt, not a failure of the job's
@@ -35,7 +35,7 @@ KEEP_ENDED: Final = 64  # ended jobs remembered by key (and cancels the primary 
 MAX_LOSSES: Final = 12
 
 
-class Phase(enum.Enum):
+class JobPhase(enum.Enum):
     """Where a job stands. DECIDED: an attempt is decided, its start not yet seen to reach
     a runner; RUNNING: a runner took it (or streams its result)."""
 
@@ -54,7 +54,7 @@ class JobEntry:
     args: dict[str, Any]
     attempt: int = 1
     local_id: int = 0  # the protocol local id of the current start
-    phase: Phase = Phase.DECIDED
+    phase: JobPhase = JobPhase.DECIDED
     expected: int = 0  # the next result batch number of the current start
     rows: bytearray = attrs.field(factory=bytearray)
     failures: list[str] = attrs.field(factory=list)  # why each failed attempt failed
@@ -74,7 +74,7 @@ class JobEntry:
         name, args, attempt, local_id, phase, expected, rows, failures, starts, *later = fields
         losses, since_ns = [*later, 0, 0][:2]
         return cls(name=name, args=dict(args), attempt=attempt, local_id=local_id,
-                   phase=Phase(phase), expected=expected, rows=bytearray(rows),
+                   phase=JobPhase(phase), expected=expected, rows=bytearray(rows),
                    failures=list(failures), starts=starts, losses=losses, since_ns=since_ns)
 
 
@@ -83,7 +83,7 @@ class Ended:
     """How a job ended: what the status shows of a forgotten job."""
 
     key: str
-    phase: Phase
+    phase: JobPhase
     attempts: int
     reason: str = ""
 
@@ -138,15 +138,15 @@ class JobTable:
         if entry is None:
             return False
         self._remember(self.cancels, entry.local_id)
-        self._end(key, Phase.CANCELLED, reason)
+        self._end(key, JobPhase.CANCELLED, reason)
         return True
 
     # ------------------------------------------------------------ what came back
     def started(self, key: str, local_id: int) -> None:
         """A runner holds the start (its check listed it, or a batch of it arrived)."""
         entry = self._current(key, local_id)
-        if entry is not None and entry.phase is Phase.DECIDED:
-            entry.phase = Phase.RUNNING
+        if entry is not None and entry.phase is JobPhase.DECIDED:
+            entry.phase = JobPhase.RUNNING
 
     def batch(self, key: str, local_id: int, number: int, rows: bytes,
               last: bool) -> bytes | None:
@@ -156,23 +156,23 @@ class JobTable:
         entry = self._current(key, local_id)
         if entry is None or number != entry.expected:
             return None
-        entry.phase = Phase.RUNNING
+        entry.phase = JobPhase.RUNNING
         entry.expected += 1
         entry.rows += rows
         if not last:
             return None
         result = bytes(entry.rows)
-        self._end(key, Phase.DONE, "")
+        self._end(key, JobPhase.DONE, "")
         return result
 
     def unreadable(self, key: str, reason: str) -> None:
         """The job's whole result arrived (``batch`` ended it as done) but cannot be read:
         it counts as failed, not done."""
         found = next((i for i in range(len(self.ended) - 1, -1, -1)
-                      if self.ended[i].key == key and self.ended[i].phase is Phase.DONE), None)
+                      if self.ended[i].key == key and self.ended[i].phase is JobPhase.DONE), None)
         if found is None:
             return
-        self.ended[found] = attrs.evolve(self.ended[found], phase=Phase.FAILED, reason=reason)
+        self.ended[found] = attrs.evolve(self.ended[found], phase=JobPhase.FAILED, reason=reason)
         self.counts["done"] -= 1
         self.counts["failed"] += 1
 
@@ -185,7 +185,7 @@ class JobTable:
             return False
         entry.failures.append(reason)
         if entry.attempt >= self.max_attempts:
-            self._end(key, Phase.FAILED, reason)
+            self._end(key, JobPhase.FAILED, reason)
             return True
         self._next_attempt(entry, now_ns)
         return False
@@ -220,13 +220,13 @@ class JobTable:
         if not same_attempt:
             entry.losses += 1
             if entry.losses >= MAX_LOSSES:
-                self._end(key, Phase.FAILED, f"lost by its runners {entry.losses} times "
+                self._end(key, JobPhase.FAILED, f"lost by its runners {entry.losses} times "
                                              f"(the last: {why or 'no reason given'})")
                 return True
         if same_attempt:
             entry.local_id = self._take_local()
             entry.starts += 1
-            entry.phase = Phase.DECIDED
+            entry.phase = JobPhase.DECIDED
             entry.expected = 0
             entry.rows.clear()
             entry.since_ns = now_ns
@@ -254,8 +254,8 @@ class JobTable:
         phases = [e.phase for e in self.jobs.values()]
         return {
             "decided": self.jobs_decided,
-            "waiting": phases.count(Phase.DECIDED),
-            "running": phases.count(Phase.RUNNING),
+            "waiting": phases.count(JobPhase.DECIDED),
+            "running": phases.count(JobPhase.RUNNING),
             **self.counts,
             "recent": [[e.key, e.phase.value, e.attempts, e.reason] for e in self.ended[-8:]],
         }
@@ -275,12 +275,12 @@ class JobTable:
         entry.attempt += 1
         entry.local_id = self._take_local()
         entry.starts += 1
-        entry.phase = Phase.DECIDED
+        entry.phase = JobPhase.DECIDED
         entry.expected = 0
         entry.rows.clear()
         self.counts["attempts"] += 1
 
-    def _end(self, key: str, phase: Phase, reason: str) -> None:
+    def _end(self, key: str, phase: JobPhase, reason: str) -> None:
         entry = self.jobs.pop(key)
         self.counts[phase.value] += 1
         self.ended.append(Ended(key, phase, entry.attempt, reason))
@@ -316,7 +316,7 @@ class JobTable:
         table.next_local = state["next_local"]
         for key, fields in state["jobs"]:
             table.jobs[key] = JobEntry.from_state(fields)
-        table.ended = [Ended(k, Phase(p), a, r) for k, p, a, r in state["ended"]]
+        table.ended = [Ended(k, JobPhase(p), a, r) for k, p, a, r in state["ended"]]
         table.cancels = list(state["cancels"])
         table.counts = dict(state["counts"])
         return table

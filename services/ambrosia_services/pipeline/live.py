@@ -54,7 +54,7 @@ from ambrosia_services.jobs.attempts import (
 from ambrosia_services.jobs.link import Connected, Held, JobLinks, RunnerAddress
 
 from .config import PipelineConfig, runner_address
-from .jobtable import JobTable, Phase
+from .jobtable import JobPhase, JobTable
 
 if TYPE_CHECKING:
     from ambrosia_py import ImmortalContext
@@ -216,7 +216,7 @@ class JobsLive:
         for key, entry in table.jobs.items():
             address = self.addresses.get(table.runner_of(key))
             if (address is not None and address.member == runner
-                    and entry.phase is Phase.DECIDED and entry.local_id in self.launched):
+                    and entry.phase is JobPhase.DECIDED and entry.local_id in self.launched):
                 self.owner.impulse_self.job_started(key, entry.local_id)
 
     def _key_of(self, job: JobId) -> str | None:

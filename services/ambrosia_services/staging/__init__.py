@@ -1,6 +1,7 @@
 """Staged segments: received message bytes on disk, referenced (never carried) by an
 immortal's log and state. See ``segments`` for the format and its guarantees."""
 
+from .reading import read_block, read_payloads, segment_names
 from .segments import (
     MAGIC,
     Block,
@@ -12,9 +13,6 @@ from .segments import (
     StagingFullError,
     count_lines,
     encode_block,
-    read_block,
-    read_payloads,
-    segment_names,
 )
 
 __all__ = [

@@ -27,7 +27,7 @@ from .coordinator.peers import Source, lines
 
 pytestmark = pytest.mark.integration
 
-TARGET = "ambrosia_services.connectors:ConnectorCoordinator"
+TARGET = "tests.services.connectors.tuned_app:TunedCoordinator"  # [tuning]: credits
 TAILED = ("a.log", "b.log")  # followed while the test appends to them
 ONCE = "c.log"  # sent whole, then EOS; the feed exits
 STEPS = 30  # bursts of appended lines
@@ -54,7 +54,7 @@ class Pipeline:
         # returns, and the --once file should be in flight whole when its feed dies.
         (tmp / "coord.toml").write_text(
             f'listen = "127.0.0.1:{self.port}"\ninterval_bytes = 4096\n'
-            f'interval_seconds = 0.05\nbatch_messages = 64\ncredits = 1000000\n'
+            f'interval_seconds = 0.05\n[tuning]\nbatch_messages = 64\ncredits = 1000000\n'
             f'[sinks]\nout = "127.0.0.1:{self.sink_port}"\n')
         self.sink = self._sink()
         self.coord = self._coord()
@@ -81,9 +81,9 @@ class Pipeline:
         self.started += 1
         with (self.tmp / f"feed-{self.started}.log").open("ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
-                 f"127.0.0.1:{self.port}", "--backoff-cap", "0.02", "--poll-interval", "0.01",
-                 "--instance", kind.replace(" ", "-"), *self.args[kind]],
+                [sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.02",
+                 f"{FEED}.POLL_SECONDS=0.01", "--", "--to", f"127.0.0.1:{self.port}",
+                 "--instance-name", kind.replace(" ", "-"), *self.args[kind]],
                 cwd=self.tmp, stdout=out, stderr=out, env=dict(os.environ, PYTHONPATH=_path()))
 
     def kill(self, what: str) -> None:
@@ -127,6 +127,9 @@ class Pipeline:
 
 def _logged(log: Path, text: bytes) -> bool:
     return text in log.read_bytes()
+
+
+FEED = "ambrosia_services.connectors.clients.feed"
 
 
 def _path() -> str:
@@ -213,7 +216,7 @@ def test_the_binding_ends_without_a_traceback_when_its_coordinator_dies_mid_stre
     # A full queue holds the source's reader where the stop cancels it.
     (port,) = free_ports(1)
     p = launcher.start(TARGET, "coord", args=["--set", f"listen=127.0.0.1:{port}",
-                                              "--set", "batch_messages=4"])
+                                              "--set", "tuning.batch_messages=4"])
     p.wait_for("listening for sources")
     src = Source(port)
     src.hello()

@@ -27,13 +27,16 @@ TARGET = "ambrosia_services.connectors:ConnectorCoordinator"
 LINES = [f"tls {i:05d} {'y' * (i % 17)}\n".encode() for i in range(3000)]
 
 
+FEED = "ambrosia_services.connectors.clients.feed"
+
+
 def _feed(tmp: Path, port: int, name: str, args: list[str]) -> tuple[subprocess.Popen[bytes],
                                                                      Path]:
     log = tmp / f"{name}.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
-             f"127.0.0.1:{port}", "--backoff-cap", "0.05", "--instance", name,
+            [sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.05",
+             "--", "--to", f"127.0.0.1:{port}", "--instance-name", name,
              "--once", "data.log", *args],
             cwd=tmp, stdout=out, stderr=out,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(

@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Iterable
 
 from ambrosia_services.jobs import (
-    Effect,
     InitiatorJobs,
     JobConnection,
+    JobEffect,
     JobMessage,
     ParticipantJobs,
     Role,
@@ -66,7 +66,7 @@ class Cluster:
         self.queues[(src, dst)] += self.conns[(src, dst)].send(msg)
         self.sent.append((src, dst, msg))
 
-    def apply(self, src: uuid.UUID, effects: Iterable[Effect]) -> list[Effect]:
+    def apply(self, src: uuid.UUID, effects: Iterable[JobEffect]) -> list[JobEffect]:
         """Carry out ``src``'s Send effects; return the others."""
         rest = []
         for effect in effects:
@@ -77,14 +77,14 @@ class Cluster:
         return rest
 
     def deliver(self, src: uuid.UUID, dst: uuid.UUID, *, one_byte_at_a_time: bool = False
-                ) -> list[Effect]:
+                ) -> list[JobEffect]:
         """Hand everything queued from ``src`` to ``dst``; return ``dst``'s effects (its
         sends are queued on their links, not returned)."""
         data = bytes(self.queues[(src, dst)])
         self.queues[(src, dst)].clear()
         conn = self.conns[(dst, src)]
         pieces = [data[i : i + 1] for i in range(len(data))] if one_byte_at_a_time else [data]
-        out: list[Effect] = []
+        out: list[JobEffect] = []
         for piece in pieces:
             conn.receive_data(piece)
             for msg in conn.events():

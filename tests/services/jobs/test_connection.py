@@ -5,18 +5,15 @@ from __future__ import annotations
 import pytest
 from ambrosia_services.jobs import (
     Batch,
-    BatchNumberError,
     BatchOrderError,
     ConnectionState,
     CreditExceededError,
-    CreditExhaustedError,
     DataAfterLastError,
     FlowControl,
     JobConnection,
     JobId,
     JobLocalError,
     Role,
-    StreamClosedError,
     encode,
 )
 
@@ -89,10 +86,10 @@ def test_sending_past_the_credit_is_refused_locally_and_changes_nothing() -> Non
     runner, coordinator = runner_to_coordinator(credits=4)
     wire = runner.send(Batch(JOB, 0, 0, b"abcd"))
     assert runner.send_credit(JOB, 0) == 0
-    with pytest.raises(CreditExhaustedError) as err:
+    with pytest.raises(JobLocalError) as err:
         runner.send(Batch(JOB, 0, 1, b"e"))
     assert str(err.value) == (
-        f"batch 1 on {WHERE} needs 1 credits; 0 are left: wait for flow control"
+        f"batch 1 on {WHERE} carries 1 bytes; only 0 were granted: wait for flow control"
     )
     assert runner.state is ConnectionState.OPEN
     # The receiver consumes the 4 bytes and grants 3: the refused batch may go now.
@@ -138,11 +135,11 @@ def test_credit_and_numbers_are_per_stream_and_per_direction() -> None:
 
 def test_local_batch_numbers_and_last_are_checked_before_any_byte() -> None:
     runner, _ = runner_to_coordinator()
-    with pytest.raises(BatchNumberError) as err:
+    with pytest.raises(JobLocalError) as err:
         runner.send(Batch(JOB, 0, 1, b"a"))
-    assert str(err.value) == f"batch 1 on {WHERE}: the stream's next batch is 0"
+    assert str(err.value) == f"batch 1 on {WHERE} skips ahead: batch 0 was expected"
     runner.send(Batch(JOB, 0, 0, b"a", last=True))
-    with pytest.raises(StreamClosedError) as closed:
+    with pytest.raises(JobLocalError) as closed:
         runner.send(Batch(JOB, 0, 1, b"b"))
     assert str(closed.value) == f"batch 1 on {WHERE} after its last batch"
     assert runner.state is ConnectionState.OPEN
@@ -170,7 +167,7 @@ def test_a_released_jobs_late_batches_pass_unchecked() -> None:
     ]
     assert coordinator.state is ConnectionState.OPEN
     runner.release_job(JOB)
-    with pytest.raises(StreamClosedError, match="the job was released"):
+    with pytest.raises(JobLocalError, match="the job was released"):
         runner.send(Batch(JOB, 0, 1, b"b"))
 
 

@@ -11,7 +11,7 @@ import pytest
 from ambrosia_services.jobs import InitiatorJobs
 from ambrosia_services.jobs.attempts import member_id
 from ambrosia_services.jobs.link import Connected, JobLinks, RunnerAddress
-from ambrosia_services.jobs.transport import exchange_hello
+from ambrosia_services.jobs.transport import Hello, exchange_hello
 
 from ambrosia_core.ports import free_ports
 from tests.launcher import until
@@ -37,7 +37,7 @@ def test_an_unreachable_runner_is_said_once_then_its_reaching(
             await asyncio.sleep(0.6)  # a dozen failed attempts more, said no more
 
             async def runner(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-                await exchange_hello(r, w, member)
+                await exchange_hello(r, w, Hello(member))
                 await asyncio.sleep(5)
 
             server = await asyncio.start_server(runner, "127.0.0.1", port)

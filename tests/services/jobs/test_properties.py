@@ -6,7 +6,6 @@ from __future__ import annotations
 from ambrosia_services.jobs import (
     NEED_DATA,
     Batch,
-    CreditExhaustedError,
     FlowControl,
     FrameDecoder,
     JobConnection,
@@ -135,7 +134,7 @@ def test_a_sender_that_obeys_its_connection_never_overruns_the_receiver(
             size = max(0, sender.send_credit(JOB, 0) + min(n, 3))
             try:
                 wire = sender.send(Batch(JOB, 0, number, bytes(size)))
-            except CreditExhaustedError:
+            except JobLocalError:
                 assert size > sender.send_credit(JOB, 0)
                 continue
             number += 1

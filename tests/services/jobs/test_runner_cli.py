@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 
 def _runner_args(tmp_path: Path) -> list[str]:
     return ["--listen", "127.0.0.1:0", "--connect", "sc://127.0.0.1:1", "--jobs", JOBS,
-            "--member", "r1", "--out", str(tmp_path / "out")]
+            "--member", "r1", "--dir", str(tmp_path / "out")]
 
 
 def _without(module: str, blocked: str, args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -65,7 +65,7 @@ def test_a_runner_without_sparks_client_names_the_extra(tmp_path: Path, blocked:
 def test_the_connect_server_without_pyspark_names_the_extra(tmp_path: Path) -> None:
     """It used to warn about the staged-records jar, then say "spark-submit not found"."""
     done = _without("ambrosia_services.jobs.spark.server", "pyspark",
-                    ["--port", "1", "--log", str(tmp_path)])
+                    ["--listen", ":1", "--log-dir", str(tmp_path)])
     assert done.returncode == 1, done.stderr
     assert done.stderr == ("error: the Spark Connect server needs pyspark, part of Spark's "
                            f"client (its spark-submit and jars): {EXTRA}\n")

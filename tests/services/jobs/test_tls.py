@@ -21,6 +21,7 @@ import pytest
 from ambrosia_services.jobs import InitiatorJobs
 from ambrosia_services.jobs.attempts import member_id
 from ambrosia_services.jobs.link import Disconnected, Held, JobLinks, RunnerAddress
+from ambrosia_services.jobs.transport import Hello
 
 from ambrosia_core.processes import kill_process
 from ambrosia_core.tls import TlsHandshakeError
@@ -52,7 +53,7 @@ class Runner:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", listen,
                  "--connect", "sc://127.0.0.1:1", "--jobs", JOBS, "--member", "r1",
-                 "--out", str(tmp / "out"), *args],
+                 "--dir", str(tmp / "out"), *args],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT)
         assert self.proc.stdout is not None
         # "runner r1 (...) listening on HOST:PORT[ over TLS]; jobs: ..."
@@ -128,13 +129,13 @@ def test_a_runner_refuses_an_initiator_whose_certificate_its_ca_does_not_trust(
         tls.client.load_verify_locations(cafile=str(ours.ca))
         with pytest.raises((TlsHandshakeError, ConnectionError, OSError)):
             reader, writer = await tls.connect("127.0.0.1", runner.port)
-            writer.write(b"AMBJOB01" + bytes(16))
+            writer.write(Hello(uuid.UUID(int=1)).encode())
             await writer.drain()
             assert await reader.read(100) == b""  # never a hello back
             raise ConnectionError("closed")
         # A plain TCP peer is refused as well: it cannot even send its hello.
         reader, writer = await asyncio.open_connection("127.0.0.1", runner.port)
-        writer.write(b"AMBJOB01" + bytes(16))
+        writer.write(Hello(uuid.UUID(int=1)).encode())
         with contextlib.suppress(ConnectionError):
             assert await asyncio.wait_for(reader.read(100), 10) == b""
         writer.close()

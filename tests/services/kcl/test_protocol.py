@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from ambrosia_services.kcl import ChildSession, KclCore, Protocol, Record
+from ambrosia_services.kcl import ChildSession, KclCore, KclRecord, Protocol
 from ambrosia_services.kcl.config import ProcessorConfigError, processors_from_config
 from ambrosia_services.kcl.protocol import (
     NO_CHECKPOINT,
@@ -18,8 +18,8 @@ from ambrosia_services.kcl.protocol import (
 )
 from ambrosia_services.staging import Ref
 
-R1 = Record(7, b"k", b"hi", 1700000000123)
-R2 = Record(9, b"", b"\x00\xff", 1700000000124)
+R1 = KclRecord(7, b"k", b"hi", 1700000000123)
+R2 = KclRecord(9, b"", b"\x00\xff", 1700000000124)
 
 
 def line(obj: Any) -> bytes:
@@ -196,7 +196,7 @@ def test_core_keeps_records_until_checkpointed_and_refuses_out_of_range() -> Non
     assert (rec.finished, rec.records, rec.checkpoints, rec.refused) == (True, [], 3, 2)
     again = KclCore.from_state(core.to_state())
     assert again.to_state() == core.to_state() and again.status() == core.status()
-    core.retain(1, "a", [Record(12, b"", b"x", 0)])
+    core.retain(1, "a", [KclRecord(12, b"", b"x", 0)])
     assert not rec.ended and not rec.finished
     core.configure([])
     assert rec.records == [] and rec.checkpoint == 9

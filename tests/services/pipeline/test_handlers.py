@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from ambrosia_services.connectors.coordinator import CoordinatorConfigError
-from ambrosia_services.pipeline import JobTable, Phase, WordCountPipeline, format_batch, words
+from ambrosia_services.pipeline import JobPhase, JobTable, WordCountPipeline, format_batch, words
 from ambrosia_services.staging import Ref, SegmentWriter, read_payloads
 
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
@@ -60,7 +60,7 @@ def test_a_result_sent_again_from_batch_zero_is_kept_once() -> None:
     assert t.batch(key, 0, 0, b'{"word":"a","count":1}\n', False) is None  # again: dropped
     assert t.batch(key, 0, 2, b"x", True) is None  # skips ahead: dropped
     assert t.batch(key, 7, 1, b"x", True) is None  # another start's: dropped
-    assert t.jobs[key].phase is Phase.RUNNING
+    assert t.jobs[key].phase is JobPhase.RUNNING
     done = t.batch(key, 0, 1, b'{"word":"b","count":2}\n', True)
     assert done == b'{"word":"a","count":1}\n{"word":"b","count":2}\n'
     assert t.batch(key, 0, 2, b"late", True) is None and t.counts["done"] == 1
@@ -289,6 +289,15 @@ def test_an_unknown_key_is_refused_naming_the_pipelines_own_keys_among_the_known
     assert message.endswith(", runners, out, max_attempts, batch_lines, batch_seconds, "
                             "job_timeout_seconds, jobs_in_flight, max_batch_lines, "
                             "max_batch_bytes)")
+
+
+def test_a_key_that_is_fixed_now_is_refused_in_one_line_naming_it() -> None:
+    from ambrosia_services.pipeline.config import PipelineConfig
+
+    with pytest.raises(CoordinatorConfigError) as info:
+        PipelineConfig.from_mapping({"segment_bytes": 1 << 20, "batch_lines": 5})
+    assert str(info.value) == ("segment_bytes is no longer a configuration key: a staged "
+                               "segment is closed at 64 MiB (fixed); remove it")
 
 
 def test_the_word_count_refuses_to_start_without_sinks() -> None:

@@ -22,7 +22,7 @@ from .errors import (
 )
 from .sinkserver import Prepared, SinkServer, SinkStore, Vote
 from .sinkstore import FileSinkStore
-from .sources import FileSource, IteratorSource, Record, RecordSource, stream_id_of
+from .sources import FeedRecord, FileSource, IteratorSource, RecordSource, stream_id_of
 
 if TYPE_CHECKING:
     from .feed import Feed
@@ -50,7 +50,7 @@ __all__ = [
     "Feed",
     "FileSource",
     "IteratorSource",
-    "Record",
+    "FeedRecord",
     "RecordSource",
     "stream_id_of",
     # the 2PC sinks: the protocol half, the store interface, files, PostgreSQL

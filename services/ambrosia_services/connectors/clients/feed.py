@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import enum
 import logging
 import random
 import signal
 import sys
-import time
 from collections.abc import Sequence
 
 from ambrosia_core.addresses import Address, address_argument
-from ambrosia_core.errors import AddressError, UsageError
+from ambrosia_core.errors import UsageError
 from ambrosia_core.loops import Backoff, said_at
 from ambrosia_core.tls import (
     Tls,
@@ -49,69 +47,25 @@ from ambrosia_core.tls import (
 )
 from ambrosia_services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
-    POINT_OF_REFERENCE_FROM_START,
-    SOURCE_VERSION,
-    Ack,
-    ConnectionClosed,
-    ConnectionState,
-    ConnectorConnection,
-    ConnectorProtocolError,
-    EosMessage,
-    ErrorFrame,
-    Hello,
-    Message,
-    Notify,
-    NotifyAck,
-    Ok,
-    Restart,
-    Role,
 )
 
 from .errors import ClientError, WorkerSpeaksTlsError
+from .feed_session import FeedSession, FeedStream, SessionEndError, StreamPhase
 from .sources import FileSource, RecordSource
 
 __all__ = ["Feed", "main"]
 
 log = logging.getLogger(__name__)
-_BATCH = 256  # records sent on one stream before the others get a turn
+
+# The longest reconnect delay: a worker that comes back is reached within 5 s, and one that
+# stays down is asked at most once every 2.5 to 5 s by each feed (the delay is jittered).
+BACKOFF_CAP = 5.0
+# How often a followed file is checked for new lines: at most 100 ms of added latency, for
+# ten stat calls a second.
+POLL_SECONDS = 0.1
 
 
-class _Phase(enum.Enum):
-    IDLE = "needs a NOTIFY"
-    NOTIFYING = "NOTIFY sent"
-    REFUSED = "NOTIFY refused; retried later"
-    OPEN = "open"
-    EOS_SENT = "EOS sent; waiting for the covering ACK"
-    DONE = "done"
-
-
-class _Stream:
-    def __init__(self, source: RecordSource) -> None:
-        self.source = source
-        self.phase = _Phase.IDLE
-        self.acked: int | None = None  # the last point of reference the worker reported
-        self.refusals = 0
-        self.retry_at = 0.0
-
-    @property
-    def covered(self) -> bool:
-        last = self.source.last_id
-        return last is None or (self.acked is not None and self.acked >= last)
-
-
-class _SessionEndError(Exception):
-    """A session is over; ``restart_to`` is the RESTART's address, if it gave one;
-    ``unanswered``: the worker closed before it sent a byte."""
-
-    def __init__(self, reason: str, *, restart_to: Address | None = None,
-                 unanswered: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.restart_to = restart_to
-        self.unanswered = unanswered
-
-
-class Feed:
+class Feed(FeedSession):
     """Sends ``sources`` to a worker at one of ``addresses``.
 
     Args:
@@ -137,8 +91,8 @@ class Feed:
         cookie: bytes = b"",
         instance_name: str = "feed",
         backoff_base: float = 0.05,
-        backoff_cap: float = 5.0,
-        poll_interval: float = 0.1,
+        backoff_cap: float = BACKOFF_CAP,
+        poll_interval: float = POLL_SECONDS,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         rng: random.Random | None = None,
         tls: Tls | None = None,
@@ -148,7 +102,7 @@ class Feed:
         ids = [s.stream_id for s in sources]
         if len(set(ids)) != len(ids):
             raise ValueError(f"two sources share a stream id: {sorted(ids)}")
-        self.streams = {s.stream_id: _Stream(s) for s in sources}
+        self.streams = {s.stream_id: FeedStream(s) for s in sources}
         self.addresses = list(addresses)
         self.cookie = cookie
         self.instance_name = instance_name
@@ -167,7 +121,7 @@ class Feed:
 
     @property
     def done(self) -> bool:
-        return all(s.phase is _Phase.DONE for s in self.streams.values())
+        return all(s.phase is StreamPhase.DONE for s in self.streams.values())
 
     def acked(self, stream_id: int) -> int | None:
         """The last point of reference the worker reported for the stream."""
@@ -216,14 +170,14 @@ class Feed:
             opened_before = self._opened
             try:
                 await self._session(reader, writer)
-                end = _SessionEndError("finished")
-            except _SessionEndError as e:
+                end = SessionEndError("finished")
+            except SessionEndError as e:
                 end = e
             finally:
                 writer.close()
                 for stream in self.streams.values():
-                    if stream.phase is not _Phase.DONE:
-                        stream.phase = _Phase.IDLE
+                    if stream.phase is not StreamPhase.DONE:
+                        stream.phase = StreamPhase.IDLE
             if self.done:
                 break
             if end.unanswered and self.tls is None and await speaks_tls(target.host,
@@ -240,135 +194,6 @@ class Feed:
             await asyncio.sleep(delay)
         log.info("every stream is done")
 
-    # ---------------------------------------------------------------- one session
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = ConnectorConnection(
-            Role.CONNECTOR, cookie=self.cookie, max_frame_size=self.max_frame_size
-        )
-        hello = Hello(SOURCE_VERSION, self.cookie, "ambrosia-feed", self.instance_name)
-        writer.write(conn.send(hello))
-        reading = asyncio.ensure_future(self._read(conn, reader, writer))
-        try:
-            while not self.done:
-                if reading.done():
-                    reading.result()  # raises the session's _SessionEndError
-                sent = self._send_some(conn, writer)
-                await writer.drain()
-                if sent:
-                    await asyncio.sleep(0)  # let the reader take ACKs between batches
-                    continue
-                self._wake.clear()
-                waiter = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait([reading, waiter], timeout=self.poll_interval,
-                                   return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-        except (OSError, ConnectionError) as e:
-            raise _SessionEndError(f"connection lost ({e.__class__.__name__})") from None
-        finally:
-            if not reading.done():
-                reading.cancel()
-            elif not reading.cancelled():
-                reading.exception()  # retrieved, so asyncio does not log it as lost
-
-    async def _read(
-        self, conn: ConnectorConnection, reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        """Handle what the worker sends; ends by raising ``_SessionEndError``."""
-        answered = False
-        while True:
-            try:
-                data = await reader.read(1 << 16)
-            except (OSError, ConnectionError) as e:
-                raise _SessionEndError(f"connection lost ({e.__class__.__name__})",
-                                       unanswered=not answered) from None
-            if not data and not answered:
-                raise _SessionEndError("closed by the worker before it answered HELLO",
-                                       unanswered=True)
-            answered = True
-            conn.receive_data(data)
-            try:
-                for event in conn.events():
-                    self._handle(event)
-            except ConnectorProtocolError as e:
-                writer.write(conn.take_error_frame())
-                raise _SessionEndError(f"protocol error: {e.reason}") from None
-            self._wake.set()
-
-    def _handle(self, event: object) -> None:
-        match event:
-            case Ok():
-                self.sessions += 1
-            case NotifyAck(success, stream_id, por):
-                stream = self.streams[stream_id]
-                if success:
-                    start = None if por == POINT_OF_REFERENCE_FROM_START else por
-                    stream.source.resume(start)
-                    if start is not None:
-                        stream.acked = start
-                    stream.phase, stream.refusals = _Phase.OPEN, 0
-                    self._opened += 1
-                else:
-                    stream.retry_at = time.monotonic() + self._delay(stream.refusals)
-                    stream.refusals += 1
-                    stream.phase = _Phase.REFUSED
-                    log.info("stream %r is held elsewhere; NOTIFY again later", stream.source.name)
-            case Ack(_, acks):
-                for stream_id, por in acks:
-                    acked = self.streams.get(stream_id)
-                    if acked is None:
-                        continue  # not ours: nothing to drop or finish
-                    acked.acked = por if acked.acked is None else max(acked.acked, por)
-                    acked.source.acked(por)
-                    if acked.phase is _Phase.EOS_SENT and acked.covered:
-                        acked.phase = _Phase.DONE
-            case Restart(address):
-                try:
-                    to = Address.parse(address, what="") if address else None
-                except AddressError as e:
-                    raise _SessionEndError(f"RESTART to an unusable address: {e}") from None
-                raise _SessionEndError(f"RESTART{' to ' + address if address else ''}",
-                                       restart_to=to)
-            case ErrorFrame(reason):
-                raise _SessionEndError(f"the worker sent ERROR: {reason}")
-            case ConnectionClosed():
-                raise _SessionEndError("closed by the worker")
-
-    def _send_some(self, conn: ConnectorConnection, writer: asyncio.StreamWriter) -> int:
-        """Send what credits allow now; the number of frames sent."""
-        # A lost connection ends the session through the reader; writes meanwhile would
-        # only make asyncio log a warning for each.
-        if conn.state is not ConnectionState.STREAMING or writer.is_closing():
-            return 0
-        sent = 0
-        now = time.monotonic()
-        for stream in self.streams.values():
-            src = stream.source
-            if stream.phase is _Phase.REFUSED and now >= stream.retry_at:
-                stream.phase = _Phase.IDLE
-            if stream.phase is _Phase.IDLE and conn.credits > 0:
-                por = 0 if stream.acked is None else stream.acked
-                writer.write(conn.send(Notify(src.stream_id, src.name, por)))
-                stream.phase = _Phase.NOTIFYING
-                sent += 1
-            batch = 0
-            while (stream.phase is _Phase.OPEN and conn.credits > 0 and batch < _BATCH
-                   and not writer.is_closing()):
-                record = src.next_record()
-                if record is not None:
-                    message = Message(src.stream_id, record.message_id, record.payload,
-                                      key=record.key)
-                    writer.write(conn.send(message))
-                    batch += 1
-                    continue
-                if src.finished:
-                    writer.write(conn.send(EosMessage(src.stream_id)))
-                    batch += 1
-                    stream.phase = _Phase.DONE if stream.covered else _Phase.EOS_SENT
-                break
-            sent += batch
-        return sent
-
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
@@ -381,11 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cookie", default="", help="the cookie the worker expects")
     p.add_argument("--once", action="store_true",
                    help="stop at each file's end (EOS), once the worker acknowledged it all")
-    p.add_argument("--instance", default="feed", help="the HELLO's instance name (default feed)")
-    p.add_argument("--backoff-cap", type=float, default=5.0,
-                   help="the longest reconnect delay, in seconds (default 5)")
-    p.add_argument("--poll-interval", type=float, default=0.1,
-                   help="how often a tailed file is checked, in seconds (default 0.1)")
+    p.add_argument("--instance-name", default="feed",
+                   help="the HELLO's instance name (default feed)")
     p.add_argument("--message-bytes", type=int, default=0, metavar="N",
                    help="send as many whole lines as fit in N bytes per message (default: "
                         "a message per line)")
@@ -397,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     sources = [FileSource(f, follow=not args.once, message_bytes=args.message_bytes)
                for f in args.files]
     try:
-        feed = Feed(sources, args.to, cookie=args.cookie.encode(), instance_name=args.instance,
-                    backoff_cap=args.backoff_cap, poll_interval=args.poll_interval,
-                    tls=tls_from_args(args).load())
+        feed = Feed(sources, args.to, cookie=args.cookie.encode(),
+                    instance_name=args.instance_name, backoff_cap=BACKOFF_CAP,
+                    poll_interval=POLL_SECONDS, tls=tls_from_args(args).load())
         asyncio.run(_run(feed))
     except (ClientError, ValueError, UsageError) as e:
         print(f"ambrosia-feed: {e}", file=sys.stderr)

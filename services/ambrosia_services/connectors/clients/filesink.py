@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from .errors import ClientError
-from .sinkserver import SinkServer, add_server_options, serve
+from .sinkcommand import add_server_options, serve
+from .sinkserver import SinkServer
 from .sinkstore import FileSinkStore
 
 __all__ = ["FileSink", "main"]

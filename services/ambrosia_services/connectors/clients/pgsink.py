@@ -18,21 +18,32 @@ import sys
 from collections.abc import Callable
 
 from .errors import ClientError
-from .sinkserver import SinkStore, add_server_options, serve
+from .sinkcommand import add_server_options, serve
+from .sinkserver import SinkStore
 
-__all__ = ["build_parser", "main", "run"]
+__all__ = ["BACKOFF_CAP", "MAX_PENDING_BYTES", "build_parser", "main", "run"]
+
+# What the sink writes to its open transaction before the next Phase1 is bounded, so that a
+# coordinator that never votes cannot fill the database's disk; 256 MiB is about 250 of
+# the pipeline's 1 MiB staged batches, far past what one commit interval carries.
+MAX_PENDING_BYTES = 256 << 20
+# A lost database is tried again with back-off up to this many seconds: a restarted
+# PostgreSQL is found within 5 s of accepting connections, and a dead one is asked at most
+# once every 2.5 to 5 s.
+BACKOFF_CAP = 5.0
 
 
 async def run(args: argparse.Namespace, on_step: Callable[[str], None] | None = None) -> None:
     """Serve as ``args`` (from ``build_parser``) say until stopped; ``on_step`` is the
     store's hook (see ``PgSinkStore``)."""
-    from .pgstore import PgSinkStore, row_format
+    from .pgschema import row_format
+    from .pgstore import PgSinkStore
 
     async def open_store() -> PgSinkStore:  # may create its tables: after every check
         return await PgSinkStore.open(
             args.dsn, table=args.table, name=args.name or args.table.rpartition(".")[2],
             row_format=row_format(args.format), state_table=args.state_table,
-            max_pending=args.max_pending_bytes, backoff_cap=args.backoff_cap,
+            max_pending=MAX_PENDING_BYTES, backoff_cap=BACKOFF_CAP,
             on_step=on_step)
 
     def describe(store: SinkStore) -> str:
@@ -65,11 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-table", default="ambrosia_sink_state", metavar="[SCHEMA.]TABLE",
                    help="the table of the sinks' committed offsets (default "
                         "ambrosia_sink_state)")
-    p.add_argument("--max-pending-bytes", type=int, default=256 << 20, metavar="N",
-                   help="the most bytes written and not yet in a Phase1 (default 256 MiB)")
-    p.add_argument("--backoff-cap", type=float, default=5.0, metavar="SECONDS",
-                   help="the longest wait between attempts to reach a lost database "
-                        "(default 5)")
     return p
 
 

@@ -8,13 +8,12 @@ transaction's id, the piece of a line the range ends in, the row format's contex
 Rows and offset move in that one transaction, so they can never disagree. Phase2 is
 ``COMMIT PREPARED`` / ``ROLLBACK PREPARED`` of that id.
 
-The state table (``ambrosia_sink_state`` unless told otherwise) holds one row per sink
-name: ``(sink, committed, last_txn, carry, context)``. A Phase2 whose prepared transaction
-PostgreSQL does not know is decided by that row: a commit is a success when the row names
-the transaction as the last committed and stands at its end (the commit went through and
-only its answer was lost); an abort is a success unless the row names it (then it was
-committed, and the abort is refused). Only the last committed transaction is
-remembered; the coordinator never settles an older one.
+The state table (``pgschema``) holds one row per sink name. A Phase2 whose prepared
+transaction PostgreSQL does not know is decided by that row: a commit is a success when
+the row names the transaction as the last committed and stands at its end (only its
+answer was lost); an abort is a success unless the row names it (then it was committed,
+and the abort is refused). Only the last committed transaction is remembered; the
+coordinator never settles an older one.
 
 The prepared transactions of this sink (``pg_prepared_xacts``, this database, the gid
 prefix) are read again on every new coordinator connection and every reconnect to the
@@ -36,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -48,56 +46,36 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ambrosia_core.loops import Backoff, said_at
 
 from .errors import SinkConfigError, SinkStateError, SinkUnavailableError
-from .pgrows import FORMATS, Column, RowFormat, RowFormatError, TableShape
-from .sinkserver import DATA_STREAM_ID, Prepared, SinkStore, Vote
+from .pgrows import RowFormat
+from .pgschema import (
+    DEFAULT_STATE_TABLE,
+    GID_PREFIX,
+    MAX_GID,
+    STATE,
+    check_name,
+    check_server,
+    ensure_table,
+    gid_of,
+    hold_name,
+    identifier,
+    insert_range,
+    load_state,
+    one_line,
+    parse_gid,
+    where,
+)
+from .sinkport import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
 __all__ = ["DEFAULT_STATE_TABLE", "GID_PREFIX", "PgSinkStore", "RowFormat", "gid_of",
            "parse_gid"]
 
-GID_PREFIX = "ambrosia-pgsink"
-DEFAULT_STATE_TABLE = "ambrosia_sink_state"
-MAX_GID = 199  # PostgreSQL's transaction identifiers are shorter than 200 bytes
 LOCK_TIMEOUT = "5s"  # a row held by a prepared transaction no one settled: vote no, not hang
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,63}")
-_STATE = TableShape("", (Column("sink", "text"), Column("committed", "bigint"),
-                         Column("last_txn", "text"), Column("carry", "bytea"),
-                         Column("context", "text")), key=("sink",))
 # Set on every connection unless the DSN says otherwise: a dead server or network is
 # noticed within seconds, not at the kernel's TCP timeout.
 _CONNECT_DEFAULTS = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5",
                      "keepalives_interval": "2", "keepalives_count": "3"}
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-
-def gid_of(sink: str, txn_id: str, start: int, end: int) -> str:
-    """The prepared transaction's global id: the sink, the range and the coordinator's
-    transaction id (last, as it may hold any character)."""
-    return f"{GID_PREFIX}:{sink}:{start}:{end}:{txn_id}"
-
-
-def parse_gid(sink: str, gid: str) -> Prepared | None:
-    """The transaction a gid of ``sink`` names, or None when it is not one of its."""
-    parts = gid.split(":", 4)
-    if (len(parts) != 5 or parts[0] != GID_PREFIX or parts[1] != sink
-            or not parts[2].isdigit() or not parts[3].isdigit()):
-        return None
-    return Prepared(parts[4], int(parts[2]), int(parts[3]))
-
-
-def one_line(err: BaseException) -> str:
-    """A database error in one line: its first line (libpq adds hints below it)."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return lines[0] if lines else type(err).__name__
-
-
-def _identifier(name: str, suffix: str = "") -> sql.Identifier:
-    """``name`` (``table`` or ``schema.table``) with ``suffix`` on the table's name."""
-    parts = name.split(".")
-    if len(parts) > 2 or not all(parts):
-        raise SinkConfigError(f"bad table name {name!r}: give TABLE or SCHEMA.TABLE")
-    parts[-1] += suffix
-    return sql.Identifier(*parts)
 
 
 class _LockHeldError(Exception):
@@ -127,9 +105,7 @@ class PgSinkStore(SinkStore):
                  state_table: str = DEFAULT_STATE_TABLE, max_pending: int = 256 << 20,
                  backoff_cap: float = 5.0,
                  on_step: Callable[[str], None] | None = None) -> None:
-        if not _NAME.fullmatch(name):
-            raise SinkConfigError(f"bad sink name {name!r}: 1 to 63 letters, digits, "
-                                  "'_', '.' or '-'")
+        check_name(name)
         try:
             params = conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as e:
@@ -140,9 +116,9 @@ class PgSinkStore(SinkStore):
         self.table = table
         self.name = name
         self.format = row_format
-        self._tables = {shape.suffix: (_identifier(table, shape.suffix), shape)
+        self._tables = {shape.suffix: (identifier(table, shape.suffix), shape)
                         for shape in row_format.tables}
-        self._state = _identifier(state_table)
+        self._state = identifier(state_table)
         self.max_pending = max_pending
         self._on_step = on_step or (lambda _step: None)
         self._backoff = Backoff(0.1, backoff_cap)
@@ -173,9 +149,9 @@ class PgSinkStore(SinkStore):
         except psycopg.Error as e:
             raise SinkConfigError(f"cannot connect to the database: {one_line(e)}") from None
         try:
-            await store._check_server(conn)
-            for ident, shape in (*store._tables.values(), (store._state, _STATE)):
-                await store._ensure_table(conn, ident, shape)
+            await check_server(conn)
+            for ident, shape in (*store._tables.values(), (store._state, STATE)):
+                await ensure_table(conn, ident, shape)
             await store._setup(conn)
         except _LockHeldError as e:
             await conn.close()
@@ -189,91 +165,18 @@ class PgSinkStore(SinkStore):
         store._conn = conn
         return store
 
-    async def _check_server(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        row = await (await conn.execute("SHOW max_prepared_transactions")).fetchone()
-        if row is None or int(row[0]) < 1:
-            raise SinkConfigError(
-                f"the database at {_where(conn)} allows no prepared transactions: set "
-                "max_prepared_transactions (e.g. to 10) in its configuration and restart it")
-
-    async def _ensure_table(self, conn: psycopg.AsyncConnection[Any], ident: sql.Identifier,
-                            shape: TableShape) -> None:
-        """Create the table if it is missing; refuse one of another shape: each column of
-        the shape with its type, the same primary key, and no other column that a row
-        without it would violate."""
-        await conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
-            ident,
-            sql.SQL(", ").join(sql.SQL("{} {} NOT NULL").format(sql.Identifier(c.name),
-                                                                 sql.SQL(c.type))
-                               for c in shape.columns),
-            sql.SQL(", ").join(map(sql.Identifier, shape.key))))
-        name = ident.as_string(conn)
-        cur = await conn.execute(
-            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), "
-            "a.attnotnull AND NOT a.atthasdef FROM pg_attribute a "
-            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
-            (name,))
-        found = {col: (typ, required) for col, typ, required in await cur.fetchall()}
-        for c in shape.columns:
-            if c.name not in found:
-                raise SinkConfigError(f"table {name} has no column {c.name} ({c.type}); "
-                                      f"this sink writes {_columns(shape)}")
-            if found[c.name][0] != c.type:
-                raise SinkConfigError(f"column {c.name} of table {name} is "
-                                      f"{found[c.name][0]}, not {c.type}")
-        extra = sorted(col for col, (_, required) in found.items()
-                       if required and col not in {c.name for c in shape.columns})
-        if extra:
-            raise SinkConfigError(f"table {name} has required columns this sink does not "
-                                  f"write: {', '.join(extra)}")
-        cur = await conn.execute(
-            "SELECT a.attname FROM pg_index i, unnest(i.indkey::int2[]) WITH ORDINALITY "
-            "AS k(attnum, n), pg_attribute a WHERE i.indrelid = to_regclass(%s) AND "
-            "i.indisprimary AND a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.n",
-            (name,))
-        key = tuple(r[0] for r in await cur.fetchall())
-        if key != shape.key:
-            raise SinkConfigError(f"table {name} has primary key ({', '.join(key) or 'none'}), "
-                                  f"not ({', '.join(shape.key)})")
-
     async def _setup(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """A new connection: hold the sink's name, set the lock timeout, read the state."""
-        self.where = _where(conn)
-        row = await (await conn.execute(
-            "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-            (f"{GID_PREFIX}:{self.name}",))).fetchone()
-        if row is None or not row[0]:
+        self.where = where(conn)
+        if not await hold_name(conn, self.name):
             raise _LockHeldError(f"another ambrosia-pgsink serves sink {self.name!r} in the "
                                  f"database at {self.where}")
         await conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         await self._reload(conn)
 
     async def _reload(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The committed offset and last transaction from the state row (made when
-        missing), and the prepared transactions of this sink: the in-doubt list."""
-        select = sql.SQL("SELECT committed, last_txn FROM {} WHERE sink = %s").format(
-            self._state)
-        row = await (await conn.execute(select, (self.name,))).fetchone()
-        if row is None:
-            await conn.execute(sql.SQL(
-                "INSERT INTO {} (sink, committed, last_txn, carry, context) "
-                "VALUES (%s, 0, '', '', '') ON CONFLICT (sink) DO NOTHING").format(self._state),
-                (self.name,))
-            row = await (await conn.execute(select, (self.name,))).fetchone()
-            assert row is not None
-        self.committed_offset, self.last_txn = int(row[0]), str(row[1])
-        cur = await conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-            "AND starts_with(gid, %s) ORDER BY prepared", (f"{GID_PREFIX}:{self.name}:",))
-        prepared = []
-        for (gid,) in await cur.fetchall():
-            p = parse_gid(self.name, gid)
-            if p is None:
-                log.warning("prepared transaction %r looks like this sink's but is not "
-                            "one of its ids; left alone", gid)
-            else:
-                prepared.append(p)
-        self.prepared = prepared
+        self.committed_offset, self.last_txn, self.prepared = await load_state(
+            conn, self._state, self.name)
 
     # ------------------------------------------------------------ the connection
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
@@ -410,7 +313,8 @@ class PgSinkStore(SinkStore):
         async def work(conn: psycopg.AsyncConnection[Any]) -> str:
             await conn.execute("BEGIN")
             try:
-                why = await self._insert(conn, txn_id, start, end, data)
+                why = await insert_range(conn, self._state, self.name, self._tables,
+                                         self.format, txn_id, start, end, data)
                 if why:
                     await conn.execute("ROLLBACK")
                     return why
@@ -430,42 +334,6 @@ class PgSinkStore(SinkStore):
         self.prepared = [Prepared(txn_id, start, end)]
         del self._buffer[:end - start]
         return Vote(True)
-
-    async def _insert(self, conn: psycopg.AsyncConnection[Any], txn_id: str, start: int,
-                      end: int, data: bytes) -> str:
-        """Inside the transaction: the rows of ``[start, end)`` and the state row moved to
-        ``end``. Returns why not, or "" when done."""
-        row = await (await conn.execute(sql.SQL(
-            "SELECT committed, carry, context FROM {} WHERE sink = %s FOR UPDATE").format(
-                self._state), (self.name,))).fetchone()
-        if row is None or row[0] != start:
-            return (f"the database's committed offset is {None if row is None else row[0]}, "
-                    f"not {start}")
-        text = bytes(row[1]) + data
-        pos = start - len(row[1])
-        whole = text.rfind(b"\n") + 1
-        lines = []
-        for line in text[:whole].split(b"\n")[:-1]:
-            lines.append((pos, line))
-            pos += len(line) + 1
-        try:
-            rows, context = self.format.rows(self.name, txn_id, lines, row[2])
-        except RowFormatError as e:
-            return str(e)
-        for suffix, values in rows.items():
-            if not values:
-                continue
-            ident, shape = self._tables[suffix]
-            async with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
-                    ident, sql.SQL(", ").join(sql.Identifier(c.name)
-                                              for c in shape.columns))) as copy:
-                for value in values:
-                    await copy.write_row(value)
-        await conn.execute(sql.SQL(
-            "UPDATE {} SET committed = %s, last_txn = %s, carry = %s, context = %s "
-            "WHERE sink = %s").format(self._state),
-            (end, txn_id, text[whole:], context, self.name))
-        return ""
 
     async def commit(self, txn_id: str) -> bool:
         p = next((p for p in self.prepared if p.txn_id == txn_id), None)
@@ -529,26 +397,3 @@ class PgSinkStore(SinkStore):
     async def close(self) -> None:
         if self._conn is not None:
             await self._drop(self._conn)
-
-
-def _where(conn: psycopg.AsyncConnection[Any]) -> str:
-    info = conn.info
-    host = info.host if info.host.startswith("/") else f"{info.host}:{info.port}"
-    return f"{info.dbname} on {host}"
-
-
-def _columns(shape: TableShape) -> str:
-    return "(" + ", ".join(f"{c.name} {c.type}" for c in shape.columns) + ")"
-
-
-def row_format(name: str) -> RowFormat:
-    """The row format called ``name``.
-
-    Raises:
-        SinkConfigError: no such format.
-    """
-    try:
-        return FORMATS[name]()
-    except KeyError:
-        raise SinkConfigError(f"no row format {name!r} (there are: "
-                              f"{', '.join(sorted(FORMATS))})") from None

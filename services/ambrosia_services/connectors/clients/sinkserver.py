@@ -18,29 +18,19 @@ time. Nothing is answered before the store made it durable.
 
 from __future__ import annotations
 
-import abc
-import argparse
 import asyncio
 import logging
-import os
-import signal
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 
-from ambrosia_core.addresses import Address, address_argument
-from ambrosia_core.errors import UsageError
-from ambrosia_core.metrics import MetricsError, MetricsServer, add_metrics_option
-from ambrosia_core.metrics import serve as serve_metrics
+from ambrosia_core.addresses import Address
 from ambrosia_core.tls import (
     Tls,
-    TlsOptions,
-    add_tls_options,
     describe_tls_error,
-    tls_from_args,
 )
 from ambrosia_core.wire import NEED_DATA
 from ambrosia_services.connectors import (
@@ -66,93 +56,19 @@ from ambrosia_services.connectors import (
     WorkersLeft,
 )
 
-from .errors import SinkConfigError, SinkStateError, SinkStorageError, SinkUnavailableError
-from .sinkmetrics import SinkCounts, sink_source
+from .errors import SinkStateError, SinkStorageError, SinkUnavailableError
+from .sinkmetrics import SinkCounts
+from .sinkport import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
 __all__ = ["DATA_STREAM_ID", "HANDSHAKE_SECONDS", "SINK_CREDITS", "Handler", "Prepared",
-           "SinkServer", "SinkStore", "Vote", "add_server_options", "listen", "serve"]
+           "SinkServer", "SinkStore", "Vote", "listen"]
 
-DATA_STREAM_ID = 1  # a sink's output travels on stream 1; stream 0 carries 2PC
 SINK_CREDITS = 500  # what Wallaroo's 2PC file sink granted; its peers ignore credits
-HANDSHAKE_SECONDS = 5.0  # how long a new connection may take to send its HELLO
+# How long a new connection may take to send its HELLO, and a linked one the rest of a frame
+# it began: a coordinator sends either in one write, so 5 s outlasts any pause of a loaded
+# host, and a stranger that connects and stays silent holds nothing for longer.
+HANDSHAKE_SECONDS = 5.0
 log = logging.getLogger(__name__)
-
-
-@attrs.frozen
-class Prepared:
-    """A transaction whose Phase1 this sink voted yes on: ``[start, end)`` of the output."""
-
-    txn_id: str
-    start: int
-    end: int
-
-
-@attrs.frozen
-class Vote:
-    """The answer to a Phase1, with the reason for a no (logged by the server)."""
-
-    commit: bool
-    reason: str = ""
-
-
-class SinkStore(abc.ABC):
-    """The durable side of a 2PC sink: its output, committed offset and prepared
-    transactions. The server calls it one request at a time and answers only after the
-    call returned, so whatever a call promised must be durable when it returns.
-
-    ``committed_offset`` is the end of the committed output; ``output_offset`` the next
-    byte's offset (committed + prepared + written since).
-    """
-
-    committed_offset: int
-    output_offset: int
-
-    @abc.abstractmethod
-    async def start_session(self) -> None:
-        """A new connection was accepted: bytes written but not prepared are dropped (the
-        peer sends them again from the offset its NOTIFY_ACK gets), and a store that can
-        lose track of its prepared transactions learns them again here."""
-
-    @abc.abstractmethod
-    def write(self, message_id: int, payload: bytes) -> bool:
-        """Take a data message whose id must be the output offset.
-
-        Returns False (and keeps nothing) for an id beyond the output offset: data was
-        lost in between, so the next Phase1 votes no.
-
-        Raises:
-            SinkStateError: an id below the output offset (a duplicate).
-        """
-
-    @abc.abstractmethod
-    async def prepare(self, txn_id: str, ranges: Sequence[tuple[int, int, int]]) -> Vote:
-        """Phase1: vote on ``ranges`` (stream id, start, end); a yes is durable first."""
-
-    @abc.abstractmethod
-    async def commit(self, txn_id: str) -> bool:
-        """Phase2 commit. Returns False when ``txn_id`` was committed already (a repeated
-        Phase2: nothing to do).
-
-        Raises:
-            SinkStateError: ``txn_id`` is neither prepared nor the last committed.
-        """
-
-    @abc.abstractmethod
-    async def abort(self, txn_id: str) -> None:
-        """Phase2 abort: drop the uncommitted bytes of ``txn_id`` and after it, never
-        below the committed offset (nor below a different prepared transaction).
-
-        Raises:
-            SinkStateError: ``txn_id`` was committed already.
-        """
-
-    @abc.abstractmethod
-    async def uncommitted(self) -> list[str]:
-        """The transactions prepared and not yet decided (ListUncommitted's answer)."""
-
-    @abc.abstractmethod
-    async def close(self) -> None:
-        """Release what the store holds (files, locks, connections)."""
 
 
 class _RefusedError(Exception):
@@ -398,24 +314,6 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         pass  # the peer is gone already
 
 
-def add_server_options(p: argparse.ArgumentParser, default_port: int) -> None:
-    """The options every sink command shares: where it listens, the cookie, limits."""
-    p.add_argument("--listen", type=address_argument(allow_port_zero=True),
-                   default=Address("127.0.0.1", default_port), metavar="[HOST:]PORT",
-                   help=f"where to listen (default 127.0.0.1:{default_port}; port 0 picks "
-                   "one)")
-    p.add_argument("--cookie", default="", help="the cookie a HELLO must carry")
-    p.add_argument("--max-frame-size", type=int, default=DEFAULT_MAX_FRAME_SIZE,
-                   metavar="BYTES",
-                   help=f"the largest frame accepted (default {DEFAULT_MAX_FRAME_SIZE})")
-    p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_SECONDS,
-                   metavar="SECONDS", help="how long a new connection may take to send its "
-                   "HELLO, and a linked one the rest of a frame it began, before it is "
-                   f"closed (default {HANDSHAKE_SECONDS:g})")
-    add_metrics_option(p, what="the sink's")
-    add_tls_options(p)
-
-
 #: What serves one accepted connection.
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -432,77 +330,3 @@ async def listen(address: Address, handler: Handler, tls: Tls | None,
         handler, address.host, address.port, timeout=handshake_seconds,
         refused=lambda why: log.warning("refused a connection: %s", why),
         start_serving=start_serving)
-
-
-async def serve(open_store: Callable[[], Awaitable[SinkStore]], args: argparse.Namespace,
-                describe: Callable[[SinkStore], str]) -> None:
-    """Serve the store ``open_store`` opens as the options in ``args`` say, until SIGINT
-    or SIGTERM (an ordinary stop) or until the store fails for good (raised).
-
-    Everything the options can be refused for is refused before the store is opened
-    (which may create its directory or its tables): the TLS files, listening beyond
-    loopback without TLS, the metrics address and the listening address. ``describe``
-    says what the store is in the "listening on" line.
-
-    Raises:
-        SinkConfigError: the options cannot be used, or the address cannot be listened
-            on (one line).
-    """
-    # (args made by hand, not by add_server_options, may lack the TLS options)
-    try:
-        options = (tls_from_args(args) if hasattr(args, "tls_cert") else TlsOptions())
-        options.check_listen(args.listen.host, "the sink", log.warning)
-        tls = options.load()
-    except UsageError as e:
-        raise SinkConfigError(str(e)) from None
-    try:
-        # (args made by hand, not by add_server_options, may lack the option)
-        metrics = serve_metrics(getattr(args, "metrics", None))
-    except MetricsError as e:
-        raise SinkConfigError(str(e)) from None
-    try:
-        sinks: list[SinkServer] = []  # the one sink, once its store is open
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await sinks[0]._serve(reader, writer)
-
-        try:
-            server = await listen(args.listen, handle, tls, args.handshake_timeout,
-                                  start_serving=False)
-        except OSError as e:
-            raise SinkConfigError(f"--listen {args.listen}: cannot listen there: "
-                                  f"{os.strerror(e.errno) if e.errno else e}") from None
-        store: SinkStore | None = None
-        try:
-            async with server:  # closed before the store
-                store = await open_store()
-                await _serve(store, server, args, tls, metrics, describe(store), sinks)
-        finally:
-            if store is not None:
-                await store.close()
-    finally:
-        if metrics is not None:
-            metrics.close()
-
-
-async def _serve(store: SinkStore, server: asyncio.Server, args: argparse.Namespace,
-                 tls: Tls | None, metrics: MetricsServer | None, what: str,
-                 sinks: list[SinkServer]) -> None:
-    sink = SinkServer(store, cookie=args.cookie.encode(), max_frame_size=args.max_frame_size,
-                      handshake_seconds=args.handshake_timeout, tls=tls)
-    sinks.append(sink)
-    if metrics is not None:
-        metrics.add(sink_source(sink))
-    await server.start_serving()
-    host, port = server.sockets[0].getsockname()[:2]
-    log.info("listening on %s%s (%s)", Address(host, port), " over TLS" if tls else "", what)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-    failing: asyncio.Future[Any] = sink.failed
-    await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
-    if sink.failed.done():
-        raise sink.failed.result()

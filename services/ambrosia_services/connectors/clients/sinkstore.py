@@ -29,100 +29,24 @@ and answers nothing before its writes are durable anyway.
 
 from __future__ import annotations
 
-import enum
 import fcntl
 import logging
 import os
-import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-import attrs
-import xxhash
-
 from ambrosia_core.durable import fsync_dir, make_dirs
 
 from .errors import SinkStateError, SinkStoreCorruptError
-from .sinkserver import DATA_STREAM_ID, Prepared, SinkStore, Vote
+from .sinkport import DATA_STREAM_ID, Prepared, SinkStore, Vote
+from .txnlog import TxnLogKind, TxnLogRecord, decode_txnlog
 
-__all__ = ["DATA_STREAM_ID", "FileSinkStore", "LogKind", "LogRecord", "Prepared", "Vote"]
+__all__ = ["DATA_STREAM_ID", "FileSinkStore", "Prepared", "Vote"]
 
-_HEAD = struct.Struct(">I")
-_CHECK = struct.Struct(">Q")
-_RANGE = struct.Struct(">QQ")
-_MAX_BODY: Final = 1 + 2 + 0xFFFF + _RANGE.size
 _COPY_CHUNK: Final = 1 << 20
 
 log = logging.getLogger(__name__)
-
-
-class LogKind(enum.IntEnum):
-    PREPARE = 1
-    COMMIT = 2
-    ABORT = 3
-
-
-@attrs.frozen
-class LogRecord:
-    kind: LogKind
-    txn_id: str
-    start: int
-    end: int
-
-    def encode(self) -> bytes:
-        txn = self.txn_id.encode("utf-8")
-        body = bytes([self.kind]) + struct.pack(">H", len(txn)) + txn
-        body += _RANGE.pack(self.start, self.end)
-        head = _HEAD.pack(len(body)) + body
-        return head + _CHECK.pack(xxhash.xxh64_intdigest(head))
-
-
-def decode_log(data: bytes) -> tuple[list[LogRecord], int]:
-    """The records of a txn log and the length of its good prefix.
-
-    A record cut short, or failing its check at the very end of ``data``, is a torn
-    last write and ends the good prefix.
-
-    Raises:
-        SinkStoreCorruptError: a damaged record with more bytes after it.
-    """
-    records: list[LogRecord] = []
-    pos = 0
-    while pos < len(data):
-        if pos + _HEAD.size > len(data):
-            break
-        (n,) = _HEAD.unpack_from(data, pos)
-        end = pos + _HEAD.size + n + _CHECK.size
-        if n > _MAX_BODY:
-            if end >= len(data):
-                break  # a length torn mid-write
-            raise SinkStoreCorruptError(f"txnlog record at byte {pos} claims {n} bytes")
-        if end > len(data):
-            break
-        (check,) = _CHECK.unpack_from(data, end - _CHECK.size)
-        record = _decode_body(data[pos + _HEAD.size : end - _CHECK.size])
-        if check != xxhash.xxh64_intdigest(data[pos : end - _CHECK.size]) or record is None:
-            if end == len(data):
-                break
-            raise SinkStoreCorruptError(f"txnlog record at byte {pos} fails its check bytes")
-        records.append(record)
-        pos = end
-    return records, pos
-
-
-def _decode_body(body: bytes) -> LogRecord | None:
-    if len(body) < 3 + _RANGE.size or body[0] not in LogKind._value2member_map_:
-        return None
-    (size,) = struct.unpack_from(">H", body, 1)
-    if len(body) != 3 + size + _RANGE.size:
-        return None
-    try:
-        txn = body[3 : 3 + size].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    start, end = _RANGE.unpack_from(body, 3 + size)
-    return LogRecord(LogKind(body[0]), txn, start, end)
 
 
 class FileSinkStore(SinkStore):
@@ -173,20 +97,20 @@ class FileSinkStore(SinkStore):
     # ---------------------------------------------------------------- recovery
     def _recover(self) -> None:
         data = _read_all(self._log)
-        records, good = decode_log(data)
+        records, good = decode_txnlog(data)
         if good < len(data):
             log.warning("txnlog: ignoring a torn last record (%d bytes)", len(data) - good)
             os.ftruncate(self._log, good)
             os.fsync(self._log)
-        last_commit: LogRecord | None = None
+        last_commit: TxnLogRecord | None = None
         for r in records:
-            if r.kind is LogKind.PREPARE:
+            if r.kind is TxnLogKind.PREPARE:
                 if r.start != self.committed_offset or self.prepared is not None:
                     raise SinkStoreCorruptError(f"txnlog: PREPARE {r.txn_id!r} out of order")
                 self.prepared = Prepared(r.txn_id, r.start, r.end)
             elif self.prepared is None or self.prepared.txn_id != r.txn_id:
                 raise SinkStoreCorruptError(f"txnlog: {r.kind.name} of unprepared {r.txn_id!r}")
-            elif r.kind is LogKind.COMMIT:
+            elif r.kind is TxnLogKind.COMMIT:
                 self.committed_offset = r.end
                 self.last_committed = r.txn_id
                 self.prepared = None
@@ -323,7 +247,7 @@ class FileSinkStore(SinkStore):
             fsync_dir(self.directory)
             self._dir_dirty = False
         self._on_step("pending-synced")
-        self._append(LogRecord(LogKind.PREPARE, txn_id, start, end))
+        self._append(TxnLogRecord(TxnLogKind.PREPARE, txn_id, start, end))
         self.prepared = Prepared(txn_id, start, end)
         self._on_step("prepare-logged")
         return Vote(True)
@@ -342,7 +266,7 @@ class FileSinkStore(SinkStore):
             if p is None and txn_id == self.last_committed:
                 return False
             raise SinkStateError(f"Phase2 commit of {txn_id!r}, which is not prepared here")
-        self._append(LogRecord(LogKind.COMMIT, txn_id, p.start, p.end))
+        self._append(TxnLogRecord(TxnLogKind.COMMIT, txn_id, p.start, p.end))
         self._on_step("commit-logged")
         if p.end > p.start:
             assert self._pending is not None
@@ -367,7 +291,7 @@ class FileSinkStore(SinkStore):
         if p is None and txn_id == self.last_committed:
             raise SinkStateError(f"Phase2 abort of {txn_id!r}, which is committed")
         if p is not None and p.txn_id == txn_id:
-            self._append(LogRecord(LogKind.ABORT, txn_id, p.start, p.end))
+            self._append(TxnLogRecord(TxnLogKind.ABORT, txn_id, p.start, p.end))
             self.prepared = p = None
             self._on_step("abort-logged")
         self._discard_to(p.end if p is not None else self.committed_offset)
@@ -388,7 +312,7 @@ class FileSinkStore(SinkStore):
         os.close(self._lock)  # releases the flock
 
     # ---------------------------------------------------------------- helpers
-    def _append(self, record: LogRecord) -> None:
+    def _append(self, record: TxnLogRecord) -> None:
         os.write(self._log, record.encode())  # O_APPEND: always after the good prefix
         os.fsync(self._log)
 

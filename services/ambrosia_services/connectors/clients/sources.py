@@ -21,7 +21,7 @@ import attrs
 
 from .errors import FeedSourceError
 
-__all__ = ["FileSource", "IteratorSource", "Record", "RecordSource", "stream_id_of"]
+__all__ = ["FileSource", "IteratorSource", "FeedRecord", "RecordSource", "stream_id_of"]
 
 
 def stream_id_of(name: str) -> int:
@@ -31,7 +31,7 @@ def stream_id_of(name: str) -> int:
 
 
 @attrs.frozen
-class Record:
+class FeedRecord:
     message_id: int
     payload: bytes
     key: bytes = b""
@@ -51,7 +51,7 @@ class RecordSource(Protocol):
 
     def resume(self, por: int | None) -> None: ...
 
-    def next_record(self) -> Record | None:
+    def next_record(self) -> FeedRecord | None:
         """The next record, or None when there is none now (or ever, once finished)."""
 
     def acked(self, por: int) -> None: ...
@@ -125,12 +125,12 @@ class FileSource:
                 )
         self._offset, self._skip_next, self._last_id = por, True, por
 
-    def next_record(self) -> Record | None:
+    def next_record(self) -> FeedRecord | None:
         if self.message_bytes > 0:
             return self._next_lines()
         return self._next_line()
 
-    def _next_lines(self) -> Record | None:
+    def _next_lines(self) -> FeedRecord | None:
         """Whole lines, as many as fit in ``message_bytes`` (one longer line alone)."""
         f = self._open()
         while True:
@@ -144,13 +144,13 @@ class FileSource:
                 self._skip_next = False
                 self._offset += chunk.index(b"\n") + 1
                 continue
-            record = Record(self._offset + chunk.rfind(b"\n", 0, end - 1) + 1, chunk,
+            record = FeedRecord(self._offset + chunk.rfind(b"\n", 0, end - 1) + 1, chunk,
                             self.key)
             self._offset += end
             self._last_id = record.message_id
             return record
 
-    def _next_line(self) -> Record | None:
+    def _next_line(self) -> FeedRecord | None:
         f = self._open()
         while True:
             f.seek(self._offset)
@@ -162,7 +162,7 @@ class FileSource:
             if not line or (self.follow and not line.endswith(b"\n")):
                 self._at_eof = True
                 return None
-            record = Record(self._offset, line, self.key)
+            record = FeedRecord(self._offset, line, self.key)
             self._offset += len(line)
             self._last_id = record.message_id
             if self._skip_next:
@@ -209,8 +209,8 @@ class IteratorSource:
         self.name = name
         self.stream_id = stream_id_of(name) if stream_id is None else stream_id
         self._it: Iterator[tuple[int, bytes] | tuple[int, bytes, bytes]] = iter(records)
-        self._unacked: deque[Record] = deque()  # sent, not yet acknowledged
-        self._replay: deque[Record] = deque()  # to send again after a resume
+        self._unacked: deque[FeedRecord] = deque()  # sent, not yet acknowledged
+        self._replay: deque[FeedRecord] = deque()  # to send again after a resume
         self._skip_through = -1  # iterator records at or below this id were applied
         self._acked_through = -1  # records at or below this id were acknowledged, dropped
         self._newest = -1  # the last id the iterator gave, to check that ids rise
@@ -237,20 +237,20 @@ class IteratorSource:
         self._unacked.clear()
         self._skip_through = max(self._skip_through, floor)
 
-    def next_record(self) -> Record | None:
+    def next_record(self) -> FeedRecord | None:
         record = self._replay.popleft() if self._replay else self._pull()
         if record is not None:
             self._unacked.append(record)
         return record
 
-    def _pull(self) -> Record | None:
+    def _pull(self) -> FeedRecord | None:
         while not self._exhausted:
             try:
                 item = next(self._it)
             except StopIteration:
                 self._exhausted = True
                 return None
-            record = Record(*item)
+            record = FeedRecord(*item)
             if record.message_id <= self._newest:
                 raise FeedSourceError(
                     f"stream {self.name!r}: message id {record.message_id} does not rise "

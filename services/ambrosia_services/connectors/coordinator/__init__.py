@@ -3,8 +3,8 @@ protocol v3 streams from sources and commits output to 2PC sinks exactly once. S
 README beside this package."""
 
 from .config import CoordinatorConfig, CoordinatorConfigError
-from .core import FROM_START, Applied, CoordinatorCore, SinkRecord, StreamRecord
+from .core import FROM_START, Applied, ConnectorCore, SinkRecord, StreamRecord
 from .immortal import ConnectorCoordinator
 
 __all__ = ["FROM_START", "Applied", "ConnectorCoordinator", "CoordinatorConfig",
-           "CoordinatorConfigError", "CoordinatorCore", "SinkRecord", "StreamRecord"]
+           "CoordinatorConfigError", "ConnectorCore", "SinkRecord", "StreamRecord"]

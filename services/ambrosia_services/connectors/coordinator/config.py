@@ -1,6 +1,6 @@
 """The coordinator's configuration, read from ``ctx.config`` and checked with one-line
 errors. Only ``decision_part()`` reaches the state (through the ``configure`` Impulse);
-the rest (addresses, credits, sizes of reads) shapes the primary's I/O only."""
+the rest (addresses, sizes of reads) shapes the primary's I/O only."""
 
 from __future__ import annotations
 
@@ -17,10 +17,17 @@ from ..frame_reader import DEFAULT_MAX_FRAME_SIZE
 
 __all__ = ["CoordinatorConfig", "CoordinatorConfigError", "parse_address"]
 
-_KEYS = ("listen", "advertise", "cookie", "credits", "sinks", "interval_bytes",
-         "interval_seconds", "max_frame_size", "batch_messages", "status_file",
-         "status_seconds", "handshake_seconds", "max_sources", "staging", "backlog_bytes",
-         "segment_bytes", "tls")
+_KEYS = ("listen", "advertise", "cookie", "sinks", "interval_bytes", "interval_seconds",
+         "max_frame_size", "status_file", "status_seconds", "max_sources", "staging",
+         "backlog_bytes", "tls")
+# Settings that were keys once and are fixed now (a constructor argument for tests): a
+# configuration that still names one is refused, saying why, rather than ignored.
+_DROPPED = {
+    "credits": "a source's credits are fixed at 1000",
+    "batch_messages": "a receive Impulse carries at most 512 MESSAGEs (fixed)",
+    "handshake_seconds": "a source's HELLO must come within 10 s (fixed)",
+    "segment_bytes": "a staged segment is closed at 64 MiB (fixed)",
+}
 
 
 class CoordinatorConfigError(UsageError):
@@ -102,18 +109,23 @@ class CoordinatorConfig:
         listen: where sources connect ("host:port"; port 0: any free port).
         advertise: the address sent in RESTART when this primary stops ("" = none).
         cookie: the cookie sources and sinks must present ("" = none).
-        credits: OK's initial credits for a source.
+        credits: OK's initial credits for a source (not a key: 1000 MESSAGEs may be
+            unanswered, the window bench_connectors measures its throughput with; the
+            backlog bound, ``backlog_bytes``, is what holds a source back).
         sinks: sink name -> "host:port" of its 2PC sink server.
         interval_bytes: a transaction is cut when this much output is pending.
         interval_seconds: ... or when pending output is this old.
         max_frame_size: the largest frame accepted from a peer.
-        batch_messages: the most MESSAGEs carried by one ``receive`` Impulse.
+        batch_messages: the most MESSAGEs carried by one ``receive`` Impulse (not a key:
+            512: half of a source's credits, so a source's window spans two Impulses and
+            it is never waiting on one whole log write).
         status_file: a JSON file rewritten with live counters ("" = none; `ambrosia run`
             sets status.json in the instance directory when the configuration names none).
         status_seconds: how often the summary is logged and the status file rewritten.
         handshake_seconds: how long a source may take to send its HELLO, or the rest of
             a frame it began, before it is closed (a connected source may idle between
-            frames for as long as it likes).
+            frames for as long as it likes). Not a key: a feed sends either in one write,
+            so 10 s outlasts any pause of a loaded host.
         max_sources: the most source connections at once; one more is refused.
         staging: the staging root: received messages are written to segment files there
             and only references to them are logged ("" = payloads are logged, for a
@@ -121,7 +133,9 @@ class CoordinatorConfig:
             For runners on other hosts, a path that they and Spark's executors see.
         backlog_bytes: with staging, credits go back to the sources only while the staged
             bytes not yet committed are fewer than this (back-pressure).
-        segment_bytes: a staged segment is closed at this size and the next one begun.
+        segment_bytes: a staged segment is closed at this size and the next one begun
+            (not a key: at 64 MiB a segment's fsync and rename are rare next to its writes,
+            and a removed segment frees its space soon enough).
         tls: the ``[tls]`` table (cert, key, ca, insecure; ``ambrosia_core.tls``): the
             source listener, the sink links and the job links speak TLS with it, and
             without it the listener stays on loopback unless ``insecure``.
@@ -162,6 +176,11 @@ class CoordinatorConfig:
         Raises:
             CoordinatorConfigError: an unknown key, or a bad value (one line naming it).
         """
+        dropped = sorted(set(config) & set(_DROPPED))
+        if dropped:
+            raise CoordinatorConfigError(
+                f"{dropped[0]} is no longer a configuration key: {_DROPPED[dropped[0]]}; "
+                "remove it")
         unknown = sorted(set(config) - set(_KEYS))
         if unknown:
             raise CoordinatorConfigError(f"unknown configuration key(s) {', '.join(unknown)} "

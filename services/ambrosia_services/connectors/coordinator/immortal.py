@@ -32,7 +32,7 @@ from ambrosia_py import Immortal, impulse, rpc
 from ambrosia_services.staging import Ref
 
 from .config import CoordinatorConfig, CoordinatorConfigError
-from .core import Applied, CoordinatorCore, Incoming, IncomingRef
+from .core import Applied, ConnectorCore, Incoming, IncomingRef
 from .live import Live
 
 __all__ = ["ConnectorCoordinator"]
@@ -60,7 +60,7 @@ class ConnectorCoordinator(Immortal):
     default_status_file: ClassVar[bool] = True
 
     def __init__(self) -> None:
-        self.core = CoordinatorCore()
+        self.core = ConnectorCore()
         self._live: Live | None = None  # the primary's I/O; never part of the state
 
     # ------------------------------------------------------------ the output hook
@@ -175,7 +175,7 @@ class ConnectorCoordinator(Immortal):
         return self.core.to_state()
 
     def load_state(self, state: Any) -> None:
-        self.core = CoordinatorCore.from_state(state)
+        self.core = ConnectorCore.from_state(state)
 
     # ------------------------------------------------------------ inputs
     @impulse

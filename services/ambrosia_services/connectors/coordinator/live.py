@@ -29,7 +29,7 @@ from ambrosia_services.staging import SegmentWriter, segment_names
 
 from .commits import CommitClock
 from .config import CoordinatorConfig
-from .core import CoordinatorCore
+from .core import ConnectorCore
 from .metrics import ConnectorMetrics
 from .sinks import SinkLink
 from .sources import SourceListener
@@ -80,7 +80,7 @@ class RecentErrors(logging.Handler):
 class Owner(Protocol):
     """What the primary's side reads of its immortal (``ConnectorCoordinator``)."""
 
-    core: CoordinatorCore  # read anew each time: an upgrade or a load may replace it
+    core: ConnectorCore  # read anew each time: an upgrade or a load may replace it
 
     @property
     def ctx(self) -> ImmortalContext: ...
@@ -147,7 +147,7 @@ class Live:
         return {name: self.cfg.sinks[name] for name, rec in sorted(self._core().sinks.items())
                 if rec.active and name in self.cfg.sinks}
 
-    def _core(self) -> CoordinatorCore:
+    def _core(self) -> ConnectorCore:
         return self.owner.core  # read anew: an upgrade or a load may replace it
 
     def _applied(self) -> int:

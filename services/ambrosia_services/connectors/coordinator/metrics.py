@@ -18,7 +18,7 @@ from typing import Any
 from ambrosia_core.metrics import DURATION_BUCKETS, Families, Histogram
 
 from .commits import Commit
-from .core import FROM_START, CoordinatorCore, Incoming, IncomingRef
+from .core import FROM_START, ConnectorCore, Incoming, IncomingRef
 from .sources import SourceListener
 
 __all__ = ["ConnectorMetrics"]
@@ -32,7 +32,7 @@ class ConnectorMetrics:
         instance_name: the label of every metric.
     """
 
-    def __init__(self, core: Callable[[], CoordinatorCore], instance_name: str) -> None:
+    def __init__(self, core: Callable[[], ConnectorCore], instance_name: str) -> None:
         self._core = core
         self.instance_name = instance_name
         self.received: dict[int, int] = {}  # stream id -> messages sent to the log, this life

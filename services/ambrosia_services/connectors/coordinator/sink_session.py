@@ -120,7 +120,7 @@ class Decided:
 Action = Write | ReportUncommitted | ReportVote | Linked | Read | Decided
 
 
-class Phase(enum.Enum):
+class SinkPhase(enum.Enum):
     """Where the conversation is: what it waits for."""
 
     GREETING = "OK to our HELLO"
@@ -152,7 +152,7 @@ class SinkSession:
         self.name = name
         self.instance = instance
         self.rtag = rtag
-        self.phase = Phase.GREETING
+        self.phase = SinkPhase.GREETING
         self._conn = ConnectorConnection(Role.CONNECTOR, cookie=cookie, twopc=True,
                                          max_frame_size=max_frame_size)
         self._cookie = cookie
@@ -195,14 +195,14 @@ class SinkSession:
         Raises:
             SinkLinkError: they are not as long as the transaction.
         """
-        if self.phase is not Phase.READING:
+        if self.phase is not SinkPhase.READING:
             raise RuntimeError(f"no transaction is being read (waiting for {self.phase.value})")
         if len(data) != self._end - self._start:
             raise SinkLinkError(f"transaction {self._txn}: {len(data)} bytes where "
                                 f"{self._end - self._start} were emitted")
         frames = [Message(SINK_STREAM_ID, self._start + off, data[off:off + CHUNK])
                   for off in range(0, len(data), CHUNK)]
-        self.phase = Phase.VOTING
+        self.phase = SinkPhase.VOTING
         return [self._write(*frames, Phase1(self._txn, (Where(SINK_STREAM_ID, self._start,
                                                                self._end),)))]
 
@@ -210,41 +210,41 @@ class SinkSession:
     def _advance(self, rec: SinkRecord | None, out: list[Action]) -> None:
         """One step of the conversation, if what it waits for is there."""
         phase = self.phase
-        if phase is Phase.GREETING:
+        if phase is SinkPhase.GREETING:
             if self._expect(Ok) is not None:
                 out.append(self._write(ListUncommitted(self.rtag)))
-                self.phase = Phase.LISTING
-        elif phase is Phase.LISTING:
+                self.phase = SinkPhase.LISTING
+        elif phase is SinkPhase.LISTING:
             listed = self._expect(ReplyUncommitted)
             if listed is not None:
                 out.append(ReportUncommitted(self.rtag, tuple(listed.txn_ids)))
-                self.phase = Phase.SETTLING
-        elif phase is Phase.SETTLING:
+                self.phase = SinkPhase.SETTLING
+        elif phase is SinkPhase.SETTLING:
             self._only_credits()
             if rec is not None and rec.settled_rtag == self.rtag:
                 self._start = rec.committed
                 out.append(self._write(*(Phase2(t, c) for t, c in rec.settlement),
                                        Notify(SINK_STREAM_ID, self.name, rec.committed)))
-                self.phase = Phase.NOTIFYING
-        elif phase is Phase.NOTIFYING:
+                self.phase = SinkPhase.NOTIFYING
+        elif phase is SinkPhase.NOTIFYING:
             ack = self._expect(NotifyAck)
             if ack is not None:
                 out.append(self._linked(ack))
-                self.phase = Phase.IDLE
-        elif phase is Phase.IDLE:
+                self.phase = SinkPhase.IDLE
+        elif phase is SinkPhase.IDLE:
             self._only_credits()
             if rec is not None and rec.txn_id:
                 self._txn, self._start, self._end = rec.txn_id, rec.committed, rec.txn_end
                 out.append(Read(self._txn, tuple(rec.txn_parts())))
-                self.phase = Phase.READING
-        elif phase is Phase.VOTING:
+                self.phase = SinkPhase.READING
+        elif phase is SinkPhase.VOTING:
             reply = self._expect(TwoPCReply)
             if reply is not None:
                 if reply.txn_id != self._txn:
                     raise SinkLinkError(f"the sink voted on {reply.txn_id!r}, not {self._txn!r}")
                 out.append(ReportVote(self._txn, reply.commit))
-                self.phase = Phase.DECIDING
-        elif phase is Phase.DECIDING:
+                self.phase = SinkPhase.DECIDING
+        elif phase is SinkPhase.DECIDING:
             self._only_credits()
             if rec is not None and self._txn not in rec.decided and rec.txn_id == self._txn:
                 return  # not decided yet
@@ -253,7 +253,7 @@ class SinkSession:
                 raise SinkLinkError(f"transaction {self._txn} was settled elsewhere")
             out.append(self._write(Phase2(self._txn, decision)))
             out.append(Decided(self._txn, decision))
-            self.phase = Phase.IDLE if decision else Phase.OVER
+            self.phase = SinkPhase.IDLE if decision else SinkPhase.OVER
 
     def _linked(self, ack: NotifyAck) -> Linked:
         if not ack.success:

@@ -27,7 +27,7 @@ from ambrosia_services.staging import Ref, StagingError, read_block
 
 from ..errors import ConnectorProtocolError
 from .config import CoordinatorConfig, parse_address
-from .core import CoordinatorCore, SinkRecord
+from .core import ConnectorCore, SinkRecord
 from .sink_session import (
     Action,
     Decided,
@@ -66,7 +66,7 @@ class SinkLink:
             clock).
     """
 
-    def __init__(self, name: str, core: Callable[[], CoordinatorCore], cfg: CoordinatorConfig,
+    def __init__(self, name: str, core: Callable[[], ConnectorCore], cfg: CoordinatorConfig,
                  instance: str, send_uncommitted: Callable[[str, int, list[str]], None],
                  send_voted: Callable[[str, str, bool], None],
                  log: logging.LoggerAdapter[Any],

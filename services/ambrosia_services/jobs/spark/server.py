@@ -21,7 +21,8 @@ The confs it sets, and why (measured with pyspark 4.3.0):
 (the pip package has no start-master.sh) for a Connect server started with
 ``master=cluster.url``: the cluster path of users who outgrow one machine.
 
-Command line: ``python -m ambrosia_services.jobs.spark.server --port P [--master URL] [--log DIR]``;
+Command line: ``python -m ambrosia_services.jobs.spark.server --listen [HOST]:PORT
+[--master URL] [--log-dir DIR]``;
 without pyspark (the ``spark`` extra: its ``spark-submit`` and jars) it says so in one
 line and exits 1. No pyspark import: only processes.
 """
@@ -29,35 +30,41 @@ line and exits 1. No pyspark import: only processes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import ipaddress
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Final, TextIO
+from typing import IO, Final
 
-from tqdm import tqdm
-
-from ambrosia_core.addresses import Address
+from ambrosia_core.addresses import Address, address_argument
 from ambrosia_core.loops import Backoff
-from ambrosia_core.processes import stop_process
 
 from ..errors import SparkServerError
+from .cluster import StandaloneCluster
 from .jar import JarBuildError, staged_source_jar
+from .processes import (
+    StartProgress,
+    port_open,
+    spark_env,
+    spark_tool,
+    stop_group,
+    wait_for_port,
+)
 
 __all__ = [
     "CONNECT_SERVER_CLASS",
     "DEFAULT_CONFS",
     "ConnectServer",
     "StandaloneCluster",
+    "StartProgress",
+    "port_open",
     "spark_env",
     "spark_tool",
     "wait_for_port",
@@ -72,113 +79,6 @@ DEFAULT_CONFS: Final[Mapping[str, str]] = {
     "spark.ui.enabled": "false",
 }
 
-
-def spark_tool(name: str) -> str:
-    """The path of ``spark-submit``/``spark-class`` beside this interpreter (the venv's)."""
-    here = Path(sys.executable).parent / name
-    if here.is_file():
-        return str(here)
-    found = shutil.which(name)
-    if found is None:
-        raise SparkServerError(f"{name} not found beside {sys.executable} nor on PATH")
-    return found
-
-
-def spark_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment Spark processes get: loopback only, never ``MASTER`` (PySpark reads
-    it and ``.remote()`` then fails), the venv's bin first on PATH, no daemonizing."""
-    env = {k: v for k, v in os.environ.items() if k != "MASTER"}
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    env["SPARK_NO_DAEMONIZE"] = "1"
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(extra or {})
-    return env
-
-
-def port_open(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-def wait_for_port(
-    host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None,
-    tick: Callable[[float], None] | None = None,
-) -> None:
-    """Wait until ``host:port`` accepts connections; ``tick`` is told the seconds waited.
-
-    Raises:
-        SparkServerError: the process exited first, or the time ran out.
-    """
-    start = time.monotonic()
-    deadline = start + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise SparkServerError(
-                f"process {process.pid} exited with {process.returncode} before port {port} opened"
-            )
-        if port_open(host, port):
-            return
-        if tick is not None:
-            tick(time.monotonic() - start)
-        time.sleep(0.1)
-    raise SparkServerError(f"port {Address(host, port)} did not open within {timeout:.0f} s")
-
-
-class StartProgress:
-    """The JVM's silent start-up, shown on a terminal as a bar of the seconds waited
-    against the last start's (kept beside the log), so that it has a time left; quiet
-    anywhere else.
-
-    Args:
-        record: the file that keeps the last start's seconds.
-        terminal: draw the bar (default: when ``out`` is a terminal).
-        out: where the bar is drawn (stderr).
-        redraw: the fewest seconds between two drawings.
-    """
-
-    def __init__(self, record: Path, *, terminal: bool | None = None,
-                 out: TextIO | None = None, redraw: float = 0.5) -> None:
-        self.record = record
-        self.redraw = redraw
-        self.out = sys.stderr if out is None else out
-        self.terminal = self.out.isatty() if terminal is None else terminal
-        self._bar: tqdm[None] | None = None
-
-    def last(self) -> float | None:
-        """The last start's seconds, if one was recorded."""
-        try:
-            return float(self.record.read_text())
-        except (OSError, ValueError):
-            return None
-
-    def tick(self, elapsed: float) -> None:
-        if not self.terminal:
-            return
-        if self._bar is None:
-            last = self.last()
-            self._bar = tqdm(total=round(last, 1) if last else None,
-                             desc="starting Spark Connect", unit="s", file=self.out,
-                             bar_format="{desc}: {bar} {n:.1f}/{total} s, about "
-                                        "{remaining} left" if last else
-                             "{desc}: {n:.1f} s (the first start: no time left known)",
-                             leave=False, mininterval=self.redraw)
-        self._bar.update(round(elapsed, 1) - self._bar.n)
-
-    def done(self, elapsed: float | None) -> None:
-        """The start ended; ``elapsed`` (when it succeeded) is kept for the next one."""
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-        if elapsed is not None:
-            with contextlib.suppress(OSError):
-                self.record.write_text(f"{elapsed:.1f}\n")
-
-
-def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM to its process group (the JVM and what it started), then SIGKILL of the
-    group after ``grace`` seconds."""
-    stop_process(process, grace, terminate_group=True)
 
 
 class ConnectServer:
@@ -268,7 +168,7 @@ class ConnectServer:
             wait_for_port(self.host, self.port, self.start_timeout, process, shown.tick)
         except BaseException:  # not up, or a stop asked meanwhile: the JVM goes too
             shown.done(None)
-            _stop(process, 5)
+            stop_group(process, 5)
             raise
         shown.done(time.monotonic() - started)
         return process
@@ -341,7 +241,7 @@ class ConnectServer:
         self._stopping.set()
         with self._lock:
             if self._process is not None:
-                _stop(self._process, grace)
+                stop_group(self._process, grace)
         if self._supervisor is not None:
             self._supervisor.join(grace)
         if self._log is not None:
@@ -356,120 +256,20 @@ class ConnectServer:
         self.stop()
 
 
-class StandaloneCluster:
-    """A standalone master and one worker on 127.0.0.1 (``spark-class``).
-
-    Args:
-        master_port: the master's RPC port.
-        cores: the worker's cores (set ``spark.cores.max`` on apps that share it).
-        memory: the worker's memory, e.g. ``"2g"``.
-        log_dir: where ``master.log`` and ``worker.log`` go.
-        work_dir: the worker's work directory (default: ``log_dir/work``).
-    """
-
-    def __init__(
-        self,
-        master_port: int,
-        *,
-        cores: int = 2,
-        memory: str = "2g",
-        log_dir: str | os.PathLike[str] = ".",
-        work_dir: str | os.PathLike[str] | None = None,
-        start_timeout: float = 60.0,
-    ) -> None:
-        self.master_port = master_port
-        self.cores = cores
-        self.memory = memory
-        self.log_dir = Path(log_dir)
-        self.work_dir = Path(work_dir) if work_dir is not None else self.log_dir / "work"
-        self.start_timeout = start_timeout
-        self._processes: list[subprocess.Popen[bytes]] = []
-        self._logs: list[IO[bytes]] = []
-
-    @property
-    def url(self) -> str:
-        return f"spark://127.0.0.1:{self.master_port}"
-
-    def _spawn(self, args: Sequence[str], log_name: str) -> subprocess.Popen[bytes]:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / log_name, "ab")  # noqa: SIM115 (open for the process's life)
-        self._logs.append(log)
-        process = subprocess.Popen(
-            [spark_tool("spark-class"), *args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=spark_env(),
-            start_new_session=True,
-        )
-        self._processes.append(process)
-        return process
-
-    def start(self) -> None:
-        """Start the master, wait for its port, start the worker and wait until it has
-        registered (the master's log says so).
-
-        Raises:
-            SparkServerError: a process exited or did not come up in time.
-        """
-        try:
-            master = self._spawn(
-                ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                 "--port", str(self.master_port), "--webui-port", "0"],
-                "master.log",
-            )
-            wait_for_port("127.0.0.1", self.master_port, self.start_timeout, master)
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-            worker = self._spawn(
-                ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                 "--cores", str(self.cores), "--memory", self.memory,
-                 "--webui-port", "0", "--work-dir", str(self.work_dir)],
-                "worker.log",
-            )
-            self._wait_registered(worker)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_registered(self, worker: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        log = self.log_dir / "master.log"
-        while time.monotonic() < deadline:
-            if worker.poll() is not None:
-                raise SparkServerError(f"the worker exited with {worker.returncode}")
-            if b"Registering worker" in log.read_bytes():
-                return
-            time.sleep(0.2)
-        raise SparkServerError(f"no worker registered within {self.start_timeout:.0f} s")
-
-    def stop(self, grace: float = 10.0) -> None:
-        for process in reversed(self._processes):
-            _stop(process, grace)
-        self._processes.clear()
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
-
-    def __enter__(self) -> StandaloneCluster:
-        self.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ambrosia_services.jobs.spark.server",
         description="Run and supervise a Spark Connect server until stopped.",
     )
-    parser.add_argument("--port", type=int, required=True, help="the gRPC port")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="the address to listen on, which runners on other hosts "
-                             "connect to (default 127.0.0.1); Spark Connect has no "
-                             "authentication here: keep it on a private network")
+    parser.add_argument("--listen", required=True, metavar="[HOST]:PORT",
+                        type=address_argument(default_host="127.0.0.1"),
+                        help="where the gRPC server listens (:PORT for 127.0.0.1), which "
+                             "runners on other hosts connect to; Spark Connect has "
+                             "no authentication here: keep it on a private network")
     parser.add_argument("--master", default="local[2]", help="local[N] or spark://host:port")
-    parser.add_argument("--log", default=".", help="directory for connect-server.log")
+    parser.add_argument("--log-dir", default=".",
+                        help="directory for connect-server.log (default: the current one)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     if not _pyspark_installed():
@@ -482,10 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep:
             parser.error(f"--conf {item!r} is not KEY=VALUE")
         confs[key] = value
-    server = ConnectServer(args.port, host=args.host, master=args.master, log_dir=args.log,
+    host, port = args.listen.host, args.listen.port
+    server = ConnectServer(port, host=host, master=args.master, log_dir=args.log_dir,
                            confs=confs)
-    if not _loopback(args.host):
-        print(f"warning: Spark Connect at {args.host}:{args.port} accepts anyone who can "
+    if not _loopback(host):
+        print(f"warning: Spark Connect at {args.listen} accepts anyone who can "
               "reach it (no authentication): keep it on a private network", file=sys.stderr)
     stop = threading.Event()
 

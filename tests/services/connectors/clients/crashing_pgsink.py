@@ -18,6 +18,7 @@ from ambrosia_services.connectors.clients import pgsink
 
 
 def main() -> None:
+    pgsink.BACKOFF_CAP = 0.3  # a database the test restarts is found again at once
     split = sys.argv.index("--")
     ours, theirs = sys.argv[1:split], sys.argv[split + 1:]
     hook = argparse.ArgumentParser()

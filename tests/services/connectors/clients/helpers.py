@@ -52,7 +52,7 @@ class SinkProcess:
 
     def __init__(self, directory: Path, log: Path, *, port: int = 0, cookie: str = "",
                  crash_at: str | None = None, crash_after: int = 1,
-                 extra: Sequence[str] = ()) -> None:
+                 handshake_seconds: float | None = None, extra: Sequence[str] = ()) -> None:
         self.directory, self.log = directory, log
         module = "ambrosia_services.connectors.clients.filesink"
         args = [sys.executable, "-m", module, "--listen", f"127.0.0.1:{port}",
@@ -60,6 +60,9 @@ class SinkProcess:
         if crash_at is not None:
             args[2] = "tests.services.connectors.clients.crashing_sink"
             args += ["--crash-at", crash_at, "--crash-after", str(crash_after)]
+        elif handshake_seconds is not None:  # the sink's constant, set for this process
+            args[2:3] = ["tests.services.tuned", module, "ambrosia_services.connectors."
+                         f"clients.sinkserver.HANDSHAKE_SECONDS={handshake_seconds}", "--"]
         self.mark = log.stat().st_size if log.exists() else 0
         with log.open("ab") as out:
             self.proc = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=out)
@@ -108,8 +111,11 @@ class PgSinkProcess(SinkProcess):
                  kill_group: int = 0, extra: Sequence[str] = ()) -> None:
         self.dsn, self.log, self.table = dsn, log, table
         options = ["--listen", f"127.0.0.1:{port}", "--dsn", dsn, "--table", table,
-                   "--cookie", cookie, "--backoff-cap", "0.3", *extra]
-        args = [sys.executable, "-m", "ambrosia_services.connectors.clients.pgsink", *options]
+                   "--cookie", cookie, *extra]
+        # A database restarted by a test is found again within 0.3 s (BACKOFF_CAP).
+        module = "ambrosia_services.connectors.clients.pgsink"
+        args = [sys.executable, "-m", "tests.services.tuned", module,
+                f"{module}.BACKOFF_CAP=0.3", "--", *options]
         if crash_at is not None:
             args = [sys.executable, "-m", "tests.services.connectors.clients.crashing_pgsink",
                     "--crash-at", crash_at, "--crash-after", str(crash_after),

@@ -24,6 +24,8 @@ from ....pki import make_pki
 from .helpers import ROOT, free_port
 from .worker import Worker, drop, error, restart_to
 
+FEED = "ambrosia_services.connectors.clients.feed"
+
 LINES = [b"a\n", b"bb\n", b"ccc\n", b"d\n", b"eeeee\n", b"f\n"]
 OFFSETS = [0, 2, 5, 9, 11, 17]
 
@@ -300,8 +302,8 @@ def test_a_plain_feed_at_a_tls_listener_stops_in_one_line(tmp_path: Path) -> Non
         server = await ours.tls().start_server(never, "127.0.0.1", 0, refused=refused.append)
         port = server.sockets[0].getsockname()[1]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ambrosia_services.connectors.clients.feed",
-            "--to", f"127.0.0.1:{port}", "--backoff-cap", "0.05", "--once", str(path),
+            sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.05", "--",
+            "--to", f"127.0.0.1:{port}", "--once", str(path),
             cwd=ROOT, stderr=asyncio.subprocess.PIPE,
             env={k: v for k, v in os.environ.items() if not k.startswith("AMBROSIA_TLS_")},
         )

@@ -238,7 +238,7 @@ def test_a_silent_stranger_never_holds_the_sink_and_a_newer_link_takes_over(
     it holds nothing until its HELLO, and is closed when none comes in time; a second
     accepted link replaces the first (a coordinator that reconnected is the live one)."""
     sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log", cookie="secret",
-                       extra=["--handshake-timeout", "1"])
+                       handshake_seconds=1)
     stranger = socket.create_connection(("127.0.0.1", sink.port), timeout=10)
     try:
         first = SinkClient(sink.port, cookie=b"secret")
@@ -269,8 +269,7 @@ def test_a_silent_stranger_never_holds_the_sink_and_a_newer_link_takes_over(
 
 def test_a_linked_peer_that_stops_mid_frame_is_closed_and_idle_ones_are_not(
         tmp_path: Path) -> None:
-    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log",
-                       extra=["--handshake-timeout", "1"])
+    sink = SinkProcess(tmp_path / "out", tmp_path / "sink.log", handshake_seconds=1)
     try:
         idle = SinkClient(sink.port)
         idle.handshake()

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from ambrosia_services.connectors import ConnectorCoordinator
+from ambrosia_services.connectors import ConnectorCoordinator, CoordinatorConfig
 from ambrosia_services.staging import Ref
+
+from ..tuned_app import tuned_config
 
 
 class StagedSummary(ConnectorCoordinator):
@@ -18,6 +20,9 @@ class StagedSummary(ConnectorCoordinator):
     def __init__(self) -> None:
         super().__init__()
         self.held: list[list[Any]] = []  # [{sink: end of its line}, ref], in order
+
+    def coordinator_config(self) -> CoordinatorConfig:
+        return tuned_config(self.ctx.config)  # a [tuning] table: small segments
 
     def on_staged(self, stream_id: int, refs: Sequence[Ref]) -> None:
         for ref in refs:

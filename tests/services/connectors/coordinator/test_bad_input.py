@@ -106,7 +106,7 @@ def test_silent_and_half_sent_sources_are_closed_in_time_and_their_number_is_bou
         launcher: Launcher, tmp_path: Path) -> None:
     sink = MemorySink(cookie=COOKIE)
     (port,) = free_ports(1)
-    p = start(launcher, tmp_path, sink, port, cookie="secret", handshake_seconds=1.0,
+    p = start(launcher, tmp_path, sink, port, cookie="secret", **{"tuning.handshake_seconds": 1.0},
               max_sources=3)
     silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
     half = Source(port, cookie=COOKIE)

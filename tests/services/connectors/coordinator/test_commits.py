@@ -4,13 +4,13 @@ oldest byte to its commit, through aborts, on the real core's records."""
 from __future__ import annotations
 
 from ambrosia_services.connectors.coordinator.commits import Commit, CommitClock
-from ambrosia_services.connectors.coordinator.core import CoordinatorCore
+from ambrosia_services.connectors.coordinator.core import ConnectorCore
 
 S = 1_000_000_000  # ns
 
 
-def _core() -> CoordinatorCore:
-    core = CoordinatorCore()
+def _core() -> ConnectorCore:
+    core = ConnectorCore()
     core.configure({"sinks": ["a", "b"], "interval_bytes": 1 << 20, "interval_seconds": 5.0},
                    "me")
     return core

@@ -34,8 +34,14 @@ def test_an_ipv6_listen_address_goes_in_brackets() -> None:
     ({"listen": "nohost"}, 'listen must be "host:port"'),
     ({"listen": "h:70000"}, 'listen must be "host:port"'),
     ({"listen": "::1:7100"}, "an IPv6 host goes in brackets"),
-    ({"credits": 0}, "credits must be an integer >= 1"),
-    ({"credits": "5"}, "credits must be an integer >= 1"),
+    ({"max_sources": 0}, "max_sources must be an integer >= 1"),
+    ({"max_sources": "5"}, "max_sources must be an integer >= 1"),
+    # Tuning that was a key once: named, with the value it is fixed at, not ignored.
+    ({"credits": 5}, "credits is no longer a configuration key: a source's credits are "
+                     "fixed at 1000; remove it"),
+    ({"batch_messages": 64, "listen": "h:1"}, "batch_messages is no longer a configuration"),
+    ({"handshake_seconds": 1}, "handshake_seconds is no longer a configuration key"),
+    ({"segment_bytes": 8192}, "segment_bytes is no longer a configuration key"),
     ({"interval_seconds": 0}, "interval_seconds must be a number of seconds > 0"),
     ({"sinks": {"out": 5}}, 'sinks.out must be a "host:port" string'),
     ({"sinks": "out"}, "sinks must be a table"),

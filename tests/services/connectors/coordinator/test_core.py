@@ -9,7 +9,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from ambrosia_services.connectors.coordinator.core import FROM_START, CoordinatorCore
+from ambrosia_services.connectors.coordinator.core import FROM_START, ConnectorCore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +43,7 @@ class Harness:
     """Drives a core the way the transports would, recording every input."""
 
     def __init__(self) -> None:
-        self.core = CoordinatorCore()
+        self.core = ConnectorCore()
         self.inputs: list[tuple[str, tuple[Any, ...]]] = []
         self.sinks = {s: Sink() for s in SINKS}
         self.next_id: dict[int, int] = {}
@@ -115,7 +115,7 @@ class Harness:
             assert not self.core.sinks[name].pending
 
 
-def call(core: CoordinatorCore, method: str, args: tuple[Any, ...]) -> None:
+def call(core: ConnectorCore, method: str, args: tuple[Any, ...]) -> None:
     if method == "configure":
         core.configure(*args)
     elif method == "receive":
@@ -128,7 +128,7 @@ def call(core: CoordinatorCore, method: str, args: tuple[Any, ...]) -> None:
         getattr(core, method)(*args)
 
 
-def state_bytes(core: CoordinatorCore) -> bytes:
+def state_bytes(core: ConnectorCore) -> bytes:
     return msgpack.packb(core.to_state(), use_bin_type=True)
 
 
@@ -152,7 +152,7 @@ def test_committed_output_is_every_message_once_in_order(steps: list[Any],
         h.step(action)
     # A checkpoint here, loaded by a new life that is then given the same inputs.
     checkpoint = msgpack.unpackb(state_bytes(h.core), raw=False, strict_map_key=False)
-    resumed = CoordinatorCore.from_state(checkpoint)
+    resumed = ConnectorCore.from_state(checkpoint)
     assert state_bytes(resumed) == state_bytes(h.core)
     mark = len(h.inputs)
     for action in steps[cut:]:
@@ -167,7 +167,7 @@ def test_committed_output_is_every_message_once_in_order(steps: list[Any],
         assert per_stream == {s: list(range(n)) for s, n in h.next_id.items() if n}
         assert h.core.sinks[name].committed == len(h.sinks[name].committed)
     # Replays: from the start, and from the checkpoint, give the same state.
-    again = CoordinatorCore()
+    again = ConnectorCore()
     for method, args in h.inputs:
         call(again, method, args)
     assert state_bytes(again) == state_bytes(h.core)
@@ -177,7 +177,7 @@ def test_committed_output_is_every_message_once_in_order(steps: list[Any],
 
 
 def test_resent_messages_are_dropped_and_the_point_of_reference_moves() -> None:
-    core = CoordinatorCore()
+    core = ConnectorCore()
     core.configure(SETTINGS, "me")
     runs = core.receive([(7, "s", 5, 0, b"", b"x"), (7, "s", 5, 0, b"", b"x"),
                          (7, "s", 3, 0, b"", b"y"), (7, "s", 9, 0, b"", b"z")])
@@ -193,7 +193,7 @@ def test_resent_messages_are_dropped_and_the_point_of_reference_moves() -> None:
 
 
 def test_a_vote_no_keeps_the_bytes_for_a_new_transaction() -> None:
-    core = CoordinatorCore()
+    core = ConnectorCore()
     core.configure({"sinks": ["a"], "interval_bytes": 4, "interval_seconds": 1.0}, "me")
     core.emit("a", b"hello", 0)
     core.cut_due(0)
@@ -209,7 +209,7 @@ def test_a_vote_no_keeps_the_bytes_for_a_new_transaction() -> None:
 
 
 def test_emit_to_an_unknown_sink_names_the_configured_ones() -> None:
-    core = CoordinatorCore()
+    core = ConnectorCore()
     core.configure(SETTINGS, "me")
     with pytest.raises(KeyError, match="configured: a, b"):
         core.emit("nope", b"x", 0)
@@ -244,7 +244,7 @@ def test_pending_output_mixes_bytes_and_staged_blocks_and_commits_them_in_order(
 def test_staged_output_holds_its_blocks_until_the_sink_commits_them() -> None:
     from ambrosia_services.staging import Ref
 
-    core = CoordinatorCore()
+    core = ConnectorCore()
     core.configure({"sinks": ["s"], "interval_bytes": 1, "interval_seconds": 1.0}, "i")
     run = [["five", *Ref(5, 1, 2, 2, 10, "i.x-1.seg", 8, 70, 1, 2).to_list()]]
     ((_sid, refs),) = core.receive_staged(run)
@@ -262,14 +262,14 @@ def test_a_tick_is_wanted_exactly_when_it_would_cut() -> None:
     """The primary's timer asks the core (``wants_tick``) rather than keeping a copy of the
     cut rule: whenever it says yes a tick cuts a transaction, and whenever it says no a
     tick changes nothing."""
-    core = CoordinatorCore()
+    core = ConnectorCore()
     core.configure({"sinks": ["s", "t"], "interval_bytes": 100, "interval_seconds": 1.0}, "i")
     assert not core.wants_tick(10**12)  # nothing emitted
     core.emit("s", b"x" * 10, 5 * 10**9)
     for now, wanted in ((5 * 10**9, False), (6 * 10**9 - 1, False), (6 * 10**9, True)):
         assert core.wants_tick(now) is wanted
         before = core.to_state()
-        probe = CoordinatorCore.from_state(before)
+        probe = ConnectorCore.from_state(before)
         probe.tick(now)
         assert (probe.to_state() != before) is wanted
     core.tick(6 * 10**9)

@@ -11,18 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
-from ambrosia_services.connectors import ConnectorCoordinator, EosMessage, Restart
+from ambrosia_services.connectors import EosMessage, Restart
 
 from ambrosia_core.ports import free_ports
 from ambrosia_py.testing import ImmortalProcess, repro
 from tests.launcher import Launcher, wait_until
 
+from ..tuned_app import TunedCoordinator
 from .peers import FROM_START, Feed, MemorySink, Source, lines
 
 pytestmark = pytest.mark.integration
 
 N_LINES = 3000
-TARGET = "connectors"  # the shipped service by its short name
+# The shipped service, with its fixed settings open to a test's --set tuning.KEY=VALUE.
+TARGET = "tests.services.connectors.tuned_app:TunedCoordinator"
 
 
 def start(launcher: Launcher, tmp_path: Path, sink: MemorySink, port: int,
@@ -81,7 +83,7 @@ def test_lines_are_committed_once_in_order_and_acked_after_apply(
     assert isinstance(src.next(), Restart)  # an ordinary stop tells sources to reconnect
     # The log replays to the same state and outputs, with no configuration at all: the
     # configuration reached the state only through the logged configure Impulse.
-    replay = repro("coord", ConnectorCoordinator, home=launcher.home)
+    replay = repro("coord", TunedCoordinator, home=launcher.home)
     assert replay.status == "ok"
     assert replay.state.core.streams[5].por == 120
     assert replay.state.core.sinks["out"].committed == len(expected(5, 120))
@@ -98,7 +100,7 @@ def test_kill_9_mid_stream_commits_every_line_once(launcher: Launcher,
     rng = random.Random()
     sink = MemorySink()
     (port,) = free_ports(1)
-    p = start(launcher, tmp_path, sink, port, batch_messages=16)
+    p = start(launcher, tmp_path, sink, port, **{"tuning.batch_messages": 16})
     feeds = [Feed(port, sid, N_LINES, chunk=10, pause=0.01) for sid in (1, 2)]
     for round_ in range(4):
         time.sleep(rng.uniform(0.2, 0.6))
@@ -106,7 +108,7 @@ def test_kill_9_mid_stream_commits_every_line_once(launcher: Launcher,
             os.kill(coordinator_pid(p), signal.SIGKILL)  # the coordinator alone
             p.proc.wait(20)
         p.kill()  # the binding (with whatever is left of the group)
-        p = start(launcher, tmp_path, sink, port, batch_messages=16)
+        p = start(launcher, tmp_path, sink, port, **{"tuning.batch_messages": 16})
     for f in feeds:
         f.join(60)
         assert len(f.resumes) > 1  # it was cut off mid-stream at least once

@@ -40,11 +40,14 @@ def append(path: Path, stream: str, start: int, n: int) -> None:
         f.write(b"".join(line(stream, i) for i in range(start, start + n)))
 
 
+FEED = "ambrosia_services.connectors.clients.feed"
+
+
 def feed(tmp: Path, log: str, *args: str) -> subprocess.Popen[bytes]:
     with (tmp / log).open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--backoff-cap",
-             "0.05", "--poll-interval", "0.01", *args],
+            [sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.05",
+             f"{FEED}.POLL_SECONDS=0.01", "--", *args],
             cwd=tmp, stdout=out, stderr=out,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                 [str(ROOT), os.environ.get("PYTHONPATH", "")])))

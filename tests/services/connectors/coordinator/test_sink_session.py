@@ -15,11 +15,11 @@ from ambrosia_services.connectors.coordinator.sink_session import (
     CHUNK,
     Decided,
     Linked,
-    Phase,
     Read,
     ReportUncommitted,
     ReportVote,
     SinkLinkError,
+    SinkPhase,
     SinkSession,
     Write,
 )
@@ -109,7 +109,7 @@ def _linked(committed: int = 0, sink_offset: int | None = None
 def test_a_first_connection_lists_waits_for_the_state_then_notifies() -> None:
     session, sink = _session()
     sink.take([session.start()])
-    assert session.step(None) == [] and session.phase is Phase.GREETING  # no OK yet
+    assert session.step(None) == [] and session.phase is SinkPhase.GREETING  # no OK yet
     session.receive_data(sink.say(Ok(100)))
     assert sink.take(session.step(None)) == [ListUncommitted(RTAG)]
     session.receive_data(sink.say(ReplyUncommitted(RTAG, ("t-3", "t-4"))))
@@ -122,7 +122,7 @@ def test_a_first_connection_lists_waits_for_the_state_then_notifies() -> None:
                                                 Notify(1, "out", 40)]
     session.receive_data(sink.say(NotifyAck(True, 1, 40)))
     assert session.step(settled) == [Linked(40, 40)]
-    assert session.phase is Phase.IDLE
+    assert session.phase is SinkPhase.IDLE
 
 
 def test_a_transaction_is_read_sent_voted_and_decided_in_turn() -> None:
@@ -146,7 +146,7 @@ def test_a_transaction_is_read_sent_voted_and_decided_in_turn() -> None:
     actions = session.step(rec)
     assert actions[1:] == [Decided("inst-out-1", True)]
     assert sink.take(actions) == [Phase2("inst-out-1", True)]
-    assert session.phase is Phase.IDLE
+    assert session.phase is SinkPhase.IDLE
 
 
 def test_an_abort_ends_the_conversation() -> None:
@@ -160,7 +160,7 @@ def test_an_abort_ends_the_conversation() -> None:
     rec.txn_id = ""
     actions = session.step(rec)
     assert sink.take(actions) == [Phase2("t", False)]
-    assert actions[-1] == Decided("t", False) and session.phase is Phase.OVER
+    assert actions[-1] == Decided("t", False) and session.phase is SinkPhase.OVER
     assert session.step(rec) == []
 
 
@@ -199,7 +199,7 @@ def test_what_the_sink_says_that_cannot_be_gone_on_from() -> None:
                                             "committed: refusing to send a transaction"):
         session.step(rec)
     # Below the committed offset: a restarted sink that keeps its offset in memory.
-    assert _linked(committed=10, sink_offset=0)[0].phase is Phase.IDLE
+    assert _linked(committed=10, sink_offset=0)[0].phase is SinkPhase.IDLE
 
     session, sink, rec = _linked()
     rec.pending, rec.txn_id, rec.txn_end = Pending([b"abc"]), "t", 3

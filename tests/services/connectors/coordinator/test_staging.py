@@ -27,6 +27,7 @@ from .peers import Feed, MemorySink, Source, lines
 pytestmark = pytest.mark.integration
 
 TARGET = "tests.services.connectors.coordinator.staged_app:StagedSummary"
+TUNED = "tests.services.connectors.tuned_app:TunedCoordinator"  # with a [tuning] table
 
 
 def start(launcher: Launcher, tmp_path: Path, sink: MemorySink, port: int,
@@ -36,7 +37,8 @@ def start(launcher: Launcher, tmp_path: Path, sink: MemorySink, port: int,
         cfg.write_text(f'listen = "127.0.0.1:{port}"\ninterval_bytes = 200\n'
                        f'interval_seconds = 0.2\nstatus_seconds = 0.3\n'
                        f'status_file = "{tmp_path / "status.json"}"\n'
-                       f'staging = "{tmp_path / "staging"}"\nsegment_bytes = 8192\n'
+                       f'staging = "{tmp_path / "staging"}"\n'
+                       f'[tuning]\nsegment_bytes = 8192\n'
                        f'[sinks]\nout = "127.0.0.1:{sink.port}"\n')
     args = ["--config", str(cfg)]
     for k, v in extra.items():
@@ -74,7 +76,7 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
     rng = random.Random()
     sink = MemorySink()
     (port,) = free_ports(1)
-    p = start(launcher, tmp_path, sink, port, batch_messages=16)
+    p = start(launcher, tmp_path, sink, port, **{"tuning.batch_messages": 16})
     staging = tmp_path / "staging"
     feeds = [Feed(port, sid, N_LINES, chunk=10, pause=0.01) for sid in (1, 2)]
     stray = "staged.0badc0ffee00-1.seg"  # an earlier life's, that died before its Impulse
@@ -89,7 +91,7 @@ def test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments
         if round_ == 2:
             (staging / stray).write_bytes(MAGIC + b"a block nobody references")
             (staging / foreign).write_bytes(MAGIC + b"not this instance's to delete")
-        p = start(launcher, tmp_path, sink, port, batch_messages=16)
+        p = start(launcher, tmp_path, sink, port, **{"tuning.batch_messages": 16})
     for f in feeds:
         f.join(90)
         assert len(f.resumes) > 1
@@ -170,11 +172,12 @@ def test_the_connector_coordinator_commits_staged_payloads_exactly_through_kill_
     cfg.write_text(f'listen = "127.0.0.1:{port}"\ninterval_bytes = 2000\n'
                    f'interval_seconds = 0.2\nstatus_seconds = 0.3\n'
                    f'status_file = "{tmp_path / "status.json"}"\n'
-                   f'staging = "{tmp_path / "staging"}"\nsegment_bytes = 8192\n'
-                   f'batch_messages = 16\n[sinks]\nout = "127.0.0.1:{sink.port}"\n')
+                   f'staging = "{tmp_path / "staging"}"\n'
+                   f'[tuning]\nsegment_bytes = 8192\nbatch_messages = 16\n'
+                   f'[sinks]\nout = "127.0.0.1:{sink.port}"\n')
 
     def start_plain() -> ImmortalProcess:
-        p = launcher.start("ambrosia_services.connectors:ConnectorCoordinator", "plain",
+        p = launcher.start(TUNED, "plain",
                            args=["--config", str(cfg)])
         p.wait_for("listening for sources")
         return p
@@ -231,7 +234,7 @@ def test_a_full_staging_root_is_said_and_nothing_is_lost_or_doubled(
     cfg.write_text(f'listen = "127.0.0.1:{port}"\ninterval_bytes = 200\n'
                    f'interval_seconds = 0.2\nstatus_seconds = 0.3\n'
                    f'status_file = "{tmp_path / "status.json"}"\n'
-                   f'staging = "{small_disk}"\nsegment_bytes = 16384\n'
+                   f'staging = "{small_disk}"\n[tuning]\nsegment_bytes = 16384\n'
                    f'[sinks]\nout = "127.0.0.1:{sink.port}"\n')
     p = start(launcher, tmp_path, sink, port)
     n = 40_000  # about 620 KiB of lines: more than the root holds

@@ -35,6 +35,8 @@ from tests.launcher import ROOT, Launcher, launcher, wait_until  # noqa: F401 - 
 from .conftest import free_port
 from .pipeline_app import WordCountPipelineV2
 
+FEED = "ambrosia_services.connectors.clients.feed"
+
 pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(400),
               pytest.mark.integration, pytest.mark.slow]
 
@@ -136,8 +138,8 @@ class PipelineRun:
         for path in self.inputs:
             path.write_text("")
         self.feed = subprocess.Popen(
-            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
-             f"127.0.0.1:{ports['listen']}", "--backoff-cap", "0.5", *map(str, self.inputs)],
+            [sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.5",
+             "--", "--to", f"127.0.0.1:{ports['listen']}", *map(str, self.inputs)],
             cwd=ROOT, stderr=open(tmp_path / "feed.log", "wb"))  # noqa: SIM115
         self.written: list[str] = []
 

@@ -207,7 +207,7 @@ def test_a_new_primary_gets_a_committed_result_again_from_batch_zero(
         runners, words, tmp_path: Path) -> None:
     # 1 KiB credit, 512-byte batches: the runner is held back after two batches until the
     # consumer asks for more, so the first link dies with the stream half sent.
-    runner = runners(extra=("--credits", "1024", "--batch-bytes", "512"))
+    runner = runners()  # it offers its defaults; the initiator the small terms
     address = RunnerAddress(runner.member, "127.0.0.1", runner.port)
     text, expected = words
     attempt = Attempt("failover", 1)
@@ -215,7 +215,7 @@ def test_a_new_primary_gets_a_committed_result_again_from_batch_zero(
     async def scenario() -> list[LinkEvent]:
         old = InitiatorJobs(COORDINATOR)
         seen: list[LinkEvent] = []
-        async with JobLinks(old, [address], initial_credits=1024) as links:
+        async with JobLinks(old, [address], initial_credits=1024, batch_bytes=512) as links:
             job = links.start("wordcount", plan_params(attempt, {"input": str(text)}),
                               [runner.member])
             await until(links, (Deliver,), seen)
@@ -223,7 +223,7 @@ def test_a_new_primary_gets_a_committed_result_again_from_batch_zero(
         new = InitiatorJobs(COORDINATOR, next_local_id=old.next_local_id,
                             records=old.records())
         seen = []
-        async with JobLinks(new, [address], initial_credits=1024) as links:
+        async with JobLinks(new, [address], initial_credits=1024, batch_bytes=512) as links:
             held = await until(links, (Held,), seen)
             assert held == Held(runner.member, (job,), ())
             done = await until(links, (JobDone, JobCancelled), seen)

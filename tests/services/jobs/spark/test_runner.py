@@ -31,7 +31,7 @@ from ambrosia_services.jobs.attempts import (
     reconcile,
 )
 from ambrosia_services.jobs.link import Connected, Held, JobLinks, LinkEvent, RunnerAddress
-from ambrosia_services.jobs.transport import exchange_hello
+from ambrosia_services.jobs.transport import Hello, exchange_hello
 
 from tests.launcher import wait_until
 
@@ -62,15 +62,18 @@ def result_rows(seen: list[LinkEvent], job: object) -> bytes:
 
 def test_wordcount_through_a_runner_is_exact_and_streams_in_credited_batches(
         runners, words, tmp_path: Path) -> None:
-    # Small batches and credit so the result must wait for grants: 4 KiB credit, 1 KiB batches.
-    runner = runners(extra=("--credits", "4096", "--batch-bytes", "1024"))
+    # Small batches and credit so the result must wait for grants: 4 KiB credit, 1 KiB
+    # batches, offered by the initiator alone; the runner offers its defaults (1 MiB,
+    # 64 KiB), so a runner that ignored the hellos' agreement would send a batch past the
+    # credit and the link would break with CreditExceededError.
+    runner = runners()
     text, expected = words
     attempt = Attempt("wc", 1)
 
     async def scenario() -> list[LinkEvent]:
         links = JobLinks(InitiatorJobs(COORDINATOR),
                          [RunnerAddress(runner.member, "127.0.0.1", runner.port)],
-                         initial_credits=4096)
+                         initial_credits=4096, batch_bytes=1024)
         seen: list[LinkEvent] = []
         async with links:
             await until(links, (Held,), seen)
@@ -187,7 +190,7 @@ def test_a_batch_before_start_is_retained_and_one_after_cancel_discarded_over_tc
 
     async def scenario() -> list[JobMessage]:
         reader, writer = await asyncio.open_connection("127.0.0.1", runner.port)
-        assert await exchange_hello(reader, writer, COORDINATOR) == runner.member
+        assert (await exchange_hello(reader, writer, Hello(COORDINATOR))).peer == runner.member
         conn = JobConnection(Role.INITIATOR, Role.PARTICIPANT)
         # No job takes input yet, so both jobs name no known job: the runner refuses them
         # (a cancel request), yet the early batch is delivered first and so credited.
