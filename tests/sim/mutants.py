@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
+from ambrosia_ic.coordinator import commit_plan
+from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
@@ -143,6 +145,27 @@ def _checked_always(buf: Any, pos: int, body_end: int, end: int) -> bool:
     return True
 
 
+def _move_never_switching(pending: int, switch_wanted: bool) -> Move:
+    """The committer ignores a wanted log switch: it only takes records."""
+    return Move.TAKE if pending else Move.IDLE
+
+
+_links = commit_plan.links
+
+
+def _links_never_resumed(full: bool, pending: int, draining: bool,
+                         limit: int = commit_plan.MAX_PENDING) -> Links:
+    """Back-pressure that never resumes: links paused once stay paused."""
+    todo = _links(full, pending, draining, limit)
+    return Links.HOLD if todo is Links.RESUME else todo
+
+
+def _links_never_paused(full: bool, pending: int, draining: bool,
+                        limit: int = commit_plan.MAX_PENDING) -> Links:
+    """Back-pressure that never pauses: links are read however far the log is behind."""
+    return Links.RESUME
+
+
 MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a resent record's overlap is queued again": (LinkIntake, "take", _take_whole),
     "a record is delivered before it is synced": (StandaloneSink, "write", _write_unsynced),
@@ -166,4 +189,8 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                    _chain_as_found),
     "a checkpoint's temporary file outlives a start": (logstore, "remove_checkpoint_temps",
                                                        _temps_kept),
+    "the committer ignores a wanted log switch": (commit_plan, "next_move",
+                                                  _move_never_switching),
+    "back-pressure never resumes the links": (commit_plan, "links", _links_never_resumed),
+    "back-pressure never pauses the links": (commit_plan, "links", _links_never_paused),
 }

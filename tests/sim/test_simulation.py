@@ -1,12 +1,13 @@
 """The deterministic simulation of many coordinators (``world``): 10,000 seeded runs of
 two or three instances calling each other, one of them often an active/active replica
-set, through crashes (unsynced writes lost, a write in progress cut short, a checkpoint
-being written left as its temporary file), bits flipped in logs and checkpoints, files
-lost, dropped connections, partitions and heals, paused primaries and takeovers; each
-checked for exactly-once, in-order delivery, every awaited answer, one writer per epoch,
-recovered states equal to replays of their logs, followers equal to their primary, and
-damage refused in one line naming its file or repaired, never read as valid, never a
-silent rollback.
+set, with back-pressure pausing their inbound links, through crashes (unsynced writes
+lost, a write in progress cut short, a checkpoint being written left as its temporary
+file), bits flipped in logs and checkpoints, files lost, dropped connections,
+partitions and heals, paused primaries and takeovers; each checked for exactly-once,
+in-order delivery, every awaited answer, one writer per epoch, no link read past
+back-pressure's limits, recovered states equal to replays of their logs, followers
+equal to their primary, and damage refused in one line naming its file or repaired,
+never read as valid, never a silent rollback.
 Each mutation of the coordinator's rules in ``mutants`` is found within the seeds run
 here, and a failing seed reproduces exactly and shrinks to a short run."""
 
@@ -37,7 +38,7 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     # The runs did what they are for: every fault and every recovery path, many times.
     for what in ("crash", "drop", "cut", "heal", "recovered", "checkpoint", "written",
                  "pause", "takeover", "fenced", "flip", "lose", "refused", "repaired",
-                 "torn", "temporary"):
+                 "torn", "temporary", "paused"):
         assert seen[what] >= 100, (what, seen)
     # Rarer: a sender leaving an old primary that still reads, and a resent record
     # partly taken before (its mutant is found within a few hundred seeds all the same).

@@ -11,8 +11,10 @@ socket (bytes
 delivered wait until the binding reads them, in pieces), and the links (a connection
 per sender and destination, its bytes delivered in pieces, acknowledgements on their
 way back, connections dropped, pairs of instances cut apart and healed). The shell of
-each coordinator here does what ``coordinator.lifecycle``, ``startup``, ``commit`` and
-``checkpoints`` do around the core: the same steps in the same order. A standalone
+each coordinator here does what ``coordinator.lifecycle``, ``startup`` and
+``checkpoints`` do around the core: the same steps in the same order. The committer's
+moves and back-pressure are the shell's own decisions (``commit_plan``), with small
+limits so that inbound links pause often. A standalone
 instance's disk is a real directory (on a memory file system where there is one): its
 logs and checkpoints are written as the coordinator writes them, and its start-up reads
 them with the real recovery reader (``recovery.first_start_pending``, ``plan_recovery``,
@@ -25,7 +27,9 @@ list, skipping steps that cannot happen. After every step the invariants are che
 (``check_now``), and at the end the outcome (``check_end``):
 
 - every call is applied exactly once and in order (each ping of each round once, no
-  gap); every awaited result arrives, in order;
+  gap); every awaited result arrives, in order; no log switch stays wanted;
+- no link is read while back-pressure's limits are passed (so the inputs waiting pass
+  ``PENDING_LIMIT`` by at most what one read brings);
 - a recovered instance's state, as it goes live, equals a replay of its durable log
   from its first checkpoint by a fresh binding; so does every instance's at the end;
 - damage (a flipped bit in a log or a checkpoint, a log removed) is refused in one line
@@ -50,7 +54,8 @@ from typing import Any, cast
 
 import attrs
 from ambrosia_ic import logstore, recovery
-from ambrosia_ic.coordinator import start_plan
+from ambrosia_ic.coordinator import commit_plan, start_plan
+from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.core import (
     CheckpointData,
     CheckpointReceived,
@@ -92,7 +97,16 @@ from .app import Rounds
 __all__ = ["Scenario", "SimFailure", "Step", "World", "explain", "shrink"]
 
 MAX_RECORD = 1 << 20
+# Back-pressure's limits, small so that it happens often: more inputs waiting for the
+# log than PENDING_LIMIT, or more unread bytes at the binding than BUFFER_LIMIT, pause a
+# coordinator's inbound links; a drain ends once the binding's bytes are down to
+# BUFFER_LOW (asyncio's low-water mark is a quarter of the high).
+PENDING_LIMIT = 2
+BUFFER_LIMIT = 160
+BUFFER_LOW = BUFFER_LIMIT // 4
 _FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose"})
+_REGULATED = frozenset({"bind", "commit", "written", "link", "follow", "claim", "restart",
+                        "resume", "beat"})
 # Where a flipped bit lands in a log record (byte, bit; a negative byte counts from the
 # record's end): its committer id, its length by one and by 65,536 (it then runs past the
 # end of the file), its sequence id, body, watermarks and own check bytes.
@@ -358,6 +372,8 @@ class Node:
         self.core = CoordinatorCore(name, world.cid[name], trigger_bytes=world.trigger,
                                     keeps_early_impulses=self.sink.keeps_early_impulses)
         self.paused = False
+        self.links_paused = False  # back-pressure: its inbound links are not read
+        self.draining = False  # back-pressure awaits the binding's reading
         peers = [p for p in world.names if p != name]
         self.engine = Engine(Rounds, name, config={"peers": peers,
                                                     "rounds": world.rounds})
@@ -467,6 +483,25 @@ class Node:
             raw = b"".join(out.chunks()) if isinstance(out, SendCheckpoint) else out.data
             self.core.receive_binding(raw)
             self.run_actions()
+        if self.draining and len(self.inbox) <= BUFFER_LOW:
+            self.draining = False  # ``commit._after_drain``: the drain ended
+
+    def regulate(self) -> None:
+        """Back-pressure (``commit.regulate``), after every step of this coordinator:
+        its inbound links pause while the binding's buffer is over its limit or too
+        many inputs wait for the log, and resume as ``commit_plan.links`` says."""
+        if self.core.phase is not Phase.LIVE:
+            return
+        todo = commit_plan.links(len(self.inbox) > BUFFER_LIMIT, len(self.core.group.pending),
+                                 self.draining, PENDING_LIMIT)
+        if todo is Links.RESUME:
+            self.links_paused = False
+        elif todo is not Links.HOLD:
+            if not self.links_paused:
+                self.world.counts["paused"] += 1
+            self.links_paused = True
+            if todo is Links.PAUSE_AND_DRAIN:
+                self.draining = True
 
     def run_actions(self) -> None:
         for action in self.core.take_actions():
@@ -484,16 +519,17 @@ class Node:
             self._advance_start()
 
     # -- the committer (``commit``, ``checkpoints.switch_log``)
-    def can_commit(self) -> bool:
+    def next_move(self) -> Move:
         core = self.core
-        return (core.phase is Phase.LIVE and self.writing is None
-                and (bool(core.group.pending) or core.ckpt.switch_wanted))
+        if core.phase is not Phase.LIVE or self.writing is not None:
+            return Move.IDLE
+        return commit_plan.next_move(len(core.group.pending), core.ckpt.switch_wanted)
 
     def commit(self) -> None:
-        """The committer's next move: a log switch if one is wanted, else the next
-        record is taken and its write and sync begin (they end with ``written``: the
+        """The committer's next move (``commit_plan.next_move``): a log switch, or the
+        next record taken and its write and sync begun (they end with ``written``: the
         shell's thread mode, where everything else goes on meanwhile)."""
-        if self.core.ckpt.switch_wanted:
+        if self.next_move() is Move.SWITCH:
             self._switch()
         else:
             self.writing = self.core.take(MAX_RECORD, self.sink.epoch)
@@ -784,7 +820,7 @@ class World:
                 continue
             if node.inbox:
                 out += [("bind", node_id, 1.0), ("bind", node_id, 0.4)]
-            if node.can_commit():
+            if node.next_move() is not Move.IDLE:
                 out.append(("commit", node_id))
             if node.writing is not None:
                 out.append(("written", node_id))
@@ -827,7 +863,7 @@ class World:
             if box.sent is not None and ((box.unacked and box.unacked[-1][0] > box.sent)
                                          or box.impulses):
                 out.append(("send", s, d))
-            if conn.wire:
+            if conn.wire and not to.links_paused:
                 out += [("link", s, d, 1.0), ("link", s, d, 0.5)]
             if conn.acks:
                 out.append(("ack", s, d))
@@ -851,6 +887,9 @@ class World:
         self.trace.append(step)
         kind = step[0]
         self.counts[kind] += 1
+        # Whose buffer or inputs the step changes: back-pressure looks after it.
+        target = (None if kind not in _REGULATED else self.conns[(step[1], step[2])].to
+                  if kind == "link" else step[1])
         try:
             self._do(step)
         except LockLostError as err:  # a fenced primary stops, with one line
@@ -860,6 +899,8 @@ class World:
             self._stop(node_id)
         if kind == "bind":  # only a binding's reads change an instance's state
             self.check_now(step[1])
+        if target is not None and (node := self.nodes.get(target)) is not None:
+            node.regulate()
 
     def _do(self, step: Step) -> None:
         kind = step[0]
@@ -930,6 +971,13 @@ class World:
         n = max(1, round(len(conn.wire) * fraction))
         data, conn.wire = conn.wire[:n], conn.wire[n:]
         receiver = self._node(conn.to)
+        # Back-pressure held: a link is read only while neither limit is passed, so what
+        # waits passes the limit by at most what one read brings.
+        waiting, unread = len(receiver.core.group.pending), len(receiver.inbox)
+        if waiting > PENDING_LIMIT or unread > BUFFER_LIMIT:
+            self.fail(f"{receiver.id} read a link with {waiting} inputs waiting for the "
+                      f"log (limit {PENDING_LIMIT}) and {unread} bytes unread by its "
+                      f"binding (limit {BUFFER_LIMIT})")
         try:
             for rec in conn.parser.receive_data(data):
                 if 0 <= rec.seq_id - rec.calls < receiver.core.intake.position(s) < rec.seq_id:
@@ -1089,6 +1137,9 @@ class World:
             got = {k: state[k] for k in want}
             if got != want:
                 self.fail(f"{node.id} ended with {got}, expected {want}")
+            if node.core.ckpt.switch_wanted:
+                self.fail(f"{node.id} ended with a log switch wanted and never made (its "
+                          "log grows without a checkpoint)")
             for p in peers:
                 theirs = [q for q in self.names if q != p]
                 awaited = [k for k in range(1, r + 1) if theirs[k % len(theirs)] == name]

@@ -16,10 +16,10 @@ not wait for its fsyncs; there the ``committer`` task commits, woken by ``wake``
 task also commits, in either mode, what gathers outside a read (a recovery's
 self-calls, a checkpoint the binding asks for).
 
-Back-pressure (``regulate``): inbound links stop being read while the binding is not
-reading what was delivered (the send buffer is over its high-water mark) or while the
-log is behind (more than ``MAX_PENDING`` inputs wait). The binding itself is never
-paused (see ``reading``).
+What the loop does next (switch the log, take a record, or nothing) and when inbound
+links pause and resume (back-pressure, ``regulate``) are ``commit_plan``'s decisions,
+without I/O; this module does what they say. The binding itself is never paused (see
+``reading``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..logstore import LogWriter
 from . import actions, checkpoints
+from .commit_plan import MAX_PENDING, Links, Move, links, next_move
 from .group_commit import TakenRecord
 from .phase import Phase
 
@@ -40,7 +41,6 @@ __all__ = ["MAX_BATCH_BYTES", "MAX_PENDING", "after_burst", "commit_batch", "com
            "regulate"]
 
 MAX_BATCH_BYTES = 1 << 20
-MAX_PENDING = 1024  # inputs waiting for the log before the links are paused
 
 async def committer(c: Coordinator) -> None:
     """Runs while live: commits what gathers outside a read (all of it when the fsync
@@ -51,8 +51,8 @@ async def committer(c: Coordinator) -> None:
         c.wake.clear()
         if c.stopping:
             return  # a failed write or a stop: nothing more is committed
-        while c.pending or c.switch_requested:
-            if c.switch_requested:
+        while (move := next_move(len(c.pending), c.switch_requested)) is not Move.IDLE:
+            if move is Move.SWITCH:
                 checkpoints.switch_log(c)
                 continue
             await commit_batch(c)
@@ -72,8 +72,8 @@ def after_burst(c: Coordinator) -> None:
             if c.pending:
                 c.wake.set()
         else:
-            while c.pending or c.switch_requested:
-                if c.switch_requested:
+            while (move := next_move(len(c.pending), c.switch_requested)) is not Move.IDLE:
+                if move is Move.SWITCH:
                     checkpoints.switch_log(c)
                     continue
                 _written(c, *_write(c))
@@ -121,19 +121,19 @@ def _written(c: Coordinator, record: TakenRecord, writer: LogWriter) -> None:
 
 def regulate(c: Coordinator) -> None:
     """Pause the inbound links while the binding's buffer is full or the log is behind;
-    resume them once neither holds."""
+    resume them once neither holds (``commit_plan.links``)."""
     send = c.send
     if send is None:
         return
-    server = c.link_server
     transport = send.transport
     full = transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
-    if full or len(c.pending) > MAX_PENDING:
-        server.pause()
-        if full and c.drain_wait is None:
+    todo = links(full, len(c.pending), c.drain_wait is not None, MAX_PENDING)
+    if todo is Links.RESUME:
+        c.link_server.resume()
+    elif todo is not Links.HOLD:
+        c.link_server.pause()
+        if todo is Links.PAUSE_AND_DRAIN:
             c.drain_wait = c.spawn(_after_drain(c))
-    elif c.drain_wait is None:
-        server.resume()
 
 
 async def _after_drain(c: Coordinator) -> None:
