@@ -16,6 +16,7 @@ from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
 from ambrosia_ic.links import LinkOutbox
 from ambrosia_ic.logstore import records as log_records
 from ambrosia_ic.logstore.records import LogScan
+from ambrosia_ic.replication import checkpointer
 
 from ambrosia_core.errors import UnexpectedMessageError
 
@@ -166,6 +167,15 @@ def _links_never_paused(full: bool, pending: int, draining: bool,
     return Links.RESUME
 
 
+def _checkpoint_once_next_exists(done: bool, checkpoint_exists: bool,
+                                 next_log_exists: bool) -> checkpointer.Move:
+    """A checkpointing secondary checkpoints as soon as the next log exists, before it
+    has read its log whole: checkpoint N+1 misses the last records of log N."""
+    if next_log_exists and not checkpoint_exists:
+        return checkpointer.Move.CHECKPOINT
+    return checkpointer.Move.NEXT if done else checkpointer.Move.READ
+
+
 MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a resent record's overlap is queued again": (LinkIntake, "take", _take_whole),
     "a record is delivered before it is synced": (StandaloneSink, "write", _write_unsynced),
@@ -193,4 +203,6 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                   _move_never_switching),
     "back-pressure never resumes the links": (commit_plan, "links", _links_never_resumed),
     "back-pressure never pauses the links": (commit_plan, "links", _links_never_paused),
+    "a checkpointing secondary's checkpoint is records short of its log": (
+        checkpointer, "next_move", _checkpoint_once_next_exists),
 }

@@ -229,6 +229,7 @@ class SimDisk:
         self.checkpoints: dict[int, SavedCheckpoint] = {}
         self.epochs: dict[int, SimEpochs] = {}  # epoch -> the claim that holds it
         self.seals: dict[int, int] = {}  # log -> where it ends for good
+        self.checkpointer: Node | None = None  # who holds the checkpointing secondary's lock
         self.damage: list[tuple[Path, int | None, bytes]] = []
 
     def open_log(self, n: int) -> SimLog:
@@ -744,7 +745,7 @@ class World:
     ``i0`` runs as ``replicas`` active/active replicas when that is above 1."""
 
     def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700,
-                 replicas: int = 1) -> None:
+                 replicas: int = 1, secondary: bool = False) -> None:
         self.names = [f"i{k}" for k in range(n)]
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
         self.rounds = rounds
@@ -754,6 +755,7 @@ class World:
         self.root = root
         self.disks = {name: SimDisk(root, name) for name in self.names}
         self.replicated = {"i0": replicas} if replicas > 1 else {}
+        self.secondary = secondary  # its replicas have a checkpointing secondary
         self.nodes: dict[str, Node | None] = {}
         self.conns: dict[tuple[str, str], Conn] = {}
         self.cut: set[frozenset[str]] = set()
@@ -771,7 +773,12 @@ class World:
 
     def _new(self, node_id: str) -> Node:
         name = node_id.split("/")[0]
-        return ReplicaNode(self, name, node_id) if "/" in node_id else Node(self, name)
+        if "/" not in node_id:
+            return Node(self, name)
+        if self.secondary:
+            from .secondary import CheckpointingReplica
+            return CheckpointingReplica(self, name, node_id)
+        return ReplicaNode(self, name, node_id)
 
     # -- who serves an instance
     def holder(self, name: str) -> Node | None:
@@ -1194,6 +1201,7 @@ class Scenario:
     fault_steps: int
     fault_rate: float
     replicas: int = 1
+    secondary: bool = False  # the replicas have a checkpointing secondary
 
     @classmethod
     def of(cls, seed: int) -> Scenario:
@@ -1202,11 +1210,11 @@ class Scenario:
                    trigger=rng.choice([400, 900, 1 << 30]),
                    fault_steps=rng.randrange(20, 120),
                    fault_rate=rng.choice([0.05, 0.15, 0.3]),
-                   replicas=rng.choice([1, 1, 2, 3]))
+                   replicas=rng.choice([1, 1, 2, 3]), secondary=rng.random() < 0.5)
 
     def world(self) -> World:
         return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
-                     replicas=self.replicas)
+                     replicas=self.replicas, secondary=self.secondary and self.replicas > 1)
 
     def run(self) -> World:
         """The run the seed draws (raises ``SimFailure``)."""
