@@ -104,7 +104,8 @@ MAX_RECORD = 1 << 20
 PENDING_LIMIT = 2
 BUFFER_LIMIT = 160
 BUFFER_LOW = BUFFER_LIMIT // 4
-_FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose"})
+_FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose",
+                     "register-upgrade", "flip-registration"})
 _REGULATED = frozenset({"bind", "commit", "written", "link", "follow", "claim", "restart",
                         "resume", "beat"})
 # Where a flipped bit lands in a log record (byte, bit; a negative byte counts from the
@@ -230,11 +231,18 @@ class SimDisk:
         self.epochs: dict[int, SimEpochs] = {}  # epoch -> the claim that holds it
         self.seals: dict[int, int] = {}  # log -> where it ends for good
         self.checkpointer: Node | None = None  # who holds the checkpointing secondary's lock
+        self.unsynced: set[int] = set()  # logs created since the directory was synced
+        self.app: type[Rounds] = Rounds  # the class its checkpoints hold
         self.damage: list[tuple[Path, int | None, bytes]] = []
 
     def open_log(self, n: int) -> SimLog:
         log = self.logs[n] = SimLog(log_path(self.dir, n))
+        self.unsynced.add(n)
         return log
+
+    def sync_dir(self) -> None:
+        """``fsync_dir``: the entries created so far are durable."""
+        self.unsynced.clear()
 
     def save_checkpoint(self, n: int, saved: SavedCheckpoint, message: bytes) -> None:
         """Checkpoint ``n``, and its file as the coordinator writes it."""
@@ -249,9 +257,16 @@ class SimDisk:
     def temporaries(self) -> list[str]:
         return sorted(p.name for p in self.dir.iterdir() if p.name.endswith(".tmp"))
 
-    def crash(self) -> None:
+    def crash(self) -> list[int]:
+        """Unsynced bytes are lost, and so is every log whose directory entry was not
+        synced. Returns those logs of them that held synced bytes."""
         for log in self.logs.values():
             log.crash()
+        lost = sorted(n for n in self.unsynced if self.logs[n].synced)
+        for n in self.unsynced:
+            self.logs.pop(n).path.unlink(missing_ok=True)
+        self.unsynced.clear()
+        return lost
 
     def first_start_pending(self) -> bool:
         """No record 0 is durable: the next start is a first start."""
@@ -276,7 +291,8 @@ class SimDisk:
             recs = self.logs[n].records()
             if recs:
                 return recs[-1].seq + 1
-        return 0
+        # An upgraded instance's new directory: its records begin after its checkpoint.
+        return max((c.next_seq for c in self.checkpoints.values()), default=0)
 
     # -- damage, and its repair (as from a backup)
     def targets(self) -> list[Path]:
@@ -321,6 +337,22 @@ class SimDisk:
 
     def files(self) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(self.dir.iterdir())}
+
+
+class SimSink(StandaloneSink):
+    """The real standalone sink, its logs ``SimLog``s of its node's disk, and its
+    directory syncs recorded by that disk."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(region=0)
+        self.node = node
+
+    def open_log(self, path: Path) -> Any:
+        return self.node.disk.open_log(int(path.name[len(LOG_PREFIX):]))
+
+    def sync_dir(self, d: Path) -> None:  # type: ignore[override]
+        assert d == self.node.disk.dir
+        self.node.disk.sync_dir()
 
 
 class SimEpochs:
@@ -375,10 +407,7 @@ class Node:
         self.paused = False
         self.links_paused = False  # back-pressure: its inbound links are not read
         self.draining = False  # back-pressure awaits the binding's reading
-        peers = [p for p in world.names if p != name]
-        self.engine = Engine(Rounds, name, config={"peers": peers,
-                                                    "rounds": world.rounds})
-        self.engine.attach(None, lambda: None)
+        self.engine = world.new_engine(name)
         self.inbox = bytearray()  # delivered to the binding, not yet read
         self.writer: SimLog | None = None
         self.log_n = 0
@@ -393,7 +422,7 @@ class Node:
         self._start()
 
     def make_sink(self) -> LogSink:
-        return StandaloneSink(region=0)
+        return SimSink(self)
 
     # -- start-up (``startup``)
     def _start(self) -> None:
@@ -419,6 +448,9 @@ class Node:
             self._recover(chosen.plan)
 
     def _first_start(self) -> None:
+        if self.name in self.world.started:
+            self.world.fail(f"{self.id} started afresh, but {self.name} had gone live (a "
+                            "silent first start)")
         remove_first_start_leftovers(self.disk.dir)  # an interrupted first start's
         self.disk.logs.clear()
         self.disk.checkpoints.clear()
@@ -441,9 +473,13 @@ class Node:
             self.deliver(bytes(wire))
             core.last_delivered = last
         self.log_n = plan.last_log + 1
-        self.deliver(core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint()))
-        self.flow = "recover"
+        self._ask_to_go_live()
         self.run_actions()
+
+    def _ask_to_go_live(self) -> None:
+        """The recovery's last step: the checkpoint that starts its new log."""
+        self.deliver(self.core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint()))
+        self.flow = "recover"
 
     def _advance_start(self) -> None:
         core = self.core
@@ -451,13 +487,14 @@ class Node:
             message, chunks, outputs = self.received.pop(1)
             self.disk.save_checkpoint(1, SavedCheckpoint(0, {}, outputs, chunks), message)
             self.writer = self.disk.open_log(1)
+            self.disk.sync_dir()  # ``startup.first_start``
             self.log_n = 1
             core.first_record(self.initial)
             self._commit_one()  # record 0, durably, before anything else
             self._go_live()
         elif self.flow == "recover" and self.log_n in self.received:
             message, chunks, outputs = self.received.pop(self.log_n)
-            self.writer = self.disk.open_log(self.log_n)
+            self.writer = cast(SimLog, self.sink.next_log(self.disk.dir, self.log_n))  # type: ignore[arg-type]
             self.disk.save_checkpoint(self.log_n, SavedCheckpoint(
                 core.group.next_seq, dict(core.group.inputs), outputs, chunks), message)
             self.recovered = True
@@ -562,7 +599,7 @@ class Node:
     def _switch(self) -> None:
         core = self.core
         n = self.log_n + 1
-        self.writer = self.disk.open_log(n)
+        self.writer = cast(SimLog, self.sink.next_log(self.disk.dir, n, self.writer))  # type: ignore[arg-type]
         self.log_n = n
         asked = core.switch_log(n, self.sink.checkpoints_on_switch)
         assert asked is not None
@@ -686,6 +723,7 @@ class ReplicaNode(Node):
         if n + 1 in self.disk.logs:
             raise LockLostError(f"log {n + 1} was created by another primary")
         self.writer = self.disk.open_log(n + 1)
+        self.disk.sync_dir()  # ``FencedSink.next_log``
         self.log_n = n + 1
         self.deliver(self.core.become_primary())
         self.world.counts["takeover"] += 1
@@ -699,6 +737,7 @@ class ReplicaNode(Node):
             raise LockLostError(f"log {n} was created by another primary")
         self.core.switch_log(n, self.sink.checkpoints_on_switch)
         self.writer = self.disk.open_log(n)
+        self.disk.sync_dir()  # ``FencedSink.next_log``
         self.log_n = n
 
     def written(self) -> None:
@@ -745,7 +784,7 @@ class World:
     ``i0`` runs as ``replicas`` active/active replicas when that is above 1."""
 
     def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700,
-                 replicas: int = 1, secondary: bool = False) -> None:
+                 replicas: int = 1, secondary: bool = False, upgrades: bool = False) -> None:
         self.names = [f"i{k}" for k in range(n)]
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
         self.rounds = rounds
@@ -756,6 +795,9 @@ class World:
         self.disks = {name: SimDisk(root, name) for name in self.names}
         self.replicated = {"i0": replicas} if replicas > 1 else {}
         self.secondary = secondary  # its replicas have a checkpointing secondary
+        # Per instance, the class its binding runs and the one it upgrades to.
+        self.apps: dict[str, tuple[type[Rounds], type[Rounds] | None]] = {}
+        self.extras: list[Any] = []  # more kinds of steps (``upgrade.Upgrades``)
         self.nodes: dict[str, Node | None] = {}
         self.conns: dict[tuple[str, str], Conn] = {}
         self.cut: set[frozenset[str]] = set()
@@ -763,6 +805,9 @@ class World:
         self.counts: collections.Counter[str] = collections.Counter()  # what happened
         self.writers: dict[int, Node] = {}  # per epoch, the replica that wrote in it
         self.started: set[str] = set()  # instances that went live once (the registry's)
+        if upgrades:
+            from .upgrade import Upgrades
+            self.extras.append(Upgrades(self))
         for name in self.names:
             for node_id in self.members(name):
                 self.nodes[node_id] = self._new(node_id)
@@ -771,9 +816,20 @@ class World:
         k = self.replicated.get(name, 1)
         return [name] if k == 1 else [f"{name}/{r}" for r in range(k)]
 
+    def new_engine(self, name: str, cls: type[Rounds] | None = None) -> Engine:
+        """A binding for ``name`` running the class registered for it (or ``cls``)."""
+        app, upgrade_to = (cls, None) if cls is not None else self.apps.get(name, (Rounds, None))
+        engine = Engine(app, name, upgrade_to=upgrade_to,
+                        config={"peers": [p for p in self.names if p != name],
+                                "rounds": self.rounds})
+        engine.attach(None, lambda: None)
+        return engine
+
     def _new(self, node_id: str) -> Node:
         name = node_id.split("/")[0]
         if "/" not in node_id:
+            for extra in self.extras:
+                return cast(Node, extra.node(name))
             return Node(self, name)
         if self.secondary:
             from .secondary import CheckpointingReplica
@@ -880,6 +936,8 @@ class World:
                 out.append(("moved", s, d))
             elif faults:
                 out.append(("drop", s, d))
+        for extra in self.extras:
+            out += extra.steps(faults)
         if faults:
             for a in self.names:
                 for b in self.names:
@@ -960,7 +1018,7 @@ class World:
             self._drop(b, a)
         elif kind == "heal":
             self.cut.clear()
-        else:
+        elif not any(extra.do(step) for extra in self.extras):
             raise ValueError(f"unknown step {step!r}")
 
     def _node(self, node_id: str) -> Node:
@@ -1006,9 +1064,12 @@ class World:
         progress leaves that part of itself, and a checkpoint being written its
         temporary file."""
         node = self._node(node_id)
-        disk = self.disks[node.name]
+        disk = node.disk
         self._stop(node_id)
-        disk.crash()
+        lost = disk.crash()
+        if lost:
+            self.fail(f"{node_id} crashed, and with the entries of {disk.dir.name} never "
+                      f"synced, its log {lost[0]} went, which held synced records")
         if cut is None:
             return
         if node.writing is not None and node.writer is not None:
@@ -1016,8 +1077,8 @@ class World:
             node.writer.tear(data[: min(len(data) - 1, max(1, round(len(data) * cut)))])
             self.counts["torn"] += 1
         writing = (node.asked[0] if node.asked is not None else
-                   1 if node.flow == "first" else node.log_n if node.flow == "recover"
-                   else None)
+                   1 if node.flow == "first" else node.log_n
+                   if node.flow in ("recover", "upgrade") else None)
         if writing is not None:  # the checkpoint it was taking was being written
             disk.leave_temporary(writing, b"AMBRCKP2" + bytes(40))
             self.counts["temporary"] += 1
@@ -1057,8 +1118,9 @@ class World:
                     self.fail(f"{node_id} recovered from {path.name}, damaged at {at}, as "
                               "if it were intact")
             self.counts["repaired"] += 1
-        if disk.temporaries() and name not in self.replicated:
-            self.fail(f"{node_id} started, and left {', '.join(disk.temporaries())}")
+        left = sorted(set(disk.temporaries() + node.disk.temporaries()))
+        if left and name not in self.replicated:
+            self.fail(f"{node_id} started, and left {', '.join(left)}")
         disk.repair()
 
     def _stop(self, node_id: str) -> None:
@@ -1161,17 +1223,17 @@ class World:
                         and other.observed() != state):
                     self.fail(f"{node_id} follows with {other.observed()}, but the "
                               f"primary {node.id} has {state}")
+        for extra in self.extras:
+            extra.check_end()
 
     def check_replay(self, node: Node, when: str) -> None:
         """``node``'s state equals a fresh binding's replay of its durable log from
         its first checkpoint."""
-        first = node.disk.checkpoints.get(1)
+        first = node.disk.checkpoints.get(min(node.disk.checkpoints, default=1))
         if first is None:
             self.fail(f"{node.id} has no first checkpoint {when}")
             return
-        peers = [p for p in self.names if p != node.name]
-        fresh = Engine(Rounds, node.name, config={"peers": peers, "rounds": self.rounds})
-        fresh.attach(None, lambda: None)
+        fresh = self.new_engine(node.name, node.disk.app)
         fresh.receive_data(encode_checkpoint_record(node.core.cid, sum(map(len, first.chunks)))
                            + b"".join(first.chunks))
         for r in node.disk.durable_records(0):
@@ -1202,6 +1264,7 @@ class Scenario:
     fault_rate: float
     replicas: int = 1
     secondary: bool = False  # the replicas have a checkpointing secondary
+    upgrades: bool = False  # the standalone instances may be upgraded live
 
     @classmethod
     def of(cls, seed: int) -> Scenario:
@@ -1210,11 +1273,13 @@ class Scenario:
                    trigger=rng.choice([400, 900, 1 << 30]),
                    fault_steps=rng.randrange(20, 120),
                    fault_rate=rng.choice([0.05, 0.15, 0.3]),
-                   replicas=rng.choice([1, 1, 2, 3]), secondary=rng.random() < 0.5)
+                   replicas=rng.choice([1, 1, 2, 3]), secondary=rng.random() < 0.5,
+                   upgrades=rng.random() < 0.5)
 
     def world(self) -> World:
         return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
-                     replicas=self.replicas, secondary=self.secondary and self.replicas > 1)
+                     replicas=self.replicas, secondary=self.secondary and self.replicas > 1,
+                     upgrades=self.upgrades)
 
     def run(self) -> World:
         """The run the seed draws (raises ``SimFailure``)."""
