@@ -196,6 +196,15 @@ def _upgrade_afresh_regardless(old_dir: Any, new_dir: Any, cid: int, to: int,
     return _choose_upgrade(old_dir, new_dir, cid, to, **{**kw, "started": False})
 
 
+def _upgrade_temps_kept(old_dir: Any, new_dir: Any, cid: int, to: int,
+                       **kw: Any) -> UpgradePlan:
+    """What a killed upgrade's checkpoint write left in the new directory stays there
+    after the retry."""
+    chosen = _choose_upgrade(old_dir, new_dir, cid, to, **kw)
+    return UpgradePlan(chosen.kind, to, tuple(p for p in chosen.remove
+                                              if not p.name.endswith(".tmp")))
+
+
 _choose_start = start_plan.choose_start
 
 
@@ -249,6 +258,8 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a finished upgrade is done again": (start_plan, "choose_upgrade", _upgrade_done_again),
     "an instance that went live is upgraded afresh": (start_plan, "choose_upgrade",
                                                       _upgrade_afresh_regardless),
+    "a killed upgrade's temporary checkpoint is left": (start_plan, "choose_upgrade",
+                                                        _upgrade_temps_kept),
     "a log gone is taken for a first start": (start_plan, "choose_start",
                                               _start_afresh_regardless),
     "a new log's directory entry is not synced": (StandaloneSink, "next_log",
