@@ -25,7 +25,8 @@ from ambrosia_ic.replication import checkpointer
 
 from ambrosia_core.wire import TakeCheckpoint, encode_checkpoint_record
 
-from .world import DiskEntry, ReplicaNode, SavedCheckpoint
+from .disk import DiskEntry, SavedCheckpoint
+from .world import ReplicaNode
 
 __all__ = ["CheckpointingReplica"]
 

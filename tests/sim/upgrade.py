@@ -36,7 +36,8 @@ from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.wire import UpgradeTakeCheckpoint, encode_checkpoint_record
 
 from .app import Rounds, RoundsV2
-from .world import Node, Refused, SavedCheckpoint, SimDisk, Step
+from .disk import SavedCheckpoint, SimDisk
+from .world import Node, Refused, Step
 
 if TYPE_CHECKING:
     from .world import World
