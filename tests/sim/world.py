@@ -4,9 +4,10 @@ them, in one process, driven by one seeded scheduler (FoundationDB's way of test
 What runs is the real thing, in memory: each instance is a ``CoordinatorCore`` (every
 decision the live coordinator makes) with the real ``StandaloneSink`` writing into a
 simulated disk, and its binding is the real ``Engine`` running ``app.Rounds``. What is
-simulated is only what moves bytes: the disk (writes are lost at a crash unless synced,
-or a prefix of a write in progress survives; a checkpoint is durable once saved, as by a
-synced rename, and a crash while one is saved leaves its temporary file), the binding's
+simulated is only what moves bytes: the disk (``disk``: writes are lost at a crash unless
+synced, or a prefix of a write in progress survives, and a log whose directory entry was
+not synced is lost whole; a checkpoint is durable once saved, as by a synced rename, and
+a crash while one is saved leaves its temporary file), the binding's
 socket (bytes
 delivered wait until the binding reads them, in pieces), and the links (a connection
 per sender and destination, its bytes delivered in pieces, acknowledgements on their
@@ -19,7 +20,10 @@ instance's disk is a real directory (on a memory file system where there is one)
 logs and checkpoints are written as the coordinator writes them, and its start-up reads
 them with the real recovery reader (``recovery.first_start_pending``, ``plan_recovery``,
 ``replay_wire``), so what a recovery makes of a torn write, a flipped bit, a log removed
-or a temporary file left behind is the coordinator's own decision.
+or a temporary file left behind is the coordinator's own decision. Two parts live in
+their own modules: an active/active instance's checkpointing secondary (``secondary``),
+and the standalone instances' registrations and live upgrades (``upgrade``), which
+``World`` runs through its ``extras`` (their steps, and their checks at the end).
 
 A run is a list of steps. ``World.run`` draws them from a seed (faults first, then
 the world heals and runs until nothing is left to do); ``World.replay`` runs a given
@@ -35,7 +39,9 @@ list, skipping steps that cannot happen. After every step the invariants are che
 - damage (a flipped bit in a log or a checkpoint, a log removed) is refused in one line
   naming the file, with nothing in the directory changed, or repaired from what is
   intact; a recovery never rolls back past a record that was durable, never reads a
-  damaged file as valid, and leaves no temporary checkpoint behind.
+  damaged file as valid, never starts afresh an instance that went live, and leaves no
+  temporary checkpoint behind; no crash takes a log that held synced records with its
+  directory entry.
 
 ``shrink`` cuts a failing run down to a shortest list of steps that still fails.
 """
