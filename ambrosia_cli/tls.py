@@ -41,7 +41,9 @@ __all__ = ["CA_DAYS", "GITIGNORE", "HOST_DAYS", "TlsInitError", "add_tls", "chec
 GITIGNORE = (b"# Written by `ambrosia tls init`: private keys never go into a repository.\n"
              b"*-key.pem\n*.tmp\n")
 CA_DAYS = 3650
-HOST_DAYS = 825  # what browsers once capped server certificates at; renew with --renew
+# What browsers once capped server certificates at: long enough that a renewal is a yearly
+# chore at most, short enough that a lost key is not trusted for ever; renew with --renew.
+HOST_DAYS = 825
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
 
@@ -211,10 +213,8 @@ def init_dir(dir_: Path, hosts: list[str], *, renew: bool = False,
 
 def _init(args: argparse.Namespace) -> int:
     hosts = [h.strip() for part in args.hosts for h in part.split(",") if h.strip()]
-    if args.days < 1:
-        raise TlsInitError(f"--days must be at least 1, got {args.days}")
     for line in init_dir(Path(args.dir), hosts or ["localhost", "127.0.0.1"],
-                         renew=args.renew, days=args.days):
+                         renew=args.renew):
         print(line)
     return 0
 
@@ -229,8 +229,6 @@ def add_tls(sub: Any) -> None:
     i.add_argument("--hosts", action="append", default=[], metavar="H1,H2",
                    help="the hosts (IP addresses or DNS names as the processes dial them; "
                         "repeatable; default: localhost and 127.0.0.1)")
-    i.add_argument("--days", type=int, default=HOST_DAYS,
-                   help=f"how long the host certificates are valid (default {HOST_DAYS})")
     i.add_argument("--renew", action="store_true",
                    help="make new certificates for hosts that have one")
     i.set_defaults(handler=_init)

@@ -53,7 +53,7 @@ class ReplicaSet:
         self.ics[n] = self.h.start(NAME, n)
         rep = registry.replica(self.h.reg(NAME), n, self.h.home)
         p = start_immortal(TARGET, NAME, home=self.h.home, cwd=ROOT, primary=False, args=[
-            "--ic-receive-port", str(rep.receive_port), "--ic-send-port",
+            "--receive-port", str(rep.receive_port), "--send-port",
             str(rep.send_port), "--config", str(cfg), *args])
         self.bindings[n] = p
         return p
