@@ -120,7 +120,7 @@ def test_the_page_shows_a_running_coordinator_then_its_stop(tmp_path: Path) -> N
             expect(page.locator("#name")).to_have_text(name, timeout=WAIT_MS)
 
             feed = subprocess.run(
-                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
+                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--connect",
                  f"127.0.0.1:{listen}", "--once", str(data)],
                 cwd=ROOT, capture_output=True, text=True, timeout=60)
             assert feed.returncode == 0, feed.stderr

@@ -57,7 +57,7 @@ def test_register_with_a_raft_log_store(harness: Harness, cluster: LocalCluster)
     again = {"instance_name": "svc", "receive_port": rp, "send_port": sp, "ic_port": ip,
              "log_dir": harness.logs, "active_active": True, "log_store": cluster.address,
              "home": harness.home}
-    with pytest.raises(RegistryError, match="^lease must be 100..600000 ms, got 50$"):
+    with pytest.raises(RegistryError, match=r"^lease must be 100\.\.600000 ms, got 50$"):
         registry.register(**again, lease_ms=50)
     registry.register(**again, lease_ms=300)
     assert harness.cli(*base, "--log-store", cluster.address).returncode == 0
