@@ -147,6 +147,7 @@ MOST_OPTIONS = 55
 DROPPED_EVERYWHERE = {
     "--ic-receive-port", "--ic-send-port",  # -rp/--receive-port, -sp/--send-port
     "--to", "--member", "--name", "--conf",  # --connect, --instance-name, --set
+    "--serve", "--version",  # --listen (a server's address), -cv/--current-version
     "--days", "--renew", "--timeout", "--lease-ms", "--state-table",
 }
 

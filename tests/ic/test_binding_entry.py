@@ -51,11 +51,15 @@ def test_the_binding_runs_on_the_ports_of_a_running_coordinator(harness: Harness
 
 
 def test_the_binding_entry_needs_both_ports(harness: Harness) -> None:
-    r = subprocess.run([sys.executable, "-m", "ambrosia_py.runtime", COUNTER, "-i", "x"],
-                       env=_env(harness), cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stdout, r.stderr) == (
-        2, "", f"{PROG}: error: the following arguments are required: --receive-port, "
-               "--send-port\n")
+    # The same line for a script that still spells them --ic-receive-port/--ic-send-port:
+    # it names the spellings to use.
+    for old in ([], ["--ic-receive-port", "1", "--ic-send-port", "2"]):
+        r = subprocess.run([sys.executable, "-m", "ambrosia_py.runtime", COUNTER, "-i", "x",
+                            *old], env=_env(harness), cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (
+            2, "", f"{PROG}: error: the following arguments are required: "
+                   "-rp/--receive-port/--receivePort, -sp/--send-port/--sendPort\n")
 
 
 def test_the_binding_entry_names_a_class_that_is_no_immortal(harness: Harness) -> None:
