@@ -178,7 +178,7 @@ def test_the_effects_driver_runs_an_effect_under_its_declared_retry() -> None:
     async def main() -> None:
         driver: Effects[str, int] = Effects(lambda: {"a": 1}, start)
         task = asyncio.ensure_future(driver.run())
-        while not made or not made[0].finished.is_set():
+        while not task.done() and not (made and made[0].finished.is_set()):
             await asyncio.sleep(0)
         # An OSError, which the effect's retry takes, did not end the driver.
         assert not task.done()
