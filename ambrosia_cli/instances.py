@@ -25,7 +25,13 @@ from ambrosia_ic.registry.raft_address import without_secret
 
 from ambrosia_core.errors import AmbrosiaError
 
-__all__ = ["StopError", "add_list", "add_stop", "describe", "lock_holder", "stop_instance"]
+__all__ = ["STOP_SECONDS", "StopError", "add_list", "add_stop", "describe", "lock_holder",
+           "stop_instance"]
+
+# How long `stop` waits after its SIGTERM: `ambrosia run` gives its coordinator 10 s to stop
+# and then waits up to 10 s more for it, so an instance still running after 30 s is stuck
+# (the refusal says so), not slow.
+STOP_SECONDS = 30.0
 
 
 class StopError(AmbrosiaError):
@@ -105,7 +111,7 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop_instance(name: str, home: Path, timeout: float) -> str:
+def stop_instance(name: str, home: Path, timeout: float = STOP_SECONDS) -> str:
     """Stop ``name`` as SIGTERM does; the line that says what was stopped.
 
     Raises:
@@ -138,7 +144,7 @@ def stop_instance(name: str, home: Path, timeout: float) -> str:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    print(stop_instance(args.instance_name, registry.ambrosia_home(args.home), args.timeout))
+    print(stop_instance(args.instance_name, registry.ambrosia_home(args.home)))
     return 0
 
 
@@ -153,6 +159,4 @@ def add_stop(sub: Any) -> None:
     p = sub.add_parser("stop", help="stop a running instance as SIGTERM does (the binding "
                        "and the coordinator `ambrosia run` started, or a coordinator alone)")
     p.add_argument("-i", "--instance-name", required=True, help="the instance to stop")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="how long to wait for it to stop, in seconds (default 30)")
     p.set_defaults(handler=_stop)

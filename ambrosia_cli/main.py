@@ -36,7 +36,8 @@ def _dump(args: argparse.Namespace) -> int:
     from . import calls  # the binding's serialization: only a dump with names needs it
 
     reg = registry.load(args.instance_name, args.home)
-    version = reg.current_version if args.version is None else args.version
+    version = (reg.current_version if args.current_version is None
+               else args.current_version)
     target, cls = _dump_class(args, version)
     if cls is None:
         return ic_cli.dump_log(args)

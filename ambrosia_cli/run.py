@@ -4,7 +4,7 @@ By default the instance is registered on first use (free ports, logs under
 ``$AMBROSIA_HOME/logs``, at the version of the class it runs; ``--upgrade-to`` registers an
 upgrade to the next class's version) and its coordinator is started here and stopped with
 the immortal, so one command runs a service on one machine. SIGTERM and SIGINT stop both
-as an ordinary stop. ``--ic-receive-port/--ic-send-port`` connect to an already-running
+as an ordinary stop. ``--receive-port/--send-port`` connect to an already-running
 coordinator instead.
 
 This is the one place that puts the two together: the coordinator package registers and
@@ -75,15 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
         target_help="the Immortal subclass to run, or a shipped service by name: "
                     + ", ".join(SHIPPED),
         receive_port_help="connect to a running coordinator's receive port (with "
-                          "--ic-send-port) instead of starting one",
-        send_port_help="that coordinator's send port (with --ic-receive-port)")
+                          "--send-port) instead of starting one",
+        send_port_help="that coordinator's send port (with --receive-port)")
     # Word for word the top-level option's help (ambrosia_ic.registry.HOME_HELP).
     p.add_argument("--home", default=None,
                    help="registry directory (default: $AMBROSIA_HOME, else ~/.ambrosia)")
     add_start_afresh(p)
     add_metrics_option(p, "--coordinator-metrics", what="its coordinator's",
                        note="the coordinator ambrosia run starts (one given by "
-                            "--ic-receive-port takes --metrics of its own)")
+                            "--receive-port takes --metrics of its own)")
     add_tls_options(p)
     binding.add_log_level(p)
     return p
@@ -141,15 +141,15 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
     upgrade_to = binding.load_upgrade_target(args.upgrade_to, cls)
     binding.check_config(config, cls, upgrade_to)
     tls_options = _tls_options(args)
-    if (args.ic_receive_port is None) != (args.ic_send_port is None):
-        raise UsageError("--ic-receive-port and --ic-send-port go together")
-    own_coordinator = args.ic_receive_port is None
+    if (args.receive_port is None) != (args.send_port is None):
+        raise UsageError("--receive-port and --send-port go together")
+    own_coordinator = args.receive_port is None
     if not own_coordinator and args.coordinator_metrics is not None:
         raise UsageError("--coordinator-metrics goes with the coordinator ambrosia run "
-                         "starts, not with --ic-receive-port (give that coordinator "
+                         "starts, not with --receive-port (give that coordinator "
                          "--metrics)")
     if own_coordinator and args.debug_replay:
-        raise UsageError("--debug-replay goes with --ic-receive-port and --ic-send-port "
+        raise UsageError("--debug-replay goes with --receive-port and --send-port "
                          "(the ports `ambrosia debug-instance` listens on)")
     home = registry.ambrosia_home(args.home)
     known = local_coordinator.registered(args.instance_name, home) if own_coordinator else None
@@ -168,7 +168,7 @@ def _start_and_run(args: argparse.Namespace, log: logging.Logger, stops: StopSig
             proc, estimate, config, (rp, sp) = _start_coordinator(
                 args, log, stops, started, home, cls, upgrade_to, config, tls_options)
         else:
-            proc, estimate, (rp, sp) = None, None, (args.ic_receive_port, args.ic_send_port)
+            proc, estimate, (rp, sp) = None, None, (args.receive_port, args.send_port)
         if stops.signum is not None:
             return binding.stopped(args.instance_name, stops)
         runner = binding.run_immortal(cls, upgrade_to, args.instance_name, (rp, sp), stops,

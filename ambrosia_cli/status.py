@@ -16,7 +16,7 @@ became primary (``run_started``): a restart counts them from zero, while the tab
 counters (a stream's applied lines, a sink's committed bytes) come from the state and
 cover every run; the summary line says "this run" and since when.
 
-``--serve [HOST:]PORT`` serves the same status as a page that refreshes itself, with a
+``--listen [HOST:]PORT`` serves the same status as a page that refreshes itself, with a
 chart of the file's history (``ambrosia_cli.status_page``).
 """
 
@@ -38,7 +38,7 @@ from .status_file import life_state, load_status
 
 __all__ = ["add_status", "render", "status_main"]
 
-#: Where ``--serve`` listens when given a port alone.
+#: Where ``--listen`` listens when given a port alone.
 SERVE_HOST = "127.0.0.1"
 #: The recent errors ``status`` prints (the page shows all the file keeps).
 ERRORS_SHOWN = 5
@@ -225,17 +225,17 @@ def add_status(sub: Any) -> argparse.ArgumentParser:
                         "from the configuration's status_file, else status.json in the "
                         "instance directory)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--serve", type=serve_address, default=None, metavar="[HOST:]PORT",
-                   help="serve a page of the status that refreshes itself (streams, jobs, "
-                        "sinks, replicas, a chart of throughput and commit latency, recent "
-                        f"errors) on HOST ({SERVE_HOST} by default; port 0: any free one) "
-                        "until Ctrl-C")
+    p.add_argument("--listen", type=serve_address, default=None, metavar="[HOST:]PORT",
+                   help=f"listen on HOST ({SERVE_HOST} by default; port 0: any free port) "
+                        "and serve a page of the status that refreshes itself (streams, "
+                        "jobs, sinks, replicas, a chart of throughput and commit latency, "
+                        "recent errors) until Ctrl-C")
     p.set_defaults(handler=status_main)
     return p
 
 
 def serve_address(text: str) -> Address:
-    """``--serve``'s value: ``PORT``, ``:PORT`` or ``HOST:PORT`` (port 0: a free one), as an
+    """``--listen``'s value: ``PORT``, ``:PORT`` or ``HOST:PORT`` (port 0: a free one), as an
     argparse type whose error is one line."""
     try:
         if text.strip().isdigit():
@@ -248,11 +248,11 @@ def serve_address(text: str) -> Address:
 
 def status_main(args: argparse.Namespace) -> int:
     home = registry.ambrosia_home(args.home)
-    if args.serve is not None:
+    if args.listen is not None:
         # Imported here: the page's server is no part of the text command.
         from .status_page import serve
         return serve(args.instance_name, home, Path(args.file) if args.file else None,
-                     args.serve)
+                     args.listen)
     report, age, running = load_status(args.instance_name, home,
                                        Path(args.file) if args.file else None)
     if args.json:

@@ -1,4 +1,4 @@
-"""``ambrosia status -i NAME --serve [HOST:]PORT``: the status page, served from this process.
+"""``ambrosia status -i NAME --listen [HOST:]PORT``: the status page, served from this process.
 
 The instance already writes everything the page shows to its status file; the server
 only reads that file (``load_status``, as the text command does), adds what the registry

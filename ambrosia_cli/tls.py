@@ -9,7 +9,9 @@ Each host gets ``DIR/HOST.pem`` and ``DIR/HOST-key.pem`` (``--tls-cert``, ``--tl
 valid for both ends of a connection (server and client authentication), naming the host
 as an IP address or a DNS name as it is written; the processes on that host dial and are
 dialled by that name. A second run with the same DIR keeps the CA and adds the hosts it
-lacks, so hosts can be added later; an existing host's files are kept unless ``--renew``.
+lacks, so hosts can be added later; an existing host's files are kept until its certificate
+has less than ``RENEW_DAYS`` left, when the run makes new ones (deleting ``DIR/HOST.pem``
+makes new ones at once, after a lost key).
 
 Keys are ECDSA P-256: small, fast handshakes, accepted by every TLS 1.2/1.3 stack.
 """
@@ -33,15 +35,20 @@ if TYPE_CHECKING:
 # cryptography is imported where certificates are made or read: it is a fifth of what the
 # `ambrosia` command would otherwise load at every start, and only `tls init` uses it.
 
-__all__ = ["CA_DAYS", "GITIGNORE", "HOST_DAYS", "TlsInitError", "add_tls", "check_host", "init_dir",
-           "issue_host"]
+__all__ = ["CA_DAYS", "GITIGNORE", "HOST_DAYS", "RENEW_DAYS", "TlsInitError", "add_tls",
+           "check_host", "init_dir", "issue_host"]
 
 #: Written into DIR unless it has one: the directory is often made inside a repository
 #: (the README's `ambrosia tls init pki`), and a private key must never be committed.
 GITIGNORE = (b"# Written by `ambrosia tls init`: private keys never go into a repository.\n"
              b"*-key.pem\n*.tmp\n")
 CA_DAYS = 3650
-HOST_DAYS = 825  # what browsers once capped server certificates at; renew with --renew
+# What browsers once capped server certificates at: long enough that a renewal is a yearly
+# chore at most, short enough that a lost key is not trusted for ever.
+HOST_DAYS = 825
+# A run renews a host certificate this close to its end: a monthly run (or one a month
+# before the date `tls init` printed) renews it before any process refuses it.
+RENEW_DAYS = 30
 _HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
 
@@ -172,10 +179,32 @@ def issue_host(dir_: Path, host: str, *, days: int = HOST_DAYS,
     return cert_path, key_path
 
 
-def init_dir(dir_: Path, hosts: list[str], *, renew: bool = False,
-             days: int = HOST_DAYS) -> list[str]:
+def _ends(path: Path) -> datetime.datetime | None:
+    """When the certificate at ``path`` stops being valid; None if there is none.
+
+    Raises:
+        TlsInitError: it cannot be read, or is no certificate.
+    """
+    from cryptography import x509
+
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise TlsInitError(f"cannot read {path}: {err.strerror}") from None
+    try:
+        return x509.load_pem_x509_certificate(data).not_valid_after_utc
+    except ValueError:
+        raise TlsInitError(f"{path} is not a PEM certificate (delete it and its key to make "
+                           "new ones)") from None
+
+
+def init_dir(dir_: Path, hosts: list[str], *, days: int = HOST_DAYS,
+             now: datetime.datetime | None = None) -> list[str]:
     """Make ``dir_``'s CA unless it has one, and a certificate for each host that lacks
-    one (each, with ``renew``); returns a line per file made or kept.
+    one or whose certificate ends within ``RENEW_DAYS`` of ``now`` (default: the clock);
+    returns a line per file made or kept.
 
     Raises:
         TlsInitError: as ``issue_host``, or the directory cannot be made.
@@ -199,9 +228,11 @@ def init_dir(dir_: Path, hosts: list[str], *, renew: bool = False,
         lines.append(f"made the CA {dir_ / 'ca.pem'} (its key ca-key.pem signs: keep it "
                      "off the hosts)")
     for host in hosts:
-        stem = host.replace(":", "_")
-        if (dir_ / f"{stem}.pem").exists() and not renew:
-            lines.append(f"kept {host}: {dir_ / f'{stem}.pem'} (--renew makes a new one)")
+        path = dir_ / f"{host.replace(':', '_')}.pem"
+        ends = _ends(path)
+        if ends is not None and ends - (now or _now()) > datetime.timedelta(days=RENEW_DAYS):
+            lines.append(f"kept {host}: {path} (valid until {ends:%Y-%m-%d}; a run within "
+                         f"{RENEW_DAYS} days of that renews it)")
             continue
         cert, key = issue_host(dir_, host, days=days)
         lines.append(f"made {host}: --tls-cert {cert} --tls-key {key} --tls-ca "
@@ -211,10 +242,7 @@ def init_dir(dir_: Path, hosts: list[str], *, renew: bool = False,
 
 def _init(args: argparse.Namespace) -> int:
     hosts = [h.strip() for part in args.hosts for h in part.split(",") if h.strip()]
-    if args.days < 1:
-        raise TlsInitError(f"--days must be at least 1, got {args.days}")
-    for line in init_dir(Path(args.dir), hosts or ["localhost", "127.0.0.1"],
-                         renew=args.renew, days=args.days):
+    for line in init_dir(Path(args.dir), hosts or ["localhost", "127.0.0.1"]):
         print(line)
     return 0
 
@@ -224,13 +252,10 @@ def add_tls(sub: Any) -> None:
                                    "and per-host certificates")
     tls_sub = p.add_subparsers(dest="tls_command", required=True, metavar="COMMAND")
     i = tls_sub.add_parser("init", help="make a private CA in DIR (unless there is one) and "
-                                        "a certificate for each host")
+                                        "a certificate for each host (again when its "
+                                        f"certificate ends within {RENEW_DAYS} days)")
     i.add_argument("dir", metavar="DIR", help="where the CA and the certificates go")
     i.add_argument("--hosts", action="append", default=[], metavar="H1,H2",
                    help="the hosts (IP addresses or DNS names as the processes dial them; "
                         "repeatable; default: localhost and 127.0.0.1)")
-    i.add_argument("--days", type=int, default=HOST_DAYS,
-                   help=f"how long the host certificates are valid (default {HOST_DAYS})")
-    i.add_argument("--renew", action="store_true",
-                   help="make new certificates for hosts that have one")
     i.set_defaults(handler=_init)

@@ -9,7 +9,7 @@ so the binding must start over too, from the checkpoint and the log the standby 
 
 A binding that never reads its receive connection (any other language's) sees only the
 close, as when its coordinator stops, and is restarted by whoever supervises it; this
-package's runtime (``ambrosia run --ic-receive-port P --ic-send-port Q``) reads the
+package's runtime (``ambrosia run --receive-port P --send-port Q``) reads the
 notice and starts afresh by itself. A coordinator that stops or dies writes nothing
 there, so a standalone instance's binding ends exactly as before.
 """

@@ -17,13 +17,22 @@ process per stream, the links to job runners) describes it in three parts:
   it to finish its own clean-up), and wakes the running ones. An effect that fails ends
   the instance in one line, as any side effect's failure does; one that returns is done
   until its spec changes.
+
+An effect that is tried again declares how, as an activity declares its retry policy and
+timeouts: its ``attempts`` attribute, an ``ambrosia_core.retry.Attempts`` made from a
+``Retry`` (the errors retried, the back-off's floor and cap, each attempt's timeout), and
+``run()`` is then one attempt. The driver runs the attempts; the effect calls
+``attempts.progress()`` on what resets its back-off. Only an error its ``Retry`` does not
+take ends the instance.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
+
+from ambrosia_core.retry import Attempts
 
 __all__ = ["Effect", "Effects"]
 
@@ -32,10 +41,12 @@ S = TypeVar("S")
 
 
 class Effect(Protocol):
-    """One long-lived side effect, run on the primary while its key is wanted."""
+    """One long-lived side effect, run on the primary while its key is wanted (with an
+    ``attempts`` attribute, an ``Attempts``: retried as it declares)."""
 
     async def run(self) -> None:
-        """The effect itself; cancelled when it is no longer wanted or the instance stops."""
+        """The effect itself, or one attempt at it; cancelled when it is no longer wanted
+        or the instance stops."""
 
     def wake(self) -> None:
         """The state changed: look at it again (called on the event loop's thread)."""
@@ -112,7 +123,7 @@ class Effects(Generic[K, S]):
                 effect = self._start(key, spec)
                 self._specs[key] = spec
                 self.effects[key] = effect
-                task = asyncio.ensure_future(effect.run())
+                task = asyncio.ensure_future(_attempted(effect))
                 task.add_done_callback(_retrieved)
                 self._tasks[key] = task
 
@@ -128,6 +139,12 @@ class Effects(Generic[K, S]):
         for task in ended:
             if not task.cancelled() and (error := task.exception()) is not None:
                 raise error
+
+
+def _attempted(effect: Effect) -> Awaitable[None]:
+    """The effect's run, under the retry it declares (if any)."""
+    attempts = getattr(effect, "attempts", None)
+    return attempts.run(effect.run) if isinstance(attempts, Attempts) else effect.run()
 
 
 def _retrieved(task: asyncio.Task[Any]) -> None:

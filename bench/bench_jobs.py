@@ -65,8 +65,8 @@ def _start_runner(connect: str, out: Path, log: Path) -> tuple[subprocess.Popen[
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", "127.0.0.1:0",
-         "--connect", connect, "--jobs", "ambrosia_services.pipeline.jobs", "--member", "bench",
-         "--dir", str(out)],
+         "--connect", connect, "--jobs", "ambrosia_services.pipeline.jobs",
+         "--instance-name", "bench", "--dir", str(out)],
         stdout=subprocess.PIPE, stderr=open(log, "wb"), cwd=ROOT, env=env)  # noqa: SIM115
     assert proc.stdout is not None
     line = proc.stdout.readline().decode()

@@ -2,7 +2,7 @@
 async/await latency, and the memory the processes use.
 
 Four processes on 127.0.0.1: the sink's coordinator (``ambrosia ic``) and binding
-(``ambrosia run bench_throughput:Sink --ic-receive-port ... --ic-send-port ...``), the
+(``ambrosia run bench_throughput:Sink --receive-port ... --send-port ...``), the
 same for the source. The source awaits ``sink.echo(i)`` PINGS times one after another
 (latency), then forks ``sink.take(i, payload)`` FORKS times in bursts of BURST, awaiting one
 ``echo`` after each burst (flow control), and finally reads ``sink.total()``: every fork
@@ -129,7 +129,7 @@ class _Pair:
                                                     options=options)
         self.binding = Child(subprocess.Popen(
             [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", name,
-             "--ic-receive-port", str(reg.receive_port), "--ic-send-port",
+             "--receive-port", str(reg.receive_port), "--send-port",
              str(reg.send_port)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env=env, cwd=HERE, text=True), name=f"the binding of {name}", group=False)

@@ -5,7 +5,7 @@ A client immortal sends requests 1..N to a server immortal, awaiting each reply;
 server appends each request to its state (checkpointed every few requests), forks a
 ``tally`` of it to itself (a fork, as a long replay is mostly made of), and replies.
 Each instance runs as two processes, so either half can die on its own: its coordinator
-(``ambrosia ic``) and its binding (``ambrosia run ... --ic-receive-port --ic-send-port``).
+(``ambrosia ic``) and its binding (``ambrosia run ... --receive-port --send-port``).
 A driver, seeded, waits until the server has applied a random request number, then kills
 one of the four processes; the other half of that instance fails with it (they fail
 together), both are restarted, and the run goes on. K kills later it waits for the client
@@ -207,7 +207,7 @@ class _Instance:
         self.coordinator = _Proc(proc, path, out=err)
         binding = subprocess.Popen(
             [sys.executable, "-m", "ambrosia_cli", "run", self.target, "-i", self.name,
-             "--ic-receive-port", str(reg.receive_port), "--ic-send-port", str(reg.send_port)],
+             "--receive-port", str(reg.receive_port), "--send-port", str(reg.send_port)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env=run.env, cwd=HERE, text=True)
         connected = threading.Event()

@@ -127,7 +127,7 @@ class ReplicaSet:
              ) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ambrosia_cli", "run", target, "-i", name,
-             "--ic-receive-port", str(ports[0]), "--ic-send-port", str(ports[1])],
+             "--receive-port", str(ports[0]), "--send-port", str(ports[1])],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env=self.env, cwd=HERE, text=True)
         threading.Thread(target=_copy, args=(proc.stderr, out), daemon=True).start()

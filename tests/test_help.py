@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -127,3 +128,66 @@ def test_the_services_commands_offer_no_tuning_knobs(
     parser = parser_of(importlib.import_module(module).main, ["--help"], monkeypatch)
     offered = {o for action in parser._actions for o in action.option_strings}
     assert offered & DROPPED == set()
+
+
+# Every command a user runs: the console scripts, and the `python -m` entry points the
+# READMEs give (the binding's own, a local Raft cluster, the job runner, the Spark server).
+MODULE_COMMANDS = [
+    "ambrosia_py.runtime.cli:main", "ambrosia_ic.cli:main", "ambrosia_ic.raft.cluster:main",
+    "ambrosia_services.jobs.runner:main", "ambrosia_services.jobs.spark.server:main",
+    "ambrosia_services.jobs.spark.jar:main",
+]
+SHIPPED = ["ambrosia_core", "ambrosia_py", "ambrosia_cli", "ic-harness/ambrosia_ic",
+           "services/ambrosia_services"]
+# The most long options the commands may offer between them, counting each once by its
+# first spelling (the real IC's camelCase aliases are not more to learn).
+MOST_OPTIONS = 55
+# Options dropped since: tuning with a constant and its reason in their place, or a second
+# spelling of what another command names otherwise (the new name in the comment).
+DROPPED_EVERYWHERE = {
+    "--ic-receive-port", "--ic-send-port",  # -rp/--receive-port, -sp/--send-port
+    "--to", "--member", "--name", "--conf",  # --connect, --instance-name, --set
+    "--serve", "--version",  # --listen (a server's address), -cv/--current-version
+    "--days", "--renew", "--timeout", "--lease-ms", "--state-table",
+}
+
+
+def _entry_points() -> list[str]:
+    return sorted(SCRIPTS.values()) + MODULE_COMMANDS
+
+
+def long_options(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
+    """Each long option any command offers (by its first long spelling) -> its spellings."""
+    found: dict[str, set[str]] = {}
+    for entry in _entry_points():
+        module, _, func = entry.partition(":")
+        main = getattr(importlib.import_module(module), func)
+        for parser, _said in commands(parser_of(main, ["--help"], monkeypatch)):
+            if forwards(parser):
+                parser = parser_of(main, [parser.prog.rpartition(" ")[2], "--help"],
+                                   monkeypatch, prog=parser.prog)
+            for action in parser._actions:
+                spelled = [o for o in action.option_strings if o.startswith("--")]
+                if spelled and spelled[0] != "--help":
+                    found.setdefault(spelled[0], set()).update(spelled)
+    return found
+
+
+def test_the_commands_offer_at_most_55_long_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    options = long_options(monkeypatch)
+    assert len(options) <= MOST_OPTIONS, sorted(options)
+    spellings = set().union(*options.values())
+    assert spellings & DROPPED_EVERYWHERE == set()
+
+
+def test_every_module_with_a_parser_is_counted() -> None:
+    """A new command's parser is in the count (its module is an entry point above)."""
+    counted = {entry.partition(":")[0] for entry in _entry_points()}
+    with_parser = set()
+    for root in SHIPPED:
+        for path in (ROOT / root).rglob("*.py"):
+            text = path.read_text()
+            if "ArgumentParser(" in text or re.search(r"\bParser\(prog=", text):
+                rel = path.relative_to(ROOT / root).with_suffix("")
+                with_parser.add(".".join((root.rpartition("/")[2], *rel.parts)))
+    assert with_parser <= counted | {"ambrosia_cli.run"}, with_parser - counted

@@ -43,7 +43,7 @@ def test_a_plain_install_with_no_extras_runs_an_immortal(tmp_path: Path) -> None
     java = ROOT / "services" / "ambrosia_services" / "jobs" / "spark" / "java"
     want = sorted(p.relative_to(java).as_posix() for p in java.rglob("*") if p.is_file())
     assert shipped.stdout.split() == want, shipped.stdout + shipped.stderr
-    # The live status page (`ambrosia status --serve`) serves its files from the package.
+    # The live status page (`ambrosia status --listen`) serves its files from the package.
     page = subprocess.run(
         [str(py), "-c", "import importlib.resources as r; "
          "print(*sorted(f.name for f in r.files('ambrosia_cli').joinpath('page').iterdir()))"],

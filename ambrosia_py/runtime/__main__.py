@@ -1,4 +1,4 @@
-"""``python -m ambrosia_py.runtime MODULE:CLASS -i NAME --ic-receive-port P --ic-send-port Q``."""
+"""``python -m ambrosia_py.runtime MODULE:CLASS -i NAME --receive-port P --send-port Q``."""
 
 import sys
 

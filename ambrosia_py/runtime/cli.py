@@ -1,7 +1,7 @@
 """The binding's own entry point: run an immortal against a coordinator that is already
 listening, given its two ports::
 
-    python -m ambrosia_py.runtime MODULE:CLASS -i NAME --ic-receive-port P --ic-send-port Q
+    python -m ambrosia_py.runtime MODULE:CLASS -i NAME --receive-port P --send-port Q
 
 The binding knows no coordinator implementation: it speaks the protocol to whatever listens
 on those ports (the real ``ImmortalCoordinator``, this project's, or ``ambrosia
@@ -102,12 +102,13 @@ def add_arguments(p: argparse.ArgumentParser, *, receive_port_help: str, send_po
     p.add_argument("target", metavar="MODULE:CLASS", help=target_help)
     p.add_argument("-i", "--instance-name", required=True,
                    help="the instance's name (registered on first use)")
-    p.add_argument("--ic-receive-port", type=int, default=None, required=ports_required,
-                   help=receive_port_help)
-    p.add_argument("--ic-send-port", type=int, default=None, required=ports_required,
-                   help=send_port_help)
+    # The coordinator's own spellings (register-instance, debug-instance, the real IC's).
+    p.add_argument("-rp", "--receive-port", "--receivePort", type=int, default=None,
+                   required=ports_required, help=receive_port_help)
+    p.add_argument("-sp", "--send-port", "--sendPort", type=int, default=None,
+                   required=ports_required, help=send_port_help)
     p.add_argument("--debug-replay", action="store_true",
-                   help="the coordinator at --ic-receive-port is `ambrosia debug-instance`: "
+                   help="the coordinator at --receive-port is `ambrosia debug-instance`: "
                         "its closing the connection after the replay is the normal end")
     p.add_argument("--upgrade-to", metavar="MODULE:CLASS", default=None,
                    help="upgrade live to this class: registers the upgrade to its `version` "
@@ -280,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = load_config(args.config, args.sets)
             check_config(config, cls, upgrade_to)
             runner = run_immortal(cls, upgrade_to, name,
-                                  (args.ic_receive_port, args.ic_send_port), stops, log,
+                                  (args.receive_port, args.send_port), stops, log,
                                   config=config, metrics=args.metrics)
             start_afresh_if_superseded(f"{PROG}: ", name, runner, stops)
             code, line = outcome(name, runner, stops, args.debug_replay)

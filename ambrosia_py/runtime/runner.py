@@ -24,13 +24,15 @@ import asyncio
 import contextlib
 import logging
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
+import attrs
+
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AmbrosiaError, CoordinatorError
-from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.retry import Attempts, Retry
 from ambrosia_core.superseded import SUPERSEDED
 from ambrosia_py.errors import SideEffectError
 
@@ -56,20 +58,20 @@ async def connect_with_retry(host: str, port: int, timeout: float
                            host, port, timeout)
 
 
+# A coordinator starting takes a moment: its ports are tried again from 20 ms, at most
+# every 250 ms, until the runner's connect_timeout.
+_CONNECT_RETRY = Retry(floor=0.02, cap=0.25, on=(OSError,))
+
+
 async def _retrying(connect: Callable[[], Awaitable[_T]], host: str, port: int,
                     timeout: float) -> _T:
-    deadline = time.monotonic() + timeout
-    backoff = Backoff(floor=0.02, cap=0.25)  # a coordinator starting takes a moment
-    while True:
-        try:
-            return await connect()
-        except OSError as e:
-            if time.monotonic() >= deadline:
-                raise CoordinatorError(
-                    f"cannot connect to the coordinator at {Address(host, port)}: "
-                    f"{e.strerror or e}"
-                ) from None
-            await asyncio.sleep(backoff.failed())
+    attempts = Attempts(attrs.evolve(_CONNECT_RETRY, give_up_after=timeout))
+    try:
+        return await attempts.run(connect)
+    except OSError as e:
+        raise CoordinatorError(
+            f"cannot connect to the coordinator at {Address(host, port)}: {e.strerror or e}"
+        ) from None
 
 
 NOTICE_WAIT = 2.0  # seconds a closed coordinator's notice may lag its close

@@ -77,7 +77,7 @@ class Sample:
 
     def start_feed(self) -> None:
         self.feed = Child.start(
-            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--connect",
              f"127.0.0.1:{self.port}", *(f"{s}.log" for s in STREAMS)],
             name="the feed", env=self.env, cwd=self.work, log=self.work / "feed.log")
 

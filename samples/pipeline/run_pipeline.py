@@ -87,12 +87,12 @@ class Pipeline:
             self.sink = Child("sink", ["-m", "ambrosia_services.connectors.clients.pgsink",
                                        "--listen", f"127.0.0.1:{sink_port}", "--dsn", postgres,
                                        "--table", TABLE, "--format", "wordcount",
-                                       "--name", self.sink_name],
+                                       "--instance-name", self.sink_name],
                               self.logs / "sink.log")
         self.runners = [
             Child(f"runner-{i + 1}", [
                 "-m", "ambrosia_services.jobs.runner", "--listen", f"127.0.0.1:{port}",
-                "--connect", connect, "--jobs", JOBS, "--member", f"runner-{i + 1}",
+                "--connect", connect, "--jobs", JOBS, "--instance-name", f"runner-{i + 1}",
                 "--dir", str(run_dir / "jobs"), "--workers", "1"],
                   self.logs / f"runner-{i + 1}.log")
             for i, port in enumerate(runner_ports)]
@@ -116,7 +116,7 @@ class Pipeline:
             self.logs / "coordinator.log")
         self.fed = [run_dir / "fed" / p.name for p in paths]
         self.feeds = [
-            Child(f"feed-{i + 1}", ["-m", "ambrosia_services.connectors.clients.feed", "--to",
+            Child(f"feed-{i + 1}", ["-m", "ambrosia_services.connectors.clients.feed", "--connect",
                                     f"127.0.0.1:{self.listen}",
                                     "--message-bytes", str(MESSAGE_BYTES),
                                     "--instance-name", f"feed-{i + 1}", str(p)],

@@ -47,7 +47,7 @@ def test_status_shows_a_running_coordinators_streams_and_sinks(tmp_path: Path) -
     (tmp_path / "run").mkdir()
     try:
         feed = subprocess.run(
-            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--connect",
              f"127.0.0.1:{port}", "--once", str(data)],
             cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert feed.returncode == 0, feed.stderr
@@ -185,7 +185,7 @@ def test_a_crash_is_told_from_a_stop_and_live_counters_are_this_runs(tmp_path: P
                            home=home, cwd=tmp_path, args=args)
     try:
         feed = subprocess.run(
-            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
+            [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--connect",
              f"127.0.0.1:{port}", "--once", str(data)],
             cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert feed.returncode == 0, feed.stderr

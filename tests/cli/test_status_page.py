@@ -1,4 +1,4 @@
-"""The status page (``ambrosia status -i NAME --serve``) in a real headless browser: Debian's
+"""The status page (``ambrosia status -i NAME --listen``) in a real headless browser: Debian's
 chromium driven by playwright, loading the page while a connector coordinator under
 ``ambrosia run`` takes a feed's lines and commits them to a real 2PC file sink, then
 after the instance stops, then after the server stops."""
@@ -102,7 +102,7 @@ def test_the_page_shows_a_running_coordinator_then_its_stop(tmp_path: Path) -> N
                   "--set", f"status_file={status_file}", "--set", "status_seconds=0.2",
                   "--set", "interval_seconds=0.1", "--set", "interval_bytes=4096"])
         server = Child.start(
-            [sys.executable, "-m", "ambrosia_cli", "status", "-i", name, "--serve", "0"],
+            [sys.executable, "-m", "ambrosia_cli", "status", "-i", name, "--listen", "0"],
             env=dict(os.environ, AMBROSIA_HOME=str(home)), cwd=ROOT, name="the page server")
         found = re.search(r"at (http://127\.0\.0\.1:\d+/) ", server.wait_for("http://", 30))
         assert found, server.lines
@@ -120,7 +120,7 @@ def test_the_page_shows_a_running_coordinator_then_its_stop(tmp_path: Path) -> N
             expect(page.locator("#name")).to_have_text(name, timeout=WAIT_MS)
 
             feed = subprocess.run(
-                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--to",
+                [sys.executable, "-m", "ambrosia_services.connectors.clients.feed", "--connect",
                  f"127.0.0.1:{listen}", "--once", str(data)],
                 cwd=ROOT, capture_output=True, text=True, timeout=60)
             assert feed.returncode == 0, feed.stderr

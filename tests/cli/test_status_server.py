@@ -1,7 +1,7 @@
 """The status page's server without a browser: ``/status.json`` over a real socket on
 127.0.0.1 for a registered instance whose log lock a real process holds, the history the
 server keeps across the instance's lives, what it refuses (other paths, other methods,
-other hosts), and ``--serve`` as a user runs it."""
+other hosts), and ``--listen`` as a user runs it."""
 
 from __future__ import annotations
 
@@ -212,13 +212,13 @@ def test_the_page_files_and_nothing_else(server: PageServer) -> None:
         assert _request(server, "/status.json", host=host)[0] == 200, host
 
 
-# ------------------------------------------------------------------ --serve, as a user runs it
+# ------------------------------------------------------------------ --listen, as a user runs it
 
 
 def _serve(home: Path, *args: str) -> Child:
     return Child.start([sys.executable, "-m", "ambrosia_cli", "status", "-i", "svc", *args],
                        env=dict(os.environ, AMBROSIA_HOME=str(home)), cwd=ROOT,
-                       name="ambrosia status --serve")
+                       name="ambrosia status --listen")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -226,7 +226,7 @@ def test_serve_prints_its_url_and_stops_on_a_signal_with_0(
         instance: tuple[Path, Path, Child], signum: int) -> None:
     home, status_file, _holder = instance
     _write(status_file, {"streams": {"1": {"applied": 4}}})
-    child = _serve(home, "--file", str(status_file), "--serve", "0")
+    child = _serve(home, "--file", str(status_file), "--listen", "0")
     try:
         line = child.wait_for("http://", 30)
         found = re.fullmatch(r"ambrosia status: the status page of svc is at "
@@ -253,15 +253,15 @@ def test_serve_refuses_a_bad_address_or_a_taken_port_in_one_line(
                                "65535)"),
                      ("localhost", "'localhost' is not [HOST:]PORT")):
         out = subprocess.run([sys.executable, "-m", "ambrosia_cli", "status", "-i", "svc",
-                              "--serve", bad], env=dict(os.environ, AMBROSIA_HOME=str(home)),
+                              "--listen", bad], env=dict(os.environ, AMBROSIA_HOME=str(home)),
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert (out.returncode, out.stdout) == (2, "")
-        assert out.stderr == f"ambrosia status: error: argument --serve: {why}\n"
+        assert out.stderr == f"ambrosia status: error: argument --listen: {why}\n"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        child = _serve(home, "--serve", str(port))
+        child = _serve(home, "--listen", str(port))
         assert child.wait(30) == 1
         assert child.lines == [f"ambrosia: error: cannot listen on 127.0.0.1:{port}: "
                                "Address already in use"]

@@ -33,7 +33,7 @@ def test_the_binding_runs_on_the_ports_of_a_running_coordinator(harness: Harness
     harness.start("counter")
     proc = subprocess.Popen(
         [sys.executable, "-m", "ambrosia_py.runtime", COUNTER, "-i", "counter",
-         "--ic-receive-port", str(reg.receive_port), "--ic-send-port", str(reg.send_port)],
+         "--receive-port", str(reg.receive_port), "--send-port", str(reg.send_port)],
         env=_env(harness), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True)
     p = ImmortalProcess(proc, group=False)  # in the tests' process group
@@ -51,18 +51,22 @@ def test_the_binding_runs_on_the_ports_of_a_running_coordinator(harness: Harness
 
 
 def test_the_binding_entry_needs_both_ports(harness: Harness) -> None:
-    r = subprocess.run([sys.executable, "-m", "ambrosia_py.runtime", COUNTER, "-i", "x"],
-                       env=_env(harness), cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert (r.returncode, r.stdout, r.stderr) == (
-        2, "", f"{PROG}: error: the following arguments are required: --ic-receive-port, "
-               "--ic-send-port\n")
+    # The same line for a script that still spells them --ic-receive-port/--ic-send-port:
+    # it names the spellings to use.
+    for old in ([], ["--ic-receive-port", "1", "--ic-send-port", "2"]):
+        r = subprocess.run([sys.executable, "-m", "ambrosia_py.runtime", COUNTER, "-i", "x",
+                            *old], env=_env(harness), cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (
+            2, "", f"{PROG}: error: the following arguments are required: "
+                   "-rp/--receive-port/--receivePort, -sp/--send-port/--sendPort\n")
 
 
 def test_the_binding_entry_names_a_class_that_is_no_immortal(harness: Harness) -> None:
     # The base class itself (imported there) is no immortal class either.
     r = subprocess.run([sys.executable, "-m", "ambrosia_py.runtime",
                         "samples.counter.counter:Immortal",
-                        "-i", "x", "--ic-receive-port", "1", "--ic-send-port", "2"],
+                        "-i", "x", "--receive-port", "1", "--send-port", "2"],
                        env=_env(harness), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout, r.stderr.splitlines()[-1]) == (
         1, "", f"{PROG}: error: samples.counter.counter:Immortal is not an ambrosia_py.Immortal "

@@ -106,6 +106,11 @@ def test_log_dump_shows_records_and_checkpoints(harness: Harness) -> None:
     assert "checkpoint 1" in r.stdout
     assert "seq 0 @0" in r.stdout and "INITIAL_MESSAGE" in r.stdout
     assert "RPC method 5 impulse" in r.stdout and "RPC method 1 fork" in r.stdout
+    # The version's directory is chosen as debug-instance chooses it (-cv), or with -v.
+    for choose in (["-cv", "0"], ["--currentVersion", "0"], ["-v", "0"]):
+        assert harness.cli("log", "dump", "-i", "alpha", *choose).stdout == r.stdout
+    other = harness.cli("log", "dump", "-i", "alpha", "--current-version", "7")
+    assert other.returncode == 1 and "alpha_7 at offset 0: no such directory" in other.stdout
     j = [json.loads(x) for x in harness.cli("log", "dump", "-i", "alpha", "--json").stdout
          .splitlines()]
     records = [e for e in j if e["kind"] == "record"]

@@ -97,7 +97,7 @@ def test_a_debug_instance_replay_ends_its_binding_without_an_error(harness: Harn
         assert debug.stdout is not None
         assert debug.stdout.readline().startswith("ambrosia-ic ready:")
         r = subprocess.run([sys.executable, "-m", "ambrosia_cli", "run", COUNTER, "-i", "counter",
-                            "--ic-receive-port", str(rp), "--ic-send-port", str(sp), *flag],
+                            "--receive-port", str(rp), "--send-port", str(sp), *flag],
                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert debug.wait(30) == 0
         assert (r.returncode, r.stderr.splitlines()[-1]) == (code, last)

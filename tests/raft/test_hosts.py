@@ -89,12 +89,15 @@ def _run(m: list[Harness], raft: subprocess.Popen[str]) -> None:
         raise AssertionError(f"the cluster did not start: {raft.stderr.read()}")
     ports = registry.unregistered_free_ports(18, m[0].home)
     home0 = m[0]
+    # Under load a new primary's first heartbeats can come later than 1 s and a standby
+    # rightly takes over again; this test names the primary, so its lease is longer (no
+    # option: a registration field, which the command below keeps and publishes).
+    registry.register(instance_name="S", receive_port=ports[0], send_port=ports[1],
+                      ic_port=ports[2], log_dir=home0.logs, active_active=True,
+                      log_store=address, ic_host=HOSTS[0], lease_ms=4000, home=home0.home)
     r = home0.cli("register-instance", "-i", "S", "-rp", str(ports[0]), "-sp", str(ports[1]),
                   "-p", str(ports[2]), "-l", str(home0.logs), "-aa", "--log-store", address,
-                  "--ic-host", HOSTS[0],
-                  # Under load a new primary's first heartbeats can come later than 1 s
-                  # and a standby rightly takes over again; this test names the primary.
-                  "--lease-ms", "4000")
+                  "--ic-host", HOSTS[0])
     assert r.returncode == 0, r.stderr
     for n in (1, 2):
         r = home0.cli("add-replica", "-i", "S", "-r", str(n), "-rp", str(ports[3 * n]),

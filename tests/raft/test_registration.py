@@ -51,14 +51,20 @@ def test_register_with_a_raft_log_store(harness: Harness, cluster: LocalCluster)
     assert reg.log_store == cluster.address
     published = asyncio.run(fetch_registration(cluster.address, "svc"))
     assert published == {**reg.to_json(), "replicas": {}}
-    assert reg.lease_ms == 1000
-    # The lease: a registration option, kept when not given, within bounds.
-    r = harness.cli(*base, "--lease-ms", "50")
-    assert (r.returncode, r.stderr) == (1, "ambrosia: error: lease must be 100..600000 ms, "
-                                           "got 50\n")
-    assert harness.cli(*base, "--lease-ms", "300").returncode == 0
+    assert reg.lease_ms == registry.DEFAULT_LEASE_MS == 1000
+    # The lease: no option, but a registration field (a test's longer lease), within
+    # bounds, and kept by a registration that changes something else.
+    again = {"instance_name": "svc", "receive_port": rp, "send_port": sp, "ic_port": ip,
+             "log_dir": harness.logs, "active_active": True, "log_store": cluster.address,
+             "home": harness.home}
+    with pytest.raises(RegistryError, match=r"^lease must be 100\.\.600000 ms, got 50$"):
+        registry.register(**again, lease_ms=50)
+    registry.register(**again, lease_ms=300)
+    assert harness.cli(*base, "--log-store", cluster.address).returncode == 0
     doc = asyncio.run(fetch_registration(cluster.address, "svc"))
     assert doc is not None and doc["lease_ms"] == 300
+    r = harness.cli(*base, "--lease-ms", "300")
+    assert r.returncode == 2 and "unrecognized arguments: --lease-ms 300" in r.stderr
     # Options not given keep the registered store; '' goes back to files.
     assert harness.cli(*base).returncode == 0
     assert registry.load("svc", harness.home).log_store == cluster.address

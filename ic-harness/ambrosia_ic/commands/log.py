@@ -30,7 +30,7 @@ def dump_log(args: argparse.Namespace, describe: Describe | None = None,
     from ..dump import dump_entries, format_entry, format_rpc_ids  # the log's readers
 
     reg = registry.load(args.instance_name, args.home)
-    version = reg.current_version if args.version is None else args.version
+    version = reg.current_version if args.current_version is None else args.current_version
     d = registry.instance_dir(reg, version)
     problems = 0
     if not args.json:
@@ -52,7 +52,8 @@ def add_log(sub: Any) -> argparse.ArgumentParser:
     d = logsub.add_parser("dump", help="every record and checkpoint, with integrity problems")
     d.add_argument("-i", "--instance-name", "--instanceName", required=True,
                    help="the registered instance")
-    d.add_argument("-v", "--version", type=int, default=None,
+    # debug-instance's spelling for the same choice (-v stays its short form here).
+    d.add_argument("-cv", "-v", "--current-version", "--currentVersion", type=int, default=None,
                    help="which version's directory (default: the registered current version)")
     d.add_argument("--json", action="store_true", help="one JSON object per line")
     d.set_defaults(handler=_dump)

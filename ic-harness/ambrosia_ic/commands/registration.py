@@ -41,7 +41,7 @@ _REGISTER_DEFAULTS = {"current_version": 0, "active_active": False,
                       "log_trigger_size_mb": 1000, "create_service": "auto",
                       "keep_checkpoints": registry.DEFAULT_KEEP_CHECKPOINTS, "log_store": "",
                       "ic_host": registry.LOOPBACK,
-                      "lease_ms": 1000, "publish": ""}
+                      "lease_ms": registry.DEFAULT_LEASE_MS, "publish": ""}
 _IC_HOST_HELP = ("the address this coordinator listens for links on (default 127.0.0.1; "
                  "0.0.0.0 or :: need --advertise); the binding's ports stay on 127.0.0.1")
 _ADVERTISE_HELP = ("the host other coordinators dial to reach this one, named in its epoch "
@@ -222,14 +222,11 @@ def add_register(sub: Any) -> None:
     p.add_argument("--ic-host", default=None, metavar="HOST", help=_IC_HOST_HELP)
     p.add_argument("--advertise", dest="advertise_host", default=None, metavar="HOST",
                    help=_ADVERTISE_HELP)
-    p.add_argument("--lease-ms", type=int, default=None, metavar="MS",
-                   help="with --log-store: a standby takes over when the primary was silent "
-                        "this long (default 1000; the primary renews it every MS/5). Shorter "
-                        "means faster failover and more takeovers after a mere stall; a "
-                        "stalled primary is fenced by the log either way")
     p.add_argument("--publish", type=_cluster, default=None, metavar="raft://HOST:PORT,...",
                    help=_PUBLISH_HELP)
-    p.set_defaults(handler=_register)
+    # The lease is no option (registry.DEFAULT_LEASE_MS says why); a registration keeps the
+    # one it has.
+    p.set_defaults(handler=_register, lease_ms=None)
 
 
 def _add_replica_cmd(args: argparse.Namespace) -> int:

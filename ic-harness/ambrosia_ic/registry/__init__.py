@@ -37,6 +37,7 @@ from .published import adopt, adopted, published
 from .registration import (
     CREATE_SERVICE_MODES,
     DEFAULT_KEEP_CHECKPOINTS,
+    DEFAULT_LEASE_MS,
     Registration,
     check_instance_name,
 )
@@ -47,6 +48,7 @@ from .writes import add_replica, register
 __all__ = [
     "CREATE_SERVICE_MODES",
     "DEFAULT_KEEP_CHECKPOINTS",
+    "DEFAULT_LEASE_MS",
     "HOME_HELP",
     "LOOPBACK",
     "Registration",

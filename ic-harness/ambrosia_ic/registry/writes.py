@@ -18,7 +18,13 @@ from .hosts import LOOPBACK, link_hosts
 from .instances import instances_dir, load, registration_json
 from .ports import refuse_taken_ports
 from .published import adopted_marker
-from .registration import DEFAULT_KEEP_CHECKPOINTS, Registration, check_instance_name, check_port
+from .registration import (
+    DEFAULT_KEEP_CHECKPOINTS,
+    DEFAULT_LEASE_MS,
+    Registration,
+    check_instance_name,
+    check_port,
+)
 from .replicas import Replica, replica_path
 from .secret import link_secret
 
@@ -41,7 +47,7 @@ def register(
     log_store: str = "",
     ic_host: str = LOOPBACK,
     advertise_host: str | None = None,
-    lease_ms: int = 1000,
+    lease_ms: int = DEFAULT_LEASE_MS,
     publish: str = "",
     home: str | os.PathLike[str] | None = None,
 ) -> Registration:

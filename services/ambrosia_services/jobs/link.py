@@ -35,7 +35,8 @@ from typing import Any
 import attrs
 
 from ambrosia_core.addresses import Address
-from ambrosia_core.loops import Backoff, write_unless_closing
+from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.retry import Attempts, Retry
 from ambrosia_core.tls import Tls, describe_tls_error
 
 from ._state import InitiatorState, Role
@@ -105,6 +106,17 @@ class Held:
 LinkEvent = Connected | Disconnected | Held | Deliver | JobDone | JobCancelled | Discarded
 
 
+class _LinkEndedError(Exception):
+    """A connection to a runner ended (closed, refused in its hello, broken): connect
+    again after the back-off."""
+
+
+def _link_retry(cap: float) -> Retry:
+    """A runner is dialled again from 50 ms, doubling up to ``cap``, after any connection
+    that ended; the back-off resets only when the runner speaks."""
+    return Retry(floor=0.05, cap=cap, on=(OSError, _LinkEndedError))
+
+
 @attrs.define(eq=False)
 class _Link:
     address: RunnerAddress
@@ -112,7 +124,10 @@ class _Link:
     writer: asyncio.StreamWriter | None = None
     queued: list[Start | Cancel] = attrs.Factory(list)
     started_here: set[JobId] = attrs.Factory(set)  # starts sent on this connection
-    backoff: Backoff = attrs.Factory(Backoff)  # between connection attempts
+    # Its connections, under the links' declared retry (``_link_retry``).
+    attempts: Attempts = attrs.field(kw_only=True)
+    failing_since: float | None = None  # when connecting began to fail, this streak
+    said_at: float = 0.0  # when that was last said
 
 
 class JobLinks:
@@ -143,7 +158,7 @@ class JobLinks:
         self.tls = tls
         self.hello = Hello(jobs.member_id, initial_credits, batch_bytes)
         self.max_backoff = max_backoff
-        self._links = {r.member: _Link(r, backoff=Backoff(0.05, max_backoff))
+        self._links = {r.member: _Link(r, attempts=Attempts(_link_retry(max_backoff)))
                        for r in runners}
         self._events: asyncio.Queue[tuple[LinkEvent, JobConnection | None]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
@@ -252,58 +267,59 @@ class JobLinks:
 
     # ------------------------------------------------------------ connections
     async def _maintain(self, link: _Link) -> None:
-        backoff = link.backoff
+        """Keep a connection to ``link``'s runner: each connection is an attempt under
+        ``link.attempts`` (it always ends with an error: ``_LinkEndedError`` when the
+        runner closed it or broke the conversation)."""
+        await link.attempts.run(lambda: self._connection(link))
+
+    async def _connection(self, link: _Link) -> None:
         address = link.address
-        failing_since: float | None = None  # when connecting began to fail, this streak
-        said_at = 0.0
-        while True:
-            try:
-                if self.tls is None:
-                    reader, writer = await asyncio.open_connection(address.host, address.port)
-                else:
-                    reader, writer = await self.tls.connect(address.host, address.port)
-            except OSError as err:  # a TlsHandshakeError too: it names the certificate
-                # Said at once, then once a minute while it lasts: jobs for this runner
-                # wait for it, and a silent wait looks like a hang.
-                now = time.monotonic()
-                if failing_since is None or now - said_at >= UNREACHABLE_SAY_EVERY:
-                    failing_since = now if failing_since is None else failing_since
-                    said_at = now
-                    log.warning("cannot reach runner %s at %s (%s) for %.0f s; jobs for it "
-                                "wait, retrying", address.member, address.where,
-                                err.strerror or err, now - failing_since)
-                await asyncio.sleep(backoff.failed())
-                continue
-            if failing_since is not None:
-                log.info("runner %s at %s reached after %.0f s", address.member,
-                         address.where, time.monotonic() - failing_since)
-                failing_since = None
-            reason = "closed by the runner"
-            try:
-                terms = await exchange_hello(reader, writer, self.hello)
-                if terms.peer != address.member:
-                    raise HelloError(
-                        f"runner at {address.where} is {terms.peer}, "
-                        f"not {address.member}"
-                    )
-                await self._serve(link, reader, writer, terms.credits)
-            except (HelloError, JobProtocolError) as err:
-                reason = str(err)
-                log.warning("link to runner %s: %s", address.member, err)
-            except ssl.SSLError as err:  # an altered, replayed or cut TLS record
-                reason = describe_tls_error(err)
-                log.warning("link to runner %s: %s", address.member, reason)
-            except OSError as err:
-                reason = f"connection lost: {err}"
-            finally:
-                was_open = link.conn is not None
-                link.conn = None
-                link.writer = None
-                link.started_here.clear()
-                writer.close()
-                if was_open:
-                    self._emit(Disconnected(address.member, reason))
-            await asyncio.sleep(backoff.failed())
+        try:
+            if self.tls is None:
+                reader, writer = await asyncio.open_connection(address.host, address.port)
+            else:
+                reader, writer = await self.tls.connect(address.host, address.port)
+        except OSError as err:  # a TlsHandshakeError too: it names the certificate
+            # Said at once, then once a minute while it lasts: jobs for this runner
+            # wait for it, and a silent wait looks like a hang.
+            now = time.monotonic()
+            if link.failing_since is None or now - link.said_at >= UNREACHABLE_SAY_EVERY:
+                link.failing_since = now if link.failing_since is None else link.failing_since
+                link.said_at = now
+                log.warning("cannot reach runner %s at %s (%s) for %.0f s; jobs for it "
+                            "wait, retrying", address.member, address.where,
+                            err.strerror or err, now - link.failing_since)
+            raise
+        if link.failing_since is not None:
+            log.info("runner %s at %s reached after %.0f s", address.member,
+                     address.where, time.monotonic() - link.failing_since)
+            link.failing_since = None
+        reason = "closed by the runner"
+        try:
+            terms = await exchange_hello(reader, writer, self.hello)
+            if terms.peer != address.member:
+                raise HelloError(
+                    f"runner at {address.where} is {terms.peer}, "
+                    f"not {address.member}"
+                )
+            await self._serve(link, reader, writer, terms.credits)
+        except (HelloError, JobProtocolError) as err:
+            reason = str(err)
+            log.warning("link to runner %s: %s", address.member, err)
+        except ssl.SSLError as err:  # an altered, replayed or cut TLS record
+            reason = describe_tls_error(err)
+            log.warning("link to runner %s: %s", address.member, reason)
+        except OSError as err:
+            reason = f"connection lost: {err}"
+        finally:
+            was_open = link.conn is not None
+            link.conn = None
+            link.writer = None
+            link.started_here.clear()
+            writer.close()
+            if was_open:
+                self._emit(Disconnected(address.member, reason))
+        raise _LinkEndedError(reason)
 
     async def _serve(
         self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -319,7 +335,7 @@ class JobLinks:
         while data := await reader.read(65536):
             conn.receive_data(data)
             for msg in conn.events():
-                link.backoff.progress()  # the runner speaks: real progress
+                link.attempts.progress()  # the runner speaks: real progress
                 effects = self.jobs.handle(runner, msg)
                 self._apply(effects, conn)
                 for effect in effects:

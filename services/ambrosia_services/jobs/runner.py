@@ -5,7 +5,7 @@ the sans-IO ``JobConnection`` and ``ParticipantJobs``) and runs jobs on a Spark 
 server::
 
     python -m ambrosia_services.jobs.runner --listen 127.0.0.1:P --connect sc://127.0.0.1:Q \
-        --jobs MODULE[,MODULE] --member NAME --dir DIR
+        --jobs MODULE[,MODULE] --instance-name NAME --dir DIR
 
 - ``start``: the plan's job key and attempt name everything Spark sees
   (``attempts.Attempt``); the job runs in a worker thread in a session of its own, writes
@@ -82,9 +82,9 @@ def runner_source(runner: Runner, member: str) -> Source:
 
 
 async def _serve(args: argparse.Namespace, registry: JobRegistry) -> bool:
-    runner = Runner(member_id(args.member), registry, args.connect, args.dir,
+    runner = Runner(member_id(args.instance_name), registry, args.connect, args.dir,
                     workers=args.workers, tls=args.tls)
-    metrics = serve_metrics(args.metrics, [runner_source(runner, args.member)])
+    metrics = serve_metrics(args.metrics, [runner_source(runner, args.instance_name)])
     try:
         return await _run(runner, args, registry)
     finally:
@@ -107,7 +107,7 @@ async def _run(runner: Runner, args: argparse.Namespace, registry: JobRegistry) 
         loop.add_signal_handler(signum, on_signal, signum.name)
     host = args.listen.host
     port = await runner.listen(host, args.listen.port)
-    print(f"runner {args.member} ({runner.member}) listening on {Address(host, port)}"
+    print(f"runner {args.instance_name} ({runner.member}) listening on {Address(host, port)}"
           f"{' over TLS' if args.tls is not None else ''}; jobs: "
           f"{', '.join(registry.names())}", flush=True)
     watch = asyncio.ensure_future(_watch_connect(args.connect))
@@ -193,7 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="HOST:PORT (:PORT for 127.0.0.1; port 0 picks one)")
     parser.add_argument("--connect", required=True, help="Spark Connect URL sc://host:port")
     parser.add_argument("--jobs", required=True, help="MODULE[,MODULE] with @spark_job functions")
-    parser.add_argument("--member", required=True, help="this runner's member name")
+    parser.add_argument("--instance-name", required=True,
+                        help="this runner's name (its member id in the job protocol derives "
+                             "from it)")
     parser.add_argument("--dir", required=True,
                         help="the output root directory (its attempts' staging and final "
                              "directories)")

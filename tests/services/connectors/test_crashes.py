@@ -82,7 +82,7 @@ class Pipeline:
         with (self.tmp / f"feed-{self.started}.log").open("ab") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.02",
-                 f"{FEED}.POLL_SECONDS=0.01", "--", "--to", f"127.0.0.1:{self.port}",
+                 f"{FEED}.POLL_SECONDS=0.01", "--", "--connect", f"127.0.0.1:{self.port}",
                  "--instance-name", kind.replace(" ", "-"), *self.args[kind]],
                 cwd=self.tmp, stdout=out, stderr=out, env=dict(os.environ, PYTHONPATH=_path()))
 

@@ -36,7 +36,7 @@ def _feed(tmp: Path, port: int, name: str, args: list[str]) -> tuple[subprocess.
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.05",
-             "--", "--to", f"127.0.0.1:{port}", "--instance-name", name,
+             "--", "--connect", f"127.0.0.1:{port}", "--instance-name", name,
              "--once", "data.log", *args],
             cwd=tmp, stdout=out, stderr=out,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(

@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 
 def _runner_args(tmp_path: Path) -> list[str]:
     return ["--listen", "127.0.0.1:0", "--connect", "sc://127.0.0.1:1", "--jobs", JOBS,
-            "--member", "r1", "--dir", str(tmp_path / "out")]
+            "--instance-name", "r1", "--dir", str(tmp_path / "out")]
 
 
 def _without(module: str, blocked: str, args: list[str]) -> subprocess.CompletedProcess[str]:

@@ -52,7 +52,7 @@ class Runner:
         with open(self.err, "w") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", listen,
-                 "--connect", "sc://127.0.0.1:1", "--jobs", JOBS, "--member", "r1",
+                 "--connect", "sc://127.0.0.1:1", "--jobs", JOBS, "--instance-name", "r1",
                  "--dir", str(tmp / "out"), *args],
                 stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT)
         assert self.proc.stdout is not None

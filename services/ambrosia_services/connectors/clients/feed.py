@@ -20,7 +20,7 @@ A stream whose source finishes (a file without ``follow``, an exhausted iterator
 EOS_MESSAGE, and is done once an ACK covers its last record; the feed returns when every
 stream is done, and never while one follows a file.
 
-    ambrosia-feed --to 127.0.0.1:7100 [--to ...] [--once] FILE...
+    ambrosia-feed --connect 127.0.0.1:7100 [--connect ...] [--once] FILE...
 
 (or ``python -m ambrosia_services.connectors.clients.feed``)
 """
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Send files, line by line, to a Wallaroo connector protocol worker.",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="a file to send (one stream each)")
-    p.add_argument("--to", action="append", required=True, type=address_argument(),
+    p.add_argument("--connect", action="append", required=True, type=address_argument(),
                    metavar="HOST:PORT", help="a worker's address (repeat for several)")
     p.add_argument("--cookie", default="", help="the cookie the worker expects")
     p.add_argument("--once", action="store_true",
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = [FileSource(f, follow=not args.once, message_bytes=args.message_bytes)
                for f in args.files]
     try:
-        feed = Feed(sources, args.to, cookie=args.cookie.encode(),
+        feed = Feed(sources, args.connect, cookie=args.cookie.encode(),
                     instance_name=args.instance_name, backoff_cap=BACKOFF_CAP,
                     poll_interval=POLL_SECONDS, tls=tls_from_args(args).load())
         asyncio.run(_run(feed))

@@ -26,6 +26,8 @@ __all__ = ["DEFAULT_STATE_TABLE", "GID_PREFIX", "MAX_GID", "STATE", "check_name"
            "insert_range", "load_state", "one_line", "parse_gid", "row_format", "where"]
 
 GID_PREFIX = "ambrosia-pgsink"
+# One table holds every sink's committed offset, a row per sink name, so it needs no name of
+# its own (no option): it goes where the connection's search_path puts unqualified names.
 DEFAULT_STATE_TABLE = "ambrosia_sink_state"
 MAX_GID = 199  # PostgreSQL's transaction identifiers are shorter than 200 bytes
 STATE = TableShape("", (Column("sink", "text"), Column("committed", "bigint"),

@@ -41,8 +41,8 @@ async def run(args: argparse.Namespace, on_step: Callable[[str], None] | None = 
 
     async def open_store() -> PgSinkStore:  # may create its tables: after every check
         return await PgSinkStore.open(
-            args.dsn, table=args.table, name=args.name or args.table.rpartition(".")[2],
-            row_format=row_format(args.format), state_table=args.state_table,
+            args.dsn, table=args.table, name=args.instance_name or args.table.rpartition(".")[2],
+            row_format=row_format(args.format),
             max_pending=MAX_PENDING_BYTES, backoff_cap=BACKOFF_CAP,
             on_step=on_step)
 
@@ -70,12 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="lines", choices=["lines", "wordcount"],
                    help="what a line becomes: 'lines' (default: a row per line, as text) "
                         "or 'wordcount' (the word count pipeline's batches and counts)")
-    p.add_argument("--name", default="",
-                   help="the sink's name, in its rows, its state row and its prepared "
-                        "transactions' ids (default: the table's name)")
-    p.add_argument("--state-table", default="ambrosia_sink_state", metavar="[SCHEMA.]TABLE",
-                   help="the table of the sinks' committed offsets (default "
-                        "ambrosia_sink_state)")
+    p.add_argument("--instance-name", default="",
+                   help="the sink's name, in its rows, its state row (in the table "
+                        "ambrosia_sink_state) and its prepared transactions' ids "
+                        "(default: the table's name)")
     return p
 
 

@@ -44,6 +44,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ambrosia_core.loops import Backoff, said_at
+from ambrosia_core.retry import Attempts, Retry
 
 from .errors import SinkConfigError, SinkStateError, SinkUnavailableError
 from .pgrows import RowFormat
@@ -78,8 +79,9 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class _LockHeldError(Exception):
-    """Another sink of the same name holds the database."""
+class _UnreachableError(Exception):
+    """The database cannot be reached or set up now, or another sink of the same name
+    holds it (the line says why): tried again, refused at the start."""
 
 
 class PgSinkStore(SinkStore):
@@ -121,7 +123,8 @@ class PgSinkStore(SinkStore):
         self._state = identifier(state_table)
         self.max_pending = max_pending
         self._on_step = on_step or (lambda _step: None)
-        self._backoff = Backoff(0.1, backoff_cap)
+        self.attempts = Attempts(Retry(0.1, backoff_cap, on=(_UnreachableError,)),
+                                 delay=self._failed)
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._up = True  # the database was reachable at the last attempt
         self.where = ""  # "database D at HOST:PORT", for log lines (never the password)
@@ -153,7 +156,7 @@ class PgSinkStore(SinkStore):
             for ident, shape in (*store._tables.values(), (store._state, STATE)):
                 await ensure_table(conn, ident, shape)
             await store._setup(conn)
-        except _LockHeldError as e:
+        except _UnreachableError as e:  # another sink of the same name holds it
             await conn.close()
             raise SinkConfigError(str(e)) from None
         except psycopg.Error as e:
@@ -169,8 +172,8 @@ class PgSinkStore(SinkStore):
         """A new connection: hold the sink's name, set the lock timeout, read the state."""
         self.where = where(conn)
         if not await hold_name(conn, self.name):
-            raise _LockHeldError(f"another ambrosia-pgsink serves sink {self.name!r} in the "
-                                 f"database at {self.where}")
+            raise _UnreachableError(f"another ambrosia-pgsink serves sink {self.name!r} in "
+                                    f"the database at {self.where}")
         await conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         await self._reload(conn)
 
@@ -183,46 +186,42 @@ class PgSinkStore(SinkStore):
         return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        """The live connection, or a new one after a back-off when it was lost."""
+        """The live connection, or a new one under the declared retry when it was lost."""
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             return conn
         self._conn = None
-        while True:
-            try:
-                conn = await self._connect()
-            except psycopg.Error as e:
-                self._failed(f"the database is unreachable: {one_line(e)}")
-                await asyncio.sleep(self._backoff.failed())
-                continue
-            try:
-                await self._setup(conn)
-            except (psycopg.Error, _LockHeldError) as e:
-                await conn.close()
-                self._failed(one_line(e) if isinstance(e, psycopg.Error) else str(e))
-                await asyncio.sleep(self._backoff.failed())
-                continue
-            except BaseException:
-                await conn.close()
-                raise
-            break
+        conn = await self.attempts.run(self._connect_and_set_up)
         if not self._up:
             log.info("database at %s reachable again after %d attempt(s) (committed %d, "
                      "%d prepared transaction(s) in doubt)", self.where,
-                     self._backoff.failures + 1, self.committed_offset, len(self.prepared))
+                     self.attempts.backoff.failures + 1, self.committed_offset,
+                     len(self.prepared))
             self._up = True
-        self._backoff.progress()
+        self.attempts.progress()  # a connection set up resets the back-off
         self._conn = conn
         return conn
 
-    def _failed(self, why: str) -> None:
-        """One more failed attempt to reach the database: said when the database was
-        reachable before, and at the 10th, 100th, ... attempt in a row."""
+    async def _connect_and_set_up(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            conn = await self._connect()
+        except psycopg.Error as e:
+            raise _UnreachableError(f"the database is unreachable: {one_line(e)}") from None
+        try:
+            await self._setup(conn)
+        except BaseException as e:  # closed whatever happened; a refusal is tried again
+            await conn.close()
+            raise (_UnreachableError(one_line(e)) if isinstance(e, psycopg.Error) else e) from None
+        return conn
+
+    def _failed(self, why: Exception, backoff: Backoff) -> float:
+        """Said when the database was up before, then at the 10th, 100th, ... in a row."""
         if self._up:
             log.warning("%s; trying again with back-off", why)
             self._up = False
-        elif self._backoff.failures + 1 >= 10 and said_at(self._backoff.failures + 1):
-            log.warning("%s (%d attempts in a row)", why, self._backoff.failures + 1)
+        elif backoff.failures + 1 >= 10 and said_at(backoff.failures + 1):
+            log.warning("%s (%d attempts in a row)", why, backoff.failures + 1)
+        return backoff.failed()
 
     async def _op(self, what: str,
                   work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]], *,

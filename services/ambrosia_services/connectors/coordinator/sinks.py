@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ambrosia_core.loops import Backoff, said_at, write_unless_closing
+from ambrosia_core.retry import Attempts, Retry
 from ambrosia_core.tls import describe_tls_error
 from ambrosia_services.staging import Ref, StagingError, read_block
 
@@ -50,6 +51,11 @@ _READ = 64 * 1024
 
 class _ReconnectError(Exception):
     """End this connection and connect again at once (after an abort)."""
+
+
+# A link connects again after a lost connection, a refusal, a broken conversation or an
+# abort (the wait: ``SinkLink._delay``); anything else is a bug and ends the instance.
+_RETRY = Retry(floor=_FIRST_DELAY, cap=_MAX_DELAY, on=(OSError, SinkLinkError, _ReconnectError))
 
 
 class SinkLink:
@@ -83,7 +89,9 @@ class SinkLink:
         self._changed = asyncio.Event()
         self.connected = False
         self.aborts_in_a_row = 0  # transactions the sink voted no on since its last commit
-        self._backoff = Backoff(_FIRST_DELAY, _MAX_DELAY)
+        self._was_connected = False  # the connection that just ended had linked
+        # The driver (ambrosia_py.effects) runs ``run`` as attempts: see _RETRY.
+        self.attempts = Attempts(_RETRY, delay=self._delay)
         self._tls = cfg.load_tls()  # the sink's certificate is checked, ours shown
 
     def wake(self) -> None:
@@ -100,45 +108,47 @@ class SinkLink:
         return rec if rec is not None and rec.active else None
 
     async def run(self) -> None:
-        await self._until(lambda: self._rec() is not None)  # the configure Impulse applied
-        backoff = self._backoff
-        while True:
-            writer: asyncio.StreamWriter | None = None
-            delay = 0.0
-            try:
-                if self._tls is None:
-                    reader, writer = await asyncio.open_connection(self.address.host,
-                                                                 self.address.port)
-                else:
-                    reader, writer = await self._tls.connect(self.address.host,
+        """One connection to the sink, until it ends (always with an error); ``attempts``
+        connects again as ``_RETRY`` and ``_delay`` say."""
+        if self.attempts.started == 1:  # the configure Impulse applied, before the first
+            await self._until(lambda: self._rec() is not None)
+        writer: asyncio.StreamWriter | None = None
+        try:
+            if self._tls is None:
+                reader, writer = await asyncio.open_connection(self.address.host,
                                                              self.address.port)
-                await self._session(reader, writer)
-            except _ReconnectError:
-                # The first abort is sent again at once; a sink that keeps voting no is
-                # asked again with back-off, said once and then counted in the status.
-                delay = 0.0 if self.aborts_in_a_row <= 1 else backoff.failed()
-                if self.aborts_in_a_row == _ABORTS_SAID:
-                    self.log.warning("sink %s (%s) voted no on %d transactions in a row; "
-                                     "asking again with back-off", self.name, self.address,
-                                     self.aborts_in_a_row)
-            except (OSError, SinkLinkError) as e:
-                # Only a commit resets the back-off: a sink that refuses right after it
-                # took the connection is asked again later and later, said once a streak.
-                delay = backoff.failed()
-                if self.connected or said_at(backoff.failures):
-                    reason = (describe_tls_error(e) if isinstance(e, ssl.SSLError) else
-                              e.strerror if isinstance(e, OSError) and e.strerror else e)
-                    again = ("" if backoff.failures == 1
-                             else f" ({backoff.failures} attempts in a row)")
-                    self.log.warning("sink %s (%s): %s%s; reconnecting", self.name,
-                                     self.address, reason, again)
-            finally:
-                self.connected = False
-                if writer is not None:
-                    writer.close()
-                    with contextlib.suppress(Exception):
-                        await writer.wait_closed()
-            await asyncio.sleep(delay)
+            else:
+                reader, writer = await self._tls.connect(self.address.host, self.address.port)
+            await self._session(reader, writer)
+        finally:
+            self._was_connected, self.connected = self.connected, False
+            if writer is not None:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+
+    def _delay(self, error: Exception, backoff: Backoff) -> float:
+        """The wait before the next connection, and what is said of the one that ended."""
+        if isinstance(error, _ReconnectError):
+            # The first abort is sent again at once; a sink that keeps voting no is asked
+            # again with back-off, said once and then counted in the status.
+            delay = 0.0 if self.aborts_in_a_row <= 1 else backoff.failed()
+            if self.aborts_in_a_row == _ABORTS_SAID:
+                self.log.warning("sink %s (%s) voted no on %d transactions in a row; "
+                                 "asking again with back-off", self.name, self.address,
+                                 self.aborts_in_a_row)
+            return delay
+        # Only a commit resets the back-off: a sink that refuses right after it took the
+        # connection is asked again later and later, said once a streak.
+        delay = backoff.failed()
+        if self._was_connected or said_at(backoff.failures):
+            reason = (describe_tls_error(error) if isinstance(error, ssl.SSLError) else
+                      error.strerror if isinstance(error, OSError) and error.strerror
+                      else error)
+            again = "" if backoff.failures == 1 else f" ({backoff.failures} attempts in a row)"
+            self.log.warning("sink %s (%s): %s%s; reconnecting", self.name, self.address,
+                             reason, again)
+        return delay
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                        ) -> None:
@@ -211,7 +221,7 @@ class SinkLink:
             self._on_decided(self.name, decided.txn_id, decided.commit)
         self.aborts_in_a_row = 0 if decided.commit else self.aborts_in_a_row + 1
         if decided.commit:
-            self._backoff.progress()  # a commit: real progress
+            self.attempts.progress()  # a commit: real progress
             return
         self.log.info("sink %s: transaction %s aborted; sending it again", self.name,
                       decided.txn_id)

@@ -270,17 +270,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]", help="local[N] or spark://host:port")
     parser.add_argument("--log-dir", default=".",
                         help="directory for connect-server.log (default: the current one)")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    # --set, as `ambrosia run` sets a configuration key (spark-submit's spelling is --conf).
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        dest="sets", help="a Spark configuration key for the server, as "
+                                          "spark-submit's --conf (repeatable)")
     args = parser.parse_args(argv)
     if not _pyspark_installed():
         print("error: the Spark Connect server needs pyspark, part of Spark's client (its "
               "spark-submit and jars): pip install 'ambrosia-py[spark]'", file=sys.stderr)
         return 1
     confs = {}
-    for item in args.conf:
+    for item in args.sets:
         key, sep, value = item.partition("=")
         if not sep:
-            parser.error(f"--conf {item!r} is not KEY=VALUE")
+            parser.error(f"--set {item!r} is not KEY=VALUE")
         confs[key] = value
     host, port = args.listen.host, args.listen.port
     server = ConnectServer(port, host=host, master=args.master, log_dir=args.log_dir,

@@ -204,7 +204,7 @@ def test_the_command_line_with_once_ends_after_the_covering_ack(tmp_path: Path) 
         port = await worker.start()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ambrosia_services.connectors.clients.feed",
-            "--to", f"127.0.0.1:{port}", "--once", str(path), cwd=ROOT,
+            "--connect", f"127.0.0.1:{port}", "--once", str(path), cwd=ROOT,
             stderr=asyncio.subprocess.PIPE,
         )
         for _ in range(200):
@@ -303,7 +303,7 @@ def test_a_plain_feed_at_a_tls_listener_stops_in_one_line(tmp_path: Path) -> Non
         port = server.sockets[0].getsockname()[1]
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.05", "--",
-            "--to", f"127.0.0.1:{port}", "--once", str(path),
+            "--connect", f"127.0.0.1:{port}", "--once", str(path),
             cwd=ROOT, stderr=asyncio.subprocess.PIPE,
             env={k: v for k, v in os.environ.items() if not k.startswith("AMBROSIA_TLS_")},
         )

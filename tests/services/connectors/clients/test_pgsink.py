@@ -260,7 +260,7 @@ def test_bad_configurations_are_refused_in_one_line(
     postgres.query(db, "CREATE TABLE nokey (sink text, pos bigint, txn text, line text)")
     assert "has primary key (none), not (sink, pos)" in _start_fails(
         "--dsn", db, "--table", "nokey")
-    assert "bad sink name" in _start_fails("--dsn", db, "--table", "t", "--name", "a:b")
+    assert "bad sink name" in _start_fails("--dsn", db, "--table", "t", "--instance-name", "a:b")
     sink = PgSinkProcess(db, tmp_path / "sink.log")
     try:
         assert "another ambrosia-pgsink serves sink 'out'" in _start_fails(

@@ -53,7 +53,7 @@ class ReplicaSet:
         self.ics[n] = self.h.start(NAME, n)
         rep = registry.replica(self.h.reg(NAME), n, self.h.home)
         p = start_immortal(TARGET, NAME, home=self.h.home, cwd=ROOT, primary=False, args=[
-            "--ic-receive-port", str(rep.receive_port), "--ic-send-port",
+            "--receive-port", str(rep.receive_port), "--send-port",
             str(rep.send_port), "--config", str(cfg), *args])
         self.bindings[n] = p
         return p
@@ -79,7 +79,7 @@ def _through(harness: Harness, tmp: Path, upgrade: bool) -> ReplicaSet:
     rs = ReplicaSet(harness, tmp, sink_port, **({"upgrade_version": 1} if upgrade else {}))
     tailed, once = tmp / "a.log", tmp / "c.log"
     tailed.write_bytes(b"")
-    to = ["--to", f"127.0.0.1:{rs.listen[0]}", "--to", f"127.0.0.1:{rs.listen[2]}"]
+    to = ["--connect", f"127.0.0.1:{rs.listen[0]}", "--connect", f"127.0.0.1:{rs.listen[2]}"]
     feeds = []
     try:
         first = rs.start(0)

@@ -83,7 +83,7 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
     try:
         v0 = launcher.start(TARGET, "coord", args=["--config", str(cfg)])
         v0.wait_for("listening for sources")
-        feeds.append(feed(tmp_path, "feed-a.log", "--to", f"127.0.0.1:{port}", "a.log"))
+        feeds.append(feed(tmp_path, "feed-a.log", "--connect", f"127.0.0.1:{port}", "a.log"))
         append(tailed, "a", 0, BURST)
         wait_until(lambda: len(committed_lines(tmp_path / "sink")) > 0,
                    "a first line committed", 30)
@@ -96,7 +96,7 @@ def test_a_live_upgrade_while_a_feed_streams_commits_every_line_once_and_acks_go
         append(tailed, "a", 3 * BURST, BURST)
         # More lines than the credits OK grants: it ends only if ACKs keep coming.
         once.write_bytes(b"".join(line("c", i) for i in range(ONCE_LINES)))
-        feeds.append(feed(tmp_path, "feed-c.log", "--to", f"127.0.0.1:{port}", "--once",
+        feeds.append(feed(tmp_path, "feed-c.log", "--connect", f"127.0.0.1:{port}", "--once",
                           "c.log"))
         want = {"a": [line("a", i) for i in range(4 * BURST)],
                 "c": [line("c", i) for i in range(ONCE_LINES)]}

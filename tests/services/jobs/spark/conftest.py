@@ -63,7 +63,7 @@ class RunnerProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "ambrosia_services.jobs.runner",
                  "--listen", f"127.0.0.1:{self.port}", "--connect", self.connect,
-                 "--jobs", JOBS_MODULE, "--member", self.name, "--dir", str(self.out),
+                 "--jobs", JOBS_MODULE, "--instance-name", self.name, "--dir", str(self.out),
                  *self.extra],
                 stdout=subprocess.PIPE, stderr=log, cwd=ROOT, env=env,
             )

@@ -57,7 +57,7 @@ def test_a_wrong_hello_and_a_bad_frame_close_only_their_connections(runners) -> 
 def test_a_runner_given_a_module_without_jobs_exits_with_one_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "ambrosia_services.jobs.runner", "--listen", "127.0.0.1:0",
-         "--connect", "sc://127.0.0.1:1", "--jobs", "json", "--member", "x", "--dir", "o"],
+         "--connect", "sc://127.0.0.1:1", "--jobs", "json", "--instance-name", "x", "--dir", "o"],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert done.returncode == 1

@@ -139,7 +139,7 @@ class PipelineRun:
             path.write_text("")
         self.feed = subprocess.Popen(
             [sys.executable, "-m", "tests.services.tuned", FEED, f"{FEED}.BACKOFF_CAP=0.5",
-             "--", "--to", f"127.0.0.1:{ports['listen']}", *map(str, self.inputs)],
+             "--", "--connect", f"127.0.0.1:{ports['listen']}", *map(str, self.inputs)],
             cwd=ROOT, stderr=open(tmp_path / "feed.log", "wb"))  # noqa: SIM115
         self.written: list[str] = []
 

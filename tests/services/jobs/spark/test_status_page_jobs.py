@@ -55,7 +55,7 @@ def test_the_page_shows_a_pipelines_jobs(launcher: Launcher, runners,  # noqa: F
     app = launcher.start("tests.services.jobs.spark.pipeline_app:JobsApp", name,
                          args=["--config", str(cfg)])
     server = Child.start(
-        [sys.executable, "-m", "ambrosia_cli", "status", "-i", name, "--serve", "0"],
+        [sys.executable, "-m", "ambrosia_cli", "status", "-i", name, "--listen", "0"],
         env=dict(os.environ, AMBROSIA_HOME=str(launcher.home)), cwd=ROOT,
         name="the page server")
     try:
