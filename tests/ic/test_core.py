@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 from ambrosia_ic.coordinator.core import (
+    WAKE,
     CheckpointReceived,
     CoordinatorCore,
+    Deliver,
     InitialReceived,
     LogLine,
     OpenLink,
@@ -35,8 +37,9 @@ def checkpoint_bytes(data: bytes) -> bytes:
 
 def test_a_first_start_gets_the_initial_message_then_checkpoint_one_whole() -> None:
     core = CoordinatorCore("me", 7)
-    asked = core.begin_first_start()
-    assert asked == encode_control_record(7, TakeBecomingPrimaryCheckpoint())
+    core.begin_first_start()
+    assert core.take_actions() == [
+        Deliver(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))]
     assert core.phase is Phase.FIRST_START and core.binding_primary
     core.receive_binding(InitialMessage(b"hello").encode())
     core.receive_binding(OutgoingRpc("peer", 3, 1, b"x").encode())  # before the checkpoint
@@ -45,7 +48,7 @@ def test_a_first_start_gets_the_initial_message_then_checkpoint_one_whole() -> N
                                    OpenLink("peer")]
     core.receive_binding(checkpoint_bytes(b"state")[4:])
     [got] = core.take_actions()
-    assert isinstance(got, CheckpointReceived) and got.n == 1
+    assert isinstance(got, CheckpointReceived) and (got.n, got.position) == (1, (0, {}))
     message, chunks, outputs = got.data
     assert (message, b"".join(chunks)) == (Checkpoint(5).encode(), b"state")
     # The call sent before the Checkpoint message is in its snapshot, not yet logged there.
@@ -73,10 +76,11 @@ def test_a_message_out_of_turn_is_a_protocol_error(setup: str, data: bytes, why:
 def test_a_binding_asking_for_a_checkpoint_wakes_the_committer_only_when_live() -> None:
     core = CoordinatorCore("me", 7)
     core.receive_binding(TakeCheckpoint().encode())
-    assert not core.wake and not core.ckpt.switch_wanted
-    core.phase = Phase.LIVE
+    assert not core.take_actions() and not core.ckpt.switch_wanted
+    core.set_phase(Phase.RECOVERING)
+    core.set_phase(Phase.LIVE)
     core.receive_binding(TakeCheckpoint().encode())
-    assert core.wake and core.ckpt.switch_wanted
+    assert core.take_actions() == [WAKE] and core.ckpt.switch_wanted
 
 
 def test_impulses_before_live_are_dropped_with_a_line_unless_primary_or_kept() -> None:
@@ -90,6 +94,7 @@ def test_impulses_before_live_are_dropped_with_a_line_unless_primary_or_kept() -
                  CoordinatorCore("me", 7)):
         if not core.keeps_early_impulses:
             core.begin_first_start()  # primary once asked for its first checkpoint
+            core.take_actions()  # the request
         core.receive_binding(impulse)
         assert len(core.group.pending) == 1 and not core.take_actions()
 
@@ -125,7 +130,8 @@ def test_how_the_binding_stream_is_cut_into_reads_changes_nothing(data: bytes,
                                                                   cuts: list[int]) -> None:
     whole, pieces = CoordinatorCore("me", 7), CoordinatorCore("me", 7)
     for core in (whole, pieces):
-        core.phase = Phase.LIVE
+        core.set_phase(Phase.RECOVERING)
+        core.set_phase(Phase.LIVE)
     whole.receive_binding(data)
     at = 0
     for n in cuts:
