@@ -57,11 +57,11 @@ from ambrosia_ic import logstore, recovery
 from ambrosia_ic.coordinator import commit_plan, start_plan
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.core import (
-    Acknowledge,
     CheckpointData,
     CheckpointReceived,
     CoordinatorCore,
     Deliver,
+    Durable,
     InitialReceived,
     LogLine,
 )
@@ -510,8 +510,9 @@ class Node:
         for action in self.core.take_actions():
             if isinstance(action, Deliver):
                 self.deliver(action.data)
-            elif isinstance(action, Acknowledge):
-                for sender, position in action.positions.items():
+            elif isinstance(action, Durable):
+                self.deliver(action.wire)
+                for sender, position in action.acks.items():
                     conn = self.world.conns.get((sender, self.name))
                     if conn is not None and conn.to == self.id:
                         conn.acks.append(position)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .core import (
-    Acknowledge,
     CheckpointReceived,
     Deliver,
+    Durable,
     InitialReceived,
     LogLine,
     OpenLink,
@@ -30,12 +30,14 @@ def run(c: Coordinator) -> None:
     if not core.actions:
         return
     for action in core.take_actions():
-        if type(action) is Deliver:
-            c.deliver(action.data)
-        elif type(action) is Acknowledge:
-            c.link_server.acknowledge(action.positions)
+        # The common ones first: a record made durable, the committer woken.
+        if type(action) is Durable:
+            c.deliver(action.wire)
+            c.link_server.acknowledge(action.acks)
         elif type(action) is Wake:
             c.wake.set()
+        elif type(action) is Deliver:
+            c.deliver(action.data)
         elif type(action) is OpenLink:
             open_link(c, action.dest)
         elif type(action) is CheckpointReceived:

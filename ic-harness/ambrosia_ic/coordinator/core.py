@@ -16,18 +16,19 @@ One way, as h11's ``Connection``: events in, actions out. Every input is a metho
 
 Every effect of an event comes out as one of the typed actions of ``core_actions``,
 taken in one place (``take_actions``; the shell's ``actions.run``) and run in order:
-deliver bytes to the binding, acknowledge senders, wake the committer, open a link for
-a new destination, hand over a checkpoint the binding streamed back (with the log's
-position it is saved with) or the InitialMessage, log a line. Two things the shell
-pulls instead, because the pull is the hot path's whole point: the next record to
-write (``take``, between the events that fill it and ``durable``), and each
-destination's ``LinkOutbox`` (what to write on its link, as the link may).
+deliver a request to the binding, deliver a durable record and acknowledge its calls to
+their senders, wake the committer, open a link for a new destination, hand over a
+checkpoint the binding streamed back (with the log's position it is saved with) or the
+InitialMessage, log a line. Two things the shell pulls instead, because the pull is the
+hot path's whole point: the next record to write (``take``, between the events that
+fill it and ``durable``), and each destination's ``LinkOutbox`` (what to write on its
+link, as the link may).
 
 The rules themselves are the small sans-IO pieces beside this module, each checked on
 its own: ``group_commit``, ``intake``, ``self_calls``, ``checkpoint_plan``, ``phase``,
 and ``links.outbox.LinkOutbox``; ``binding_stream`` cuts the binding's bytes into what
-is routed, and ``routing`` (the core's base) routes it. The replay digest is a port (``Digests``): the shell's writes files, a
-simulation's keeps nothing.
+is routed, and ``routing`` (the core's base) routes it. The replay digest is a port
+(``Digests``): the shell's writes files, a simulation's keeps nothing.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ from .binding_stream import BindingStream, CheckpointStream
 from .checkpoint_plan import CheckpointPlan, Event
 from .core_actions import (
     WAKE,
-    Acknowledge,
     Action,
     CheckpointData,
     CheckpointReceived,
@@ -70,16 +70,16 @@ from .core_actions import (
     Wake,
 )
 from .frames import LinkRecord
-from .group_commit import GroupCommit, TakenRecord
+from .group_commit import Durable, GroupCommit, TakenRecord
 from .intake import LinkIntake
 from .phase import Phase, next_phase
 from .routing import Routing
 from .self_calls import SelfCalls
 
 # The actions and the digest port are importable from here, where the core is.
-__all__ = ["WAKE", "Acknowledge", "Action", "CheckpointData", "CheckpointReceived",
-           "CoordinatorCore", "Deliver", "Digest", "Digests", "InitialReceived", "LogLine",
-           "OpenLink", "Position", "Wake"]
+__all__ = ["WAKE", "Action", "CheckpointData", "CheckpointReceived", "CoordinatorCore",
+           "Deliver", "Digest", "Digests", "Durable", "InitialReceived", "LogLine", "OpenLink",
+           "Position", "Wake"]
 
 
 class CoordinatorCore(Routing):
@@ -207,17 +207,14 @@ class CoordinatorCore(Routing):
         return self.group.take(max_bytes, epoch)
 
     def durable(self, record: TakenRecord, log_size: int) -> None:
-        """``record`` is durable (the log now holds ``log_size`` bytes): it goes to the
-        binding (``Deliver``) and its calls are acknowledged to their senders
-        (``Acknowledge``)."""
-        out = self.group.durable(record, self.name)
+        """``record`` is durable (the log now holds ``log_size`` bytes): what it lets go
+        (``Durable``: its bytes for the binding, its calls' positions for their
+        senders)."""
+        self.actions.append(self.group.durable(record, self.name))
         self.last_delivered = record.seq_id
         self.self_calls.trim(self.logged(self.name))
         if log_size >= self.trigger_bytes:
             self.ckpt.on(Event.SIZE_REACHED)
-        self.actions.append(Deliver(out.wire))
-        if out.acks:
-            self.actions.append(Acknowledge(out.acks))
 
     def followed(self, seq_id: int, inputs: dict[str, int]) -> None:
         """A follower delivered record ``seq_id``, written by another replica: the

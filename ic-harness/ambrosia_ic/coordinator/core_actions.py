@@ -11,9 +11,8 @@ import attrs
 
 from ambrosia_core.wire import InitialMessage
 
-__all__ = ["WAKE", "Acknowledge", "Action", "CheckpointData", "CheckpointReceived",
-           "Deliver", "Digest", "Digests", "InitialReceived", "LogLine", "OpenLink",
-           "Position", "Wake"]
+__all__ = ["WAKE", "Action", "CheckpointData", "CheckpointReceived", "Deliver", "Digest",
+           "Digests", "Durable", "InitialReceived", "LogLine", "OpenLink", "Position", "Wake"]
 
 # (the binding's Checkpoint message, its raw chunks, the outputs snapshot)
 CheckpointData = tuple[bytes, list[bytes], dict[str, Any]]
@@ -22,18 +21,20 @@ Position = tuple[int, dict[str, int]]
 
 
 @attrs.frozen
-class Deliver:
-    """Write ``data`` to the binding, in the order the actions come (a request of the
-    core, a durable record)."""
+class Durable:
+    """A record is durable (``group_commit.GroupCommit.durable``): what it lets go out."""
 
-    data: bytes
+    wire: bytes  # to deliver to the binding
+    acks: dict[str, int]  # sender -> position to acknowledge (our own name excluded)
 
 
 @attrs.frozen
-class Acknowledge:
-    """Tell each sender how far its calls are logged (sender -> position)."""
+class Deliver:
+    """Write ``data`` to the binding, in the order the actions come (a request of the
+    core). A durable record's bytes come as ``group_commit.Durable``: deliver its
+    ``wire``, then acknowledge its ``acks`` to their senders."""
 
-    positions: dict[str, int]
+    data: bytes
 
 
 @attrs.frozen
@@ -74,7 +75,7 @@ class LogLine:
     text: str
 
 
-Action = Deliver | Acknowledge | Wake | OpenLink | CheckpointReceived | InitialReceived | LogLine
+Action = Durable | Deliver | Wake | OpenLink | CheckpointReceived | InitialReceived | LogLine
 
 
 class Digest(Protocol):
