@@ -10,10 +10,12 @@ from ambrosia_ic.coordinator.core import (
     CheckpointReceived,
     CoordinatorCore,
     Deliver,
+    Durable,
     InitialReceived,
     LogLine,
     OpenLink,
 )
+from ambrosia_ic.coordinator.frames import LinkRecord
 from ambrosia_ic.coordinator.phase import Phase
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,6 +83,46 @@ def test_a_binding_asking_for_a_checkpoint_wakes_the_committer_only_when_live() 
     core.set_phase(Phase.LIVE)
     core.receive_binding(TakeCheckpoint().encode())
     assert core.take_actions() == [WAKE] and core.ckpt.switch_wanted
+
+
+def live_core() -> CoordinatorCore:
+    core = CoordinatorCore("me", 7)
+    core.set_phase(Phase.RECOVERING)
+    core.set_phase(Phase.LIVE)
+    return core
+
+
+def test_every_effect_is_an_action_the_committer_woken_once_between_takes() -> None:
+    core = live_core()
+    body = OutgoingRpc("me", 3, 1, b"x").incoming().encode()
+    for seq in (1, 2, 3):
+        core.link_record("peer", LinkRecord(seq, body, 1))
+    assert core.take_actions() == [WAKE]
+    record = core.take(1 << 20)
+    assert core.take_actions() == []  # taken is not durable: nothing goes out yet
+    core.durable(record, log_size=100)
+    assert core.take_actions() == [Durable(record.wire, {"peer": 3})]
+    core.link_record("peer", LinkRecord(4, body, 1))
+    assert core.take_actions() == [WAKE]
+
+
+def test_a_checkpoint_comes_back_with_the_log_position_it_was_asked_at() -> None:
+    core = live_core()
+    body = OutgoingRpc("me", 3, 1, b"x").incoming().encode()
+
+    def commit(seq: int) -> None:
+        core.link_record("peer", LinkRecord(seq, body, 1))
+        core.durable(core.take(1 << 20), log_size=100)
+
+    commit(1)
+    core.receive_binding(TakeCheckpoint().encode())  # the binding asks for one
+    core.take_actions()
+    core.switch_log(2, checkpoint=True)
+    assert core.take_actions() == [Deliver(encode_control_record(7, TakeCheckpoint()))]
+    commit(2)  # the next log's first record, before the binding answers
+    core.receive_binding(checkpoint_bytes(b"state"))
+    got = [a for a in core.take_actions() if isinstance(a, CheckpointReceived)]
+    assert [(a.n, a.position) for a in got] == [(2, (1, {"peer": 1}))]
 
 
 def test_impulses_before_live_are_dropped_with_a_line_unless_primary_or_kept() -> None:
