@@ -22,7 +22,8 @@ Position = tuple[int, dict[str, int]]
 
 @attrs.frozen
 class Durable:
-    """A record is durable (``group_commit.GroupCommit.durable``): what it lets go out."""
+    """A record is durable (``group_commit.GroupCommit.durable``): deliver its ``wire`` to
+    the binding, then acknowledge its ``acks`` to their senders."""
 
     wire: bytes  # to deliver to the binding
     acks: dict[str, int]  # sender -> position to acknowledge (our own name excluded)
@@ -30,9 +31,8 @@ class Durable:
 
 @attrs.frozen
 class Deliver:
-    """Write ``data`` to the binding, in the order the actions come (a request of the
-    core). A durable record's bytes come as ``group_commit.Durable``: deliver its
-    ``wire``, then acknowledge its ``acks`` to their senders."""
+    """Write ``data`` to the binding, in the order the actions come: a request of the
+    core (a checkpoint asked for, BecomingPrimary)."""
 
     data: bytes
 
@@ -43,6 +43,7 @@ class Wake:
 
 
 WAKE = Wake()  # the one instance: asked for at most once between two takes
+
 
 @attrs.frozen
 class OpenLink:
