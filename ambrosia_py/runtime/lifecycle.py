@@ -9,6 +9,7 @@ rebuild the same suspended coroutines (see ``journal``).
 
 from __future__ import annotations
 
+import io
 import tempfile
 import time
 from collections.abc import Iterator
@@ -140,6 +141,14 @@ class Lifecycle(EngineCore):
         if not isinstance(new, new_cls):
             raise TypeError(f"the state conversion returned {type(new).__qualname__}, "
                             f"not {new_cls.__qualname__}")
+        if self._journal.snapshot is not None:
+            # Handlers are suspended: a checkpoint carries the state from before the
+            # first of them began and the inputs since, so that state is converted too
+            # (else the new version's first checkpoint holds the old class's state, and
+            # a recovery from it loses the conversion).
+            fw, base = ckpt.read_state(self.cls, ckpt.read_objects(
+                io.BytesIO(self._journal.snapshot)), self._attach)
+            self._journal.snapshot = ckpt.state_bytes(convert(base), fw)
         self.instance = self._attach(new)
         self.cls, self.upgrade_to = new_cls, None
         self.log.info("upgraded to %s version %d (%s)", new_cls.__qualname__, new_cls.version,

@@ -82,3 +82,39 @@ def test_the_probe_sees_a_heavy_import(tmp_path: Path) -> None:
     code, out, modules = _imported("ambrosia_cli.main", ["run", "--help"], tmp_path / "home")
     assert code == 0 and "ambrosia run" in out
     assert "ambrosia_py.runtime" in _heavy(modules)
+
+
+_CLASS_PROBE = """
+import json, sys
+from ambrosia_ic import registry
+from ambrosia_ic.commands.ic import _coordinator_class
+reg = registry.load({name!r})
+cls = _coordinator_class(reg)
+print(json.dumps({{"cls": cls.__name__, "modules": sorted(sys.modules)}}))
+"""
+
+
+@pytest.mark.parametrize(("flags", "cls", "loaded"), [
+    ([], "StandaloneCoordinator", False),
+    (["--active-active"], "SharedDirReplica", False),
+])
+def test_a_coordinator_on_files_loads_no_raft_client(tmp_path: Path, flags: list[str],
+                                                       cls: str, loaded: bool) -> None:
+    """``ambrosia ic`` imports the coordinator its registration needs, and only that: a
+    start on files pays nothing for pyzmq and the Raft client (a start's largest import)."""
+    home = tmp_path / "home"
+    rp, sp, ip = free_ports(3)
+    code, _, _ = _imported("ambrosia_cli.main", [
+        "register-instance", "-i", "svc", "-rp", str(rp), "-sp", str(sp), "-p", str(ip),
+        "-l", str(tmp_path / "logs"), *flags], home)
+    assert code == 0
+    r = subprocess.run([sys.executable, "-c", _CLASS_PROBE.format(name="svc")],
+                       env=dict(os.environ, AMBROSIA_HOME=str(home)), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    probe = json.loads(r.stdout)
+    assert probe["cls"] == cls
+    raft = [m for m in probe["modules"] if m.split(".")[0] == "zmq" or m in (
+        "ambrosia_ic.raft.client", "ambrosia_ic.replication.raft",
+        "ambrosia_ic.logstore.raft_store")]
+    assert bool(raft) == loaded, raft

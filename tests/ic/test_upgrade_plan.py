@@ -11,6 +11,8 @@ import pytest
 from ambrosia_ic.coordinator.start_plan import UpgradePlan, choose_upgrade
 from ambrosia_ic.logstore import CHECKPOINT_PREFIX, DIGEST_PREFIX, LOG_PREFIX
 
+from ambrosia_core.errors import CoordinatorError
+
 
 def _files(d: Path, **named: list[int]) -> None:
     d.mkdir(parents=True, exist_ok=True)
@@ -64,3 +66,36 @@ def test_an_instance_that_never_started_starts_the_new_version_afresh(
     old.mkdir()
     _files(new, **{LOG_PREFIX: [1]})
     assert choose_upgrade(old, new, 7, 1) == UpgradePlan("afresh", 1, (new / f"{LOG_PREFIX}1",))
+
+
+def test_an_instance_that_went_live_with_its_old_log_gone_is_refused_not_begun_afresh(
+        dirs: tuple[Path, Path]) -> None:
+    """Its history is gone, not missing: starting the new version afresh would apply
+    every call again, and the registration would already name the new version."""
+    old, new = dirs
+    old.mkdir()
+    with pytest.raises(CoordinatorError) as refused:
+        choose_upgrade(old, new, 7, 1, name="svc", started=True)
+    text = str(refused.value)
+    assert "\n" not in text and text.startswith("svc has started before") and str(old) in text
+    assert not new.exists()
+
+
+def test_a_temporary_checkpoint_a_killed_attempt_left_is_removed_with_its_leftovers(
+        dirs: tuple[Path, Path]) -> None:
+    old, new = dirs
+    _files(old, **{CHECKPOINT_PREFIX: [1, 2], LOG_PREFIX: [1, 2]})
+    _files(new, **{LOG_PREFIX: [3]})
+    temp = new / f".{CHECKPOINT_PREFIX}3.0a1b2c3d.tmp"
+    temp.write_bytes(b"AMBRCKP2")
+    plan = choose_upgrade(old, new, 7, 1)
+    assert plan == UpgradePlan("retry", 1, (new / f"{LOG_PREFIX}3", temp))
+
+
+def test_starting_afresh_also_names_the_interrupted_first_starts_temporary_checkpoint(
+        dirs: tuple[Path, Path]) -> None:
+    old, new = dirs
+    _files(old, **{CHECKPOINT_PREFIX: [1]})
+    temp = old / f".{CHECKPOINT_PREFIX}1.00ff00ff.tmp"
+    temp.write_bytes(b"AMBRCKP2")
+    assert choose_upgrade(old, new, 7, 1) == UpgradePlan("afresh", 1, (temp,))

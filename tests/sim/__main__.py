@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{seen['recovered']}, checkpoints {seen['checkpoint']}, dropped connections "
           f"{seen['drop']}, partitions {seen['cut']}, resent overlaps {seen['overlap']}, "
           f"paused primaries {seen['pause']}, takeovers {seen['takeover']}, fenced "
-          f"primaries stopped {seen['fenced']}")
+          f"primaries stopped {seen['fenced']}, checkpoints by a secondary "
+          f"{seen['secondary']}, live upgrades done {seen['upgraded']}, registrations "
+          f"flipped {seen['flip-registration']}")
     return 1 if failed else 0
 
 

@@ -2,6 +2,8 @@
 each round awaiting one answer, so that a run exercises self-calls, forks over links,
 awaited calls and their results, and handlers suspended across checkpoints.
 
+``RoundsV2`` is its next version, the target of a live upgrade.
+
 Instance ``i`` starts round 1 at its first start. Round ``k`` (asking its coordinator
 for a checkpoint in even rounds, when primary) forks ``ping(i, k)`` to every peer,
 awaits ``echo(i, k)`` from one of them (round-robin), keeps the answer, and forks round
@@ -55,3 +57,26 @@ class Rounds(Immortal):
     async def echo(self, origin: str, k: int) -> int:
         self.echoed.setdefault(origin, []).append(k)
         return k * 10
+
+
+class RoundsV2(Rounds):
+    """The next version of ``Rounds`` (a live upgrade's target): the same calls, and
+    ``upgrades``, how many conversions made this state (one per upgrade lived through:
+    two would be an upgrade done twice)."""
+
+    version = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.upgrades = 0
+
+    def observed(self) -> dict[str, Any]:
+        return {**super().observed(), "upgrades": self.upgrades}
+
+    @classmethod
+    def upgrade_from(cls, previous: Any) -> RoundsV2:
+        new = cls()
+        new.applied, new.echoed = previous.applied, previous.echoed
+        new.answers, new.round = previous.answers, previous.round
+        new.upgrades = getattr(previous, "upgrades", 0) + 1
+        return new

@@ -7,15 +7,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
-from ambrosia_ic.coordinator import commit_plan
+from ambrosia_ic.coordinator import commit_plan, start_plan
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
+from ambrosia_ic.coordinator.start_plan import StartPlan, UpgradePlan
 from ambrosia_ic.links import LinkOutbox
+from ambrosia_ic.logstore import log_path
 from ambrosia_ic.logstore import records as log_records
 from ambrosia_ic.logstore.records import LogScan
+from ambrosia_ic.registry import instances as registrations
+from ambrosia_ic.replication import checkpointer
 
 from ambrosia_core.errors import UnexpectedMessageError
 
@@ -166,6 +170,62 @@ def _links_never_paused(full: bool, pending: int, draining: bool,
     return Links.RESUME
 
 
+def _checkpoint_once_next_exists(done: bool, checkpoint_exists: bool,
+                                 next_log_exists: bool) -> checkpointer.Move:
+    """A checkpointing secondary checkpoints as soon as the next log exists, before it
+    has read its log whole: checkpoint N+1 misses the last records of log N."""
+    if next_log_exists and not checkpoint_exists:
+        return checkpointer.Move.CHECKPOINT
+    return checkpointer.Move.NEXT if done else checkpointer.Move.READ
+
+
+_choose_upgrade = start_plan.choose_upgrade
+
+
+def _upgrade_done_again(old_dir: Any, new_dir: Any, cid: int, to: int,
+                        **kw: Any) -> UpgradePlan:
+    """A finished upgrade is done again: a start that missed only the registration's
+    update recovers the old version and upgrades it once more."""
+    chosen = _choose_upgrade(old_dir, new_dir, cid, to, **kw)
+    return UpgradePlan("retry", to) if chosen.kind == "finished" else chosen
+
+
+def _upgrade_afresh_regardless(old_dir: Any, new_dir: Any, cid: int, to: int,
+                               **kw: Any) -> UpgradePlan:
+    """An instance that went live, its old log gone, is upgraded as if it never started."""
+    return _choose_upgrade(old_dir, new_dir, cid, to, **{**kw, "started": False})
+
+
+def _upgrade_temps_kept(old_dir: Any, new_dir: Any, cid: int, to: int,
+                       **kw: Any) -> UpgradePlan:
+    """What a killed upgrade's checkpoint write left in the new directory stays there
+    after the retry."""
+    chosen = _choose_upgrade(old_dir, new_dir, cid, to, **kw)
+    return UpgradePlan(chosen.kind, to, tuple(p for p in chosen.remove
+                                              if not p.name.endswith(".tmp")))
+
+
+_choose_start = start_plan.choose_start
+
+
+def _start_afresh_regardless(d: Any, cid: int, **kw: Any) -> StartPlan:
+    """A log gone (its directory entry lost, say) taken for a first start."""
+    return _choose_start(d, cid, **{**kw, "started": False})
+
+
+def _next_log_unsynced(self: StandaloneSink, d: Any, n: int, old: Any = None) -> Any:
+    """A new log's directory entry is not synced: records written to it (and delivered)
+    go with the entry at a crash."""
+    if old is not None:
+        old.trim()
+    return self.open_log(log_path(d, n))
+
+
+def _registration_unchecked(data: dict[str, object]) -> str:
+    """A registration's check bytes say nothing: a flipped bit is read as valid."""
+    return "0"
+
+
 MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a resent record's overlap is queued again": (LinkIntake, "take", _take_whole),
     "a record is delivered before it is synced": (StandaloneSink, "write", _write_unsynced),
@@ -193,4 +253,17 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                   _move_never_switching),
     "back-pressure never resumes the links": (commit_plan, "links", _links_never_resumed),
     "back-pressure never pauses the links": (commit_plan, "links", _links_never_paused),
+    "a checkpointing secondary's checkpoint is records short of its log": (
+        checkpointer, "next_move", _checkpoint_once_next_exists),
+    "a finished upgrade is done again": (start_plan, "choose_upgrade", _upgrade_done_again),
+    "an instance that went live is upgraded afresh": (start_plan, "choose_upgrade",
+                                                      _upgrade_afresh_regardless),
+    "a killed upgrade's temporary checkpoint is left": (start_plan, "choose_upgrade",
+                                                        _upgrade_temps_kept),
+    "a log gone is taken for a first start": (start_plan, "choose_start",
+                                              _start_afresh_regardless),
+    "a new log's directory entry is not synced": (StandaloneSink, "next_log",
+                                                  _next_log_unsynced),
+    "a registration's check bytes are not looked at": (registrations, "_check_of",
+                                                       _registration_unchecked),
 }

@@ -1,8 +1,10 @@
 """The deterministic simulation of many coordinators (``world``): 10,000 seeded runs of
 two or three instances calling each other, one of them often an active/active replica
-set, with back-pressure pausing their inbound links, through crashes (unsynced writes
-lost, a write in progress cut short, a checkpoint being written left as its temporary
-file), bits flipped in logs and checkpoints, files lost, dropped connections,
+set (with a checkpointing secondary in half of them: ``secondary``), the others often
+upgraded live (``upgrade``), with back-pressure pausing their inbound links, through
+crashes (unsynced writes lost, a log whose directory entry was not synced lost, a write
+in progress cut short, a checkpoint being written left as its temporary file), bits
+flipped in logs, checkpoints and registrations, files lost, dropped connections,
 partitions and heals, paused primaries and takeovers; each checked for exactly-once,
 in-order delivery, every awaited answer, one writer per epoch, no link read past
 back-pressure's limits, recovered states equal to replays of their logs, followers
@@ -38,11 +40,15 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     # The runs did what they are for: every fault and every recovery path, many times.
     for what in ("crash", "drop", "cut", "heal", "recovered", "checkpoint", "written",
                  "pause", "takeover", "fenced", "flip", "lose", "refused", "repaired",
-                 "torn", "temporary", "paused"):
+                 "torn", "temporary", "paused", "secondary", "from secondary",
+                 "register-upgrade", "flip-registration", "upgrade retry"):
         assert seen[what] >= 100, (what, seen)
-    # Rarer: a sender leaving an old primary that still reads, and a resent record
-    # partly taken before (its mutant is found within a few hundred seeds all the same).
+    # Rarer: a sender leaving an old primary that still reads, a resent record partly
+    # taken before, an upgrade begun afresh or found finished (each mutant of theirs is
+    # found within a few hundred seeds all the same).
     assert seen["moved"] >= 10 and seen["overlap"] >= 1, seen
+    assert seen["upgraded"] >= 40 and seen["upgrade afresh"] >= 10, seen
+    assert seen["upgrade finished"] >= 1, seen
 
 
 def _first_failing(limit: int) -> int | None:

@@ -4,9 +4,10 @@ them, in one process, driven by one seeded scheduler (FoundationDB's way of test
 What runs is the real thing, in memory: each instance is a ``CoordinatorCore`` (every
 decision the live coordinator makes) with the real ``StandaloneSink`` writing into a
 simulated disk, and its binding is the real ``Engine`` running ``app.Rounds``. What is
-simulated is only what moves bytes: the disk (writes are lost at a crash unless synced,
-or a prefix of a write in progress survives; a checkpoint is durable once saved, as by a
-synced rename, and a crash while one is saved leaves its temporary file), the binding's
+simulated is only what moves bytes: the disk (``disk``: writes are lost at a crash unless
+synced, or a prefix of a write in progress survives, and a log whose directory entry was
+not synced is lost whole; a checkpoint is durable once saved, as by a synced rename, and
+a crash while one is saved leaves its temporary file), the binding's
 socket (bytes
 delivered wait until the binding reads them, in pieces), and the links (a connection
 per sender and destination, its bytes delivered in pieces, acknowledgements on their
@@ -19,7 +20,10 @@ instance's disk is a real directory (on a memory file system where there is one)
 logs and checkpoints are written as the coordinator writes them, and its start-up reads
 them with the real recovery reader (``recovery.first_start_pending``, ``plan_recovery``,
 ``replay_wire``), so what a recovery makes of a torn write, a flipped bit, a log removed
-or a temporary file left behind is the coordinator's own decision.
+or a temporary file left behind is the coordinator's own decision. Two parts live in
+their own modules: an active/active instance's checkpointing secondary (``secondary``),
+and the standalone instances' registrations and live upgrades (``upgrade``), which
+``World`` runs through its ``extras`` (their steps, and their checks at the end).
 
 A run is a list of steps. ``World.run`` draws them from a seed (faults first, then
 the world heals and runs until nothing is left to do); ``World.replay`` runs a given
@@ -35,7 +39,9 @@ list, skipping steps that cannot happen. After every step the invariants are che
 - damage (a flipped bit in a log or a checkpoint, a log removed) is refused in one line
   naming the file, with nothing in the directory changed, or repaired from what is
   intact; a recovery never rolls back past a record that was durable, never reads a
-  damaged file as valid, and leaves no temporary checkpoint behind.
+  damaged file as valid, never starts afresh an instance that went live, and leaves no
+  temporary checkpoint behind; no crash takes a log that held synced records with its
+  directory entry.
 
 ``shrink`` cuts a failing run down to a shortest list of steps that still fails.
 """
@@ -68,33 +74,27 @@ from ambrosia_ic.coordinator.core import (
 from ambrosia_ic.coordinator.frames import LinkRecords
 from ambrosia_ic.coordinator.group_commit import TakenRecord
 from ambrosia_ic.coordinator.phase import Phase
-from ambrosia_ic.coordinator.sink import FencedSink, LogSink, StandaloneSink
+from ambrosia_ic.coordinator.sink import FencedSink, LogSink
 from ambrosia_ic.errors import LockLostError, LogCorruptionError
 from ambrosia_ic.logstore import (
-    CHECKPOINT_PREFIX,
-    LOG_PREFIX,
     LogWriter,
     checkpoint_path,
-    file_numbers,
     log_path,
     remove_first_start_leftovers,
-    write_checkpoint,
 )
-from ambrosia_ic.logstore.watermarks import decode_watermarks
 from ambrosia_ic.recovery import RecoveryPlan
 from ambrosia_ic.replication import shared_dir
 
 from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.wire import (
-    HEADER_SIZE,
     InitialMessage,
     TakeBecomingPrimaryCheckpoint,
     encode_checkpoint_record,
 )
-from ambrosia_core.wire.records import HEADER
 from ambrosia_py.runtime.engine import Engine, SendCheckpoint
 
 from .app import Rounds
+from .disk import DiskEntry, SavedCheckpoint, SimDisk, SimEpochs, SimLog, SimSink
 
 __all__ = ["Scenario", "SimFailure", "Step", "World", "explain", "shrink"]
 
@@ -106,7 +106,8 @@ MAX_RECORD = 1 << 20
 PENDING_LIMIT = 2
 BUFFER_LIMIT = 160
 BUFFER_LOW = BUFFER_LIMIT // 4
-_FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose"})
+_FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose",
+                     "register-upgrade", "flip-registration"})
 _REGULATED = frozenset({"bind", "commit", "written", "link", "follow", "claim", "restart",
                         "resume", "beat"})
 # Where a flipped bit lands in a log record (byte, bit; a negative byte counts from the
@@ -118,6 +119,7 @@ _DISK_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
 Step = tuple[Any, ...]  # ("action", *arguments)
 
 
+# The disk is ``disk``: SimLog, SimDisk, SimSink, SimEpochs.
 class Refused(Exception):  # noqa: N818 (a start refused, as the coordinator's line)
     """A coordinator refused to start: its recovery found damage it cannot repair."""
 
@@ -128,224 +130,6 @@ class SimFailure(AssertionError):  # noqa: N818 (an assertion, as pytest shows i
     def __init__(self, message: str, trace: list[Step]) -> None:
         super().__init__(message)
         self.trace = trace
-
-
-# ---------------------------------------------------------------------- the disk
-class SimLog:
-    """One log file: what was written, and how much of it is synced (the sink's
-    ``LogWriter`` surface). The bytes are also written to the real file at ``path``,
-    which is what a recovery reads. A crash keeps the synced bytes, and in the file a
-    prefix of a write in progress (``tear``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.data = bytearray()
-        self.synced = 0
-        self._parsed: list[DiskEntry] = []
-        path.write_bytes(b"")
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-        with open(self.path, "ab") as f:
-            f.write(data)
-
-    def sync(self) -> None:
-        self.synced = len(self.data)
-
-    def trim(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def crash(self) -> None:
-        del self.data[self.synced:]
-        if self.path.exists():
-            os.truncate(self.path, self.synced)
-
-    def tear(self, data: bytes) -> None:
-        """A write of ``data`` cut short by the crash: the file keeps its prefix."""
-        with open(self.path, "ab") as f:
-            f.write(data)
-
-    def records_end(self) -> int:
-        """Where the last whole synced record ends."""
-        recs = self.records()
-        return recs[-1].end if recs else 0
-
-    def records(self) -> list[DiskEntry]:
-        """Each record in the synced bytes (parsed once: the bytes only grow, except
-        at a crash, which cuts what was not synced)."""
-        parsed = self._parsed
-        pos = parsed[-1].end if parsed else 0
-        if pos > self.synced:  # cut by a crash
-            parsed.clear()
-            pos = 0
-        data = self.data
-        while pos + HEADER_SIZE <= self.synced:
-            cid, size, check, seq = HEADER.unpack_from(data, pos)
-            length = -size - 1  # the disk form's length is negative
-            end = pos + length
-            wire = HEADER.pack(cid, length, check, seq) + bytes(data[pos + HEADER_SIZE:end])
-            inputs, after, epoch = decode_watermarks(data, end, self.synced)
-            parsed.append(DiskEntry(seq, wire, inputs, epoch, pos, after))
-            pos = after
-        return parsed
-
-
-@attrs.frozen
-class DiskEntry:
-    seq: int
-    wire: bytes
-    inputs: dict[str, int]
-    epoch: int
-    offset: int
-    end: int
-
-
-@attrs.define
-class SavedCheckpoint:
-    next_seq: int
-    inputs: dict[str, int]
-    outputs: dict[str, Any]
-    chunks: list[bytes]
-
-
-class SimDisk:
-    """An instance's log directory: numbered logs and checkpoints, and for the replicas
-    of an active/active instance (who share it) the claimed epochs and the seals.
-
-    The logs and checkpoints are also real files in ``dir``, written as the coordinator
-    writes them; a standalone instance recovers from those. ``damage`` holds the
-    faults done to them that are not undone yet: ``(file, offset, original bytes)``
-    (None: the whole file was removed)."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.dir = root / name
-        self.dir.mkdir()
-        self.logs: dict[int, SimLog] = {}
-        self.checkpoints: dict[int, SavedCheckpoint] = {}
-        self.epochs: dict[int, SimEpochs] = {}  # epoch -> the claim that holds it
-        self.seals: dict[int, int] = {}  # log -> where it ends for good
-        self.damage: list[tuple[Path, int | None, bytes]] = []
-
-    def open_log(self, n: int) -> SimLog:
-        log = self.logs[n] = SimLog(log_path(self.dir, n))
-        return log
-
-    def save_checkpoint(self, n: int, saved: SavedCheckpoint, message: bytes) -> None:
-        """Checkpoint ``n``, and its file as the coordinator writes it."""
-        self.checkpoints[n] = saved
-        state = recovery.coordinator_state(saved.next_seq, saved.inputs, saved.outputs)
-        write_checkpoint(self.dir, n, state, message, saved.chunks)
-
-    def leave_temporary(self, n: int, data: bytes) -> None:
-        """A crash while checkpoint ``n`` was written: its temporary file stays."""
-        (self.dir / f".{CHECKPOINT_PREFIX}{n}.{n:08x}.tmp").write_bytes(data)
-
-    def temporaries(self) -> list[str]:
-        return sorted(p.name for p in self.dir.iterdir() if p.name.endswith(".tmp"))
-
-    def crash(self) -> None:
-        for log in self.logs.values():
-            log.crash()
-
-    def first_start_pending(self) -> bool:
-        """No record 0 is durable: the next start is a first start."""
-        return not any(log.synced for log in self.logs.values())
-
-    def newest_epoch(self) -> int:
-        return max(self.epochs, default=0)
-
-    def durable_records(self, from_seq: int) -> list[DiskEntry]:
-        """The log's records from ``from_seq`` on (in a sealed log, those before the
-        seal: a fenced primary's writes after it are not the instance's)."""
-        out = []
-        for n in sorted(self.logs):
-            seal = self.seals.get(n)
-            out += [r for r in self.logs[n].records()
-                    if r.seq >= from_seq and (seal is None or r.end <= seal)]
-        return out
-
-    def durable_end(self) -> int:
-        """The sequence id after the last durable record (0: none)."""
-        for n in sorted(self.logs, reverse=True):
-            recs = self.logs[n].records()
-            if recs:
-                return recs[-1].seq + 1
-        return 0
-
-    # -- damage, and its repair (as from a backup)
-    def targets(self) -> list[Path]:
-        """The files a recovery reads: the newest checkpoint and the logs from it on."""
-        ckpts = file_numbers(self.dir, CHECKPOINT_PREFIX)
-        if not ckpts:
-            return []
-        n = ckpts[-1]
-        logs = [k for k in file_numbers(self.dir, LOG_PREFIX) if k >= n]
-        return [checkpoint_path(self.dir, n)] + [log_path(self.dir, k) for k in logs
-                                                 if self.logs.get(k) and self.logs[k].synced]
-
-    def flip(self, path: Path, where: float, spot: tuple[int, int]) -> None:
-        """Flip a bit of a durable record ``where`` (a fraction) in a log, at ``spot``
-        (``_SPOTS``); of the byte ``where`` in a checkpoint."""
-        data = bytearray(path.read_bytes())
-        byte, bit = spot
-        if path.name.startswith(LOG_PREFIX):
-            recs = self.logs[int(path.name[len(LOG_PREFIX):])].records()
-            rec = recs[min(len(recs) - 1, int(len(recs) * where))]
-            at = (rec.offset if byte >= 0 else rec.end) + byte
-        else:
-            at = min(len(data) - 1, int(len(data) * where))
-        self.damage.append((path, at, bytes(data[at : at + 1])))
-        data[at] ^= 1 << bit
-        path.write_bytes(bytes(data))
-
-    def lose(self, path: Path) -> None:
-        """A file lost (its directory entry never made it to disk, say)."""
-        self.damage.append((path, None, path.read_bytes()))
-        path.unlink()
-
-    def repair(self) -> None:
-        for path, at, data in reversed(self.damage):
-            if at is None:
-                path.write_bytes(data)
-            elif path.exists() and path.stat().st_size > at:
-                with open(path, "r+b") as f:
-                    f.seek(at)
-                    f.write(data)
-        self.damage.clear()
-
-    def files(self) -> dict[str, bytes]:
-        return {p.name: p.read_bytes() for p in sorted(self.dir.iterdir())}
-
-
-class SimEpochs:
-    """One replica's claims on the shared epochs (``lease.Epochs``' surface for the
-    sink): claiming is a compare-and-swap, and a claim is fenced once a newer exists."""
-
-    def __init__(self, disk: SimDisk) -> None:
-        self.disk = disk
-        self.held: int | None = None
-
-    def current(self) -> int:
-        return self.disk.newest_epoch()
-
-    def claim(self, e: int) -> bool:
-        if e in self.disk.epochs:
-            return False
-        self.disk.epochs[e] = self
-        self.held = e
-        return True
-
-    def check(self) -> None:
-        if self.held is not None and self.held + 1 in self.disk.epochs:
-            raise LockLostError(f"epoch {self.held + 1} was claimed by another replica; "
-                                f"this primary (epoch {self.held}) was fenced off")
 
 
 # ---------------------------------------------------------------------- links
@@ -376,10 +160,7 @@ class Node:
         self.paused = False
         self.links_paused = False  # back-pressure: its inbound links are not read
         self.draining = False  # back-pressure awaits the binding's reading
-        peers = [p for p in world.names if p != name]
-        self.engine = Engine(Rounds, name, config={"peers": peers,
-                                                    "rounds": world.rounds})
-        self.engine.attach(None, lambda: None)
+        self.engine = world.new_engine(name)
         self.inbox = bytearray()  # delivered to the binding, not yet read
         self.writer: SimLog | None = None
         self.log_n = 0
@@ -394,7 +175,7 @@ class Node:
         self._start()
 
     def make_sink(self) -> LogSink:
-        return StandaloneSink(region=0)
+        return SimSink(self)
 
     # -- start-up (``startup``)
     def _start(self) -> None:
@@ -420,6 +201,9 @@ class Node:
             self._recover(chosen.plan)
 
     def _first_start(self) -> None:
+        if self.name in self.world.started:
+            self.world.fail(f"{self.id} started afresh, but {self.name} had gone live (a "
+                            "silent first start)")
         remove_first_start_leftovers(self.disk.dir)  # an interrupted first start's
         self.disk.logs.clear()
         self.disk.checkpoints.clear()
@@ -443,9 +227,13 @@ class Node:
             self.deliver(bytes(wire))
             core.replayed(last)
         self.log_n = plan.last_log + 1
-        core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint())
-        self.flow = "recover"
+        self._ask_to_go_live()
         self.run_actions()
+
+    def _ask_to_go_live(self) -> None:
+        """The recovery's last step: the checkpoint that starts its new log."""
+        self.core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint())
+        self.flow = "recover"
 
     def _advance_start(self) -> None:
         core = self.core
@@ -453,13 +241,14 @@ class Node:
             message, chunks, outputs = self.received.pop(1)
             self.disk.save_checkpoint(1, SavedCheckpoint(0, {}, outputs, chunks), message)
             self.writer = self.disk.open_log(1)
+            self.disk.sync_dir()  # ``startup.first_start``
             self.log_n = 1
             core.first_record(self.initial)
             self._commit_one()  # record 0, durably, before anything else
             self._go_live()
         elif self.flow == "recover" and self.log_n in self.received:
             message, chunks, outputs = self.received.pop(self.log_n)
-            self.writer = self.disk.open_log(self.log_n)
+            self.writer = cast(SimLog, self.sink.next_log(self.disk.dir, self.log_n))
             self.disk.save_checkpoint(self.log_n, SavedCheckpoint(
                 core.group.next_seq, dict(core.group.inputs), outputs, chunks), message)
             self.recovered = True
@@ -568,7 +357,7 @@ class Node:
     def _switch(self) -> None:
         core = self.core
         n = self.log_n + 1
-        self.writer = self.disk.open_log(n)
+        self.writer = cast(SimLog, self.sink.next_log(self.disk.dir, n, self.writer))  # type: ignore[arg-type]
         self.log_n = n
         self.asked = n
         core.switch_log(n, self.sink.checkpoints_on_switch)
@@ -689,6 +478,7 @@ class ReplicaNode(Node):
         if n + 1 in self.disk.logs:
             raise LockLostError(f"log {n + 1} was created by another primary")
         self.writer = self.disk.open_log(n + 1)
+        self.disk.sync_dir()  # ``FencedSink.next_log``
         self.log_n = n + 1
         self.core.become_primary()
         self.run_actions()
@@ -703,6 +493,7 @@ class ReplicaNode(Node):
             raise LockLostError(f"log {n} was created by another primary")
         self.core.switch_log(n, self.sink.checkpoints_on_switch)
         self.writer = self.disk.open_log(n)
+        self.disk.sync_dir()  # ``FencedSink.next_log``
         self.log_n = n
 
     def written(self) -> None:
@@ -749,7 +540,7 @@ class World:
     ``i0`` runs as ``replicas`` active/active replicas when that is above 1."""
 
     def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700,
-                 replicas: int = 1) -> None:
+                 replicas: int = 1, secondary: bool = False, upgrades: bool = False) -> None:
         self.names = [f"i{k}" for k in range(n)]
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
         self.rounds = rounds
@@ -759,6 +550,10 @@ class World:
         self.root = root
         self.disks = {name: SimDisk(root, name) for name in self.names}
         self.replicated = {"i0": replicas} if replicas > 1 else {}
+        self.secondary = secondary  # its replicas have a checkpointing secondary
+        # Per instance, the class its binding runs and the one it upgrades to.
+        self.apps: dict[str, tuple[type[Rounds], type[Rounds] | None]] = {}
+        self.extras: list[Any] = []  # more kinds of steps (``upgrade.Upgrades``)
         self.nodes: dict[str, Node | None] = {}
         self.conns: dict[tuple[str, str], Conn] = {}
         self.cut: set[frozenset[str]] = set()
@@ -766,6 +561,9 @@ class World:
         self.counts: collections.Counter[str] = collections.Counter()  # what happened
         self.writers: dict[int, Node] = {}  # per epoch, the replica that wrote in it
         self.started: set[str] = set()  # instances that went live once (the registry's)
+        if upgrades:
+            from .upgrade import Upgrades
+            self.extras.append(Upgrades(self))
         for name in self.names:
             for node_id in self.members(name):
                 self.nodes[node_id] = self._new(node_id)
@@ -774,9 +572,25 @@ class World:
         k = self.replicated.get(name, 1)
         return [name] if k == 1 else [f"{name}/{r}" for r in range(k)]
 
+    def new_engine(self, name: str, cls: type[Rounds] | None = None) -> Engine:
+        """A binding for ``name`` running the class registered for it (or ``cls``)."""
+        app, upgrade_to = (cls, None) if cls is not None else self.apps.get(name, (Rounds, None))
+        engine = Engine(app, name, upgrade_to=upgrade_to,
+                        config={"peers": [p for p in self.names if p != name],
+                                "rounds": self.rounds})
+        engine.attach(None, lambda: None)
+        return engine
+
     def _new(self, node_id: str) -> Node:
         name = node_id.split("/")[0]
-        return ReplicaNode(self, name, node_id) if "/" in node_id else Node(self, name)
+        if "/" not in node_id:
+            for extra in self.extras:
+                return cast(Node, extra.node(name))
+            return Node(self, name)
+        if self.secondary:
+            from .secondary import CheckpointingReplica
+            return CheckpointingReplica(self, name, node_id)
+        return ReplicaNode(self, name, node_id)
 
     # -- who serves an instance
     def holder(self, name: str) -> Node | None:
@@ -878,6 +692,8 @@ class World:
                 out.append(("moved", s, d))
             elif faults:
                 out.append(("drop", s, d))
+        for extra in self.extras:
+            out += extra.steps(faults)
         if faults:
             for a in self.names:
                 for b in self.names:
@@ -958,7 +774,7 @@ class World:
             self._drop(b, a)
         elif kind == "heal":
             self.cut.clear()
-        else:
+        elif not any(extra.do(step) for extra in self.extras):
             raise ValueError(f"unknown step {step!r}")
 
     def _node(self, node_id: str) -> Node:
@@ -1004,9 +820,12 @@ class World:
         progress leaves that part of itself, and a checkpoint being written its
         temporary file."""
         node = self._node(node_id)
-        disk = self.disks[node.name]
+        disk = node.disk
         self._stop(node_id)
-        disk.crash()
+        lost = disk.crash()
+        if lost:
+            self.fail(f"{node_id} crashed, and with the entries of {disk.dir.name} never "
+                      f"synced, its log {lost[0]} went, which held synced records")
         if cut is None:
             return
         if node.writing is not None and node.writer is not None:
@@ -1014,8 +833,8 @@ class World:
             node.writer.tear(data[: min(len(data) - 1, max(1, round(len(data) * cut)))])
             self.counts["torn"] += 1
         writing = (node.asked if node.asked is not None else
-                   1 if node.flow == "first" else node.log_n if node.flow == "recover"
-                   else None)
+                   1 if node.flow == "first" else node.log_n
+                   if node.flow in ("recover", "upgrade") else None)
         if writing is not None:  # the checkpoint it was taking was being written
             disk.leave_temporary(writing, b"AMBRCKP2" + bytes(40))
             self.counts["temporary"] += 1
@@ -1055,8 +874,9 @@ class World:
                     self.fail(f"{node_id} recovered from {path.name}, damaged at {at}, as "
                               "if it were intact")
             self.counts["repaired"] += 1
-        if disk.temporaries() and name not in self.replicated:
-            self.fail(f"{node_id} started, and left {', '.join(disk.temporaries())}")
+        left = sorted(set(disk.temporaries() + node.disk.temporaries()))
+        if left and name not in self.replicated:
+            self.fail(f"{node_id} started, and left {', '.join(left)}")
         disk.repair()
 
     def _stop(self, node_id: str) -> None:
@@ -1159,17 +979,17 @@ class World:
                         and other.observed() != state):
                     self.fail(f"{node_id} follows with {other.observed()}, but the "
                               f"primary {node.id} has {state}")
+        for extra in self.extras:
+            extra.check_end()
 
     def check_replay(self, node: Node, when: str) -> None:
         """``node``'s state equals a fresh binding's replay of its durable log from
         its first checkpoint."""
-        first = node.disk.checkpoints.get(1)
+        first = node.disk.checkpoints.get(min(node.disk.checkpoints, default=1))
         if first is None:
             self.fail(f"{node.id} has no first checkpoint {when}")
             return
-        peers = [p for p in self.names if p != node.name]
-        fresh = Engine(Rounds, node.name, config={"peers": peers, "rounds": self.rounds})
-        fresh.attach(None, lambda: None)
+        fresh = self.new_engine(node.name, node.disk.app)
         fresh.receive_data(encode_checkpoint_record(node.core.cid, sum(map(len, first.chunks)))
                            + b"".join(first.chunks))
         for r in node.disk.durable_records(0):
@@ -1199,6 +1019,8 @@ class Scenario:
     fault_steps: int
     fault_rate: float
     replicas: int = 1
+    secondary: bool = False  # the replicas have a checkpointing secondary
+    upgrades: bool = False  # the standalone instances may be upgraded live
 
     @classmethod
     def of(cls, seed: int) -> Scenario:
@@ -1207,11 +1029,13 @@ class Scenario:
                    trigger=rng.choice([400, 900, 1 << 30]),
                    fault_steps=rng.randrange(20, 120),
                    fault_rate=rng.choice([0.05, 0.15, 0.3]),
-                   replicas=rng.choice([1, 1, 2, 3]))
+                   replicas=rng.choice([1, 1, 2, 3]), secondary=rng.random() < 0.5,
+                   upgrades=rng.random() < 0.5)
 
     def world(self) -> World:
         return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
-                     replicas=self.replicas)
+                     replicas=self.replicas, secondary=self.secondary and self.replicas > 1,
+                     upgrades=self.upgrades)
 
     def run(self) -> World:
         """The run the seed draws (raises ``SimFailure``)."""

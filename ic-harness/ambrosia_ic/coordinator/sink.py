@@ -102,6 +102,8 @@ class StandaloneSink:
     checkpoints_on_switch = True
     keeps_early_impulses = True
     fsync_in_thread = False
+    # How a directory's entries are made durable (a simulated disk records it instead).
+    sync_dir = staticmethod(fsync_dir)
 
     def __init__(self, region: int | None = None) -> None:
         self.region = log_region() if region is None else region
@@ -122,8 +124,9 @@ class StandaloneSink:
             # Before log n exists: a crash after this leaves no older log with zeros.
             old.trim()
         writer = self.open_log(log_path(d, n))
-        # Before checkpoint n is written: a checkpoint never outlives its log's entry.
-        fsync_dir(d)
+        # Before a record is written to it, and before checkpoint n is written: no
+        # durable record and no checkpoint outlives the log's entry.
+        self.sync_dir(d)
         return writer
 
     def remove_unkept(self, d: Path, keep: int, damaged: Collection[int]) -> None:

@@ -19,7 +19,7 @@ import attrs
 
 from ambrosia_core.errors import CoordinatorError
 
-from ..logstore import DIGEST_PREFIX, LOG_PREFIX, file_numbers
+from ..logstore import DIGEST_PREFIX, LOG_PREFIX, checkpoint_temps, file_numbers
 from ..recovery import RecoveryPlan, first_start_pending, latest_checkpoint, plan_recovery
 
 __all__ = ["StartPlan", "UpgradePlan", "choose_start", "choose_upgrade"]
@@ -53,15 +53,7 @@ def choose_start(d: Path, cid: int, *, name: str, started: bool,
     """
     if first_start_pending(d, cid):
         if started:
-            # Its history is somewhere else (a home copied or moved with its registration
-            # naming the old directory, a directory removed or emptied): starting afresh
-            # would apply everything again under numbers that were used.
-            raise CoordinatorError(
-                f"{name} has started before, but its log directory {d} holds no log "
-                "to recover from (moved, removed or emptied?); register it again with "
-                "the directory that holds its log (ambrosia register-instance -i "
-                f"{name} -l DIR), or start it afresh on purpose with --start-afresh "
-                "(ambrosia run, or ambrosia ic beside a binding of another language)")
+            raise _history_gone(name, d)
         leftovers = latest_checkpoint(d) is not None
         if mode == "always-recover":
             raise CoordinatorError(
@@ -90,6 +82,18 @@ def choose_start(d: Path, cid: int, *, name: str, started: bool,
     return StartPlan(plan, cut, tuple(lines), frozenset(n for n, _ in plan.damaged))
 
 
+def _history_gone(name: str, d: Path) -> CoordinatorError:
+    # Its history is somewhere else (a home copied or moved with its registration naming
+    # the old directory, a directory removed or emptied): starting afresh would apply
+    # everything again under numbers that were used.
+    return CoordinatorError(
+        f"{name} has started before, but its log directory {d} holds no log to recover "
+        "from (moved, removed or emptied?); register it again with the directory that "
+        f"holds its log (ambrosia register-instance -i {name} -l DIR), or start it "
+        "afresh on purpose with --start-afresh (ambrosia run, or ambrosia ic beside a "
+        "binding of another language)")
+
+
 @attrs.frozen
 class UpgradePlan:
     """What a start registered for a live upgrade to version ``to`` does before its flow:
@@ -101,22 +105,35 @@ class UpgradePlan:
     - ``retry``: recover the old version with the old code and upgrade again.
 
     ``remove`` are the new directory's leftovers of an attempt that died before its
-    checkpoint (logs and digests, which count only once that checkpoint exists)."""
+    checkpoint (logs and digests, which count only once that checkpoint exists, and the
+    temporary file of that checkpoint if its write was cut short); when starting afresh,
+    also the temporary checkpoint an interrupted first start left in the old directory,
+    which nothing would read again."""
 
     kind: Literal["finished", "afresh", "retry"]
     to: int
     remove: tuple[Path, ...] = ()
 
 
-def choose_upgrade(old_dir: Path, new_dir: Path, cid: int, to: int) -> UpgradePlan:
-    """The upgrade step of a start whose registration asks for version ``to``, from the
-    old version's directory ``old_dir`` and the new one's ``new_dir``. Reads, writes
-    nothing: the upgrade is done exactly when ``new_dir`` holds a checkpoint, which is
-    written (durably, by rename) before anything else there counts."""
+def choose_upgrade(old_dir: Path, new_dir: Path, cid: int, to: int, *, name: str = "",
+                   started: bool = False) -> UpgradePlan:
+    """The upgrade step of a start of instance ``name`` whose registration asks for
+    version ``to``, from the old version's directory ``old_dir`` and the new one's
+    ``new_dir``. Reads, writes nothing: the upgrade is done exactly when ``new_dir``
+    holds a checkpoint, which is written (durably, by rename) before anything else there
+    counts. ``started``: the registry says the instance went live once.
+
+    Raises:
+        CoordinatorError: the instance started before, but ``old_dir`` holds no log to
+            upgrade from (its history is gone: neither an upgrade nor a first start).
+    """
     if latest_checkpoint(new_dir) is not None:
         return UpgradePlan("finished", to)
     remove = tuple(new_dir / f"{prefix}{k}" for prefix in (LOG_PREFIX, DIGEST_PREFIX)
                    for k in file_numbers(new_dir, prefix)) if new_dir.is_dir() else ()
+    remove += tuple(checkpoint_temps(new_dir))
     if first_start_pending(old_dir, cid):
-        return UpgradePlan("afresh", to, remove)
+        if started:
+            raise _history_gone(name, old_dir)
+        return UpgradePlan("afresh", to, remove + tuple(checkpoint_temps(old_dir)))
     return UpgradePlan("retry", to, remove)

@@ -76,7 +76,8 @@ def _prepare_upgrade(c: Coordinator) -> None:
     """Carry out ``start_plan.choose_upgrade``: finish, start afresh or retry the
     standalone live upgrade the registration asks for."""
     m = c.reg.upgrade_version
-    chosen = choose_upgrade(c.dir, registry.instance_dir(c.reg, m), c.cid, m)
+    chosen = choose_upgrade(c.dir, registry.instance_dir(c.reg, m), c.cid, m, name=c.name,
+                            started=registry.has_started(c.name, c.home))
     if chosen.kind == "finished":
         _move_to_version(c, m)
         c.log(f"the upgrade to version {m} had finished; running version {m}")
@@ -185,9 +186,8 @@ async def _open_log_before_checkpoint(c: Coordinator, d: Path, n: int) -> None:
     """Create log ``n`` of ``d`` and sync its directory entry: checkpoint ``n`` is written
     only once its log exists for sure, so a checkpoint without its log is damage,
     never the trace of a crash."""
-    c.writer = c.sink.open_log(log_path(d, n))
+    c.writer = await asyncio.to_thread(c.sink.next_log, d, n)
     c.log_n = n
-    await asyncio.to_thread(fsync_dir, d)
 
 
 async def _upgrade(c: Coordinator, new_n: int) -> None:

@@ -83,6 +83,17 @@ def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
     return oldest
 
 
+def checkpoint_temps(d: Path, first: int = 1, through: int | None = None) -> list[Path]:
+    """The temporary files of checkpoints ``first`` (through ``through``) in ``d``: what
+    a writer killed while writing one left (``durable.replace_durably``)."""
+    out = []
+    for p in d.iterdir() if d.is_dir() else ():
+        m = _CHECKPOINT_TEMP.fullmatch(p.name)
+        if m is not None and first <= int(m[1]) and (through is None or int(m[1]) <= through):
+            out.append(p)
+    return sorted(out)
+
+
 def remove_checkpoint_temps(d: Path, first: int = 1,
                             through: int | None = None) -> list[tuple[str, int]]:
     """Remove what a process killed while writing checkpoint N (``first`` <= N, and N <=
@@ -94,10 +105,7 @@ def remove_checkpoint_temps(d: Path, first: int = 1,
     the lock that makes it the only writer of those checkpoints in ``d``.
     """
     removed = []
-    for p in d.iterdir() if d.is_dir() else ():
-        m = _CHECKPOINT_TEMP.fullmatch(p.name)
-        if m is None or int(m[1]) < first or (through is not None and int(m[1]) > through):
-            continue
+    for p in checkpoint_temps(d, first, through):
         try:
             size = p.stat().st_size
             p.unlink()

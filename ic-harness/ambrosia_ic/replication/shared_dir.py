@@ -71,6 +71,7 @@ from ..recovery import (
     newest_intact_checkpoint,
     read_state,
 )
+from . import checkpointer
 from .common import claim_info, deliver_records, notify_superseded, replica_coordinator
 from .log_tail import LogTail, committed_prefix
 
@@ -232,19 +233,20 @@ class SharedDirReplica:
             await self.c.send.drain()
             if until is not None and (tail.n, tail.offset) >= until:
                 return True
+            if self.role == "checkpointer":
+                move = checkpointer.next_move(
+                    done, checkpoint_path(self.c.dir, tail.n + 1).exists(),
+                    log_path(self.c.dir, tail.n + 1).exists())
+                if move is checkpointer.Move.WAIT:
+                    return True
+                if move is checkpointer.Move.CHECKPOINT:
+                    await self._checkpoint(tail.n + 1)
             if not done:
                 if until is None:
                     return len(recs) <= CAUGHT_UP_RECORDS
                 if not recs:
                     await asyncio.sleep(POLL)
                 continue
-            if self.role == "checkpointer" and not checkpoint_path(
-                    self.c.dir, tail.n + 1).exists():
-                if not log_path(self.c.dir, tail.n + 1).exists():
-                    # Sealed by a takeover whose primary has not created the next log
-                    # yet: checkpoint N+1 is written only once log N+1 exists.
-                    return True
-                await self._checkpoint(tail.n + 1)
             tail.next_log()
             self.c.log_n = tail.n
 

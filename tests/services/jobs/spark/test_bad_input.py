@@ -145,29 +145,6 @@ def test_a_stop_while_the_server_starts_takes_its_jvm_down_too(tmp_path) -> None
         s.bind(("127.0.0.1", port))
 
 
-def test_the_server_listens_on_the_address_it_is_given(tmp_path) -> None:
-    """The README's cluster recipe gives runners elsewhere the server's address; the
-    server pinned its gRPC binding and driver to 127.0.0.1, so that could not work."""
-    from ambrosia_services.jobs.spark.server import port_open
-    from pyspark.sql import SparkSession
-
-    from ambrosia_core.ports import free_ports
-
-    (port,) = free_ports(1)
-    server = ConnectServer(port, host="127.0.0.2", log_dir=tmp_path)
-    server.start()
-    try:
-        assert server.url == f"sc://127.0.0.2:{port}"
-        assert port_open("127.0.0.2", port) and not port_open("127.0.0.1", port)
-        spark = SparkSession.builder.remote(server.url).getOrCreate()
-        try:
-            assert spark.range(5).count() == 5
-        finally:
-            spark.stop()
-    finally:
-        server.stop()
-
-
 def test_a_runner_that_cannot_reach_spark_says_so_at_start(tmp_path) -> None:
     from ambrosia_core.ports import free_ports
 

@@ -1,6 +1,8 @@
 """The cluster path: a standalone master and worker, a Connect server on them, the same
 word count through a runner (what users who outgrow one machine point the runner at), from
-a text file and from staged segments that the cluster's executor reads."""
+a text file and from staged segments that the cluster's executor reads. The Connect
+server listens on the address it is given, not on 127.0.0.1 (the recipe gives runners
+elsewhere that address; the server once pinned its gRPC binding and driver to 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from ambrosia_services.jobs import Deliver, InitiatorJobs, JobCancelled, JobDone
 from ambrosia_services.jobs.attempts import Attempt, plan_params
 from ambrosia_services.jobs.link import JobLinks, LinkEvent, RunnerAddress
 from ambrosia_services.jobs.spark import ConnectServer, StandaloneCluster
+from ambrosia_services.jobs.spark.server import port_open
 
 from ambrosia_core.ports import free_ports
 
@@ -37,8 +40,11 @@ def test_a_standalone_cluster_runs_the_word_count_exactly(
     cluster = StandaloneCluster(cluster_port, cores=1, memory="1g", log_dir=tmp_path / "cluster")
     with cluster:
         confs = {"spark.cores.max": "1", "spark.executor.memory": "512m"}
-        with ConnectServer(connect_port, master=cluster.url, log_dir=tmp_path / "connect",
-                           confs=confs) as server:
+        with ConnectServer(connect_port, host="127.0.0.2", master=cluster.url,
+                           log_dir=tmp_path / "connect", confs=confs) as server:
+            assert server.url == f"sc://127.0.0.2:{connect_port}"
+            assert port_open("127.0.0.2", connect_port)
+            assert not port_open("127.0.0.1", connect_port)
             runner = RunnerProcess("cluster-runner", server.url, out, tmp_path / "runner.log")
             runner.start()
             try:

@@ -1,0 +1,284 @@
+"""The simulated disk of ``world``: each instance's log directory, a real directory
+whose logs and checkpoints are written as the coordinator writes them, with what is
+synced of each log (and of the directory's entries) tracked so that a crash loses the
+rest; the faults done to its files (a flipped bit, a file lost) and their repair; the
+real standalone sink writing into it; and the shared epochs of an active/active
+instance's replicas."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from ambrosia_ic import recovery
+from ambrosia_ic.coordinator.sink import StandaloneSink
+from ambrosia_ic.errors import LockLostError
+from ambrosia_ic.logstore import (
+    CHECKPOINT_PREFIX,
+    LOG_PREFIX,
+    checkpoint_path,
+    file_numbers,
+    log_path,
+    write_checkpoint,
+)
+from ambrosia_ic.logstore.watermarks import decode_watermarks
+
+from ambrosia_core.wire import HEADER_SIZE
+from ambrosia_core.wire.records import HEADER
+
+from .app import Rounds
+
+if TYPE_CHECKING:
+    from .world import Node
+
+__all__ = ["DiskEntry", "SavedCheckpoint", "SimDisk", "SimEpochs", "SimLog", "SimSink"]
+
+class SimLog:
+    """One log file: what was written, and how much of it is synced (the sink's
+    ``LogWriter`` surface). The bytes are also written to the real file at ``path``,
+    which is what a recovery reads. A crash keeps the synced bytes, and in the file a
+    prefix of a write in progress (``tear``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data = bytearray()
+        self.synced = 0
+        self._parsed: list[DiskEntry] = []
+        path.write_bytes(b"")
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+        with open(self.path, "ab") as f:
+            f.write(data)
+
+    def sync(self) -> None:
+        self.synced = len(self.data)
+
+    def trim(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def crash(self) -> None:
+        del self.data[self.synced:]
+        if self.path.exists():
+            os.truncate(self.path, self.synced)
+
+    def tear(self, data: bytes) -> None:
+        """A write of ``data`` cut short by the crash: the file keeps its prefix."""
+        with open(self.path, "ab") as f:
+            f.write(data)
+
+    def records_end(self) -> int:
+        """Where the last whole synced record ends."""
+        recs = self.records()
+        return recs[-1].end if recs else 0
+
+    def records(self) -> list[DiskEntry]:
+        """Each record in the synced bytes (parsed once: the bytes only grow, except
+        at a crash, which cuts what was not synced)."""
+        parsed = self._parsed
+        pos = parsed[-1].end if parsed else 0
+        if pos > self.synced:  # cut by a crash
+            parsed.clear()
+            pos = 0
+        data = self.data
+        while pos + HEADER_SIZE <= self.synced:
+            cid, size, check, seq = HEADER.unpack_from(data, pos)
+            length = -size - 1  # the disk form's length is negative
+            end = pos + length
+            wire = HEADER.pack(cid, length, check, seq) + bytes(data[pos + HEADER_SIZE:end])
+            inputs, after, epoch = decode_watermarks(data, end, self.synced)
+            parsed.append(DiskEntry(seq, wire, inputs, epoch, pos, after))
+            pos = after
+        return parsed
+
+
+@attrs.frozen
+class DiskEntry:
+    seq: int
+    wire: bytes
+    inputs: dict[str, int]
+    epoch: int
+    offset: int
+    end: int
+
+
+@attrs.define
+class SavedCheckpoint:
+    next_seq: int
+    inputs: dict[str, int]
+    outputs: dict[str, Any]
+    chunks: list[bytes]
+
+
+class SimDisk:
+    """An instance's log directory: numbered logs and checkpoints, and for the replicas
+    of an active/active instance (who share it) the claimed epochs and the seals.
+
+    The logs and checkpoints are also real files in ``dir``, written as the coordinator
+    writes them; a standalone instance recovers from those. ``damage`` holds the
+    faults done to them that are not undone yet: ``(file, offset, original bytes)``
+    (None: the whole file was removed)."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.dir = root / name
+        self.dir.mkdir()
+        self.logs: dict[int, SimLog] = {}
+        self.checkpoints: dict[int, SavedCheckpoint] = {}
+        self.epochs: dict[int, SimEpochs] = {}  # epoch -> the claim that holds it
+        self.seals: dict[int, int] = {}  # log -> where it ends for good
+        self.checkpointer: Node | None = None  # who holds the checkpointing secondary's lock
+        self.unsynced: set[int] = set()  # logs created since the directory was synced
+        self.app: type[Rounds] = Rounds  # the class its checkpoints hold
+        self.damage: list[tuple[Path, int | None, bytes]] = []
+
+    def open_log(self, n: int) -> SimLog:
+        log = self.logs[n] = SimLog(log_path(self.dir, n))
+        self.unsynced.add(n)
+        return log
+
+    def sync_dir(self) -> None:
+        """``fsync_dir``: the entries created so far are durable."""
+        self.unsynced.clear()
+
+    def save_checkpoint(self, n: int, saved: SavedCheckpoint, message: bytes) -> None:
+        """Checkpoint ``n``, and its file as the coordinator writes it."""
+        self.checkpoints[n] = saved
+        state = recovery.coordinator_state(saved.next_seq, saved.inputs, saved.outputs)
+        write_checkpoint(self.dir, n, state, message, saved.chunks)
+
+    def leave_temporary(self, n: int, data: bytes) -> None:
+        """A crash while checkpoint ``n`` was written: its temporary file stays."""
+        (self.dir / f".{CHECKPOINT_PREFIX}{n}.{n:08x}.tmp").write_bytes(data)
+
+    def temporaries(self) -> list[str]:
+        return sorted(p.name for p in self.dir.iterdir() if p.name.endswith(".tmp"))
+
+    def crash(self) -> list[int]:
+        """Unsynced bytes are lost, and so is every log whose directory entry was not
+        synced. Returns those logs of them that held synced bytes."""
+        for log in self.logs.values():
+            log.crash()
+        lost = sorted(n for n in self.unsynced if self.logs[n].synced)
+        for n in self.unsynced:
+            self.logs.pop(n).path.unlink(missing_ok=True)
+        self.unsynced.clear()
+        return lost
+
+    def first_start_pending(self) -> bool:
+        """No record 0 is durable: the next start is a first start."""
+        return not any(log.synced for log in self.logs.values())
+
+    def newest_epoch(self) -> int:
+        return max(self.epochs, default=0)
+
+    def durable_records(self, from_seq: int) -> list[DiskEntry]:
+        """The log's records from ``from_seq`` on (in a sealed log, those before the
+        seal: a fenced primary's writes after it are not the instance's)."""
+        out = []
+        for n in sorted(self.logs):
+            seal = self.seals.get(n)
+            out += [r for r in self.logs[n].records()
+                    if r.seq >= from_seq and (seal is None or r.end <= seal)]
+        return out
+
+    def durable_end(self) -> int:
+        """The sequence id after the last durable record (0: none)."""
+        for n in sorted(self.logs, reverse=True):
+            recs = self.logs[n].records()
+            if recs:
+                return recs[-1].seq + 1
+        # An upgraded instance's new directory: its records begin after its checkpoint.
+        return max((c.next_seq for c in self.checkpoints.values()), default=0)
+
+    # -- damage, and its repair (as from a backup)
+    def targets(self) -> list[Path]:
+        """The files a recovery reads: the newest checkpoint and the logs from it on."""
+        ckpts = file_numbers(self.dir, CHECKPOINT_PREFIX)
+        if not ckpts:
+            return []
+        n = ckpts[-1]
+        logs = [k for k in file_numbers(self.dir, LOG_PREFIX) if k >= n]
+        return [checkpoint_path(self.dir, n)] + [log_path(self.dir, k) for k in logs
+                                                 if self.logs.get(k) and self.logs[k].synced]
+
+    def flip(self, path: Path, where: float, spot: tuple[int, int]) -> None:
+        """Flip a bit of a durable record ``where`` (a fraction) in a log, at ``spot``
+        (``_SPOTS``); of the byte ``where`` in a checkpoint."""
+        data = bytearray(path.read_bytes())
+        byte, bit = spot
+        if path.name.startswith(LOG_PREFIX):
+            recs = self.logs[int(path.name[len(LOG_PREFIX):])].records()
+            rec = recs[min(len(recs) - 1, int(len(recs) * where))]
+            at = (rec.offset if byte >= 0 else rec.end) + byte
+        else:
+            at = min(len(data) - 1, int(len(data) * where))
+        self.damage.append((path, at, bytes(data[at : at + 1])))
+        data[at] ^= 1 << bit
+        path.write_bytes(bytes(data))
+
+    def lose(self, path: Path) -> None:
+        """A file lost (its directory entry never made it to disk, say)."""
+        self.damage.append((path, None, path.read_bytes()))
+        path.unlink()
+
+    def repair(self) -> None:
+        for path, at, data in reversed(self.damage):
+            if at is None:
+                path.write_bytes(data)
+            elif path.exists() and path.stat().st_size > at:
+                with open(path, "r+b") as f:
+                    f.seek(at)
+                    f.write(data)
+        self.damage.clear()
+
+    def files(self) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(self.dir.iterdir())}
+
+
+class SimSink(StandaloneSink):
+    """The real standalone sink, its logs ``SimLog``s of its node's disk, and its
+    directory syncs recorded by that disk."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(region=0)
+        self.node = node
+
+    def open_log(self, path: Path) -> Any:
+        return self.node.disk.open_log(int(path.name[len(LOG_PREFIX):]))
+
+    def sync_dir(self, d: Path) -> None:
+        assert d == self.node.disk.dir
+        self.node.disk.sync_dir()
+
+
+class SimEpochs:
+    """One replica's claims on the shared epochs (``lease.Epochs``' surface for the
+    sink): claiming is a compare-and-swap, and a claim is fenced once a newer exists."""
+
+    def __init__(self, disk: SimDisk) -> None:
+        self.disk = disk
+        self.held: int | None = None
+
+    def current(self) -> int:
+        return self.disk.newest_epoch()
+
+    def claim(self, e: int) -> bool:
+        if e in self.disk.epochs:
+            return False
+        self.disk.epochs[e] = self
+        self.held = e
+        return True
+
+    def check(self) -> None:
+        if self.held is not None and self.held + 1 in self.disk.epochs:
+            raise LockLostError(f"epoch {self.held + 1} was claimed by another replica; "
+                                f"this primary (epoch {self.held}) was fenced off")
