@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import pytest
 from ambrosia_ic.coordinator.core import (
+    WAKE,
     CheckpointReceived,
     CoordinatorCore,
+    Deliver,
+    Durable,
     InitialReceived,
     LogLine,
     OpenLink,
 )
+from ambrosia_ic.coordinator.frames import LinkRecord
 from ambrosia_ic.coordinator.phase import Phase
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,8 +39,9 @@ def checkpoint_bytes(data: bytes) -> bytes:
 
 def test_a_first_start_gets_the_initial_message_then_checkpoint_one_whole() -> None:
     core = CoordinatorCore("me", 7)
-    asked = core.begin_first_start()
-    assert asked == encode_control_record(7, TakeBecomingPrimaryCheckpoint())
+    core.begin_first_start()
+    assert core.take_actions() == [
+        Deliver(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))]
     assert core.phase is Phase.FIRST_START and core.binding_primary
     core.receive_binding(InitialMessage(b"hello").encode())
     core.receive_binding(OutgoingRpc("peer", 3, 1, b"x").encode())  # before the checkpoint
@@ -45,7 +50,7 @@ def test_a_first_start_gets_the_initial_message_then_checkpoint_one_whole() -> N
                                    OpenLink("peer")]
     core.receive_binding(checkpoint_bytes(b"state")[4:])
     [got] = core.take_actions()
-    assert isinstance(got, CheckpointReceived) and got.n == 1
+    assert isinstance(got, CheckpointReceived) and (got.n, got.position) == (1, (0, {}))
     message, chunks, outputs = got.data
     assert (message, b"".join(chunks)) == (Checkpoint(5).encode(), b"state")
     # The call sent before the Checkpoint message is in its snapshot, not yet logged there.
@@ -73,10 +78,51 @@ def test_a_message_out_of_turn_is_a_protocol_error(setup: str, data: bytes, why:
 def test_a_binding_asking_for_a_checkpoint_wakes_the_committer_only_when_live() -> None:
     core = CoordinatorCore("me", 7)
     core.receive_binding(TakeCheckpoint().encode())
-    assert not core.wake and not core.ckpt.switch_wanted
-    core.phase = Phase.LIVE
+    assert not core.take_actions() and not core.ckpt.switch_wanted
+    core.set_phase(Phase.RECOVERING)
+    core.set_phase(Phase.LIVE)
     core.receive_binding(TakeCheckpoint().encode())
-    assert core.wake and core.ckpt.switch_wanted
+    assert core.take_actions() == [WAKE] and core.ckpt.switch_wanted
+
+
+def live_core() -> CoordinatorCore:
+    core = CoordinatorCore("me", 7)
+    core.set_phase(Phase.RECOVERING)
+    core.set_phase(Phase.LIVE)
+    return core
+
+
+def test_every_effect_is_an_action_the_committer_woken_once_between_takes() -> None:
+    core = live_core()
+    body = OutgoingRpc("me", 3, 1, b"x").incoming().encode()
+    for seq in (1, 2, 3):
+        core.link_record("peer", LinkRecord(seq, body, 1))
+    assert core.take_actions() == [WAKE]
+    record = core.take(1 << 20)
+    assert core.take_actions() == []  # taken is not durable: nothing goes out yet
+    core.durable(record, log_size=100)
+    assert core.take_actions() == [Durable(record.wire, {"peer": 3})]
+    core.link_record("peer", LinkRecord(4, body, 1))
+    assert core.take_actions() == [WAKE]
+
+
+def test_a_checkpoint_comes_back_with_the_log_position_it_was_asked_at() -> None:
+    core = live_core()
+    body = OutgoingRpc("me", 3, 1, b"x").incoming().encode()
+
+    def commit(seq: int) -> None:
+        core.link_record("peer", LinkRecord(seq, body, 1))
+        core.durable(core.take(1 << 20), log_size=100)
+
+    commit(1)
+    core.receive_binding(TakeCheckpoint().encode())  # the binding asks for one
+    core.take_actions()
+    core.switch_log(2, checkpoint=True)
+    assert core.take_actions() == [Deliver(encode_control_record(7, TakeCheckpoint()))]
+    commit(2)  # the next log's first record, before the binding answers
+    core.receive_binding(checkpoint_bytes(b"state"))
+    got = [a for a in core.take_actions() if isinstance(a, CheckpointReceived)]
+    assert [(a.n, a.position) for a in got] == [(2, (1, {"peer": 1}))]
 
 
 def test_impulses_before_live_are_dropped_with_a_line_unless_primary_or_kept() -> None:
@@ -90,6 +136,7 @@ def test_impulses_before_live_are_dropped_with_a_line_unless_primary_or_kept() -
                  CoordinatorCore("me", 7)):
         if not core.keeps_early_impulses:
             core.begin_first_start()  # primary once asked for its first checkpoint
+            core.take_actions()  # the request
         core.receive_binding(impulse)
         assert len(core.group.pending) == 1 and not core.take_actions()
 
@@ -125,7 +172,8 @@ def test_how_the_binding_stream_is_cut_into_reads_changes_nothing(data: bytes,
                                                                   cuts: list[int]) -> None:
     whole, pieces = CoordinatorCore("me", 7), CoordinatorCore("me", 7)
     for core in (whole, pieces):
-        core.phase = Phase.LIVE
+        core.set_phase(Phase.RECOVERING)
+        core.set_phase(Phase.LIVE)
     whole.receive_binding(data)
     at = 0
     for n in cuts:

@@ -148,8 +148,10 @@ def test_links_pause_while_the_binding_reads_nothing_or_the_log_is_behind(
         binding.setblocking(False)
         _, send = await asyncio.open_connection(sock=ours)
         server = LinkServer("B", tmp_path, SECRET, 0, lambda s: 0, lambda s, rec: None, print)
-        c: Any = SimpleNamespace(send=send, link_server=server, pending=collections.deque(),
-                                 drain_wait=None, spawn=loop.create_task)
+        pending: collections.deque[Any] = collections.deque()
+        c: Any = SimpleNamespace(send=send, link_server=server, drain_wait=None,
+                                 core=SimpleNamespace(group=SimpleNamespace(pending=pending)),
+                                 spawn=loop.create_task)
         commit.regulate(c)
         assert not server.paused
         sent = 8 << 20  # more than the socket's buffers hold: the rest waits in ours
@@ -162,10 +164,10 @@ def test_links_pause_while_the_binding_reads_nothing_or_the_log_is_behind(
         while got < sent:
             got += len(await loop.sock_recv(binding, 1 << 20))
         await until(lambda: not server.paused and c.drain_wait is None, "links resumed")
-        c.pending.extend([(None, None, b"x")] * (commit.MAX_PENDING + 1))
+        pending.extend([(None, None, b"x")] * (commit.MAX_PENDING + 1))
         commit.regulate(c)
         assert server.paused  # the log is behind
-        c.pending.clear()
+        pending.clear()
         commit.regulate(c)
         assert not server.paused
         send.close()

@@ -26,9 +26,8 @@ outputs_of_a_read = st.lists(st.tuples(
 
 def coordinator(digest: Path, acked: int, skip: int) -> CoordinatorCore:
     c = CoordinatorCore("me", 1)
-    c.digest = DigestWriter(digest)
-    c.digest_skip = skip
-    c.last_delivered = 41
+    c.use_digest(DigestWriter(digest), skip)
+    c.replayed(41)
     c.outbox("peer").trim(acked)
     return c
 
@@ -60,5 +59,6 @@ def test_runs_of_outputs_are_routed_as_one_at_a_time(tmp_path: Path, reads, acke
         for f in frames:
             one.route_frame(*f)
         runs.route_frames(frames)
-        one.last_delivered = runs.last_delivered = 42 + i
+        one.replayed(42 + i)
+        runs.replayed(42 + i)
     assert state(runs) == state(one)

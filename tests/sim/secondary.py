@@ -99,19 +99,20 @@ class CheckpointingReplica(ReplicaNode):
             return
         self.tail = tail
         if move is checkpointer.Move.CHECKPOINT:
-            self.asked = (n + 1, (0, {}))
-            self.deliver(self.core.ask_checkpoint(n + 1, TakeCheckpoint()))
+            self.asked = n + 1
+            self.core.ask_checkpoint(n + 1, TakeCheckpoint())
+            self.run_actions()
 
-    def _save_switch(self) -> None:
+    def _save_switch(self, position: tuple[int, dict[str, int]]) -> None:
         if self.role != "checkpointer":
-            super()._save_switch()
+            super()._save_switch(position)
             return
         assert self.asked is not None
-        n = self.asked[0]
+        n = self.asked
         self.asked = None
         message, chunks, outputs = self.received.pop(n)
-        # ``checkpoints.save`` with no position: where the follower is now.
-        next_seq, inputs = self.core.group.next_seq, dict(self.core.group.inputs)
+        # ``checkpoints.save`` with the position the checkpoint was asked at.
+        next_seq, inputs = position
         ends = [r.seq + 1 for k in sorted(self.disk.logs) if k < n
                 for r in self.disk.logs[k].records()
                 if k not in self.disk.seals or r.end <= self.disk.seals[k]]
@@ -132,8 +133,7 @@ class CheckpointingReplica(ReplicaNode):
         c, cf, _ = found
         recovery.check_log_chain(self.disk.dir, c)
         next_seq, inputs, outputs = recovery.read_state(cf)
-        self.core.restore(next_seq, inputs, outputs)
-        self.core.last_delivered = next_seq - 1
+        self.core.checkpoint_loaded(next_seq, inputs, outputs)
         self.deliver(encode_checkpoint_record(self.core.cid, cf.size)
                      + b"".join(cf.chunks()))
         self.tail = (c, 0, next_seq)

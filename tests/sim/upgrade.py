@@ -233,7 +233,7 @@ class UpgradingNode(Node):
         self.core.set_phase(Phase.UPGRADING)
         assert self.upgrade_to is not None
         self.disk = self.upgrades.disk(self.name, self.upgrade_to)  # ``c.dir = new_dir``
-        self.deliver(self.core.ask_checkpoint(self.log_n, UpgradeTakeCheckpoint()))
+        self.core.ask_checkpoint(self.log_n, UpgradeTakeCheckpoint())
         self.flow, self.stage = "upgrade", "log"
 
     def upgrade_step(self) -> None:

@@ -66,6 +66,8 @@ from ambrosia_ic.coordinator.core import (
     CheckpointData,
     CheckpointReceived,
     CoordinatorCore,
+    Deliver,
+    Durable,
     InitialReceived,
     LogLine,
 )
@@ -166,7 +168,7 @@ class Node:
         self.initial: InitialMessage | None = None
         self.received: dict[int, CheckpointData] = {}
         self.flow = ""  # the start-up step waited for: "first", "recover", "" once live
-        self.asked: tuple[int, tuple[int, dict[str, int]]] | None = None  # a switch's
+        self.asked: int | None = None  # the checkpoint a switch asked for
         self.recovered = False
         self.writing: TakenRecord | None = None  # taken; its write and sync in progress
         self.plan: RecoveryPlan | None = None  # what its recovery read
@@ -205,7 +207,8 @@ class Node:
         remove_first_start_leftovers(self.disk.dir)  # an interrupted first start's
         self.disk.logs.clear()
         self.disk.checkpoints.clear()
-        self.deliver(self.core.begin_first_start())
+        self.core.begin_first_start()
+        self.run_actions()
         self.flow = "first"
 
     def _recover(self, plan: RecoveryPlan) -> None:
@@ -222,14 +225,14 @@ class Node:
                      + b"".join(plan.checkpoint.chunks()))
         for wire, last in recovery.replay_wire(plan):
             self.deliver(bytes(wire))
-            core.last_delivered = last
+            core.replayed(last)
         self.log_n = plan.last_log + 1
         self._ask_to_go_live()
         self.run_actions()
 
     def _ask_to_go_live(self) -> None:
         """The recovery's last step: the checkpoint that starts its new log."""
-        self.deliver(self.core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint()))
+        self.core.ask_checkpoint(self.log_n, TakeBecomingPrimaryCheckpoint())
         self.flow = "recover"
 
     def _advance_start(self) -> None:
@@ -294,16 +297,24 @@ class Node:
 
     def run_actions(self) -> None:
         for action in self.core.take_actions():
-            if isinstance(action, CheckpointReceived):
+            if isinstance(action, Deliver):
+                self.deliver(action.data)
+            elif isinstance(action, Durable):
+                self.deliver(action.wire)
+                for sender, position in action.acks.items():
+                    conn = self.world.conns.get((sender, self.name))
+                    if conn is not None and conn.to == self.id:
+                        conn.acks.append(position)
+            elif isinstance(action, CheckpointReceived):
                 self.received[action.n] = action.data
-                if self.asked is not None and self.asked[0] == action.n:
-                    self._save_switch()
+                if self.asked == action.n:
+                    self._save_switch(action.position)
             elif isinstance(action, InitialReceived):
                 self.initial = action.message
             elif isinstance(action, LogLine):
                 self.lines.append(action.text)
-            # OpenLink: the world dials a destination the core has an outbox for
-        self.core.wake = False
+            # OpenLink: the world dials a destination the core has an outbox for; Wake:
+            # the world's scheduler looks at every committer after each step
         if self.flow:
             self._advance_start()
 
@@ -340,27 +351,21 @@ class Node:
         """The record is durable: the core lets it go out."""
         core = self.core
         assert self.writer is not None
-        out = core.durable(record, self.writer.size)
-        self.deliver(out.wire)
-        for sender, position in out.acks.items():
-            conn = self.world.conns.get((sender, self.name))
-            if conn is not None and conn.to == self.id:
-                conn.acks.append(position)
+        core.durable(record, self.writer.size)
+        self.run_actions()  # delivered, and acknowledged to its senders
 
     def _switch(self) -> None:
         core = self.core
         n = self.log_n + 1
         self.writer = cast(SimLog, self.sink.next_log(self.disk.dir, n, self.writer))  # type: ignore[arg-type]
         self.log_n = n
-        asked = core.switch_log(n, self.sink.checkpoints_on_switch)
-        assert asked is not None
-        position, request = asked
-        self.asked = (n, position)
-        self.deliver(request)
+        self.asked = n
+        core.switch_log(n, self.sink.checkpoints_on_switch)
+        self.run_actions()  # the request
 
-    def _save_switch(self) -> None:
+    def _save_switch(self, position: tuple[int, dict[str, int]]) -> None:
         assert self.asked is not None
-        n, (next_seq, inputs) = self.asked
+        n, (next_seq, inputs) = self.asked, position
         self.asked = None
         message, chunks, outputs = self.received.pop(n)
         self.disk.save_checkpoint(n, SavedCheckpoint(next_seq, inputs, outputs, chunks),
@@ -442,8 +447,7 @@ class ReplicaNode(Node):
 
     def _load_checkpoint(self) -> None:
         saved = self.disk.checkpoints[1]  # replicas keep only the first start's here
-        self.core.restore(saved.next_seq, saved.inputs, saved.outputs)
-        self.core.last_delivered = saved.next_seq - 1
+        self.core.checkpoint_loaded(saved.next_seq, saved.inputs, saved.outputs)
         self.deliver(encode_checkpoint_record(self.core.cid, sum(map(len, saved.chunks)))
                      + b"".join(saved.chunks))
         self.tail = (1, 0, saved.next_seq)
@@ -476,7 +480,8 @@ class ReplicaNode(Node):
         self.writer = self.disk.open_log(n + 1)
         self.disk.sync_dir()  # ``FencedSink.next_log``
         self.log_n = n + 1
-        self.deliver(self.core.become_primary())
+        self.core.become_primary()
+        self.run_actions()
         self.world.counts["takeover"] += 1
         self._go_live()
 
@@ -827,7 +832,7 @@ class World:
             data = node.writing.disk
             node.writer.tear(data[: min(len(data) - 1, max(1, round(len(data) * cut)))])
             self.counts["torn"] += 1
-        writing = (node.asked[0] if node.asked is not None else
+        writing = (node.asked if node.asked is not None else
                    1 if node.flow == "first" else node.log_n
                    if node.flow in ("recover", "upgrade") else None)
         if writing is not None:  # the checkpoint it was taking was being written

@@ -15,7 +15,7 @@ from typing import Any
 from ambrosia_core.errors import RemoteProtocolError, UnexpectedMessageError
 from ambrosia_core.wire import Incomplete, MessageStreamDecoder, decode_zz32
 
-from .core_actions import CheckpointData, CheckpointReceived
+from .core_actions import CheckpointData, CheckpointReceived, Position
 from .frames import OutgoingFrame, batch_frames, outgoing_frames
 
 __all__ = ["BindingStream", "CheckpointStream"]
@@ -79,10 +79,12 @@ class CheckpointStream:
 
     def __init__(self) -> None:
         self.expected: int | None = None  # the checkpoint asked for and not yet received
+        self._position: Position = (0, {})  # the log's when it was asked for
         self._parts: CheckpointData | None = None
 
-    def ask(self, n: int) -> None:
+    def ask(self, n: int, position: Position) -> None:
         self.expected = n
+        self._position = position
 
     def begin(self, message: bytes, outputs: Callable[[], dict[str, Any]],
               awaiting_initial: bool) -> int:
@@ -106,7 +108,7 @@ class CheckpointStream:
         if parts is None or n is None:
             raise UnexpectedMessageError("a checkpoint's end outside a checkpoint")
         self._parts = self.expected = None
-        return CheckpointReceived(n, parts)
+        return CheckpointReceived(n, parts, self._position)
 
 
 def _partial(rest: bytes, limit: int) -> bool:

@@ -21,7 +21,7 @@ from ambrosia_core.wire import (
 from ..logstore import remove_checkpoint_temps, write_checkpoint
 from ..recovery import coordinator_state, latest_checkpoint
 from . import actions
-from .core import CheckpointData
+from .core import CheckpointData, CheckpointReceived, Position
 
 if TYPE_CHECKING:
     from .lifecycle import Coordinator
@@ -30,22 +30,23 @@ __all__ = ["CheckpointData", "ask", "collect", "remove_stale_temps", "remove_unk
            "say_removed", "switch_log", "wait_for"]
 
 
-def wait_for(c: Coordinator) -> asyncio.Future[CheckpointData]:
+def wait_for(c: Coordinator) -> asyncio.Future[CheckpointReceived]:
     """The future that gets the checkpoint about to be asked for, when its stream ends
     (the core's ``CheckpointReceived``)."""
-    fut: asyncio.Future[CheckpointData] = asyncio.get_running_loop().create_future()
+    fut: asyncio.Future[CheckpointReceived] = asyncio.get_running_loop().create_future()
     c.checkpoint_wait = fut
     return fut
 
 
-def ask(c: Coordinator, n: int, request: Message) -> asyncio.Future[CheckpointData]:
+def ask(c: Coordinator, n: int, request: Message) -> asyncio.Future[CheckpointReceived]:
     """Send ``request`` for checkpoint ``n`` without waiting."""
     fut = wait_for(c)
-    c.deliver(c.core.ask_checkpoint(n, request))
+    c.core.ask_checkpoint(n, request)
+    actions.run(c)
     return fut
 
 
-async def collect(c: Coordinator, n: int, request: Message) -> CheckpointData:
+async def collect(c: Coordinator, n: int, request: Message) -> CheckpointReceived:
     """Ask the binding for checkpoint ``n`` with ``request`` and wait for all of it."""
     fut = ask(c, n, request)
     assert c.send is not None
@@ -54,11 +55,11 @@ async def collect(c: Coordinator, n: int, request: Message) -> CheckpointData:
 
 
 async def save(c: Coordinator, d: Path, n: int, data: CheckpointData,
-               position: tuple[int, dict[str, int]] | None = None) -> None:
+               position: Position) -> None:
     """Write checkpoint ``n`` of ``d`` durably. ``position`` is ``(next_seq, inputs)``
-    when the checkpoint was asked for (default: now)."""
+    when the checkpoint was asked for (its ``CheckpointReceived`` says)."""
     message, chunks, outputs = data
-    next_seq, inputs = position if position is not None else (c.next_seq, c.inputs)
+    next_seq, inputs = position
     state = coordinator_state(next_seq, inputs, outputs)
     began = time.perf_counter()
     await asyncio.to_thread(write_checkpoint, d, n, state, message, chunks)
@@ -98,20 +99,20 @@ def switch_log(c: Coordinator) -> None:
     must not pause: the checkpoint is saved by a task)."""
     n = c.log_n + 1
     new = c.sink.next_log(c.dir, n, c.writer)
-    asked = c.core.switch_log(n, c.sink.checkpoints_on_switch)
-    if asked is not None:
-        position, request = asked
-        fut = wait_for(c)
-        c.deliver(request)
-        c.spawn(_finish(c, n, position, fut))
+    checkpoint = c.sink.checkpoints_on_switch
+    fut = wait_for(c) if checkpoint else None
+    c.core.switch_log(n, checkpoint)
+    actions.run(c)
+    if fut is not None:
+        c.spawn(_finish(c, n, fut))
     old, c.writer, c.log_n = c.writer, new, n
     if old is not None:
         old.close()
 
 
-async def _finish(c: Coordinator, n: int, position: tuple[int, dict[str, int]],
-                  fut: asyncio.Future[CheckpointData]) -> None:
-    await save(c, c.dir, n, await fut, position)
+async def _finish(c: Coordinator, n: int, fut: asyncio.Future[CheckpointReceived]) -> None:
+    got = await fut
+    await save(c, c.dir, n, got.data, got.position)
     await remove_unkept(c, temps_from=1)  # the only writer of its directory (its lock)
     c.core.checkpoint_saved()
     actions.run(c)

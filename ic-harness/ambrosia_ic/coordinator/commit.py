@@ -51,7 +51,9 @@ async def committer(c: Coordinator) -> None:
         c.wake.clear()
         if c.stopping:
             return  # a failed write or a stop: nothing more is committed
-        while (move := next_move(len(c.pending), c.switch_requested)) is not Move.IDLE:
+        core = c.core
+        while (move := next_move(len(core.group.pending), core.ckpt.switch_wanted)
+               ) is not Move.IDLE:
             if move is Move.SWITCH:
                 checkpoints.switch_log(c)
                 continue
@@ -65,14 +67,16 @@ def after_burst(c: Coordinator) -> None:
     right now (or wake the committer, if the fsync runs in a thread or a write is in
     progress). An error stops the coordinator with one line."""
     actions.run(c)
-    if c.phase is not Phase.LIVE or c.stopping:
+    core = c.core
+    if core.phase is not Phase.LIVE or c.stopping:
         return
     try:
         if c.fsync_in_thread or c.write_lock.locked():
-            if c.pending:
+            if core.group.pending:
                 c.wake.set()
         else:
-            while (move := next_move(len(c.pending), c.switch_requested)) is not Move.IDLE:
+            while (move := next_move(len(core.group.pending), core.ckpt.switch_wanted)
+                   ) is not Move.IDLE:
                 if move is Move.SWITCH:
                     checkpoints.switch_log(c)
                     continue
@@ -108,15 +112,15 @@ def _write(c: Coordinator) -> tuple[TakenRecord, LogWriter]:
 
 
 def _written(c: Coordinator, record: TakenRecord, writer: LogWriter) -> None:
-    """The record is durable: deliver it and acknowledge its calls."""
+    """The record is durable: deliver it and acknowledge its calls (the core's
+    actions)."""
     stats = c.stats
     stats.records += 1
     stats.syncs += 1
     stats.log_bytes += len(record.disk)
     stats.inputs += record.count
-    out = c.core.durable(record, writer.size)
-    c.deliver(out.wire)
-    c.link_server.acknowledge(out.acks)
+    c.core.durable(record, writer.size)
+    actions.run(c)
 
 
 def regulate(c: Coordinator) -> None:
@@ -127,7 +131,7 @@ def regulate(c: Coordinator) -> None:
         return
     transport = send.transport
     full = transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
-    todo = links(full, len(c.pending), c.drain_wait is not None, MAX_PENDING)
+    todo = links(full, len(c.core.group.pending), c.drain_wait is not None, MAX_PENDING)
     if todo is Links.RESUME:
         c.link_server.resume()
     elif todo is not Links.HOLD:

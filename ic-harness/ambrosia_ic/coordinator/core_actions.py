@@ -1,6 +1,7 @@
 """What comes out of the coordinator's core: the actions it asks the shell to run after
-each event (``actions.run`` runs them), and the port its replay digest is written
-through (the shell's writes files, a simulation's keeps nothing)."""
+each event (``actions.run`` runs them, in order), and the port its replay digest is
+written through (the shell's writes files, a simulation's keeps nothing). Every effect
+of an event is one of these: the core returns no bytes and sets no flag for the shell."""
 
 from __future__ import annotations
 
@@ -10,11 +11,39 @@ import attrs
 
 from ambrosia_core.wire import InitialMessage
 
-__all__ = ["Action", "CheckpointData", "CheckpointReceived", "Digest", "Digests",
-           "InitialReceived", "LogLine", "OpenLink"]
+__all__ = ["WAKE", "Action", "CheckpointData", "CheckpointReceived", "Deliver", "Digest",
+           "Digests", "Durable", "InitialReceived", "LogLine", "OpenLink", "Position", "Wake"]
 
 # (the binding's Checkpoint message, its raw chunks, the outputs snapshot)
 CheckpointData = tuple[bytes, list[bytes], dict[str, Any]]
+# The log's position: (the next record's sequence id, per sender the last call logged).
+Position = tuple[int, dict[str, int]]
+
+
+@attrs.frozen
+class Durable:
+    """A record is durable (``group_commit.GroupCommit.durable``): deliver its ``wire`` to
+    the binding, then acknowledge its ``acks`` to their senders."""
+
+    wire: bytes  # to deliver to the binding
+    acks: dict[str, int]  # sender -> position to acknowledge (our own name excluded)
+
+
+@attrs.frozen
+class Deliver:
+    """Write ``data`` to the binding, in the order the actions come: a request of the
+    core (a checkpoint asked for, BecomingPrimary)."""
+
+    data: bytes
+
+
+@attrs.frozen
+class Wake:
+    """The committer has something to do (inputs to commit, a checkpoint to take)."""
+
+
+WAKE = Wake()  # the one instance: asked for at most once between two takes
+
 
 @attrs.frozen
 class OpenLink:
@@ -25,10 +54,12 @@ class OpenLink:
 
 @attrs.frozen
 class CheckpointReceived:
-    """The binding streamed back checkpoint ``n`` whole."""
+    """The binding streamed back checkpoint ``n`` whole; ``position`` is the log's when
+    it was asked for, what the checkpoint is saved with."""
 
     n: int
     data: CheckpointData
+    position: Position
 
 
 @attrs.frozen
@@ -40,10 +71,12 @@ class InitialReceived:
 
 @attrs.frozen
 class LogLine:
+    """Log ``text`` as one line of this coordinator's."""
+
     text: str
 
 
-Action = OpenLink | CheckpointReceived | InitialReceived | LogLine
+Action = Durable | Deliver | Wake | OpenLink | CheckpointReceived | InitialReceived | LogLine
 
 
 class Digest(Protocol):

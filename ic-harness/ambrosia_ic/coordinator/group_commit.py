@@ -18,6 +18,7 @@ import collections
 import attrs
 
 from ..logstore import encode_disk_record
+from .core_actions import Durable
 
 __all__ = ["Durable", "GroupCommit", "PendingInput", "TakenRecord"]
 
@@ -38,14 +39,6 @@ class TakenRecord:
     inputs: dict[str, int]  # every sender's position once this record is durable
     senders: frozenset[str]  # the senders whose calls it holds
     count: int = 0  # the inputs it holds
-
-
-@attrs.frozen
-class Durable:
-    """What a durable record lets go out."""
-
-    wire: bytes  # to deliver to the binding
-    acks: dict[str, int]  # sender -> position to acknowledge (our own name excluded)
 
 
 class GroupCommit:

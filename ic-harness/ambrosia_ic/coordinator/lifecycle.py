@@ -16,7 +16,6 @@ active/active replicas), ``stats`` (what it counts), ``frames`` (the bytes paths
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import errno
 import functools
@@ -36,13 +35,10 @@ from ambrosia_core.wire import InitialMessage
 from .. import registry
 from ..links import OutboundLink
 from ..logstore import DigestWriter, InstanceLock, LogWriter, digest_path
-from .checkpoint_plan import CheckpointPlan
-from .core import CheckpointData, CoordinatorCore
+from .core import CheckpointReceived, CoordinatorCore
 from .directory import Directory, DirectoryFactory, RegistryDirectory
-from .group_commit import GroupCommit, PendingInput
+from .group_commit import PendingInput
 from .link_server import LinkServer
-from .phase import Phase
-from .self_calls import SelfCalls
 from .sink import FencedSink, LogSink, StandaloneSink
 from .stats import CoordinatorStats
 
@@ -81,6 +77,7 @@ class Coordinator:
             loop (see ``commit``); None: as the sink prefers.
         directory: makes the directory of instances (default: the registry, and the
             instance's own log store's published registrations).
+        who: how its log lines name it (default: the instance's name).
 
     Raises:
         CoordinatorError: the instance is active/active but ``sink`` is not fenced.
@@ -98,6 +95,7 @@ class Coordinator:
         fsync_in_thread: bool | None = None,
         link: LinkOptions | None = None,
         directory: DirectoryFactory | None = None,
+        who: str | None = None,
     ) -> None:
         self.link_options = link or LinkOptions()
         self.sink: LogSink = sink if sink is not None else StandaloneSink()
@@ -115,7 +113,7 @@ class Coordinator:
         self.core = CoordinatorCore(
             self.name, reg.committer_id,
             trigger_bytes=reg.log_trigger_size_mb * 1024 * 1024,
-            keeps_early_impulses=self.sink.keeps_early_impulses, digests=self)
+            keeps_early_impulses=self.sink.keeps_early_impulses, digests=self, who=who)
         self.secret = self.link_options.secret or registry.link_secret(home)
         self.tls = self.link_options.tls.load()  # the contexts, once (None: plain TCP)
         self.stdout = stdout or sys.stdout
@@ -152,7 +150,7 @@ class Coordinator:
         self.ic_host = self.advertise = ""
         self.set_link_hosts(reg.ic_host, reg.advertise_host)
         # checkpoints and the replay digest
-        self.checkpoint_wait: asyncio.Future[CheckpointData] | None = None
+        self.checkpoint_wait: asyncio.Future[CheckpointReceived] | None = None
         self.digest_file: DigestWriter | None = None
         self.initial: asyncio.Future[InitialMessage] | None = None
         # Checkpoints this recovery passed over as damaged: not counted as kept.
@@ -168,73 +166,6 @@ class Coordinator:
         # when the coordinator shuts down (a superseded replica notifies its binding).
         self.binding_receive: asyncio.Transport | None = None
         self.on_shutdown: Callable[[], None] | None = None
-
-    # The state the core decides on, by the names the flows use.
-    @property
-    def who(self) -> str:
-        """How log lines name this coordinator."""
-        return self.core.who
-
-    @who.setter
-    def who(self, value: str) -> None:
-        self.core.who = value
-
-    @property
-    def phase(self) -> Phase:
-        return self.core.phase
-
-    @property
-    def group(self) -> GroupCommit:
-        return self.core.group
-
-    @property
-    def pending(self) -> collections.deque[PendingInput]:
-        return self.core.group.pending
-
-    @property
-    def next_seq(self) -> int:
-        return self.core.group.next_seq
-
-    @next_seq.setter
-    def next_seq(self, value: int) -> None:
-        self.core.group.next_seq = value
-
-    @property
-    def inputs(self) -> dict[str, int]:
-        return self.core.group.inputs
-
-    @inputs.setter
-    def inputs(self, value: dict[str, int]) -> None:
-        self.core.group.inputs = value
-
-    @property
-    def self_calls(self) -> SelfCalls:
-        return self.core.self_calls
-
-    @property
-    def ckpt(self) -> CheckpointPlan:
-        return self.core.ckpt
-
-    @property
-    def last_delivered(self) -> int:
-        return self.core.last_delivered
-
-    @last_delivered.setter
-    def last_delivered(self, value: int) -> None:
-        self.core.last_delivered = value
-
-    @property
-    def trigger_bytes(self) -> int:
-        return self.core.trigger_bytes
-
-    @property
-    def switch_requested(self) -> bool:
-        """The committer switches logs between its next two records."""
-        return self.core.ckpt.switch_wanted
-
-    @property
-    def ckpt_in_flight(self) -> bool:
-        return self.core.ckpt.in_flight
 
     def set_link_hosts(self, host: str, advertise: str) -> None:
         """Listen for links as registered (``host``, dialled at ``advertise``), unless
@@ -253,10 +184,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ plumbing
     def log(self, text: str) -> None:
-        print(f"ambrosia-ic: {self.who}: {text}", file=self.stderr, flush=True)
-
-    def set_phase(self, new: Phase) -> None:
-        self.core.set_phase(new)
+        print(f"ambrosia-ic: {self.core.who}: {text}", file=self.stderr, flush=True)
 
     def begin(self, n: int) -> DigestWriter | None:
         """The core's ``Digests`` port: checkpoint ``n``'s digest starts (as files)."""
@@ -271,8 +199,8 @@ class Coordinator:
         """Outputs go to ``digest`` from now on (the first ``skip`` it holds already)."""
         if self.digest_file is not None and self.digest_file is not digest:
             self.digest_file.close()
-        self.digest_file = self.core.digest = digest
-        self.core.digest_skip = skip
+        self.digest_file = digest
+        self.core.use_digest(digest, skip)
 
     def finish(self, code: int, message: str) -> None:
         """Stop with exit code ``code``, logging ``message`` (the first call wins)."""

@@ -115,7 +115,7 @@ async def go_live(c: Coordinator) -> None:
     on the instance has a history: an empty log directory is never a first start again."""
     if not registry.has_started(c.name, c.home):  # once in the instance's life
         await asyncio.to_thread(registry.mark_started, c.name, c.home)
-    c.set_phase(Phase.LIVE)
+    c.core.set_phase(Phase.LIVE)
     if not c.links_active:
         c.links_active = True
         for link in c.links.values():
@@ -133,11 +133,13 @@ async def first_start(c: Coordinator) -> None:
     remove_first_start_leftovers(c.dir)
     c.initial = asyncio.get_running_loop().create_future()
     fut = checkpoints.wait_for(c)
-    c.deliver(c.core.begin_first_start())
+    c.core.begin_first_start()
+    actions.run(c)
     assert c.send is not None
     await c.send.drain()
     initial = await c.initial
-    await checkpoints.save(c, c.dir, 1, await fut, (0, {}))
+    got = await fut
+    await checkpoints.save(c, c.dir, 1, got.data, got.position)
     c.writer = c.sink.open_log(log_path(c.dir, 1))
     c.log_n = 1
     await asyncio.to_thread(fsync_dir, c.dir)
@@ -168,15 +170,15 @@ async def _recover(c: Coordinator, plan: RecoveryPlan) -> None:
     # spans the plan's scan found: the logs are checked and parsed once per recovery.
     for wire, last in replay_wire(plan):
         write_unless_closing(send, wire)
-        c.last_delivered = last
+        c.core.replayed(last)
         await send.drain()
     new_n = plan.last_log + 1
     if c.upgrade_to is not None:
         await _upgrade(c, new_n)
         return
-    data = await checkpoints.collect(c, new_n, TakeBecomingPrimaryCheckpoint())
+    got = await checkpoints.collect(c, new_n, TakeBecomingPrimaryCheckpoint())
     await _open_log_before_checkpoint(c, c.dir, new_n)
-    await checkpoints.save(c, c.dir, new_n, data)
+    await checkpoints.save(c, c.dir, new_n, got.data, got.position)
     await checkpoints.remove_unkept(c, temps_from=1)
 
 
@@ -199,7 +201,7 @@ async def _upgrade(c: Coordinator, new_n: int) -> None:
     """
     m = c.upgrade_to
     assert m is not None
-    c.set_phase(Phase.UPGRADING)
+    c.core.set_phase(Phase.UPGRADING)
     old_version = c.reg.current_version
     new_dir = registry.instance_dir(c.reg, m)
     make_dirs(new_dir)
@@ -207,9 +209,9 @@ async def _upgrade(c: Coordinator, new_n: int) -> None:
     c.new_lock.acquire()
     c.set_digest(None)
     c.dir = new_dir  # the new version's digest starts with its checkpoint
-    data = await checkpoints.collect(c, new_n, UpgradeTakeCheckpoint())
+    got = await checkpoints.collect(c, new_n, UpgradeTakeCheckpoint())
     await _open_log_before_checkpoint(c, new_dir, new_n)
-    await checkpoints.save(c, new_dir, new_n, data)
+    await checkpoints.save(c, new_dir, new_n, got.data, got.position)
     c.reg = registry.set_versions(c.name, m, m, c.home)
     c.upgrade_to = None
     c.log(f"upgraded from version {old_version} to version {m}")

@@ -39,10 +39,10 @@ def replica_coordinator(reg: registry.Registration, home: Path, replica: int,
             "without --replica"
         )
     c = Coordinator(reg, home, replica=replica, stdout=stdout, stderr=stderr, sink=sink,
-                    fsync_in_thread=fsync_in_thread, link=link, directory=directory)
+                    fsync_in_thread=fsync_in_thread, link=link, directory=directory,
+                    who=f"{reg.instance_name}: replica {replica}")
     rep = registry.replica(reg, replica, home)
     c.set_link_hosts(rep.ic_host, rep.advertise_host)
-    c.who = f"{c.name}: replica {replica}"
     c.receive_port = rep.receive_port
     c.send_port = rep.send_port
     c.ic_port = c.link_server.port = rep.ic_port

@@ -35,11 +35,9 @@ from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
     HEADER_SIZE,
-    BecomingPrimary,
     TakeCheckpoint,
     check_bytes,
     encode_checkpoint_record,
-    encode_control_record,
 )
 from ambrosia_core.wire.records import HEADER
 from ambrosia_ic.errors import LockLostError, LogCorruptionError
@@ -168,9 +166,9 @@ class RaftReplica:
         self.role = "starting"
         if self.replica.upgrade_version > reg.current_version:
             raise CoordinatorError(
-                f"{self.c.who}: a live upgrade of replicas whose log is in a Raft cluster is "
+                f"{self.c.core.who}: a live upgrade of replicas whose log is in a Raft cluster is "
                 "not supported yet; register the instance's new version instead")
-        self.checkpoint_every = max(16, self.c.trigger_bytes // 4096)
+        self.checkpoint_every = max(16, self.c.core.trigger_bytes // 4096)
         self.lease = reg.lease_ms / 1000
         self.heartbeat_every = self.lease / 5
         self.loaded: int | None = None  # the checkpoint this replica started from
@@ -237,7 +235,7 @@ class RaftReplica:
             await self._first_start()
             return
         self.role = "standby"
-        self.c.set_phase(Phase.FOLLOWING)
+        self.c.core.set_phase(Phase.FOLLOWING)
         self.c.log(f"following the log in {self.store.address} as a {self.role}")
         while True:
             await self._follow_cluster()
@@ -263,8 +261,8 @@ class RaftReplica:
                             f"the primary was silent {silent:.3f} s (lease {self.lease:g} s)")
                     await self._raft_take_over(gone, time.monotonic() - claiming)
                 return
-            if self.loaded is not None and (
-                    self.c.next_seq - self.loaded >= self.checkpoint_every * (1 + self._rank())):
+            if self.loaded is not None and (self.c.core.group.next_seq - self.loaded
+                                            >= self.checkpoint_every * (1 + self._rank())):
                 await self._checkpoint_here()
             # A dead primary sends no broadcasts: wake up when its lease runs out, not
             # up to a poll interval later (a closed watch is seen within one).
@@ -289,19 +287,21 @@ class RaftReplica:
     async def _raft_take_over(self, gone: str, claim: float) -> None:
         self.role = "primary"
         reading = time.monotonic()
-        before = self.c.next_seq
+        before = self.c.core.group.next_seq
         await self._follow_cluster()  # everything committed before the claim
         # Where a takeover's time goes, for operators and the failover benchmark.
         self.c.log(f"took over epoch {self.store.held}: {gone}, claim {1000 * claim:.1f} ms, "
                  f"log up to the claim {1000 * (time.monotonic() - reading):.1f} ms "
-                 f"({self.c.next_seq - before} records)")
+                 f"({self.c.core.group.next_seq - before} records)")
         self._publish_primary()
         self.c.spawn(self._heartbeat())
         n = self.c.log_n + 1
         self.c.writer = await asyncio.to_thread(self.c.sink.next_log, self.c.dir, n)
         self.c.log_n = n
-        self.c.deliver(encode_control_record(self.c.cid, BecomingPrimary()))
-        self.c.log(f"primary of epoch {self.store.held} from sequence id {self.c.next_seq}")
+        self.c.core.become_primary()
+        actions.run(self.c)
+        self.c.log(f"primary of epoch {self.store.held} from sequence id "
+                   f"{self.c.core.group.next_seq}")
         await startup.go_live(self.c)
 
     def _publish_primary(self) -> None:
@@ -325,7 +325,7 @@ class RaftReplica:
         await self.store.catch_up()
         recs = [decode_record(r, ev.index) for ev in self.store.drain_events()
                 if isinstance(ev, Records) for r in ev.records]
-        if self.role == "primary" and self.c.phase is Phase.LIVE:
+        if self.role == "primary" and self.c.core.phase is Phase.LIVE:
             return  # its own records, delivered by the committer
         if self.loaded is None:
             self.backlog += recs
@@ -334,11 +334,11 @@ class RaftReplica:
                 return
             await self._load(end.number, await self.store.read_checkpoint(end))
             recs, self.backlog = self.backlog, []
-        recs = [r for r in recs if r.seq_id >= self.c.next_seq]
+        recs = [r for r in recs if r.seq_id >= self.c.core.group.next_seq]
         for r in recs:
-            if r.seq_id != self.c.next_seq:
+            if r.seq_id != self.c.core.group.next_seq:
                 raise LogCorruptionError("raft log", 0, f"record {r.seq_id} where "
-                                         f"{self.c.next_seq} was due")
+                                         f"{self.c.core.group.next_seq} was due")
             deliver_records(self.c, [r])
         if recs:
             assert self.c.send is not None
@@ -353,8 +353,8 @@ class RaftReplica:
         await asyncio.to_thread(replace_durably, path, data)
         cf = CheckpointFile(path)
         next_seq, inputs, outs = read_state(cf)
-        actions.restore(self.c, next_seq, inputs, outs)
-        self.c.last_delivered = next_seq - 1
+        self.c.core.checkpoint_loaded(next_seq, inputs, outs)
+        actions.run(self.c)  # the links its outputs name
         write_unless_closing(self.c.send, encode_checkpoint_record(self.c.cid, cf.size))
         for chunk in cf.chunks():
             write_unless_closing(self.c.send, chunk)
@@ -364,9 +364,9 @@ class RaftReplica:
         self.c.log(f"loaded checkpoint {number} from the cluster")
 
     async def _checkpoint_here(self) -> None:
-        n = self.c.next_seq
-        data = await checkpoints.collect(self.c, n, TakeCheckpoint())
-        await checkpoints.save(self.c, self.c.dir, n, data)
+        n = self.c.core.group.next_seq
+        got = await checkpoints.collect(self.c, n, TakeCheckpoint())
+        await checkpoints.save(self.c, self.c.dir, n, got.data, got.position)
         raw = await asyncio.to_thread(checkpoint_path(self.c.dir, n).read_bytes)
         await self.store.write_checkpoint(n, [raw])
         self.c.log(f"wrote checkpoint {n} to the cluster")

@@ -40,11 +40,9 @@ from ambrosia_core.durable import fsync_dir, make_dirs
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
-    BecomingPrimary,
     TakeCheckpoint,
     UpgradeTakeCheckpoint,
     encode_checkpoint_record,
-    encode_control_record,
 )
 from ambrosia_ic.errors import LockLostError, MissingLogError
 
@@ -163,7 +161,7 @@ class SharedDirReplica:
             await checkpoints.remove_stale_temps(self.c, first=2)
         else:
             self.role = "standby"
-        self.c.set_phase(Phase.FOLLOWING)
+        self.c.core.set_phase(Phase.FOLLOWING)
         self.c.log(f"following the log as the {self.role}")
         await self._follow()
 
@@ -216,8 +214,8 @@ class SharedDirReplica:
                 self.c.log(f"{err}; following from checkpoint {c} and its logs instead")
         next_seq, inputs, outs = read_state(cf)
         chunks = list(cf.chunks())  # read whole before the checkpointer may delete it
-        actions.restore(self.c, next_seq, inputs, outs)
-        self.c.last_delivered = next_seq - 1
+        self.c.core.checkpoint_loaded(next_seq, inputs, outs)
+        actions.run(self.c)  # the links its outputs name
         write_unless_closing(self.c.send, encode_checkpoint_record(self.c.cid, cf.size))
         for chunk in chunks:
             write_unless_closing(self.c.send, chunk)
@@ -257,8 +255,8 @@ class SharedDirReplica:
 
     async def _checkpoint(self, n: int) -> None:
         """The checkpointing secondary: the state at the start of log ``n``."""
-        data = await checkpoints.collect(self.c, n, TakeCheckpoint())
-        await checkpoints.save(self.c, self.c.dir, n, data)
+        got = await checkpoints.collect(self.c, n, TakeCheckpoint())
+        await checkpoints.save(self.c, self.c.dir, n, got.data, got.position)
         await checkpoints.remove_unkept(self.c, temps_from=2)
 
     # ------------------------------------------------------------------ taking over
@@ -291,8 +289,10 @@ class SharedDirReplica:
         n = await self._seal_and_finish()
         self.c.writer = await asyncio.to_thread(self.c.sink.next_log, self.c.dir, n)
         self.c.log_n = n
-        self.c.deliver(encode_control_record(self.c.cid, BecomingPrimary()))
-        self.c.log(f"primary of epoch {epoch}, writing log {n} from sequence id {self.c.next_seq}")
+        self.c.core.become_primary()
+        actions.run(self.c)
+        self.c.log(f"primary of epoch {epoch}, writing log {n} from sequence id "
+                   f"{self.c.core.group.next_seq}")
         await startup.go_live(self.c)
 
     async def _heartbeat(self) -> None:
@@ -312,7 +312,7 @@ class SharedDirReplica:
         n = await self._seal_and_finish()
         new_dir = registry.instance_dir(self.c.reg, m)
         make_dirs(new_dir)
-        data = await checkpoints.collect(self.c, n, UpgradeTakeCheckpoint())
+        got = await checkpoints.collect(self.c, n, UpgradeTakeCheckpoint())
         self.epochs.check()
         new_epochs = Epochs(new_dir)
         if not new_epochs.claim(new_epochs.current() + 1, self._info()):
@@ -323,7 +323,7 @@ class SharedDirReplica:
         if latest_checkpoint(new_dir) is None:
             await asyncio.to_thread(_remove_logs, new_dir)
         self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, n)
-        await checkpoints.save(self.c, new_dir, n, data)
+        await checkpoints.save(self.c, new_dir, n, got.data, got.position)
         # Version m is committed: from here on this replica writes only there.
         old_epochs = self.epochs
         self.fenced.epochs, self._new_epochs = new_epochs, None
