@@ -69,9 +69,11 @@ demo-requests: $(STAMP)
 # fault runs whose fault kind another test here covers) run in `make chaos`. The suite runs on the
 # compiled codec (an install that failed to build it fails here), then the wire tests
 # and the log store's fast-path tests again on the pure-Python one.
+# Three workers on two cores: many real-process tests wait (for a lease, a timer, a
+# process), and a third worker runs while they do.
 test: $(STAMP) $(RAFT_STAMP)
 	$(VENV)/bin/lint-imports
-	AMBROSIA_PY_CODEC=compiled $(PY) -m pytest -n 2 --dist loadgroup -q -m "not chaos"
+	AMBROSIA_PY_CODEC=compiled $(PY) -m pytest -n 3 --dist loadgroup -q -m "not chaos"
 	AMBROSIA_PY_CODEC=pure $(PY) -m pytest -n 2 -q tests/wire tests/ic/test_logstore_compiled.py
 
 test-fast: $(STAMP) $(RAFT_STAMP)
