@@ -274,7 +274,7 @@ def test_a_live_upgrade_records_each_versions_class(launcher: Launcher) -> None:
     p.kill()
     assert [registry.recorded_class("guests", v, launcher.home) for v in (1, 2)] == [
         ("samples.upgrade.v1:GuestBook", str(ROOT)), ("samples.upgrade.v2:GuestBook", str(ROOT))]
-    r = _dump(launcher.home, "-i", "guests", "--version", "1")
+    r = _dump(launcher.home, "-i", "guests", "--current-version", "1")
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout.splitlines()[1] == (
         "methods, senders and arguments as samples.upgrade.v1:GuestBook sees them")

@@ -64,6 +64,7 @@ __all__ = [
     "ConnectServer",
     "StandaloneCluster",
     "StartProgress",
+    "StartStoppedError",
     "port_open",
     "spark_env",
     "spark_tool",
@@ -148,7 +149,9 @@ class ConnectServer:
             "spark-internal",
         ]
 
-    def _launch(self) -> subprocess.Popen[bytes]:
+    def _launch(self, stop: threading.Event | None = None) -> subprocess.Popen[bytes]:
+        if stop is not None and stop.is_set():
+            raise StartStoppedError
         if port_open(self.host, self.port):
             raise SparkServerError(f"port {self.port} is already in use on {self.host}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,8 +167,16 @@ class ConnectServer:
         )
         shown = StartProgress(self.log_path.with_name("connect-server.startup"))
         started = time.monotonic()
+
+        def tick(elapsed: float) -> None:
+            # Polled, never raised from a signal handler: one raised while Popen waited
+            # for the exec left the JVM running with no one to stop it.
+            if stop is not None and stop.is_set():
+                raise StartStoppedError
+            shown.tick(elapsed)
+
         try:
-            wait_for_port(self.host, self.port, self.start_timeout, process, shown.tick)
+            wait_for_port(self.host, self.port, self.start_timeout, process, tick)
         except BaseException:  # not up, or a stop asked meanwhile: the JVM goes too
             shown.done(None)
             stop_group(process, 5)
@@ -173,16 +184,18 @@ class ConnectServer:
         shown.done(time.monotonic() - started)
         return process
 
-    def start(self) -> None:
-        """Start the server, wait for its port, and supervise it from a thread.
+    def start(self, stop: threading.Event | None = None) -> None:
+        """Start the server, wait for its port, and supervise it from a thread. A ``stop``
+        set meanwhile ends the wait and takes the JVM down (within a tenth of a second).
 
         Raises:
             SparkServerError: it did not open its port (see the log).
+            StartStoppedError: ``stop`` was set before the port opened.
         """
         if self.jars is None:
             self.jars = self._default_jars()
         with self._lock:
-            self._process = self._launch()
+            self._process = self._launch(stop)
         self._supervisor = threading.Thread(
             target=self._supervise, name=f"connect-server-{self.port}", daemon=True
         )
@@ -293,24 +306,25 @@ def main(argv: Sequence[str] | None = None) -> int:
               "reach it (no authentication): keep it on a private network", file=sys.stderr)
     stop = threading.Event()
 
+    stopped_by: list[str] = []
+
     def on_signal(signum: int, _frame: object) -> None:
-        # While the server starts (15-20 s of JVM), a stop interrupts the wait, and the
-        # start takes its JVM down with it; afterwards it ends the main thread's wait.
-        if not stop.is_set() and server.pid is None:
-            stop.set()
-            raise _StopAskedError(signal.Signals(signum).name)
+        # While the server starts (15-20 s of JVM), the start sees the stop at its next
+        # look and takes its JVM down with it; afterwards it ends the main thread's wait.
+        if not stop.is_set():
+            stopped_by.append(signal.Signals(signum).name)
         stop.set()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
-        server.start()
+        server.start(stop)
     except SparkServerError as err:
         print(f"error: {err} (log: {server.log_path})", file=sys.stderr)
         return 1
-    except _StopAskedError as why:
+    except StartStoppedError:
         server.stop()
-        print(f"stopped ({why}) before the server was ready", file=sys.stderr)
+        print(f"stopped ({stopped_by[0]}) before the server was ready", file=sys.stderr)
         return 0
     print(f"Spark Connect server at {server.url} (log: {server.log_path})", flush=True)
     stop.wait()
@@ -333,8 +347,8 @@ def _loopback(host: str) -> bool:
         return False  # unknown here: the server's own start says what is wrong with it
 
 
-class _StopAskedError(Exception):
-    """A stop signal came while the server was starting."""
+class StartStoppedError(Exception):
+    """A stop was asked while the server was starting."""
 
 
 if __name__ == "__main__":
