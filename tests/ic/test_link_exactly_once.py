@@ -181,3 +181,19 @@ def test_the_simulation_finds_each_kept_mutant(mutant: str,
     monkeypatch.setattr(cls, name, replacement)
     with pytest.raises(AssertionError):
         test_every_call_is_logged_once_in_order_and_all_once_the_link_heals()
+
+
+def test_the_outbox_loads_no_io_through_its_package() -> None:
+    """The core keeps a LinkOutbox per destination; importing it must not bring the
+    handshake's or the outbound link's asyncio and ssl through ``ambrosia_ic.links``."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, ambrosia_ic.links.outbox, ambrosia_ic.links as links; "
+             "print(sorted(m for m in sys.modules if m.startswith('ambrosia_ic.links'))); "
+             "links.OutboundLink; print('ambrosia_ic.links.outbound' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["['ambrosia_ic.links', 'ambrosia_ic.links.outbox']",
+                                     "True"]

@@ -38,20 +38,40 @@ connects, writes and reads the acknowledgements).
 
 from __future__ import annotations
 
-from .handshake import (
-    HANDSHAKE_TIMEOUT,
-    HELLO_MAX,
-    LINK_MAGIC,
-    Hello,
-    challenge,
-    check_hello,
-    hello_reply,
-    not_registered,
-    open_link,
-)
-from .outbound import MOVE_CHECK, OutboundLink
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .outbox import MAX_RECORD_BODY, LinkOutbox
+
+if TYPE_CHECKING:
+    from .handshake import (
+        HANDSHAKE_TIMEOUT,
+        HELLO_MAX,
+        LINK_MAGIC,
+        Hello,
+        challenge,
+        check_hello,
+        hello_reply,
+        not_registered,
+        open_link,
+    )
+    from .outbound import MOVE_CHECK, OutboundLink
 
 __all__ = ["HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "MAX_RECORD_BODY", "MOVE_CHECK",
            "Hello", "LinkOutbox", "OutboundLink", "challenge", "check_hello", "hello_reply",
            "not_registered", "open_link"]
+
+# The handshake and the outbound link do I/O (asyncio, ssl): they load when first named,
+# so the coordinator's core, which keeps a LinkOutbox per destination, imports no I/O
+# through this package.
+_LAZY = {name: "handshake" for name in (
+    "HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "Hello", "challenge", "check_hello",
+    "hello_reply", "not_registered", "open_link")} | {
+    "MOVE_CHECK": "outbound", "OutboundLink": "outbound"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
