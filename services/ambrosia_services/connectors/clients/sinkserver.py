@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,28 +34,17 @@ from ambrosia_core.tls import (
 from ambrosia_core.wire import NEED_DATA
 from ambrosia_services.connectors import (
     DEFAULT_MAX_FRAME_SIZE,
-    Ack,
     ConnectionClosed,
     ConnectorConnection,
     ConnectorProtocolError,
-    EosMessage,
     ErrorFrame,
-    Event,
     Hello,
-    ListUncommitted,
-    Message,
-    Notify,
-    NotifyAck,
     Ok,
-    Phase1,
-    Phase2,
-    ReplyUncommitted,
     Role,
-    TwoPCReply,
-    WorkersLeft,
 )
 
 from .errors import SinkStateError, SinkStorageError, SinkUnavailableError
+from .sinkanswer import SinkRefusedError, answer
 from .sinkmetrics import SinkCounts
 from .sinkport import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
@@ -69,10 +57,6 @@ SINK_CREDITS = 500  # what Wallaroo's 2PC file sink granted; its peers ignore cr
 # host, and a stranger that connects and stays silent holds nothing for longer.
 HANDSHAKE_SECONDS = 5.0
 log = logging.getLogger(__name__)
-
-
-class _RefusedError(Exception):
-    """The peer asked for something this sink does not do; the reason goes in ERROR."""
 
 
 @attrs.define
@@ -234,7 +218,7 @@ class SinkServer:
                     if isinstance(event, ErrorFrame):
                         return f"the peer sent ERROR: {event.reason}"
                     try:
-                        replies = await self._answer(event)
+                        replies = await answer(self.store, event, self.counts)
                     except OSError as e:
                         raise SinkStorageError(f"the sink's storage failed: {e}") from None
                     for reply in replies:
@@ -242,7 +226,7 @@ class SinkServer:
             except ConnectorProtocolError as e:
                 writer.write(conn.take_error_frame())
                 return f"protocol error: {e.reason}"
-            except (_RefusedError, SinkStateError) as e:
+            except (SinkRefusedError, SinkStateError) as e:
                 writer.write(conn.send(ErrorFrame(str(e))))
                 return f"refused: {e}"
             await writer.drain()
@@ -258,52 +242,6 @@ class SinkServer:
                 return (f"the rest of a frame not sent within {self.handshake_seconds:g} s")
             ended = not data
             conn.receive_data(data)
-
-    async def _answer(self, event: Event) -> list[Event]:
-        """What the sink sends for ``event`` (its durable effects happen first)."""
-        store = self.store
-        match event:
-            case Notify(stream_id) if stream_id != DATA_STREAM_ID:
-                raise _RefusedError(
-                    f"this sink takes stream {DATA_STREAM_ID} only, not {stream_id}"
-                )
-            case Notify(stream_id):
-                return [NotifyAck(True, stream_id, store.output_offset)]
-            case Message(_, message_id, payload):
-                store.write(message_id, payload)
-                return []
-            case EosMessage(stream_id):
-                return [Ack(1, ((stream_id, store.output_offset),))]
-            case ListUncommitted(rtag):
-                return [ReplyUncommitted(rtag, await store.uncommitted())]
-            case Phase1(txn_id, where):
-                began = time.perf_counter()
-                vote = await store.prepare(txn_id,
-                                           [(w.stream_id, w.start, w.end) for w in where])
-                if not vote.commit:
-                    self.counts.refused += 1
-                    log.warning("Phase1 %r: voting no: %s", txn_id, vote.reason)
-                else:
-                    self.counts.prepared += 1
-                    self.counts.prepare_seconds.observe(time.perf_counter() - began)
-                return [TwoPCReply(txn_id, vote.commit)]
-            case Phase2(txn_id, commit=True):
-                began, before = time.perf_counter(), store.committed_offset
-                if await store.commit(txn_id):
-                    self.counts.committed += 1
-                    self.counts.committed_bytes += store.committed_offset - before
-                    self.counts.commit_seconds.observe(time.perf_counter() - began)
-                    log.debug("committed %r up to %d", txn_id, store.committed_offset)
-                return []
-            case Phase2(txn_id, commit=False):
-                self.counts.aborted += 1
-                await store.abort(txn_id)
-                log.info("aborted %r; output offset back to %d", txn_id, store.output_offset)
-                return []
-            case WorkersLeft(_, workers):
-                log.info("workers left: %s", ", ".join(workers) or "(none)")
-                return []
-        raise _RefusedError(f"this sink does not handle {type(event).__name__}")
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
