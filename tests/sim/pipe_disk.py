@@ -1,0 +1,90 @@
+"""The simulated disk under the real 2PC file sink (``FileSinkStore``) in ``pipe_world``.
+
+The store keeps its files in a real directory (in memory where the machine has it) and
+calls ``os`` as it always does; while a pipeline world runs, the store module's ``os``
+and ``fsync_dir`` are this disk's, which pass every call through and remember what each
+file held when it was last synced and which names the directory had when it was last
+synced. A crash then does what a power cut may do: a file created since the directory's
+last sync is gone; every other file goes back to what it held at its last sync, or keeps
+all that was written since, or (when only appended to) a prefix of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ambrosia_services.connectors.clients import sinkstore
+
+__all__ = ["SinkDisk", "sink_disk"]
+
+
+class SinkDisk:
+    """The ``os`` of the sink store: every call passes through; syncs are remembered."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.synced: dict[str, bytes] = {}  # file name -> what it held at its last fsync
+        self.entries: set[str] = set()  # names the directory held at its last sync
+        self._fds: dict[int, str] = {}  # open descriptor -> file name
+        self.torn = 0  # crashes that kept a prefix of unsynced appends
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    # ---------------------------------------------------------------- the calls kept
+    def open(self, path: Any, flags: int, mode: int = 0o777) -> int:
+        fd = os.open(path, flags, mode)
+        self._fds[fd] = Path(path).name
+        return fd
+
+    def close(self, fd: int) -> None:
+        self._fds.pop(fd, None)
+        os.close(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+        name = self._fds[fd]
+        self.synced[name] = (self.directory / name).read_bytes()
+
+    def fsync_dir(self, directory: Any) -> None:
+        self.entries = {p.name for p in Path(directory).iterdir()}
+
+    # ---------------------------------------------------------------- the crash
+    def crash(self, rng: random.Random) -> None:
+        """The power is cut: descriptors close (the lock goes) and unsynced writes go
+        as a real disk may lose them."""
+        for fd in list(self._fds):
+            self.close(fd)
+        for path in sorted(self.directory.iterdir()):
+            name = path.name
+            if name not in self.entries:
+                path.unlink()
+                self.synced.pop(name, None)
+                continue
+            now, kept = path.read_bytes(), self.synced.get(name, b"")
+            if now == kept:
+                continue
+            fate = rng.random()
+            if fate < 0.4:
+                path.write_bytes(kept)
+            elif fate < 0.7 and now.startswith(kept) and len(now) > len(kept) + 1:
+                path.write_bytes(now[:rng.randrange(len(kept) + 1, len(now))])
+                self.torn += 1
+            # else: all that was written reached the disk
+            self.synced[name] = path.read_bytes()
+
+
+@contextlib.contextmanager
+def sink_disk(disk: SinkDisk) -> Iterator[None]:
+    """Run the store module on ``disk`` (its ``os`` and ``fsync_dir``) for a while."""
+    saved = sinkstore.os, sinkstore.fsync_dir
+    sinkstore.os, sinkstore.fsync_dir = disk, disk.fsync_dir  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sinkstore.os, sinkstore.fsync_dir = saved  # type: ignore[assignment]
