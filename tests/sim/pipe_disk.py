@@ -20,7 +20,11 @@ from typing import Any
 
 from ambrosia_services.connectors.clients import sinkstore
 
-__all__ = ["SinkDisk", "sink_disk"]
+__all__ = ["SinkCrash", "SinkDisk", "sink_disk"]
+
+
+class SinkCrash(Exception):  # noqa: N818 (not an error: the power cut a run asked for)
+    """The sink's process dies here (at a step or a disk call it was armed to crash at)."""
 
 
 class SinkDisk:
@@ -31,13 +35,26 @@ class SinkDisk:
         self.synced: dict[str, bytes] = {}  # file name -> what it held at its last fsync
         self.entries: set[str] = set()  # names the directory held at its last sync
         self._fds: dict[int, str] = {}  # open descriptor -> file name
-        self.torn = 0  # crashes that kept a prefix of unsynced appends
+        self.crash_in: int | None = None  # the power goes before this many more calls
+        # What crashes did to files with unsynced writes: created files lost, files
+        # back to their last sync, files cut inside what was appended since.
+        self.fates: dict[str, int] = {"lost": 0, "reverted": 0, "torn": 0, "kept": 0}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
     # ---------------------------------------------------------------- the calls kept
+    def _call(self) -> None:
+        """Before each call that changes the disk: the power goes if it was armed to."""
+        if self.crash_in is not None:
+            self.crash_in -= 1
+            if self.crash_in <= 0:
+                self.crash_in = None
+                raise SinkCrash("a disk call")
+
     def open(self, path: Any, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_CREAT:
+            self._call()
         fd = os.open(path, flags, mode)
         self._fds[fd] = Path(path).name
         return fd
@@ -46,18 +63,33 @@ class SinkDisk:
         self._fds.pop(fd, None)
         os.close(fd)
 
+    def write(self, fd: int, data: Any) -> int:
+        self._call()
+        return os.write(fd, data)
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        self._call()
+        return os.pwrite(fd, data, offset)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        self._call()
+        os.ftruncate(fd, length)
+
     def fsync(self, fd: int) -> None:
+        self._call()
         os.fsync(fd)
         name = self._fds[fd]
         self.synced[name] = (self.directory / name).read_bytes()
 
     def fsync_dir(self, directory: Any) -> None:
+        self._call()
         self.entries = {p.name for p in Path(directory).iterdir()}
 
     # ---------------------------------------------------------------- the crash
     def crash(self, rng: random.Random) -> None:
         """The power is cut: descriptors close (the lock goes) and unsynced writes go
         as a real disk may lose them."""
+        self.crash_in = None
         for fd in list(self._fds):
             self.close(fd)
         for path in sorted(self.directory.iterdir()):
@@ -65,6 +97,7 @@ class SinkDisk:
             if name not in self.entries:
                 path.unlink()
                 self.synced.pop(name, None)
+                self.fates["lost"] += 1
                 continue
             now, kept = path.read_bytes(), self.synced.get(name, b"")
             if now == kept:
@@ -72,10 +105,12 @@ class SinkDisk:
             fate = rng.random()
             if fate < 0.4:
                 path.write_bytes(kept)
+                self.fates["reverted"] += 1
             elif fate < 0.7 and now.startswith(kept) and len(now) > len(kept) + 1:
                 path.write_bytes(now[:rng.randrange(len(kept) + 1, len(now))])
-                self.torn += 1
-            # else: all that was written reached the disk
+                self.fates["torn"] += 1
+            else:  # all that was written reached the disk
+                self.fates["kept"] += 1
             self.synced[name] = path.read_bytes()
 
 
@@ -87,4 +122,4 @@ def sink_disk(disk: SinkDisk) -> Iterator[None]:
     try:
         yield
     finally:
-        sinkstore.os, sinkstore.fsync_dir = saved  # type: ignore[assignment]
+        sinkstore.os, sinkstore.fsync_dir = saved

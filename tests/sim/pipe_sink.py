@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import cast
 
 import attrs
-
-from ambrosia_core.wire import NEED_DATA
 from ambrosia_services.connectors import (
     ConnectionClosed,
     ConnectorConnection,
     ConnectorProtocolError,
     ErrorFrame,
+    Event,
     Hello,
     Ok,
     Role,
@@ -34,16 +34,14 @@ from ambrosia_services.connectors.clients.sinkmetrics import SinkCounts
 from ambrosia_services.connectors.clients.sinkserver import SINK_CREDITS
 from ambrosia_services.connectors.coordinator.sink_session import SinkSession
 
-from .pipe_disk import SinkDisk
+from ambrosia_core.wire import NEED_DATA
+
+from .pipe_disk import SinkCrash, SinkDisk
 
 __all__ = ["COOKIE", "MAX_FRAME", "Conn", "SinkCrash", "SinkNode"]
 
 COOKIE = "sim-cookie"
 MAX_FRAME = 1 << 20
-
-
-class SinkCrash(Exception):  # noqa: N818 (not an error: the power cut a test asked for)
-    """The sink's process dies here (a durable step it was armed to crash at)."""
 
 
 @attrs.define(eq=False)
@@ -128,7 +126,7 @@ class SinkNode:
                 run_now(self.store.start_session())
             else:
                 try:
-                    replies = run_now(answer(self.store, event, self.counts))
+                    replies = run_now(answer(self.store, cast(Event, event), self.counts))
                 except (SinkRefusedError, SinkStateError) as e:
                     conn.to_coord += conn.worker.send(ErrorFrame(str(e)))
                     self.close(conn)

@@ -39,16 +39,14 @@ and the sink's store never refused its own directory after a crash.
 from __future__ import annotations
 
 import collections
+import logging
 import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
-
-from ambrosia_core.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
-from ambrosia_py.testing.inmemory import InMemoryCoordinator
 from ambrosia_services.connectors import ConnectorProtocolError
 from ambrosia_services.connectors.clients import SinkStoreCorruptError
 from ambrosia_services.connectors.clients.txnlog import TxnLogKind, decode_txnlog
@@ -63,6 +61,9 @@ from ambrosia_services.connectors.coordinator.sink_session import (
     SinkSession,
     Write,
 )
+
+from ambrosia_core.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
+from ambrosia_py.testing.inmemory import InMemoryCoordinator
 
 from .pipe_disk import sink_disk
 from .pipe_sink import COOKIE, MAX_FRAME, Conn, SinkCrash, SinkNode
@@ -128,7 +129,7 @@ class Coordinator:
     def app(self) -> ConnectorCoordinator:
         inst = self.ic.instance
         assert inst is not None
-        return inst  # type: ignore[no-any-return]
+        return cast(ConnectorCoordinator, inst)
 
     def first_start(self) -> None:
         self.ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
@@ -253,7 +254,8 @@ class PipeWorld:
             out.append(("restart", "sink"))
         elif faults:
             out += [("crash", "sink", k) for k in range(3)]
-            out += [("arm", step, k) for step in STORE_STEPS for k in range(2)]
+            out += [("arm", step) for step in STORE_STEPS]
+            out += [("arm", "io", n) for n in (1, 2, 3, 5, 8)]
         for cid, conn in self.conns.items():
             if conn.to_sink and sink.store is not None and not conn.sink_closed:
                 out += [("c2s", cid, 1.0), ("c2s", cid, 0.5)]
@@ -299,6 +301,8 @@ class PipeWorld:
                             default=len(self.payloads))
         elif kind == "crash":
             self._crash_sink(step[2])
+        elif kind == "arm" and step[1] == "io":
+            self.sink.disk.crash_in = step[2]
         elif kind == "arm":
             self.sink.crash_at = step[1]
         elif kind == "drop":
@@ -316,13 +320,19 @@ class PipeWorld:
                 self.coord.link()
 
     def _progress(self, step: Step) -> None:
-        kind, coord = step[0], self.coord
-        if kind in ("log", "send", "connect"):
-            assert coord is not None
+        kind = step[0]
         if kind == "ack":
             first, n = self.tokens[self.acks.pop(0)]
             self.acked.update(range(first, first + n))
-        elif kind == "log":
+        elif kind in ("log", "send", "connect"):
+            assert self.coord is not None
+            self._at_coordinator(self.coord, step)
+        else:
+            self._on_a_connection(step)
+
+    def _at_coordinator(self, coord: Coordinator, step: Step) -> None:
+        kind = step[0]
+        if kind == "log":
             coord.log_one()
         elif kind == "send":
             batch = [(1, "src", k + 1, 0, b"", self.payloads[k])
@@ -335,7 +345,10 @@ class PipeWorld:
                                   max_frame_size=MAX_FRAME)
             coord.conn = self.conns[self.next_cid] = Conn.open(self.next_cid, session)
             self.next_cid += 1
-        elif kind == "c2s":
+
+    def _on_a_connection(self, step: Step) -> None:
+        kind = step[0]
+        if kind == "c2s":
             conn = self.conns[step[1]]
             n = max(1, int(len(conn.to_sink) * step[2]))
             data = bytes(conn.to_sink[:n])
@@ -387,7 +400,7 @@ class PipeWorld:
         self.settle(rng)
 
     def settle(self, rng: random.Random, end_steps: int = 5000) -> None:
-        self.sink.crash_at = None
+        self.sink.crash_at = self.sink.disk.crash_in = None
         for _ in range(end_steps):
             progress = self.steps(faults=False)
             if not progress:
@@ -426,7 +439,19 @@ class PipeWorld:
             self.fail(f"totals: committed {rec.committed}/{store.committed_offset} bytes, "
                       f"{stream.applied} batches, {stream.lines} lines; the input: "
                       f"{len(want)} bytes, {len(self.payloads)} batches, {lines} lines")
-        self.counts["torn"] += self.sink.disk.torn
+        self.check_replay()
+        self.counts.update(self.sink.disk.fates)
+        self.counts["commits"] += rec.commits
+        self.counts["aborts"] += rec.aborts
+
+    def check_replay(self) -> None:
+        """A new life replaying the log from the checkpoint rebuilds the same state."""
+        assert self.coord is not None
+        again = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=CONFIG)
+        data, position = self.checkpoint
+        again.recover(data, self.log[position:], primary=False)
+        if again.instance.core.to_state() != self.coord.app.core.to_state():
+            self.fail("a replay of the log does not rebuild the coordinator's state")
 
 
 @attrs.frozen
@@ -449,14 +474,16 @@ class PipeScenario:
     def _world(self, go: Any) -> PipeWorld:
         directory = Path(tempfile.mkdtemp(prefix="pipesim.", dir=_DISK_ROOT))
         world = PipeWorld(self.batches, self.lines, directory)
-        saved = immortal_module.Live
+        saved, quiet = immortal_module.Live, logging.root.manager.disable
         immortal_module.Live = world.make_live  # type: ignore[assignment,misc]
+        logging.disable(logging.CRITICAL)  # the sink's and coordinator's lines: expected
         try:
             with sink_disk(world.sink.disk):
                 go(world, random.Random(self.seed))
             return world
         finally:
             immortal_module.Live = saved  # type: ignore[misc]
+            logging.disable(quiet)
             shutil.rmtree(directory, ignore_errors=True)
 
     def run(self) -> PipeWorld:

@@ -100,6 +100,6 @@ def run_now(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         coro.send(None)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value
     coro.close()
     raise RuntimeError("the coroutine waited: it needs an event loop")
