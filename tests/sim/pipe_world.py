@@ -44,150 +44,29 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import attrs
-from ambrosia_services.connectors import ConnectorProtocolError
 from ambrosia_services.connectors.clients import SinkStoreCorruptError
 from ambrosia_services.connectors.clients.txnlog import TxnLogKind, decode_txnlog
 from ambrosia_services.connectors.coordinator import immortal as immortal_module
 from ambrosia_services.connectors.coordinator.immortal import ConnectorCoordinator
-from ambrosia_services.connectors.coordinator.sink_session import (
-    Decided,
-    Read,
-    ReportUncommitted,
-    ReportVote,
-    SinkLinkError,
-    SinkSession,
-    Write,
-)
+from ambrosia_services.connectors.coordinator.sink_session import SinkSession
 
-from ambrosia_core.wire import TakeBecomingPrimaryCheckpoint, encode_control_record
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
 
+from .pipe_coord import CONFIG, INSTANCE, SINK, Coordinator, SimLive
 from .pipe_disk import sink_disk
 from .pipe_sink import COOKIE, MAX_FRAME, Conn, SinkCrash, SinkNode
 from .world import SimFailure, Step, shrink
 
 __all__ = ["PipeScenario", "PipeWorld", "explain"]
 
-INSTANCE = "pipe"
-SINK = "out"
-CONFIG = {"sinks": {SINK: "127.0.0.1:9"}, "interval_bytes": 1, "interval_seconds": 3600,
-          "cookie": COOKIE, "max_frame_size": MAX_FRAME}
 # The store's durable steps a sink may crash right after (``FileSinkStore.on_step``).
 STORE_STEPS = ("pending-synced", "prepare-logged", "commit-logged", "commit-applied",
                "abort-logged")
 _FAULTS = frozenset({"crash", "arm", "drop", "checkpoint"})
 _DISK_ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
-
-
-class _NoLoop:
-    """The engine's loop for side effects: the primary's I/O is this world's, so the
-    stand-in's ``run`` is never run."""
-
-    def create_task(self, coro: Any) -> _Never:
-        coro.close()
-        return _Never()
-
-
-class _Never:
-    def add_done_callback(self, _fn: Any) -> None:
-        pass
-
-
-class SimLive:
-    """Stands in for ``live.Live``: hears which ``receive`` Impulses were applied live
-    (the listener's ACKs) and nothing else; this world does the listener's and the
-    link's sending."""
-
-    def __init__(self, world: PipeWorld, owner: ConnectorCoordinator) -> None:
-        self.world = world
-        self.owner = owner
-
-    async def run(self) -> None:  # never run (``_NoLoop``)
-        pass
-
-    def wake(self) -> None:
-        pass
-
-    def applied(self, token: int) -> None:
-        self.world.acks.append(token)  # on its way to the source
-
-
-class Coordinator:
-    """One life of the coordinator: an engine recovering or starting, then primary."""
-
-    def __init__(self, world: PipeWorld) -> None:
-        self.world = world
-        self.ic = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=CONFIG)
-        self.ic.engine.attach(_NoLoop(), lambda: None)  # type: ignore[arg-type]
-        self.live: SimLive | None = None
-        self.conn: Conn | None = None  # the link's connection
-
-    @property
-    def app(self) -> ConnectorCoordinator:
-        inst = self.ic.instance
-        assert inst is not None
-        return cast(ConnectorCoordinator, inst)
-
-    def first_start(self) -> None:
-        self.ic.feed(encode_control_record(7, TakeBecomingPrimaryCheckpoint()))
-        self.world.checkpoint = (self.ic.checkpoint, 0)
-        while self.ic.to_self:
-            self.log_one()
-
-    def recover(self) -> None:
-        data, position = self.world.checkpoint
-        self.ic.recover(data, self.world.log[position:])
-
-    def log_one(self) -> None:
-        """The next input waiting is logged and applied (and the link looks again)."""
-        record = self.ic.to_self.pop(0)
-        self.world.log.append(record)
-        self.ic.record(record)
-        self.world.observe(self.app)
-
-    def impulse(self, name: str, *args: Any) -> None:
-        getattr(self.app.impulse_self, name)(*args)
-        self.ic.pump()
-
-    def link(self) -> None:
-        """Step the link's session as far as the state and the sink's frames allow."""
-        conn = self.conn
-        if conn is None or conn.session is None:
-            return
-        session = conn.session
-        rec = self.app.core.sinks.get(SINK)
-        rec = rec if rec is not None and rec.active else None
-        try:
-            while actions := session.step(rec):
-                while actions:
-                    action = actions.pop(0)
-                    if isinstance(action, Write):
-                        conn.to_sink += action.data
-                    elif isinstance(action, ReportUncommitted):
-                        self.impulse("sink_uncommitted", SINK, action.rtag,
-                                     list(action.txn_ids))
-                    elif isinstance(action, ReportVote):
-                        self.impulse("sink_voted", SINK, action.txn_id, action.commit)
-                    elif isinstance(action, Read):
-                        data = b"".join(p for p in action.parts if isinstance(p, bytes))
-                        actions[:0] = session.materialized(data)
-                    elif isinstance(action, Decided) and not action.commit:
-                        raise SinkLinkError("aborted: connect again")
-        except ConnectorProtocolError:
-            conn.to_sink += session.error_frame()
-            self.close_link()
-        except SinkLinkError:
-            self.close_link()
-
-    def close_link(self) -> None:
-        """The link ends its connection (what it wrote still reaches the sink)."""
-        if self.conn is not None:
-            self.conn.session = None
-            self.conn.to_coord.clear()
-            self.conn = None
 
 
 class PipeWorld:
