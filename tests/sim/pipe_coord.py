@@ -27,12 +27,16 @@ from .pipe_sink import COOKIE, MAX_FRAME, Conn
 if TYPE_CHECKING:
     from .pipe_world import PipeWorld
 
-__all__ = ["CONFIG", "INSTANCE", "SINK", "Coordinator", "SimLive"]
+__all__ = ["INSTANCE", "Coordinator", "SimLive", "config"]
 
 INSTANCE = "pipe"
-SINK = "out"
-CONFIG = {"sinks": {SINK: "127.0.0.1:9"}, "interval_bytes": 1, "interval_seconds": 3600,
-          "cookie": COOKIE, "max_frame_size": MAX_FRAME}
+
+
+def config(sinks: list[str]) -> dict[str, Any]:
+    """The coordinator's configuration: every emitted byte is cut into a transaction at
+    once (``interval_bytes`` 1), so no decision waits on a clock."""
+    return {"sinks": {name: "127.0.0.1:9" for name in sinks}, "interval_bytes": 1,
+            "interval_seconds": 3600, "cookie": COOKIE, "max_frame_size": MAX_FRAME}
 
 
 class _NoLoop:
@@ -69,14 +73,15 @@ class SimLive:
 
 
 class Coordinator:
-    """One life of the coordinator: an engine recovering or starting, then primary."""
+    """One life of the coordinator: an engine recovering or starting, then primary, and
+    its link's connection to each sink."""
 
     def __init__(self, world: PipeWorld) -> None:
         self.world = world
-        self.ic = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=CONFIG)
+        self.ic = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=world.config)
         self.ic.engine.attach(_NoLoop(), lambda: None)  # type: ignore[arg-type]
         self.live: SimLive | None = None
-        self.conn: Conn | None = None  # the link's connection
+        self.conns: dict[str, Conn] = {}  # sink -> the link's connection
 
     @property
     def app(self) -> ConnectorCoordinator:
@@ -95,7 +100,7 @@ class Coordinator:
         self.ic.recover(data, self.world.log[position:])
 
     def log_one(self) -> None:
-        """The next input waiting is logged and applied (and the link looks again)."""
+        """The next input waiting is logged and applied (the links look again after)."""
         record = self.ic.to_self.pop(0)
         self.world.log.append(record)
         self.ic.record(record)
@@ -105,13 +110,15 @@ class Coordinator:
         getattr(self.app.impulse_self, name)(*args)
         self.ic.pump()
 
-    def link(self) -> None:
-        """Step the link's session as far as the state and the sink's frames allow."""
-        conn = self.conn
+    def link(self, sink: str) -> None:
+        """Step the session of ``sink``'s link as far as the state and the sink's frames
+        allow, as ``SinkLink`` does: its reports become Impulses, an abort ends the
+        connection (the bytes go again on a new one)."""
+        conn = self.conns.get(sink)
         if conn is None or conn.session is None:
             return
         session = conn.session
-        rec = self.app.core.sinks.get(SINK)
+        rec = self.app.core.sinks.get(sink)
         rec = rec if rec is not None and rec.active else None
         try:
             while actions := session.step(rec):
@@ -120,10 +127,10 @@ class Coordinator:
                     if isinstance(action, Write):
                         conn.to_sink += action.data
                     elif isinstance(action, ReportUncommitted):
-                        self.impulse("sink_uncommitted", SINK, action.rtag,
+                        self.impulse("sink_uncommitted", sink, action.rtag,
                                      list(action.txn_ids))
                     elif isinstance(action, ReportVote):
-                        self.impulse("sink_voted", SINK, action.txn_id, action.commit)
+                        self.impulse("sink_voted", sink, action.txn_id, action.commit)
                     elif isinstance(action, Read):
                         data = b"".join(p for p in action.parts if isinstance(p, bytes))
                         actions[:0] = session.materialized(data)
@@ -131,13 +138,13 @@ class Coordinator:
                         raise SinkLinkError("aborted: connect again")
         except ConnectorProtocolError:
             conn.to_sink += session.error_frame()
-            self.close_link()
+            self.close_link(sink)
         except SinkLinkError:
-            self.close_link()
+            self.close_link(sink)
 
-    def close_link(self) -> None:
+    def close_link(self, sink: str) -> None:
         """The link ends its connection (what it wrote still reaches the sink)."""
-        if self.conn is not None:
-            self.conn.session = None
-            self.conn.to_coord.clear()
-            self.conn = None
+        conn = self.conns.pop(sink, None)
+        if conn is not None:
+            conn.session = None
+            conn.to_coord.clear()

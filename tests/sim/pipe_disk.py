@@ -28,13 +28,13 @@ class SinkCrash(Exception):  # noqa: N818 (not an error: the power cut a run ask
 
 
 class SinkDisk:
-    """The ``os`` of the sink store: every call passes through; syncs are remembered."""
+    """The ``os`` of the sink stores (one directory each): every call passes through;
+    syncs are remembered."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.synced: dict[str, bytes] = {}  # file name -> what it held at its last fsync
-        self.entries: set[str] = set()  # names the directory held at its last sync
-        self._fds: dict[int, str] = {}  # open descriptor -> file name
+    def __init__(self) -> None:
+        self.synced: dict[Path, bytes] = {}  # file -> what it held at its last fsync
+        self.entries: dict[Path, set[str]] = {}  # directory -> names at its last sync
+        self._fds: dict[int, Path] = {}  # open descriptor -> file
         self.crash_in: int | None = None  # the power goes before this many more calls
         # What crashes did to files with unsynced writes: created files lost, files
         # back to their last sync, files cut inside what was appended since.
@@ -56,7 +56,7 @@ class SinkDisk:
         if flags & os.O_CREAT:
             self._call()
         fd = os.open(path, flags, mode)
-        self._fds[fd] = Path(path).name
+        self._fds[fd] = Path(path)
         return fd
 
     def close(self, fd: int) -> None:
@@ -78,28 +78,34 @@ class SinkDisk:
     def fsync(self, fd: int) -> None:
         self._call()
         os.fsync(fd)
-        name = self._fds[fd]
-        self.synced[name] = (self.directory / name).read_bytes()
+        path = self._fds[fd]
+        self.synced[path] = path.read_bytes()
 
     def fsync_dir(self, directory: Any) -> None:
         self._call()
-        self.entries = {p.name for p in Path(directory).iterdir()}
+        self.entries[Path(directory)] = {p.name for p in Path(directory).iterdir()}
 
-    # ---------------------------------------------------------------- the crash
-    def crash(self, rng: random.Random) -> None:
-        """The power is cut: descriptors close (the lock goes) and unsynced writes go
-        as a real disk may lose them."""
-        self.crash_in = None
+    def close_all(self) -> None:
+        """Close every descriptor still open (the stores of a world that ended)."""
         for fd in list(self._fds):
             self.close(fd)
-        for path in sorted(self.directory.iterdir()):
-            name = path.name
-            if name not in self.entries:
+
+    # ---------------------------------------------------------------- the crash
+    def crash(self, directory: Path, rng: random.Random) -> None:
+        """The power of the sink in ``directory`` is cut: its descriptors close (the lock
+        goes) and its unsynced writes go as a real disk may lose them."""
+        self.crash_in = None
+        for fd, path in list(self._fds.items()):
+            if path.parent == directory:
+                self.close(fd)
+        entries = self.entries.get(directory, set())
+        for path in sorted(directory.iterdir()):
+            if path.name not in entries:
                 path.unlink()
-                self.synced.pop(name, None)
+                self.synced.pop(path, None)
                 self.fates["lost"] += 1
                 continue
-            now, kept = path.read_bytes(), self.synced.get(name, b"")
+            now, kept = path.read_bytes(), self.synced.get(path, b"")
             if now == kept:
                 continue
             fate = rng.random()
@@ -111,7 +117,7 @@ class SinkDisk:
                 self.fates["torn"] += 1
             else:  # all that was written reached the disk
                 self.fates["kept"] += 1
-            self.synced[name] = path.read_bytes()
+            self.synced[path] = path.read_bytes()
 
 
 @contextlib.contextmanager

@@ -46,11 +46,12 @@ MAX_FRAME = 1 << 20
 
 @attrs.define(eq=False)
 class Conn:
-    """One connection: ``session`` is the coordinator's end (None once that end closed or
-    died), ``worker`` the sink's (``accepted`` once its HELLO was), and the bytes in
-    flight each way."""
+    """One connection to the sink ``sink``: ``session`` is the coordinator's end (None
+    once that end closed or died), ``worker`` the sink's (``accepted`` once its HELLO
+    was), and the bytes in flight each way."""
 
     cid: int
+    sink: str
     session: SinkSession | None
     worker: ConnectorConnection
     to_sink: bytearray = attrs.Factory(bytearray)
@@ -63,7 +64,7 @@ class Conn:
     def open(cls, cid: int, session: SinkSession) -> Conn:
         worker = ConnectorConnection(Role.WORKER, cookie=COOKIE.encode(), twopc=True,
                                      max_frame_size=MAX_FRAME)
-        conn = cls(cid, session, worker)
+        conn = cls(cid, session.name, session, worker)
         conn.to_sink += session.start().data
         return conn
 
@@ -72,9 +73,9 @@ class SinkNode:
     """The sink process: its store (None while it is down), the connection it serves,
     and a step of the store it is armed to crash at."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, disk: SinkDisk) -> None:
         self.directory = directory
-        self.disk = SinkDisk(directory)
+        self.disk = disk
         self.store: FileSinkStore | None = None
         self.served: Conn | None = None
         self.crash_at: str | None = None
@@ -96,7 +97,7 @@ class SinkNode:
         self.store = None
         self.served = None
         self.crash_at = None
-        self.disk.crash(rng)
+        self.disk.crash(self.directory, rng)
 
     def receive(self, conn: Conn, data: bytes) -> None:
         """Bytes of ``conn`` reach the sink: it answers every whole frame, as the server

@@ -1,7 +1,7 @@
 """A deterministic simulation of the pipeline's commit path: a source, the connector
-coordinator and its 2PC file sink, in one process, driven by one seeded scheduler (the
-shape of ``world``: steps drawn from a seed, a trace, ``shrink``), so that a crash between
-any two steps of a batch's life is tried.
+coordinator and one or two 2PC file sinks, in one process, driven by one seeded scheduler
+(the shape of ``world``: steps drawn from a seed, a trace, ``shrink``), so that a crash
+between any two steps of a batch's life is tried.
 
 What runs is the real code, in memory:
 
@@ -9,31 +9,34 @@ What runs is the real code, in memory:
   ``ConnectorCore``, its ``on_become_primary`` and configuration) on the binding's real
   ``Engine``, driven by ``InMemoryCoordinator``: every Impulse is a logged record, a
   checkpoint is the engine's own, and a crash is a new engine recovering from the last
-  checkpoint and the records logged after it, then becoming primary again;
+  checkpoint and the records logged after it, then becoming primary again (``pipe_coord``);
 - its end of each sink connection is the real ``SinkSession`` (what ``sinks.SinkLink``
   runs), whose reports become the real ``sink_uncommitted`` and ``sink_voted`` Impulses;
-- the sink is the real ``FileSinkStore`` answered by the real ``sinkanswer.answer``, as
+- each sink is the real ``FileSinkStore`` answered by the real ``sinkanswer.answer``, as
   ``SinkServer`` serves it (``pipe_sink``).
 
 What is simulated is only what moves bytes: the primary's I/O shell (``live.Live`` is
 replaced by a stand-in that only hears which batches were applied, and this world sends
-the Impulses the listener and the link would), the source (each batch one MESSAGE of
-stream 1; what is not acknowledged is sent again after the coordinator's crash, as a
-source reconnecting does), the connections (byte queues delivered in pieces, dropped,
-their last bytes still arriving after the writer closed or died), the sink's disk
-(``pipe_disk``: unsynced writes lost, kept, or cut short at a crash, a file created since
-the directory's last sync gone), the crashes of the coordinator and of the sink (at any
-step, or inside the store between two of its durable steps).
+the Impulses the listener and the link would, and steps the sessions as the link does),
+the source (each batch one MESSAGE of stream 1, one or two to a ``receive``; what is not
+ACKed is sent again after the coordinator's crash, as a source reconnecting does; ACKs on
+their way are lost with it), the connections (byte queues delivered in pieces, dropped,
+their last bytes still arriving after the writer closed or died), the sinks' disk
+(``pipe_disk``: at a crash unsynced writes are lost, kept or cut short, and a file created
+since its directory's last sync is gone), and the crashes: of the coordinator at any step;
+of a sink at any step, before any of its disk calls (during its recovery too) or right
+after any of its store's durable steps.
 
 The job table and its runners (``pipeline.jobtable``, ``jobs``) are not in this world yet.
 
 Checked after every logged input: a transaction's decision, once made, never changes.
 Checked at the end of each run (faults stop, the world heals and runs until nothing is
-left to do): the sink's committed output is every batch's payload exactly once, in order;
-nothing is left prepared at the sink nor in flight at the coordinator; every PREPARE the
-sink logged was settled by the coordinator's decision (COMMIT where it decided commit,
-ABORT where it decided abort); the totals (bytes, lines, batches applied) equal the input;
-and the sink's store never refused its own directory after a crash.
+left to do): each sink's committed output is every batch's payload exactly once, in order;
+nothing is left prepared at a sink nor in flight at the coordinator; every COMMIT and
+ABORT a sink logged is the coordinator's decision on that transaction; the totals (bytes
+committed at both ends, lines and batches applied) equal the input; a new life replaying
+the log from the checkpoint rebuilds the coordinator's state; and no sink's store refused
+its own directory after a crash.
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ from ambrosia_services.connectors.coordinator.sink_session import SinkSession
 
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
 
-from .pipe_coord import CONFIG, INSTANCE, SINK, Coordinator, SimLive
-from .pipe_disk import sink_disk
+from .pipe_coord import INSTANCE, Coordinator, SimLive, config
+from .pipe_disk import SinkDisk, sink_disk
 from .pipe_sink import COOKIE, MAX_FRAME, Conn, SinkCrash, SinkNode
 from .world import SimFailure, Step, shrink
 
@@ -66,13 +69,14 @@ __all__ = ["PipeScenario", "PipeWorld", "explain"]
 STORE_STEPS = ("pending-synced", "prepare-logged", "commit-logged", "commit-applied",
                "abort-logged")
 _FAULTS = frozenset({"crash", "arm", "drop", "checkpoint"})
+SINKS = ("a", "b")
 _DISK_ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
 class PipeWorld:
-    """The source, the coordinator, the sink and the connections between them."""
+    """The source, the coordinator, the sinks and the connections between them."""
 
-    def __init__(self, batches: int, lines: int, directory: Path) -> None:
+    def __init__(self, batches: int, lines: int, sinks: int, directory: Path) -> None:
         self.payloads = [b"".join(b"batch %d line %d\n" % (k, j)
                                   for j in range(1 + (k * 7 + lines) % (lines + 1)))
                          for k in range(batches)]
@@ -85,7 +89,9 @@ class PipeWorld:
         # its index); its ACK acks them all.
         self.tokens: list[tuple[int, int]] = []
         self.decisions: dict[str, bool] = {}
-        self.sink = SinkNode(directory)
+        self.disk = SinkDisk()
+        self.sinks = {name: SinkNode(directory / name, self.disk) for name in SINKS[:sinks]}
+        self.config = config(list(self.sinks))
         self.coord: Coordinator | None = None
         self.conns: dict[int, Conn] = {}
         self.next_cid = 1
@@ -105,17 +111,16 @@ class PipeWorld:
 
     def observe(self, app: ConnectorCoordinator) -> None:
         """A decision, once made, stays (checked after every logged input)."""
-        rec = app.core.sinks.get(SINK)
-        if rec is None:
-            return
-        for txn, commit in rec.decided.items():
-            if self.decisions.setdefault(txn, commit) != commit:
-                self.fail(f"transaction {txn} decided {self.decisions[txn]} once, now {commit}")
+        for rec in app.core.sinks.values():
+            for txn, commit in rec.decided.items():
+                if self.decisions.setdefault(txn, commit) != commit:
+                    self.fail(f"transaction {txn} decided {self.decisions[txn]} once, now "
+                              f"{commit}")
 
     # -- the steps
     def steps(self, faults: bool) -> list[Step]:
         out: list[Step] = []
-        coord, sink = self.coord, self.sink
+        coord = self.coord
         if coord is None:
             out.append(("restart", "coord"))
         else:
@@ -125,18 +130,20 @@ class PipeWorld:
                 out.append(("ack",))
             if coord.live is not None and self.sent < len(self.payloads):
                 out += [("send", 1), ("send", 2)]
-            if coord.conn is None and sink.store is not None:
-                out.append(("connect",))
+            out += [("connect", name) for name, sink in self.sinks.items()
+                    if name not in coord.conns and sink.store is not None]
             if faults:
                 out += [("crash", "coord"), ("checkpoint",)]
-        if sink.store is None:
-            out.append(("restart", "sink"))
-        elif faults:
-            out += [("crash", "sink", k) for k in range(3)]
-            out += [("arm", step) for step in STORE_STEPS]
+        for name, sink in self.sinks.items():
+            if sink.store is None:
+                out.append(("restart", name))
+            elif faults:
+                out += [("crash", name, k) for k in range(3)]
+                out += [("arm", name, step) for step in STORE_STEPS]
+        if faults:
             out += [("arm", "io", n) for n in (1, 2, 3, 5, 8)]
         for cid, conn in self.conns.items():
-            if conn.to_sink and sink.store is not None and not conn.sink_closed:
+            if conn.to_sink and self.sinks[conn.sink].store is not None and not conn.sink_closed:
                 out += [("c2s", cid, 1.0), ("c2s", cid, 0.5)]
             if conn.session is not None and (conn.to_coord or
                                              (conn.sink_closed and not conn.eof_seen)):
@@ -153,8 +160,12 @@ class PipeWorld:
         except SinkCrash as crashed:
             self.counts["crash inside the store"] += 1
             self.counts[f"crash at {crashed}"] += 1
-            self._crash_sink(len(self.trace))
+            self._crash_sink(self._sink_of(step), len(self.trace))
         self._tidy()
+
+    def _sink_of(self, step: Step) -> str:
+        """The sink a step that crashed one was at."""
+        return self.conns[step[1]].sink if step[0] == "c2s" else step[1]
 
     def _do(self, step: Step) -> None:
         kind = step[0]
@@ -168,35 +179,33 @@ class PipeWorld:
                 coord.first_start()
         elif kind == "restart":
             try:
-                self.sink.start()
+                self.sinks[step[1]].start()
             except SinkStoreCorruptError as err:
                 self.fail(f"the sink refused its own directory after a crash: {err}")
         elif kind == "crash" and step[1] == "coord":
             assert coord is not None
-            coord.close_link()
+            for name in list(coord.conns):
+                coord.close_link(name)
             self.coord = None
             self.acks.clear()  # lost with the source's connection
             self.sent = min((k for k in range(len(self.payloads)) if k not in self.acked),
                             default=len(self.payloads))
         elif kind == "crash":
-            self._crash_sink(step[2])
+            self._crash_sink(step[1], step[2])
         elif kind == "arm" and step[1] == "io":
-            self.sink.disk.crash_in = step[2]
+            self.disk.crash_in = step[2]
         elif kind == "arm":
-            self.sink.crash_at = step[1]
+            self.sinks[step[1]].crash_at = step[2]
         elif kind == "drop":
-            conn = self.conns.pop(step[1])
-            if coord is not None and coord.conn is conn:
-                coord.conn = None
-            if self.sink.served is conn:
-                self.sink.served = None
+            self._forget(self.conns.pop(step[1]))
         elif kind == "checkpoint":
             assert coord is not None
             self.checkpoint = (coord.ic.take_checkpoint(), len(self.log))
         else:
             self._progress(step)
             if self.coord is not None:
-                self.coord.link()
+                for name in self.sinks:
+                    self.coord.link(name)
 
     def _progress(self, step: Step) -> None:
         kind = step[0]
@@ -220,9 +229,10 @@ class PipeWorld:
             coord.impulse("receive", len(self.tokens) - 1, batch)
             self.sent += len(batch)
         elif kind == "connect":
-            session = SinkSession(SINK, INSTANCE, COOKIE.encode(), self.next_cid,
+            session = SinkSession(step[1], INSTANCE, COOKIE.encode(), self.next_cid,
                                   max_frame_size=MAX_FRAME)
-            coord.conn = self.conns[self.next_cid] = Conn.open(self.next_cid, session)
+            coord.conns[step[1]] = self.conns[self.next_cid] = Conn.open(self.next_cid,
+                                                                          session)
             self.next_cid += 1
 
     def _on_a_connection(self, step: Step) -> None:
@@ -232,7 +242,7 @@ class PipeWorld:
             n = max(1, int(len(conn.to_sink) * step[2]))
             data = bytes(conn.to_sink[:n])
             del conn.to_sink[:n]
-            self.sink.receive(conn, data)
+            self.sinks[conn.sink].receive(conn, data)
         elif kind == "s2c":
             conn = self.conns[step[1]]
             assert conn.session is not None
@@ -244,12 +254,19 @@ class PipeWorld:
                 conn.eof_seen = True
                 conn.session.receive_data(b"")
 
-    def _crash_sink(self, k: int) -> None:
+    def _forget(self, conn: Conn) -> None:
+        """``conn`` is gone at both ends (dropped, or its sink died)."""
+        self.conns.pop(conn.cid, None)
+        if self.coord is not None and self.coord.conns.get(conn.sink) is conn:
+            del self.coord.conns[conn.sink]
+        if self.sinks[conn.sink].served is conn:
+            self.sinks[conn.sink].served = None
+
+    def _crash_sink(self, name: str, k: int) -> None:
         for conn in list(self.conns.values()):
-            self.conns.pop(conn.cid)
-            if self.coord is not None and self.coord.conn is conn:
-                self.coord.conn = None
-        self.sink.crash(random.Random(k * 7919 + len(self.trace)))
+            if conn.sink == name:
+                self._forget(conn)
+        self.sinks[name].crash(random.Random(k * 7919 + len(self.trace)))
 
     def _tidy(self) -> None:
         """Connections both ends are done with go."""
@@ -259,7 +276,8 @@ class PipeWorld:
 
     # -- runs
     def run(self, rng: random.Random, fault_steps: int, fault_rate: float) -> None:
-        self.do(("restart", "sink"))
+        for name in self.sinks:
+            self.do(("restart", name))
         self.do(("restart", "coord"))
         for _ in range(fault_steps):
             every = self.steps(faults=True)
@@ -279,7 +297,9 @@ class PipeWorld:
         self.settle(rng)
 
     def settle(self, rng: random.Random, end_steps: int = 5000) -> None:
-        self.sink.crash_at = self.sink.disk.crash_in = None
+        self.disk.crash_in = None
+        for sink in self.sinks.values():
+            sink.crash_at = None
         for _ in range(end_steps):
             progress = self.steps(faults=False)
             if not progress:
@@ -293,40 +313,49 @@ class PipeWorld:
 
     # -- the outcome
     def check_end(self) -> None:
-        coord, store = self.coord, self.sink.store
-        assert coord is not None and store is not None
+        coord = self.coord
+        assert coord is not None
+        stream = coord.app.core.streams[1]
+        lines = sum(p.count(b"\n") for p in self.payloads)
+        if (stream.applied, stream.lines) != (len(self.payloads), lines):
+            self.fail(f"applied {stream.applied} batches, {stream.lines} lines; the input: "
+                      f"{len(self.payloads)} batches, {lines} lines")
+        for name, sink in self.sinks.items():
+            self.check_sink(name, sink, coord.app.core.sinks[name])
+        self.check_replay()
+        self.counts.update(self.disk.fates)
+
+    def check_sink(self, name: str, sink: SinkNode, rec: Any) -> None:
+        """``name`` committed every batch once, in order; nothing is in doubt; each of
+        its decisions is the coordinator's."""
+        store = sink.store
+        assert store is not None
         want = b"".join(self.payloads)
-        got = (self.sink.directory / "committed").read_bytes()
+        got = (sink.directory / "committed").read_bytes()
         if got != want:
-            self.fail(f"the sink committed {len(got)} bytes, not every batch once in "
+            self.fail(f"sink {name} committed {len(got)} bytes, not every batch once in "
                       f"order ({len(want)} bytes): {got[-60:]!r}")
-        rec = coord.app.core.sinks[SINK]
         if store.prepared is not None or rec.txn_id:
-            self.fail(f"left in doubt: prepared {store.prepared}, in flight {rec.txn_id!r}")
-        records, _ = decode_txnlog((self.sink.directory / "txnlog").read_bytes())
+            self.fail(f"sink {name} left in doubt: prepared {store.prepared}, in flight "
+                      f"{rec.txn_id!r}")
+        records, _ = decode_txnlog((sink.directory / "txnlog").read_bytes())
         for r in records:
             if r.kind is TxnLogKind.PREPARE:
                 continue
             decided = self.decisions.get(r.txn_id)
             if decided is not (r.kind is TxnLogKind.COMMIT):
-                self.fail(f"the sink logged {r.kind.name} of {r.txn_id}; the coordinator "
-                          f"decided {decided}")
-        stream = coord.app.core.streams[1]
-        lines = sum(p.count(b"\n") for p in self.payloads)
-        if (rec.committed, store.committed_offset, stream.applied, stream.lines) != (
-                len(want), len(want), len(self.payloads), lines):
-            self.fail(f"totals: committed {rec.committed}/{store.committed_offset} bytes, "
-                      f"{stream.applied} batches, {stream.lines} lines; the input: "
-                      f"{len(want)} bytes, {len(self.payloads)} batches, {lines} lines")
-        self.check_replay()
-        self.counts.update(self.sink.disk.fates)
+                self.fail(f"sink {name} logged {r.kind.name} of {r.txn_id}; the "
+                          f"coordinator decided {decided}")
+        if (rec.committed, store.committed_offset) != (len(want), len(want)):
+            self.fail(f"sink {name}: committed {rec.committed} bytes at the coordinator, "
+                      f"{store.committed_offset} at the sink; the input: {len(want)}")
         self.counts["commits"] += rec.commits
         self.counts["aborts"] += rec.aborts
 
     def check_replay(self) -> None:
         """A new life replaying the log from the checkpoint rebuilds the same state."""
         assert self.coord is not None
-        again = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=CONFIG)
+        again = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=self.config)
         data, position = self.checkpoint
         again.recover(data, self.log[position:], primary=False)
         if again.instance.core.to_state() != self.coord.app.core.to_state():
@@ -340,6 +369,7 @@ class PipeScenario:
     seed: int
     batches: int
     lines: int
+    sinks: int
     fault_steps: int
     fault_rate: float
 
@@ -347,20 +377,21 @@ class PipeScenario:
     def of(cls, seed: int) -> PipeScenario:
         rng = random.Random(seed ^ 0x5EED)
         return cls(seed, batches=rng.randrange(2, 7), lines=rng.randrange(1, 4),
-                   fault_steps=rng.randrange(20, 100),
+                   sinks=rng.choice([1, 2]), fault_steps=rng.randrange(20, 100),
                    fault_rate=rng.choice([0.05, 0.15, 0.3]))
 
     def _world(self, go: Any) -> PipeWorld:
         directory = Path(tempfile.mkdtemp(prefix="pipesim.", dir=_DISK_ROOT))
-        world = PipeWorld(self.batches, self.lines, directory)
+        world = PipeWorld(self.batches, self.lines, self.sinks, directory)
         saved, quiet = immortal_module.Live, logging.root.manager.disable
         immortal_module.Live = world.make_live  # type: ignore[assignment,misc]
         logging.disable(logging.CRITICAL)  # the sink's and coordinator's lines: expected
         try:
-            with sink_disk(world.sink.disk):
+            with sink_disk(world.disk):
                 go(world, random.Random(self.seed))
             return world
         finally:
+            world.disk.close_all()
             immortal_module.Live = saved  # type: ignore[misc]
             logging.disable(quiet)
             shutil.rmtree(directory, ignore_errors=True)

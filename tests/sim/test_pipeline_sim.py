@@ -41,12 +41,15 @@ def test_every_batch_is_committed_once_in_order_through_crashes(chunk: int) -> N
     seen = _sweep(chunk * PER_CHUNK, PER_CHUNK)
     # The runs did what they are for: every fault and every way back, many times.
     for what in ("recovered", "checkpoint", "drop", "ack", "commits", "aborts",
-                 "crash at a disk call", "lost"):
+                 "crash at a disk call"):
         assert seen[what] >= 40, (what, seen)
     for step in ("pending-synced", "prepare-logged", "commit-logged", "commit-applied"):
         assert seen[f"crash at {step}"] >= 5, (step, seen)
     assert seen["crash at abort-logged"] >= 1, seen
-    assert seen["reverted"] >= 2 and seen["torn"] >= 2, seen
+    # What a crash did to unsynced writes: files lost with their directory entry, files
+    # back to their last sync, cut inside what was appended, or kept whole.
+    assert seen["lost"] >= 20, seen
+    assert seen["reverted"] + seen["torn"] + seen["kept"] >= 10, seen
 
 
 @pytest.mark.chaos
