@@ -42,28 +42,23 @@ its own directory after a crash.
 from __future__ import annotations
 
 import collections
-import logging
 import random
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import attrs
 from ambrosia_services.connectors.clients import SinkStoreCorruptError
 from ambrosia_services.connectors.clients.txnlog import TxnLogKind, decode_txnlog
-from ambrosia_services.connectors.coordinator import immortal as immortal_module
 from ambrosia_services.connectors.coordinator.immortal import ConnectorCoordinator
 from ambrosia_services.connectors.coordinator.sink_session import SinkSession
 
 from ambrosia_py.testing.inmemory import InMemoryCoordinator
 
 from .pipe_coord import INSTANCE, Coordinator, SimLive, config
-from .pipe_disk import SinkDisk, sink_disk
+from .pipe_disk import SinkDisk
 from .pipe_sink import COOKIE, MAX_FRAME, Conn, SinkCrash, SinkNode
-from .world import SimFailure, Step, shrink
+from .world import SimFailure, Step
 
-__all__ = ["PipeScenario", "PipeWorld", "explain"]
+__all__ = ["PipeWorld"]
 
 # The store's durable steps a sink may crash right after (``FileSinkStore.on_step``).
 STORE_STEPS = ("pending-synced", "prepare-logged", "commit-logged", "commit-applied",
@@ -360,65 +355,3 @@ class PipeWorld:
         again.recover(data, self.log[position:], primary=False)
         if again.instance.core.to_state() != self.coord.app.core.to_state():
             self.fail("a replay of the log does not rebuild the coordinator's state")
-
-
-@attrs.frozen
-class PipeScenario:
-    """One run's parameters, drawn from its seed."""
-
-    seed: int
-    batches: int
-    lines: int
-    sinks: int
-    fault_steps: int
-    fault_rate: float
-
-    @classmethod
-    def of(cls, seed: int) -> PipeScenario:
-        rng = random.Random(seed ^ 0x5EED)
-        return cls(seed, batches=rng.randrange(2, 7), lines=rng.randrange(1, 4),
-                   sinks=rng.choice([1, 2]), fault_steps=rng.randrange(20, 100),
-                   fault_rate=rng.choice([0.05, 0.15, 0.3]))
-
-    def _world(self, go: Any) -> PipeWorld:
-        directory = Path(tempfile.mkdtemp(prefix="pipesim.", dir=_DISK_ROOT))
-        world = PipeWorld(self.batches, self.lines, self.sinks, directory)
-        saved, quiet = immortal_module.Live, logging.root.manager.disable
-        immortal_module.Live = world.make_live  # type: ignore[assignment,misc]
-        logging.disable(logging.CRITICAL)  # the sink's and coordinator's lines: expected
-        try:
-            with sink_disk(world.disk):
-                go(world, random.Random(self.seed))
-            return world
-        finally:
-            world.disk.close_all()
-            immortal_module.Live = saved  # type: ignore[misc]
-            logging.disable(quiet)
-            shutil.rmtree(directory, ignore_errors=True)
-
-    def run(self) -> PipeWorld:
-        """The run the seed draws (raises ``SimFailure``)."""
-        return self._world(lambda w, rng: w.run(rng, self.fault_steps, self.fault_rate))
-
-    def replay(self, trace: list[Step]) -> PipeWorld:
-        return self._world(lambda w, rng: w.replay(trace, rng))
-
-    def fails(self, trace: list[Step]) -> bool:
-        try:
-            self.replay(trace)
-        except SimFailure:
-            return True
-        return False
-
-
-def explain(seed: int) -> str:
-    """What a failing seed did: its failure and a shortest run that still fails."""
-    scenario = PipeScenario.of(seed)
-    try:
-        scenario.run()
-    except SimFailure as err:
-        short = shrink(err.trace, scenario.fails)
-        steps = "\n".join(f"  {i:4d} {step}" for i, step in enumerate(short))
-        return (f"seed {seed} ({scenario}) failed: {err}\n"
-                f"a shortest run found ({len(short)} of {len(err.trace)} steps):\n{steps}")
-    return f"seed {seed} passes"

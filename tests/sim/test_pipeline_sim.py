@@ -16,7 +16,7 @@ import collections
 import pytest
 
 from tests.sim.pipe_mutants import PIPE_MUTANTS
-from tests.sim.pipe_world import PipeScenario, explain
+from tests.sim.pipe_scenario import PipeScenario, explain
 from tests.sim.world import SimFailure
 
 CHUNKS = 2
