@@ -82,6 +82,7 @@ class Coordinator:
         self.ic.engine.attach(_NoLoop(), lambda: None)  # type: ignore[arg-type]
         self.live: SimLive | None = None
         self.conns: dict[str, Conn] = {}  # sink -> the link's connection
+        self.reported: tuple[str, tuple[Any, ...]] | None = None  # the last report sent
 
     @property
     def app(self) -> ConnectorCoordinator:
@@ -110,6 +111,11 @@ class Coordinator:
         getattr(self.app.impulse_self, name)(*args)
         self.ic.pump()
 
+    def report(self, name: str, *args: Any) -> None:
+        """What a sink said, as the link's Impulse (kept: a fault sends it again)."""
+        self.reported = (name, args)
+        self.impulse(name, *args)
+
     def link(self, sink: str) -> None:
         """Step the session of ``sink``'s link as far as the state and the sink's frames
         allow, as ``SinkLink`` does: its reports become Impulses, an abort ends the
@@ -127,10 +133,10 @@ class Coordinator:
                     if isinstance(action, Write):
                         conn.to_sink += action.data
                     elif isinstance(action, ReportUncommitted):
-                        self.impulse("sink_uncommitted", sink, action.rtag,
-                                     list(action.txn_ids))
+                        self.report("sink_uncommitted", sink, action.rtag,
+                                    list(action.txn_ids))
                     elif isinstance(action, ReportVote):
-                        self.impulse("sink_voted", sink, action.txn_id, action.commit)
+                        self.report("sink_voted", sink, action.txn_id, action.commit)
                     elif isinstance(action, Read):
                         data = b"".join(p for p in action.parts if isinstance(p, bytes))
                         actions[:0] = session.materialized(data)

@@ -60,6 +60,17 @@ def _receive_again(self: ConnectorCore, batch: Iterable[Incoming]
     return _RECEIVE(self, batch)
 
 
+def _stale_vote_taken(self: ConnectorCore, sink: str, txn_id: str, commit: bool,
+                      now_ns: int) -> None:
+    """A vote taken whatever transaction it names: a vote delivered again after its
+    transaction was decided decides the one in flight."""
+    rec = self.sinks.get(sink)
+    if rec is None or not rec.txn_id:
+        return
+    self._decide(rec, txn_id, commit)
+    self._cut_due(sink, rec, now_ns, force=not commit)
+
+
 def _phase2_on_vote(self: SinkSession, rec: Any) -> list[Action]:
     """Phase2 commit sent on the sink's yes vote, before the decision is logged."""
     out = _STEP(self, rec)
@@ -77,4 +88,6 @@ PIPE_MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a batch sent again is applied again": (ConnectorCore, "receive", _receive_again),
     "Phase2 goes out on the vote, before the decision is logged": (SinkSession, "step",
                                                                     _phase2_on_vote),
+    "a vote delivered again decides the transaction in flight": (
+        ConnectorCore, "sink_voted", _stale_vote_taken),
 }

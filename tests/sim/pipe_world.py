@@ -21,7 +21,8 @@ the Impulses the listener and the link would, and steps the sessions as the link
 the source (each batch one MESSAGE of stream 1, one or two to a ``receive``; what is not
 ACKed is sent again after the coordinator's crash, as a source reconnecting does; ACKs on
 their way are lost with it), the connections (byte queues delivered in pieces, dropped,
-their last bytes still arriving after the writer closed or died), the sinks' disk
+their last bytes still arriving after the writer closed or died; a link's report to the
+state, a listing or a vote, sent twice), the sinks' disk
 (``pipe_disk``: at a crash unsynced writes are lost, kept or cut short, and a file created
 since its directory's last sync is gone), and the crashes: of the coordinator at any step;
 of a sink at any step, before any of its disk calls (during its recovery too) or right
@@ -63,7 +64,7 @@ __all__ = ["PipeWorld"]
 # The store's durable steps a sink may crash right after (``FileSinkStore.on_step``).
 STORE_STEPS = ("pending-synced", "prepare-logged", "commit-logged", "commit-applied",
                "abort-logged")
-_FAULTS = frozenset({"crash", "arm", "drop", "checkpoint"})
+_FAULTS = frozenset({"crash", "arm", "drop", "checkpoint", "again"})
 SINKS = ("a", "b")
 _DISK_ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
@@ -129,6 +130,8 @@ class PipeWorld:
                     if name not in coord.conns and sink.store is not None]
             if faults:
                 out += [("crash", "coord"), ("checkpoint",)]
+                if coord.reported is not None:
+                    out.append(("again",))
         for name, sink in self.sinks.items():
             if sink.store is None:
                 out.append(("restart", name))
@@ -193,6 +196,9 @@ class PipeWorld:
             self.sinks[step[1]].crash_at = step[2]
         elif kind == "drop":
             self._forget(self.conns.pop(step[1]))
+        elif kind == "again":  # a link's report delivered twice: handlers take it once
+            assert coord is not None and coord.reported is not None
+            coord.impulse(coord.reported[0], *coord.reported[1])
         elif kind == "checkpoint":
             assert coord is not None
             self.checkpoint = (coord.ic.take_checkpoint(), len(self.log))

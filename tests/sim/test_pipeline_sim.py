@@ -1,13 +1,14 @@
 """The deterministic simulation of the pipeline's commit path (``pipe_world``): a source,
-the real connector coordinator on the engine, its real sink sessions and the real 2PC file
-sink on a simulated disk, with the coordinator crashed and recovered from its log, the
-sink crashed between any two of its durable steps or disk calls (unsynced writes lost,
-kept or cut short), connections dropped and their last bytes arriving late, and ACKs
-lost; each run checked for every batch committed exactly once and in order, nothing left
-in doubt, every sink transaction settled by the coordinator's decision, a decision never
-changed, totals equal to the input, and a replay of the log rebuilding the state.
-Each mutation in ``pipe_mutants`` is found within ``MUTANT_SEEDS`` seeds, and a failing
-seed reproduces exactly and shrinks to a short run. ``make chaos`` runs many more seeds."""
+the real connector coordinator on the engine, its real sink sessions and one or two real
+2PC file sinks on a simulated disk, with the coordinator crashed and recovered from its
+log, the sinks crashed between any two of their durable steps or disk calls (unsynced
+writes lost, kept or cut short), connections dropped and their last bytes arriving late,
+a link's report delivered twice, and ACKs lost; each run checked for every batch committed
+exactly once and in order, nothing left in doubt, every sink transaction settled by the
+coordinator's decision, a decision never changed, totals equal to the input, and a
+replay of the log rebuilding the state. Each mutation in ``pipe_mutants`` is found within
+``MUTANT_SEEDS`` seeds, and a failing seed reproduces exactly and shrinks to a short run.
+``make chaos`` runs many more seeds."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _sweep(first: int, n: int) -> collections.Counter[str]:
 def test_every_batch_is_committed_once_in_order_through_crashes(chunk: int) -> None:
     seen = _sweep(chunk * PER_CHUNK, PER_CHUNK)
     # The runs did what they are for: every fault and every way back, many times.
-    for what in ("recovered", "checkpoint", "drop", "ack", "commits", "aborts",
+    for what in ("recovered", "checkpoint", "drop", "ack", "again", "commits", "aborts",
                  "crash at a disk call"):
         assert seen[what] >= 40, (what, seen)
     for step in ("pending-synced", "prepare-logged", "commit-logged", "commit-applied"):
