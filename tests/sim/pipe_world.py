@@ -156,8 +156,9 @@ class PipeWorld:
         try:
             self._do(step)
         except SinkCrash as crashed:
-            self.counts["crash inside the store"] += 1
             self.counts[f"crash at {crashed}"] += 1
+            if step[0] == "restart":
+                self.counts["crash in a recovery"] += 1
             self._crash_sink(self._sink_of(step), len(self.trace))
         self._tidy()
 

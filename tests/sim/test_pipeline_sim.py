@@ -42,7 +42,7 @@ def test_every_batch_is_committed_once_in_order_through_crashes(chunk: int) -> N
     seen = _sweep(chunk * PER_CHUNK, PER_CHUNK)
     # The runs did what they are for: every fault and every way back, many times.
     for what in ("recovered", "checkpoint", "drop", "ack", "again", "commits", "aborts",
-                 "crash at a disk call"):
+                 "crash at a disk call", "crash in a recovery"):
         assert seen[what] >= 40, (what, seen)
     for step in ("pending-synced", "prepare-logged", "commit-logged", "commit-applied"):
         assert seen[f"crash at {step}"] >= 5, (step, seen)
