@@ -66,7 +66,6 @@ STORE_STEPS = ("pending-synced", "prepare-logged", "commit-logged", "commit-appl
                "abort-logged")
 _FAULTS = frozenset({"crash", "arm", "drop", "checkpoint", "again"})
 SINKS = ("a", "b")
-_DISK_ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
 class PipeWorld:
@@ -180,7 +179,7 @@ class PipeWorld:
             try:
                 self.sinks[step[1]].start()
             except SinkStoreCorruptError as err:
-                self.fail(f"the sink refused its own directory after a crash: {err}")
+                self.fail(f"sink {step[1]} refused its own directory after a crash: {err}")
         elif kind == "crash" and step[1] == "coord":
             assert coord is not None
             for name in list(coord.conns):
