@@ -7,12 +7,19 @@ are tried again, the back-off between attempts (``Backoff``: from ``floor`` doub
 in all (``give_up_after``). ``Attempts`` runs an attempt under it until one returns; the
 attempt itself says what resets the back-off (``progress()``: real progress, such as a
 commit, not a mere connect). Time comes from a ``Clock``, so a test moves it by hand.
+An effect with a rule of its own for the wait or for what is said of a failure (a first
+abort sent again at once, a streak said once with a count) gives it as ``delay``. A
+supervisor on a thread of its own runs the same attempts with ``run_blocking``.
+
+This is the one module that holds a ``Backoff``: every retry in the shipped packages is
+declared here, not coded in a loop of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -86,14 +93,15 @@ class Attempts:
         retry: the declared policy.
         clock: where time comes from (a test's own).
         rng: the back-off's jitter (a seeded one in tests).
-        delay: decides the wait after a retried failure, given the error (None: the
-            back-off's next wait); an effect with a rule of its own (a first abort sent
-            again at once) says it here, and logs there.
+        delay: decides the wait after a retried failure, given the error and these
+            attempts (None: the back-off's next wait, ``next_wait()``); an effect with a
+            rule of its own (a first abort sent again at once) says it here, and logs
+            there.
     """
 
     def __init__(self, retry: Retry, *, clock: Clock = REAL_CLOCK,
                  rng: random.Random | None = None,
-                 delay: Callable[[Exception, Backoff], float] | None = None) -> None:
+                 delay: Callable[[Exception, Attempts], float] | None = None) -> None:
         self.retry = retry
         self.clock = clock
         self.backoff = Backoff(retry.floor, retry.cap, rng)
@@ -105,6 +113,22 @@ class Attempts:
         """Real progress: the next failure waits ``floor`` again (what resets it is the
         effect's to say)."""
         self.backoff.progress()
+
+    @property
+    def failures(self) -> int:
+        """Failures in a row since the last progress (counted by ``next_wait``)."""
+        return self.backoff.failures
+
+    @property
+    def worth_saying(self) -> bool:
+        """Whether the failure just counted deserves a log line: the first of a streak,
+        then the 10th, 100th, ... (``said_at``)."""
+        return self.backoff.worth_saying
+
+    def next_wait(self) -> float:
+        """One more failure in a row: the back-off's wait before the next attempt, in
+        seconds (doubling from ``floor`` to ``cap``, jittered)."""
+        return self.backoff.failed()
 
     async def run(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """Call ``attempt`` until it returns, waiting between failures as declared.
@@ -123,10 +147,35 @@ class Attempts:
                 late = self.retry.give_up_after
                 if late is not None and self.clock.now() - first >= late:
                     raise
-                wait = (self.backoff.failed() if self._delay is None
-                        else self._delay(error, self.backoff))
+                wait = self._wait(error)
             if wait > 0:
                 await self.clock.sleep(wait)
+
+    def run_blocking(self, attempt: Callable[[], T], stop: threading.Event) -> T | None:
+        """``run`` for a thread of its own (a supervisor of a child process): call
+        ``attempt`` until it returns, waiting between failures as declared, on real time;
+        ``stop`` set ends the waits at once (None is returned). ``timeout`` is not
+        applied: a blocking call cannot be cancelled from here.
+
+        Raises:
+            Exception: as ``run``.
+        """
+        first = time.monotonic()
+        while not stop.is_set():
+            self.started += 1
+            try:
+                return attempt()
+            except self.retry.on as error:
+                late = self.retry.give_up_after
+                if late is not None and time.monotonic() - first >= late:
+                    raise
+                wait = self._wait(error)
+            if stop.wait(wait):
+                break
+        return None
+
+    def _wait(self, error: Exception) -> float:
+        return self.next_wait() if self._delay is None else self._delay(error, self)
 
     async def _one(self, attempt: Callable[[], Awaitable[T]]) -> T:
         limit = self.retry.timeout

@@ -7,11 +7,11 @@ effects driver."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
 
-from ambrosia_core.loops import Backoff
 from ambrosia_core.retry import Attempts, AttemptTimeoutError, Retry
 from ambrosia_py.effects import Effects
 
@@ -134,9 +134,9 @@ def test_a_delay_rule_of_the_effect_replaces_the_back_off() -> None:
     clock = Clock()
     seen: list[tuple[str, int]] = []
 
-    def delay(error: Exception, backoff: Backoff) -> float:
-        seen.append((type(error).__name__, backoff.failures))
-        return 0.0 if isinstance(error, KeyError) else backoff.failed()
+    def delay(error: Exception, tried: Attempts) -> float:
+        seen.append((type(error).__name__, tried.failures))
+        return 0.0 if isinstance(error, KeyError) else tried.next_wait()
 
     a = attempts(Retry(floor=0.1, on=(KeyError, OSError)), clock, delay=delay)
     errors = iter([KeyError("abort"), OSError("lost"), KeyError("abort")])
@@ -193,3 +193,29 @@ def test_the_effects_driver_runs_an_effect_under_its_declared_retry() -> None:
 def test_a_retry_refuses_a_timeout_that_is_no_time() -> None:
     with pytest.raises(ValueError, match="timeout must be above 0 or None, got 0"):
         Retry(timeout=0)
+
+
+def test_run_blocking_waits_the_declared_back_off_and_a_stop_ends_the_wait() -> None:
+    waits: list[float] = []
+
+    class Stop(threading.Event):
+        """Records each wait asked of it instead of waiting (set: the stop)."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout or 0.0)
+            return len(waits) >= 4 or self.is_set()
+
+    a = Attempts(Retry(floor=1.0, cap=4.0, on=(OSError,)), rng=Top())  # type: ignore[arg-type]
+    calls = failing(2, OSError("no port"))
+    assert a.run_blocking(lambda: asyncio.run(calls()), Stop()) == "done"
+    assert waits == [1.0, 2.0] and a.started == 3
+    # A stop asked during a wait ends the attempts without another.
+    waits.clear()
+    b = Attempts(Retry(floor=1.0, cap=4.0), rng=Top())  # type: ignore[arg-type]
+    never = failing(100, OSError("no port"))
+    assert b.run_blocking(lambda: asyncio.run(never()), Stop()) is None
+    assert waits == [1.0, 2.0, 4.0, 4.0] and b.started == 4
+    # An error the retry does not name is raised at once.
+    with pytest.raises(ValueError, match="bad"):
+        b.run_blocking(lambda: asyncio.run(failing(1, ValueError("bad"))()), Stop())
+

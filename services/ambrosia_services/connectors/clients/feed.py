@@ -37,7 +37,8 @@ from collections.abc import Sequence
 
 from ambrosia_core.addresses import Address, address_argument
 from ambrosia_core.errors import UsageError
-from ambrosia_core.loops import Backoff, said_at
+from ambrosia_core.loops import said_at
+from ambrosia_core.retry import Attempts, Retry
 from ambrosia_core.tls import (
     Tls,
     TlsHandshakeError,
@@ -102,7 +103,12 @@ class Feed(FeedSession):
         ids = [s.stream_id for s in sources]
         if len(set(ids)) != len(ids):
             raise ValueError(f"two sources share a stream id: {sorted(ids)}")
-        self.streams = {s.stream_id: FeedStream(s) for s in sources}
+        self._rng = rng or random.Random()
+        # Reconnects, and each stream's NOTIFYs while it is held elsewhere: both doubling
+        # from ``backoff_base`` to ``backoff_cap``; what resets each is said where it is.
+        self.retry = Retry(floor=backoff_base, cap=backoff_cap, on=(OSError, SessionEndError))
+        self.streams = {s.stream_id: FeedStream(s, Attempts(self.retry, rng=self._rng))
+                        for s in sources}
         self.addresses = list(addresses)
         self.cookie = cookie
         self.instance_name = instance_name
@@ -111,8 +117,10 @@ class Feed(FeedSession):
         self.poll_interval = poll_interval
         self.max_frame_size = max_frame_size
         self.tls = tls
-        self._rng = rng or random.Random()
-        self._backoff = Backoff(backoff_base, backoff_cap, self._rng)
+        self.attempts = Attempts(self.retry, rng=self._rng, delay=self._said)
+        self._target: Address | None = None  # where the next connection goes
+        self._refused = 0  # connection attempts refused in a row
+        self._refused_by: Address | None = None  # the address that refused the last
         self._next = 0
         self._wake = asyncio.Event()
         self.sessions = 0
@@ -127,11 +135,6 @@ class Feed(FeedSession):
         """The last point of reference the worker reported for the stream."""
         return self.streams[stream_id].acked
 
-    def _delay(self, failures: int) -> float:
-        """A refused stream's wait: the same policy, its own count of refusals."""
-        full = min(self.backoff_cap, self.backoff_base * 2 ** min(failures, 60))
-        return full / 2 + self._rng.uniform(0, full / 2)
-
     async def run(self) -> None:
         """Send until every stream is done (forever while one follows a file).
 
@@ -140,59 +143,66 @@ class Feed(FeedSession):
             WorkerSpeaksTlsError: the feed has no TLS and a worker closed its connection
                 unanswered, then answered a TLS hello in TLS.
         """
-        backoff = self._backoff
-        refused = 0  # connection attempts refused in a row
-        target: Address | None = None
-        while not self.done:
-            if target is None:
-                target = self.addresses[self._next % len(self.addresses)]
-                self._next += 1
-            try:
-                if self.tls is None:
-                    reader, writer = await asyncio.open_connection(target.host, target.port)
-                else:
-                    reader, writer = await self.tls.connect(target.host, target.port)
-            except OSError as e:
-                delay = backoff.failed()
-                refused += 1
-                if said_at(refused):  # the first of a streak, then counted
-                    again = "" if refused == 1 else f" ({refused} attempts in a row)"
-                    # A refused certificate needs a person: said as a warning.
-                    say = log.warning if isinstance(e, TlsHandshakeError) else log.info
-                    say("cannot connect to %s (%s)%s; retrying with back-off up to %g s",
-                        target, e.strerror or e, again, backoff.cap)
-                target = None
-                await asyncio.sleep(delay)
-                continue
-            log.info("connected to %s%s", target,
-                     f" after {refused} failed attempts" if refused > 1 else "")
-            refused = 0
-            opened_before = self._opened
-            try:
-                await self._session(reader, writer)
-                end = SessionEndError("finished")
-            except SessionEndError as e:
-                end = e
-            finally:
-                writer.close()
-                for stream in self.streams.values():
-                    if stream.phase is not StreamPhase.DONE:
-                        stream.phase = StreamPhase.IDLE
-            if self.done:
-                break
-            if end.unanswered and self.tls is None and await speaks_tls(target.host,
-                                                                        target.port):
-                raise WorkerSpeaksTlsError(
-                    f"the worker at {target} speaks TLS (it closed our plain connection "
-                    "unanswered, and answered a TLS hello): start the feed with "
-                    "--tls-cert, --tls-key and --tls-ca (or $AMBROSIA_TLS_CERT, _KEY, _CA)")
-            if end.restart_to is not None or self._opened > opened_before:
-                backoff.progress()  # it opened a stream, or was told where to go
-            delay = backoff.failed()
-            target = end.restart_to
-            log.info("connection ended: %s; reconnecting in %.2f s", end.reason, delay)
-            await asyncio.sleep(delay)
+        if not self.done:
+            await self.attempts.run(self._connection)
         log.info("every stream is done")
+
+    async def _connection(self) -> None:
+        """One connection, until every stream is done (returns) or it ends (raises: an
+        ``OSError`` or ``SessionEndError`` is tried again)."""
+        if self._target is None:
+            self._target = self.addresses[self._next % len(self.addresses)]
+            self._next += 1
+        target = self._target
+        try:
+            if self.tls is None:
+                reader, writer = await asyncio.open_connection(target.host, target.port)
+            else:
+                reader, writer = await self.tls.connect(target.host, target.port)
+        except OSError:
+            self._refused += 1
+            self._refused_by, self._target = target, None
+            raise
+        log.info("connected to %s%s", target,
+                 f" after {self._refused} failed attempts" if self._refused > 1 else "")
+        self._refused = 0
+        opened_before = self._opened
+        try:
+            await self._session(reader, writer)
+            end = SessionEndError("finished")
+        except SessionEndError as e:
+            end = e
+        finally:
+            writer.close()
+            for stream in self.streams.values():
+                if stream.phase is not StreamPhase.DONE:
+                    stream.phase = StreamPhase.IDLE
+        if self.done:
+            return
+        if end.unanswered and self.tls is None and await speaks_tls(target.host,
+                                                                    target.port):
+            raise WorkerSpeaksTlsError(
+                f"the worker at {target} speaks TLS (it closed our plain connection "
+                "unanswered, and answered a TLS hello): start the feed with "
+                "--tls-cert, --tls-key and --tls-ca (or $AMBROSIA_TLS_CERT, _KEY, _CA)")
+        if end.restart_to is not None or self._opened > opened_before:
+            self.attempts.progress()  # it opened a stream, or was told where to go
+        self._target = end.restart_to
+        raise end
+
+    def _said(self, error: Exception, attempts: Attempts) -> float:
+        """The wait before the next connection, and what is said of the last one."""
+        delay = attempts.next_wait()
+        if isinstance(error, SessionEndError):
+            log.info("connection ended: %s; reconnecting in %.2f s", error.reason, delay)
+        elif said_at(self._refused):  # the first of a streak, then counted
+            again = "" if self._refused == 1 else f" ({self._refused} attempts in a row)"
+            # A refused certificate needs a person: said as a warning.
+            say = log.warning if isinstance(error, TlsHandshakeError) else log.info
+            strerror = error.strerror if isinstance(error, OSError) else None
+            say("cannot connect to %s (%s)%s; retrying with back-off up to %g s",
+                self._refused_by, strerror or error, again, self.retry.cap)
+        return delay
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ import time
 
 from ambrosia_core.addresses import Address
 from ambrosia_core.errors import AddressError
+from ambrosia_core.retry import Attempts
 from ambrosia_services.connectors import (
     POINT_OF_REFERENCE_FROM_START,
     SOURCE_VERSION,
@@ -49,11 +50,14 @@ class StreamPhase(enum.Enum):
 
 
 class FeedStream:
-    def __init__(self, source: RecordSource) -> None:
+    """One stream of a feed; ``refused`` spaces its NOTIFYs while another connection
+    holds it (the feed's retry, its own count of refusals)."""
+
+    def __init__(self, source: RecordSource, refused: Attempts) -> None:
         self.source = source
         self.phase = StreamPhase.IDLE
         self.acked: int | None = None  # the last point of reference the worker reported
-        self.refusals = 0
+        self.refused = refused
         self.retry_at = 0.0
 
     @property
@@ -88,9 +92,6 @@ class FeedSession:
 
     @property
     def done(self) -> bool:
-        raise NotImplementedError  # the feed's
-
-    def _delay(self, failures: int) -> float:
         raise NotImplementedError  # the feed's
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -158,11 +159,11 @@ class FeedSession:
                     stream.source.resume(start)
                     if start is not None:
                         stream.acked = start
-                    stream.phase, stream.refusals = StreamPhase.OPEN, 0
+                    stream.phase = StreamPhase.OPEN
+                    stream.refused.progress()
                     self._opened += 1
                 else:
-                    stream.retry_at = time.monotonic() + self._delay(stream.refusals)
-                    stream.refusals += 1
+                    stream.retry_at = time.monotonic() + stream.refused.next_wait()
                     stream.phase = StreamPhase.REFUSED
                     log.info("stream %r is held elsewhere; NOTIFY again later", stream.source.name)
             case Ack(_, acks):

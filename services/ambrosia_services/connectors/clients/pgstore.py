@@ -43,7 +43,7 @@ import psycopg.errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ambrosia_core.loops import Backoff, said_at
+from ambrosia_core.loops import said_at
 from ambrosia_core.retry import Attempts, Retry
 
 from .errors import SinkConfigError, SinkStateError, SinkUnavailableError
@@ -195,7 +195,7 @@ class PgSinkStore(SinkStore):
         if not self._up:
             log.info("database at %s reachable again after %d attempt(s) (committed %d, "
                      "%d prepared transaction(s) in doubt)", self.where,
-                     self.attempts.backoff.failures + 1, self.committed_offset,
+                     self.attempts.failures + 1, self.committed_offset,
                      len(self.prepared))
             self._up = True
         self.attempts.progress()  # a connection set up resets the back-off
@@ -214,14 +214,14 @@ class PgSinkStore(SinkStore):
             raise (_UnreachableError(one_line(e)) if isinstance(e, psycopg.Error) else e) from None
         return conn
 
-    def _failed(self, why: Exception, backoff: Backoff) -> float:
+    def _failed(self, why: Exception, attempts: Attempts) -> float:
         """Said when the database was up before, then at the 10th, 100th, ... in a row."""
         if self._up:
             log.warning("%s; trying again with back-off", why)
             self._up = False
-        elif backoff.failures + 1 >= 10 and said_at(backoff.failures + 1):
-            log.warning("%s (%d attempts in a row)", why, backoff.failures + 1)
-        return backoff.failed()
+        elif attempts.failures + 1 >= 10 and said_at(attempts.failures + 1):
+            log.warning("%s (%d attempts in a row)", why, attempts.failures + 1)
+        return attempts.next_wait()
 
     async def _op(self, what: str,
                   work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]], *,

@@ -21,7 +21,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from ambrosia_core.loops import Backoff, said_at, write_unless_closing
+from ambrosia_core.loops import said_at, write_unless_closing
 from ambrosia_core.retry import Attempts, Retry
 from ambrosia_core.tls import describe_tls_error
 from ambrosia_services.staging import Ref, StagingError, read_block
@@ -127,12 +127,12 @@ class SinkLink:
                 with contextlib.suppress(Exception):
                     await writer.wait_closed()
 
-    def _delay(self, error: Exception, backoff: Backoff) -> float:
+    def _delay(self, error: Exception, attempts: Attempts) -> float:
         """The wait before the next connection, and what is said of the one that ended."""
         if isinstance(error, _ReconnectError):
             # The first abort is sent again at once; a sink that keeps voting no is asked
             # again with back-off, said once and then counted in the status.
-            delay = 0.0 if self.aborts_in_a_row <= 1 else backoff.failed()
+            delay = 0.0 if self.aborts_in_a_row <= 1 else attempts.next_wait()
             if self.aborts_in_a_row == _ABORTS_SAID:
                 self.log.warning("sink %s (%s) voted no on %d transactions in a row; "
                                  "asking again with back-off", self.name, self.address,
@@ -140,12 +140,13 @@ class SinkLink:
             return delay
         # Only a commit resets the back-off: a sink that refuses right after it took the
         # connection is asked again later and later, said once a streak.
-        delay = backoff.failed()
-        if self._was_connected or said_at(backoff.failures):
+        delay = attempts.next_wait()
+        if self._was_connected or said_at(attempts.failures):
             reason = (describe_tls_error(error) if isinstance(error, ssl.SSLError) else
                       error.strerror if isinstance(error, OSError) and error.strerror
                       else error)
-            again = "" if backoff.failures == 1 else f" ({backoff.failures} attempts in a row)"
+            again = ("" if attempts.failures == 1 else
+                     f" ({attempts.failures} attempts in a row)")
             self.log.warning("sink %s (%s): %s%s; reconnecting", self.name, self.address,
                              reason, again)
         return delay
