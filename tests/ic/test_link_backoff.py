@@ -49,11 +49,11 @@ def test_a_receiver_that_drops_each_admitted_link_is_waited_for_until_it_acknowl
         try:
             await until(lambda: len(admitted) >= 4, "four admitted connections")
             # Every one was admitted and dropped with nothing acknowledged: a streak.
-            assert link.backoff.failures >= 3
+            assert link.attempts.failures >= 3
             assert link.unacked  # the call waits for a receiver that logs it
             acknowledge = True
             await until(lambda: not link.unacked, "the call acknowledged")
-            assert link.backoff.failures == 0
+            assert link.attempts.failures == 0
         finally:
             await link.stop()
             server.close()

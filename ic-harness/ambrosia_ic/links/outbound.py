@@ -1,6 +1,7 @@
 """A sender's link to one destination: a task that connects (``handshake.open_link``),
 writes what the destination's ``outbox.LinkOutbox`` says is due, reads the receiver's
-acknowledgements, and reconnects after a break or when the destination moves.
+acknowledgements, and reconnects after a break or when the destination moves, under a
+declared retry (``LINK_RETRY``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import ssl
 from collections.abc import Callable
 
 from ambrosia_core.errors import RemoteProtocolError
-from ambrosia_core.loops import Backoff
+from ambrosia_core.retry import Attempts, Retry
 from ambrosia_core.tls import Tls, TlsHandshakeError, describe_tls_error
 from ambrosia_core.wire import Direction, MessageStreamDecoder, TrimTo
 from ambrosia_ic.errors import LinkAuthenticationError
@@ -20,9 +21,25 @@ from ambrosia_ic.errors import LinkAuthenticationError
 from .handshake import HANDSHAKE_TIMEOUT, open_link
 from .outbox import LinkOutbox
 
-__all__ = ["MOVE_CHECK", "OutboundLink"]
+__all__ = ["LINK_RETRY", "MOVE_CHECK", "OutboundLink"]
 
 MOVE_CHECK = 0.05  # seconds between looks at where an idle or unanswered link should go
+REGISTRY_PAUSE = 0.5  # after an unexpected error, such as a registry mid-update
+
+LINK_RETRY = Retry(floor=0.02, cap=0.1, on=(Exception,))
+"""A link's connections: each is an attempt, which always ends with an error, and any
+error is tried again (the registry may be mid-update); between attempts 20 ms doubling
+to 100 ms, short: an active/active failover should cost little more than a retry. Only
+the receiver's acknowledgement resets it (a connection is not progress)."""
+
+
+class _EndedError(Exception):
+    """A connection ended (the receiver went away, broke the protocol or the TLS, or the
+    destination moved): connect again."""
+
+    def __init__(self, progressed: bool) -> None:
+        super().__init__("the link's connection ended")
+        self.progressed = progressed  # something was acknowledged on it
 
 
 class OutboundLink:
@@ -69,9 +86,8 @@ class OutboundLink:
         self._flush_soon = flush_soon
         # Called at each failed connection attempt (the owner may look for a new address).
         self._unreachable = unreachable
-        # Between connection attempts; short: an active/active failover should cost
-        # little more than a retry. Back to the floor once the receiver acknowledges.
-        self.backoff = Backoff(floor=0.02, cap=0.1)
+        # Its connections, under ``LINK_RETRY`` (what is said and waited: ``_delay``).
+        self.attempts = Attempts(LINK_RETRY, delay=self._delay)
         self._progressed = False  # an acknowledgement came on the current connection
 
     # ------------------------------------------------------------------ state
@@ -145,44 +161,48 @@ class OutboundLink:
                 task.result()
 
     async def _run(self) -> None:
-        while True:
-            try:
-                host, port = self.address()
-                reader, writer, last = await asyncio.wait_for(
-                    open_link(host, port, self.secret, self.my_name, self.dest, self.tls),
-                    HANDSHAKE_TIMEOUT,
-                )
-            except (TimeoutError, OSError, LinkAuthenticationError) as err:
-                if isinstance(err, LinkAuthenticationError | TlsHandshakeError):
-                    if str(err) != self._said:  # a refusal repeats until someone acts
-                        self._said = str(err)
-                        self.log(f"link to {self.dest}: {err}")
-                elif self._unreachable is not None:
-                    self._unreachable()
-                await asyncio.sleep(self.backoff.failed())
-                continue
-            except Exception as err:  # the registry may be mid-update: retry
+        await self.attempts.run(self._connection)
+
+    async def _connection(self) -> None:
+        """One connection, until it ends (always with an error)."""
+        host, port = self.address()
+        reader, writer, last = await asyncio.wait_for(
+            open_link(host, port, self.secret, self.my_name, self.dest, self.tls),
+            HANDSHAKE_TIMEOUT,
+        )
+        self.connected = True
+        self._progressed = False
+        self._said = None
+        try:
+            await self._stream(reader, writer, last, (host, port))
+        except RemoteProtocolError as err:
+            self.log(f"link to {self.dest}: the receiver broke the protocol: {err}")
+        except ssl.SSLError as err:  # an altered, replayed or cut TLS record
+            self.log(f"link to {self.dest}: {describe_tls_error(err)}; reconnecting")
+        except (OSError, asyncio.IncompleteReadError):
+            pass  # the receiver went away: reconnect, resend from where it says
+        finally:
+            self.connected = False
+            writer.close()
+        raise _EndedError(self._progressed)
+
+    def _delay(self, err: Exception, attempts: Attempts) -> float:
+        """The wait before the next connection, and what is said of the last attempt."""
+        if isinstance(err, _EndedError):
+            # Nothing acknowledged on that connection: a receiver that admits us and
+            # drops us at once is waited for like one that refuses, not hammered.
+            return 0.0 if err.progressed else attempts.next_wait()
+        if isinstance(err, LinkAuthenticationError | TlsHandshakeError):
+            if str(err) != self._said:  # a refusal repeats until someone acts
+                self._said = str(err)
                 self.log(f"link to {self.dest}: {err}")
-                await asyncio.sleep(0.5)
-                continue
-            self.connected = True
-            self._progressed = False
-            self._said = None
-            try:
-                await self._stream(reader, writer, last, (host, port))
-            except RemoteProtocolError as err:
-                self.log(f"link to {self.dest}: the receiver broke the protocol: {err}")
-            except ssl.SSLError as err:  # an altered, replayed or cut TLS record
-                self.log(f"link to {self.dest}: {describe_tls_error(err)}; reconnecting")
-            except (OSError, asyncio.IncompleteReadError):
-                pass  # the receiver went away: reconnect, resend from where it says
-            finally:
-                self.connected = False
-                writer.close()
-            if not self._progressed:
-                # Nothing acknowledged on that connection: a receiver that admits us and
-                # drops us at once is waited for like one that refuses, not hammered.
-                await asyncio.sleep(self.backoff.failed())
+        elif isinstance(err, TimeoutError | OSError):
+            if self._unreachable is not None:
+                self._unreachable()
+        else:  # the registry may be mid-update: retry
+            self.log(f"link to {self.dest}: {err}")
+            return REGISTRY_PAUSE
+        return attempts.next_wait()
 
     def _moved(self, where: tuple[str, int]) -> bool:
         """True when the destination's primary is now elsewhere (an active/active
@@ -231,5 +251,5 @@ class OutboundLink:
                 if not isinstance(ev, TrimTo):
                     raise RemoteProtocolError(f"unexpected {type(ev).__name__} on a link")
                 self.trim(ev.seq_id)
-                self.backoff.progress()  # the receiver logged calls: real progress
+                self.attempts.progress()  # the receiver logged calls: real progress
                 self._progressed = True
