@@ -2,8 +2,9 @@
 
 ``ConnectServer`` runs the Spark Connect server bundled in the pip package as a child
 process (``spark-submit --class ...SparkConnectServer ... spark-internal`` with
-``SPARK_NO_DAEMONIZE=1``), waits for its gRPC port, restarts it with back-off when it
-dies, and stops it cleanly. Jobs outlive the runners that launched them because they run
+``SPARK_NO_DAEMONIZE=1``), waits for its gRPC port, restarts it when it dies under a
+declared retry (from 1 s doubling to ``max_backoff``, reset by a restart that serves its
+port), and stops it cleanly. Jobs outlive the runners that launched them because they run
 here, not in the runners.
 
 The confs it sets, and why (measured with pyspark 4.3.0):
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from ambrosia_core.addresses import Address, address_argument
-from ambrosia_core.loops import Backoff
+from ambrosia_core.retry import Attempts, Retry
 
 from ..errors import SparkServerError
 from .cluster import StandaloneCluster
@@ -80,6 +81,10 @@ DEFAULT_CONFS: Final[Mapping[str, str]] = {
     "spark.ui.enabled": "false",
 }
 
+
+
+class _ServerDiedError(Exception):
+    """The supervised server exited: it is started again after the back-off."""
 
 
 class ConnectServer:
@@ -126,6 +131,10 @@ class ConnectServer:
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
         self._lock = threading.Lock()
+        # Its lives: the first start()'s, then each restart's (``_life``).
+        self.attempts = Attempts(
+            Retry(floor=1.0, cap=max_backoff, on=(SparkServerError, _ServerDiedError)),
+            delay=self._restart_said)
 
     @property
     def url(self) -> str:
@@ -214,29 +223,32 @@ class ConnectServer:
             return []
 
     def _supervise(self) -> None:
-        backoff = Backoff(floor=1.0, cap=self.max_backoff)
-        while not self._stopping.is_set():
-            process = self._process
-            assert process is not None
-            process.wait()
-            if self._stopping.is_set():
-                return
-            while not self._stopping.is_set():
-                if self._stopping.wait(backoff.failed()):
+        self.attempts.run_blocking(self._life, self._stopping)
+
+    def _life(self) -> None:
+        """One life of the server: started again (all but the first, which ``start``
+        began), then waited for; its end raises ``_ServerDiedError`` (returns: stopped)."""
+        if self.attempts.started > 1:
+            with self._lock:
+                if self._stopping.is_set():
                     return
-                try:
-                    with self._lock:
-                        if self._stopping.is_set():
-                            return
-                        self._process = self._launch()
-                    self.restarts += 1
-                    backoff.progress()  # it serves its port again
-                    break
-                except SparkServerError as err:
-                    if self._log is not None and backoff.worth_saying:
-                        self._log.write(f"\n[supervisor] restart failed ({backoff.failures} "
-                                        f"in a row): {err}\n".encode())
-                        self._log.flush()
+                self._process = self._launch()
+            self.restarts += 1
+            self.attempts.progress()  # it serves its port again
+        process = self._process
+        assert process is not None
+        process.wait()
+        if not self._stopping.is_set():
+            raise _ServerDiedError(f"the Connect server exited ({process.returncode})")
+
+    def _restart_said(self, error: Exception, attempts: Attempts) -> float:
+        """A failed restart is said at the first of a streak, then the 10th, 100th, ..."""
+        if (isinstance(error, SparkServerError) and self._log is not None
+                and attempts.worth_saying):
+            self._log.write(f"\n[supervisor] restart failed ({attempts.failures} in a row): "
+                            f"{error}\n".encode())
+            self._log.flush()
+        return attempts.next_wait()
 
     def wait_restarted(self, previous_pid: int, timeout: float) -> None:
         """Wait until a process other than ``previous_pid`` serves the port (for tests and
