@@ -4,9 +4,10 @@ to the immortal as the ``kcl_checkpoint`` Impulse, and the child is answered onl
 the handler recorded it (so an answered checkpoint is in the log).
 
 A child that exits, breaks the protocol, or stays silent for ``timeout_seconds`` while an
-answer is due is killed and started again after a pause (0.1 s, doubling up to
-``restart_max_seconds``; back to 0.1 s once a child stayed up ``STABLE_SECONDS``), as
-``Restarts`` decides, which also says which failures and stderr lines are logged. Each
+answer is due is killed and started again after a pause: each child is an attempt under
+a declared retry (``restart_retry``: 0.1 s, doubling up to ``restart_max_seconds``), whose
+back-off ``Restarts`` resets once a child stayed up ``STABLE_SECONDS``, and which also says
+which failures and stderr lines are logged. Each
 start begins at the checkpoint the state holds then. Its stderr goes to the log as it
 comes, line by line (``StderrLines``).
 """
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ambrosia_core.loops import write_unless_closing
+from ambrosia_core.retry import Attempts, Retry
 from ambrosia_py import AmbrosiaError, StopReason
 from ambrosia_services.staging import StagingError, read_block
 
@@ -40,7 +42,7 @@ from .protocol import (
 )
 from .restarts import STABLE_SECONDS, Restarts, Said
 
-__all__ = ["ChildFailedError", "ProcessorDriver"]
+__all__ = ["ChildFailedError", "ProcessorDriver", "restart_retry"]
 
 MAX_LINE = 16 << 20  # the longest stdout line taken from a child
 _MIN_PAUSE = 0.1
@@ -48,6 +50,12 @@ _MIN_PAUSE = 0.1
 
 class ChildFailedError(Exception):
     """The child cannot go on: it exited, broke the protocol, or stopped answering."""
+
+
+def restart_retry(cap: float) -> Retry:
+    """A failed child is started again from 0.1 s doubling up to ``cap``
+    (``restart_max_seconds``); only its failures are retried."""
+    return Retry(floor=_MIN_PAUSE, cap=cap, on=(ChildFailedError,))
 
 
 class ProcessorDriver:
@@ -82,7 +90,9 @@ class ProcessorDriver:
         self._pending: asyncio.Future[str] | None = None  # the checkpoint being recorded
         self.starts = 0
         self.pid = 0
-        self._restarts = Restarts(_MIN_PAUSE, cfg.restart_max_seconds)
+        # Its children, each an attempt (``_child``); ``_failed`` says and waits.
+        self.attempts = Attempts(restart_retry(cfg.restart_max_seconds), delay=self._failed)
+        self._restarts = Restarts(self.attempts)
 
     # ------------------------------------------------------------ from handlers
     def wake(self) -> None:
@@ -111,40 +121,48 @@ class ProcessorDriver:
         return rec.ended and not rec.finished and not self._ended_seen
 
     async def run(self) -> None:
+        while True:  # each pass ends with a child that ended well
+            await self.attempts.run(self._child)
+
+    async def _child(self) -> None:
+        """Wait for work, then one child's life (raises ``ChildFailedError``)."""
         loop = asyncio.get_running_loop()
         restarts = self._restarts
-        while True:
-            while not self._has_work():
-                self._wake.clear()
-                await self._wake.wait()
-            restarts.started(loop.time())
-            # Once it stayed up, a child of a streak ends it and its held stderr is logged.
-            up = loop.call_later(STABLE_SECONDS, lambda: self._say_lines(
-                restarts.check_up(loop.time())))
-            try:
-                await self._life()
-            except ChildFailedError as e:
-                fail = restarts.failed(loop.time(), time.time(), str(e))
-                if fail.said is Said.FULL:
-                    self._say_lines(fail.stderr)
-                    again = "" if fail.count == 1 else f" ({fail.count} failures in a row)"
-                    self.log.warning("kcl %s: %s%s; started again in %.1f s, with back-off "
-                                     "up to %g s while it fails", self.cfg.stream, e, again,
-                                     fail.pause, self.cfg.restart_max_seconds)
-                elif fail.said is Said.AGAIN:
-                    self.log.warning("kcl %s: the processor failed again (%d times since "
-                                     "%s): %s; started again in %.1f s", self.cfg.stream,
-                                     fail.count, time.strftime("%H:%M:%S",
-                                                               time.localtime(fail.since)),
-                                     e, fail.pause)
-                await asyncio.sleep(fail.pause)
-            except BaseException:
-                self._say_lines(restarts.release())  # a stop: what it said is no crash
-                raise
-            else:
-                self._say_lines(restarts.ended())
-            finally:
-                up.cancel()
+        while not self._has_work():
+            self._wake.clear()
+            await self._wake.wait()
+        restarts.started(loop.time())
+        # Once it stayed up, a child of a streak ends it and its held stderr is logged.
+        up = loop.call_later(STABLE_SECONDS, lambda: self._say_lines(
+            restarts.check_up(loop.time())))
+        try:
+            await self._life()
+        except ChildFailedError:
+            raise  # said, and waited for, by ``_failed``
+        except BaseException:
+            self._say_lines(restarts.release())  # a stop: what it said is no crash
+            raise
+        else:
+            self._say_lines(restarts.ended())
+        finally:
+            up.cancel()
+
+    def _failed(self, e: Exception, _attempts: Attempts) -> float:
+        """A child failed: what is said of it, and the pause before the next."""
+        fail = self._restarts.failed(asyncio.get_running_loop().time(), time.time(), str(e))
+        if fail.said is Said.FULL:
+            self._say_lines(fail.stderr)
+            again = "" if fail.count == 1 else f" ({fail.count} failures in a row)"
+            self.log.warning("kcl %s: %s%s; started again in %.1f s, with back-off "
+                             "up to %g s while it fails", self.cfg.stream, e, again,
+                             fail.pause, self.cfg.restart_max_seconds)
+        elif fail.said is Said.AGAIN:
+            self.log.warning("kcl %s: the processor failed again (%d times since "
+                             "%s): %s; started again in %.1f s", self.cfg.stream,
+                             fail.count, time.strftime("%H:%M:%S",
+                                                       time.localtime(fail.since)),
+                             e, fail.pause)
+        return fail.pause
 
     async def _life(self) -> None:
         """One child, from initialize to shardEnded, or a failure (raises)."""

@@ -8,17 +8,18 @@ and only the first failure (and one with another reason) is said in full, with t
 child's stderr; a restarted child's stderr is held meanwhile, and given up when it fails
 the same way again, which is said as one line with a count (at the 2nd, 10th, 100th, ...
 failure). A child that stays up ``STABLE_SECONDS``, or ends well, ends the streak and gets
-its held lines logged.
+its held lines logged. The pauses are the driver's declared retry's (an ``Attempts``):
+what resets its back-off is said here, as the streak's end.
 """
 
 from __future__ import annotations
 
 import enum
-import random
 
 import attrs
 
-from ambrosia_core.loops import Backoff, said_at
+from ambrosia_core.loops import said_at
+from ambrosia_core.retry import Attempts
 
 __all__ = ["HELD_MAX_CHARS", "STABLE_SECONDS", "Failure", "Restarts", "Said"]
 
@@ -62,20 +63,24 @@ class Restarts:
     """One processor's restarts.
 
     Args:
-        floor: the first pause, in seconds.
-        cap: the longest pause (``restart_max_seconds``).
-        rng: the jitter's source (a seeded one in tests).
+        attempts: the child's starts, under the driver's declared retry (its floor is
+            the first pause, its cap ``restart_max_seconds``); the streak is its
+            failures in a row.
     """
 
-    def __init__(self, floor: float, cap: float, rng: random.Random | None = None) -> None:
-        self._backoff = Backoff(floor=floor, cap=cap, rng=rng)
-        self.failures = 0  # in the streak
+    def __init__(self, attempts: Attempts) -> None:
+        self.attempts = attempts
         self.last_failure = ""
         self.since = 0.0
         self._up_at = 0.0
         self._holding = False
         self._held: list[str] = []
         self._held_chars = 0
+
+    @property
+    def failures(self) -> int:
+        """Failures in the streak."""
+        return self.attempts.failures
 
     @property
     def holding(self) -> bool:
@@ -121,10 +126,9 @@ class Restarts:
         """The child failed (``now`` monotonic, ``wall`` the time of day) for ``reason``."""
         if now - self._up_at >= STABLE_SECONDS:
             self._new_streak()
-        self.failures += 1
+        pause = self.attempts.next_wait()  # counts the failure
         if self.failures == 1:
             self.since = wall
-        pause = self._backoff.failed()
         new = self.failures == 1 or reason != self.last_failure
         self.last_failure = reason
         held = self.release()
@@ -136,5 +140,4 @@ class Restarts:
         return Failure(pause, self.failures, self.since, said, out)
 
     def _new_streak(self) -> None:
-        self._backoff.progress()
-        self.failures = 0
+        self.attempts.progress()

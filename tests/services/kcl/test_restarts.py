@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 
+from ambrosia_services.kcl.driver import restart_retry
 from ambrosia_services.kcl.restarts import HELD_MAX_CHARS, STABLE_SECONDS, Restarts, Said
+
+from ambrosia_core.retry import Attempts
 
 REASON = "the processor exited (code 1) during processRecords"
 
 
 def restarts() -> Restarts:
-    return Restarts(0.1, 1.0, random.Random(7))
+    return Restarts(Attempts(restart_retry(1.0), rng=random.Random(7)))
 
 
 def test_a_child_that_dies_soon_keeps_doubling_its_pause_and_is_said_once_then_counted(
