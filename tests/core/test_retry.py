@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +220,16 @@ def test_run_blocking_waits_the_declared_back_off_and_a_stop_ends_the_wait() -> 
     with pytest.raises(ValueError, match="bad"):
         b.run_blocking(lambda: asyncio.run(failing(1, ValueError("bad"))()), Stop())
 
+
+SHIPPED = [Path(__file__).resolve().parents[2] / p
+           for p in ("ambrosia_core", "ambrosia_py", "ic-harness/ambrosia_ic", "ambrosia_cli",
+                     "services/ambrosia_services")]
+
+
+def test_every_retry_is_declared_no_loop_keeps_a_back_off_of_its_own() -> None:
+    """``Backoff`` is defined in loops.py and held only by ``Attempts``: any other module
+    that names it codes a retry of its own instead of declaring one."""
+    naming = sorted(str(path.relative_to(SHIPPED[0].parent))
+                    for root in SHIPPED for path in root.rglob("*.py")
+                    if "Backoff" in path.read_text())
+    assert naming == ["ambrosia_core/loops.py", "ambrosia_core/retry.py"]
