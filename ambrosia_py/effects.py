@@ -24,6 +24,11 @@ timeouts: its ``attempts`` attribute, an ``ambrosia_core.retry.Attempts`` made f
 ``run()`` is then one attempt. The driver runs the attempts; the effect calls
 ``attempts.progress()`` on what resets its back-off. Only an error its ``Retry`` does not
 take ends the instance.
+
+A primary's own long-lived tasks (a timer that sends a tick Impulse, a status reporter, a
+collector of files nothing needs) are effects too, wanted for the whole primary life:
+``Chore`` makes one of a coroutine function (``every``: of a step taken every so many
+seconds), with its retry declared, and ``chores`` a driver that runs a fixed set of them.
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
-from ambrosia_core.retry import Attempts
+from ambrosia_core.retry import REAL_CLOCK, Attempts, Clock, Retry
 
-__all__ = ["Effect", "Effects"]
+__all__ = ["Chore", "Effect", "Effects", "chores", "every"]
 
 K = TypeVar("K", bound=Hashable)
 S = TypeVar("S")
@@ -154,3 +159,56 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
     not print it as a traceback when the task is collected."""
     if not task.cancelled():
         task.exception()
+
+
+class Chore:
+    """A primary's own long-lived task as an effect.
+
+    Args:
+        body: the task (one attempt at it, under ``retry``); it runs until cancelled, or
+            returns when it is done.
+        retry: how it is tried again (None: its failure ends the instance).
+        delay: the retry's own rule for the wait and what is said (``Attempts``).
+        on_wake: called at each ``wake`` (the state changed).
+        clock: where the retry's waits come from (a test's own).
+    """
+
+    def __init__(self, body: Callable[[], Awaitable[None]], *, retry: Retry | None = None,
+                 delay: Callable[[Exception, Attempts], float] | None = None,
+                 on_wake: Callable[[], None] | None = None,
+                 clock: Clock = REAL_CLOCK) -> None:
+        self._body = body
+        self._on_wake = on_wake
+        if retry is not None:
+            self.attempts = Attempts(retry, delay=delay, clock=clock)
+
+    async def run(self) -> None:
+        await self._body()
+
+    def wake(self) -> None:
+        if self._on_wake is not None:
+            self._on_wake()
+
+
+def every(seconds: float, step: Callable[[], object], *, retry: Retry | None = None,
+          delay: Callable[[Exception, Attempts], float] | None = None,
+          clock: Clock = REAL_CLOCK) -> Chore:
+    """A chore that waits ``seconds``, then calls ``step`` (awaited if it returns an
+    awaitable), for ever: a timer that sends a tick, a status written every few seconds.
+    What ``step`` raises is its failure: retried as ``retry`` declares (the waits start
+    again after the back-off), or the end of the instance."""
+    async def body() -> None:
+        while True:
+            await clock.sleep(seconds)
+            out = step()
+            if isinstance(out, Awaitable):
+                await out
+
+    return Chore(body, retry=retry, delay=delay, clock=clock)
+
+
+def chores(named: Mapping[str, Effect]) -> Effects[str, None]:
+    """A driver for effects wanted for the whole primary life, by name: each is started
+    once (with its retry), every one is woken when the state changes, and all are
+    cancelled when the primary stops."""
+    return Effects(lambda: dict.fromkeys(named), lambda name, _spec: named[name])

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ambrosia_py.effects import Effects
+from ambrosia_core.retry import Retry
+from ambrosia_py.effects import Chore, Effects, chores, every
 
 
 class Probe:
@@ -146,3 +147,69 @@ def test_an_effect_failing_as_the_instance_stops_leaves_no_stray_traceback() -> 
         return seen
 
     assert asyncio.run(main()) == []
+
+
+class Clock:
+    """Time that moves only by the sleeps asked of it, each recorded."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+        self.slept.append(seconds)
+        self.t += seconds
+
+
+def test_a_chore_every_few_seconds_is_retried_as_declared_and_goes_on() -> None:
+    """A step that fails with an error its retry names waits the back-off and the timer
+    goes on; one its retry does not name ends the driver, as any effect's failure."""
+    clock = Clock()
+    steps: list[float] = []
+
+    def step() -> None:
+        steps.append(clock.t)
+        if len(steps) in (2, 3):
+            raise OSError("the disk hiccups")
+        if len(steps) == 5:
+            raise ValueError("a bug")
+
+    chore = every(1.0, step, retry=Retry(floor=0.5, cap=0.5, on=(OSError,)), clock=clock)
+    driver = chores({"timer": chore})
+
+    async def main() -> None:
+        with pytest.raises(ValueError, match="a bug"):
+            await asyncio.wait_for(driver.run(), 5)
+
+    asyncio.run(main())
+    # Waits of 1 s between steps; each failure adds a back-off of 0.25 to 0.5 s.
+    assert len(steps) == 5 and clock.slept.count(1.0) == 5
+    assert [s for s in clock.slept if s != 1.0] and all(
+        0.25 <= s <= 0.5 for s in clock.slept if s != 1.0)
+    assert len([s for s in clock.slept if s != 1.0]) == 2
+
+
+def test_chores_run_each_once_wake_them_all_and_stop_them_with_the_driver() -> None:
+    async def main() -> None:
+        log: list[str] = []
+        named = {"a": Probe("a", None, log), "b": Probe("b", None, log)}
+        woken: list[int] = []
+        named_all: dict[str, Any] = {**named, "c": Chore(asyncio.Event().wait,
+                                                         on_wake=lambda: woken.append(1))}
+        driver = chores(named_all)
+        task = asyncio.ensure_future(driver.run())
+        await _settle()
+        driver.wake()
+        await _settle()
+        assert sorted(log) == ["start a=None", "start b=None"]
+        assert named["a"].wakes == 2 and woken == [1, 1]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert sorted(log[2:]) == ["stopped a", "stopped b"]
+
+    asyncio.run(main())
