@@ -494,3 +494,97 @@ def test_the_job_links_report_says_which_runner_cannot_use_spark(
                     "addresses; Connection refused"]
     live._spark_works(next(k for k in app.jobs.jobs if app.jobs.runner_of(k) == runner))
     assert live.report()["spark"][runner] == "no failure seen"
+
+
+def test_a_lost_start_is_reconciled_once_by_an_effect_and_retried_as_declared(
+        coordinator: InMemoryCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The primary's reconciliations are effects keyed by the lost start: a runner that
+    reports the same start lost again does not reconcile it twice, and output that cannot
+    be read is read again after the declared back-off rather than ending the primary."""
+    from ambrosia_services.jobs import JobId
+    from ambrosia_services.jobs.attempts import Reconciled
+    from ambrosia_services.jobs.link import Held
+    from ambrosia_services.pipeline import live as live_module
+
+    from ambrosia_core.retry import Retry
+    from tests.launcher import until
+
+    ic = coordinator
+    app: WordCountPipeline = ic.instance
+    receive(ic, ["a", "b", "c"], ["d", "e", "f"])
+    cfg = app._pipeline_cfg
+    assert cfg is not None
+    live = live_module.JobsLive(app, cfg)
+    key = next(iter(app.jobs.jobs))
+    local = app.jobs.jobs[key].local_id
+    runner = live.addresses[app.jobs.runner_of(key)].member
+    reads: list[Any] = []
+
+    def reconcile(attempt: Any, _out: str) -> Reconciled:
+        reads.append(attempt)
+        if len(reads) == 1:
+            raise OSError("the output's file system is away")
+        return Reconciled.COMMITTED
+
+    monkeypatch.setattr(live_module, "reconcile", reconcile)
+    monkeypatch.setattr(live_module, "RECONCILE_RETRY",
+                        Retry(floor=0.01, cap=0.01, on=(OSError,)))
+    lost = Held(runner, (), (JobId(live.member, local),))
+
+    async def main() -> None:
+        driver = asyncio.ensure_future(live.chores()["reconciles"].run())
+        live._held(lost)
+        live._held(lost)  # the same start reported lost again
+        await until(lambda: live.counters["reconciled"] == 1, "the reconciliation")
+        live._held(lost)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not driver.done()  # the OSError was retried, not the end of the primary
+        driver.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await driver
+
+    asyncio.run(main())
+    assert len(reads) == 2 and live.counters["reconciled"] == 1
+
+
+def test_the_connector_primarys_tasks_are_effects_and_its_collector_is_retried(
+        coordinator: InMemoryCoordinator, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The ticker, reporter, flusher, sinks' links and (with staging) the collector are
+    the primary's effects; a collection that fails with an OSError is tried again after
+    the declared back-off, said once a streak, instead of ending the primary."""
+    from ambrosia_services.connectors.coordinator import live as live_module
+
+    from ambrosia_core.retry import Retry
+    from ambrosia_py.effects import chores
+    from tests.launcher import until
+
+    live = coordinator.instance._live
+    assert live is not None
+    named = live.chores()
+    assert sorted(named) == ["collector", "flusher", "reporter", "sinks", "ticker"]
+    passes: list[int] = []
+
+    async def collect() -> None:
+        passes.append(len(passes))
+        if len(passes) <= 3:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(live, "collect", collect)
+    monkeypatch.setattr(live_module, "COLLECT_RETRY", Retry(floor=0.01, cap=0.01))
+
+    async def main() -> None:
+        collector = chores({"collector": live.chores()["collector"]})
+        task = asyncio.ensure_future(collector.run())
+        await until(lambda: len(passes) >= 4, "a pass after three failures")
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if "not collected" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "staged segments not collected: No space left on device; trying again in")

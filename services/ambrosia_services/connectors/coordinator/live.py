@@ -1,7 +1,9 @@
 """The primary's outside world: the source listener, one link per sink, the tick timer
 and the status reports, started together by ``on_become_primary`` (``ctx.run_effects``:
 woken after every run of inputs applied) and cancelled with the instance. Nothing here
-changes the state; every outcome is an Impulse.
+changes the state; every outcome is an Impulse. Each long-lived task is an effect
+(``ambrosia_py.effects``: the ticker, the reporter, the listener's flusher, the staged
+segments' collector and the sinks' links, ``Live.chores``), with its retry declared.
 
 The links follow the state: one per sink the state has active (``wanted_sinks``), started
 when a ``configure`` Impulse adds a sink and stopped when one removes it.
@@ -24,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ambrosia_core.durable import replace_durably
 from ambrosia_core.metrics import Families, MetricsServer
-from ambrosia_py.effects import Effects
+from ambrosia_core.retry import Attempts, Retry
+from ambrosia_py.effects import Chore, Effect, Effects, chores, every
 from ambrosia_services.staging import SegmentWriter, segment_names
 
 from .commits import CommitClock
@@ -46,6 +49,10 @@ HISTORY_KEEP = 240
 ERRORS_KEEP = 40
 #: A longer message is cut: the status file is rewritten every few seconds.
 _MESSAGE_CHARS = 1000
+#: The collector's passes: a staging root that cannot be listed or cleaned (a full or
+#: failing disk) is tried again from 1 s doubling to a minute, said once a streak, rather
+#: than stopping the primary; the sources' own staging failures are what the status shows.
+COLLECT_RETRY = Retry(floor=1.0, cap=60.0, on=(OSError,))
 
 
 class RecentErrors(logging.Handler):
@@ -172,8 +179,23 @@ class Live:
         self.sources.applied(token)
 
     # ------------------------------------------------------------ the tasks
+    def chores(self) -> dict[str, Effect]:
+        """The primary's long-lived tasks, each an effect with its retry declared: the
+        ticker, the reporter and the flusher have none (a failure of theirs is a bug, and
+        ends the instance), the sinks' links declare theirs each, the collector
+        ``COLLECT_RETRY``."""
+        named: dict[str, Effect] = {
+            "flusher": Chore(self.sources.run_flusher),
+            "ticker": every(self.cfg.interval_seconds / 2, self._tick),
+            "reporter": every(self.cfg.status_seconds, self._report),
+            "sinks": self.sinks,
+        }
+        if self.writer is not None:
+            named["collector"] = Chore(self._collector, retry=COLLECT_RETRY,
+                                       delay=self._collect_failed)
+        return named
+
     async def run(self) -> None:
-        tasks: list[asyncio.Task[Any]] = []
         # The instance's own logger (ctx.log is a replay-aware adapter around it).
         logger = self.log.logger
         logger.addHandler(self.errors)
@@ -181,21 +203,11 @@ class Live:
             self.metrics_server.add(self.export)
         try:
             await self.sources.start()
-            tasks = [asyncio.ensure_future(t) for t in (
-                self.sources.run_flusher(), self._ticker(), self._reporter(),
-                self.sinks.run())]
-            if self.writer is not None:
-                tasks.append(asyncio.ensure_future(self._collector()))
-            await asyncio.gather(*tasks)
+            await chores(self.chores()).run()
         finally:
             self.sources.close(self.cfg.advertise)
             if self.writer is not None:
                 self.writer.close()
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(BaseException):
-                    await t
             try:
                 if self.cfg.status_file:  # the last status: what `ambrosia status` shows
                     # Marked as the last: a status without the mark outlived its process
@@ -217,13 +229,10 @@ class Live:
             self.metrics.read(f, self.sources, self.sinks.effects)
         self.owner.live_metrics(f)
 
-    async def _ticker(self) -> None:
+    def _tick(self) -> None:
         """A ``tick`` Impulse when some sink's uncut output is old enough to cut."""
-        period = self.cfg.interval_seconds / 2
-        while True:
-            await asyncio.sleep(period)
-            if self._core().wants_tick(time.time_ns()):
-                self.owner.impulse_self.tick()
+        if self._core().wants_tick(time.time_ns()):
+            self.owner.impulse_self.tick()
 
     GC_SECONDS = 1.0
 
@@ -235,6 +244,16 @@ class Live:
         while True:
             await self.collect()
             await asyncio.sleep(self.GC_SECONDS)
+
+    def _collect_failed(self, error: Exception, attempts: Attempts) -> float:
+        """A pass that failed: said at the first of a streak, then the 10th, 100th, ..."""
+        wait = attempts.next_wait()
+        if attempts.worth_saying:
+            again = "" if attempts.failures == 1 else f" ({attempts.failures} in a row)"
+            why = error.strerror if isinstance(error, OSError) and error.strerror else error
+            self.log.warning("staged segments not collected: %s%s; trying again in %.0f s",
+                             why, again, wait)
+        return wait
 
     async def collect(self) -> None:
         # The order matters: the names, then what is busy (a block written after this
@@ -253,18 +272,16 @@ class Live:
                 os.unlink(os.path.join(self.cfg.staging, name))
                 self.deleted_segments += 1
 
-    async def _reporter(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.status_seconds)
-            report = self.report()
-            sinks = report["sinks"]
-            self.log.info(
-                "status: %d sources, %d received, %d acked, lag %d; %s",
-                report["connections"], report["received"], report["acked"], report["lag"],
-                ", ".join(f"{n} committed {s['committed']} pending {s['pending_bytes']}"
-                          for n, s in sinks.items()) or "no sinks")
-            if self.cfg.status_file:
-                self._write_status(self._with_history(report))
+    def _report(self) -> None:
+        report = self.report()
+        sinks = report["sinks"]
+        self.log.info(
+            "status: %d sources, %d received, %d acked, lag %d; %s",
+            report["connections"], report["received"], report["acked"], report["lag"],
+            ", ".join(f"{n} committed {s['committed']} pending {s['pending_bytes']}"
+                      for n, s in sinks.items()) or "no sinks")
+        if self.cfg.status_file:
+            self._write_status(self._with_history(report))
 
     def _with_history(self, report: dict[str, Any]) -> dict[str, Any]:
         """``report`` with a new sample of its counters added to the history, and the
