@@ -21,6 +21,11 @@ this question is the runner's; answering it there keeps a new attempt from runni
 an orphaned write that Spark still runs.
 Both are decided by the ``job_lost`` handler. A start a runner still holds is waited for:
 its committed result streams again from batch 0, and the handler drops what it has.
+
+Its long-lived tasks are effects (``ambrosia_py.effects``), run by one driver while primary
+(``JobsLive.chores``): the runners' events, the sync, the tick timer (none retried: a
+failure of theirs ends the instance), and one reconciliation per lost start, keyed by its
+local id (started once; ``RECONCILE_RETRY`` when its output cannot be read).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ambrosia_core.retry import Attempts, Retry
+from ambrosia_py.effects import Chore, Effect, Effects, chores, every
 from ambrosia_services.jobs import (
     RESULT_EDGE,
     Cancel,
@@ -76,6 +83,9 @@ class Owner(Protocol):
     def wants_job_tick(self, now_ns: int) -> bool: ...
 
 TICK_PERIOD = 0.1  # how often the app's tick condition is looked at
+#: A lost start's reconciliation reads its output directory: one that cannot be read (a
+#: network file system away) is read again from 1 s doubling to 30 s, said once a streak.
+RECONCILE_RETRY = Retry(floor=1.0, cap=30.0, on=(OSError,))
 
 
 def _is_loss(error_code: int) -> bool:
@@ -111,7 +121,12 @@ class JobsLive:
                                             records=records),
                               self.addresses.values(), tls=cfg.coordinator.load_tls())
         self.launched = {r.job_id.local_id for r in records}  # never start one twice
-        self.reconciling: dict[int, asyncio.Task[None]] = {}
+        # The starts lost by their runners, by local id, each reconciled once (an effect).
+        self.reconciling: dict[int, str] = {}
+        self._reconciles: Effects[int, str] = Effects(
+            lambda: self.reconciling,
+            lambda local, key: Chore(lambda: self._reconcile(key, local),
+                                     retry=RECONCILE_RETRY, delay=self._reconcile_failed))
         self._wake = asyncio.Event()
         self.tick_sent = False
         self.counters = {"launched": 0, "reconciled": 0, "cancels_sent": 0}
@@ -128,20 +143,16 @@ class JobsLive:
         self._wake.set()
 
     # ------------------------------------------------------------ the tasks
+    def chores(self) -> dict[str, Effect]:
+        """The primary's long-lived tasks, each an effect with its retry declared."""
+        return {"events": Chore(self._events), "syncer": Chore(self._syncer),
+                "ticker": every(TICK_PERIOD, self._tick), "reconciles": self._reconciles}
+
     async def run(self) -> None:
         self.links.open()
-        tasks = [asyncio.ensure_future(t) for t in (self._events(), self._syncer(),
-                                                    self._ticker())]
         try:
-            await asyncio.gather(*tasks)
+            await chores(self.chores()).run()
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(BaseException):
-                    await t
-            for t in self.reconciling.values():
-                t.cancel()
             await self.links.close()
 
     async def _syncer(self) -> None:
@@ -150,14 +161,12 @@ class JobsLive:
             await self._wake.wait()
             self._wake.clear()
 
-    async def _ticker(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_PERIOD)
-            now = time.time_ns()
-            if not self.tick_sent and (self._table().timed_out(now)
-                                       or self.owner.wants_job_tick(now)):
-                self.tick_sent = True
-                self.owner.impulse_self.job_tick()
+    def _tick(self) -> None:
+        now = time.time_ns()
+        if not self.tick_sent and (self._table().timed_out(now)
+                                   or self.owner.wants_job_tick(now)):
+            self.tick_sent = True
+            self.owner.impulse_self.job_tick()
 
     def sync(self) -> None:
         """Launch what the state decided and cancel what it cancelled."""
@@ -250,8 +259,8 @@ class JobsLive:
             with contextlib.suppress(IllegalJobTransitionError):  # ended meanwhile
                 self.links.cancel(job, 0, "lost by its runner")
             if key is not None and job.local_id not in self.reconciling:
-                self.reconciling[job.local_id] = asyncio.ensure_future(
-                    self._reconcile(key, job.local_id))
+                self.reconciling[job.local_id] = key
+                self._reconciles.wake()
 
     async def _reconcile(self, key: str, local: int) -> None:
         entry = self._table().jobs.get(key)
@@ -273,6 +282,15 @@ class JobsLive:
             why = ("the attempt's staging is partial" if partial else
                    "no staging yet") + ": its runner asks Spark"
         self.owner.impulse_self.job_lost(key, local, same, why)
+
+    def _reconcile_failed(self, error: Exception, attempts: Attempts) -> float:
+        """A reconciliation that could not read the output: said once a streak."""
+        wait = attempts.next_wait()
+        if attempts.worth_saying:
+            again = "" if attempts.failures == 1 else f" ({attempts.failures} in a row)"
+            self.log.warning("a lost start cannot be reconciled yet: %s%s; trying again in "
+                             "%.0f s", error, again, wait)
+        return wait
 
     def _spark_fails(self, cancel: Cancel) -> None:
         """A runner refused a start because Spark Connect failed under it."""
