@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ambrosia_core.loops import write_unless_closing
-from ambrosia_core.retry import Attempts, Retry
+from ambrosia_core.retry import Attempts
 from ambrosia_py import AmbrosiaError, StopReason
 from ambrosia_services.staging import StagingError, read_block
 
@@ -40,22 +40,11 @@ from .protocol import (
     StatusDone,
     Violation,
 )
-from .restarts import STABLE_SECONDS, Restarts, Said
+from .restarts import STABLE_SECONDS, ChildFailedError, Restarts, Said, restart_retry
 
-__all__ = ["ChildFailedError", "ProcessorDriver", "restart_retry"]
+__all__ = ["ChildFailedError", "ProcessorDriver"]
 
 MAX_LINE = 16 << 20  # the longest stdout line taken from a child
-_MIN_PAUSE = 0.1
-
-
-class ChildFailedError(Exception):
-    """The child cannot go on: it exited, broke the protocol, or stopped answering."""
-
-
-def restart_retry(cap: float) -> Retry:
-    """A failed child is started again from 0.1 s doubling up to ``cap``
-    (``restart_max_seconds``); only its failures are retried."""
-    return Retry(floor=_MIN_PAUSE, cap=cap, on=(ChildFailedError,))
 
 
 class ProcessorDriver:

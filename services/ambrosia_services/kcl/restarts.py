@@ -19,9 +19,10 @@ import enum
 import attrs
 
 from ambrosia_core.loops import said_at
-from ambrosia_core.retry import Attempts
+from ambrosia_core.retry import Attempts, Retry
 
-__all__ = ["HELD_MAX_CHARS", "STABLE_SECONDS", "Failure", "Restarts", "Said"]
+__all__ = ["HELD_MAX_CHARS", "STABLE_SECONDS", "ChildFailedError", "Failure", "Restarts", "Said",
+           "restart_retry"]
 
 STABLE_SECONDS = 10.0
 """A child up this long was working, so its next failure starts a new streak at 0.1 s;
@@ -30,6 +31,16 @@ one that dies sooner (e.g. after each batch) keeps doubling its pause instead.""
 HELD_MAX_CHARS = 1 << 20
 """The most of a restarted child's stderr held while it may be failing again: beyond it the
 child is saying more than a repeated crash, and what it says is logged as it comes."""
+
+
+class ChildFailedError(Exception):
+    """The child cannot go on: it exited, broke the protocol, or stopped answering."""
+
+
+def restart_retry(cap: float) -> Retry:
+    """A failed child is started again from 0.1 s doubling up to ``cap``
+    (``restart_max_seconds``); only its failures are retried."""
+    return Retry(floor=0.1, cap=cap, on=(ChildFailedError,))
 
 
 class Said(enum.Enum):

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import random
 
-from ambrosia_services.kcl.driver import restart_retry
-from ambrosia_services.kcl.restarts import HELD_MAX_CHARS, STABLE_SECONDS, Restarts, Said
+from ambrosia_services.kcl.restarts import (
+    HELD_MAX_CHARS,
+    STABLE_SECONDS,
+    Restarts,
+    Said,
+    restart_retry,
+)
 
 from ambrosia_core.retry import Attempts
 
