@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -151,6 +152,10 @@ def test_reconnects_after_a_drop_an_error_and_a_restart_elsewhere(
     assert f"RESTART to 127.0.0.1:{ports[0]}" in text
     assert f"cannot connect to 127.0.0.1:{closed}" in text
     assert "held elsewhere" in text
+    # Each connection that ended had opened a stream (or named where to go): the back-off
+    # starts again at its floor (0.01 s), whatever failed before it.
+    waits = [float(w) for w in re.findall(r"reconnecting in ([0-9.]+) s", text)]
+    assert len(waits) == 3 and all(w <= 0.01 for w in waits), waits
 
 
 def test_tails_a_growing_file(tmp_path: Path) -> None:
