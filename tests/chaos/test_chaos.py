@@ -32,6 +32,10 @@ def chaos() -> Iterator[ModuleType]:
 
 
 @pytest.mark.slow
+# `make chaos` (and its bench/chaos.py runs at scale): random kill -9s of both instances stay
+# in make test in tests/runtime/test_e2e.py, of a binding or its coordinator alone in
+# tests/services/jobs/spark/test_pipeline.py and tests/services/connectors/test_crashes.py.
+@pytest.mark.chaos
 def test_every_request_applied_once_in_order_across_random_kills(
         chaos: ModuleType, tmp_path: Path) -> None:
     seed = random.SystemRandom().randrange(1 << 32)

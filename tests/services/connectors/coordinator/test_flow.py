@@ -95,6 +95,9 @@ def coordinator_pid(p: ImmortalProcess) -> int:
 
 
 @pytest.mark.slow
+# `make chaos`: kill -9 of the binding and of the coordinator alone, mid-stream, stays in
+# make test in tests/services/connectors/test_crashes.py, with the real feeds and sink.
+@pytest.mark.chaos
 def test_kill_9_mid_stream_commits_every_line_once(launcher: Launcher,
                                                     tmp_path: Path) -> None:
     rng = random.Random()
