@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ambrosia_core.retry import Attempts, Retry
 from ambrosia_py.effects import Chore, Effect, Effects, chores, every
 from ambrosia_services.jobs import (
-    RESULT_EDGE,
     Cancel,
     Deliver,
     IllegalJobTransitionError,
@@ -53,15 +52,14 @@ from ambrosia_services.jobs import (
 from ambrosia_services.jobs.attempts import (
     Attempt,
     Reconciled,
-    RunnerCancelCode,
     member_id,
-    plan_params,
     reconcile,
 )
 from ambrosia_services.jobs.link import Connected, Held, JobLinks, RunnerAddress
 
 from .config import PipelineConfig, runner_address
-from .jobtable import JobPhase, JobTable
+from .jobtable import JobTable
+from .linkplan import CancelMeaning, LinkPlan, lost_decision
 
 if TYPE_CHECKING:
     from ambrosia_py import ImmortalContext
@@ -88,15 +86,6 @@ TICK_PERIOD = 0.1  # how often the app's tick condition is looked at
 RECONCILE_RETRY = Retry(floor=1.0, cap=30.0, on=(OSError,))
 
 
-def _is_loss(error_code: int) -> bool:
-    """A runner's refusal that is a loss of the start (a new attempt that does not count
-    against ``max_attempts``): the attempt launched before, or Spark Connect failing."""
-    try:
-        return RunnerCancelCode(error_code).is_loss
-    except ValueError:
-        return False  # a code of another runner's: its message says what failed
-
-
 def coordinator_member(instance: str) -> uuid.UUID:
     """The coordinator's member id in the job protocol: the same in every life."""
     return member_id(f"coordinator/{instance}")
@@ -112,17 +101,16 @@ class JobsLive:
         self.member = coordinator_member(owner.ctx.instance_name)
         self.addresses: dict[str, RunnerAddress] = {r: runner_address(r) for r in cfg.runners}
         table = self._table()
-        # Every start the state holds may have reached its runner: the runner's check
-        # tells which it holds; the others are reconciled.
-        records = [JobRecord(JobId(self.member, e.local_id),
-                             [self.addresses[table.runner_of(k)].member])
-                   for k, e in table.jobs.items() if table.runner_of(k) in self.addresses]
+        # What the links decide (sans-IO): what to launch, cancel and reconcile.
+        self.plan = LinkPlan(self.member, {r: a.member for r, a in self.addresses.items()},
+                             table)
+        records = [JobRecord(JobId(self.member, local), [runner])
+                   for local, runner in self.plan.records.items()]
         self.links = JobLinks(InitiatorJobs(self.member, next_local_id=table.next_local,
                                             records=records),
                               self.addresses.values(), tls=cfg.coordinator.load_tls())
-        self.launched = {r.job_id.local_id for r in records}  # never start one twice
         # The starts lost by their runners, by local id, each reconciled once (an effect).
-        self.reconciling: dict[int, str] = {}
+        self.reconciling = self.plan.reconciling
         self._reconciles: Effects[int, str] = Effects(
             lambda: self.reconciling,
             lambda local, key: Chore(lambda: self._reconcile(key, local),
@@ -172,30 +160,21 @@ class JobsLive:
         """Launch what the state decided and cancel what it cancelled."""
         table = self._table()
         jobs = self.links.jobs
-        for local in table.cancels:
-            job = JobId(self.member, local)
-            if jobs.state(job) is InitiatorState.RUNNING:
-                self.links.cancel(job, 0, "cancelled by the coordinator")
-                self.counters["cancels_sent"] += 1
-        pending = sorted((e.local_id, k) for k, e in table.jobs.items()
-                         if e.local_id not in self.launched)
-        for local, key in pending:
-            entry = table.jobs[key]
-            address = self.addresses.get(table.runner_of(key))
-            if address is None:
-                continue  # a runner no longer configured: a reconfiguration moves it on
+        for job in self.plan.cancels(table,
+                                     lambda j: jobs.state(j) is InitiatorState.RUNNING):
+            self.links.cancel(job, 0, "cancelled by the coordinator")
+            self.counters["cancels_sent"] += 1
+        for go in self.plan.launches(table):
             # The protocol id is the one the state decided.
-            self.links.start(entry.name, plan_params(Attempt(key, entry.attempt), entry.args),
-                             [address.member], local_id=local)
-            self.launched.add(local)
+            self.links.start(go.name, go.params, [go.member], local_id=go.local_id)
             self.counters["launched"] += 1
-            if self.links.connected(address.member):
-                self.owner.impulse_self.job_started(key, local)  # sent: the runner has it
-                self.log.info("job %s: attempt %d started on %s (start %d)", key,
-                              entry.attempt, table.runner_of(key), local)
+            if self.links.connected(go.member):
+                self.owner.impulse_self.job_started(go.key, go.local_id)  # the runner has it
+                self.log.info("job %s: attempt %d started on %s (start %d)", go.key,
+                              go.attempt, go.runner, go.local_id)
             else:
                 self.log.info("job %s: attempt %d queued for %s, not linked yet (start %d)",
-                              key, entry.attempt, table.runner_of(key), local)
+                              go.key, go.attempt, go.runner, go.local_id)
 
     # ------------------------------------------------------------ what runners say
     async def _events(self) -> None:
@@ -204,10 +183,10 @@ class JobsLive:
             event = await self.links.next_event()
             if isinstance(event, Deliver):
                 batch = event.batch
-                key = self._key_of(batch.job_id)
+                key, result = self.plan.result(self._table(), batch.job_id, batch.edge)
                 if key is not None:
                     self._spark_works(key)
-                if key is not None and batch.edge == RESULT_EDGE:
+                if key is not None and result:
                     me.job_batch(key, batch.job_id.local_id, batch.number, batch.rows,
                                  batch.last)
             elif isinstance(event, JobDone):
@@ -221,46 +200,32 @@ class JobsLive:
 
     def _queued_sent(self, runner: uuid.UUID) -> None:
         """A runner connected and was sent the starts queued for it: they are running."""
-        table = self._table()
-        for key, entry in table.jobs.items():
-            address = self.addresses.get(table.runner_of(key))
-            if (address is not None and address.member == runner
-                    and entry.phase is JobPhase.DECIDED and entry.local_id in self.launched):
-                self.owner.impulse_self.job_started(key, entry.local_id)
-
-    def _key_of(self, job: JobId) -> str | None:
-        if job.initiator != self.member:
-            return None
-        return self._table().by_local().get(job.local_id)
+        for key, local in self.plan.queued_started(self._table(), runner):
+            self.owner.impulse_self.job_started(key, local)
 
     def _cancelled(self, event: JobCancelled) -> None:
         cancel = event.cancel
         self.links.jobs.forget(cancel.job_id)
-        if cancel.cancelled_by == self.member:
-            return  # our own cancel: the state already knows
-        if cancel.error_code == RunnerCancelCode.CONNECT_FAILED:
+        verdict = self.plan.cancelled(self._table(), cancel)
+        if verdict.spark_failed:
             self._spark_fails(cancel)
-        key = self._key_of(cancel.job_id)
+        key, local = verdict.key, cancel.job_id.local_id
         if key is None:
             return
-        local = cancel.job_id.local_id
-        if _is_loss(cancel.error_code):  # not the job's fault: a new attempt, not counted
+        if verdict.meaning is CancelMeaning.LOST:  # not the job's fault: not counted
             self.owner.impulse_self.job_lost(key, local, False, cancel.message)
-        else:
+        elif verdict.meaning is CancelMeaning.FAILED:
             self.owner.impulse_self.job_failed(key, local, cancel.message)
 
     def _held(self, held: Held) -> None:
-        for job in held.active:
-            key = self._key_of(job)
-            if key is not None:
-                self.owner.impulse_self.job_started(key, job.local_id)
-        for job in held.lost:
-            key = self._key_of(job)
+        plan = self.plan.held(self._table(), held)
+        for key, local in plan.started:
+            self.owner.impulse_self.job_started(key, local)
+        for job in plan.cancel:
             with contextlib.suppress(IllegalJobTransitionError):  # ended meanwhile
                 self.links.cancel(job, 0, "lost by its runner")
-            if key is not None and job.local_id not in self.reconciling:
-                self.reconciling[job.local_id] = key
-                self._reconciles.wake()
+        if plan.reconcile:
+            self._reconciles.wake()
 
     async def _reconcile(self, key: str, local: int) -> None:
         entry = self._table().jobs.get(key)
@@ -271,16 +236,12 @@ class JobsLive:
         self.counters["reconciled"] += 1
         self.log.info("job %s: attempt %d lost by its runner: %s", key, entry.attempt,
                       verdict.name)
-        why = verdict.value
-        same = verdict in (Reconciled.COMMITTED, Reconciled.FINISHED_STAGING)
-        if verdict is Reconciled.UNKNOWN:
-            # Only Connect knows whether the write runs (even before its staging exists),
-            # and the runner asks it (GetStatus) on this start: it re-attaches, launches
-            # an attempt Spark never saw, or refuses (ATTEMPT_REUSED), which decides n+1.
-            partial = await asyncio.to_thread(attempt.staging(self.cfg.out).is_dir)
-            same = True
-            why = ("the attempt's staging is partial" if partial else
-                   "no staging yet") + ": its runner asks Spark"
+        # Unknown: only Connect knows whether the write runs (even before its staging
+        # exists), and the runner asks it (GetStatus) on this start: it re-attaches,
+        # launches an attempt Spark never saw, or refuses (ATTEMPT_REUSED): n+1.
+        partial = (verdict is Reconciled.UNKNOWN
+                   and await asyncio.to_thread(attempt.staging(self.cfg.out).is_dir))
+        same, why = lost_decision(verdict, partial)
         self.owner.impulse_self.job_lost(key, local, same, why)
 
     def _reconcile_failed(self, error: Exception, attempts: Attempts) -> float:

@@ -99,7 +99,7 @@ def test_connect_failing_under_an_attempt_is_a_loss_and_a_jobs_error_is_a_failur
     flight: three crashes during one batch failed a batch nobody's code rejected."""
     from ambrosia_services.jobs.attempts import RunnerCancelCode
     from ambrosia_services.jobs.spark.execute import connect_failed
-    from ambrosia_services.pipeline.live import _is_loss
+    from ambrosia_services.pipeline.linkplan import is_loss as _is_loss
     from pyspark.errors import AnalysisException
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
