@@ -1,0 +1,374 @@
+"""A deterministic simulation of the job table and its runners: the pipeline's batches
+turned into jobs, launched on runners that crash, lose their connections and stream
+their results again, in one process, driven by one seeded scheduler (``world``'s shape).
+
+What runs is the real code: the coordinator's decisions are the real ``JobTable`` (its
+state survives a coordinator's crash through its state form, as the log and checkpoint
+keep it); what the primary's links decide is the real ``LinkPlan`` that ``JobsLive``
+asks (launches, cancels, ``Held``, a runner's cancel, ``lost_decision``); a lost start is
+reconciled by the real ``attempts.reconcile`` over the real output directory, and a
+runner commits its staging by the real ``attempts.commit`` (a rename).
+
+What is simulated: the link (a queue of messages each way per runner, lost when the
+connection drops), the runner (it holds the starts it was given in this life, writes its
+staging in two steps, marks it finished, commits it, and streams its result in batches;
+on a start whose output is committed or finished it commits and streams without running;
+on one with partial staging it refuses, ``ATTEMPT_REUSED``, as its Spark answering
+``GetStatus`` after a crash would), and the "Spark job": a word count of the batch's
+lines. Not yet here: the jobs' wire protocol (``InitiatorJobs``/``ParticipantJobs``) and
+the results flowing on to the 2PC sinks (``pipe_world`` has those).
+
+Checked at the end of every run: every batch's result taken once, in order; the totals
+equal a word count of the whole input; nothing left running; and during the run no
+runner computes a job whose output is already committed, and no job is started as a new
+attempt once one of its attempts committed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ambrosia_services.jobs import Cancel, JobId
+from ambrosia_services.jobs.attempts import (
+    SUCCESS,
+    Attempt,
+    RunnerCancelCode,
+    commit,
+    committed_attempt,
+    is_finished,
+    member_id,
+    reconcile,
+)
+from ambrosia_services.jobs.link import Held
+from ambrosia_services.pipeline import linkplan
+from ambrosia_services.pipeline.jobtable import JobTable
+from ambrosia_services.pipeline.linkplan import CancelMeaning, LinkPlan
+from ambrosia_services.pipeline.live import coordinator_member
+
+from .world import SimFailure, Step
+
+__all__ = ["JobsWorld"]
+
+INSTANCE = "sim"
+ROWS_PER_BATCH = 2
+FAULTS = frozenset({"crash", "drop", "again"})
+
+
+def word_count(lines: list[str]) -> bytes:
+    counts = collections.Counter(w for line in lines for w in line.split())
+    return b"".join(json.dumps([w, n]).encode() + b"\n" for w, n in sorted(counts.items()))
+
+
+class Runner:
+    """One simulated runner: the starts it holds in this life, by local id."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.member = member_id(f"runner/{name}")
+        self.up = False
+        self.holds: dict[int, tuple[Attempt, int]] = {}  # local -> (attempt, batches sent)
+        self.inbox: list[Any] = []  # what the coordinator sent on the connection
+        self.outbox: list[Any] = []  # what it sends the coordinator
+        self.linked = False
+
+
+class JobsWorld:
+    def __init__(self, inputs: list[list[str]], runners: int, out: Path) -> None:
+        self.inputs = inputs
+        self.out = out
+        self.member = coordinator_member(INSTANCE)
+        self.runners = {n: Runner(n) for n in ("r0", "r1", "r2")[:runners]}
+        self.table = JobTable()
+        self.table.configure(INSTANCE, {"runners": list(self.runners), "max_attempts": 3})
+        self.plan: LinkPlan | None = None  # the primary's links, in this life
+        self.running: dict[int, str] = {}  # starts the link runs: local -> runner
+        self.queued: dict[str, list[int]] = collections.defaultdict(list)
+        self.reconciles: list[tuple[int, str]] = []
+        self.results: dict[int, bytes] = {}  # batch -> its whole result (logged)
+        self.taken: list[int] = []  # batches whose result the sink side took, in order
+        self.totals: collections.Counter[str] = collections.Counter()
+        self.trace: list[Step] = []
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    # -- the coordinator's decisions (logged: they survive its crash)
+    def _took(self, key: str, result: bytes) -> None:
+        batch = int(key.rsplit("-", 1)[1]) - 1
+        if batch in self.results:
+            self.fail(f"batch {batch}'s result taken twice")
+        self.results[batch] = result
+        while len(self.taken) in self.results:  # on to the sinks, in batch order
+            k = len(self.taken)
+            self.taken.append(k)
+            for line in self.results[k].splitlines():
+                word, n = json.loads(line)
+                self.totals[word] += n
+
+    # -- the steps
+    def steps(self, faults: bool) -> list[Step]:
+        out: list[Step] = []
+        if self.plan is None:
+            out.append(("restart", "coord"))
+        else:
+            if self.table.jobs_decided < len(self.inputs):
+                out.append(("submit",))
+            if self._sync_due():
+                out.append(("sync",))
+            if self.reconciles:
+                out.append(("reconcile",))
+            if faults:
+                out.append(("crash", "coord"))
+        for name, r in self.runners.items():
+            if not r.up:
+                out.append(("restart", name))
+                continue
+            if self.plan is not None and not r.linked:
+                out.append(("connect", name))
+            if r.inbox:
+                out.append(("deliver", name))
+            if r.outbox:
+                out.append(("receive", name))
+            out += [("work", name, local) for local in sorted(r.holds)
+                    if self._work_due(r, local)]
+            if faults:
+                out.append(("crash", name))
+                if r.linked:
+                    out.append(("drop", name))
+                out += [("again", name, local) for local, (_, sent) in sorted(r.holds.items())
+                        if sent]
+        return out
+
+    def _sync_due(self) -> bool:
+        assert self.plan is not None
+        return (any(e.local_id not in self.plan.launched for e in self.table.jobs.values())
+                or any(local in self.running for local in self.table.cancels))
+
+    def _work_due(self, r: Runner, local: int) -> bool:
+        attempt, sent = r.holds[local]
+        return r.linked and (not is_finished(attempt.final(self.out))
+                             or sent < len(self._chunks(attempt)))
+
+    def do(self, step: Step) -> None:
+        self.trace.append(step)
+        self.counts[step[0]] += 1
+        kind, *args = step
+        if kind == "restart" and args[0] == "coord":
+            self.plan = LinkPlan(self.member, {n: r.member for n, r in self.runners.items()},
+                                 self.table)
+            self.running = {local: self._name(m) for local, m in self.plan.records.items()}
+        elif kind == "restart":
+            self.runners[args[0]].up = True
+        elif kind == "crash" and args[0] == "coord":
+            self.counts["coordinator crashed"] += 1
+            self.plan = None
+            self.running, self.reconciles = {}, []
+            self.queued.clear()
+            for name in self.runners:
+                self._drop(name)
+            self.table = JobTable.from_state(self.table.to_state())  # what the log keeps
+        elif kind == "crash":
+            r = self.runners[args[0]]
+            self._drop(r.name)
+            r.up, r.holds = False, {}
+        elif kind == "drop":
+            self._drop(args[0])
+        elif kind == "again":  # the runner streams a result again, from batch 0
+            r = self.runners[args[0]]
+            r.holds[args[1]] = (r.holds[args[1]][0], 0)
+        elif kind == "submit":
+            self.table.submit("wordcount", {})
+        elif kind == "sync":
+            self._sync()
+        elif kind == "reconcile":
+            self._reconcile(*self.reconciles.pop(0))
+        elif kind == "connect":
+            self._connect(self.runners[args[0]])
+        elif kind == "deliver":
+            r = self.runners[args[0]]
+            self._at_runner(r, r.inbox.pop(0))
+        elif kind == "receive":
+            self._at_coordinator(self.runners[args[0]].outbox.pop(0))
+        elif kind == "work":
+            self._work(self.runners[args[0]], args[1])
+
+    def _name(self, member: Any) -> str:
+        return next(n for n, r in self.runners.items() if r.member == member)
+
+    def _drop(self, name: str) -> None:
+        r = self.runners[name]
+        r.linked, r.inbox, r.outbox = False, [], []
+
+    # -- the primary's links (JobsLive's shell, around the real LinkPlan)
+    def _sync(self) -> None:
+        assert self.plan is not None
+        for job in self.plan.cancels(self.table, lambda j: j.local_id in self.running):
+            runner = self.runners[self.running.pop(job.local_id)]
+            if runner.linked:
+                runner.inbox.append(("cancel", job.local_id))
+        for go in self.plan.launches(self.table):
+            self.running[go.local_id] = go.runner
+            r = self.runners[go.runner]
+            if r.linked:
+                r.inbox.append(("start", go.local_id, go.params))
+                self.table.started(go.key, go.local_id)
+            else:
+                self.queued[go.runner].append(go.local_id)
+
+    def _connect(self, r: Runner) -> None:
+        assert self.plan is not None
+        r.linked = True
+        # A new connection: what the runner holds streams again from batch 0.
+        r.holds = {local: (attempt, 0) for local, (attempt, _) in r.holds.items()}
+        mine = sorted(local for local, name in self.running.items()
+                      if name == r.name and local not in self.queued[r.name])
+        held = Held(r.member, tuple(JobId(self.member, x) for x in mine if x in r.holds),
+                    tuple(JobId(self.member, x) for x in mine if x not in r.holds))
+        answer = self.plan.held(self.table, held)
+        for key, local in answer.started:
+            self.table.started(key, local)
+        for job in answer.cancel:
+            self.running.pop(job.local_id, None)
+        self.reconciles += answer.reconcile
+        self.counts["lost"] += len(answer.cancel)
+        by_local = self.table.by_local()
+        for local in self.queued.pop(r.name, []):
+            key = by_local.get(local)
+            if key is not None:
+                entry = self.table.jobs[key]
+                r.inbox.append(("start", local, {"job": key, "attempt": entry.attempt}))
+        for key, local in self.plan.queued_started(self.table, r.member):
+            self.table.started(key, local)
+
+    def _reconcile(self, local: int, key: str) -> None:
+        entry = self.table.jobs.get(key)
+        if entry is None or entry.local_id != local:
+            return
+        attempt = Attempt(key, entry.attempt)
+        verdict = reconcile(attempt, self.out)
+        same, why = linkplan.lost_decision(verdict, attempt.staging(self.out).is_dir())
+        self.counts[f"reconciled {verdict.name}"] += 1
+        self.table.lost(key, local, same, why)
+
+    def _at_coordinator(self, message: Any) -> None:
+        assert self.plan is not None
+        kind, local, *rest = message
+        job = JobId(self.member, local)
+        if kind == "cancel":
+            self.running.pop(local, None)
+            verdict = self.plan.cancelled(self.table, Cancel(job, rest[0], rest[1], "refused"))
+            if verdict.meaning is CancelMeaning.LOST and verdict.key is not None:
+                self.table.lost(verdict.key, local, False, "refused")
+            elif verdict.meaning is CancelMeaning.FAILED and verdict.key is not None:
+                self.table.failed(verdict.key, local, "refused")
+            return
+        number, rows, last = rest
+        key, is_result = self.plan.result(self.table, job, 0)
+        if key is None or not is_result:
+            return
+        whole = self.table.batch(key, local, number, rows, last)
+        if whole is not None:
+            self.running.pop(local, None)
+            self._took(key, whole)
+
+    # -- the runner
+    def _at_runner(self, r: Runner, message: Any) -> None:
+        if message[0] == "cancel":
+            r.holds.pop(message[1], None)
+            return
+        _, local, params = message
+        attempt = Attempt(params["job"], params["attempt"])
+        staging = attempt.staging(self.out)
+        done = committed_attempt(self.out, attempt.job)
+        if done is not None and done != attempt.number:
+            self.fail(f"job {attempt.job} relaunched as attempt {attempt.number} after "
+                      f"attempt {done} committed")
+        if (is_finished(attempt.final(self.out)) or is_finished(staging)
+                or not staging.exists()):
+            r.holds[local] = (attempt, 0)
+        else:  # partial staging: its Spark lost the write; a new attempt is needed
+            self.counts["refused"] += 1
+            r.outbox.append(("cancel", local, r.member, int(RunnerCancelCode.ATTEMPT_REUSED)))
+
+    def _chunks(self, attempt: Attempt) -> list[bytes]:
+        final = attempt.final(self.out) / "part-0"
+        if not final.exists():
+            return [b""]
+        lines = final.read_bytes().splitlines(keepends=True)
+        return [b"".join(lines[i:i + ROWS_PER_BATCH])
+                for i in range(0, len(lines), ROWS_PER_BATCH)] or [b""]
+
+    def _work(self, r: Runner, local: int) -> None:
+        """One step of a held start: write the staging (two files), mark it finished,
+        commit it; then stream its result one batch a step."""
+        attempt, sent = r.holds[local]
+        staging, final = attempt.staging(self.out), attempt.final(self.out)
+        if not is_finished(final):
+            if not is_finished(staging):
+                self._compute(attempt, staging)
+            else:
+                commit(attempt, self.out)
+                self.counts["committed"] += 1
+            return
+        chunks = self._chunks(attempt)
+        r.outbox.append(("batch", local, sent, chunks[sent], sent == len(chunks) - 1))
+        r.holds[local] = (attempt, sent + 1)
+
+    def _compute(self, attempt: Attempt, staging: Path) -> None:
+        if is_finished(attempt.final(self.out)):
+            self.fail(f"job {attempt.job} computed again after its output was committed")
+        batch = int(attempt.job.rsplit("-", 1)[1]) - 1
+        if not (staging / "part-0").exists():
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir(parents=True)
+            (staging / "part-0").write_bytes(word_count(self.inputs[batch]))
+        else:
+            (staging / SUCCESS).write_bytes(b"")
+
+    # -- runs
+    def run(self, rng: Any, fault_steps: int, fault_rate: float) -> None:
+        self.do(("restart", "coord"))
+        for name in self.runners:
+            self.do(("restart", name))
+        for _ in range(fault_steps):
+            every = self.steps(faults=True)
+            progress = [s for s in every if s[0] not in FAULTS]
+            faults = [s for s in every if s[0] in FAULTS]
+            if faults and (not progress or rng.random() < fault_rate):
+                kind = rng.choice(sorted({f[0] for f in faults}))
+                self.do(rng.choice([f for f in faults if f[0] == kind]))
+            elif progress:
+                self.do(rng.choice(progress))
+        self.settle(rng)
+
+    def replay(self, trace: list[Step], rng: Any) -> None:
+        for step in trace:
+            if step in self.steps(faults=True):
+                self.do(step)
+        self.settle(rng)
+
+    def settle(self, rng: Any, end_steps: int = 5000) -> None:
+        for _ in range(end_steps):
+            progress = self.steps(faults=False)
+            if len(self.taken) == len(self.inputs) and not self.table.jobs:
+                self.check_end()
+                return
+            if not progress:
+                break
+            self.do(rng.choice(progress))
+        self.fail(f"no end: {len(self.taken)} of {len(self.inputs)} batches taken, jobs "
+                  f"left {sorted(self.table.jobs)}")
+
+    def fail(self, message: str) -> None:
+        raise SimFailure(message, list(self.trace))
+
+    def check_end(self) -> None:
+        want = collections.Counter(w for lines in self.inputs for line in lines
+                                   for w in line.split())
+        if self.totals != want:
+            self.fail(f"the totals {dict(self.totals)} are not the input's {dict(want)}")
+        if self.table.counts["done"] != len(self.inputs) or self.table.counts["failed"]:
+            self.fail(f"job counts {self.table.counts} for {len(self.inputs)} batches")
