@@ -19,7 +19,8 @@ lines. Not yet here: the jobs' wire protocol (``InitiatorJobs``/``ParticipantJob
 the results flowing on to the 2PC sinks (``pipe_world`` has those).
 
 Checked at the end of every run: every batch's result taken once, in order; the totals
-equal a word count of the whole input; nothing left running; and during the run no
+equal a word count of the whole input; nothing left running; and during the run no job
+counts a failed attempt (the word count never raises: a runner's loss is no failure), no
 runner computes a job whose output is already committed, and no job is started as a new
 attempt once one of its attempts committed.
 """
@@ -193,6 +194,9 @@ class JobsWorld:
             self._at_coordinator(self.runners[args[0]].outbox.pop(0))
         elif kind == "work":
             self._work(self.runners[args[0]], args[1])
+        failed = [k for k, e in self.table.jobs.items() if e.failures]
+        if failed:  # the word count never raises: only losses happen here
+            self.fail(f"job {failed[0]} counts a failed attempt: {self.table.jobs[failed[0]]}")
 
     def _name(self, member: Any) -> str:
         return next(n for n, r in self.runners.items() if r.member == member)

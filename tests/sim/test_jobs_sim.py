@@ -4,7 +4,8 @@ reconciled by the real ``LinkPlan`` that the primary's links ask, committed on t
 by the real staging rename, with the coordinator crashed (its table kept by the log),
 runners crashed between any two steps of a job's life, connections dropped and result
 streams sent again; each run checked for every batch's result taken once in order, the
-totals equal to a word count of the input, and no job started again after its commit.
+totals equal to a word count of the input, no loss counted as a failed attempt, and no job
+started again after its commit.
 Each mutation in ``jobs_mutants`` is found within ``MUTANT_SEEDS`` seeds. ``make chaos``
 runs many more seeds."""
 
