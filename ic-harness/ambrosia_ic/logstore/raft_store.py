@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -59,6 +58,7 @@ from .raft_entries import (
     encode_registration,
     part_body,
 )
+from .raft_rules import Silence, must_look, superseded
 
 __all__ = ["CHECKPOINT_PART", "HEARTBEAT", "LEASE", "RaftGroupCommit", "RaftLogStore"]
 
@@ -88,17 +88,13 @@ class RaftLogStore:
         self._reader = RaftClient(self.address.urls, self.address.secret, timeout=timeout,
                                   context=self._writer.context)
         self._sub: Subscription | None = None
-        self._seen_epoch_at = time.monotonic()
         self.lease = lease
-        # A read that took longer than this was a stall of the cluster, not a silence of
-        # the primary (its heartbeats wait for the same leader).
-        self.stall = lease / 4
-        self.stalled_for = 0.0  # the longest stall since the owner last took it
         # After a stall, the primary's client may find the new leader later than ours:
         # up to one unanswered request and one election grace (``raft.client``).
-        self._rediscovery = self._writer.response_ttl + self._writer.election_grace
+        self.silence = Silence(time.monotonic(), lease,
+                               self._writer.response_ttl + self._writer.election_grace)
         # When this store's last entry that counted (its claim, or an append) was sent.
-        self._counted_sent_at = -math.inf
+        self._counted_sent_at = -float("inf")
         self._read_lock = asyncio.Lock()
         self._unread: list[Event] = []
 
@@ -143,15 +139,10 @@ class RaftLogStore:
                 if until is None or self.view.last_index >= until:
                     break
                 await asyncio.sleep(0.005)  # the commit index reached a follower late
-            answered = time.monotonic()
-            if answered - asked > self.stall:
-                # This reader was blind meanwhile: the primary gets a fresh lease from
-                # the moment the cluster answers again (and its client found the leader).
-                self.stalled_for = max(self.stalled_for, answered - asked)
-                self._seen_epoch_at = max(self._seen_epoch_at, answered + self._rediscovery)
+            self.silence.read(asked, time.monotonic())
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in out):
-            self._seen_epoch_at = max(self._seen_epoch_at, time.monotonic())
+            self.silence.saw_epoch(time.monotonic())
         return out
 
     def drain_events(self) -> list[Event]:
@@ -179,9 +170,16 @@ class RaftLogStore:
     def silent_for(self) -> float:
         """Seconds since this reader last saw anything of the current epoch (infinite
         once its holder resigned: nobody is left to wait for)."""
-        if self.view.resigned:
-            return math.inf
-        return time.monotonic() - self._seen_epoch_at
+        return self.silence.silent_for(time.monotonic(), self.view.resigned)
+
+    @property
+    def stalled_for(self) -> float:
+        """The longest stall of the cluster since the owner last took it (set to 0)."""
+        return self.silence.stalled_for
+
+    @stalled_for.setter
+    def stalled_for(self, value: float) -> None:
+        self.silence.stalled_for = value
 
     # ------------------------------------------------------------------ writing
     async def claim(self, holder: dict[str, Any], *, after: int | None = None,
@@ -216,6 +214,8 @@ class RaftLogStore:
     def check(self) -> None:
         """Raises LockLostError if a newer epoch was claimed (as far as the view knows), or
         this store holds none (never claimed, or resigned)."""
+        if not superseded(self.held, self.view.epoch):
+            return
         if self.held is None:
             raise LockLostError(f"raft log of {self.name}: this store holds no epoch (not "
                                 "claimed, or resigned); it writes nothing")
@@ -230,7 +230,7 @@ class RaftLogStore:
 
     async def _append_fenced(self, data: bytes) -> int:
         fresh = self._counted_sent_at
-        while time.monotonic() - fresh > self.lease / 2:
+        while must_look(time.monotonic(), fresh, self.lease):
             # Long enough since the last entry that counted, or since the last look, for
             # a standby to have claimed (a pause, a stall, a leader election): look
             # before writing, and again if a pause came between the look and the send.
