@@ -16,7 +16,6 @@ import heapq
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ambrosia_ic.logstore import raft_rules
 from ambrosia_ic.logstore.raft_entries import (
@@ -106,10 +105,15 @@ class Replica:
         """Look if the rules say so, send, and wait for the commit: each a step of its
         own, a pause may come between any two."""
         while raft_rules.must_look(self.w.now, self.fresh, LEASE):
+            # The lease may have run out: a look that finds no claim does not stop one
+            # in flight, so the primary renews by claiming the next epoch itself.
             yield from self.read(self.w.now)
             if raft_rules.superseded(self.held, self.view.epoch):
                 return self.fence()
-            self.fresh = self.w.now
+            yield from self.w.maybe_pause(self)
+            yield from self.claim(renew=True)
+            if self.held is None:
+                return self.fence()
             yield from self.w.maybe_pause(self)
         if raft_rules.superseded(self.held, self.view.epoch):
             return self.fence()
@@ -136,7 +140,9 @@ class Replica:
         self.held = None
         self.role = "standby"  # rejoins as a standby by itself
 
-    def claim(self) -> Iterator[float]:
+    def claim(self, renew: bool = False) -> Iterator[float]:
+        """Claim the next epoch (``renew``: the primary, after its lease may have run
+        out; it loses its epoch if another claim came first)."""
         epoch = self.view.epoch + 1
         sent = self.w.now
         reqid = self.w.cluster.send(sent, encode_claim(NAME, epoch, {"replica": self.number}),
@@ -144,7 +150,9 @@ class Replica:
         yield from self.committed(reqid)
         if self.view.epoch == epoch and self.view.claim_reqid == reqid:
             self.held, self.fresh, self.role = epoch, sent, "primary"
-            self.w.counts["claimed"] += 1
+            self.w.counts["renewed" if renew else "claimed"] += 1
+        elif renew:
+            self.held = None
 
     def run(self) -> Iterator[float]:
         while self.w.now < self.w.until:
@@ -173,7 +181,7 @@ class RaftWorld:
         self.now = 0.0
         self.until = 12.0
         self.sent: list[tuple[float, int, int]] = []  # (sent, epoch, replica)
-        self.counts: dict[str, int] = {k: 0 for k in ("appended", "fenced", "claimed",
+        self.counts: dict[str, int] = {k: 0 for k in ("appended", "fenced", "claimed", "renewed",
                                                        "pause", "stall")}
         self.replicas = [Replica(self, k) for k in range(self.rng.choice((2, 3)))]
         if self.rng.random() < 0.5:
