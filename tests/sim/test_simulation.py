@@ -20,7 +20,8 @@ import collections
 import pytest
 
 from tests.sim.__main__ import main as sweep
-from tests.sim.mutants import MUTANTS
+from tests.sim.mutants import MUTANTS, RAFT_MUTANTS
+from tests.sim.raftlog import run_raft
 from tests.sim.world import Scenario, SimFailure, explain
 
 CHUNKS = 10
@@ -101,3 +102,36 @@ def test_the_sweep_command_summarises_and_fails_on_a_failing_seed(
     assert sweep(["--seeds", "2"]) == 1
     out = capsys.readouterr().out
     assert "seed 0 (" in out and "a shortest run found" in out and ": 2 failed;" in out
+
+
+RAFT_SEEDS = 1000  # simulated Raft clusters per CI run
+
+
+def _first_failing_raft(limit: int) -> int | None:
+    for seed in range(limit):
+        try:
+            run_raft(seed)
+        except SimFailure:
+            return seed
+    return None
+
+
+def test_a_raft_primary_never_writes_after_a_newer_claim() -> None:
+    """Paused primaries, lost leaders and stalls past the lease: no entry of an epoch is
+    sent once a newer claim is committed, and fenced primaries rejoin as standbys."""
+    seen: collections.Counter[str] = collections.Counter()
+    for seed in range(RAFT_SEEDS):
+        try:
+            seen.update(run_raft(seed))
+        except SimFailure as failed:
+            pytest.fail(str(failed), pytrace=False)
+    for what in ("pause", "stall", "fenced", "renewed"):
+        assert seen[what] >= 100, (what, seen)
+    assert seen["claimed"] > RAFT_SEEDS  # takeovers beyond each first start
+
+
+@pytest.mark.parametrize("mutant", sorted(RAFT_MUTANTS))
+def test_each_raft_mutant_is_found(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    module, name, wrong = RAFT_MUTANTS[mutant]
+    monkeypatch.setattr(module, name, wrong)
+    assert _first_failing_raft(MUTANT_SEEDS) is not None, f"not found: {mutant}"
