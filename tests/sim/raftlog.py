@@ -88,6 +88,7 @@ class Replica:
         self.held: int | None = None
         self.fresh = -float("inf")  # when the last entry that counted (or a look) was sent
         self.role = "standby"
+        self.was_fenced = False
 
     def read(self, asked: float) -> Iterator[float]:
         """Catch up: the answer comes after a delay (longer in a stall)."""
@@ -111,8 +112,9 @@ class Replica:
             if raft_rules.superseded(self.held, self.view.epoch):
                 return self.fence()
             yield from self.w.maybe_pause(self)
-            yield from self.claim(renew=True)
-            if self.held is None:
+            held = self.held
+            yield from self.claim(after=held)
+            if self.held == held:
                 return self.fence()
             yield from self.w.maybe_pause(self)
         if raft_rules.superseded(self.held, self.view.epoch):
@@ -121,6 +123,7 @@ class Replica:
         sent = self.w.now
         reqid = self.w.cluster.send(sent, data(self.held), self.number)
         self.w.sent.append((sent, self.held, self.number))
+        self.w.note(f"replica {self.number} sends an entry of epoch {self.held}")
         yield from self.committed(reqid)
         if raft_rules.superseded(self.held, self.view.epoch):
             return self.fence()
@@ -137,13 +140,24 @@ class Replica:
 
     def fence(self) -> None:
         self.w.counts["fenced"] += 1
+        self.w.note(f"replica {self.number} fenced by epoch {self.view.epoch}")
         self.held = None
         self.role = "standby"  # rejoins as a standby by itself
+        self.was_fenced = True
 
-    def claim(self, renew: bool = False) -> Iterator[float]:
-        """Claim the next epoch (``renew``: the primary, after its lease may have run
-        out; it loses its epoch if another claim came first)."""
+    def claim(self, after: int | None = None, if_silent: bool = False) -> Iterator[float]:
+        """Claim the epoch after ``after`` as ``RaftLogStore.claim`` does: read first;
+        nothing if a newer epoch came (or, ``if_silent``, the holder spoke meanwhile).
+        A primary renews with it after its lease may have run out."""
+        yield from self.read(self.w.now)
+        if after is not None and self.view.epoch != after:
+            return
+        silent = self.silence.silent_for(self.w.now, self.view.resigned)
+        if if_silent and not raft_rules.may_claim(silent, LEASE):
+            return
         epoch = self.view.epoch + 1
+        renew = self.held is not None
+        self.w.note(f"replica {self.number} claims epoch {epoch}")
         sent = self.w.now
         reqid = self.w.cluster.send(sent, encode_claim(NAME, epoch, {"replica": self.number}),
                                     self.number)
@@ -151,8 +165,9 @@ class Replica:
         if self.view.epoch == epoch and self.view.claim_reqid == reqid:
             self.held, self.fresh, self.role = epoch, sent, "primary"
             self.w.counts["renewed" if renew else "claimed"] += 1
-        elif renew:
-            self.held = None
+            if self.was_fenced:  # a fenced primary that followed as a standby, primary again
+                self.w.counts["rejoined"] += 1
+                self.was_fenced = False
 
     def run(self) -> Iterator[float]:
         while self.w.now < self.w.until:
@@ -160,6 +175,9 @@ class Replica:
                 yield LEASE / 5 * self.w.rng.uniform(0.5, 1.0)
                 yield from self.w.maybe_pause(self)
                 if self.role != "primary":
+                    continue
+                if self.w.rng.random() < 0.01:
+                    yield from self.crash()
                     continue
                 if self.w.rng.random() < 0.5:
                     yield from self.append(lambda e: encode_heartbeat(NAME, e))
@@ -169,8 +187,20 @@ class Replica:
                 yield 0.05
                 yield from self.read(self.w.now)
                 silent = self.silence.silent_for(self.w.now, self.view.resigned)
-                if self.view.epoch == 0 or raft_rules.may_claim(silent, LEASE):
-                    yield from self.claim()
+                if self.view.epoch == 0:
+                    yield from self.claim(after=0)
+                elif raft_rules.may_claim(silent, LEASE):
+                    yield from self.claim(after=self.view.epoch, if_silent=True)
+
+    def crash(self) -> Iterator[float]:
+        """The primary's process dies (its entries in flight still commit) and starts
+        again as a standby with nothing but the log."""
+        self.w.counts["crash"] += 1
+        self.w.note(f"replica {self.number} crashes")
+        yield self.w.rng.uniform(0.1, 3.0) * LEASE
+        self.view = InstanceView(NAME)
+        self.silence = raft_rules.Silence(self.w.now, LEASE)
+        self.held, self.fresh, self.role = None, -float("inf"), "standby"
 
 
 class RaftWorld:
@@ -182,7 +212,9 @@ class RaftWorld:
         self.until = 12.0
         self.sent: list[tuple[float, int, int]] = []  # (sent, epoch, replica)
         self.counts: dict[str, int] = {k: 0 for k in ("appended", "fenced", "claimed", "renewed",
-                                                       "pause", "stall")}
+                                                       "pause", "stall", "crash",
+                                                       "rejoined")}
+        self.trace: list[str] = []
         self.replicas = [Replica(self, k) for k in range(self.rng.choice((2, 3)))]
         if self.rng.random() < 0.5:
             start = self.rng.uniform(1, 8)
@@ -191,10 +223,15 @@ class RaftWorld:
         else:
             self._stall = None
 
+    def note(self, what: str) -> None:
+        self.trace.append(f"{self.now:7.3f} {what}")
+
     def maybe_pause(self, r: Replica) -> Iterator[float]:
         if r.role == "primary" and self.rng.random() < 0.04:
             self.counts["pause"] += 1
-            yield self.rng.uniform(0.1, 3.0) * LEASE
+            pause = self.rng.uniform(0.1, 3.0) * LEASE
+            self.note(f"replica {r.number} paused {pause:.3f} s")
+            yield pause
 
     def run(self) -> RaftWorld:
         queue: list[tuple[float, int, Iterator[float]]] = []
@@ -207,6 +244,7 @@ class RaftWorld:
             if self._stall and self._stall[0] <= at:
                 self.cluster.stall_until, self._stall = self._stall[1], None
                 self.counts["stall"] += 1
+                self.note(f"the leader is lost until {self.cluster.stall_until:.3f}")
             self.cluster.commit(at)
             try:
                 step = next(gen)
@@ -229,8 +267,10 @@ class RaftWorld:
             if newer:
                 raise SimFailure(
                     f"raft seed {self.seed}: replica {who} sent an entry of epoch {epoch} at "
-                    f"{sent:.3f}, after a newer claim was committed at {min(newer):.3f}", [])
+                    f"{sent:.3f}, after a newer claim was committed at {min(newer):.3f}; the run's "
+                    "last steps:\n" + "\n".join(self.trace[-12:]), [])
 
 
 def run_raft(seed: int) -> dict[str, int]:
-    return RaftWorld(seed).run().counts
+    """One simulated cluster's run (raises ``SimFailure``): what it did, counted."""
+    return {f"raft {k}": n for k, n in RaftWorld(seed).run().counts.items()}

@@ -50,6 +50,11 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     assert seen["moved"] >= 10 and seen["overlap"] >= 1, seen
     assert seen["upgraded"] >= 40 and seen["upgrade afresh"] >= 10, seen
     assert seen["upgrade finished"] >= 1, seen
+    # A tenth of the seeds run a simulated Raft cluster too (``raftlog``): paused and
+    # crashed primaries, lost leaders and stalls past the lease.
+    for what in ("raft pause", "raft fenced", "raft renewed", "raft crash", "raft stall",
+                 "raft rejoined"):
+        assert seen[what] >= 20, (what, seen)
 
 
 def _first_failing(limit: int) -> int | None:
@@ -104,8 +109,6 @@ def test_the_sweep_command_summarises_and_fails_on_a_failing_seed(
     assert "seed 0 (" in out and "a shortest run found" in out and ": 2 failed;" in out
 
 
-RAFT_SEEDS = 1000  # simulated Raft clusters per CI run
-
 
 def _first_failing_raft(limit: int) -> int | None:
     for seed in range(limit):
@@ -114,20 +117,6 @@ def _first_failing_raft(limit: int) -> int | None:
         except SimFailure:
             return seed
     return None
-
-
-def test_a_raft_primary_never_writes_after_a_newer_claim() -> None:
-    """Paused primaries, lost leaders and stalls past the lease: no entry of an epoch is
-    sent once a newer claim is committed, and fenced primaries rejoin as standbys."""
-    seen: collections.Counter[str] = collections.Counter()
-    for seed in range(RAFT_SEEDS):
-        try:
-            seen.update(run_raft(seed))
-        except SimFailure as failed:
-            pytest.fail(str(failed), pytrace=False)
-    for what in ("pause", "stall", "fenced", "renewed"):
-        assert seen[what] >= 100, (what, seen)
-    assert seen["claimed"] > RAFT_SEEDS  # takeovers beyond each first start
 
 
 @pytest.mark.parametrize("mutant", sorted(RAFT_MUTANTS))
