@@ -5,11 +5,13 @@ upgraded live (``upgrade``), with back-pressure pausing their inbound links, thr
 crashes (unsynced writes lost, a log whose directory entry was not synced lost, a write
 in progress cut short, a checkpoint being written left as its temporary file), bits
 flipped in logs, checkpoints and registrations, files lost, dropped connections,
-partitions and heals, paused primaries and takeovers; each checked for exactly-once,
+partitions and heals, paused primaries and takeovers, and in a tenth of them a simulated
+Raft cluster (``raftlog``); each checked for exactly-once,
 in-order delivery, every awaited answer, one writer per epoch, no link read past
 back-pressure's limits, recovered states equal to replays of their logs, followers
 equal to their primary, and damage refused in one line naming its file or repaired,
-never read as valid, never a silent rollback.
+never read as valid, never a silent rollback, and no Raft entry of an epoch sent after
+a newer claim was committed.
 Each mutation of the coordinator's rules in ``mutants`` is found within the seeds run
 here, and a failing seed reproduces exactly and shrinks to a short run."""
 
