@@ -150,8 +150,8 @@ class Replica:
         nothing if a newer epoch came (or, ``if_silent``, the holder spoke meanwhile).
         A primary renews with it after its lease may have run out."""
         yield from self.read(self.w.now)
-        if after is not None and self.view.epoch != after:
-            return
+        if after is not None and raft_rules.superseded(after, self.view.epoch):
+            return  # another claim came first: claiming past it would fence its winner
         silent = self.silence.silent_for(self.w.now, self.view.resigned)
         if if_silent and not raft_rules.may_claim(silent, LEASE):
             return

@@ -199,7 +199,7 @@ class RaftLogStore:
                 past the lease (the catch-up may have stalled, which restarts the silence).
         """
         await self._catch_up()
-        if after is not None and self.view.epoch != after:
+        if after is not None and superseded(after, self.view.epoch):
             return False
         if if_silent and self.silent_for() <= self.lease:
             return False
