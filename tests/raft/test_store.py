@@ -141,6 +141,32 @@ def test_a_primary_silent_past_half_its_lease_looks_before_writing_and_writes_no
     run(body)
 
 
+def test_a_primary_silent_past_half_its_lease_renews_by_claiming_before_it_writes(
+        cluster: LocalCluster) -> None:
+    """A look that finds no newer claim does not stop one in flight: a primary that sent
+    nothing that counted for half a lease claims the next epoch itself (the first claim of
+    an epoch wins, so a standby's claim in flight would fence it), then writes on."""
+    name = fresh()
+
+    async def body() -> None:
+        a = RaftLogStore(cluster.address, name, lease=0.4)
+        try:
+            assert await a.claim({"replica": 1}) and a.held == 1
+            await a.append([b"a0"])
+            await asyncio.sleep(0.25)  # paused past half its lease, nobody claimed
+            await a.append([b"a1"])
+            assert a.held == 2 and a.view.holder == {"replica": 1}
+            await a.heartbeat()  # within half a lease of the renewal: no new claim
+            assert a.held == 2
+        finally:
+            a.close()
+        records, view = await committed(cluster, name)
+        assert records == [b"a0", b"a1"]
+        assert view.epoch == 2 and view.fenced_count == 0
+
+    run(body)
+
+
 def test_racing_claims_have_one_winner(cluster: LocalCluster) -> None:
     name = fresh()
 

@@ -15,7 +15,7 @@ from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
 from ambrosia_ic.coordinator.start_plan import StartPlan, UpgradePlan
 from ambrosia_ic.links import LinkOutbox
-from ambrosia_ic.logstore import log_path
+from ambrosia_ic.logstore import log_path, raft_rules
 from ambrosia_ic.logstore import records as log_records
 from ambrosia_ic.logstore.records import LogScan
 from ambrosia_ic.registry import instances as registrations
@@ -23,7 +23,7 @@ from ambrosia_ic.replication import checkpointer
 
 from ambrosia_core.errors import UnexpectedMessageError
 
-__all__ = ["MUTANTS"]
+__all__ = ["MUTANTS", "RAFT_MUTANTS"]
 
 
 def _take_whole(self: LinkIntake, sender: str, seq_id: int, calls: int,
@@ -266,4 +266,28 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                   _next_log_unsynced),
     "a registration's check bytes are not looked at": (registrations, "_check_of",
                                                        _registration_unchecked),
+}
+
+
+def _never_look(now: float, fresh: float, lease: float) -> bool:
+    """A Raft primary sends without renewing however long it was paused."""
+    return False
+
+
+def _claim_early(silent: float, lease: float, *, ended: bool = False) -> bool:
+    """A standby claims before the primary's lease ran out."""
+    return silent > lease / 4 or ended
+
+
+def _superseded_only_unclaimed(held: int | None, epoch: int) -> bool:
+    """A superseded epoch taken as current: only a store that never claimed is fenced."""
+    return held is None
+
+
+# Mutants of the Raft store's rules, found by ``raftlog`` runs.
+RAFT_MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
+    "a Raft append skips the look after a long pause": (raft_rules, "must_look", _never_look),
+    "a Raft standby claims before the lease ran out": (raft_rules, "may_claim", _claim_early),
+    "a superseded Raft epoch is taken as current": (raft_rules, "superseded",
+                                                    _superseded_only_unclaimed),
 }

@@ -5,11 +5,13 @@ upgraded live (``upgrade``), with back-pressure pausing their inbound links, thr
 crashes (unsynced writes lost, a log whose directory entry was not synced lost, a write
 in progress cut short, a checkpoint being written left as its temporary file), bits
 flipped in logs, checkpoints and registrations, files lost, dropped connections,
-partitions and heals, paused primaries and takeovers; each checked for exactly-once,
+partitions and heals, paused primaries and takeovers, and in a tenth of them a simulated
+Raft cluster (``raftlog``); each checked for exactly-once,
 in-order delivery, every awaited answer, one writer per epoch, no link read past
 back-pressure's limits, recovered states equal to replays of their logs, followers
 equal to their primary, and damage refused in one line naming its file or repaired,
-never read as valid, never a silent rollback.
+never read as valid, never a silent rollback, and no Raft entry of an epoch sent after
+a newer claim was committed.
 Each mutation of the coordinator's rules in ``mutants`` is found within the seeds run
 here, and a failing seed reproduces exactly and shrinks to a short run."""
 
@@ -20,7 +22,8 @@ import collections
 import pytest
 
 from tests.sim.__main__ import main as sweep
-from tests.sim.mutants import MUTANTS
+from tests.sim.mutants import MUTANTS, RAFT_MUTANTS
+from tests.sim.raftlog import run_raft
 from tests.sim.world import Scenario, SimFailure, explain
 
 CHUNKS = 10
@@ -49,6 +52,11 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     assert seen["moved"] >= 10 and seen["overlap"] >= 1, seen
     assert seen["upgraded"] >= 40 and seen["upgrade afresh"] >= 10, seen
     assert seen["upgrade finished"] >= 1, seen
+    # A tenth of the seeds run a simulated Raft cluster too (``raftlog``): paused and
+    # crashed primaries, lost leaders and stalls past the lease.
+    for what in ("raft pause", "raft fenced", "raft renewed", "raft crash", "raft stall",
+                 "raft rejoined"):
+        assert seen[what] >= 20, (what, seen)
 
 
 def _first_failing(limit: int) -> int | None:
@@ -101,3 +109,20 @@ def test_the_sweep_command_summarises_and_fails_on_a_failing_seed(
     assert sweep(["--seeds", "2"]) == 1
     out = capsys.readouterr().out
     assert "seed 0 (" in out and "a shortest run found" in out and ": 2 failed;" in out
+
+
+
+def _first_failing_raft(limit: int) -> int | None:
+    for seed in range(limit):
+        try:
+            run_raft(seed)
+        except SimFailure:
+            return seed
+    return None
+
+
+@pytest.mark.parametrize("mutant", sorted(RAFT_MUTANTS))
+def test_each_raft_mutant_is_found(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    module, name, wrong = RAFT_MUTANTS[mutant]
+    monkeypatch.setattr(module, name, wrong)
+    assert _first_failing_raft(MUTANT_SEEDS) is not None, f"not found: {mutant}"

@@ -1021,6 +1021,7 @@ class Scenario:
     replicas: int = 1
     secondary: bool = False  # the replicas have a checkpointing secondary
     upgrades: bool = False  # the standalone instances may be upgraded live
+    raft: bool = False  # a simulated Raft cluster's replicas run too (``raftlog``)
 
     @classmethod
     def of(cls, seed: int) -> Scenario:
@@ -1030,7 +1031,8 @@ class Scenario:
                    fault_steps=rng.randrange(20, 120),
                    fault_rate=rng.choice([0.05, 0.15, 0.3]),
                    replicas=rng.choice([1, 1, 2, 3]), secondary=rng.random() < 0.5,
-                   upgrades=rng.random() < 0.5)
+                   upgrades=rng.random() < 0.5,
+                   raft=random.Random(seed ^ 0x7AF7).random() < 0.1)
 
     def world(self) -> World:
         return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
@@ -1041,13 +1043,20 @@ class Scenario:
         """The run the seed draws (raises ``SimFailure``)."""
         w = self.world()
         w.run(random.Random(self.seed), self.fault_steps, self.fault_rate)
+        return self._raft(w)
+
+    def _raft(self, w: World) -> World:
+        if self.raft:
+            from .raftlog import run_raft  # raftlog raises this module's SimFailure
+
+            w.counts.update(run_raft(self.seed))
         return w
 
     def replay(self, trace: list[Step]) -> World:
         """``trace``'s steps, then settled as the seed would (raises ``SimFailure``)."""
         w = self.world()
         w.replay(trace, random.Random(self.seed))
-        return w
+        return self._raft(w)
 
     def fails(self, trace: list[Step]) -> bool:
         try:

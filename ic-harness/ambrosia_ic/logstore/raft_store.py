@@ -22,7 +22,9 @@ standbys on different hosts each hold a ``RaftLogStore`` on the same cluster.
   The lease keeps a fenced primary from writing at all: a claim is sent no sooner than
   a lease after the primary's last entry that counted was sent, so a primary that sends
   within half a lease of that needs no look; after longer (a pause, a stall), it reads
-  the log first and, finding a newer claim, sends nothing.
+  the log first and, finding a newer claim, sends nothing; finding none, it renews by
+  claiming the next epoch itself (a look does not stop a claim in flight), and writes on
+  only if its claim was the first of that epoch.
 - Checkpoints are written as parts and an end entry carrying their XXH64; readers verify
   the check bytes before a byte of the checkpoint is used.
 """
@@ -31,9 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import xxhash
@@ -59,6 +60,7 @@ from .raft_entries import (
     encode_registration,
     part_body,
 )
+from .raft_rules import Silence, must_look, superseded
 
 __all__ = ["CHECKPOINT_PART", "HEARTBEAT", "LEASE", "RaftGroupCommit", "RaftLogStore"]
 
@@ -88,17 +90,14 @@ class RaftLogStore:
         self._reader = RaftClient(self.address.urls, self.address.secret, timeout=timeout,
                                   context=self._writer.context)
         self._sub: Subscription | None = None
-        self._seen_epoch_at = time.monotonic()
         self.lease = lease
-        # A read that took longer than this was a stall of the cluster, not a silence of
-        # the primary (its heartbeats wait for the same leader).
-        self.stall = lease / 4
-        self.stalled_for = 0.0  # the longest stall since the owner last took it
         # After a stall, the primary's client may find the new leader later than ours:
         # up to one unanswered request and one election grace (``raft.client``).
-        self._rediscovery = self._writer.response_ttl + self._writer.election_grace
+        self.silence = Silence(time.monotonic(), lease,
+                               self._writer.response_ttl + self._writer.election_grace)
         # When this store's last entry that counted (its claim, or an append) was sent.
-        self._counted_sent_at = -math.inf
+        self._counted_sent_at = -float("inf")
+        self._holder: dict[str, Any] = {}  # what this store's claims say of it
         self._read_lock = asyncio.Lock()
         self._unread: list[Event] = []
 
@@ -143,15 +142,10 @@ class RaftLogStore:
                 if until is None or self.view.last_index >= until:
                     break
                 await asyncio.sleep(0.005)  # the commit index reached a follower late
-            answered = time.monotonic()
-            if answered - asked > self.stall:
-                # This reader was blind meanwhile: the primary gets a fresh lease from
-                # the moment the cluster answers again (and its client found the leader).
-                self.stalled_for = max(self.stalled_for, answered - asked)
-                self._seen_epoch_at = max(self._seen_epoch_at, answered + self._rediscovery)
+            self.silence.read(asked, time.monotonic())
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in out):
-            self._seen_epoch_at = max(self._seen_epoch_at, time.monotonic())
+            self.silence.saw_epoch(time.monotonic())
         return out
 
     def drain_events(self) -> list[Event]:
@@ -179,9 +173,16 @@ class RaftLogStore:
     def silent_for(self) -> float:
         """Seconds since this reader last saw anything of the current epoch (infinite
         once its holder resigned: nobody is left to wait for)."""
-        if self.view.resigned:
-            return math.inf
-        return time.monotonic() - self._seen_epoch_at
+        return self.silence.silent_for(time.monotonic(), self.view.resigned)
+
+    @property
+    def stalled_for(self) -> float:
+        """The longest stall of the cluster since the owner last took it (set to 0)."""
+        return self.silence.stalled_for
+
+    @stalled_for.setter
+    def stalled_for(self, value: float) -> None:
+        self.silence.stalled_for = value
 
     # ------------------------------------------------------------------ writing
     async def claim(self, holder: dict[str, Any], *, after: int | None = None,
@@ -198,7 +199,7 @@ class RaftLogStore:
                 past the lease (the catch-up may have stalled, which restarts the silence).
         """
         await self._catch_up()
-        if after is not None and self.view.epoch != after:
+        if after is not None and superseded(after, self.view.epoch):
             return False
         if if_silent and self.silent_for() <= self.lease:
             return False
@@ -209,6 +210,7 @@ class RaftLogStore:
         await self._catch_up(until=index)
         if self.view.epoch == epoch and self.view.claim_reqid == rid:
             self.held = epoch
+            self._holder = holder
             self._counted_sent_at = sent
             return True
         return False
@@ -216,6 +218,8 @@ class RaftLogStore:
     def check(self) -> None:
         """Raises LockLostError if a newer epoch was claimed (as far as the view knows), or
         this store holds none (never claimed, or resigned)."""
+        if not superseded(self.held, self.view.epoch):
+            return
         if self.held is None:
             raise LockLostError(f"raft log of {self.name}: this store holds no epoch (not "
                                 "claimed, or resigned); it writes nothing")
@@ -228,18 +232,22 @@ class RaftLogStore:
                 f"primary's epoch {self.held}; it was fenced off and writes no more (an "
                 "entry it sent before it saw the claim counts for no reader)")
 
-    async def _append_fenced(self, data: bytes) -> int:
-        fresh = self._counted_sent_at
-        while time.monotonic() - fresh > self.lease / 2:
-            # Long enough since the last entry that counted, or since the last look, for
-            # a standby to have claimed (a pause, a stall, a leader election): look
-            # before writing, and again if a pause came between the look and the send.
+    async def _append_fenced(self, encode: Callable[[int], bytes]) -> int:
+        while must_look(time.monotonic(), self._counted_sent_at, self.lease):
+            # Long enough since the last entry that counted for a standby to have claimed
+            # (a pause, a stall, a leader election). A look that finds no claim does not
+            # stop one in flight: the primary renews by claiming the next epoch itself,
+            # which only the first claim of that epoch wins; losing it, it sends nothing.
+            held = self.held
             await self._catch_up()
             self.check()
-            fresh = time.monotonic()
+            if not await self.claim(self._holder, after=held):
+                self.check()  # another claim came first: the view is past ``held``
+                raise LockLostError(f"raft log of {self.name}: epoch {held} not renewed")
         self.check()
+        assert self.held is not None
         sent = time.monotonic()
-        index = await self._writer.request_update(data)
+        index = await self._writer.request_update(encode(self.held))
         await self._catch_up(until=index)
         self.check()  # a claim committed before our entry: everyone ignores it
         self._counted_sent_at = sent
@@ -253,13 +261,12 @@ class RaftLogStore:
                 fenced by a newer claim); the records do not count for any reader.
         """
         self.check()
-        assert self.held is not None
-        return await self._append_fenced(encode_records(self.name, self.held, records))
+        return await self._append_fenced(lambda epoch: encode_records(self.name, epoch, records))
 
     async def heartbeat(self) -> None:
         """Renew the lease (the primary, when it has nothing to append)."""
         assert self.held is not None, "heartbeat before claim"
-        await self._append_fenced(encode_heartbeat(self.name, self.held))
+        await self._append_fenced(lambda epoch: encode_heartbeat(self.name, epoch))
 
     async def resign(self) -> None:
         """Give up the epoch (a primary that stops): standbys claim the next one without
@@ -269,7 +276,7 @@ class RaftLogStore:
             LockLostError: a newer epoch was claimed already (nothing to give up).
         """
         assert self.held is not None, "resign before claim"
-        await self._append_fenced(encode_heartbeat(self.name, self.held, resign=True))
+        await self._append_fenced(lambda epoch: encode_heartbeat(self.name, epoch, resign=True))
         self.held = None
 
     # ------------------------------------------------------------------ checkpoints

@@ -59,6 +59,7 @@ from ..logstore import (
     remove_unkept,
 )
 from ..logstore.raft_entries import Records
+from ..logstore.raft_rules import may_claim
 from ..logstore.raft_store import RaftLogStore
 from ..logstore.watermarks import checked, decode_watermarks
 from ..raft.errors import RaftError
@@ -249,7 +250,7 @@ class RaftReplica:
             silent = self.store.silent_for()
             ended = self.watch.gone == view.epoch and not math.isinf(silent)
             claiming = time.monotonic()
-            if (silent > self.lease or ended) and await self.store.claim(
+            if may_claim(silent, self.lease, ended=ended) and await self.store.claim(
                     self._info(), after=view.epoch, if_silent=not ended):
                 self.watch.stop()
                 if self.store.view.record_count == 0:
