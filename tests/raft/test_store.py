@@ -150,14 +150,18 @@ def test_a_primary_silent_past_half_its_lease_renews_by_claiming_before_it_write
 
     async def body() -> None:
         a = RaftLogStore(cluster.address, name, lease=0.4)
+        renewed: list[int] = []
+        a.on_renewed = renewed.append  # the replica rewrites its epoch file there
         try:
             assert await a.claim({"replica": 1}) and a.held == 1
             await a.append([b"a0"])
+            assert renewed == []  # a first claim is no renewal
             await asyncio.sleep(0.25)  # paused past half its lease, nobody claimed
             await a.append([b"a1"])
             assert a.held == 2 and a.view.holder == {"replica": 1}
+            assert renewed == [2]
             await a.heartbeat()  # within half a lease of the renewal: no new claim
-            assert a.held == 2
+            assert a.held == 2 and renewed == [2]
         finally:
             a.close()
         records, view = await committed(cluster, name)

@@ -98,6 +98,8 @@ class RaftLogStore:
         # When this store's last entry that counted (its claim, or an append) was sent.
         self._counted_sent_at = -float("inf")
         self._holder: dict[str, Any] = {}  # what this store's claims say of it
+        # Told the new epoch when this primary renewed by claiming it (its epoch file).
+        self.on_renewed: Callable[[int], None] = lambda epoch: None
         self._read_lock = asyncio.Lock()
         self._unread: list[Event] = []
 
@@ -244,6 +246,8 @@ class RaftLogStore:
             if not await self.claim(self._holder, after=held):
                 self.check()  # another claim came first: the view is past ``held``
                 raise LockLostError(f"raft log of {self.name}: epoch {held} not renewed")
+            assert self.held is not None
+            self.on_renewed(self.held)
         self.check()
         assert self.held is not None
         sent = time.monotonic()

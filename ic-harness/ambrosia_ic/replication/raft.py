@@ -156,6 +156,7 @@ class RaftReplica:
             raise CoordinatorError(f"{reg.instance_name} has no raft:// log store")
         self.shared_dir = registry.instance_dir(reg)  # where senders here look
         self.store = RaftLogStore(reg.log_store, reg.log_key, lease=reg.lease_ms / 1000)
+        self.store.on_renewed = self._renewed  # after a pause, the primary's next epoch
         # The local copy of the log, for ``log dump``: the replica's own directory.
         own = self.shared_dir / f"replica{replica}"
         self.raft_sink = RaftSink(self.store, Epochs(own))
@@ -304,6 +305,10 @@ class RaftReplica:
         self.c.log(f"primary of epoch {self.store.held} from sequence id "
                    f"{self.c.core.group.next_seq}")
         await startup.go_live(self.c)
+
+    def _renewed(self, epoch: int) -> None:
+        self.c.log(f"silent past half its lease, renewed as the primary of epoch {epoch}")
+        self._publish_primary()  # senders on this machine read the newest epoch file
 
     def _publish_primary(self) -> None:
         """An epoch file in the instance's directory, for senders on this machine."""
