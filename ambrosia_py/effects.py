@@ -28,7 +28,9 @@ take ends the instance.
 A primary's own long-lived tasks (a timer that sends a tick Impulse, a status reporter, a
 collector of files nothing needs) are effects too, wanted for the whole primary life:
 ``Chore`` makes one of a coroutine function (``every``: of a step taken every so many
-seconds), with its retry declared, and ``chores`` a driver that runs a fixed set of them.
+seconds; ``woken``: of a step taken at its start and after each wake, such as sending
+what the state decided), with its retry declared, and ``chores`` a driver that runs a fixed
+set of them.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ambrosia_core.retry import REAL_CLOCK, Attempts, Clock, Retry
 
-__all__ = ["Chore", "Effect", "Effects", "chores", "every"]
+__all__ = ["Chore", "Effect", "Effects", "chores", "every", "woken"]
 
 K = TypeVar("K", bound=Hashable)
 S = TypeVar("S")
@@ -205,6 +207,21 @@ def every(seconds: float, step: Callable[[], object], *, retry: Retry | None = N
                 await out
 
     return Chore(body, retry=retry, delay=delay, clock=clock)
+
+
+def woken(step: Callable[[], object]) -> Chore:
+    """A chore that takes ``step`` when it starts and again after each ``wake`` (the
+    state changed): the effect that sends what the handlers decided. Wakes that come
+    while ``step`` runs, or before it runs again, are taken by one step."""
+    changed = asyncio.Event()
+
+    async def body() -> None:
+        while True:
+            changed.clear()
+            step()
+            await changed.wait()
+
+    return Chore(body, on_wake=changed.set)
 
 
 def chores(named: Mapping[str, Effect]) -> Effects[str, None]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ambrosia_core.retry import Retry
-from ambrosia_py.effects import Chore, Effects, chores, every
+from ambrosia_py.effects import Chore, Effects, chores, every, woken
 
 
 class Probe:
@@ -211,5 +211,35 @@ def test_chores_run_each_once_wake_them_all_and_stop_them_with_the_driver() -> N
         with pytest.raises(asyncio.CancelledError):
             await task
         assert sorted(log[2:]) == ["stopped a", "stopped b"]
+
+    asyncio.run(main())
+
+
+def test_a_woken_chore_steps_at_its_start_and_once_for_the_wakes_before_it_looks_again() -> None:
+    async def main() -> None:
+        seen: list[int] = []
+        state = {"n": 0}
+        syncer = woken(lambda: seen.append(state["n"]))
+        driver = chores({"syncer": syncer})
+        task = asyncio.ensure_future(driver.run())
+        await _settle()
+        assert seen == [0]  # its start
+        await _settle()
+        assert seen == [0]  # nothing woke it: no step
+        state["n"] = 1
+        syncer.wake()
+        syncer.wake()  # two wakes before it looks: one step sees both changes
+        await _settle()
+        assert seen == [0, 1]
+        state["n"] = 2
+        driver.wake()  # the driver's wake reaches it too (inputs were applied)
+        await _settle()
+        assert seen == [0, 1, 2]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        syncer.wake()  # after the stop: nothing runs
+        await _settle()
+        assert seen == [0, 1, 2]
 
     asyncio.run(main())

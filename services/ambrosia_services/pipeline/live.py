@@ -37,7 +37,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ambrosia_core.retry import Attempts, Retry
-from ambrosia_py.effects import Chore, Effect, Effects, chores, every
+from ambrosia_py.effects import Chore, Effect, Effects, chores, every, woken
 from ambrosia_services.jobs import (
     Cancel,
     Deliver,
@@ -115,7 +115,8 @@ class JobsLive:
             lambda: self.reconciling,
             lambda local, key: Chore(lambda: self._reconcile(key, local),
                                      retry=RECONCILE_RETRY, delay=self._reconcile_failed))
-        self._wake = asyncio.Event()
+        # Sends what the state decided: at its start and after each batch of inputs.
+        self._syncer = woken(self.sync)
         self.tick_sent = False
         self.counters = {"launched": 0, "reconciled": 0, "cancels_sent": 0}
         # Per runner, what it last said of Spark Connect: a start it refused because
@@ -128,12 +129,12 @@ class JobsLive:
 
     # ------------------------------------------------------------ from handlers
     def wake(self) -> None:
-        self._wake.set()
+        self._syncer.wake()
 
     # ------------------------------------------------------------ the tasks
     def chores(self) -> dict[str, Effect]:
         """The primary's long-lived tasks, each an effect with its retry declared."""
-        return {"events": Chore(self._events), "syncer": Chore(self._syncer),
+        return {"events": Chore(self._events), "syncer": self._syncer,
                 "ticker": every(TICK_PERIOD, self._tick), "reconciles": self._reconciles}
 
     async def run(self) -> None:
@@ -142,12 +143,6 @@ class JobsLive:
             await chores(self.chores()).run()
         finally:
             await self.links.close()
-
-    async def _syncer(self) -> None:
-        while True:
-            self.sync()
-            await self._wake.wait()
-            self._wake.clear()
 
     def _tick(self) -> None:
         now = time.time_ns()
