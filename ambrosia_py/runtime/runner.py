@@ -59,13 +59,17 @@ async def connect_with_retry(host: str, port: int, timeout: float
 
 
 # A coordinator starting takes a moment: its ports are tried again from 20 ms, at most
-# every 250 ms, until the runner's connect_timeout.
-_CONNECT_RETRY = Retry(floor=0.02, cap=0.25, on=(OSError,))
+# every 250 ms, until the runner's connect_timeout. One connect may take up to 2 s (a
+# loopback connect answers at once, refused or accepted; one that hangs, its SYN dropped by
+# a listener whose queue is full, is cut and tried again, so the runner gives up at its
+# timeout instead of after the kernel's retries, minutes later).
+_CONNECT_RETRY = Retry(floor=0.02, cap=0.25, on=(OSError,), timeout=2.0)
 
 
 async def _retrying(connect: Callable[[], Awaitable[_T]], host: str, port: int,
                     timeout: float) -> _T:
-    attempts = Attempts(attrs.evolve(_CONNECT_RETRY, give_up_after=timeout))
+    limit = min(timeout, _CONNECT_RETRY.timeout or timeout)
+    attempts = Attempts(attrs.evolve(_CONNECT_RETRY, give_up_after=timeout, timeout=limit))
     try:
         return await attempts.run(connect)
     except OSError as e:

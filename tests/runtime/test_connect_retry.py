@@ -5,6 +5,7 @@ line."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -33,3 +34,33 @@ def test_a_port_nobody_listens_on_is_refused_in_one_line_after_the_timeout(
     # soon after it.
     assert len(tried) >= 4, tried
     assert 0.25 <= tried[-1] - tried[0] < 0.3 + 0.25 + 1
+
+
+def test_a_connect_that_hangs_is_cut_and_the_runner_gives_up_at_its_timeout() -> None:
+    """A listener that never accepts, its queue full: the kernel drops the next SYN and a
+    connect would hang through its retries (minutes). Each attempt is cut at its declared
+    timeout, so the runner is refused in one line at its own timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    held = []
+    try:
+        for _ in range(4):  # fill the accept queue (its length is the backlog + 1)
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            held.append(s)
+
+        async def main() -> None:
+            # The guard only stops a hang: the refusal itself comes at about 1 s.
+            await asyncio.wait_for(connect_with_retry("127.0.0.1", port, 1.0), 60)
+
+        with pytest.raises(CoordinatorError) as refused:
+            asyncio.run(main())
+        assert str(refused.value) == (f"cannot connect to the coordinator at 127.0.0.1:{port}: "
+                                      "the attempt ran past its timeout of 1 s")
+    finally:
+        for s in held:
+            s.close()
+        listener.close()
