@@ -3,11 +3,11 @@
 
 A connection is two byte queues delivered in pieces. The coordinator's end is the real
 ``SinkSession`` (what ``sinks.SinkLink`` runs per connection); the sink's end is the real
-``ConnectorConnection`` answered by the real ``sinkanswer.answer`` over the real
-``FileSinkStore`` on the simulated disk (``pipe_disk``), as ``sinkserver.SinkServer``
-serves it: HELLO answered with OK, one connection served at a time (a newer accepted one
-replaces it, its unprepared bytes dropped by ``start_session``), ERROR and the end of the
-connection for what the sink refuses. Bytes a closed end had already written still
+``SinkEnd`` (its greeting and ending rules, ``sinkend``), each frame answered by the real
+``sinkanswer.answer`` over the real ``FileSinkStore`` on the simulated disk
+(``pipe_disk``), and the real ``SinkDoor`` choosing the connection served (a newer
+accepted one replaces it, its unprepared bytes dropped by ``start_session``), as
+``sinkserver.SinkServer`` runs them. Bytes a closed end had already written still
 arrive (a coordinator that crashed or reconnected leaves its last frames in flight).
 """
 
@@ -15,23 +15,12 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import cast
 
 import attrs
-from ambrosia_services.connectors import (
-    ConnectionClosed,
-    ConnectorConnection,
-    ConnectorProtocolError,
-    ErrorFrame,
-    Event,
-    Hello,
-    Ok,
-    Role,
-)
 from ambrosia_services.connectors.clients import FileSinkStore, SinkStateError
 from ambrosia_services.connectors.clients.sinkanswer import SinkRefusedError, answer, run_now
+from ambrosia_services.connectors.clients.sinkend import Accepted, Ended, Frame, SinkDoor, SinkEnd
 from ambrosia_services.connectors.clients.sinkmetrics import SinkCounts
-from ambrosia_services.connectors.clients.sinkserver import SINK_CREDITS
 from ambrosia_services.connectors.coordinator.sink_session import SinkSession
 
 from ambrosia_core.wire import NEED_DATA
@@ -47,24 +36,21 @@ MAX_FRAME = 1 << 20
 @attrs.define(eq=False)
 class Conn:
     """One connection to the sink ``sink``: ``session`` is the coordinator's end (None
-    once that end closed or died), ``worker`` the sink's (``accepted`` once its HELLO
-    was), and the bytes in flight each way."""
+    once that end closed or died), ``end`` the sink's, and the bytes in flight each
+    way."""
 
     cid: int
     sink: str
     session: SinkSession | None
-    worker: ConnectorConnection
+    end: SinkEnd
     to_sink: bytearray = attrs.Factory(bytearray)
     to_coord: bytearray = attrs.Factory(bytearray)
-    accepted: bool = False
     sink_closed: bool = False  # the sink ended it: the coordinator reads its end
     eof_seen: bool = False  # ... and saw it
 
     @classmethod
     def open(cls, cid: int, session: SinkSession) -> Conn:
-        worker = ConnectorConnection(Role.WORKER, cookie=COOKIE.encode(), twopc=True,
-                                     max_frame_size=MAX_FRAME)
-        conn = cls(cid, session.name, session, worker)
+        conn = cls(cid, session.name, session, SinkEnd(COOKIE.encode(), MAX_FRAME))
         conn.to_sink += session.start().data
         return conn
 
@@ -77,7 +63,7 @@ class SinkNode:
         self.directory = directory
         self.disk = disk
         self.store: FileSinkStore | None = None
-        self.served: Conn | None = None
+        self.door: SinkDoor[Conn] = SinkDoor()
         self.crash_at: str | None = None
         self.counts = SinkCounts()
         self.restarts = 0
@@ -95,7 +81,7 @@ class SinkNode:
 
     def crash(self, rng: random.Random) -> None:
         self.store = None
-        self.served = None
+        self.door = SinkDoor()
         self.crash_at = None
         self.disk.crash(self.directory, rng)
 
@@ -103,41 +89,32 @@ class SinkNode:
         """Bytes of ``conn`` reach the sink: it answers every whole frame, as the server
         does (raises ``SinkCrash`` where it was armed to)."""
         assert self.store is not None
-        conn.worker.receive_data(data)
+        conn.end.receive_data(data)
         while not conn.sink_closed:
-            try:
-                event = conn.worker.next_event()
-            except ConnectorProtocolError:
-                conn.to_coord += conn.worker.take_error_frame()
-                self.close(conn)
+            step = conn.end.next_step()
+            if step is NEED_DATA:
                 return
-            if event is NEED_DATA:
-                return
-            if isinstance(event, ConnectionClosed | ErrorFrame):
+            if isinstance(step, Ended):
+                conn.to_coord += step.last
                 self.close(conn)
-            elif not conn.accepted:
-                if not isinstance(event, Hello):
-                    self.close(conn)
-                    continue
-                conn.to_coord += conn.worker.send(Ok(SINK_CREDITS))
-                conn.accepted = True
-                if self.served is not None and self.served is not conn:
-                    self.close(self.served)  # a newer connection replaces it
-                self.served = conn
+            elif isinstance(step, Accepted):
+                conn.to_coord += step.reply
+                old = self.door.admit(conn)
+                if old is not None:
+                    self.close(old)  # a newer connection replaces it
                 run_now(self.store.start_session())
             else:
+                assert isinstance(step, Frame)
                 try:
-                    replies = run_now(answer(self.store, cast(Event, event), self.counts))
+                    replies = run_now(answer(self.store, step.event, self.counts))
                 except (SinkRefusedError, SinkStateError) as e:
-                    conn.to_coord += conn.worker.send(ErrorFrame(str(e)))
+                    conn.to_coord += conn.end.refused(e).last
                     self.close(conn)
                     continue
-                for reply in replies:
-                    conn.to_coord += conn.worker.send(reply)
+                conn.to_coord += conn.end.send(replies)
 
     def close(self, conn: Conn) -> None:
         """The sink ends ``conn``: what was still on its way to the sink is lost."""
         conn.sink_closed = True
         conn.to_sink.clear()
-        if self.served is conn:
-            self.served = None
+        self.door.left(conn)

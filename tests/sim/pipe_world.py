@@ -260,8 +260,7 @@ class PipeWorld:
         self.conns.pop(conn.cid, None)
         if self.coord is not None and self.coord.conns.get(conn.sink) is conn:
             del self.coord.conns[conn.sink]
-        if self.sinks[conn.sink].served is conn:
-            self.sinks[conn.sink].served = None
+        self.sinks[conn.sink].door.left(conn)
 
     def _crash_sink(self, name: str, k: int) -> None:
         for conn in list(self.conns.values()):

@@ -32,26 +32,17 @@ from ambrosia_core.tls import (
     describe_tls_error,
 )
 from ambrosia_core.wire import NEED_DATA
-from ambrosia_services.connectors import (
-    DEFAULT_MAX_FRAME_SIZE,
-    ConnectionClosed,
-    ConnectorConnection,
-    ConnectorProtocolError,
-    ErrorFrame,
-    Hello,
-    Ok,
-    Role,
-)
+from ambrosia_services.connectors import DEFAULT_MAX_FRAME_SIZE
 
 from .errors import SinkStateError, SinkStorageError, SinkUnavailableError
 from .sinkanswer import SinkRefusedError, answer
+from .sinkend import SINK_CREDITS, Accepted, Ended, Frame, SinkDoor, SinkEnd
 from .sinkmetrics import SinkCounts
 from .sinkport import DATA_STREAM_ID, Prepared, SinkStore, Vote
 
 __all__ = ["DATA_STREAM_ID", "HANDSHAKE_SECONDS", "SINK_CREDITS", "Handler", "Prepared",
            "SinkServer", "SinkStore", "Vote", "listen"]
 
-SINK_CREDITS = 500  # what Wallaroo's 2PC file sink granted; its peers ignore credits
 # How long a new connection may take to send its HELLO, and a linked one the rest of a frame
 # it began: a coordinator sends either in one write, so 5 s outlasts any pause of a loaded
 # host, and a stranger that connects and stays silent holds nothing for longer.
@@ -106,7 +97,7 @@ class SinkServer:
         self.cookie = cookie
         self.max_frame_size = max_frame_size
         self.handshake_seconds = handshake_seconds
-        self._session: _Session | None = None
+        self._door: SinkDoor[_Session] = SinkDoor()
         self._claiming = asyncio.Lock()
         self.counts = SinkCounts()  # what its metrics read (``sinkmetrics``)
         self.failed: asyncio.Future[SinkStorageError] = asyncio.get_running_loop().create_future()
@@ -115,7 +106,7 @@ class SinkServer:
     @property
     def linked(self) -> bool:
         """Whether a connection is being served."""
-        return self._session is not None
+        return self._door.served is not None
 
     async def start(self, address: Address) -> asyncio.Server:
         """Listen on ``address`` (port 0 picks a free port: see the server's sockets)."""
@@ -123,14 +114,12 @@ class SinkServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        conn = ConnectorConnection(
-            Role.WORKER, cookie=self.cookie, twopc=True, max_frame_size=self.max_frame_size
-        )
+        end = SinkEnd(self.cookie, self.max_frame_size)
         mine: _Session | None = None
         try:
             try:
                 async with asyncio.timeout(self.handshake_seconds):
-                    why = await self._handshake(conn, reader, writer)
+                    why = await self._handshake(end, reader, writer)
             except TimeoutError:
                 why = f"no HELLO within {self.handshake_seconds:g} s"
             if why is None:
@@ -138,7 +127,7 @@ class SinkServer:
                 await self.store.start_session()
                 log.info("connection from %s (output offset %d, committed %d)", peer,
                          self.store.output_offset, self.store.committed_offset)
-                why = await self._serve_session(conn, reader, writer)
+                why = await self._serve_session(end, reader, writer)
         except SinkStorageError as e:
             log.error("%s; stopping (a restart recovers)", e)
             why = "storage failed"
@@ -165,37 +154,31 @@ class SinkServer:
         finally:
             if mine is not None:
                 mine.ended.set()
-                if self._session is mine:
-                    self._session = None
+                self._door.left(mine)
         await _close(writer)
         log.info("connection from %s ended: %s", peer, why)
 
-    async def _handshake(self, conn: ConnectorConnection, reader: asyncio.StreamReader,
+    async def _handshake(self, end: SinkEnd, reader: asyncio.StreamReader,
                          writer: asyncio.StreamWriter) -> str | None:
         """Reads up to the peer's HELLO and answers it; None once it is accepted, else why
         the connection ends (the reason is sent in ERROR where the protocol says so)."""
-        while True:
-            try:
-                event = conn.next_event()
-            except ConnectorProtocolError as e:
-                writer.write(conn.take_error_frame())
-                return f"protocol error: {e.reason}"
-            if event is NEED_DATA:
-                conn.receive_data(await reader.read(1 << 16))
-                continue
-            if isinstance(event, Hello):
-                writer.write(conn.send(Ok(SINK_CREDITS)))
-                await writer.drain()
-                return None
-            if isinstance(event, ConnectionClosed):
-                return "closed by the peer before its HELLO"
-            return f"{type(event).__name__} before HELLO"  # pragma: no cover - the rules refuse it
+        while (step := end.next_step()) is NEED_DATA:
+            end.receive_data(await reader.read(1 << 16))
+        if isinstance(step, Accepted):
+            writer.write(step.reply)
+            await writer.drain()
+            return None
+        assert isinstance(step, Ended)  # a frame comes only after the HELLO
+        writer.write(step.last)
+        return step.reason
 
     async def _claim(self, peer: Any, writer: asyncio.StreamWriter) -> _Session:
-        """This connection becomes the one served; the one before it ends first (its
-        request in progress, which may wait for a database, is cancelled)."""
+        """This connection becomes the one served (``SinkDoor``); the one it replaces
+        ends first (its request in progress, which may wait for a database, is
+        cancelled)."""
         async with self._claiming:
-            old = self._session
+            mine = _Session(peer, writer, asyncio.current_task())
+            old = self._door.admit(mine)
             if old is not None:
                 log.warning("a new connection from %s replaces the one from %s", peer,
                             old.peer)
@@ -204,44 +187,35 @@ class SinkServer:
                 if old.task is not None:
                     old.task.cancel()
                 await old.ended.wait()
-            self._session = _Session(peer, writer, asyncio.current_task())
-            return self._session
+            return mine
 
-    async def _serve_session(self, conn: ConnectorConnection, reader: asyncio.StreamReader,
+    async def _serve_session(self, end: SinkEnd, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter) -> str:
-        ended = False
         while True:
-            try:
-                for event in conn.events():
-                    if isinstance(event, ConnectionClosed):
-                        return "closed by the peer"
-                    if isinstance(event, ErrorFrame):
-                        return f"the peer sent ERROR: {event.reason}"
-                    try:
-                        replies = await answer(self.store, event, self.counts)
-                    except OSError as e:
-                        raise SinkStorageError(f"the sink's storage failed: {e}") from None
-                    for reply in replies:
-                        writer.write(conn.send(reply))
-            except ConnectorProtocolError as e:
-                writer.write(conn.take_error_frame())
-                return f"protocol error: {e.reason}"
-            except (SinkRefusedError, SinkStateError) as e:
-                writer.write(conn.send(ErrorFrame(str(e))))
-                return f"refused: {e}"
+            while (step := end.next_step()) is not NEED_DATA:
+                if isinstance(step, Ended):
+                    writer.write(step.last)
+                    return step.reason
+                assert isinstance(step, Frame)  # HELLO is accepted once, before
+                try:
+                    replies = await answer(self.store, step.event, self.counts)
+                except OSError as e:
+                    raise SinkStorageError(f"the sink's storage failed: {e}") from None
+                except (SinkRefusedError, SinkStateError) as e:
+                    ended = end.refused(e)
+                    writer.write(ended.last)
+                    return ended.reason
+                writer.write(end.send(replies))
             await writer.drain()
-            if ended:
-                return "closed by the peer"
             # Idle between frames is fine (a coordinator with nothing to commit); the
             # rest of a frame begun must come in time.
             try:
-                async with asyncio.timeout(self.handshake_seconds if conn.partial_frame
+                async with asyncio.timeout(self.handshake_seconds if end.partial_frame
                                            else None):
                     data = await reader.read(1 << 16)
             except TimeoutError:
                 return (f"the rest of a frame not sent within {self.handshake_seconds:g} s")
-            ended = not data
-            conn.receive_data(data)
+            end.receive_data(data)
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
