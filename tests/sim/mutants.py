@@ -3,11 +3,12 @@ version of one function of the real code, patched in for a run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
 from ambrosia_ic.coordinator import commit_plan, start_plan
+from ambrosia_ic.coordinator.ack_batch import AckBatch
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
 from ambrosia_ic.coordinator.intake import LinkIntake
@@ -80,6 +81,13 @@ def _restore_forgetting(self: SelfCalls, saved: dict[str, Any],
     return []
 
 
+def _ack_one_ahead(self: AckBatch, positions: Mapping[str, int]) -> None:
+    """The link server acknowledges one call past what is logged: its sender forgets a
+    call the receiver may still lose in a crash."""
+    _ack_add(self, {sender: seq + 1 for sender, seq in positions.items()})
+
+
+_ack_add = AckBatch.add
 _outbox_trim = LinkOutbox.trim
 
 
@@ -234,6 +242,7 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a recovery forgets the checkpoint's unlogged self-calls": (SelfCalls, "restore",
                                                                 _restore_forgetting),
     "a sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
+    "the link server acknowledges one call ahead": (AckBatch, "add", _ack_one_ahead),
     "a fenced primary writes on": (FencedSink, "write_steps", _write_fenced_off),
     "a fenced primary delivers what landed after the claim": (FencedSink, "write_steps",
                                                               _write_looking_once),

@@ -61,6 +61,7 @@ from typing import Any, cast
 import attrs
 from ambrosia_ic import logstore, recovery
 from ambrosia_ic.coordinator import commit_plan, start_plan
+from ambrosia_ic.coordinator.ack_batch import AckBatch
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.core import (
     CheckpointData,
@@ -158,6 +159,7 @@ class Node:
         self.core = CoordinatorCore(name, world.cid[name], trigger_bytes=world.trigger,
                                     keeps_early_impulses=self.sink.keeps_early_impulses)
         self.paused = False
+        self.acks = AckBatch()  # what its link server acknowledges next
         self.links_paused = False  # back-pressure: its inbound links are not read
         self.draining = False  # back-pressure awaits the binding's reading
         self.engine = world.new_engine(name)
@@ -301,10 +303,7 @@ class Node:
                 self.deliver(action.data)
             elif isinstance(action, Durable):
                 self.deliver(action.wire)
-                for sender, position in action.acks.items():
-                    conn = self.world.conns.get((sender, self.name))
-                    if conn is not None and conn.to == self.id:
-                        conn.acks.append(position)
+                self.acks.add(action.acks)  # the link server's batch (``AckBatch``)
             elif isinstance(action, CheckpointReceived):
                 self.received[action.n] = action.data
                 if self.asked == action.n:
@@ -315,8 +314,19 @@ class Node:
                 self.lines.append(action.text)
             # OpenLink: the world dials a destination the core has an outbox for; Wake:
             # the world's scheduler looks at every committer after each step
+        if self.acks.pending:
+            self._send_acks()
         if self.flow:
             self._advance_start()
+
+    def _send_acks(self) -> None:
+        """The link server's batch goes out (``link_server._send_acks``): one TrimTo per
+        sender, on its connection. Its ``ACK_DELAY`` is the time the ``ack`` step takes to
+        come, and a batch of a step's records goes out as one."""
+        for sender, position in self.acks.take().items():
+            conn = self.world.conns.get((sender, self.name))
+            if conn is not None and conn.to == self.id:
+                conn.acks.append(position)
 
     # -- the committer (``commit``, ``checkpoints.switch_log``)
     def next_move(self) -> Move:

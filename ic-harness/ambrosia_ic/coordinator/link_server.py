@@ -34,6 +34,7 @@ from ..links import (
     hello_reply,
     not_registered,
 )
+from .ack_batch import AckBatch
 from .frames import LinkRecord, LinkRecords
 
 __all__ = ["ACK_DELAY", "WATCH_SENDER", "LinkServer"]
@@ -83,7 +84,7 @@ class LinkServer:
         self.sock: socket.socket | None = None  # reserved before the start began
         self._server: asyncio.Server | None = None
         self._inbound: dict[str, set[asyncio.Transport]] = {}
-        self._acks: dict[str, int] = {}  # positions to acknowledge when the timer fires
+        self._acks = AckBatch()  # positions to acknowledge when the timer fires
         self._ack_timer: asyncio.TimerHandle | None = None
         self.paused = False
         self.stall_seconds = STALL_SECONDS
@@ -157,21 +158,15 @@ class LinkServer:
 
     def acknowledge(self, positions: Mapping[str, int]) -> None:
         """Tell each sender how far its calls are logged, within ``ACK_DELAY``: the
-        acknowledgements of that time go out together. Nothing waits for them (they
-        only let senders forget calls), but each one wakes its sender, and on the
-        machine's few cores that wake-up competes with the call's own round trip."""
-        acks = self._acks
-        for sender, seq in positions.items():
-            if seq > acks.get(sender, 0):
-                acks[sender] = seq
-        if acks and self._ack_timer is None:
+        acknowledgements of that time go out together (``AckBatch``)."""
+        self._acks.add(positions)
+        if self._acks.pending and self._ack_timer is None:
             self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY,
                                                                     self._send_acks)
 
     def _send_acks(self) -> None:
         self._ack_timer = None
-        acks, self._acks = self._acks, {}
-        for sender, seq in acks.items():
+        for sender, seq in self._acks.take().items():
             transports = self._inbound.get(sender)
             if transports:
                 ack = TrimTo(seq).encode()
