@@ -573,6 +573,44 @@ def table(results: list[Comparison]) -> str:
     return "\n".join(out)
 
 
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """The median, the least and the greatest of ``values`` (at least one)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return mid, ordered[0], ordered[-1]
+
+
+def ratios(results: list[Comparison]) -> dict[int, dict[str, list[float]]]:
+    """Per corpus size, each run's pipeline/SS ratios: lines/s and commit p99 (the
+    pipeline's p99 over Structured Streaming's: below 1 is better)."""
+    out: dict[int, dict[str, list[float]]] = {}
+    for c in results:
+        p, s = c.pipeline.summary(), c.ss.summary()
+        got = out.setdefault(c.lines, {"lines/s": [], "commit p99": []})
+        got["lines/s"].append(p["lines_per_s"] / s["lines_per_s"])
+        if p["commit_p99_s"] and s["commit_p99_s"]:
+            got["commit p99"].append(p["commit_p99_s"] / s["commit_p99_s"])
+    return out
+
+
+def spread_lines(results: list[Comparison]) -> list[str]:
+    """One line per corpus size run more than once: each ratio's median and range."""
+    out = []
+    for lines, got in ratios(results).items():
+        runs = len(got["lines/s"])
+        if runs < 2:
+            continue
+        parts = []
+        for name, values in got.items():
+            if values:
+                mid, lo, hi = spread(values)
+                parts.append(f"{name} ratio {mid:.2f} ({lo:.2f}-{hi:.2f})")
+        out.append(f"{lines:,} lines, {runs} runs (pipeline, SS, pipeline, SS, ...): "
+                   + "; ".join(parts))
+    return out
+
+
 def rows(c: Comparison, **settings: Any) -> list[dict[str, Any]]:
     """The harness's rows for one size (one run each: spread 0)."""
     p, s = c.pipeline.summary(), c.ss.summary()
@@ -635,6 +673,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a top-level key of the pipeline's config, its value as in "
                              "TOML (repeatable), e.g. --set jobs_in_flight=1")
+    parser.add_argument("--runs", type=int, default=1, metavar="N",
+                        help="runs per size, the two systems in turns (pipeline, SS, "
+                             "pipeline, SS, ...); the ratios' medians and ranges are printed")
     parser.add_argument("--out", type=Path, default=HERE / "results-pipeline.json")
     args = parser.parse_args(argv)
     settings = {}
@@ -648,20 +689,24 @@ def main(argv: list[str] | None = None) -> int:
         sizes.append(LARGE)
     if min(sizes) < 100 or (args.feed_rate is not None and args.feed_rate <= 0):
         parser.error("sizes must be at least 100 lines, --feed-rate above 0")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     interrupt_between_starts()
     results: list[Comparison] = []
     out: list[dict[str, Any]] = []
     failed = False
     try:
         for lines in sizes:
-            c = compare(lines, batch_lines=args.batch_lines or None, feed_rate=args.feed_rate,
-                        adaptive=args.adaptive, timeout=args.timeout, work_root=args.dir,
-                        keep=args.keep, settings=settings)
-            results.append(c)
-            failed |= not c.ok
-            out += [{**r, "benchmark": "pipeline"}
-                    for r in rows(c, feed_rate=args.feed_rate, adaptive=args.adaptive,
-                                  config=settings)]
+            for run in range(args.runs):
+                c = compare(lines, batch_lines=args.batch_lines or None,
+                            feed_rate=args.feed_rate, adaptive=args.adaptive,
+                            timeout=args.timeout, work_root=args.dir, keep=args.keep,
+                            settings=settings)
+                results.append(c)
+                failed |= not c.ok
+                out += [{**r, "benchmark": "pipeline"}
+                        for r in rows(c, feed_rate=args.feed_rate, adaptive=args.adaptive,
+                                      config=settings, run=run + 1, runs=args.runs)]
     except ChildError as err:
         print(f"FAILED: {err}", flush=True)
         failed = True
@@ -670,6 +715,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if results:
         print(table(results))
+        for line in spread_lines(results):
+            print(line)
         report = {"python": platform.python_version(),
                   "implementation": platform.python_implementation(),
                   "machine": platform.machine(), "quick": False,
