@@ -15,7 +15,7 @@ from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
 from ambrosia_ic.coordinator.start_plan import StartPlan, UpgradePlan
-from ambrosia_ic.links import LinkOutbox
+from ambrosia_ic.links import LinkOutbox, handshake
 from ambrosia_ic.logstore import log_path, raft_rules
 from ambrosia_ic.logstore import records as log_records
 from ambrosia_ic.logstore.records import LogScan
@@ -87,6 +87,13 @@ def _ack_one_ahead(self: AckBatch, positions: Mapping[str, int]) -> None:
     _ack_add(self, {sender: seq + 1 for sender, seq in positions.items()})
 
 
+def _reply_one_ahead(secret: bytes, hello: Any, nonce_s: bytes, last_logged: int) -> bytes:
+    """The handshake's reply names one call past the last logged: the sender resumes
+    after a call the receiver never logged."""
+    return _hello_reply(secret, hello, nonce_s, last_logged + 1)
+
+
+_hello_reply = handshake.hello_reply
 _ack_add = AckBatch.add
 _outbox_trim = LinkOutbox.trim
 
@@ -243,6 +250,8 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                                 _restore_forgetting),
     "a sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
     "the link server acknowledges one call ahead": (AckBatch, "add", _ack_one_ahead),
+    "a link handshake names one call past the last logged": (handshake, "hello_reply",
+                                                             _reply_one_ahead),
     "a fenced primary writes on": (FencedSink, "write_steps", _write_fenced_off),
     "a fenced primary delivers what landed after the claim": (FencedSink, "write_steps",
                                                               _write_looking_once),

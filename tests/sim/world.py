@@ -77,6 +77,7 @@ from ambrosia_ic.coordinator.group_commit import TakenRecord
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink
 from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.links import handshake
 from ambrosia_ic.logstore import (
     LogWriter,
     checkpoint_path,
@@ -764,7 +765,7 @@ class World:
             assert sender is not None and receiver is not None and (s, d) not in self.conns
             self.conns[(s, d)] = Conn(sender.id, receiver.id)
             # The handshake: the receiver names what its log holds from the sender.
-            sender.core.outboxes[d].connected(receiver.core.logged(s))
+            sender.core.outboxes[d].connected(_handshake(s, d, receiver.core.logged(s)))
         elif kind == "send":
             s, d = step[1], step[2]
             conn = self.conns[(s, d)]
@@ -1010,6 +1011,20 @@ class World:
         if replayed != node.observed():
             self.fail(f"{node.id}'s state {when} is {node.observed()}, but a replay of "
                       f"its log gives {replayed}")
+
+
+_SECRET = b"simulated link secret"
+
+
+def _handshake(sender: str, dest: str, logged: int) -> int:
+    """The link handshake's real steps, both ends (``links.handshake``): the position the
+    sender resumes from, as the receiver's reply names it (``logged``: its log's)."""
+    head, nonce_s = handshake.challenge()
+    hello, nonce_c = handshake.make_hello(head, _SECRET, sender, dest, dest)
+    got = handshake.check_hello(hello, nonce_s, _SECRET, dest)
+    assert got is not None and got.sender == sender and got.used == len(hello)
+    reply = handshake.hello_reply(_SECRET, got, nonce_s, logged)
+    return handshake.reply_position(reply, _SECRET, head, nonce_c, dest, dest)
 
 
 def _observed(engine: Engine) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ records (sequence id -1), at most once. ``S -> C``:
 The sender keeps what is not yet trimmed and resends it after a reconnect from the
 position the receiver reports; the receiver drops numbers it has already accepted.
 
-The pieces: ``handshake`` (both ends' proofs; the receiver's side sans-IO),
+The pieces: ``handshake`` (both ends' proofs as sans-IO steps, and ``open_link``),
 ``outbox.LinkOutbox`` (what a sender keeps and writes when, without I/O: the coordinator's
 core owns one per destination) and ``outbound.OutboundLink`` (the sender's task that
 connects, writes and reads the acknowledgements).

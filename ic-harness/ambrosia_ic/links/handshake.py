@@ -2,8 +2,10 @@
 names itself and the instance it wants, and the receiver says how far it has logged that
 sender's calls (the protocol: ``ambrosia_ic.links``).
 
-The receiver's side is sans-IO (``challenge``, ``check_hello``, ``hello_reply``: the link
-server feeds it what it reads); the sender's is ``open_link``, over asyncio streams.
+Both sides are sans-IO steps: the receiver's ``challenge``, ``check_hello`` and
+``hello_reply`` (the link server feeds them what it reads), the sender's ``make_hello`` and
+``reply_position`` (``open_link`` runs them over asyncio streams); the simulator runs the
+same steps for the links between its coordinators.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from ambrosia_core.tls import Tls, TlsHandshakeError, describe_tls_error
 from ambrosia_core.wire import Incomplete, decode_zz32, encode_zz32
 from ambrosia_ic.errors import LinkAuthenticationError
 
-__all__ = ["HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "Hello", "challenge",
-           "check_hello", "hello_reply", "not_registered", "open_link"]
+__all__ = ["CHALLENGE_SIZE", "HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "REPLY_SIZE",
+           "Hello", "challenge", "check_hello", "hello_reply", "make_hello", "not_registered",
+           "open_link", "reply_position"]
 
 # Version 2: records carry runs of calls (version 1 carried one call per record).
 LINK_MAGIC = b"AMBRLNK2"
@@ -33,6 +36,8 @@ _NONCE = 16
 _MAC = 32
 _I64 = struct.Struct("<q")
 HANDSHAKE_TIMEOUT = 10.0
+CHALLENGE_SIZE = len(LINK_MAGIC) + _NONCE
+REPLY_SIZE = _MAC + 8  # the receiver's proof and the last call it logged from the sender
 
 
 def _mac(secret: bytes, *parts: bytes) -> bytes:
@@ -123,6 +128,37 @@ def hello_reply(secret: bytes, hello: Hello, nonce_s: bytes, last_logged: int) -
     return _mac(secret, b"S", hello.nonce_c, nonce_s) + _I64.pack(last_logged)
 
 
+def make_hello(head: bytes, secret: bytes, my_name: str, dest: str,
+               where: str) -> tuple[bytes, bytes]:
+    """Sender side, sans-IO: the hello answering the receiver's first ``CHALLENGE_SIZE``
+    bytes ``head``, and the nonce it carries.
+
+    Raises:
+        LinkAuthenticationError: the peer at ``where`` does not speak the link protocol.
+    """
+    if head[: len(LINK_MAGIC)] != LINK_MAGIC:
+        raise LinkAuthenticationError(f"{where} does not speak the link protocol")
+    nonce_s = head[len(LINK_MAGIC):]
+    nonce_c = os.urandom(_NONCE)
+    return (_name(my_name) + _name(dest) + nonce_c
+            + _mac(secret, b"C", nonce_s, nonce_c, my_name.encode(), b"\0", dest.encode()),
+            nonce_c)
+
+
+def reply_position(reply: bytes, secret: bytes, head: bytes, nonce_c: bytes, dest: str,
+                   where: str) -> int:
+    """Sender side, sans-IO: the receiver's ``REPLY_SIZE``-byte answer checked; the last
+    link sequence number it has durably logged from us (we resend what follows).
+
+    Raises:
+        LinkAuthenticationError: the peer did not prove it knows the secret.
+    """
+    nonce_s = head[len(LINK_MAGIC):]
+    if not hmac.compare_digest(reply[:_MAC], _mac(secret, b"S", nonce_c, nonce_s)):
+        raise LinkAuthenticationError(f"the peer at {where} failed to prove it is {dest!r}")
+    return int(_I64.unpack_from(reply, _MAC)[0])
+
+
 async def open_link(
     host: str, port: int, secret: bytes, my_name: str, dest: str, tls: Tls | None = None
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
@@ -137,31 +173,25 @@ async def open_link(
         reader, writer = await asyncio.open_connection(host, port)
     else:
         reader, writer = await tls.connect(host, port)
+    where = str(Address(host, port))
     try:
-        head = await reader.readexactly(len(LINK_MAGIC) + _NONCE)
-        if head[: len(LINK_MAGIC)] != LINK_MAGIC:
-            raise LinkAuthenticationError(
-                f"{Address(host, port)} does not speak the link protocol")
-        nonce_s = head[len(LINK_MAGIC):]
-        nonce_c = os.urandom(_NONCE)
-        write_unless_closing(writer,
-            _name(my_name) + _name(dest) + nonce_c
-            + _mac(secret, b"C", nonce_s, nonce_c, my_name.encode(), b"\0", dest.encode())
-        )
+        head = await reader.readexactly(CHALLENGE_SIZE)
+        hello, nonce_c = make_hello(head, secret, my_name, dest, where)
+        write_unless_closing(writer, hello)
         await writer.drain()
-        reply = await reader.readexactly(_MAC + 8)
+        reply = await reader.readexactly(REPLY_SIZE)
     except asyncio.IncompleteReadError:
         writer.close()
         raise LinkAuthenticationError(f"{dest!r} refused the link") from None
     except ssl.SSLError as err:  # TLS 1.3: a refused certificate shows at the first read
         writer.close()
-        raise TlsHandshakeError(f"TLS handshake with {Address(host, port)} failed: "
+        raise TlsHandshakeError(f"TLS handshake with {where} failed: "
                                 f"{describe_tls_error(err)}") from None
     except BaseException:
         writer.close()
         raise
-    if not hmac.compare_digest(reply[:_MAC], _mac(secret, b"S", nonce_c, nonce_s)):
+    try:
+        return reader, writer, reply_position(reply, secret, head, nonce_c, dest, where)
+    except LinkAuthenticationError:
         writer.close()
-        raise LinkAuthenticationError(
-            f"the peer at {Address(host, port)} failed to prove it is {dest!r}")
-    return reader, writer, _I64.unpack_from(reply, _MAC)[0]
+        raise
