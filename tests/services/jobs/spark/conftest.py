@@ -1,5 +1,6 @@
-"""Fixtures for the Spark tests: one local[2] Connect server for the whole run (one JVM:
-every Spark test is in the xdist group "spark", so one worker runs them all), runner
+"""Fixtures for the Spark tests: one local[2] Connect server for the tests of this package
+(one JVM: every Spark test is in the xdist group "spark", so one worker runs them all, one
+after the other; it stops when the last of them ends, not when the run does), runner
 processes that are always killed in teardown, and a word count input with its answer."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     server = ConnectServer(free_port(), master="local[2]",
                            log_dir=tmp_path_factory.mktemp("connect"))
