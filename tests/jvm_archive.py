@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         make()
     except Exception as error:  # the tests run without an archive: slower, as correct
-        print(f"no class-data archive: {error}", file=sys.stderr)
+        print(f"no class-data archive ({type(error).__name__}): {error}", file=sys.stderr)
         return 0
     print(f"made {ARCHIVE.relative_to(ROOT)} in {time.monotonic() - start:.0f} s")
     return 0
