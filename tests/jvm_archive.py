@@ -36,7 +36,7 @@ def java_options(archive: Path = ARCHIVE) -> list[str]:
     return [JIT_FIRST_TIER, *shared]
 
 
-def _made_with(archive: Path) -> Path:
+def made_with(archive: Path) -> Path:
     """The file beside the archive that names the JVM and the class path it was made with."""
     return archive.with_name(archive.name + ".jvm")
 
@@ -45,7 +45,7 @@ def usable(archive: Path = ARCHIVE) -> bool:
     """Whether a JVM on the class path the archive was made with loads it (``-Xshare:on``
     fails where the JDK, a jar or the file itself differs from when it was made)."""
     try:
-        java, class_path = _made_with(archive).read_text().split("\n")
+        java, class_path = made_with(archive).read_text().split("\n")
     except (OSError, ValueError):
         return False
     if not archive.is_file():
@@ -104,14 +104,14 @@ def make(archive: Path = ARCHIVE) -> None:
         server.start()
         try:
             assert server.pid is not None
-            _made_with(made).write_text(_jvm_and_class_path(server.pid))
+            made_with(made).write_text(_jvm_and_class_path(server.pid))
             _word_count(server.url, work)
         finally:
             server.stop(grace=120)  # the archive is written as the JVM exits
         if not usable(made):
             log = (work / "connect-server.log").read_text(errors="replace")[-3000:]
             raise RuntimeError(f"the Connect server made no usable archive:\n{log}")
-        os.replace(_made_with(made), _made_with(archive))
+        os.replace(made_with(made), made_with(archive))
         os.replace(made, archive)
 
 
