@@ -50,12 +50,15 @@ def usable(archive: Path = ARCHIVE) -> bool:
         return False
     if not archive.is_file():
         return False
-    try:
-        done = subprocess.run(
-            [java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", class_path,
-             "-version"], capture_output=True, timeout=120)
-    except OSError:  # that JDK is gone
-        return False
+    # A JVM that maps an archive cut short dies of SIGBUS and leaves its crash report in
+    # its working directory: a temporary one here.
+    with tempfile.TemporaryDirectory(prefix="jvm-archive-") as scratch:
+        try:
+            done = subprocess.run(
+                [java, "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", class_path,
+                 "-version"], capture_output=True, timeout=120, cwd=scratch)
+        except OSError:  # that JDK is gone
+            return False
     return done.returncode == 0
 
 
