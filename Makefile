@@ -77,13 +77,17 @@ PYTEST_ENV := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/build
 # compiled codec (an install that failed to build it fails here), then the wire tests
 # and the log store's fast-path tests again on the pure-Python one.
 # Three workers on two cores: many real-process tests wait (for a lease, a timer, a
-# process), and a third worker runs while they do.
+# process), and a third worker runs while they do. The Spark JVMs the tests start map a
+# class-data archive (tests/jvm_archive.py): made under build/ once, by one Connect
+# server, before the tests; made again when a JVM no longer loads it (another JDK or jars).
 test: $(STAMP) $(RAFT_STAMP)
 	$(VENV)/bin/lint-imports
+	$(PY) -m tests.jvm_archive
 	$(PYTEST_ENV) AMBROSIA_PY_CODEC=compiled $(PY) -m pytest -n 3 --dist loadgroup -q -m "not chaos"
 	$(PYTEST_ENV) AMBROSIA_PY_CODEC=pure $(PY) -m pytest -n 2 -q tests/wire tests/ic/test_logstore_compiled.py
 
 test-fast: $(STAMP) $(RAFT_STAMP)
+	$(PY) -m tests.jvm_archive
 	$(PYTEST_ENV) $(PY) -m pytest -n 2 -q -m "not slow and not chaos"
 
 lint: $(STAMP)

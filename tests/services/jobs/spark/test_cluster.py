@@ -19,7 +19,7 @@ from ambrosia_services.jobs.spark import ConnectServer, StandaloneCluster
 from ambrosia_services.jobs.spark.server import port_open
 
 from ambrosia_core.ports import free_ports
-from tests.conftest import JIT_FIRST_TIER
+from tests.conftest import JVM_OPTIONS
 
 from .conftest import RunnerProcess, committed_counts, counts_of, stage_lines
 
@@ -41,7 +41,7 @@ def test_a_standalone_cluster_runs_the_word_count_exactly(
     cluster = StandaloneCluster(cluster_port, cores=1, memory="1g", log_dir=tmp_path / "cluster")
     with cluster:
         confs = {"spark.cores.max": "1", "spark.executor.memory": "512m",
-                 "spark.executor.extraJavaOptions": JIT_FIRST_TIER}
+                 "spark.executor.extraJavaOptions": JVM_OPTIONS}
         with ConnectServer(connect_port, host="127.0.0.2", master=cluster.url,
                            log_dir=tmp_path / "connect", confs=confs) as server:
             assert server.url == f"sc://127.0.0.2:{connect_port}"
