@@ -17,7 +17,8 @@ from ambrosia_ic.binding import LOOPBACK
 from ambrosia_ic.coordinator.core import CoordinatorCore
 from ambrosia_ic.coordinator.link_server import LinkServer
 from ambrosia_ic.coordinator.phase import Phase
-from ambrosia_ic.links.handshake import LINK_MAGIC, _mac, _name, open_link
+from ambrosia_ic.links.handshake import LINK_MAGIC, _mac, _name
+from ambrosia_ic.links.outbound import open_link
 
 from ambrosia_core.ports import free_ports
 from ambrosia_core.wire import Rpc, TrimTo, encode_record

@@ -11,6 +11,7 @@ from ambrosia_ic.coordinator import commit_plan, start_plan
 from ambrosia_ic.coordinator.ack_batch import AckBatch
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
+from ambrosia_ic.coordinator.inbound import InboundAction, InboundLink
 from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
@@ -94,6 +95,13 @@ def _reply_one_ahead(secret: bytes, hello: Any, nonce_s: bytes, last_logged: int
 
 
 _hello_reply = handshake.hello_reply
+_inbound_take = InboundLink._take
+
+
+def _take_whole_reads(self: InboundLink, sender: str, data: bytes) -> list[InboundAction]:
+    """A read that ends inside a record hands on none of the records it completed."""
+    actions = _inbound_take(self, sender, data)
+    return [] if self._records.partial else actions
 _ack_add = AckBatch.add
 _outbox_trim = LinkOutbox.trim
 
@@ -252,6 +260,8 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "the link server acknowledges one call ahead": (AckBatch, "add", _ack_one_ahead),
     "a link handshake names one call past the last logged": (handshake, "hello_reply",
                                                              _reply_one_ahead),
+    "a link read ending inside a record hands on nothing": (InboundLink, "_take",
+                                                             _take_whole_reads),
     "a fenced primary writes on": (FencedSink, "write_steps", _write_fenced_off),
     "a fenced primary delivers what landed after the claim": (FencedSink, "write_steps",
                                                               _write_looking_once),

@@ -10,8 +10,8 @@ Raft cluster (``raftlog``); each checked for exactly-once,
 in-order delivery, every awaited answer, one writer per epoch, no link read past
 back-pressure's limits, recovered states equal to replays of their logs, followers
 equal to their primary, and damage refused in one line naming its file or repaired,
-never read as valid, never a silent rollback, and no Raft entry of an epoch sent after
-a newer claim was committed.
+never read as valid, never a silent rollback, no link between the coordinators refused
+or broken, and no Raft entry of an epoch sent after a newer claim was committed.
 Each mutation of the coordinator's rules in ``mutants`` is found within the seeds run
 here, and a failing seed reproduces exactly and shrinks to a short run."""
 

@@ -2,10 +2,10 @@
 numbered records of calls; each is queued once, in order, and acknowledged (TrimTo) once
 logged. A sender that reconnects resends from the position the handshake names.
 
-Each inbound link is an ``asyncio.Protocol`` (``_Inbound``): the handshake and the
-records are parsed sans-IO (``links.check_hello``, ``frames.LinkRecords``) in its
-callbacks, and each read ends with ``burst_done`` (the coordinator commits what it
-brought). No task or event stands between the socket and the log.
+Each inbound link's rules (the handshake, admission, watches, records, stalls) are
+``inbound.InboundLink``, with no I/O; an ``asyncio.Protocol`` (``_Inbound``) runs them
+over its transport, and each read ends with ``burst_done`` (the coordinator commits what
+it brought). No task or event stands between the socket and the log.
 """
 
 from __future__ import annotations
@@ -21,32 +21,34 @@ from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.tls import Tls, describe_tls_error
 from ambrosia_core.wire import TrimTo
-from ambrosia_ic.errors import LinkAuthenticationError, RegistryError
+from ambrosia_ic.errors import RegistryError
 
 from .. import registry
 from ..binding import LOOPBACK
-from ..links import (
-    HANDSHAKE_TIMEOUT,
-    HELLO_MAX,
-    Hello,
-    challenge,
-    check_hello,
-    hello_reply,
-    not_registered,
-)
+from ..links import HANDSHAKE_TIMEOUT
 from .ack_batch import AckBatch
-from .frames import LinkRecord, LinkRecords
+from .frames import LinkRecord
+from .inbound import (
+    STALL_SECONDS,
+    WATCH_SENDER,
+    Arm,
+    Ask,
+    Close,
+    Disarm,
+    InboundAction,
+    InboundLink,
+    Joined,
+    Left,
+    Log,
+    Records,
+    Send,
+    Unwatched,
+    Watching,
+)
 
 __all__ = ["ACK_DELAY", "WATCH_SENDER", "LinkServer"]
 
 ACK_DELAY = 0.002  # seconds: acknowledgements made within this go out together
-# A linked sender that began a record and then sends nothing for this long is closed (it
-# reconnects and sends again from the position acknowledged); idle between records is fine.
-STALL_SECONDS = 30.0
-
-# The sender name of a standby's watch on the primary (``replication.watch``): never an
-# instance's, whose names start with a letter or a digit.
-WATCH_SENDER = "#watch"
 
 # What takes a sender's record (the core's ``link_record``: the new calls are queued once).
 OnRecord = Callable[[str, LinkRecord], None]
@@ -192,147 +194,98 @@ class LinkServer:
 
 
 class _Inbound(asyncio.Protocol):
-    """One inbound link: the handshake, then records until it breaks. A peer that fails
-    the handshake (or is too slow with it) is refused with one line; one that breaks the
-    protocol afterwards is logged and dropped (it reconnects and resends)."""
+    """One inbound connection: the transport, the timer and the registration lookup that
+    its rules (``inbound.InboundLink``) ask for."""
 
     def __init__(self, server: LinkServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self.peer = ("?", "?")
-        self.nonce_s = b""
-        self.hello: bytearray | None = bytearray()
-        self.sender: str | None = None
-        self.records = LinkRecords()
+        self.link: InboundLink | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.admitting: asyncio.Task[None] | None = None
-        self.watching = False
+        self.asking: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's do not subclass asyncio.Transport); with TLS, the
         # handshake is done and the peer's certificate checked (``TlsServerProtocol``).
         self.transport = cast(asyncio.Transport, transport)
-        self.peer = self.transport.get_extra_info("peername") or self.peer
-        first, self.nonce_s = challenge()
-        write_unless_closing(self.transport, first)
-        self.timer = asyncio.get_running_loop().call_later(
-            HANDSHAKE_TIMEOUT, self._refuse, "TimeoutError")
-
-    def _refuse(self, why: str) -> None:
-        if self.hello is None:
-            return
-        self.hello = None
-        who = registry.format_address(str(self.peer[0]), self.peer[1])  # type: ignore[arg-type]
-        self.server._log(f"refused a link from {who}: {why}")
-        if self.timer is not None:
-            self.timer.cancel()
-        assert self.transport is not None
-        self.transport.close()
+        peer = self.transport.get_extra_info("peername")
+        server = self.server
+        self.link = InboundLink(server.secret, server.name,
+                                registry.format_address(str(peer[0]), int(peer[1]))
+                                if peer else "an unknown peer", server.stall_seconds)
+        self._run(self.link.start())
 
     def data_received(self, data: bytes) -> None:
-        if self.watching:
-            return  # a watch sends nothing after its hello
-        if self.sender is None:
-            if self.hello is None:
-                return  # refused: the transport is closing
-            self.hello += data
-            if self.admitting is not None:
-                return  # kept until the sender is admitted
-            server = self.server
-            try:
-                got = check_hello(self.hello, self.nonce_s, server.secret, server.name)
-                if got is None and len(self.hello) >= HELLO_MAX:
-                    raise LinkAuthenticationError("malformed link handshake")
-            except LinkAuthenticationError as err:
-                self._refuse(str(err))
-                return
-            if got is not None and got.sender == WATCH_SENDER:
-                self._watched(got)
-            elif got is not None:
-                # Whether the sender may link can take a lookup (a registration in the
-                # cluster): asked off this callback, still within the handshake's time.
-                self.admitting = asyncio.get_running_loop().create_task(self._admit(got))
-            return
-        self._records(self.sender, data)
-
-    def _watched(self, hello: Hello) -> None:
-        """A standby's watch: answered with the epoch held, then held open (and read from
-        only to see it close), if this coordinator holds one."""
-        server = self.server
-        epoch = server.watch_epoch()
-        if epoch is None:
-            self._refuse("a standby's watch, but this replica is not the primary")
-            return
-        assert self.transport is not None and self.timer is not None
-        self.timer.cancel()
-        self.timer = None
-        self.hello = None
-        self.watching = True
-        write_unless_closing(self.transport, hello_reply(server.secret, hello, self.nonce_s,
-                                                         epoch))
-        server._watchers.add(self.transport)
-
-    async def _admit(self, hello: Hello) -> None:
-        server = self.server
-        try:
-            known = await server._is_registered(hello.sender)
-        except asyncio.CancelledError:
-            return  # the connection went away first
-        if self.hello is None:
-            return  # refused meanwhile (the handshake's time ran out)
-        if not known:
-            self._refuse(str(not_registered(hello.sender)))
-            return
-        assert self.transport is not None and self.timer is not None
-        self.timer.cancel()
-        write_unless_closing(self.transport, hello_reply(server.secret, hello, self.nonce_s,
-                                         server._logged(hello.sender)))
-        data = bytes(self.hello[hello.used:])
-        self.hello = None
-        self.sender = hello.sender
-        server._joined(hello.sender, self.transport)
-        if data:
-            self._records(hello.sender, data)
-
-    def _records(self, sender: str, data: bytes) -> None:
-        server = self.server
-        try:
-            for rec in self.records.receive_data(data):
-                server._on_record(sender, rec)
-        except RemoteProtocolError as err:  # a broken record, or a gap in the calls
-            server._log(f"link from {sender} broke the protocol: {err}")
-            assert self.transport is not None
-            self.transport.close()
-        server.burst_done()
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if self.records.partial:  # the rest must follow in time
-            self.timer = asyncio.get_running_loop().call_later(
-                server.stall_seconds, self._stalled, sender)
-
-    def _stalled(self, sender: str) -> None:
-        self.server._log(f"link from {sender} sent part of a record and nothing more for "
-                         f"{self.server.stall_seconds:g} s; closed (it sends again from "
-                         "the position acknowledged)")
-        assert self.transport is not None
-        self.transport.close()
+        assert self.link is not None
+        self._run(self.link.receive(data))
 
     def eof_received(self) -> bool:
         return False  # the sender went away: it reconnects and resends from our position
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if isinstance(exc, ssl.SSLError) and self.sender is not None:
-            # An altered, replayed or cut TLS record: the sender reconnects and resends
-            # from the position acknowledged.
-            self.server._log(f"link from {self.sender} closed: {describe_tls_error(exc)}")
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.watching:
-            self.server._watchers.discard(cast(asyncio.Transport, self.transport))
-        if self.admitting is not None and self.sender is None:
-            self.admitting.cancel()
-        if self.sender is not None:
-            self.server._left(self.sender, self.transport)  # type: ignore[arg-type]
-        elif self.hello is not None:
-            self._refuse("the peer closed during the link handshake")
+        assert self.link is not None
+        if self.asking is not None:
+            self.asking.cancel()
+        # An altered, replayed or cut TLS record: the sender reconnects and resends from
+        # the position acknowledged.
+        why = describe_tls_error(exc) if isinstance(exc, ssl.SSLError) else None
+        self._run(self.link.closed(why))
+
+    def _run(self, actions: list[InboundAction]) -> None:
+        server, transport, link = self.server, self.transport, self.link
+        assert transport is not None and link is not None
+        for action in actions:
+            if isinstance(action, Records):
+                try:
+                    for rec in action.records:
+                        server._on_record(action.sender, rec)
+                except RemoteProtocolError as err:  # a gap in the calls
+                    server.burst_done()
+                    self._run(link.broken(err))
+                    return  # what followed (the stall timer) is moot
+                server.burst_done()
+            elif isinstance(action, Send):
+                write_unless_closing(transport, action.data)
+            elif isinstance(action, Arm):
+                if self.timer is not None:
+                    self.timer.cancel()
+                self.timer = asyncio.get_running_loop().call_later(
+                    action.seconds, self._timed_out)
+            elif isinstance(action, Disarm):
+                if self.timer is not None:
+                    self.timer.cancel()
+                    self.timer = None
+            elif isinstance(action, Log):
+                server._log(action.line)
+            elif isinstance(action, Close):
+                transport.close()
+            elif isinstance(action, Ask):
+                if action.watch:
+                    self._run(link.answer(server.watch_epoch()))
+                else:
+                    # Whether the sender may link can take a lookup (a registration in
+                    # the cluster): asked off this callback, within the handshake's time.
+                    self.asking = asyncio.get_running_loop().create_task(
+                        self._ask(action.sender))
+            elif isinstance(action, Joined):
+                server._joined(action.sender, transport)
+            elif isinstance(action, Left):
+                server._left(action.sender, transport)
+            elif isinstance(action, Watching):
+                server._watchers.add(transport)
+            elif isinstance(action, Unwatched):
+                server._watchers.discard(transport)
+            else:
+                raise AssertionError(f"unknown inbound action {action!r}")
+
+    def _timed_out(self) -> None:
+        self.timer = None
+        assert self.link is not None
+        self._run(self.link.timed_out())
+
+    async def _ask(self, sender: str) -> None:
+        server = self.server
+        known = await server._is_registered(sender)
+        self.asking = None
+        assert self.link is not None
+        self._run(self.link.answer(server._logged(sender) if known else None))

@@ -30,10 +30,11 @@ records (sequence id -1), at most once. ``S -> C``:
 The sender keeps what is not yet trimmed and resends it after a reconnect from the
 position the receiver reports; the receiver drops numbers it has already accepted.
 
-The pieces: ``handshake`` (both ends' proofs as sans-IO steps, and ``open_link``),
-``outbox.LinkOutbox`` (what a sender keeps and writes when, without I/O: the coordinator's
-core owns one per destination) and ``outbound.OutboundLink`` (the sender's task that
-connects, writes and reads the acknowledgements).
+The pieces: ``handshake`` (both ends' proofs as steps with no I/O; the receiver's side
+runs in ``coordinator.inbound``), ``outbox.LinkOutbox`` (what a sender keeps and writes
+when, without I/O: the coordinator's core owns one per destination) and ``outbound``
+(``open_link``, and ``OutboundLink``: the sender's task that connects, writes and reads the
+acknowledgements).
 """
 
 from __future__ import annotations
@@ -41,37 +42,32 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .handshake import (
+    HANDSHAKE_TIMEOUT,
+    HELLO_MAX,
+    LINK_MAGIC,
+    Hello,
+    challenge,
+    check_hello,
+    hello_reply,
+    not_registered,
+)
 from .outbox import MAX_RECORD_BODY, LinkOutbox
 
 if TYPE_CHECKING:
-    from .handshake import (
-        HANDSHAKE_TIMEOUT,
-        HELLO_MAX,
-        LINK_MAGIC,
-        Hello,
-        challenge,
-        check_hello,
-        hello_reply,
-        not_registered,
-        open_link,
-    )
-    from .outbound import MOVE_CHECK, OutboundLink
+    from .outbound import MOVE_CHECK, OutboundLink, open_link
 
 __all__ = ["HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "MAX_RECORD_BODY", "MOVE_CHECK",
            "Hello", "LinkOutbox", "OutboundLink", "challenge", "check_hello", "hello_reply",
            "not_registered", "open_link"]
 
-# The handshake and the outbound link do I/O (asyncio, ssl): they load when first named,
-# so the coordinator's core, which keeps a LinkOutbox per destination, imports no I/O
-# through this package.
-_LAZY = {name: "handshake" for name in (
-    "HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "Hello", "challenge", "check_hello",
-    "hello_reply", "not_registered", "open_link")} | {
-    "MOVE_CHECK": "outbound", "OutboundLink": "outbound"}
+# The outbound link does I/O (asyncio, ssl): it loads when first named, so the
+# coordinator's core, which keeps a LinkOutbox per destination, and the inbound link's
+# rules import no I/O through this package.
+_LAZY = frozenset({"MOVE_CHECK", "OutboundLink", "open_link"})
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    return getattr(importlib.import_module(".outbound", __name__), name)

@@ -2,33 +2,28 @@
 names itself and the instance it wants, and the receiver says how far it has logged that
 sender's calls (the protocol: ``ambrosia_ic.links``).
 
-Both sides are sans-IO steps: the receiver's ``challenge``, ``check_hello`` and
-``hello_reply`` (the link server feeds them what it reads), the sender's ``make_hello`` and
-``reply_position`` (``open_link`` runs them over asyncio streams); the simulator runs the
-same steps for the links between its coordinators.
+Both sides are steps with no I/O: the receiver's ``challenge``, ``check_hello`` and
+``hello_reply`` (``coordinator.inbound.InboundLink`` runs them), the sender's
+``make_hello`` and ``reply_position`` (``outbound.open_link`` runs them over asyncio
+streams); the simulator runs the same steps for the links between its coordinators.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import os
-import ssl
 import struct
 
 import attrs
 
-from ambrosia_core.addresses import Address
 from ambrosia_core.errors import RemoteProtocolError
-from ambrosia_core.loops import write_unless_closing
-from ambrosia_core.tls import Tls, TlsHandshakeError, describe_tls_error
 from ambrosia_core.wire import Incomplete, decode_zz32, encode_zz32
 from ambrosia_ic.errors import LinkAuthenticationError
 
 __all__ = ["CHALLENGE_SIZE", "HANDSHAKE_TIMEOUT", "HELLO_MAX", "LINK_MAGIC", "REPLY_SIZE",
            "Hello", "challenge", "check_hello", "hello_reply", "make_hello", "not_registered",
-           "open_link", "reply_position"]
+           "reply_position"]
 
 # Version 2: records carry runs of calls (version 1 carried one call per record).
 LINK_MAGIC = b"AMBRLNK2"
@@ -157,41 +152,3 @@ def reply_position(reply: bytes, secret: bytes, head: bytes, nonce_c: bytes, des
     if not hmac.compare_digest(reply[:_MAC], _mac(secret, b"S", nonce_c, nonce_s)):
         raise LinkAuthenticationError(f"the peer at {where} failed to prove it is {dest!r}")
     return int(_I64.unpack_from(reply, _MAC)[0])
-
-
-async def open_link(
-    host: str, port: int, secret: bytes, my_name: str, dest: str, tls: Tls | None = None
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
-    """Sender side: connect (over TLS with ``tls``) and authenticate both ways. Returns
-    the streams and the last link sequence number the receiver has durably logged from us.
-
-    Raises:
-        LinkAuthenticationError: the handshake failed (TlsHandshakeError: TLS's did).
-        OSError: the receiver cannot be reached.
-    """
-    if tls is None:
-        reader, writer = await asyncio.open_connection(host, port)
-    else:
-        reader, writer = await tls.connect(host, port)
-    where = str(Address(host, port))
-    try:
-        head = await reader.readexactly(CHALLENGE_SIZE)
-        hello, nonce_c = make_hello(head, secret, my_name, dest, where)
-        write_unless_closing(writer, hello)
-        await writer.drain()
-        reply = await reader.readexactly(REPLY_SIZE)
-    except asyncio.IncompleteReadError:
-        writer.close()
-        raise LinkAuthenticationError(f"{dest!r} refused the link") from None
-    except ssl.SSLError as err:  # TLS 1.3: a refused certificate shows at the first read
-        writer.close()
-        raise TlsHandshakeError(f"TLS handshake with {where} failed: "
-                                f"{describe_tls_error(err)}") from None
-    except BaseException:
-        writer.close()
-        raise
-    try:
-        return reader, writer, reply_position(reply, secret, head, nonce_c, dest, where)
-    except LinkAuthenticationError:
-        writer.close()
-        raise

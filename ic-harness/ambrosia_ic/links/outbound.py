@@ -1,4 +1,4 @@
-"""A sender's link to one destination: a task that connects (``handshake.open_link``),
+"""A sender's link to one destination: a task that connects (``open_link``),
 writes what the destination's ``outbox.LinkOutbox`` says is due, reads the receiver's
 acknowledgements, and reconnects after a break or when the destination moves, under a
 declared retry (``LINK_RETRY``).
@@ -12,16 +12,24 @@ import contextlib
 import ssl
 from collections.abc import Callable
 
+from ambrosia_core.addresses import Address
 from ambrosia_core.errors import RemoteProtocolError
+from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.retry import Attempts, Retry
 from ambrosia_core.tls import Tls, TlsHandshakeError, describe_tls_error
 from ambrosia_core.wire import Direction, MessageStreamDecoder, TrimTo
 from ambrosia_ic.errors import LinkAuthenticationError
 
-from .handshake import HANDSHAKE_TIMEOUT, open_link
+from .handshake import (
+    CHALLENGE_SIZE,
+    HANDSHAKE_TIMEOUT,
+    REPLY_SIZE,
+    make_hello,
+    reply_position,
+)
 from .outbox import LinkOutbox
 
-__all__ = ["LINK_RETRY", "MOVE_CHECK", "OutboundLink"]
+__all__ = ["LINK_RETRY", "MOVE_CHECK", "OutboundLink", "open_link"]
 
 MOVE_CHECK = 0.05  # seconds between looks at where an idle or unanswered link should go
 REGISTRY_PAUSE = 0.5  # after an unexpected error, such as a registry mid-update
@@ -253,3 +261,41 @@ class OutboundLink:
                 self.trim(ev.seq_id)
                 self.attempts.progress()  # the receiver logged calls: real progress
                 self._progressed = True
+
+
+async def open_link(
+    host: str, port: int, secret: bytes, my_name: str, dest: str, tls: Tls | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+    """Sender side: connect (over TLS with ``tls``) and authenticate both ways. Returns
+    the streams and the last link sequence number the receiver has durably logged from us.
+
+    Raises:
+        LinkAuthenticationError: the handshake failed (TlsHandshakeError: TLS's did).
+        OSError: the receiver cannot be reached.
+    """
+    if tls is None:
+        reader, writer = await asyncio.open_connection(host, port)
+    else:
+        reader, writer = await tls.connect(host, port)
+    where = str(Address(host, port))
+    try:
+        head = await reader.readexactly(CHALLENGE_SIZE)
+        hello, nonce_c = make_hello(head, secret, my_name, dest, where)
+        write_unless_closing(writer, hello)
+        await writer.drain()
+        reply = await reader.readexactly(REPLY_SIZE)
+    except asyncio.IncompleteReadError:
+        writer.close()
+        raise LinkAuthenticationError(f"{dest!r} refused the link") from None
+    except ssl.SSLError as err:  # TLS 1.3: a refused certificate shows at the first read
+        writer.close()
+        raise TlsHandshakeError(f"TLS handshake with {where} failed: "
+                                f"{describe_tls_error(err)}") from None
+    except BaseException:
+        writer.close()
+        raise
+    try:
+        return reader, writer, reply_position(reply, secret, head, nonce_c, dest, where)
+    except LinkAuthenticationError:
+        writer.close()
+        raise

@@ -26,7 +26,7 @@ from typing import Any
 from ambrosia_core.tls import Tls, TlsHandshakeError
 from ambrosia_ic.errors import LinkAuthenticationError
 
-from ..coordinator.link_server import WATCH_SENDER
+from ..coordinator.inbound import WATCH_SENDER
 from ..links import open_link
 
 __all__ = ["WATCH_SENDER", "PrimaryWatch"]
