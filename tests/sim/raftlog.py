@@ -1,9 +1,11 @@
-"""A simulated Raft cluster under the real Raft replica rules: one ordered log of
+"""A simulated Raft cluster under the real Raft store's rules: one ordered log of
 committed entries (the real entry encodings, read through the real ``InstanceView``),
 appends that commit after a delay, a leader lost (appends and reads wait longer than a
-lease, then go on), and replicas of one instance that decide with the real sans-IO rules
-of ``logstore.raft_rules``: a primary's append is separate steps (look when the rules say
-so, send, commit), so a primary paused between them sends after a newer claim.
+lease, then go on), and replicas of one instance whose claims and appends are the real
+store's steps (``logstore.raft_tenure``, on the rules of ``logstore.raft_rules``): a
+primary's append is separate steps (look when the rules say so, renew, send, read up to
+it), with a pause possible after any of them, so a primary paused between them would
+send after a newer claim if the rules let it.
 
 Checked on every run: the replicas never held one epoch twice, and **no entry of a
 primary's epoch was sent after a newer claim had been committed** (an entry that readers
@@ -16,17 +18,18 @@ import heapq
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from ambrosia_ic.errors import LockLostError
 from ambrosia_ic.logstore import raft_rules
 from ambrosia_ic.logstore.raft_entries import (
     EpochClaimed,
-    Heartbeat,
     InstanceView,
-    Records,
-    encode_claim,
+    decode_store_entry,
     encode_heartbeat,
     encode_records,
 )
+from ambrosia_ic.logstore.raft_tenure import CatchUp, Propose, RaftTenure, Steps
 
 from tests.sim.world import SimFailure
 
@@ -55,7 +58,7 @@ class Cluster:
     log: list[Entry] = field(default_factory=list)
     flight: list[tuple[float, int, bytes, bytes, float, int]] = field(default_factory=list)
     stall_until: float = 0.0
-    done: set[bytes] = field(default_factory=set)
+    done: dict[bytes, int] = field(default_factory=dict)  # request id: its log index
     _n: int = 0
 
     def send(self, now: float, data: bytes, by: int) -> bytes:
@@ -68,8 +71,8 @@ class Cluster:
     def commit(self, now: float) -> None:
         while self.flight and self.flight[0][0] <= now:
             at, _, reqid, data, sent, by = heapq.heappop(self.flight)
-            self.done.add(reqid)
             self.log.append(Entry(len(self.log) + 1, reqid, data, sent, at, by))
+            self.done[reqid] = len(self.log)
 
     def answered(self, now: float) -> float:
         """When a read asked at ``now`` is answered."""
@@ -77,94 +80,80 @@ class Cluster:
 
 
 class Replica:
-    """One replica: a standby following the log, claiming when the rules allow, a
-    primary heartbeating and appending records as separate steps."""
+    """One replica: a standby following the log and claiming when the rules allow, a
+    primary heartbeating and appending records; its claims and appends are the real
+    store's steps (``RaftTenure``), each taken as the simulated cluster takes it, with a
+    pause possible after any of them."""
 
     def __init__(self, world: RaftWorld, number: int) -> None:
         self.w = world
         self.number = number
-        self.view = InstanceView(NAME)
-        self.silence = raft_rules.Silence(0.0, LEASE)
-        self.held: int | None = None
-        self.fresh = -float("inf")  # when the last entry that counted (or a look) was sent
+        self.t = RaftTenure(NAME, lambda: world.now, LEASE)
         self.role = "standby"
         self.was_fenced = False
 
-    def read(self, asked: float) -> Iterator[float]:
+    def read(self) -> Iterator[float]:
         """Catch up: the answer comes after a delay (longer in a stall)."""
+        asked = self.w.now
         answered = self.w.cluster.answered(asked)
         yield answered - asked
         self.w.cluster.commit(answered)
-        self.silence.read(asked, answered)
-        for e in self.w.cluster.log[self.view.last_index:]:
-            for ev in self.view.apply(e.index, e.reqid, e.data):
-                if (isinstance(ev, (Records, Heartbeat, EpochClaimed))
-                        and ev.epoch == self.view.epoch):
-                    self.silence.saw_epoch(answered)
+        view = self.t.view
+        events = [ev for e in self.w.cluster.log[view.last_index:]
+                  for ev in view.apply(e.index, e.reqid, e.data)]
+        self.t.read(asked, events)
 
-    def append(self, data: Callable[[int], bytes]) -> Iterator[float]:
-        """Look if the rules say so, send, and wait for the commit: each a step of its
-        own, a pause may come between any two."""
-        while raft_rules.must_look(self.w.now, self.fresh, LEASE):
-            # The lease may have run out: a look that finds no claim does not stop one
-            # in flight, so the primary renews by claiming the next epoch itself.
-            yield from self.read(self.w.now)
-            if raft_rules.superseded(self.held, self.view.epoch):
-                return self.fence()
+    def run_steps(self, steps: Steps) -> Iterator[float]:
+        """Take the store's steps over the simulated cluster; what they return. A primary
+        may be paused after any of them."""
+        answer: Any = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as done:
+                return done.value
+            answer = None
+            if isinstance(step, CatchUp):
+                yield from self.read()
+                assert step.until is None or self.t.view.last_index >= step.until
+            elif isinstance(step, Propose):
+                kind = decode_store_entry(step.data, 0)
+                if kind is not None and kind[0] != "E":  # an entry of the epoch held
+                    self.w.sent.append((self.w.now, self.t.held, self.number))
+                    self.w.note(f"replica {self.number} sends an entry of epoch {self.t.held}")
+                reqid = self.w.cluster.send(self.w.now, step.data, self.number)
+                while reqid not in self.w.cluster.done:
+                    yield 0.005
+                    self.w.cluster.commit(self.w.now)
+                answer = (reqid, self.w.cluster.done[reqid])
+            else:
+                self.w.counts["renewed"] += 1
+            # The store awaited the cluster: a pause may come before it goes on (between
+            # a step's decision and its send no await gives it the chance).
             yield from self.w.maybe_pause(self)
-            held = self.held
-            yield from self.claim(after=held)
-            if self.held == held:
-                return self.fence()
-            yield from self.w.maybe_pause(self)
-        if raft_rules.superseded(self.held, self.view.epoch):
-            return self.fence()
-        assert self.held is not None
-        sent = self.w.now
-        reqid = self.w.cluster.send(sent, data(self.held), self.number)
-        self.w.sent.append((sent, self.held, self.number))
-        self.w.note(f"replica {self.number} sends an entry of epoch {self.held}")
-        yield from self.committed(reqid)
-        if raft_rules.superseded(self.held, self.view.epoch):
-            return self.fence()
-        self.fresh = sent
+
+    def append(self, encode: Callable[[int], bytes]) -> Iterator[float]:
+        try:
+            yield from self.run_steps(self.t.append(encode))
+        except LockLostError:
+            self.fence()
+            return
         self.w.counts["appended"] += 1
-        return None
-
-    def committed(self, reqid: bytes) -> Iterator[float]:
-        """Wait for the commit of ``reqid``, then read up to it."""
-        while reqid not in self.w.cluster.done:
-            yield 0.005
-            self.w.cluster.commit(self.w.now)
-        yield from self.read(self.w.now)
 
     def fence(self) -> None:
         self.w.counts["fenced"] += 1
-        self.w.note(f"replica {self.number} fenced by epoch {self.view.epoch}")
-        self.held = None
-        self.role = "standby"  # rejoins as a standby by itself
+        self.w.note(f"replica {self.number} fenced by epoch {self.t.view.epoch}")
+        # It rejoins as a standby by itself: a new process, reading the log afresh.
+        self.t = RaftTenure(NAME, lambda: self.w.now, LEASE)
+        self.role = "standby"
         self.was_fenced = True
 
     def claim(self, after: int | None = None, if_silent: bool = False) -> Iterator[float]:
-        """Claim the epoch after ``after`` as ``RaftLogStore.claim`` does: read first;
-        nothing if a newer epoch came (or, ``if_silent``, the holder spoke meanwhile).
-        A primary renews with it after its lease may have run out."""
-        yield from self.read(self.w.now)
-        if after is not None and raft_rules.superseded(after, self.view.epoch):
-            return  # another claim came first: claiming past it would fence its winner
-        silent = self.silence.silent_for(self.w.now, self.view.resigned)
-        if if_silent and not raft_rules.may_claim(silent, LEASE):
-            return
-        epoch = self.view.epoch + 1
-        renew = self.held is not None
-        self.w.note(f"replica {self.number} claims epoch {epoch}")
-        sent = self.w.now
-        reqid = self.w.cluster.send(sent, encode_claim(NAME, epoch, {"replica": self.number}),
-                                    self.number)
-        yield from self.committed(reqid)
-        if self.view.epoch == epoch and self.view.claim_reqid == reqid:
-            self.held, self.fresh, self.role = epoch, sent, "primary"
-            self.w.counts["renewed" if renew else "claimed"] += 1
+        self.w.note(f"replica {self.number} may claim epoch {self.t.view.epoch + 1}")
+        if (yield from self.run_steps(self.t.claim({"replica": self.number}, after=after,
+                                                   if_silent=if_silent))):
+            self.role = "primary"
+            self.w.counts["claimed"] += 1
             if self.was_fenced:  # a fenced primary that followed as a standby, primary again
                 self.w.counts["rejoined"] += 1
                 self.was_fenced = False
@@ -185,12 +174,11 @@ class Replica:
                     yield from self.append(lambda e: encode_records(NAME, e, [b"r"]))
             else:
                 yield 0.05
-                yield from self.read(self.w.now)
-                silent = self.silence.silent_for(self.w.now, self.view.resigned)
-                if self.view.epoch == 0:
+                yield from self.read()
+                if self.t.view.epoch == 0:
                     yield from self.claim(after=0)
-                elif raft_rules.may_claim(silent, LEASE):
-                    yield from self.claim(after=self.view.epoch, if_silent=True)
+                elif raft_rules.may_claim(self.t.silent_for(), LEASE):
+                    yield from self.claim(after=self.t.view.epoch, if_silent=True)
 
     def crash(self) -> Iterator[float]:
         """The primary's process dies (its entries in flight still commit) and starts
@@ -198,9 +186,8 @@ class Replica:
         self.w.counts["crash"] += 1
         self.w.note(f"replica {self.number} crashes")
         yield self.w.rng.uniform(0.1, 3.0) * LEASE
-        self.view = InstanceView(NAME)
-        self.silence = raft_rules.Silence(self.w.now, LEASE)
-        self.held, self.fresh, self.role = None, -float("inf"), "standby"
+        self.t = RaftTenure(NAME, lambda: self.w.now, LEASE)
+        self.role = "standby"
 
 
 class RaftWorld:

@@ -1,5 +1,7 @@
 """One instance's log, checkpoints and registration in a ØMQ RAFT cluster: the transport
-around ``raft_entries`` (whose ``InstanceView`` holds the rules every reader applies).
+around ``raft_entries`` (whose ``InstanceView`` holds the rules every reader applies) and
+``raft_tenure`` (the claim and the fenced append as steps with no I/O, which the
+simulator runs too).
 
 Nothing here needs a shared file system: a primary, a checkpointing secondary and
 standbys on different hosts each hold a ``RaftLogStore`` on the same cluster.
@@ -39,28 +41,25 @@ from typing import Any
 
 import xxhash
 
-from ambrosia_ic.errors import LockLostError, LogCorruptionError, LogStoreError
+from ambrosia_ic.errors import LogCorruptionError, LogStoreError
 
 from ..raft.client import RaftClient, Subscription
 from ..raft.errors import RaftError, StreamLostError
 from ..registry.raft_address import RaftAddress, parse_address
 from .raft_entries import (
     CheckpointEnd,
-    EpochClaimed,
     Event,
-    Heartbeat,
     InstanceView,
-    Records,
     chunked,
     encode_checkpoint_end,
     encode_checkpoint_part,
-    encode_claim,
     encode_heartbeat,
     encode_records,
     encode_registration,
     part_body,
 )
-from .raft_rules import Silence, must_look, superseded
+from .raft_rules import Silence
+from .raft_tenure import CatchUp, Propose, RaftTenure, Steps
 
 __all__ = ["CHECKPOINT_PART", "HEARTBEAT", "LEASE", "RaftGroupCommit", "RaftLogStore"]
 
@@ -84,20 +83,16 @@ class RaftLogStore:
                  lease: float = LEASE) -> None:
         self.address = parse_address(address) if isinstance(address, str) else address
         self.name = name
-        self.view = InstanceView(name)
-        self.held: int | None = None
         self._writer = RaftClient(self.address.urls, self.address.secret, timeout=timeout)
         self._reader = RaftClient(self.address.urls, self.address.secret, timeout=timeout,
                                   context=self._writer.context)
         self._sub: Subscription | None = None
         self.lease = lease
-        # After a stall, the primary's client may find the new leader later than ours:
-        # up to one unanswered request and one election grace (``raft.client``).
-        self.silence = Silence(time.monotonic(), lease,
-                               self._writer.response_ttl + self._writer.election_grace)
-        # When this store's last entry that counted (its claim, or an append) was sent.
-        self._counted_sent_at = -float("inf")
-        self._holder: dict[str, Any] = {}  # what this store's claims say of it
+        # The view, the silence and the epoch held, with the claim and append rules. After
+        # a stall, the primary's client may find the new leader later than ours: up to one
+        # unanswered request and one election grace (``raft.client``).
+        self.tenure = RaftTenure(name, time.monotonic, lease,
+                                 self._writer.response_ttl + self._writer.election_grace)
         # Told the new epoch when this primary renewed by claiming it (its epoch file).
         self.on_renewed: Callable[[int], None] = lambda epoch: None
         self._read_lock = asyncio.Lock()
@@ -108,6 +103,35 @@ class RaftLogStore:
             self._sub.close()
         self._reader.close()
         self._writer.close()
+
+    @property
+    def view(self) -> InstanceView:
+        return self.tenure.view
+
+    @property
+    def held(self) -> int | None:
+        return self.tenure.held
+
+    @property
+    def silence(self) -> Silence:
+        return self.tenure.silence
+
+    async def _run(self, steps: Steps) -> Any:
+        """Take ``steps`` (``raft_tenure``) over the cluster; what they return."""
+        answer: Any = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as done:
+                return done.value
+            answer = None
+            if isinstance(step, CatchUp):
+                await self._catch_up(step.until)
+            elif isinstance(step, Propose):
+                rid = self._writer.request_ids.new()
+                answer = (rid, await self._writer.request_update(step.data, rid))
+            else:
+                self.on_renewed(step.epoch)
 
     # ------------------------------------------------------------------ reading
     async def catch_up(self, until: int | None = None) -> list[Event]:
@@ -144,10 +168,7 @@ class RaftLogStore:
                 if until is None or self.view.last_index >= until:
                     break
                 await asyncio.sleep(0.005)  # the commit index reached a follower late
-            self.silence.read(asked, time.monotonic())
-        if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
-               for ev in out):
-            self.silence.saw_epoch(time.monotonic())
+            self.tenure.read(asked, out)
         return out
 
     def drain_events(self) -> list[Event]:
@@ -175,7 +196,7 @@ class RaftLogStore:
     def silent_for(self) -> float:
         """Seconds since this reader last saw anything of the current epoch (infinite
         once its holder resigned: nobody is left to wait for)."""
-        return self.silence.silent_for(time.monotonic(), self.view.resigned)
+        return self.tenure.silent_for()
 
     @property
     def stalled_for(self) -> float:
@@ -190,72 +211,15 @@ class RaftLogStore:
     async def claim(self, holder: dict[str, Any], *, after: int | None = None,
                     if_silent: bool = False) -> bool:
         """Claim the epoch after the newest one this view knows; True if this claim was
-        the first of its epoch in the log (this store is then its holder).
-
-        Args:
-            after: the epoch the caller found silent. If catching up finds a newer one,
-                nothing is claimed: another standby took over meanwhile, and its claim is
-                the new primary's first sign of life (claiming past it would fence a
-                primary nobody found silent, a second takeover right after the first).
-            if_silent: claim only if, once caught up, the epoch's holder is still silent
-                past the lease (the catch-up may have stalled, which restarts the silence).
-        """
-        await self._catch_up()
-        if after is not None and superseded(after, self.view.epoch):
-            return False
-        if if_silent and self.silent_for() <= self.lease:
-            return False
-        epoch = self.view.epoch + 1
-        rid = self._writer.request_ids.new()
-        sent = time.monotonic()
-        index = await self._writer.request_update(encode_claim(self.name, epoch, holder), rid)
-        await self._catch_up(until=index)
-        if self.view.epoch == epoch and self.view.claim_reqid == rid:
-            self.held = epoch
-            self._holder = holder
-            self._counted_sent_at = sent
-            return True
-        return False
+        the first of its epoch in the log (``RaftTenure.claim``: ``after`` and
+        ``if_silent`` are explained there)."""
+        return bool(await self._run(self.tenure.claim(holder, after=after,
+                                                      if_silent=if_silent)))
 
     def check(self) -> None:
         """Raises LockLostError if a newer epoch was claimed (as far as the view knows), or
         this store holds none (never claimed, or resigned)."""
-        if not superseded(self.held, self.view.epoch):
-            return
-        if self.held is None:
-            raise LockLostError(f"raft log of {self.name}: this store holds no epoch (not "
-                                "claimed, or resigned); it writes nothing")
-        if self.view.epoch != self.held:
-            # Said as it is: the cluster takes appends in order with no condition, so an
-            # entry this primary sent before it saw the claim may land after it; readers
-            # skip every entry of an older epoch, and it sends nothing more.
-            raise LockLostError(
-                f"raft log of {self.name}: epoch {self.view.epoch} was claimed after this "
-                f"primary's epoch {self.held}; it was fenced off and writes no more (an "
-                "entry it sent before it saw the claim counts for no reader)")
-
-    async def _append_fenced(self, encode: Callable[[int], bytes]) -> int:
-        while must_look(time.monotonic(), self._counted_sent_at, self.lease):
-            # Long enough since the last entry that counted for a standby to have claimed
-            # (a pause, a stall, a leader election). A look that finds no claim does not
-            # stop one in flight: the primary renews by claiming the next epoch itself,
-            # which only the first claim of that epoch wins; losing it, it sends nothing.
-            held = self.held
-            await self._catch_up()
-            self.check()
-            if not await self.claim(self._holder, after=held):
-                self.check()  # another claim came first: the view is past ``held``
-                raise LockLostError(f"raft log of {self.name}: epoch {held} not renewed")
-            assert self.held is not None
-            self.on_renewed(self.held)
-        self.check()
-        assert self.held is not None
-        sent = time.monotonic()
-        index = await self._writer.request_update(encode(self.held))
-        await self._catch_up(until=index)
-        self.check()  # a claim committed before our entry: everyone ignores it
-        self._counted_sent_at = sent
-        return index
+        self.tenure.check()
 
     async def append(self, records: Sequence[bytes]) -> int:
         """Append ``records`` as one entry; returns its log index once it counts.
@@ -264,13 +228,13 @@ class RaftLogStore:
             LockLostError: this store does not hold the newest epoch (not claimed, or
                 fenced by a newer claim); the records do not count for any reader.
         """
-        self.check()
-        return await self._append_fenced(lambda epoch: encode_records(self.name, epoch, records))
+        return int(await self._run(self.tenure.append(
+            lambda epoch: encode_records(self.name, epoch, records))))
 
     async def heartbeat(self) -> None:
         """Renew the lease (the primary, when it has nothing to append)."""
         assert self.held is not None, "heartbeat before claim"
-        await self._append_fenced(lambda epoch: encode_heartbeat(self.name, epoch))
+        await self._run(self.tenure.append(lambda epoch: encode_heartbeat(self.name, epoch)))
 
     async def resign(self) -> None:
         """Give up the epoch (a primary that stops): standbys claim the next one without
@@ -280,8 +244,9 @@ class RaftLogStore:
             LockLostError: a newer epoch was claimed already (nothing to give up).
         """
         assert self.held is not None, "resign before claim"
-        await self._append_fenced(lambda epoch: encode_heartbeat(self.name, epoch, resign=True))
-        self.held = None
+        await self._run(self.tenure.append(
+            lambda epoch: encode_heartbeat(self.name, epoch, resign=True)))
+        self.tenure.held = None
 
     # ------------------------------------------------------------------ checkpoints
     async def write_checkpoint(self, number: int, pieces: Iterable[bytes]) -> bool:
