@@ -3,7 +3,7 @@ version of one function of the real code, patched in for a run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
@@ -16,9 +16,11 @@ from ambrosia_ic.coordinator.intake import LinkIntake
 from ambrosia_ic.coordinator.self_calls import SelfCalls
 from ambrosia_ic.coordinator.sink import FencedSink, StandaloneSink
 from ambrosia_ic.coordinator.start_plan import StartPlan, UpgradePlan
+from ambrosia_ic.errors import LockLostError
 from ambrosia_ic.links import LinkOutbox, handshake
 from ambrosia_ic.logstore import log_path, raft_rules
 from ambrosia_ic.logstore import records as log_records
+from ambrosia_ic.logstore.raft_tenure import CatchUp, Propose, RaftStep, RaftTenure, Renewed
 from ambrosia_ic.logstore.records import LogScan
 from ambrosia_ic.registry import instances as registrations
 from ambrosia_ic.replication import checkpointer
@@ -312,10 +314,32 @@ def _superseded_only_unclaimed(held: int | None, epoch: int) -> bool:
     return held is None
 
 
+def _append_unread(self: RaftTenure, encode: Callable[[int], bytes]
+                   ) -> Generator[RaftStep, Any, int]:
+    """An append counts once sent: the primary does not look whether a newer claim
+    landed before its entry."""
+    self.check()
+    while raft_rules.must_look(self.now(), self.counted_sent_at, self.lease):
+        held = self.held
+        yield CatchUp()
+        self.check()
+        if not (yield from self.claim(self.holder, after=held)):
+            self.check()
+            raise LockLostError("not renewed")
+        assert self.held is not None
+        yield Renewed(self.held)
+    assert self.held is not None
+    sent = self.now()
+    _, index = yield Propose(encode(self.held))
+    self.counted_sent_at = sent
+    return int(index)
+
+
 # Mutants of the Raft store's rules, found by ``raftlog`` runs.
 RAFT_MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a Raft append skips the look after a long pause": (raft_rules, "must_look", _never_look),
     "a Raft standby claims before the lease ran out": (raft_rules, "may_claim", _claim_early),
     "a superseded Raft epoch is taken as current": (raft_rules, "superseded",
                                                     _superseded_only_unclaimed),
+    "a Raft append counts before it is read back": (RaftTenure, "append", _append_unread),
 }

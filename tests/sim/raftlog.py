@@ -1,15 +1,16 @@
 """A simulated Raft cluster under the real Raft store's rules: one ordered log of
 committed entries (the real entry encodings, read through the real ``InstanceView``),
-appends that commit after a delay, a leader lost (appends and reads wait longer than a
-lease, then go on), and replicas of one instance whose claims and appends are the real
+appends that commit after a delay (now and then one much later), a leader lost (appends
+and reads wait longer than a lease, then go on), and replicas of one instance whose claims and appends are the real
 store's steps (``logstore.raft_tenure``, on the rules of ``logstore.raft_rules``): a
 primary's append is separate steps (look when the rules say so, renew, send, read up to
 it), with a pause possible after any of them, so a primary paused between them would
 send after a newer claim if the rules let it.
 
-Checked on every run: the replicas never held one epoch twice, and **no entry of a
-primary's epoch was sent after a newer claim had been committed** (an entry that readers
-must ignore is a failure, not a tolerance); a fenced primary rejoins as a standby.
+Checked on every run: the replicas never held one epoch twice, **no entry of a primary's
+epoch was sent after a newer claim had been committed** (an entry that readers must ignore
+is a failure, not a tolerance), and every append that returned (whose records a primary
+then acknowledges) is an entry every reader takes; a fenced primary rejoins as a standby.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from ambrosia_ic.errors import LockLostError
 from ambrosia_ic.logstore import raft_rules
 from ambrosia_ic.logstore.raft_entries import (
     EpochClaimed,
+    Heartbeat,
     InstanceView,
+    Records,
     decode_store_entry,
     encode_heartbeat,
     encode_records,
@@ -52,7 +55,8 @@ class Entry:
 @dataclass
 class Cluster:
     """The committed log and the appends in flight; ``stall`` says until when a lost
-    leader holds up every append and read."""
+    leader holds up every append and read, and now and then an entry takes long to
+    land."""
 
     rng: random.Random
     log: list[Entry] = field(default_factory=list)
@@ -61,10 +65,17 @@ class Cluster:
     done: dict[bytes, int] = field(default_factory=dict)  # request id: its log index
     _n: int = 0
 
+    slow: int = 0  # how many entries took the long way
+
     def send(self, now: float, data: bytes, by: int) -> bytes:
         self._n += 1
         reqid = self._n.to_bytes(12, "big")
         at = max(now, self.stall_until) + self.rng.uniform(0.002, 0.02)
+        if self.rng.random() < 0.02:
+            # Sent the long way: the writer's client retried it after losing the
+            # leader, or it sat in a queue; it may land after a claim sent later.
+            self.slow += 1
+            at += self.rng.uniform(0.5, 2.0) * LEASE
         heapq.heappush(self.flight, (at, self._n, reqid, data, now, by))
         return reqid
 
@@ -134,10 +145,11 @@ class Replica:
 
     def append(self, encode: Callable[[int], bytes]) -> Iterator[float]:
         try:
-            yield from self.run_steps(self.t.append(encode))
+            index = yield from self.run_steps(self.t.append(encode))
         except LockLostError:
             self.fence()
             return
+        self.w.counted.append((index, self.number))  # the primary acknowledges it now
         self.w.counts["appended"] += 1
 
     def fence(self) -> None:
@@ -198,6 +210,7 @@ class RaftWorld:
         self.now = 0.0
         self.until = 12.0
         self.sent: list[tuple[float, int, int]] = []  # (sent, epoch, replica)
+        self.counted: list[tuple[int, int]] = []  # (index, replica): appends that returned
         self.counts: dict[str, int] = {k: 0 for k in ("appended", "fenced", "claimed", "renewed",
                                                        "pause", "stall", "crash",
                                                        "rejoined")}
@@ -239,16 +252,27 @@ class RaftWorld:
                 continue
             heapq.heappush(queue, (at + step, k, gen))
         self.cluster.commit(float("inf"))
+        self.counts["slow send"] = self.cluster.slow
         self.check()
         return self
 
     def check(self) -> None:
         claims: dict[int, float] = {}
         view = InstanceView(NAME)
+        read: set[int] = set()  # the entries every reader takes
         for e in self.cluster.log:
             for ev in view.apply(e.index, e.reqid, e.data):
                 if isinstance(ev, EpochClaimed):
                     claims[ev.epoch] = e.committed
+                if isinstance(ev, (Records, Heartbeat)):
+                    read.add(ev.index)
+        for index, who in self.counted:
+            if index not in read:
+                raise SimFailure(
+                    f"raft seed {self.seed}: replica {who}'s append returned entry {index}, "
+                    "which no reader takes (it came after a newer claim): its records "
+                    "were acknowledged and are lost; the run's last steps:\n"
+                    + "\n".join(self.trace[-12:]), [])
         for sent, epoch, who in self.sent:
             newer = [at for ep, at in claims.items() if ep > epoch and at <= sent]
             if newer:

@@ -11,7 +11,8 @@ in-order delivery, every awaited answer, one writer per epoch, no link read past
 back-pressure's limits, recovered states equal to replays of their logs, followers
 equal to their primary, and damage refused in one line naming its file or repaired,
 never read as valid, never a silent rollback, no link between the coordinators refused
-or broken, and no Raft entry of an epoch sent after a newer claim was committed.
+or broken, no Raft entry of an epoch sent after a newer claim was committed, and no
+Raft append acknowledged that a reader skips.
 Each mutation of the coordinator's rules in ``mutants`` is found within the seeds run
 here, and a failing seed reproduces exactly and shrinks to a short run."""
 
@@ -53,9 +54,9 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     assert seen["upgraded"] >= 40 and seen["upgrade afresh"] >= 10, seen
     assert seen["upgrade finished"] >= 1, seen
     # A tenth of the seeds run a simulated Raft cluster too (``raftlog``): paused and
-    # crashed primaries, lost leaders and stalls past the lease.
+    # crashed primaries, lost leaders and stalls past the lease, entries landing late.
     for what in ("raft pause", "raft fenced", "raft renewed", "raft crash", "raft stall",
-                 "raft rejoined"):
+                 "raft rejoined", "raft slow send"):
         assert seen[what] >= 20, (what, seen)
 
 
