@@ -7,8 +7,9 @@ every reader applies, and the ``Silence`` of the current epoch) and the epoch it
 ``claim`` and ``append`` are generators: each yields what it needs done (``CatchUp``: read
 the log into the view; ``Propose``: send an entry and answer with its request id and
 index once committed; ``Renewed``: tell the owner the epoch it renewed with) and takes
-the answer, so the driver decides only how (and how long) each step takes. The rules (``raft_rules``,
-called through the module so that the simulator's mutants of them reach here too):
+the answer, so the driver decides only how (and how long) each step takes. The rules
+(``raft_rules``, called through the module so that the simulator's mutants of them reach
+here too):
 
 - a claim reads first, and claims nothing if a newer epoch came than the one the caller
   found silent (``after``), or (``if_silent``) if the holder spoke meanwhile; it holds the
@@ -29,8 +30,8 @@ import attrs
 
 from ambrosia_ic.errors import LockLostError
 
-from .raft_entries import EpochClaimed, Event, Heartbeat, InstanceView, Records, encode_claim
 from . import raft_rules
+from .raft_entries import EpochClaimed, Event, Heartbeat, InstanceView, Records, encode_claim
 from .raft_rules import Silence
 
 __all__ = ["CatchUp", "Propose", "RaftStep", "RaftTenure", "Renewed", "Steps"]
