@@ -1,8 +1,8 @@
 """A simulated Raft cluster under the real Raft store's rules: one ordered log of
 committed entries (the real entry encodings, read through the real ``InstanceView``),
 appends that commit after a delay (now and then one much later), a leader lost (appends
-and reads wait longer than a lease, then go on), and replicas of one instance whose claims and appends are the real
-store's steps (``logstore.raft_tenure``, on the rules of ``logstore.raft_rules``): a
+and reads wait longer than a lease, then go on), and replicas of one instance whose
+claims and appends are the real store's steps (``logstore.raft_tenure``, on the rules of ``logstore.raft_rules``): a
 primary's append is separate steps (look when the rules say so, renew, send, read up to
 it), with a pause possible after any of them, so a primary paused between them would
 send after a newer claim if the rules let it.
