@@ -2,10 +2,10 @@
 committed entries (the real entry encodings, read through the real ``InstanceView``),
 appends that commit after a delay (now and then one much later), a leader lost (appends
 and reads wait longer than a lease, then go on), and replicas of one instance whose
-claims and appends are the real store's steps (``logstore.raft_tenure``, on the rules of ``logstore.raft_rules``): a
-primary's append is separate steps (look when the rules say so, renew, send, read up to
-it), with a pause possible after any of them, so a primary paused between them would
-send after a newer claim if the rules let it.
+claims and appends are the real store's steps (``logstore.raft_tenure``, on the rules of
+``logstore.raft_rules``): a primary's append is separate steps (look when the rules say
+so, renew, send, read up to it), with a pause possible after any of them, so a primary
+paused between them would send after a newer claim if the rules let it.
 
 Checked on every run: the replicas never held one epoch twice, **no entry of a primary's
 epoch was sent after a newer claim had been committed** (an entry that readers must ignore
