@@ -7,7 +7,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
-from ambrosia_ic.coordinator import commit_plan, start_plan
+from ambrosia_ic.coordinator import commit_plan, inbound, start_plan
 from ambrosia_ic.coordinator.ack_batch import AckBatch
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
@@ -96,7 +96,7 @@ def _reply_one_ahead(secret: bytes, hello: Any, nonce_s: bytes, last_logged: int
     return _hello_reply(secret, hello, nonce_s, last_logged + 1)
 
 
-_hello_reply = handshake.hello_reply
+_hello_reply = handshake.hello_reply  # the inbound link's rules call it by this name
 _inbound_take = InboundLink._take
 
 
@@ -260,7 +260,7 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                                 _restore_forgetting),
     "a sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
     "the link server acknowledges one call ahead": (AckBatch, "add", _ack_one_ahead),
-    "a link handshake names one call past the last logged": (handshake, "hello_reply",
+    "a link handshake names one call past the last logged": (inbound, "hello_reply",
                                                              _reply_one_ahead),
     "a link read ending inside a record hands on nothing": (InboundLink, "_take",
                                                              _take_whole_reads),
