@@ -281,11 +281,15 @@ class Node:
         """The binding reads part of what was delivered and answers."""
         n = max(1, round(len(self.inbox) * fraction))
         data, self.inbox = bytes(self.inbox[:n]), self.inbox[n:]
-        self.engine.receive_data(data)
-        while (out := self.engine.next_output()) is not None:
-            raw = b"".join(out.chunks()) if isinstance(out, SendCheckpoint) else out.data
-            self.core.receive_binding(raw)
-            self.run_actions()
+        try:
+            self.engine.receive_data(data)
+            while (out := self.engine.next_output()) is not None:
+                raw = b"".join(out.chunks()) if isinstance(out, SendCheckpoint) else out.data
+                self.core.receive_binding(raw)
+                self.run_actions()
+        except RemoteProtocolError as err:  # the real binding stops with this line
+            self.world.fail(f"{self.id}'s binding refused what its coordinator delivered: "
+                            f"{err}")
         if self.draining and len(self.inbox) <= BUFFER_LOW:
             self.draining = False  # ``commit._after_drain``: the drain ended
 
