@@ -105,6 +105,7 @@ from ambrosia_py.runtime.engine import Engine, SendCheckpoint
 
 from .app import Rounds
 from .disk import DiskEntry, SavedCheckpoint, SimDisk, SimEpochs, SimLog, SimSink
+from .replay import Replays
 
 __all__ = ["Scenario", "SimFailure", "Step", "World", "explain", "shrink"]
 
@@ -598,6 +599,7 @@ class World:
         self.counts: collections.Counter[str] = collections.Counter()  # what happened
         self.writers: dict[int, Node] = {}  # per epoch, the replica that wrote in it
         self.started: set[str] = set()  # instances that went live once (the registry's)
+        self.replays = Replays(self.new_engine)  # for ``check_replay``
         if upgrades:
             from .upgrade import Upgrades
             self.extras.append(Upgrades(self))
@@ -1053,14 +1055,8 @@ class World:
         if first is None:
             self.fail(f"{node.id} has no first checkpoint {when}")
             return
-        fresh = self.new_engine(node.name, node.disk.app)
-        fresh.receive_data(encode_checkpoint_record(node.core.cid, sum(map(len, first.chunks)))
-                           + b"".join(first.chunks))
-        for r in node.disk.durable_records(0):
-            fresh.receive_data(r.wire)
-        while fresh.next_output() is not None:
-            pass
-        replayed = _observed(fresh)
+        replayed = self.replays.state(node.name, node.disk.app, node.core.cid, first,
+                                      [r.wire for r in node.disk.durable_records(0)])
         if replayed != node.observed():
             self.fail(f"{node.id}'s state {when} is {node.observed()}, but a replay of "
                       f"its log gives {replayed}")
