@@ -912,8 +912,10 @@ class World:
         read damage as valid, and leaves no temporary checkpoint behind."""
         name = node_id.split("/")[0]
         disk = self.disks[name]
-        before = disk.files()
         damaged = list(disk.damage)
+        # What a refused start must leave as it was (a start refused with no damage
+        # fails the run before the directory is looked at).
+        before = disk.files() if damaged else None
         try:
             node = self.nodes[node_id] = self._new(node_id)
         except Refused as err:
