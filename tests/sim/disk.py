@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 
 __all__ = ["DiskEntry", "SavedCheckpoint", "SimDisk", "SimEpochs", "SimLog", "SimSink"]
 
+def _append(path: Path, data: bytes) -> None:
+    """``data`` added at the end of the file at ``path`` (made if it is gone), as
+    ``open(path, "ab")`` would, without a Python file object."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 class SimLog:
     """One log file: what was written, and how much of it is synced (the sink's
     ``LogWriter`` surface). The bytes are also written to the real file at ``path``,
@@ -54,8 +66,7 @@ class SimLog:
 
     def write(self, data: bytes) -> None:
         self.data += data
-        with open(self.path, "ab") as f:
-            f.write(data)
+        _append(self.path, data)
 
     def sync(self) -> None:
         self.synced = len(self.data)
@@ -73,8 +84,7 @@ class SimLog:
 
     def tear(self, data: bytes) -> None:
         """A write of ``data`` cut short by the crash: the file keeps its prefix."""
-        with open(self.path, "ab") as f:
-            f.write(data)
+        _append(self.path, data)
 
     def records_end(self) -> int:
         """Where the last whole synced record ends."""
@@ -160,7 +170,7 @@ class SimDisk:
         (self.dir / f".{CHECKPOINT_PREFIX}{n}.{n:08x}.tmp").write_bytes(data)
 
     def temporaries(self) -> list[str]:
-        return sorted(p.name for p in self.dir.iterdir() if p.name.endswith(".tmp"))
+        return sorted(name for name in os.listdir(self.dir) if name.endswith(".tmp"))
 
     def crash(self) -> list[int]:
         """Unsynced bytes are lost, and so is every log whose directory entry was not
