@@ -19,7 +19,6 @@ from ambrosia_ic.logstore import (
     CHECKPOINT_PREFIX,
     LOG_PREFIX,
     checkpoint_path,
-    file_numbers,
     log_path,
     write_checkpoint,
 )
@@ -34,6 +33,13 @@ if TYPE_CHECKING:
     from .world import Node
 
 __all__ = ["DiskEntry", "SavedCheckpoint", "SimDisk", "SimEpochs", "SimLog", "SimSink"]
+
+def _numbers(names: list[str], prefix: str) -> list[int]:
+    """The N of every ``<prefix><N>`` of ``names``, ascending (``file_numbers``' rule)."""
+    cut = len(prefix)
+    return sorted(int(name[cut:]) for name in names
+                  if name.startswith(prefix) and name[cut:].isdigit())
+
 
 def _append(path: Path, data: bytes) -> None:
     """``data`` added at the end of the file at ``path`` (made if it is gone), as
@@ -212,11 +218,12 @@ class SimDisk:
     # -- damage, and its repair (as from a backup)
     def targets(self) -> list[Path]:
         """The files a recovery reads: the newest checkpoint and the logs from it on."""
-        ckpts = file_numbers(self.dir, CHECKPOINT_PREFIX)
+        names = os.listdir(self.dir) if self.dir.is_dir() else []  # one look, not one a kind
+        ckpts = _numbers(names, CHECKPOINT_PREFIX)
         if not ckpts:
             return []
         n = ckpts[-1]
-        logs = [k for k in file_numbers(self.dir, LOG_PREFIX) if k >= n]
+        logs = [k for k in _numbers(names, LOG_PREFIX) if k >= n]
         return [checkpoint_path(self.dir, n)] + [log_path(self.dir, k) for k in logs
                                                  if self.logs.get(k) and self.logs[k].synced]
 

@@ -667,10 +667,15 @@ class World:
         """Every step that can happen now (with faults, or only progress)."""
         out: list[Step] = []
         add = out.append
-        # Fixed within a step: who holds each replicated instance's newest epoch.
-        holders = {name: self.holder(name) for name in self.replicated}
-        gone = {name: self.holder_gone(name, h) for name, h in holders.items()}
-        for node_id, node in self.nodes.items():
+        # Fixed within a step: who holds each replicated instance's newest epoch. (Loops
+        # rather than comprehensions here and below: this runs after every step.)
+        holders: dict[str, Node | None] = {}
+        gone: dict[str, bool] = {}
+        for name in self.replicated:
+            holders[name] = holder = self.holder(name)
+            gone[name] = self.holder_gone(name, holder)
+        nodes = self.nodes
+        for node_id, node in nodes.items():
             if node is None:
                 add(("restart", node_id))
                 continue
@@ -702,12 +707,13 @@ class World:
         if faults:
             for name in self.names:
                 disk = self.disks[name]
-                if name in self.replicated or self.nodes[name] is not None or disk.damage:
+                if name in self.replicated or nodes[name] is not None or disk.damage:
                     continue
                 for k, _ in enumerate(disk.targets()):
                     out += self._flip_steps(name, k)
-        serving = {name: _live(holders[name] if name in holders else self.nodes[name])
-                   for name in self.names}
+        serving: dict[str, Node | None] = {}
+        for name in self.names:
+            serving[name] = _live(holders[name] if name in holders else nodes[name])
         conns, cut = self.conns, self.cut
         for s in self.names:
             sender = serving[s]
@@ -718,7 +724,6 @@ class World:
                         and (not cut or frozenset((s, d)) not in cut)
                         and (box.unacked or box.impulses)):
                     add(("connect", s, d))
-        nodes = self.nodes
         for (s, d), conn in conns.items():
             frm, to = nodes[conn.frm], nodes[conn.to]
             assert frm is not None and to is not None
