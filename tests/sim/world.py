@@ -665,8 +665,16 @@ class World:
     # -- what can happen now
     def steps(self, faults: bool) -> list[Step]:
         """Every step that can happen now (with faults, or only progress)."""
+        progress, faulty = self._steps(faults)
+        return progress + faulty if faulty else progress
+
+    def _steps(self, faults: bool) -> tuple[list[Step], list[Step]]:
+        """The progress steps that can happen now, and the faults (none unless
+        ``faults``): each list in the order ``run`` draws from."""
         out: list[Step] = []
         add = out.append
+        faulty: list[Step] = []
+        fault = faulty.append
         # Fixed within a step: who holds each replicated instance's newest epoch. (Loops
         # rather than comprehensions here and below: this runs after every step.)
         holders: dict[str, Node | None] = {}
@@ -682,7 +690,7 @@ class World:
             if node.paused:
                 add(("resume", node_id))
                 if faults:
-                    add(("crash", node_id))
+                    fault(("crash", node_id))
                 continue
             if node.inbox:
                 add(("bind", node_id, 1.0))
@@ -699,18 +707,18 @@ class World:
                 if node.can_claim(gone[node.name]):
                     add(("claim", node_id))
                 if faults and node.core.phase is Phase.LIVE:
-                    add(("pause", node_id))
+                    fault(("pause", node_id))
             if faults:
-                add(("crash", node_id))
+                fault(("crash", node_id))
                 if node.writing is not None or node.asked is not None or node.flow:
-                    add(("crash", node_id, 0.5))  # cutting a write short
+                    fault(("crash", node_id, 0.5))  # cutting a write short
         if faults:
             for name in self.names:
                 disk = self.disks[name]
                 if name in self.replicated or nodes[name] is not None or disk.damage:
                     continue
                 for k, _ in enumerate(disk.targets()):
-                    out += self._flip_steps(name, k)
+                    faulty += self._flip_steps(name, k)
         serving: dict[str, Node | None] = {}
         for name in self.names:
             serving[name] = _live(holders[name] if name in holders else nodes[name])
@@ -743,14 +751,15 @@ class World:
                 # a look, ``links.MOVE_CHECK``; until then the old one may still read).
                 add(("moved", s, d))
             elif faults:
-                add(("drop", s, d))
+                fault(("drop", s, d))
         for extra in self.extras:
-            out += extra.steps(faults)
+            for step in extra.steps(faults):
+                (fault if step[0] in _FAULTS else add)(step)
         if faults:
-            out += [step for step, pair in self._pairs if pair not in cut]
+            faulty += [step for step, pair in self._pairs if pair not in cut]
             if cut:
-                add(("heal",))
-        return out
+                fault(("heal",))
+        return out, faulty
 
     def _flip_steps(self, name: str, k: int) -> list[Step]:
         """The faults that can befall file ``k`` of ``disk.targets()``: a bit flipped at
@@ -965,9 +974,7 @@ class World:
         """Steps drawn by ``rng``: ``fault_steps`` with faults (each step a fault with
         about ``fault_rate``), then healed, until nothing is left to do."""
         for _ in range(fault_steps):
-            every = self.steps(faults=True)
-            progress = [s for s in every if s[0] not in _FAULTS]
-            faults = [s for s in every if s[0] in _FAULTS]
+            progress, faults = self._steps(faults=True)
             if faults and (not progress or rng.random() < fault_rate):
                 kind = rng.choice(sorted({f[0] for f in faults}))  # each kind as often
                 self.do(rng.choice([f for f in faults if f[0] == kind]))
