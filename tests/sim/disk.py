@@ -64,7 +64,7 @@ class SimLog:
         self.data = bytearray()
         self.synced = 0
         self._parsed: list[DiskEntry] = []
-        path.write_bytes(b"")
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))  # empty
 
     @property
     def size(self) -> int:
