@@ -19,7 +19,6 @@ from ambrosia_ic.logstore import (
     CHECKPOINT_PREFIX,
     LOG_PREFIX,
     checkpoint_path,
-    file_numbers,
     log_path,
     write_checkpoint,
 )
@@ -35,6 +34,25 @@ if TYPE_CHECKING:
 
 __all__ = ["DiskEntry", "SavedCheckpoint", "SimDisk", "SimEpochs", "SimLog", "SimSink"]
 
+def _numbers(names: list[str], prefix: str) -> list[int]:
+    """The N of every ``<prefix><N>`` of ``names``, ascending (``file_numbers``' rule)."""
+    cut = len(prefix)
+    return sorted(int(name[cut:]) for name in names
+                  if name.startswith(prefix) and name[cut:].isdigit())
+
+
+def _append(path: Path, data: bytes) -> None:
+    """``data`` added at the end of the file at ``path`` (made if it is gone), as
+    ``open(path, "ab")`` would, without a Python file object."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 class SimLog:
     """One log file: what was written, and how much of it is synced (the sink's
     ``LogWriter`` surface). The bytes are also written to the real file at ``path``,
@@ -46,7 +64,7 @@ class SimLog:
         self.data = bytearray()
         self.synced = 0
         self._parsed: list[DiskEntry] = []
-        path.write_bytes(b"")
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))  # empty
 
     @property
     def size(self) -> int:
@@ -54,8 +72,7 @@ class SimLog:
 
     def write(self, data: bytes) -> None:
         self.data += data
-        with open(self.path, "ab") as f:
-            f.write(data)
+        _append(self.path, data)
 
     def sync(self) -> None:
         self.synced = len(self.data)
@@ -73,8 +90,7 @@ class SimLog:
 
     def tear(self, data: bytes) -> None:
         """A write of ``data`` cut short by the crash: the file keeps its prefix."""
-        with open(self.path, "ab") as f:
-            f.write(data)
+        _append(self.path, data)
 
     def records_end(self) -> int:
         """Where the last whole synced record ends."""
@@ -160,7 +176,7 @@ class SimDisk:
         (self.dir / f".{CHECKPOINT_PREFIX}{n}.{n:08x}.tmp").write_bytes(data)
 
     def temporaries(self) -> list[str]:
-        return sorted(p.name for p in self.dir.iterdir() if p.name.endswith(".tmp"))
+        return sorted(name for name in os.listdir(self.dir) if name.endswith(".tmp"))
 
     def crash(self) -> list[int]:
         """Unsynced bytes are lost, and so is every log whose directory entry was not
@@ -202,11 +218,12 @@ class SimDisk:
     # -- damage, and its repair (as from a backup)
     def targets(self) -> list[Path]:
         """The files a recovery reads: the newest checkpoint and the logs from it on."""
-        ckpts = file_numbers(self.dir, CHECKPOINT_PREFIX)
+        names = os.listdir(self.dir) if self.dir.is_dir() else []  # one look, not one a kind
+        ckpts = _numbers(names, CHECKPOINT_PREFIX)
         if not ckpts:
             return []
         n = ckpts[-1]
-        logs = [k for k in file_numbers(self.dir, LOG_PREFIX) if k >= n]
+        logs = [k for k in _numbers(names, LOG_PREFIX) if k >= n]
         return [checkpoint_path(self.dir, n)] + [log_path(self.dir, k) for k in logs
                                                  if self.logs.get(k) and self.logs[k].synced]
 

@@ -61,8 +61,8 @@ class CheckpointingReplica(ReplicaNode):
         recs = recs[:LOOK]
         return recs, (self.tail[0], recs[-1].end, recs[-1].seq + 1)
 
-    def can_claim(self) -> bool:
-        return self.role != "checkpointer" and super().can_claim()
+    def can_claim(self, holder_gone: bool) -> bool:
+        return self.role != "checkpointer" and super().can_claim(holder_gone)
 
     def _move(self, n: int, tail: tuple[int, int, int] | None) -> checkpointer.Move:
         d = self.disk.dir

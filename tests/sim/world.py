@@ -105,6 +105,7 @@ from ambrosia_py.runtime.engine import Engine, SendCheckpoint
 
 from .app import Rounds
 from .disk import DiskEntry, SavedCheckpoint, SimDisk, SimEpochs, SimLog, SimSink
+from .replay import Replays
 
 __all__ = ["Scenario", "SimFailure", "Step", "World", "explain", "shrink"]
 
@@ -415,6 +416,7 @@ class ReplicaNode(Node):
         self.beat_due = False  # resumed from a pause: its heartbeat has not run since
         self.taking: Generator[takeover.TakeoverStep, Any, None] | None = None
         self._taken: Any = None  # the answer to the takeover's last step
+        self._polled: tuple[tuple[Any, ...], tuple[list[DiskEntry], Any]] | None = None
         super().__init__(world, name, node_id)
 
     def make_sink(self) -> LogSink:
@@ -430,25 +432,35 @@ class ReplicaNode(Node):
 
     # -- following (``replica._follow``, ``LogTail.poll``)
     def _poll(self) -> tuple[list[DiskEntry], tuple[int, int, int] | None]:
-        """What the next look at the log delivers, and the tail after it."""
-        if self.tail is None:
+        """What the next look at the log delivers, and the tail after it: a function of
+        the tail, the log's synced bytes (which only grow, or are cut to what was
+        synced), its seal, whether the next log exists and the newest epoch. Steps ask
+        after every step, so the last answer is kept while those stay the same."""
+        tail = self.tail
+        if tail is None:
             return [], None
-        n, offset, next_seq = self.tail
-        has_next = n + 1 in self.disk.logs  # first: a takeover seals, then makes the next
-        seal = self.disk.seals.get(n)
-        log = self.disk.logs.get(n)
+        n, offset, next_seq = tail
+        logs = self.disk.logs
+        log = logs.get(n)
         if log is None:
-            return [], self.tail
+            return [], tail
+        has_next = n + 1 in logs  # first: a takeover seals, then makes the next
+        seal = self.disk.seals.get(n)
+        key = (tail, log, log.synced, has_next, seal, self.epochs.current())
+        if self._polled is not None and self._polled[0] == key:
+            return self._polled[1]
         recs = [r for r in log.records() if r.offset >= offset and r.seq >= next_seq
                 and (seal is None or r.end <= seal)]
         if seal is None and not has_next:
-            recs = shared_dir.committed_prefix(recs, self.epochs.current())
+            recs = shared_dir.committed_prefix(recs, key[-1])
         if recs:
             offset, next_seq = recs[-1].end, recs[-1].seq + 1
         whole_end = log.records_end()
         done = (seal is not None and offset >= seal) or (
             seal is None and has_next and offset == whole_end)
-        return recs, ((n + 1, 0, next_seq) if done else (n, offset, next_seq))
+        polled = recs, ((n + 1, 0, next_seq) if done else (n, offset, next_seq))
+        self._polled = key, polled
+        return polled
 
     def can_follow(self) -> bool:
         if self.core.phase is not Phase.FOLLOWING or self.paused or self.taking is not None:
@@ -479,9 +491,11 @@ class ReplicaNode(Node):
         self.run_actions()
 
     # -- taking over (``replica._take_over``: the real steps of ``takeover``)
-    def can_claim(self) -> bool:
+    def can_claim(self, holder_gone: bool) -> bool:
+        """Whether it may claim the next epoch, ``holder_gone`` being
+        ``World.holder_gone`` of its instance (the same for all its replicas in a step)."""
         return (self.core.phase is Phase.FOLLOWING and not self.paused
-                and self.taking is None and self.world.holder_gone(self.name))
+                and self.taking is None and holder_gone)
 
     def claim(self) -> None:
         e = self.epochs.current()
@@ -596,6 +610,12 @@ class World:
         self.root = root
         self.disks = {name: SimDisk(root, name) for name in self.names}
         self.replicated = {"i0": replicas} if replicas > 1 else {}
+        # Each instance's coordinators, and the steps that only name instances (made once).
+        self._members = {name: [name] if name not in self.replicated else [
+            f"{name}/{r}" for r in range(replicas)] for name in self.names}
+        self._pairs = [(("cut", a, b), frozenset((a, b))) for a in self.names
+                       for b in self.names if a < b]
+        self._flips: dict[tuple[str, int], list[Step]] = {}
         self.secondary = secondary  # its replicas have a checkpointing secondary
         # Per instance, the class its binding runs and the one it upgrades to.
         self.apps: dict[str, tuple[type[Rounds], type[Rounds] | None]] = {}
@@ -607,6 +627,7 @@ class World:
         self.counts: collections.Counter[str] = collections.Counter()  # what happened
         self.writers: dict[int, Node] = {}  # per epoch, the replica that wrote in it
         self.started: set[str] = set()  # instances that went live once (the registry's)
+        self.replays = Replays(self.new_engine)  # for ``check_replay``
         if upgrades:
             from .upgrade import Upgrades
             self.extras.append(Upgrades(self))
@@ -615,8 +636,7 @@ class World:
                 self.nodes[node_id] = self._new(node_id)
 
     def members(self, name: str) -> list[str]:
-        k = self.replicated.get(name, 1)
-        return [name] if k == 1 else [f"{name}/{r}" for r in range(k)]
+        return self._members[name]
 
     def new_engine(self, name: str, cls: type[Rounds] | None = None) -> Engine:
         """A binding for ``name`` running the class registered for it (or ``cls``)."""
@@ -641,26 +661,26 @@ class World:
     # -- who serves an instance
     def holder(self, name: str) -> Node | None:
         """The replica holding the newest epoch of ``name`` (the same process), if any."""
-        claim = self.disks[name].epochs.get(self.disks[name].newest_epoch())
-        for node_id in self.members(name):
+        epochs = self.disks[name].epochs
+        if not epochs:
+            return None
+        claim = epochs[max(epochs)]
+        for node_id in self._members[name]:
             node = self.nodes[node_id]
             if isinstance(node, ReplicaNode) and node.epochs is claim:
                 return node
         return None
 
-    def holder_gone(self, name: str) -> bool:
-        """Its flock is free (it died) or its lease ran out (it is paused)."""
+    def holder_gone(self, name: str, holder: Node | None) -> bool:
+        """Its flock is free (it died) or its lease ran out (it is paused); ``holder``
+        is ``holder(name)``."""
         if not self.disks[name].epochs:
             return False  # nobody claimed yet: the first replica to start does
-        holder = self.holder(name)
         return holder is None or holder.paused
 
     def serving(self, name: str) -> Node | None:
         """The live coordinator that links to ``name`` reach, and its calls leave from."""
-        node = self.holder(name) if name in self.replicated else self.nodes[name]
-        if node is None or node.paused or node.core.phase is not Phase.LIVE:
-            return None
-        return node
+        return _live(self.holder(name) if name in self.replicated else self.nodes[name])
 
     def wrote(self, epoch: int | None, node: Node) -> None:
         """No two primaries write in one epoch."""
@@ -673,83 +693,113 @@ class World:
     # -- what can happen now
     def steps(self, faults: bool) -> list[Step]:
         """Every step that can happen now (with faults, or only progress)."""
+        progress, faulty = self._steps(faults)
+        return progress + faulty if faulty else progress
+
+    def _steps(self, faults: bool) -> tuple[list[Step], list[Step]]:
+        """The progress steps that can happen now, and the faults (none unless
+        ``faults``): each list in the order ``run`` draws from."""
         out: list[Step] = []
-        for node_id, node in self.nodes.items():
+        add = out.append
+        faulty: list[Step] = []
+        fault = faulty.append
+        # Fixed within a step: who holds each replicated instance's newest epoch. (Loops
+        # rather than comprehensions here and below: this runs after every step.)
+        holders: dict[str, Node | None] = {}
+        gone: dict[str, bool] = {}
+        for name in self.replicated:
+            holders[name] = holder = self.holder(name)
+            gone[name] = self.holder_gone(name, holder)
+        nodes = self.nodes
+        for node_id, node in nodes.items():
             if node is None:
-                out.append(("restart", node_id))
+                add(("restart", node_id))
                 continue
             if node.paused:
-                out.append(("resume", node_id))
+                add(("resume", node_id))
                 if faults:
-                    out.append(("crash", node_id))
+                    fault(("crash", node_id))
                 continue
             if node.inbox:
-                out += [("bind", node_id, 1.0), ("bind", node_id, 0.4)]
+                add(("bind", node_id, 1.0))
+                add(("bind", node_id, 0.4))
             if node.next_move() is not Move.IDLE:
-                out.append(("commit", node_id))
+                add(("commit", node_id))
             if node.writing is not None:
-                out.append(("written", node_id))
+                add(("written", node_id))
             if isinstance(node, ReplicaNode):
                 if node.beat_due:
-                    out.append(("beat", node_id))
+                    add(("beat", node_id))
                 if node.can_follow():
-                    out.append(("follow", node_id))
-                if node.can_claim():
-                    out.append(("claim", node_id))
+                    add(("follow", node_id))
+                if node.can_claim(gone[node.name]):
+                    add(("claim", node_id))
                 if node.taking is not None:
-                    out.append(("take-over", node_id))
+                    add(("take-over", node_id))
                 if faults and node.core.phase is Phase.LIVE:
-                    out.append(("pause", node_id))
+                    fault(("pause", node_id))
             if faults:
-                out.append(("crash", node_id))
+                fault(("crash", node_id))
                 if node.writing is not None or node.asked is not None or node.flow:
-                    out.append(("crash", node_id, 0.5))  # cutting a write short
+                    fault(("crash", node_id, 0.5))  # cutting a write short
         if faults:
             for name in self.names:
                 disk = self.disks[name]
-                if name in self.replicated or self.nodes[name] is not None or disk.damage:
+                if name in self.replicated or nodes[name] is not None or disk.damage:
                     continue
                 for k, _ in enumerate(disk.targets()):
-                    out += [("flip", name, k, where, spot) for where in (0.0, 0.5, 1.0)
-                            for spot in _SPOTS]
-                    out.append(("lose", name, k))
-        serving = {name: self.serving(name) for name in self.names}  # fixed within a step
+                    faulty += self._flip_steps(name, k)
+        serving: dict[str, Node | None] = {}
+        for name in self.names:
+            serving[name] = _live(holders[name] if name in holders else nodes[name])
+        conns, cut = self.conns, self.cut
         for s in self.names:
             sender = serving[s]
             if sender is None:
                 continue
             for d, box in sender.core.outboxes.items():
-                if ((s, d) not in self.conns and serving[d] is not None
-                        and frozenset((s, d)) not in self.cut and (box.unacked or box.impulses)):
-                    out.append(("connect", s, d))
-        for (s, d), conn in self.conns.items():
-            frm, to = self._node(conn.frm), self._node(conn.to)
+                if ((s, d) not in conns and serving[d] is not None
+                        and (not cut or frozenset((s, d)) not in cut)
+                        and (box.unacked or box.impulses)):
+                    add(("connect", s, d))
+        for (s, d), conn in conns.items():
+            frm, to = nodes[conn.frm], nodes[conn.to]
+            assert frm is not None and to is not None
             if frm.paused or to.paused:
                 continue  # the kernel holds what is in flight
             box = frm.core.outboxes[d]
             if box.sent is not None and ((box.unacked and box.unacked[-1][0] > box.sent)
                                          or box.impulses):
-                out.append(("send", s, d))
+                add(("send", s, d))
             if conn.wire and not to.links_paused:
-                out += [("link", s, d, 1.0), ("link", s, d, 0.5)]
+                add(("link", s, d, 1.0))
+                add(("link", s, d, 0.5))
             if conn.acks:
-                out.append(("ack", s, d))
+                add(("ack", s, d))
             if to is not serving[d]:
                 # The registry names another primary now: the sender leaves (within
                 # a look, ``links.MOVE_CHECK``; until then the old one may still read).
-                out.append(("moved", s, d))
+                add(("moved", s, d))
             elif faults:
-                out.append(("drop", s, d))
+                fault(("drop", s, d))
         for extra in self.extras:
-            out += extra.steps(faults)
+            for step in extra.steps(faults):
+                (fault if step[0] in _FAULTS else add)(step)
         if faults:
-            for a in self.names:
-                for b in self.names:
-                    if a < b and frozenset((a, b)) not in self.cut:
-                        out.append(("cut", a, b))
-            if self.cut:
-                out.append(("heal",))
-        return out
+            faulty += [step for step, pair in self._pairs if pair not in cut]
+            if cut:
+                fault(("heal",))
+        return out, faulty
+
+    def _flip_steps(self, name: str, k: int) -> list[Step]:
+        """The faults that can befall file ``k`` of ``disk.targets()``: a bit flipped at
+        each spot, the file lost."""
+        steps = self._flips.get((name, k))
+        if steps is None:
+            steps = self._flips[(name, k)] = [
+                ("flip", name, k, where, spot) for where in (0.0, 0.5, 1.0)
+                for spot in _SPOTS] + [("lose", name, k)]
+        return steps
 
     # -- doing it
     def do(self, step: Step) -> None:
@@ -908,8 +958,10 @@ class World:
         read damage as valid, and leaves no temporary checkpoint behind."""
         name = node_id.split("/")[0]
         disk = self.disks[name]
-        before = disk.files()
         damaged = list(disk.damage)
+        # What a refused start must leave as it was (a start refused with no damage
+        # fails the run before the directory is looked at).
+        before = disk.files() if damaged else None
         try:
             node = self.nodes[node_id] = self._new(node_id)
         except Refused as err:
@@ -954,9 +1006,7 @@ class World:
         """Steps drawn by ``rng``: ``fault_steps`` with faults (each step a fault with
         about ``fault_rate``), then healed, until nothing is left to do."""
         for _ in range(fault_steps):
-            every = self.steps(faults=True)
-            progress = [s for s in every if s[0] not in _FAULTS]
-            faults = [s for s in every if s[0] in _FAULTS]
+            progress, faults = self._steps(faults=True)
             if faults and (not progress or rng.random() < fault_rate):
                 kind = rng.choice(sorted({f[0] for f in faults}))  # each kind as often
                 self.do(rng.choice([f for f in faults if f[0] == kind]))
@@ -1051,14 +1101,8 @@ class World:
         if first is None:
             self.fail(f"{node.id} has no first checkpoint {when}")
             return
-        fresh = self.new_engine(node.name, node.disk.app)
-        fresh.receive_data(encode_checkpoint_record(node.core.cid, sum(map(len, first.chunks)))
-                           + b"".join(first.chunks))
-        for r in node.disk.durable_records(0):
-            fresh.receive_data(r.wire)
-        while fresh.next_output() is not None:
-            pass
-        replayed = _observed(fresh)
+        replayed = self.replays.state(node.name, node.disk.app, node.core.cid, first,
+                                      [r.wire for r in node.disk.durable_records(0)])
         if replayed != node.observed():
             self.fail(f"{node.id}'s state {when} is {node.observed()}, but a replay of "
                       f"its log gives {replayed}")
@@ -1080,6 +1124,13 @@ def _handshake(sender: str, dest: str, sender_id: str,
     assert asked == [Ask(sender, False)], asked
     reply = _sent(inbound.answer(logged(sender)))
     return inbound, handshake.reply_position(reply, _SECRET, head, nonce_c, dest, dest)
+
+
+def _live(node: Node | None) -> Node | None:
+    """``node``, if it is up, not paused and live."""
+    if node is None or node.paused or node.core.phase is not Phase.LIVE:
+        return None
+    return node
 
 
 def _sent(actions: list[InboundAction]) -> bytes:

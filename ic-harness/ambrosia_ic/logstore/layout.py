@@ -5,6 +5,7 @@ See the package docstring for what each file holds.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -53,12 +54,9 @@ def file_numbers(d: Path, prefix: str) -> list[int]:
     """The N of every ``<prefix><N>`` in ``d``, ascending."""
     if not d.is_dir():
         return []
-    out = []
-    for p in d.iterdir():
-        rest = p.name[len(prefix):]
-        if p.name.startswith(prefix) and rest.isdigit():
-            out.append(int(rest))
-    return sorted(out)
+    cut = len(prefix)
+    return sorted(int(name[cut:]) for name in os.listdir(d)
+                  if name.startswith(prefix) and name[cut:].isdigit())
 
 
 def remove_unkept(d: Path, keep: int, prefixes: Sequence[str],
