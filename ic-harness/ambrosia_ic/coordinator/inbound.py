@@ -129,7 +129,7 @@ InboundAction = Send | Close | Log | Arm | Disarm | Ask | Joined | Left | Watchi
     Unwatched | Records
 
 
-class _Phase(enum.Enum):
+class _Stage(enum.Enum):
     HELLO = "hello"  # the sender's hello is awaited
     ASKING = "asking"  # proved; whether it may link is asked
     LINKED = "linked"  # records flow
@@ -154,7 +154,7 @@ class InboundLink:
         self.peer = peer
         self.stall_seconds = stall_seconds
         self.sender: str | None = None  # once joined (also after it was dropped)
-        self._phase = _Phase.HELLO
+        self._stage = _Stage.HELLO
         self._nonce_s = b""
         self._hello_buf = bytearray()
         self._hello: Hello | None = None
@@ -162,7 +162,7 @@ class InboundLink:
 
     @property
     def ended(self) -> bool:
-        return self._phase is _Phase.ENDED
+        return self._stage is _Stage.ENDED
 
     def start(self) -> list[InboundAction]:
         """The connection is up: the challenge, and the handshake's time starts."""
@@ -171,14 +171,14 @@ class InboundLink:
 
     def receive(self, data: bytes) -> list[InboundAction]:
         """Bytes read from the peer."""
-        phase = self._phase
-        if phase is _Phase.LINKED:
+        stage = self._stage
+        if stage is _Stage.LINKED:
             assert self.sender is not None
             return self._take(self.sender, data)
-        if phase is _Phase.ASKING:
+        if stage is _Stage.ASKING:
             self._hello_buf += data  # kept until the sender is admitted
             return []
-        if phase is not _Phase.HELLO:
+        if stage is not _Stage.HELLO:
             return []  # a watch sends nothing after its hello; an ended link is closing
         self._hello_buf += data
         try:
@@ -190,12 +190,12 @@ class InboundLink:
         if got is None:
             return []
         self._hello = got
-        self._phase = _Phase.ASKING
+        self._stage = _Stage.ASKING
         return [Ask(got.sender, got.sender == WATCH_SENDER)]
 
     def answer(self, position: int | None) -> list[InboundAction]:
         """The answer to ``Ask`` (see there)."""
-        if self._phase is not _Phase.ASKING:
+        if self._stage is not _Stage.ASKING:
             return []  # refused meanwhile (the handshake's time ran out, or the peer left)
         hello = self._hello
         assert hello is not None
@@ -208,9 +208,9 @@ class InboundLink:
         rest = bytes(self._hello_buf[hello.used:])
         self._hello_buf = bytearray()
         if watch:
-            self._phase = _Phase.WATCHING
+            self._stage = _Stage.WATCHING
             return [Disarm(), Send(reply), Watching()]
-        self._phase = _Phase.LINKED
+        self._stage = _Stage.LINKED
         self.sender = hello.sender
         actions: list[InboundAction] = [Disarm(), Send(reply), Joined(hello.sender)]
         if rest:
@@ -219,10 +219,10 @@ class InboundLink:
 
     def timed_out(self) -> list[InboundAction]:
         """The link's timer fired."""
-        if self._phase in (_Phase.HELLO, _Phase.ASKING):
+        if self._stage in (_Stage.HELLO, _Stage.ASKING):
             return self._refuse("TimeoutError")
-        if self._phase is _Phase.LINKED:
-            self._phase = _Phase.ENDED
+        if self._stage is _Stage.LINKED:
+            self._stage = _Stage.ENDED
             return [Log(f"link from {self.sender} sent part of a record and nothing more "
                         f"for {self.stall_seconds:g} s; closed (it sends again from the "
                         "position acknowledged)"), Close()]
@@ -230,17 +230,17 @@ class InboundLink:
 
     def broken(self, err: RemoteProtocolError) -> list[InboundAction]:
         """A record handed on broke the protocol where it was taken (a gap in the calls)."""
-        if self._phase is not _Phase.LINKED:
+        if self._stage is not _Stage.LINKED:
             return []
         return self._drop(err)
 
     def closed(self, tls_error: str | None = None) -> list[InboundAction]:
         """The connection is gone (``tls_error``: TLS said why, in words)."""
-        phase, self._phase = self._phase, _Phase.ENDED
-        if phase in (_Phase.HELLO, _Phase.ASKING):
+        stage, self._stage = self._stage, _Stage.ENDED
+        if stage in (_Stage.HELLO, _Stage.ASKING):
             return self._refuse("the peer closed during the link handshake")
         actions: list[InboundAction] = [Disarm()]
-        if phase is _Phase.WATCHING:
+        if stage is _Stage.WATCHING:
             actions.append(Unwatched())
         if self.sender is not None:
             if tls_error is not None:
@@ -259,9 +259,9 @@ class InboundLink:
                 Arm(self.stall_seconds) if self._records.partial else Disarm()]
 
     def _drop(self, err: RemoteProtocolError) -> list[InboundAction]:
-        self._phase = _Phase.ENDED
+        self._stage = _Stage.ENDED
         return [Log(f"link from {self.sender} broke the protocol: {err}"), Disarm(), Close()]
 
     def _refuse(self, why: str) -> list[InboundAction]:
-        self._phase = _Phase.ENDED
+        self._stage = _Stage.ENDED
         return [Log(f"refused a link from {self.peer}: {why}"), Disarm(), Close()]
