@@ -50,6 +50,7 @@ from ambrosia_services.jobs.attempts import (
     reconcile,
 )
 from ambrosia_services.jobs.connection import JobConnection
+from ambrosia_services.jobs.errors import JobProtocolError
 from ambrosia_services.jobs.initiator import RESULT_EDGE
 from ambrosia_services.jobs.link import Held
 from ambrosia_services.jobs.messages import JobMessage
@@ -183,6 +184,12 @@ class JobsWorld:
     def do(self, step: Step) -> None:
         self.trace.append(step)
         self.counts[step[0]] += 1
+        try:
+            self._do(step)
+        except JobProtocolError as err:  # either end broke the jobs' protocol
+            self.fail(f"the jobs' protocol was broken at {step}: {err}")
+
+    def _do(self, step: Step) -> None:
         kind, *args = step
         if kind == "restart" and args[0] == "coord":
             self.plan = LinkPlan(self.member, {n: r.member for n, r in self.runners.items()},
