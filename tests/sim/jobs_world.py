@@ -9,14 +9,18 @@ asks (launches, cancels, ``Held``, a runner's cancel, ``lost_decision``); a lost
 reconciled by the real ``attempts.reconcile`` over the real output directory, and a
 runner commits its staging by the real ``attempts.commit`` (a rename).
 
-What is simulated: the link (a queue of messages each way per runner, lost when the
-connection drops), the runner (it holds the starts it was given in this life, writes its
-staging in two steps, marks it finished, commits it, and streams its result in batches;
-on a start whose output is committed or finished it commits and streams without running;
-on one with partial staging it refuses, ``ATTEMPT_REUSED``, as its Spark answering
-``GetStatus`` after a crash would), and the "Spark job": a word count of the batch's
-lines. Not yet here: the jobs' wire protocol (``InitiatorJobs``/``ParticipantJobs``) and
-the results flowing on to the 2PC sinks (``pipe_world`` has those).
+The link between the coordinator and each runner is the jobs' wire protocol: each end is
+the real ``JobConnection`` (framing, which side may send what, batch numbers in order
+once per connection, credits), its bytes on their way read in pieces, and lost when the
+connection drops. What is simulated: the runner (it holds the starts it was given in this
+life, writes its staging in two steps, marks it finished, commits it, and streams its
+result in batches; on a start whose output is committed or finished it commits and
+streams without running; on one with partial staging it refuses, ``ATTEMPT_REUSED``, as
+its Spark answering ``GetStatus`` after a crash would), and the "Spark job": a word count
+of the batch's lines. Not yet here: the job tables of the protocol's ends
+(``InitiatorJobs``, which ``JobsLive`` keeps beside the ``JobTable``, and the runners'
+``ParticipantJobs``) and the results flowing on to the 2PC sinks (``pipe_world`` has
+those).
 
 Checked at the end of every run: every batch's result taken once, in order; the totals
 equal a word count of the whole input; nothing left running; and during the run no job
@@ -33,7 +37,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ambrosia_services.jobs import Cancel, JobId
+from ambrosia_services.jobs import Batch, Cancel, JobId, Start
+from ambrosia_services.jobs._state import Role
 from ambrosia_services.jobs.attempts import (
     SUCCESS,
     Attempt,
@@ -44,7 +49,11 @@ from ambrosia_services.jobs.attempts import (
     member_id,
     reconcile,
 )
+from ambrosia_services.jobs.connection import JobConnection
+from ambrosia_services.jobs.errors import JobProtocolError
+from ambrosia_services.jobs.initiator import RESULT_EDGE
 from ambrosia_services.jobs.link import Held
+from ambrosia_services.jobs.messages import JobMessage
 from ambrosia_services.pipeline import linkplan
 from ambrosia_services.pipeline.jobtable import JobTable
 from ambrosia_services.pipeline.linkplan import CancelMeaning, LinkPlan
@@ -56,6 +65,7 @@ __all__ = ["JobsWorld"]
 
 INSTANCE = "sim"
 ROWS_PER_BATCH = 2
+JOB = "wordcount"
 FAULTS = frozenset({"crash", "drop", "again"})
 
 
@@ -65,16 +75,35 @@ def word_count(lines: list[str]) -> bytes:
 
 
 class Runner:
-    """One simulated runner: the starts it holds in this life, by local id."""
+    """One simulated runner: the starts it holds in this life, by local id, and its
+    connection to the coordinator while it has one: both ends' real ``JobConnection``
+    and the bytes on their way each way."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.member = member_id(f"runner/{name}")
         self.up = False
         self.holds: dict[int, tuple[Attempt, int]] = {}  # local -> (attempt, batches sent)
-        self.inbox: list[Any] = []  # what the coordinator sent on the connection
-        self.outbox: list[Any] = []  # what it sends the coordinator
-        self.linked = False
+        self.inbox = bytearray()  # what the coordinator sent on the connection
+        self.outbox = bytearray()  # what it sends the coordinator
+        self.coord_end: JobConnection | None = None
+        self.runner_end: JobConnection | None = None
+
+    @property
+    def linked(self) -> bool:
+        return self.coord_end is not None
+
+    def open(self) -> None:
+        self.coord_end = JobConnection(Role.INITIATOR, Role.PARTICIPANT)
+        self.runner_end = JobConnection(Role.PARTICIPANT, Role.INITIATOR)
+
+    def to_runner(self, message: JobMessage) -> None:
+        assert self.coord_end is not None
+        self.inbox += self.coord_end.send(message)
+
+    def to_coordinator(self, message: JobMessage) -> None:
+        assert self.runner_end is not None
+        self.outbox += self.runner_end.send(message)
 
 
 class JobsWorld:
@@ -129,9 +158,9 @@ class JobsWorld:
             if self.plan is not None and not r.linked:
                 out.append(("connect", name))
             if r.inbox:
-                out.append(("deliver", name))
+                out += [("deliver", name, 1.0), ("deliver", name, 0.5)]
             if r.outbox:
-                out.append(("receive", name))
+                out += [("receive", name, 1.0), ("receive", name, 0.5)]
             out += [("work", name, local) for local in sorted(r.holds)
                     if self._work_due(r, local)]
             if faults:
@@ -155,6 +184,12 @@ class JobsWorld:
     def do(self, step: Step) -> None:
         self.trace.append(step)
         self.counts[step[0]] += 1
+        try:
+            self._do(step)
+        except JobProtocolError as err:  # either end broke the jobs' protocol
+            self.fail(f"the jobs' protocol was broken at {step}: {err}")
+
+    def _do(self, step: Step) -> None:
         kind, *args = step
         if kind == "restart" and args[0] == "coord":
             self.plan = LinkPlan(self.member, {n: r.member for n, r in self.runners.items()},
@@ -176,9 +211,12 @@ class JobsWorld:
             r.up, r.holds = False, {}
         elif kind == "drop":
             self._drop(args[0])
-        elif kind == "again":  # the runner streams a result again, from batch 0
+        elif kind == "again":  # the runner streams a result again, from batch 0, on a
+            # new connection (one connection carries each batch number once: the
+            # protocol's batch order rule)
             r = self.runners[args[0]]
             r.holds[args[1]] = (r.holds[args[1]][0], 0)
+            self._drop(r.name)
         elif kind == "submit":
             self.table.submit("wordcount", {})
         elif kind == "sync":
@@ -189,9 +227,16 @@ class JobsWorld:
             self._connect(self.runners[args[0]])
         elif kind == "deliver":
             r = self.runners[args[0]]
-            self._at_runner(r, r.inbox.pop(0))
+            assert r.runner_end is not None
+            r.runner_end.receive_data(self._piece(r.inbox, args[1]))
+            for message in r.runner_end.events():
+                self._at_runner(r, message)
         elif kind == "receive":
-            self._at_coordinator(self.runners[args[0]].outbox.pop(0))
+            r = self.runners[args[0]]
+            assert r.coord_end is not None
+            r.coord_end.receive_data(self._piece(r.outbox, args[1]))
+            for message in r.coord_end.events():
+                self._at_coordinator(message)
         elif kind == "work":
             self._work(self.runners[args[0]], args[1])
         failed = [k for k, e in self.table.jobs.items() if e.failures]
@@ -203,7 +248,19 @@ class JobsWorld:
 
     def _drop(self, name: str) -> None:
         r = self.runners[name]
-        r.linked, r.inbox, r.outbox = False, [], []
+        r.coord_end = r.runner_end = None
+        r.inbox, r.outbox = bytearray(), bytearray()
+
+    @staticmethod
+    def _piece(queue: bytearray, fraction: float) -> bytes:
+        """What one read takes of the bytes on their way (some of them, or all)."""
+        n = max(1, round(len(queue) * fraction))
+        data = bytes(queue[:n])
+        del queue[:n]
+        return data
+
+    def _start(self, r: Runner, local: int, params: dict[str, Any]) -> None:
+        r.to_runner(Start(JobId(self.member, local), JOB, params, (r.member,)))
 
     # -- the primary's links (JobsLive's shell, around the real LinkPlan)
     def _sync(self) -> None:
@@ -211,19 +268,19 @@ class JobsWorld:
         for job in self.plan.cancels(self.table, lambda j: j.local_id in self.running):
             runner = self.runners[self.running.pop(job.local_id)]
             if runner.linked:
-                runner.inbox.append(("cancel", job.local_id))
+                runner.to_runner(Cancel(job, self.member, 0, "cancelled"))
         for go in self.plan.launches(self.table):
             self.running[go.local_id] = go.runner
             r = self.runners[go.runner]
             if r.linked:
-                r.inbox.append(("start", go.local_id, go.params))
+                self._start(r, go.local_id, go.params)
                 self.table.started(go.key, go.local_id)
             else:
                 self.queued[go.runner].append(go.local_id)
 
     def _connect(self, r: Runner) -> None:
         assert self.plan is not None
-        r.linked = True
+        r.open()
         # A new connection: what the runner holds streams again from batch 0.
         r.holds = {local: (attempt, 0) for local, (attempt, _) in r.holds.items()}
         mine = sorted(local for local, name in self.running.items()
@@ -242,7 +299,7 @@ class JobsWorld:
             key = by_local.get(local)
             if key is not None:
                 entry = self.table.jobs[key]
-                r.inbox.append(("start", local, {"job": key, "attempt": entry.attempt}))
+                self._start(r, local, {"job": key, "attempt": entry.attempt})
         for key, local in self.plan.queued_started(self.table, r.member):
             self.table.started(key, local)
 
@@ -256,20 +313,20 @@ class JobsWorld:
         self.counts[f"reconciled {verdict.name}"] += 1
         self.table.lost(key, local, same, why)
 
-    def _at_coordinator(self, message: Any) -> None:
-        assert self.plan is not None
-        kind, local, *rest = message
-        job = JobId(self.member, local)
-        if kind == "cancel":
+    def _at_coordinator(self, message: JobMessage) -> None:
+        assert self.plan is not None and isinstance(message, (Cancel, Batch)), message
+        job = message.job_id
+        local = job.local_id
+        if isinstance(message, Cancel):
             self.running.pop(local, None)
-            verdict = self.plan.cancelled(self.table, Cancel(job, rest[0], rest[1], "refused"))
+            verdict = self.plan.cancelled(self.table, message)
             if verdict.meaning is CancelMeaning.LOST and verdict.key is not None:
                 self.table.lost(verdict.key, local, False, "refused")
             elif verdict.meaning is CancelMeaning.FAILED and verdict.key is not None:
                 self.table.failed(verdict.key, local, "refused")
             return
-        number, rows, last = rest
-        key, is_result = self.plan.result(self.table, job, 0)
+        number, rows, last = message.number, message.rows, message.last
+        key, is_result = self.plan.result(self.table, job, message.edge)
         if key is None or not is_result:
             return
         whole = self.table.batch(key, local, number, rows, last)
@@ -278,12 +335,13 @@ class JobsWorld:
             self._took(key, whole)
 
     # -- the runner
-    def _at_runner(self, r: Runner, message: Any) -> None:
-        if message[0] == "cancel":
-            r.holds.pop(message[1], None)
+    def _at_runner(self, r: Runner, message: JobMessage) -> None:
+        assert isinstance(message, (Cancel, Start)), message
+        local = message.job_id.local_id
+        if isinstance(message, Cancel):
+            r.holds.pop(local, None)
             return
-        _, local, params = message
-        attempt = Attempt(params["job"], params["attempt"])
+        attempt = Attempt(message.params["job"], message.params["attempt"])
         staging = attempt.staging(self.out)
         done = committed_attempt(self.out, attempt.job)
         if done is not None and done != attempt.number:
@@ -294,7 +352,8 @@ class JobsWorld:
             r.holds[local] = (attempt, 0)
         else:  # partial staging: its Spark lost the write; a new attempt is needed
             self.counts["refused"] += 1
-            r.outbox.append(("cancel", local, r.member, int(RunnerCancelCode.ATTEMPT_REUSED)))
+            r.to_coordinator(Cancel(message.job_id, r.member,
+                                    int(RunnerCancelCode.ATTEMPT_REUSED), "refused"))
 
     def _chunks(self, attempt: Attempt) -> list[bytes]:
         final = attempt.final(self.out) / "part-0"
@@ -317,7 +376,8 @@ class JobsWorld:
                 self.counts["committed"] += 1
             return
         chunks = self._chunks(attempt)
-        r.outbox.append(("batch", local, sent, chunks[sent], sent == len(chunks) - 1))
+        r.to_coordinator(Batch(JobId(self.member, local), RESULT_EDGE, sent, chunks[sent],
+                               sent == len(chunks) - 1))
         r.holds[local] = (attempt, sent + 1)
 
     def _compute(self, attempt: Attempt, staging: Path) -> None:
