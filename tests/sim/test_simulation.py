@@ -44,9 +44,12 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     # The runs did what they are for: every fault and every recovery path, many times.
     for what in ("crash", "drop", "cut", "heal", "recovered", "checkpoint", "written",
                  "pause", "takeover", "fenced", "flip", "lose", "refused", "repaired",
-                 "torn", "temporary", "paused", "secondary", "from secondary",
+                 "torn", "temporary", "paused", "secondary",
                  "register-upgrade", "flip-registration", "upgrade retry"):
         assert seen[what] >= 100, (what, seen)
+    # A replica starting from the secondary's checkpoint: 57 to 77 per thousand seeds
+    # since a takeover takes a step per stage (crashes and faults come between them).
+    assert seen["from secondary"] >= 40, seen
     # Rarer: a sender leaving an old primary that still reads, a resent record partly
     # taken before, an upgrade begun afresh or found finished (each mutant of theirs is
     # found within a few hundred seeds all the same).
