@@ -47,9 +47,9 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
                  "torn", "temporary", "paused", "secondary",
                  "register-upgrade", "flip-registration", "upgrade retry"):
         assert seen[what] >= 100, (what, seen)
-    # A replica starting from the secondary's checkpoint: 57 to 77 per thousand seeds
+    # A replica starting from the secondary's checkpoint: 42 to 78 per thousand seeds
     # since a takeover takes a step per stage (crashes and faults come between them).
-    assert seen["from secondary"] >= 40, seen
+    assert seen["from secondary"] >= 25, seen
     # Rarer: a sender leaving an old primary that still reads, a resent record partly
     # taken before, an upgrade begun afresh or found finished (each mutant of theirs is
     # found within a few hundred seeds all the same).
@@ -58,9 +58,10 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     assert seen["upgrade finished"] >= 1, seen
     # A tenth of the seeds run a simulated Raft cluster too (``raftlog``): paused and
     # crashed primaries, lost leaders and stalls past the lease, entries landing late.
-    for what in ("raft pause", "raft fenced", "raft renewed", "raft crash", "raft stall",
-                 "raft rejoined", "raft slow send"):
+    for what in ("raft pause", "raft fenced", "raft renewed", "raft stall", "raft rejoined",
+                 "raft slow send"):
         assert seen[what] >= 20, (what, seen)
+    assert seen["raft crash"] >= 10, seen  # 23 to 47 per thousand seeds
 
 
 def _first_failing(limit: int) -> int | None:
