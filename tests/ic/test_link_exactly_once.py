@@ -184,16 +184,19 @@ def test_the_simulation_finds_each_kept_mutant(mutant: str,
 
 
 def test_the_outbox_loads_no_io_through_its_package() -> None:
-    """The core keeps a LinkOutbox per destination; importing it must not bring the
-    handshake's or the outbound link's asyncio and ssl through ``ambrosia_ic.links``."""
+    """The core keeps a LinkOutbox per destination; importing it, or the handshake's
+    steps, must not bring the outbound link's asyncio and ssl through
+    ``ambrosia_ic.links``: that loads when first named."""
     import subprocess
     import sys
 
     probe = ("import sys, ambrosia_ic.links.outbox, ambrosia_ic.links as links; "
              "print(sorted(m for m in sys.modules if m.startswith('ambrosia_ic.links'))); "
+             "print('asyncio' in sys.modules, 'ssl' in sys.modules); "
              "links.OutboundLink; print('ambrosia_ic.links.outbound' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["['ambrosia_ic.links', 'ambrosia_ic.links.outbox']",
-                                     "True"]
+    assert r.stdout.splitlines() == [
+        "['ambrosia_ic.links', 'ambrosia_ic.links.handshake', 'ambrosia_ic.links.outbox']",
+        "False False", "True"]

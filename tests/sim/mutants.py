@@ -7,7 +7,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
-from ambrosia_ic.coordinator import commit_plan, start_plan
+from ambrosia_ic.coordinator import commit_plan, inbound, start_plan
 from ambrosia_ic.coordinator.ack_batch import AckBatch
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
@@ -23,7 +23,7 @@ from ambrosia_ic.logstore import records as log_records
 from ambrosia_ic.logstore.raft_tenure import CatchUp, Propose, RaftStep, RaftTenure, Renewed
 from ambrosia_ic.logstore.records import LogScan
 from ambrosia_ic.registry import instances as registrations
-from ambrosia_ic.replication import checkpointer
+from ambrosia_ic.replication import checkpointer, takeover
 
 from ambrosia_core.errors import UnexpectedMessageError
 
@@ -96,7 +96,7 @@ def _reply_one_ahead(secret: bytes, hello: Any, nonce_s: bytes, last_logged: int
     return _hello_reply(secret, hello, nonce_s, last_logged + 1)
 
 
-_hello_reply = handshake.hello_reply
+_hello_reply = handshake.hello_reply  # the inbound link's rules call it by this name
 _inbound_take = InboundLink._take
 
 
@@ -251,6 +251,17 @@ def _registration_unchecked(data: dict[str, object]) -> str:
     return "0"
 
 
+def _seal_unfollowed() -> Generator[takeover.TakeoverStep, Any, int]:
+    """A takeover seals the old primary's log and goes on without delivering what is
+    in it up to the seal."""
+    n = yield takeover.NewestLog()
+    end = yield takeover.ReadSeal(n)
+    if end is None:
+        end = yield takeover.WholeEnd(n)
+        yield takeover.WriteSeal(n, end)
+    return int(n) + 1
+
+
 MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a resent record's overlap is queued again": (LinkIntake, "take", _take_whole),
     "a record is delivered before it is synced": (StandaloneSink, "write", _write_unsynced),
@@ -260,11 +271,13 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                                 _restore_forgetting),
     "a sender forgets one call too many": (LinkOutbox, "trim", _trim_one_more),
     "the link server acknowledges one call ahead": (AckBatch, "add", _ack_one_ahead),
-    "a link handshake names one call past the last logged": (handshake, "hello_reply",
+    "a link handshake names one call past the last logged": (inbound, "hello_reply",
                                                              _reply_one_ahead),
     "a link read ending inside a record hands on nothing": (InboundLink, "_take",
                                                              _take_whole_reads),
     "a fenced primary writes on": (FencedSink, "write_steps", _write_fenced_off),
+    "a takeover goes live without the old primary's last records": (
+        takeover, "seal_and_finish", _seal_unfollowed),
     "a fenced primary delivers what landed after the claim": (FencedSink, "write_steps",
                                                               _write_looking_once),
     "a recovery starts one record late": (recovery, "_plan_from", _plan_one_late),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from ambrosia_ic.logstore.raft_entries import (
     encode_records,
 )
 from ambrosia_ic.logstore.raft_tenure import CatchUp, Propose, RaftTenure, Steps
+from ambrosia_ic.replication.raft import POLL
 
 from tests.sim.world import SimFailure
 
@@ -160,15 +161,17 @@ class Replica:
         self.role = "standby"
         self.was_fenced = True
 
-    def claim(self, after: int | None = None, if_silent: bool = False) -> Iterator[float]:
+    def claim(self, after: int, if_silent: bool) -> Generator[float, None, bool]:
         self.w.note(f"replica {self.number} may claim epoch {self.t.view.epoch + 1}")
-        if (yield from self.run_steps(self.t.claim({"replica": self.number}, after=after,
-                                                   if_silent=if_silent))):
-            self.role = "primary"
-            self.w.counts["claimed"] += 1
-            if self.was_fenced:  # a fenced primary that followed as a standby, primary again
-                self.w.counts["rejoined"] += 1
-                self.was_fenced = False
+        if not (yield from self.run_steps(self.t.claim({"replica": self.number}, after=after,
+                                                       if_silent=if_silent))):
+            return False
+        self.role = "primary"
+        self.w.counts["claimed"] += 1
+        if self.was_fenced:  # a fenced primary that followed as a standby, primary again
+            self.w.counts["rejoined"] += 1
+            self.was_fenced = False
+        return True
 
     def run(self) -> Iterator[float]:
         while self.w.now < self.w.until:
@@ -184,13 +187,12 @@ class Replica:
                     yield from self.append(lambda e: encode_heartbeat(NAME, e))
                 else:
                     yield from self.append(lambda e: encode_records(NAME, e, [b"r"]))
-            else:
-                yield 0.05
+            else:  # as a Raft replica's standby follows the log
                 yield from self.read()
-                if self.t.view.epoch == 0:
-                    yield from self.claim(after=0)
-                elif raft_rules.may_claim(self.t.silent_for(), LEASE):
-                    yield from self.claim(after=self.t.view.epoch, if_silent=True)
+                silent = self.t.silent_for()
+                move = raft_rules.standby_claim(self.t.view.epoch, silent, LEASE)
+                if move is None or not (yield from self.claim(*move)):
+                    yield raft_rules.standby_wait(silent, LEASE, POLL)
 
     def crash(self) -> Iterator[float]:
         """The primary's process dies (its entries in flight still commit) and starts

@@ -54,7 +54,7 @@ import random
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -93,7 +93,7 @@ from ambrosia_ic.logstore import (
     remove_first_start_leftovers,
 )
 from ambrosia_ic.recovery import RecoveryPlan
-from ambrosia_ic.replication import shared_dir
+from ambrosia_ic.replication import shared_dir, takeover
 
 from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.wire import (
@@ -119,8 +119,8 @@ BUFFER_LIMIT = 160
 BUFFER_LOW = BUFFER_LIMIT // 4
 _FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose",
                      "register-upgrade", "flip-registration"})
-_REGULATED = frozenset({"bind", "commit", "written", "link", "follow", "claim", "restart",
-                        "resume", "beat"})
+_REGULATED = frozenset({"bind", "commit", "written", "link", "follow", "claim", "take-over",
+                        "restart", "resume", "beat"})
 # Where a flipped bit lands in a log record (byte, bit; a negative byte counts from the
 # record's end): its committer id, its length by one and by 65,536 (it then runs past the
 # end of the file), its sequence id, body, watermarks and own check bytes.
@@ -282,11 +282,15 @@ class Node:
         """The binding reads part of what was delivered and answers."""
         n = max(1, round(len(self.inbox) * fraction))
         data, self.inbox = bytes(self.inbox[:n]), self.inbox[n:]
-        self.engine.receive_data(data)
-        while (out := self.engine.next_output()) is not None:
-            raw = b"".join(out.chunks()) if isinstance(out, SendCheckpoint) else out.data
-            self.core.receive_binding(raw)
-            self.run_actions()
+        try:
+            self.engine.receive_data(data)
+            while (out := self.engine.next_output()) is not None:
+                raw = b"".join(out.chunks()) if isinstance(out, SendCheckpoint) else out.data
+                self.core.receive_binding(raw)
+                self.run_actions()
+        except RemoteProtocolError as err:  # the real binding stops with this line
+            self.world.fail(f"{self.id}'s binding refused what its coordinator delivered: "
+                            f"{err}")
         if self.draining and len(self.inbox) <= BUFFER_LOW:
             self.draining = False  # ``commit._after_drain``: the drain ended
 
@@ -410,6 +414,8 @@ class ReplicaNode(Node):
         self.role = "follower"
         self.tail: tuple[int, int, int] | None = None  # (log, offset, next seq id)
         self.beat_due = False  # resumed from a pause: its heartbeat has not run since
+        self.taking: Generator[takeover.TakeoverStep, Any, None] | None = None
+        self._taken: Any = None  # the answer to the takeover's last step
         self._polled: tuple[tuple[Any, ...], tuple[list[DiskEntry], Any]] | None = None
         super().__init__(world, name, node_id)
 
@@ -457,7 +463,7 @@ class ReplicaNode(Node):
         return polled
 
     def can_follow(self) -> bool:
-        if self.core.phase is not Phase.FOLLOWING or self.paused:
+        if self.core.phase is not Phase.FOLLOWING or self.paused or self.taking is not None:
             return False
         if self.tail is None:
             return not self.disk.first_start_pending() and 1 in self.disk.checkpoints
@@ -484,38 +490,60 @@ class ReplicaNode(Node):
         self.tail = (1, 0, saved.next_seq)
         self.run_actions()
 
-    # -- taking over (``replica._take_over``)
+    # -- taking over (``replica._take_over``: the real steps of ``takeover``)
     def can_claim(self, holder_gone: bool) -> bool:
         """Whether it may claim the next epoch, ``holder_gone`` being
         ``World.holder_gone`` of its instance (the same for all its replicas in a step)."""
-        return self.core.phase is Phase.FOLLOWING and not self.paused and holder_gone
+        return (self.core.phase is Phase.FOLLOWING and not self.paused
+                and self.taking is None and holder_gone)
 
     def claim(self) -> None:
         e = self.epochs.current()
         if not self.epochs.claim(e + 1):
             return
         self.role = "primary"
-        if self.tail is None and not self.disk.first_start_pending() and \
-                1 in self.disk.checkpoints:
-            self._load_checkpoint()
-        if self.tail is None:
-            self._first_start()
+        self.taking = takeover.take_over(self.tail is not None)
+        self.take_over()
+
+    def take_over(self) -> None:
+        """The takeover's next step (each one a step of the world's)."""
+        assert self.taking is not None
+        try:
+            step = self.taking.send(self._taken)
+        except StopIteration:
+            self.taking = None
             return
-        n = max(self.disk.logs)
-        if n not in self.disk.seals:
-            self.disk.seals[n] = self.disk.logs[n].records_end()
-        while self.tail is not None and self.tail[0] <= n:
-            self.follow()
-        self.epochs.check()
-        if n + 1 in self.disk.logs:
-            raise LockLostError(f"log {n + 1} was created by another primary")
-        self.writer = self.disk.open_log(n + 1)
-        self.disk.sync_dir()  # ``FencedSink.next_log``
-        self.log_n = n + 1
-        self.core.become_primary()
-        self.run_actions()
-        self.world.counts["takeover"] += 1
-        self._go_live()
+        self._taken = None
+        disk = self.disk
+        if isinstance(step, takeover.LoadCheckpoint):
+            if not disk.first_start_pending() and 1 in disk.checkpoints:
+                self._load_checkpoint()
+            self._taken = self.tail is not None
+        elif isinstance(step, takeover.FirstStart):
+            self._first_start()
+        elif isinstance(step, takeover.NewestLog):
+            self._taken = max(disk.logs)
+        elif isinstance(step, takeover.ReadSeal):
+            self._taken = disk.seals.get(step.n)
+        elif isinstance(step, takeover.WholeEnd):
+            self._taken = disk.logs[step.n].records_end()
+        elif isinstance(step, takeover.WriteSeal):
+            disk.seals[step.n] = step.end
+        elif isinstance(step, takeover.FollowTo):
+            while self.tail is not None and self.tail[0] <= step.n:
+                self.follow()  # past the seal, the tail moves on to the next log
+        elif isinstance(step, takeover.OpenLog):
+            self.epochs.check()  # ``FencedSink.next_log``
+            if step.n in disk.logs:
+                raise LockLostError(f"log {step.n} was created by another primary")
+            self.writer = disk.open_log(step.n)
+            disk.sync_dir()
+            self.log_n = step.n
+        else:
+            self.core.become_primary()
+            self.run_actions()
+            self.world.counts["takeover"] += 1
+            self._go_live()
 
     # -- writing, fenced
     def _switch(self) -> None:
@@ -706,6 +734,8 @@ class World:
                     add(("follow", node_id))
                 if node.can_claim(gone[node.name]):
                     add(("claim", node_id))
+                if node.taking is not None:
+                    add(("take-over", node_id))
                 if faults and node.core.phase is Phase.LIVE:
                     fault(("pause", node_id))
             if faults:
@@ -811,6 +841,8 @@ class World:
             disk.lose(disk.targets()[step[2]])
         elif kind in ("follow", "claim", "beat"):
             getattr(self._replica(step[1]), kind)()
+        elif kind == "take-over":
+            self._replica(step[1]).take_over()
         elif kind == "pause":
             self._node(step[1]).paused = True
         elif kind == "resume":

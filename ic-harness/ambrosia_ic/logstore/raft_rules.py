@@ -6,7 +6,10 @@ passed in (the simulator, ``tests/sim/raftlog``, asks the same functions).
   only within half a lease of sending its last entry that counted (a standby claims no
   sooner than a lease after it saw that entry).
 - ``may_claim``: a standby claims when the epoch's holder was silent past the lease, or
-  its process ended.
+  its process ended; ``standby_claim`` says how a following standby claims (the first
+  claim of an instance nobody holds at once; then only past the lease, the silence checked
+  again once caught up unless the holder's process is known gone), and ``standby_wait``
+  how long it waits for news before it looks again.
 - ``superseded``: a store whose epoch is not the newest the view knows writes nothing.
 - ``Silence``: how long a reader saw nothing of the current epoch, not counting a stall
   of the cluster (a read that waited longer than a quarter lease restarts the silence
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["Silence", "may_claim", "must_look", "superseded"]
+__all__ = ["Silence", "may_claim", "must_look", "standby_claim", "standby_wait", "superseded"]
 
 
 def must_look(now: float, fresh: float, lease: float) -> bool:
@@ -30,6 +33,23 @@ def may_claim(silent: float, lease: float, *, ended: bool = False) -> bool:
     """True if a standby that saw nothing of the current epoch for ``silent`` seconds
     may claim the next one (``ended``: the holder's process is known gone)."""
     return silent > lease or ended
+
+
+def standby_claim(epoch: int, silent: float, lease: float, *,
+                  ended: bool = False) -> tuple[int, bool] | None:
+    """Whether a standby whose view is at ``epoch`` claims now, and how: ``(after,
+    if_silent)`` for the store's ``claim``, or None to wait (``standby_wait``)."""
+    if epoch == 0:
+        return 0, False  # nobody holds the instance: the first claim in the log wins
+    if may_claim(silent, lease, ended=ended):
+        return epoch, not ended
+    return None
+
+
+def standby_wait(silent: float, lease: float, poll: float) -> float:
+    """How long a standby that did not claim waits for news before it reads again: at
+    most ``poll``, and no longer than the lease has left (a dead primary sends nothing)."""
+    return min(poll, max(0.002, lease - silent))
 
 
 def superseded(held: int | None, epoch: int) -> bool:

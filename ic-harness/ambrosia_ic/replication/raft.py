@@ -59,7 +59,7 @@ from ..logstore import (
     remove_unkept,
 )
 from ..logstore.raft_entries import Records
-from ..logstore.raft_rules import may_claim
+from ..logstore.raft_rules import standby_claim, standby_wait
 from ..logstore.raft_store import RaftLogStore
 from ..logstore.watermarks import checked, decode_watermarks
 from ..raft.errors import RaftError
@@ -251,8 +251,9 @@ class RaftReplica:
             silent = self.store.silent_for()
             ended = self.watch.gone == view.epoch and not math.isinf(silent)
             claiming = time.monotonic()
-            if may_claim(silent, self.lease, ended=ended) and await self.store.claim(
-                    self._info(), after=view.epoch, if_silent=not ended):
+            move = standby_claim(view.epoch, silent, self.lease, ended=ended)
+            if move is not None and await self.store.claim(
+                    self._info(), after=move[0], if_silent=move[1]):
                 self.watch.stop()
                 if self.store.view.record_count == 0:
                     # The first start never logged its record 0: it is still owed.
@@ -268,7 +269,7 @@ class RaftReplica:
                 await self._checkpoint_here()
             # A dead primary sends no broadcasts: wake up when its lease runs out, not
             # up to a poll interval later (a closed watch is seen within one).
-            await self.store.wait(min(POLL, max(0.002, self.lease - silent)))
+            await self.store.wait(standby_wait(silent, self.lease, POLL))
 
     def _rank(self) -> int:
         """0 for the checkpointing secondary (the lowest-numbered replica that is not the

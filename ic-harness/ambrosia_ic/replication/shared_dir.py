@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -74,6 +75,19 @@ from ..recovery import (
 from . import checkpointer
 from .common import claim_info, deliver_records, notify_superseded, replica_coordinator
 from .log_tail import LogTail, committed_prefix
+from .takeover import (
+    FirstStart,
+    FollowTo,
+    LoadCheckpoint,
+    NewestLog,
+    OpenLog,
+    ReadSeal,
+    TakeoverStep,
+    WholeEnd,
+    WriteSeal,
+    seal_and_finish,
+    take_over,
+)
 
 __all__ = ["LogTail", "SharedDirReplica", "committed_prefix"]
 
@@ -260,40 +274,52 @@ class SharedDirReplica:
         await checkpoints.remove_unkept(self.c, temps_from=2)
 
     # ------------------------------------------------------------------ taking over
-    async def _seal_and_finish(self) -> int:
-        """Seal the newest log, deliver everything up to the seal; returns the number
-        of the next log."""
-        logs = file_numbers(self.c.dir, LOG_PREFIX)
-        n = logs[-1]
-        seal = read_seal(self.c.dir, n)
-        if seal is None:
-            scan = LogScan(log_path(self.c.dir, n), allow_torn_tail=True,
-                           committer_id=self.c.cid)
-            for _ in scan:
-                pass
-            seal = scan.good_end
-            await asyncio.to_thread(write_seal, self.c.dir, n, seal)
-        await self._catch_up(until=(n, seal))
-        return n + 1
-
     async def _take_over(self, epoch: int) -> None:
         self.role = "primary"
         self.c.spawn(self._heartbeat())
-        if self.tail is None and latest_checkpoint(self.c.dir) is not None:
-            await self._load_checkpoint()  # the first start may have finished meanwhile
-        if self.tail is None:
-            self.c.log(f"primary of epoch {epoch}: no checkpoint yet, first start")
-            await startup.first_start(self.c)
-            await startup.go_live(self.c)
-            return
-        n = await self._seal_and_finish()
-        self.c.writer = await asyncio.to_thread(self.c.sink.next_log, self.c.dir, n)
-        self.c.log_n = n
-        self.c.core.become_primary()
-        actions.run(self.c)
-        self.c.log(f"primary of epoch {epoch}, writing log {n} from sequence id "
-                   f"{self.c.core.group.next_seq}")
-        await startup.go_live(self.c)
+        await self._run(take_over(self.tail is not None), epoch)
+
+    async def _run(self, steps: Generator[TakeoverStep, Any, Any], epoch: int) -> Any:
+        """Take a takeover's steps (``takeover``) over the directory; what they return."""
+        answer: Any = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as done:
+                return done.value
+            answer = None
+            d = self.c.dir
+            if isinstance(step, NewestLog):
+                answer = file_numbers(d, LOG_PREFIX)[-1]
+            elif isinstance(step, ReadSeal):
+                answer = read_seal(d, step.n)
+            elif isinstance(step, WholeEnd):
+                scan = LogScan(log_path(d, step.n), allow_torn_tail=True,
+                               committer_id=self.c.cid)
+                for _ in scan:
+                    pass
+                answer = scan.good_end
+            elif isinstance(step, WriteSeal):
+                await asyncio.to_thread(write_seal, d, step.n, step.end)
+            elif isinstance(step, FollowTo):
+                await self._catch_up(until=(step.n, step.end))
+            elif isinstance(step, LoadCheckpoint):
+                if latest_checkpoint(d) is not None:
+                    await self._load_checkpoint()  # the first start may have finished
+                answer = self.tail is not None
+            elif isinstance(step, FirstStart):
+                self.c.log(f"primary of epoch {epoch}: no checkpoint yet, first start")
+                await startup.first_start(self.c)
+                await startup.go_live(self.c)
+            elif isinstance(step, OpenLog):
+                self.c.writer = await asyncio.to_thread(self.c.sink.next_log, d, step.n)
+                self.c.log_n = step.n
+            else:
+                self.c.core.become_primary()
+                actions.run(self.c)
+                self.c.log(f"primary of epoch {epoch}, writing log {step.n} from sequence "
+                           f"id {self.c.core.group.next_seq}")
+                await startup.go_live(self.c)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -309,7 +335,7 @@ class SharedDirReplica:
         self.role = "primary"
         self.c.spawn(self._heartbeat())
         self.c.log(f"upgrading to version {m}: holding epoch {epoch}")
-        n = await self._seal_and_finish()
+        n = await self._run(seal_and_finish(), epoch)
         new_dir = registry.instance_dir(self.c.reg, m)
         make_dirs(new_dir)
         got = await checkpoints.collect(self.c, n, UpgradeTakeCheckpoint())
