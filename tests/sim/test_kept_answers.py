@@ -1,0 +1,70 @@
+"""The simulation keeps two answers between steps, to spare work it does after every step:
+a replica's last look at the log (``ReplicaNode._poll``, kept while nothing it reads has
+changed) and an instance's last replay (``replay.Replays``, which goes on from where it
+was while the log still begins with what it read). Over seeds with replicas, crashes,
+torn writes and recoveries, each kept answer equals the one made afresh, at every use."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+
+from tests.sim.replay import Replays
+from tests.sim.world import ReplicaNode, Scenario
+
+SEEDS = 40
+
+
+def test_kept_answers_equal_fresh_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    used: collections.Counter[str] = collections.Counter()
+    poll = ReplicaNode._poll
+
+    def polled(self: ReplicaNode) -> Any:
+        before = self._polled
+        got = poll(self)
+        used["look kept"] += before is not None and got is before[1]
+        kept, self._polled = self._polled, None
+        fresh = poll(self)
+        self._polled = kept
+        assert got == fresh, (self.id, got, fresh)
+        return got
+
+    state = Replays.state
+
+    def replayed(self: Replays, name: str, *args: Any) -> Any:
+        went_on = name in self._kept
+        got = state(self, name, *args)
+        fresh = state(Replays(self._new_engine), name, *args)
+        used["replay went on"] += went_on
+        assert got == fresh, (name, got, fresh)
+        return got
+
+    monkeypatch.setattr(ReplicaNode, "_poll", polled)
+    monkeypatch.setattr(Replays, "state", replayed)
+    for seed in range(SEEDS):
+        Scenario.of(seed).run()
+    # Both were used, many times: the comparisons above are not vacuous.
+    assert used["look kept"] >= 1000 and used["replay went on"] >= 50, used
+
+
+def test_a_replay_of_a_log_that_no_longer_begins_as_read_starts_afresh() -> None:
+    world = Scenario.of(0).run()
+    name = world.names[1]
+    disk = world.disks[name]
+    first = disk.checkpoints[min(disk.checkpoints)]
+    wires = [r.wire for r in disk.durable_records(0)]
+    assert len(wires) >= 3
+    cid = world.cid[name]
+
+    def afresh(log: list[bytes]) -> Any:
+        return Replays(world.new_engine).state(name, disk.app, cid, first, log)
+
+    replays = Replays(world.new_engine)
+    read = replays.state(name, disk.app, cid, first, wires[:2])
+    # The log no longer holds what was read (its second record is gone): read afresh.
+    shorter = replays.state(name, disk.app, cid, first, wires[:1])
+    assert shorter == afresh(wires[:1]) != read
+    # A log that begins with what was read: read on, to the state read afresh.
+    assert replays.state(name, disk.app, cid, first, wires) == afresh(wires) != shorter
