@@ -8,15 +8,23 @@ between two runs (a registered instance keeps its ports for good), and the coord
 then fails with "Address already in use". So ports are drawn at random from below the
 ephemeral range (where only programs that ask for a port by number go), and each is
 checked by binding it, all of them held together while chosen.
+
+Processes that choose ports side by side (a test suite's parallel workers) can still draw
+the same port in the moment between choosing it and listening on it: each may be given a
+slice of its own to draw from, as ``AMBROSIA_PORTS=LOW-HIGH`` (``tests/conftest.py`` gives
+each worker one; the processes it starts inherit it).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
 
-__all__ = ["ephemeral_range", "free_ports"]
+__all__ = ["PORTS_ENV", "drawn_range", "ephemeral_range", "free_ports"]
+
+PORTS_ENV = "AMBROSIA_PORTS"
 
 # The lowest port drawn: under it are the registered ports of well-known servers.
 LOWEST = 15000
@@ -37,17 +45,37 @@ def ephemeral_range() -> tuple[int, int]:
     return lo, hi
 
 
+def drawn_range() -> tuple[int, int]:
+    """The ports drawn from, ``[low, high)``: ``AMBROSIA_PORTS`` if set, else those from
+    ``LOWEST`` up to the ephemeral range.
+
+    Raises:
+        ValueError: ``AMBROSIA_PORTS`` is not ``LOW-HIGH`` with 1 <= LOW < HIGH <= 65536.
+    """
+    value = os.environ.get(PORTS_ENV)
+    if not value:
+        return LOWEST, ephemeral_range()[0]
+    try:
+        low, high = (int(v) for v in value.split("-"))
+    except ValueError:
+        raise ValueError(f"{PORTS_ENV}={value!r}: expected LOW-HIGH, e.g. 15000-21000"
+                         ) from None
+    if not 1 <= low < high <= 65536:
+        raise ValueError(f"{PORTS_ENV}={value!r}: expected 1 <= LOW < HIGH <= 65536")
+    return low, high
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct TCP ports free on ``host`` now, outside the ephemeral range where the
-    machine allows it (held open together while chosen)."""
+    machine allows it (held open together while chosen; from ``drawn_range``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    lo, _ = ephemeral_range()
+    low, high = drawn_range()
     socks: list[socket.socket] = []
     try:
-        if lo - LOWEST >= MIN_CANDIDATES:
+        if high - low >= MIN_CANDIDATES:
             tried: set[int] = set()
-            while len(socks) < n and len(tried) < lo - LOWEST:
-                port = _draw.randrange(LOWEST, lo)
+            while len(socks) < n and len(tried) < high - low:
+                port = _draw.randrange(low, high)
                 if port in tried:
                     continue
                 tried.add(port)

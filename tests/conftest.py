@@ -17,12 +17,27 @@ import os
 
 import pytest
 
+from ambrosia_core import ports
 from tests.jvm_archive import java_options
 
 JVM_OPTIONS = " ".join(java_options())
 
 
+def worker_ports(k: int, count: int) -> str:
+    """The slice of ports (``AMBROSIA_PORTS``) of worker ``k`` of ``count``."""
+    low, high = ports.LOWEST, ports.ephemeral_range()[0]
+    size = (high - low) // count
+    return f"{low + k * size}-{low + (k + 1) * size}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # Each parallel worker draws ports from a slice of its own (``ambrosia_core.ports``):
+    # two workers drawing the same port between choosing and listening made a coordinator
+    # fail to start with "Address already in use".
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker.startswith("gw") and count > 1 and ports.PORTS_ENV not in os.environ:
+        os.environ[ports.PORTS_ENV] = worker_ports(int(worker[2:]), count)
     for name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
         options = os.environ.get(name, "").split()
         added = [o for o in JVM_OPTIONS.split() if o not in options]
