@@ -46,23 +46,25 @@ def ephemeral_range() -> tuple[int, int]:
 
 
 def drawn_range() -> tuple[int, int]:
-    """The ports drawn from, ``[low, high)``: ``AMBROSIA_PORTS`` if set, else those from
-    ``LOWEST`` up to the ephemeral range.
+    """The ports drawn from, ``[low, high)``: those from ``LOWEST`` up to the ephemeral
+    range, narrowed to the slice ``AMBROSIA_PORTS`` gives if it is set (never into the
+    ephemeral range).
 
     Raises:
         ValueError: ``AMBROSIA_PORTS`` is not ``LOW-HIGH`` with 1 <= LOW < HIGH <= 65536.
     """
+    low, high = LOWEST, ephemeral_range()[0]
     value = os.environ.get(PORTS_ENV)
     if not value:
-        return LOWEST, ephemeral_range()[0]
+        return low, high
     try:
-        low, high = (int(v) for v in value.split("-"))
+        first, end = (int(v) for v in value.split("-"))
     except ValueError:
         raise ValueError(f"{PORTS_ENV}={value!r}: expected LOW-HIGH, e.g. 15000-21000"
                          ) from None
-    if not 1 <= low < high <= 65536:
+    if not 1 <= first < end <= 65536:
         raise ValueError(f"{PORTS_ENV}={value!r}: expected 1 <= LOW < HIGH <= 65536")
-    return low, high
+    return max(low, first), min(high, end)
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
