@@ -177,7 +177,12 @@ def test_racing_claims_have_one_winner(cluster: LocalCluster) -> None:
     async def body() -> None:
         stores = [RaftLogStore(cluster.address, name) for _ in range(3)]
         try:
-            won = await asyncio.gather(*(s.claim({"replica": i}) for i, s in enumerate(stores)))
+            # Each claims epoch 1 as a standby does (``after=0``: the epoch it found
+            # silent); a store whose first read already finds epoch 1 claims nothing, so
+            # however the three interleave, exactly one holds it. (Without ``after``, a
+            # store that reads after another's claim committed rightly claims epoch 2.)
+            won = await asyncio.gather(*(s.claim({"replica": i}, after=0)
+                                         for i, s in enumerate(stores)))
             assert sorted(won) == [False, False, True]
             winner = stores[won.index(True)]
             for s in stores:
