@@ -30,6 +30,7 @@ from ambrosia_core.errors import AddressError
 from ambrosia_services.connectors.coordinator.config import (
     CoordinatorConfig,
     CoordinatorConfigError,
+    at_least,
 )
 from ambrosia_services.jobs.attempts import member_id
 from ambrosia_services.jobs.link import RunnerAddress
@@ -66,13 +67,6 @@ def _runners(_i: Any, _a: Any, value: Any) -> None:
         raise CoordinatorConfigError(f"runners lists one runner twice: {value!r}")
 
 
-def _int(name: str, low: int) -> Any:
-    def check(_i: Any, _a: Any, value: Any) -> None:
-        if type(value) is not int or value < low:
-            raise CoordinatorConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return check
-
-
 def _seconds(_i: Any, _a: Any, value: Any) -> None:
     if type(value) not in (int, float) or not value > 0:
         raise CoordinatorConfigError(f"batch_seconds must be a number > 0, got {value!r}")
@@ -96,13 +90,13 @@ class PipelineConfig:
     coordinator: CoordinatorConfig
     runners: list[str] = attrs.field(factory=list, validator=_runners)
     out: str = attrs.field(default="", validator=_text)
-    max_attempts: int = attrs.field(default=3, validator=_int("max_attempts", 1))
-    batch_lines: int = attrs.field(default=2000, validator=_int("batch_lines", 1))
+    max_attempts: int = attrs.field(default=3, validator=at_least("max_attempts", 1))
+    batch_lines: int = attrs.field(default=2000, validator=at_least("batch_lines", 1))
     batch_seconds: float = attrs.field(default=1.0, validator=_seconds)
     job_timeout_seconds: float = attrs.field(default=600.0, validator=_timeout)
-    jobs_in_flight: int = attrs.field(default=1, validator=_int("jobs_in_flight", 1))
-    max_batch_lines: int = attrs.field(default=2_000_000, validator=_int("max_batch_lines", 1))
-    max_batch_bytes: int = attrs.field(default=256 << 20, validator=_int("max_batch_bytes", 1))
+    jobs_in_flight: int = attrs.field(default=1, validator=at_least("jobs_in_flight", 1))
+    max_batch_lines: int = attrs.field(default=2_000_000, validator=at_least("max_batch_lines", 1))
+    max_batch_bytes: int = attrs.field(default=256 << 20, validator=at_least("max_batch_bytes", 1))
 
     def __attrs_post_init__(self) -> None:
         if self.runners and not self.out:

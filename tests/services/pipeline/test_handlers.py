@@ -300,6 +300,17 @@ def test_a_key_that_is_fixed_now_is_refused_in_one_line_naming_it() -> None:
                                "segment is closed at 64 MiB (fixed); remove it")
 
 
+@pytest.mark.parametrize(("key", "value"), [("batch_lines", 0), ("max_attempts", True),
+                                            ("jobs_in_flight", 1.0), ("max_batch_bytes", "5")])
+def test_a_count_that_is_not_a_positive_integer_is_refused_naming_its_key(
+        key: str, value: object) -> None:
+    from ambrosia_services.pipeline.config import PipelineConfig
+
+    with pytest.raises(CoordinatorConfigError) as info:
+        PipelineConfig.from_mapping({key: value})
+    assert str(info.value) == f"{key} must be an integer >= 1, got {value!r}"
+
+
 def test_the_word_count_refuses_to_start_without_sinks() -> None:
     loop = asyncio.new_event_loop()
     ic = InMemoryCoordinator(WordCountPipeline, "wc", config={

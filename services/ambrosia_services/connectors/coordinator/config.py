@@ -15,7 +15,7 @@ from ambrosia_core.tls import Tls, TlsOptions, tls_from_config
 
 from ..frame_reader import DEFAULT_MAX_FRAME_SIZE
 
-__all__ = ["CoordinatorConfig", "CoordinatorConfigError", "parse_address"]
+__all__ = ["CoordinatorConfig", "CoordinatorConfigError", "at_least", "parse_address"]
 
 _KEYS = ("listen", "advertise", "cookie", "sinks", "interval_bytes", "interval_seconds",
          "max_frame_size", "status_file", "status_seconds", "max_sources", "staging",
@@ -58,7 +58,10 @@ def _address(what: str) -> Any:
     return check
 
 
-def _int(name: str, low: int) -> Any:
+def at_least(name: str, low: int) -> Any:
+    """An attrs validator: ``name`` is an integer (not a bool, not a float) >= ``low``;
+    the pipeline's configuration checks its keys with it too."""
+
     def check(_i: Any, _a: Any, value: Any) -> None:
         if type(value) is not int or value < low:
             raise CoordinatorConfigError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -144,24 +147,24 @@ class CoordinatorConfig:
     listen: str = attrs.field(default="127.0.0.1:7100", validator=_address("listen"))
     advertise: str = attrs.field(default="", validator=_text("advertise"))
     cookie: str = attrs.field(default="", validator=_text("cookie"))
-    credits: int = attrs.field(default=1000, validator=_int("credits", 1))
+    credits: int = attrs.field(default=1000, validator=at_least("credits", 1))
     sinks: Mapping[str, str] = attrs.field(factory=dict, validator=_sinks,
                                            converter=lambda m: dict(m) if isinstance(
                                                m, Mapping) else m)
-    interval_bytes: int = attrs.field(default=64 * 1024, validator=_int("interval_bytes", 1))
+    interval_bytes: int = attrs.field(default=64 * 1024, validator=at_least("interval_bytes", 1))
     interval_seconds: float = attrs.field(default=0.5,
                                           validator=_seconds("interval_seconds"))
     max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE,
-                                      validator=_int("max_frame_size", 64))
-    batch_messages: int = attrs.field(default=512, validator=_int("batch_messages", 1))
+                                      validator=at_least("max_frame_size", 64))
+    batch_messages: int = attrs.field(default=512, validator=at_least("batch_messages", 1))
     status_file: str = attrs.field(default="", validator=_text("status_file"))
     status_seconds: float = attrs.field(default=5.0, validator=_seconds("status_seconds"))
     handshake_seconds: float = attrs.field(default=10.0,
                                            validator=_seconds("handshake_seconds"))
-    max_sources: int = attrs.field(default=256, validator=_int("max_sources", 1))
+    max_sources: int = attrs.field(default=256, validator=at_least("max_sources", 1))
     staging: str = attrs.field(default="", validator=_text("staging"))
-    backlog_bytes: int = attrs.field(default=256 << 20, validator=_int("backlog_bytes", 1))
-    segment_bytes: int = attrs.field(default=64 << 20, validator=_int("segment_bytes", 4096))
+    backlog_bytes: int = attrs.field(default=256 << 20, validator=at_least("backlog_bytes", 1))
+    segment_bytes: int = attrs.field(default=64 << 20, validator=at_least("segment_bytes", 4096))
     tls: TlsOptions = attrs.field(default=None, converter=_tls)
 
     @classmethod
