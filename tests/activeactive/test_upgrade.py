@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+
+from ambrosia_ic.lease import UPGRADED_MARK
 from ambrosia_ic.logstore import file_numbers
 
 from tests.ic.conftest import Harness
@@ -68,3 +71,39 @@ def test_failed_upgrade_falls_back_to_the_old_version(harness: Harness) -> None:
     cl.stop_pump()
     cl.check_exactly_once(2)
     assert "version" not in cl.drivers[2].state()
+
+
+def test_an_old_standby_never_takes_over_once_the_registration_names_the_new_version(
+        harness: Harness) -> None:
+    """The upgrade commits when the registration names the new version; the old
+    directory's ``serverupgraded`` mark, written just after, only tells the old replicas
+    sooner. An upgrader killed between the two leaves the registration at version 1 and
+    no mark: an old standby that then finds the old primary gone must not take over with
+    version 0 (a second primary, in the old directory, whose calls version 1 never sees).
+    The mark is removed here to leave exactly that state, with a standby paused through
+    the upgrade so that it resumes into it."""
+    cl = _running(harness)
+    old_dir = cl.dir
+    standby = cl.procs[2]
+    standby.send_signal(signal.SIGSTOP)
+    try:
+        harness.add_replica("S", 3, upgrade_version=1)
+        cl.start_replica(3)
+        wait_until(lambda: harness.reg("S").current_version == 1, "the upgrade committed")
+        for n in (0, 1):
+            assert cl.procs[n].wait(120) == 1
+        (old_dir / UPGRADED_MARK).unlink()
+    finally:
+        standby.send_signal(signal.SIGCONT)
+    wait_until(lambda: standby.poll() is not None or "primary of epoch" in
+               harness.stderr_of(standby), "the old standby stopping (or taking over)", 120)
+    err = harness.stderr_of(standby)
+    assert "took over" not in err and "primary of epoch" not in err, err
+    assert standby.wait(30) == 1, err
+    assert ("the registration names version 1 now; this standby of version 0 stops "
+            "(start replicas of version 1)") in err, err
+    assert "Traceback" not in err
+    at = len(cl.received_by(3))
+    wait_until(lambda: len(cl.received_by(3)) > at + 10, "version 1 applying calls")
+    cl.stop_pump()
+    assert cl.check_exactly_once(3)

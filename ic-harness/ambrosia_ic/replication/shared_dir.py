@@ -197,6 +197,7 @@ class SharedDirReplica:
                 e = self.epochs.current()
                 if (e == 0 or self.epochs.holder_gone(e)) and self.epochs.claim(
                         e + 1, self._info()):
+                    self._check_version()
                     await self._take_over(e + 1)
                     return
             elif self.role == "upgrader" and caught_up:
@@ -205,6 +206,23 @@ class SharedDirReplica:
                     await self._upgrade_replica(e + 1)
                     return
             await asyncio.sleep(POLL)
+
+    def _check_version(self) -> None:
+        """Stop, having written nothing, if the registration names a newer version than
+        this replica's: a live upgrade commits there (``_upgrade_replica``), and the old
+        directory's mark that stops the old replicas comes just after, so an upgrader
+        killed between the two leaves no mark. Asked once this replica's claim won: the
+        epoch it claims past ended first (its holder gone), after that holder wrote the
+        registration, so the read sees the write.
+
+        Raises:
+            CoordinatorError: the instance runs a newer version now.
+        """
+        now = registry.load(self.c.name, self.c.home).current_version
+        if now > self.c.reg.current_version:
+            raise CoordinatorError(
+                f"the registration names version {now} now; this {self.role} of version "
+                f"{self.c.reg.current_version} stops (start replicas of version {now})")
 
     async def _load_checkpoint(self) -> None:
         """Start following from the newest intact checkpoint (verified before a byte
@@ -350,6 +368,9 @@ class SharedDirReplica:
             await asyncio.to_thread(_remove_logs, new_dir)
         self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, n)
         await checkpoints.save(self.c, new_dir, n, got.data, got.position)
+        # Still the holder after the checkpoint's write (a pause past the lease lets a
+        # standby take over with the old version): looked at just before the commit.
+        self.epochs.check()
         # Version m is committed: from here on this replica writes only there.
         old_epochs = self.epochs
         self.fenced.epochs, self._new_epochs = new_epochs, None
