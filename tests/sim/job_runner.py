@@ -70,6 +70,7 @@ class Runner:
         self.up = False
         self.holds: dict[int, tuple[Attempt, int]] = {}  # local -> (attempt, batches sent)
         self.args: dict[int, dict[str, Any]] = {}  # local -> the job's arguments
+        self._committed: dict[Attempt, list[bytes]] = {}  # committed outputs, as batches
         self.inbox = bytearray()  # what the coordinator sent on the connection
         self.outbox = bytearray()  # what it sends the coordinator
         self.coord_end: JobConnection | None = None
@@ -143,25 +144,30 @@ class Runner:
             self.to_coordinator(Cancel(message.job_id, self.member,
                                        int(RunnerCancelCode.ATTEMPT_REUSED), "refused"))
 
-    def chunks(self, attempt: Attempt) -> list[bytes]:
-        final = attempt.final(self.out) / "part-0"
-        if not final.exists():
-            return [b""]
-        lines = final.read_bytes().splitlines(keepends=True)
-        return [b"".join(lines[i:i + ROWS_PER_BATCH])
+    def committed(self, attempt: Attempt) -> list[bytes] | None:
+        """The batches of ``attempt``'s committed output (None: not committed); a
+        committed output never changes, so it is read once."""
+        chunks = self._committed.get(attempt)
+        if chunks is None and is_finished(attempt.final(self.out)):
+            final = attempt.final(self.out) / "part-0"
+            lines = final.read_bytes().splitlines(keepends=True) if final.exists() else []
+            chunks = self._committed[attempt] = [
+                b"".join(lines[i:i + ROWS_PER_BATCH])
                 for i in range(0, len(lines), ROWS_PER_BATCH)] or [b""]
+        return chunks
 
     def work_due(self, local: int) -> bool:
         attempt, sent = self.holds[local]
-        return self.linked and (not is_finished(attempt.final(self.out))
-                                or sent < len(self.chunks(attempt)))
+        chunks = self.committed(attempt)
+        return self.linked and (chunks is None or sent < len(chunks))
 
     def work(self, local: int) -> None:
         """One step of a held start: write the staging (two files), mark it finished,
         commit it; then stream its result one batch a step."""
         attempt, sent = self.holds[local]
-        staging, final = attempt.staging(self.out), attempt.final(self.out)
-        if not is_finished(final):
+        staging = attempt.staging(self.out)
+        chunks = self.committed(attempt)
+        if chunks is None:
             if not is_finished(staging):
                 try:
                     self._compute(attempt, staging, self.args.get(local, {}))
@@ -174,7 +180,6 @@ class Runner:
                 commit(attempt, self.out)
                 self.counts["committed"] += 1
             return
-        chunks = self.chunks(attempt)
         self.to_coordinator(Batch(JobId(self.initiator, local), RESULT_EDGE, sent,
                                   chunks[sent], sent == len(chunks) - 1))
         self.holds[local] = (attempt, sent + 1)
