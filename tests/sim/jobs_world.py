@@ -242,10 +242,10 @@ class JobsWorld:
         self.counts["lost"] += len(answer.cancel)
         by_local = self.table.by_local()
         for local in self.queued.pop(r.name, []):
-            key = by_local.get(local)
-            if key is not None:
-                entry = self.table.jobs[key]
-                self._start(r, local, {"job": key, "attempt": entry.attempt})
+            current = by_local.get(local)
+            if current is not None:
+                entry = self.table.jobs[current]
+                self._start(r, local, {"job": current, "attempt": entry.attempt})
         for key, local in self.plan.queued_started(self.table, r.member):
             self.table.started(key, local)
 
