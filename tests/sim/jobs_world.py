@@ -17,10 +17,11 @@ was given in this life, writes its staging in two steps, marks it finished, comm
 and streams its result in batches; on a start whose output is committed or finished it
 commits and streams without running; on one with partial staging it refuses,
 ``ATTEMPT_REUSED``, as its Spark answering ``GetStatus`` after a crash would), and the
-"Spark job": a word count of the batch's lines. Not yet here: the job tables of the
-protocol's ends (``InitiatorJobs``, which ``JobsLive`` keeps beside the ``JobTable``, and
-the runners' ``ParticipantJobs``) and the results flowing on to the 2PC sinks
-(``pipe_world`` has those).
+"Spark job": a word count of the batch's lines. This world keeps the primary's side
+small (its own stand-in for the links' shell: no engine, no ``InitiatorJobs``, no sinks);
+``pipejobs_world`` runs the same runners against the real pipeline immortal, its real
+``JobsLive``, ``JobLinks`` and ``InitiatorJobs``, the results flowing on to the 2PC sinks.
+The runners' ``ParticipantJobs`` is in neither.
 
 Checked at the end of every run: every batch's result taken once, in order; the totals
 equal a word count of the whole input; nothing left running; and during the run no job

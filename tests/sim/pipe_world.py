@@ -28,7 +28,9 @@ since its directory's last sync is gone), and the crashes: of the coordinator at
 of a sink at any step, before any of its disk calls (during its recovery too) or right
 after any of its store's durable steps.
 
-The job table and its runners (``pipeline.jobtable``, ``jobs``) are not in this world yet.
+The job table and its runners (``pipeline.jobtable``, ``jobs``) are not in this world:
+``pipejobs_world`` extends it with them, the word count immortal in place of the
+connector coordinator, the source's lines staged in segments, and the runners.
 
 Checked after every logged input: a transaction's decision, once made, never changes.
 Checked at the end of each run (faults stop, the world heals and runs until nothing is
