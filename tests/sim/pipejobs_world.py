@@ -282,7 +282,8 @@ class PipeJobsWorld(PipeWorld):
         token = len(self.tokens)
         self.tokens.append((first, n))  # its ACK acks them all
         dropped = coord.stage(token, first + 1, self.payloads[first:first + n])
-        if dropped:  # applied in an earlier life: the listener answers them at once
+        if dropped:  # applied in an earlier life: dropped before staging, and the
+            # source learns its point of reference (NOTIFY), so it does not send them again
             self.counts["re-sent and dropped"] += dropped
             self.acked.update(range(first, first + dropped))
         self.sent += n
