@@ -34,17 +34,18 @@ streams a result again on a new connection), the "Spark job" (a word count of th
 batch's staged lines by ``words``' rule, as JSON lines), the sinks' disk (``pipe_disk``),
 and the crashes: of the coordinator, of a runner and of a sink at any step, of a sink at
 its disk calls and durable steps. The staging root and the output directory are not
-crashed (a power cut of the coordinator's host is ``world``'s and ``pipe_world``'s
-business; here the job side's). Nothing is cut by time: a batch is cut as soon as a line
-waits and fewer than ``jobs_in_flight`` jobs run, and jobs never time out.
+crashed (what a power cut does to a coordinator's host is ``world``'s business; a
+sink's is ``pipe_world``'s, and here too). Nothing is cut by time: a batch is cut as soon
+as a line waits and fewer than ``jobs_in_flight`` jobs run, and jobs never time out.
 
 Checked during the run: a transaction's decision never changes (``pipe_world``); no job
 counts a failed attempt (the word count fails only when its staged lines are gone) and
 no runner computes again a job whose output is committed, nor starts a new attempt of a
-job after one committed (``job_runner``); the collector never takes a segment holding a
-block of a batch whose output some sink has not committed (this world reckons each
-batch's blocks from its job's arguments and where its output ends from the input, and
-compares with the coordinator's committed offsets).
+job after one committed (``job_runner``) (a job lost ``jobtable.MAX_LOSSES`` times would
+fail by design: a run's faults are too few to lose one job that often); the collector
+never takes a segment holding a block of a batch whose output some sink has not
+committed (this world reckons each batch's blocks from its job's arguments and where its
+output ends from the input, and compares with the coordinator's committed offsets).
 Checked at the end of each run (faults stop, the world heals and runs until nothing is
 left to do): each sink committed every batch once and in batch order, each batch's
 output equal to ``format_batch`` of a word count of the input lines it covers, the
