@@ -12,15 +12,16 @@ runner commits its staging by the real ``attempts.commit`` (a rename).
 The link between the coordinator and each runner is the jobs' wire protocol: each end is
 the real ``JobConnection`` (framing, which side may send what, batch numbers in order
 once per connection, credits), its bytes on their way read in pieces, and lost when the
-connection drops. What is simulated: the runner (it holds the starts it was given in this
-life, writes its staging in two steps, marks it finished, commits it, and streams its
-result in batches; on a start whose output is committed or finished it commits and
-streams without running; on one with partial staging it refuses, ``ATTEMPT_REUSED``, as
-its Spark answering ``GetStatus`` after a crash would), and the "Spark job": a word count
-of the batch's lines. Not yet here: the job tables of the protocol's ends
-(``InitiatorJobs``, which ``JobsLive`` keeps beside the ``JobTable``, and the runners'
-``ParticipantJobs``) and the results flowing on to the 2PC sinks (``pipe_world`` has
-those).
+connection drops. What is simulated: the runner (``job_runner``: it holds the starts it
+was given in this life, writes its staging in two steps, marks it finished, commits it,
+and streams its result in batches; on a start whose output is committed or finished it
+commits and streams without running; on one with partial staging it refuses,
+``ATTEMPT_REUSED``, as its Spark answering ``GetStatus`` after a crash would), and the
+"Spark job": a word count of the batch's lines. This world keeps the primary's side
+small (its own stand-in for the links' shell: no engine, no ``InitiatorJobs``, no sinks);
+``pipejobs_world`` runs the same runners against the real pipeline immortal, its real
+``JobsLive``, ``JobLinks`` and ``InitiatorJobs``, the results flowing on to the 2PC sinks.
+The runners' ``ParticipantJobs`` is in neither.
 
 Checked at the end of every run: every batch's result taken once, in order; the totals
 equal a word count of the whole input; nothing left running; and during the run no job
@@ -33,25 +34,12 @@ from __future__ import annotations
 
 import collections
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from ambrosia_services.jobs import Batch, Cancel, JobId, Start
-from ambrosia_services.jobs._state import Role
-from ambrosia_services.jobs.attempts import (
-    SUCCESS,
-    Attempt,
-    RunnerCancelCode,
-    commit,
-    committed_attempt,
-    is_finished,
-    member_id,
-    reconcile,
-)
-from ambrosia_services.jobs.connection import JobConnection
+from ambrosia_services.jobs.attempts import Attempt, member_id, reconcile
 from ambrosia_services.jobs.errors import JobProtocolError
-from ambrosia_services.jobs.initiator import RESULT_EDGE
 from ambrosia_services.jobs.link import Held
 from ambrosia_services.jobs.messages import JobMessage
 from ambrosia_services.pipeline import linkplan
@@ -59,12 +47,12 @@ from ambrosia_services.pipeline.jobtable import JobTable
 from ambrosia_services.pipeline.linkplan import CancelMeaning, LinkPlan
 from ambrosia_services.pipeline.live import coordinator_member
 
+from .job_runner import Runner
 from .world import SimFailure, Step
 
 __all__ = ["JobsWorld"]
 
 INSTANCE = "sim"
-ROWS_PER_BATCH = 2
 JOB = "wordcount"
 FAULTS = frozenset({"crash", "drop", "again"})
 
@@ -74,44 +62,15 @@ def word_count(lines: list[str]) -> bytes:
     return b"".join(json.dumps([w, n]).encode() + b"\n" for w, n in sorted(counts.items()))
 
 
-class Runner:
-    """One simulated runner: the starts it holds in this life, by local id, and its
-    connection to the coordinator while it has one: both ends' real ``JobConnection``
-    and the bytes on their way each way."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.member = member_id(f"runner/{name}")
-        self.up = False
-        self.holds: dict[int, tuple[Attempt, int]] = {}  # local -> (attempt, batches sent)
-        self.inbox = bytearray()  # what the coordinator sent on the connection
-        self.outbox = bytearray()  # what it sends the coordinator
-        self.coord_end: JobConnection | None = None
-        self.runner_end: JobConnection | None = None
-
-    @property
-    def linked(self) -> bool:
-        return self.coord_end is not None
-
-    def open(self) -> None:
-        self.coord_end = JobConnection(Role.INITIATOR, Role.PARTICIPANT)
-        self.runner_end = JobConnection(Role.PARTICIPANT, Role.INITIATOR)
-
-    def to_runner(self, message: JobMessage) -> None:
-        assert self.coord_end is not None
-        self.inbox += self.coord_end.send(message)
-
-    def to_coordinator(self, message: JobMessage) -> None:
-        assert self.runner_end is not None
-        self.outbox += self.runner_end.send(message)
-
-
 class JobsWorld:
     def __init__(self, inputs: list[list[str]], runners: int, out: Path) -> None:
         self.inputs = inputs
         self.out = out
         self.member = coordinator_member(INSTANCE)
-        self.runners = {n: Runner(n) for n in ("r0", "r1", "r2")[:runners]}
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.runners = {n: Runner(n, member_id(f"runner/{n}"), self.member, out, self._spark,
+                                  self.fail, self.counts)
+                        for n in ("r0", "r1", "r2")[:runners]}
         self.table = JobTable()
         self.table.configure(INSTANCE, {"runners": list(self.runners), "max_attempts": 3})
         self.plan: LinkPlan | None = None  # the primary's links, in this life
@@ -122,7 +81,10 @@ class JobsWorld:
         self.taken: list[int] = []  # batches whose result the sink side took, in order
         self.totals: collections.Counter[str] = collections.Counter()
         self.trace: list[Step] = []
-        self.counts: collections.Counter[str] = collections.Counter()
+
+    def _spark(self, attempt: Attempt, _args: dict[str, Any]) -> bytes:
+        """The "Spark job": a word count of the batch's lines."""
+        return word_count(self.inputs[int(attempt.job.rsplit("-", 1)[1]) - 1])
 
     # -- the coordinator's decisions (logged: they survive its crash)
     def _took(self, key: str, result: bytes) -> None:
@@ -161,8 +123,7 @@ class JobsWorld:
                 out += [("deliver", name, 1.0), ("deliver", name, 0.5)]
             if r.outbox:
                 out += [("receive", name, 1.0), ("receive", name, 0.5)]
-            out += [("work", name, local) for local in sorted(r.holds)
-                    if self._work_due(r, local)]
+            out += [("work", name, local) for local in sorted(r.holds) if r.work_due(local)]
             if faults:
                 out.append(("crash", name))
                 if r.linked:
@@ -175,11 +136,6 @@ class JobsWorld:
         assert self.plan is not None
         return (any(e.local_id not in self.plan.launched for e in self.table.jobs.values())
                 or any(local in self.running for local in self.table.cancels))
-
-    def _work_due(self, r: Runner, local: int) -> bool:
-        attempt, sent = r.holds[local]
-        return r.linked and (not is_finished(attempt.final(self.out))
-                             or sent < len(self._chunks(attempt)))
 
     def do(self, step: Step) -> None:
         self.trace.append(step)
@@ -206,9 +162,7 @@ class JobsWorld:
                 self._drop(name)
             self.table = JobTable.from_state(self.table.to_state())  # what the log keeps
         elif kind == "crash":
-            r = self.runners[args[0]]
-            self._drop(r.name)
-            r.up, r.holds = False, {}
+            self.runners[args[0]].crash()
         elif kind == "drop":
             self._drop(args[0])
         elif kind == "again":  # the runner streams a result again, from batch 0, on a
@@ -227,10 +181,7 @@ class JobsWorld:
             self._connect(self.runners[args[0]])
         elif kind == "deliver":
             r = self.runners[args[0]]
-            assert r.runner_end is not None
-            r.runner_end.receive_data(self._piece(r.inbox, args[1]))
-            for message in r.runner_end.events():
-                self._at_runner(r, message)
+            r.deliver(self._piece(r.inbox, args[1]))
         elif kind == "receive":
             r = self.runners[args[0]]
             assert r.coord_end is not None
@@ -238,7 +189,7 @@ class JobsWorld:
             for message in r.coord_end.events():
                 self._at_coordinator(message)
         elif kind == "work":
-            self._work(self.runners[args[0]], args[1])
+            self.runners[args[0]].work(args[1])
         failed = [k for k, e in self.table.jobs.items() if e.failures]
         if failed:  # the word count never raises: only losses happen here
             self.fail(f"job {failed[0]} counts a failed attempt: {self.table.jobs[failed[0]]}")
@@ -247,9 +198,7 @@ class JobsWorld:
         return next(n for n, r in self.runners.items() if r.member == member)
 
     def _drop(self, name: str) -> None:
-        r = self.runners[name]
-        r.coord_end = r.runner_end = None
-        r.inbox, r.outbox = bytearray(), bytearray()
+        self.runners[name].drop()
 
     @staticmethod
     def _piece(queue: bytearray, fraction: float) -> bytes:
@@ -280,9 +229,7 @@ class JobsWorld:
 
     def _connect(self, r: Runner) -> None:
         assert self.plan is not None
-        r.open()
-        # A new connection: what the runner holds streams again from batch 0.
-        r.holds = {local: (attempt, 0) for local, (attempt, _) in r.holds.items()}
+        r.open()  # a new connection: what the runner holds streams again from batch 0
         mine = sorted(local for local, name in self.running.items()
                       if name == r.name and local not in self.queued[r.name])
         held = Held(r.member, tuple(JobId(self.member, x) for x in mine if x in r.holds),
@@ -296,10 +243,10 @@ class JobsWorld:
         self.counts["lost"] += len(answer.cancel)
         by_local = self.table.by_local()
         for local in self.queued.pop(r.name, []):
-            key = by_local.get(local)
-            if key is not None:
-                entry = self.table.jobs[key]
-                self._start(r, local, {"job": key, "attempt": entry.attempt})
+            current = by_local.get(local)
+            if current is not None:
+                entry = self.table.jobs[current]
+                self._start(r, local, {"job": current, "attempt": entry.attempt})
         for key, local in self.plan.queued_started(self.table, r.member):
             self.table.started(key, local)
 
@@ -333,64 +280,6 @@ class JobsWorld:
         if whole is not None:
             self.running.pop(local, None)
             self._took(key, whole)
-
-    # -- the runner
-    def _at_runner(self, r: Runner, message: JobMessage) -> None:
-        assert isinstance(message, (Cancel, Start)), message
-        local = message.job_id.local_id
-        if isinstance(message, Cancel):
-            r.holds.pop(local, None)
-            return
-        attempt = Attempt(message.params["job"], message.params["attempt"])
-        staging = attempt.staging(self.out)
-        done = committed_attempt(self.out, attempt.job)
-        if done is not None and done != attempt.number:
-            self.fail(f"job {attempt.job} relaunched as attempt {attempt.number} after "
-                      f"attempt {done} committed")
-        if (is_finished(attempt.final(self.out)) or is_finished(staging)
-                or not staging.exists()):
-            r.holds[local] = (attempt, 0)
-        else:  # partial staging: its Spark lost the write; a new attempt is needed
-            self.counts["refused"] += 1
-            r.to_coordinator(Cancel(message.job_id, r.member,
-                                    int(RunnerCancelCode.ATTEMPT_REUSED), "refused"))
-
-    def _chunks(self, attempt: Attempt) -> list[bytes]:
-        final = attempt.final(self.out) / "part-0"
-        if not final.exists():
-            return [b""]
-        lines = final.read_bytes().splitlines(keepends=True)
-        return [b"".join(lines[i:i + ROWS_PER_BATCH])
-                for i in range(0, len(lines), ROWS_PER_BATCH)] or [b""]
-
-    def _work(self, r: Runner, local: int) -> None:
-        """One step of a held start: write the staging (two files), mark it finished,
-        commit it; then stream its result one batch a step."""
-        attempt, sent = r.holds[local]
-        staging, final = attempt.staging(self.out), attempt.final(self.out)
-        if not is_finished(final):
-            if not is_finished(staging):
-                self._compute(attempt, staging)
-            else:
-                commit(attempt, self.out)
-                self.counts["committed"] += 1
-            return
-        chunks = self._chunks(attempt)
-        r.to_coordinator(Batch(JobId(self.member, local), RESULT_EDGE, sent, chunks[sent],
-                               sent == len(chunks) - 1))
-        r.holds[local] = (attempt, sent + 1)
-
-    def _compute(self, attempt: Attempt, staging: Path) -> None:
-        if is_finished(attempt.final(self.out)):
-            self.fail(f"job {attempt.job} computed again after its output was committed")
-        batch = int(attempt.job.rsplit("-", 1)[1]) - 1
-        if not (staging / "part-0").exists():
-            if staging.exists():
-                shutil.rmtree(staging)
-            staging.mkdir(parents=True)
-            (staging / "part-0").write_bytes(word_count(self.inputs[batch]))
-        else:
-            (staging / SUCCESS).write_bytes(b"")
 
     # -- runs
     def run(self, rng: Any, fault_steps: int, fault_rate: float) -> None:

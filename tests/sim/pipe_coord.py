@@ -76,9 +76,11 @@ class Coordinator:
     """One life of the coordinator: an engine recovering or starting, then primary, and
     its link's connection to each sink."""
 
+    immortal: type[ConnectorCoordinator] = ConnectorCoordinator
+
     def __init__(self, world: PipeWorld) -> None:
         self.world = world
-        self.ic = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=world.config)
+        self.ic = InMemoryCoordinator(self.immortal, INSTANCE, config=world.config)
         self.ic.engine.attach(_NoLoop(), lambda: None)  # type: ignore[arg-type]
         self.live: SimLive | None = None
         self.conns: dict[str, Conn] = {}  # sink -> the link's connection

@@ -28,7 +28,9 @@ since its directory's last sync is gone), and the crashes: of the coordinator at
 of a sink at any step, before any of its disk calls (during its recovery too) or right
 after any of its store's durable steps.
 
-The job table and its runners (``pipeline.jobtable``, ``jobs``) are not in this world yet.
+The job table and its runners (``pipeline.jobtable``, ``jobs``) are not in this world:
+``pipejobs_world`` extends it with them, the word count immortal in place of the
+connector coordinator, the source's lines staged in segments, and the runners.
 
 Checked after every logged input: a transaction's decision, once made, never changes.
 Checked at the end of each run (faults stop, the world heals and runs until nothing is
@@ -71,6 +73,9 @@ SINKS = ("a", "b")
 class PipeWorld:
     """The source, the coordinator, the sinks and the connections between them."""
 
+    coordinator: type[Coordinator] = Coordinator  # one life of it
+    faults = _FAULTS  # the kinds of steps that are faults
+
     def __init__(self, batches: int, lines: int, sinks: int, directory: Path) -> None:
         self.payloads = [b"".join(b"batch %d line %d\n" % (k, j)
                                   for j in range(1 + (k * 7 + lines) % (lines + 1)))
@@ -95,7 +100,7 @@ class PipeWorld:
 
     # -- the coordinator's lives
     def _new_coordinator(self) -> Coordinator:
-        coord = Coordinator(self)
+        coord = self.coordinator(self)
         self.coord = coord  # SimLive finds it while it becomes primary
         return coord
 
@@ -281,8 +286,8 @@ class PipeWorld:
         self.do(("restart", "coord"))
         for _ in range(fault_steps):
             every = self.steps(faults=True)
-            progress = [s for s in every if s[0] not in _FAULTS]
-            faults = [s for s in every if s[0] in _FAULTS]
+            progress = [s for s in every if s[0] not in self.faults]
+            faults = [s for s in every if s[0] in self.faults]
             if faults and (not progress or rng.random() < fault_rate):
                 kind = rng.choice(sorted({f[0] for f in faults}))
                 self.do(rng.choice([f for f in faults if f[0] == kind]))
@@ -330,8 +335,8 @@ class PipeWorld:
         its decisions is the coordinator's."""
         store = sink.store
         assert store is not None
-        want = b"".join(self.payloads)
         got = (sink.directory / "committed").read_bytes()
+        want = self.wanted_output(name, got)
         if got != want:
             self.fail(f"sink {name} committed {len(got)} bytes, not every batch once in "
                       f"order ({len(want)} bytes): {got[-60:]!r}")
@@ -352,11 +357,15 @@ class PipeWorld:
         self.counts["commits"] += rec.commits
         self.counts["aborts"] += rec.aborts
 
+    def wanted_output(self, _name: str, _got: bytes) -> bytes:
+        """What a sink must have committed: every batch's payload once, in order."""
+        return b"".join(self.payloads)
+
     def check_replay(self) -> None:
         """A new life replaying the log from the checkpoint rebuilds the same state."""
         assert self.coord is not None
-        again = InMemoryCoordinator(ConnectorCoordinator, INSTANCE, config=self.config)
+        again = InMemoryCoordinator(self.coordinator.immortal, INSTANCE, config=self.config)
         data, position = self.checkpoint
         again.recover(data, self.log[position:], primary=False)
-        if again.instance.core.to_state() != self.coord.app.core.to_state():
+        if again.instance.checkpoint_state() != self.coord.app.checkpoint_state():
             self.fail("a replay of the log does not rebuild the coordinator's state")
