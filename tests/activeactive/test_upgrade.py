@@ -107,3 +107,33 @@ def test_an_old_standby_never_takes_over_once_the_registration_names_the_new_ver
     wait_until(lambda: len(cl.received_by(3)) > at + 10, "version 1 applying calls")
     cl.stop_pump()
     assert cl.check_exactly_once(3)
+
+
+def test_an_upgrade_clears_what_a_killed_attempt_left_in_the_new_versions_directory(
+        harness: Harness) -> None:
+    """An upgrader killed after writing version 1's checkpoint and before the
+    registration named version 1 leaves that checkpoint and its logs in version 1's
+    directory, counting for nothing: the old version went on. The next upgrader removes
+    them, so that its own log is made anew (a stale one of the same number refused it)
+    and no replay of version 1 chains the stale checkpoint to the new logs. Such an
+    attempt's files are put there by hand: a checkpoint of the old directory's first
+    state, and logs of every number the upgrade could start at."""
+    cl = _running(harness)
+    old_dir = cl.dir
+    new_dir = old_dir.parent / "S_1"
+    new_dir.mkdir()
+    (new_dir / "serverchkpt1").write_bytes((old_dir / "serverchkpt1").read_bytes())
+    for k in range(1, 20):
+        (new_dir / f"serverlog{k}").write_bytes(b"")
+    harness.add_replica("S", 3, upgrade_version=1)
+    cl.start_replica(3)
+    wait_until(lambda: harness.reg("S").current_version == 1 or cl.procs[3].poll() is not None,
+               "the upgrade committed (or its replica stopping)", 120)
+    err = harness.stderr_of(cl.procs[3])
+    assert harness.reg("S").current_version == 1, err
+    (n,) = file_numbers(new_dir, "serverchkpt")
+    assert n >= 2 and min(file_numbers(new_dir, "serverlog")) == n, err
+    at = len(cl.received_by(3))
+    wait_until(lambda: len(cl.received_by(3)) > at + 10, "version 1 applying calls")
+    cl.stop_pump()
+    assert cl.check_exactly_once(3)

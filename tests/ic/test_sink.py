@@ -130,3 +130,20 @@ def test_only_a_fenced_sink_runs_an_active_active_instance(tmp_path: Path) -> No
         SharedDirReplica(solo, home)
     assert str(err.value) == ("solo is not registered with --active-active; run it "
                               "without --replica")
+
+
+def test_an_uncommitted_versions_directory_loses_its_history_files_and_keeps_its_epochs(
+        tmp_path: Path) -> None:
+    """What a replica set's upgrade clears before it writes the new version (the attempts
+    killed before the registration named it): logs, seals, checkpoints and their
+    temporary files; never the epochs, one of which the upgrader has just claimed."""
+    from ambrosia_ic.logstore import remove_uncommitted_version
+
+    gone = ["serverlog1", "serverlog2", "serverseal1", "serverchkpt1", "serverchkpt2",
+            ".serverchkpt3.0badc0de.tmp"]
+    kept = ["serverepoch1", "serverepoch2", "servercheckpointer", "serverupgraded",
+            "serverlogs", "notes.txt"]
+    for name in gone + kept:
+        (tmp_path / name).write_bytes(b"x")
+    remove_uncommitted_version(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)

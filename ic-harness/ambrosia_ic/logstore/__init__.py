@@ -51,6 +51,7 @@ from .layout import (
     log_path,
     remove_checkpoint_temps,
     remove_first_start_leftovers,
+    remove_uncommitted_version,
     remove_unkept,
     seal_path,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "checkpoint_temps",
     "remove_checkpoint_temps",
     "remove_first_start_leftovers",
+    "remove_uncommitted_version",
     "remove_unkept",
     "scan_log",
     "seal_path",

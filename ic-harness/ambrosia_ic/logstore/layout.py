@@ -25,6 +25,7 @@ __all__ = [
     "log_path",
     "remove_checkpoint_temps",
     "remove_first_start_leftovers",
+    "remove_uncommitted_version",
     "remove_unkept",
     "seal_path",
 ]
@@ -132,6 +133,18 @@ def remove_first_start_leftovers(d: Path) -> None:
     for tmp in d.glob(f".{CHECKPOINT_PREFIX}1.*tmp"):
         tmp.unlink(missing_ok=True)
     (d / f"{CHECKPOINT_PREFIX}1").unlink(missing_ok=True)
+    fsync_dir(d)
+
+
+def remove_uncommitted_version(d: Path) -> None:
+    """Remove the logs, seals and checkpoints (with their temporary files) that upgrades
+    to ``d``'s version left when they were killed before the registration named it:
+    nothing there counts yet (a replica set's live upgrade clears them as it begins)."""
+    for prefix in (LOG_PREFIX, SEAL_PREFIX, CHECKPOINT_PREFIX):
+        for k in file_numbers(d, prefix):
+            (d / f"{prefix}{k}").unlink(missing_ok=True)
+    for tmp in checkpoint_temps(d):
+        tmp.unlink(missing_ok=True)
     fsync_dir(d)
 
 

@@ -37,7 +37,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any, TextIO
 
-from ambrosia_core.durable import fsync_dir, make_dirs
+from ambrosia_core.durable import make_dirs
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
 from ambrosia_core.wire import (
@@ -55,13 +55,13 @@ from ..coordinator.sink import FencedSink
 from ..lease import HEARTBEAT, Epochs, read_epoch
 from ..logstore import (
     LOG_PREFIX,
-    SEAL_PREFIX,
     DiskRecord,
     LogScan,
     checkpoint_path,
     file_numbers,
     log_path,
     read_seal,
+    remove_uncommitted_version,
     write_seal,
 )
 from ..recovery import (
@@ -207,13 +207,14 @@ class SharedDirReplica:
                     return
             await asyncio.sleep(POLL)
 
-    def _check_version(self) -> None:
+    def _check_version(self, role: str | None = None) -> None:
         """Stop, having written nothing, if the registration names a newer version than
         this replica's: a live upgrade commits there (``_upgrade_replica``), and the old
         directory's mark that stops the old replicas comes just after, so an upgrader
-        killed between the two leaves no mark. Asked once this replica's claim won: the
+        killed between the two leaves no mark. A standby asks once its claim won: the
         epoch it claims past ended first (its holder gone), after that holder wrote the
-        registration, so the read sees the write.
+        registration, so the read sees the write. An upgrader asks once its claim in the
+        new version's directory won, before it clears what is there.
 
         Raises:
             CoordinatorError: the instance runs a newer version now.
@@ -221,8 +222,9 @@ class SharedDirReplica:
         now = registry.load(self.c.name, self.c.home).current_version
         if now > self.c.reg.current_version:
             raise CoordinatorError(
-                f"the registration names version {now} now; this {self.role} of version "
-                f"{self.c.reg.current_version} stops (start replicas of version {now})")
+                f"the registration names version {now} now; this {role or self.role} of "
+                f"version {self.c.reg.current_version} stops (start replicas of version "
+                f"{now})")
 
     async def _load_checkpoint(self) -> None:
         """Start following from the newest intact checkpoint (verified before a byte
@@ -362,15 +364,20 @@ class SharedDirReplica:
         if not new_epochs.claim(new_epochs.current() + 1, self._info()):
             raise LockLostError(f"{new_dir}: another replica is writing version {m}")
         self._new_epochs = new_epochs
-        # Log n before checkpoint n, as everywhere; the logs of an attempt that died
-        # before its checkpoint are leftovers (nothing in the directory counts yet).
-        if latest_checkpoint(new_dir) is None:
-            await asyncio.to_thread(_remove_logs, new_dir)
+        # Nothing in version m's directory counts until the registration names m (read
+        # now, once this claim there fenced any other upgrader): what an attempt killed
+        # before that left (logs, seals, even its checkpoint: the old version went on
+        # since) goes, so this attempt's log n is made anew and no replay of version m
+        # chains a stale checkpoint to its logs.
+        self._check_version("upgrader")
+        await asyncio.to_thread(remove_uncommitted_version, new_dir)
         self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, n)
         await checkpoints.save(self.c, new_dir, n, got.data, got.position)
-        # Still the holder after the checkpoint's write (a pause past the lease lets a
-        # standby take over with the old version): looked at just before the commit.
+        # Still the holder after the checkpoint's write, in both directories (a pause
+        # past the lease lets a standby take over with the old version, or another
+        # upgrader clear this attempt): looked at just before the commit.
         self.epochs.check()
+        new_epochs.check()
         # Version m is committed: from here on this replica writes only there.
         old_epochs = self.epochs
         self.fenced.epochs, self._new_epochs = new_epochs, None
@@ -381,10 +388,3 @@ class SharedDirReplica:
         old_epochs.close()
         self.c.log(f"upgraded to version {m}; primary of epoch {self.c.sink.epoch} there")
         await startup.go_live(self.c)
-
-
-def _remove_logs(d: Path) -> None:
-    for prefix in (LOG_PREFIX, SEAL_PREFIX):
-        for k in file_numbers(d, prefix):
-            (d / f"{prefix}{k}").unlink(missing_ok=True)
-    fsync_dir(d)
