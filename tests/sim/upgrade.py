@@ -64,7 +64,8 @@ class Upgrades:
             self._write(Registration(instance_name=name, receive_port=2000 + 3 * k,
                                      send_port=2001 + 3 * k, ic_port=2002 + 3 * k,
                                      log_dir=str(world.root),
-                                     committer_id=world.cid[name]))
+                                     committer_id=world.cid[name],
+                                     keep_checkpoints=world.keep))
             self.disks[name] = {0: world.disks[name]}
 
     def _write(self, reg: Registration) -> None:
@@ -148,13 +149,14 @@ class Upgrades:
 
     def converted(self, name: str) -> dict[str, Any] | None:
         """Version 0's state as its log holds it, through ``RoundsV2.upgrade_from``."""
-        old = self.disks[name][0]
-        first = old.checkpoints[min(old.checkpoints)]
+        kept = self.disks[name][0].replay_from()  # the oldest checkpoint kept, and on
+        assert kept is not None
+        first, records = kept
         fresh = self.world.new_engine(name, Rounds)
         fresh.receive_data(encode_checkpoint_record(self.world.cid[name],
                                                     sum(map(len, first.chunks)))
                            + b"".join(first.chunks))
-        for r in old.durable_records(0):
+        for r in records:
             fresh.receive_data(r.wire)
         while fresh.next_output() is not None:
             pass
