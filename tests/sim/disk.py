@@ -277,12 +277,13 @@ class SimDisk:
         return [n for n in _numbers(os.listdir(self.dir), CHECKPOINT_PREFIX)
                 if f"{CHECKPOINT_PREFIX}{n}" not in bad]
 
-    def missing_log(self, keep: int) -> tuple[int, int] | None:
-        """A kept checkpoint (one of the newest ``keep``, damaged or not: pruning keeps
-        at least those) and a log after it that is gone, if any: what a repro from that
-        checkpoint would miss. (Older ones may be what a crash while pruning left.)"""
+    def missing_log(self, keep: int | None = None) -> tuple[int, int] | None:
+        """A kept checkpoint and a log after it that is gone, if any: what a repro from
+        that checkpoint would miss. Kept: the newest ``keep``, damaged or not (pruning
+        keeps at least those; older ones may be what a crash while pruning left), or
+        with None, every checkpoint there (what a pruning that finished left)."""
         names = os.listdir(self.dir)
-        kept = _numbers(names, CHECKPOINT_PREFIX)[-keep:]
+        kept = _numbers(names, CHECKPOINT_PREFIX)[-keep if keep else 0:]
         logs = set(_numbers(names, LOG_PREFIX))
         if kept:
             for k in range(kept[0], max(logs, default=0) + 1):

@@ -12,6 +12,14 @@ the newest intact checkpoint, read by the real recovery reader, so a checkpoint 
 not the state at the start of its log makes a follower, or a primary that took over,
 apply a call twice or not at all.
 
+Once a checkpoint it saves is durable it prunes (``checkpoints.remove_unkept(c,
+temps_from=2)``, in a step of its own, ``World.prune``): the real ``FencedSink``'s
+``remove_unkept``, which keeps at least the previous checkpoint too (so the first
+start's checkpoint 1 and log 1 go once it has saved two or more checkpoints). A
+replica loading a checkpoint whose logs were pruned meanwhile looks again, as
+``shared_dir._load_checkpoint`` does; a follower reads its log by name at each look
+(``LogTail.poll``), so one whose log was pruned under it finds nothing there.
+
 Checked here, at each checkpoint it saves: its position is the first sequence id of its
 log (what log N's committed records end at); after it starts, no temporary file of a
 checkpoint it writes (from 2 on) is left.

@@ -3,13 +3,15 @@ two or three instances calling each other, one of them often an active/active re
 set (with a checkpointing secondary in half of them: ``secondary``), the others often
 upgraded live (``upgrade``), with back-pressure pausing their inbound links, through
 crashes (unsynced writes lost, a log whose directory entry was not synced lost, a write
-in progress cut short, a checkpoint being written left as its temporary file), bits
+in progress cut short, a checkpoint being written left as its temporary file, pruning
+cut short before its directory sync), pruning after every checkpoint with 1 to 3 kept, bits
 flipped in logs, checkpoints and registrations, files lost, dropped connections,
 partitions and heals, paused primaries and takeovers, and in a tenth of them a simulated
 Raft cluster (``raftlog``); each checked for exactly-once,
 in-order delivery, every awaited answer, one writer per epoch, no link read past
 back-pressure's limits, recovered states equal to replays of their logs, followers
-equal to their primary, and damage refused in one line naming its file or repaired,
+equal to their primary, every kept checkpoint with every log after it and as many
+intact checkpoints kept as asked, and damage refused in one line naming its file or repaired,
 never read as valid, never a silent rollback, no link between the coordinators refused
 or broken, no Raft entry of an epoch sent after a newer claim was committed, and no
 Raft append acknowledged that a reader skips.

@@ -14,10 +14,11 @@ checkpoint N there, records the new version in the registration, and goes live.
 
 Checked: a start reads its registration as it was written, or refuses in one line naming
 it (``World._restart`` checks the line; nothing else changes); version 1's checkpoint
-holds the old state through the new code (a replay of version 0's log by the old class,
-converted once); no temporary checkpoint is left in either directory after a start; at
-the end every registered upgrade is done, and the instance runs version 1 having been
-converted exactly once (never, if it started afresh in version 1).
+holds the old state through the new code (a replay of version 0's log from its oldest
+kept checkpoint by the old class, converted once); no temporary checkpoint is left in
+either directory after a start; at the end every registered upgrade is done, and the
+instance runs version 1 having been converted exactly once (never, if it started afresh
+in version 1).
 """
 
 from __future__ import annotations

@@ -20,7 +20,15 @@ instance's disk is a real directory (on a memory file system where there is one)
 logs and checkpoints are written as the coordinator writes them, and its start-up reads
 them with the real recovery reader (``recovery.first_start_pending``, ``plan_recovery``,
 ``replay_wire``), so what a recovery makes of a torn write, a flipped bit, a log removed
-or a temporary file left behind is the coordinator's own decision. Two parts live in
+or a temporary file left behind is the coordinator's own decision. Once a new checkpoint
+is durable (and before the shell goes on: the core hears the checkpoint saved, or the
+recovery goes live), the coordinator prunes as the real shell does, in a step of its
+own: the real sink's ``remove_unkept`` on the real directory, keeping the newest
+``keep`` checkpoints (1, 2 or 3, drawn per scenario) not known damaged, then the
+temporary files of checkpoints through the newest; a crash can come before it, or
+during it, before its directory sync (``SimDisk.prune``: the removals not yet on disk
+come back). A checkpoint the recovery passed over as damaged stays damaged until that
+pruning is done, so what pruning counts as kept is seen. Two parts live in
 their own modules: an active/active instance's checkpointing secondary (``secondary``),
 and the standalone instances' registrations and live upgrades (``upgrade``), which
 ``World`` runs through its ``extras`` (their steps, and their checks at the end).
@@ -35,7 +43,12 @@ list, skipping steps that cannot happen. After every step the invariants are che
 - no link is read while back-pressure's limits are passed (so the inputs waiting pass
   ``PENDING_LIMIT`` by at most what one read brings);
 - a recovered instance's state, as it goes live, equals a replay of its durable log
-  from its first checkpoint by a fresh binding; so does every instance's at the end;
+  by a fresh binding from the oldest checkpoint kept (the oldest that has every log
+  after it); so does every instance's at the end;
+- after every start, each of the newest ``keep`` checkpoints has every log after it
+  (what a repro from it reads), and after every pruning each checkpoint left has, and
+  as many intact checkpoints stay as ``keep`` asks (all there were, if fewer: a
+  checkpoint known damaged is not counted); a refused start removes nothing;
 - damage (a flipped bit in a log or a checkpoint, a log removed) is refused in one line
   naming the file, with nothing in the directory changed, or repaired from what is
   intact; a recovery never rolls back past a record that was durable, never reads a
@@ -1055,15 +1068,16 @@ class World:
             return
         first = 2 if node.pruning == "secondary" else 1
         logstore.remove_checkpoint_temps(disk.dir, first, recovery.latest_checkpoint(disk.dir))
-        self.check_kept(node, "after pruning")
+        self.check_kept(node, "after pruning", every=True)
         now = disk.intact_checkpoints()
         if len(now) < min(self.keep, len(intact)):
             self.fail(f"{node.id} pruned its intact checkpoints {intact} to {now}, but "
                       f"{self.keep} are kept (a damaged one counted: {node.damaged})")
 
-    def check_kept(self, node: Node, when: str) -> None:
-        """Each kept checkpoint has every log after it: what a repro from it reads."""
-        missing = node.disk.missing_log(self.keep)
+    def check_kept(self, node: Node, when: str, every: bool = False) -> None:
+        """Each kept checkpoint (the newest ``keep``; with ``every``, all there are) has
+        every log after it: what a repro from it reads."""
+        missing = node.disk.missing_log(None if every else self.keep)
         if missing is not None:
             self.fail(f"{node.id} keeps checkpoint {missing[0]} {when}, but its log "
                       f"{missing[1]} is gone")
