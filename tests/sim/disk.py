@@ -213,8 +213,11 @@ class SimDisk:
         return lost
 
     def first_start_pending(self) -> bool:
-        """No record 0 is durable: the next start is a first start."""
-        return not any(log.synced for log in self.logs.values())
+        """No record 0 is durable: the next start is a first start
+        (``recovery.interrupted_first_start``: no checkpoint but 1, whose log holds no
+        record; a checkpoint after 1 is a history, even once pruning left no record)."""
+        return (not self.checkpoints.keys() - {1}
+                and not any(log.synced for log in self.logs.values()))
 
     def newest_epoch(self) -> int:
         return max(self.epochs, default=0)
