@@ -18,7 +18,9 @@ temps_from=2)``, in a step of its own, ``World.prune``): the real ``FencedSink``
 start's checkpoint 1 and log 1 go once it has saved two or more checkpoints). A
 replica loading a checkpoint whose logs were pruned meanwhile looks again, as
 ``shared_dir._load_checkpoint`` does; a follower reads its log by name at each look
-(``LogTail.poll``), so one whose log was pruned under it finds nothing there.
+(``LogTail.poll``), and one whose log was pruned under it (a later log exists) stops in
+one line and is started again (``ReplicaNode.check_tail``). The seeded runs never leave
+a standby that far behind; ``test_simulation`` stalls one to show it.
 
 Checked here, at each checkpoint it saves: its position is the first sequence id of its
 log (what log N's committed records end at); after it starts, no temporary file of a
@@ -94,6 +96,7 @@ class CheckpointingReplica(ReplicaNode):
             super().follow()
             return
         n, _, _ = self.tail
+        self.check_tail()
         recs, tail = self._poll()
         for r in recs:
             self.deliver(r.wire)

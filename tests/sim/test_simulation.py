@@ -21,13 +21,14 @@ here, and a failing seed reproduces exactly and shrinks to a short run."""
 from __future__ import annotations
 
 import collections
+import random
 
 import pytest
 
 from tests.sim.__main__ import main as sweep
 from tests.sim.mutants import MUTANTS, RAFT_MUTANTS
 from tests.sim.raftlog import run_raft
-from tests.sim.world import Scenario, SimFailure, explain
+from tests.sim.world import ReplicaNode, Scenario, SimFailure, World, explain
 
 CHUNKS = 10
 PER_CHUNK = 1000  # CHUNKS * PER_CHUNK seeds in all
@@ -120,6 +121,41 @@ def test_the_sweep_command_summarises_and_fails_on_a_failing_seed(
     out = capsys.readouterr().out
     assert "seed 0 (" in out and "a shortest run found" in out and ": 2 failed;" in out
 
+
+
+def _stalled_standby(monkeypatch: pytest.MonkeyPatch) -> World:
+    """Replicas of i0 with a checkpointing secondary, keeping 1 checkpoint (the sink
+    keeps 2), with the standby i0/2 stalled once it follows (a process that is not
+    scheduled) until the secondary has pruned the log it reads; then settled."""
+    can_follow = ReplicaNode.can_follow
+    stalled = [True]
+
+    def held(self: ReplicaNode) -> bool:
+        stall = stalled[0] and self.id == "i0/2" and self.tail is not None
+        return not stall and can_follow(self)
+
+    monkeypatch.setattr(ReplicaNode, "can_follow", held)
+    world = World(n=2, rounds=4, trigger=400, replicas=3, secondary=True, keep=1)
+    rng = random.Random(0)
+    disk = world.disks["i0"]
+    while not ((node := world.nodes["i0/2"]) is not None and node.tail is not None
+               and node.tail[0] < min(disk.logs)):
+        world.do(rng.choice(world.steps(faults=False)))
+    stalled[0] = False
+    world.settle(rng)
+    return world
+
+
+def test_a_standby_whose_log_was_pruned_under_it_stops_and_follows_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The standby stops in one line (``LogTail.poll``'s ``MissingLogError``), is started
+    again and follows from the newest checkpoint; one that looked for its log for ever
+    (as ``LogTail.poll`` did) ends the run behind its primary."""
+    world = _stalled_standby(monkeypatch)
+    assert world.counts["pruned under"] == 1 and world.counts["restart"] == 1
+    monkeypatch.setattr(ReplicaNode, "pruned_under", lambda self: False)
+    with pytest.raises(SimFailure, match=r"i0/2 follows with .* but the primary"):
+        _stalled_standby(monkeypatch)
 
 
 def _first_failing_raft(limit: int) -> int | None:

@@ -97,7 +97,7 @@ from ambrosia_ic.coordinator.inbound import (
 )
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink
-from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError, MissingLogError
 from ambrosia_ic.links import handshake
 from ambrosia_ic.logstore import (
     LogWriter,
@@ -497,9 +497,26 @@ class ReplicaNode(Node):
         self._polled = key, polled
         return polled
 
+    def pruned_under(self) -> bool:
+        """Its log is gone, and a later one exists: pruned while it still had it to read
+        (``LogTail.poll`` then raises ``MissingLogError``)."""
+        logs = self.disk.logs
+        return (self.tail is not None and self.tail[0] not in logs
+                and max(logs, default=0) > self.tail[0])
+
+    def check_tail(self) -> None:
+        """``LogTail.poll``'s look for its log (raises ``MissingLogError``)."""
+        if self.pruned_under():
+            assert self.tail is not None
+            self.world.counts["pruned under"] += 1
+            raise MissingLogError(str(log_path(self.disk.dir, self.tail[0])),
+                                  "removed while this replica still had it to read")
+
     def can_follow(self) -> bool:
         if self.core.phase is not Phase.FOLLOWING or self.paused or self.taking is not None:
             return False
+        if self.pruned_under():
+            return True
         if self.tail is None:
             return not self.disk.first_start_pending() and bool(self.disk.checkpoints)
         recs, tail = self._poll()
@@ -509,6 +526,7 @@ class ReplicaNode(Node):
         if self.tail is None:
             self._load_checkpoint()
             return
+        self.check_tail()
         recs, tail = self._poll()
         for r in recs:
             self.deliver(r.wire)
@@ -855,6 +873,10 @@ class World:
             node_id = step[1]
             self._node(node_id).lines.append(str(err))
             self.counts["fenced"] += 1
+            self._stop(node_id)
+        except MissingLogError as err:  # a replica whose log was pruned under it stops
+            node_id = step[1]
+            self._node(node_id).lines.append(str(err))
             self._stop(node_id)
         if kind == "bind":  # only a binding's reads change an instance's state
             self.check_now(step[1])
