@@ -248,16 +248,18 @@ class SimDisk:
 
     # -- pruning (the real sink's ``remove_unkept``)
     def prune(self, sink: Any, keep: int, damaged: Collection[int],
-              cut: float | None = None) -> list[str]:
+              cut: float | None = None) -> tuple[list[str], list[int], list[int]]:
         """``sink.remove_unkept`` on the directory; the disk learns what it removed.
         With ``cut``, a crash comes before its directory sync: of its removals, only
         that fraction (in the order it removes them) reached the disk, and the rest
-        come back. Returns the names removed for good."""
+        come back. Returns the names removed for good, and the intact checkpoints
+        before and after (``intact_checkpoints``)."""
         names = os.listdir(self.dir)
         saved = {name: (self.dir / name).read_bytes() for name in names
                  if name.startswith(_PRUNABLE)} if cut is not None else {}
         sink.remove_unkept(self.dir, keep, damaged)
-        left = set(os.listdir(self.dir))
+        after = os.listdir(self.dir)
+        left = set(after)
         gone = sorted((name for name in names if name not in left), key=_removal_order)
         if cut is not None:
             done = round(len(gone) * cut)
@@ -272,12 +274,14 @@ class SimDisk:
                 self.unsynced.discard(n)
             elif name.startswith(CHECKPOINT_PREFIX):
                 self.checkpoints.pop(int(name[len(CHECKPOINT_PREFIX):]), None)
-        return gone
+        return gone, self.intact_checkpoints(names), self.intact_checkpoints(after)
 
-    def intact_checkpoints(self) -> list[int]:
-        """The checkpoints in the directory that are not damaged, ascending."""
+    def intact_checkpoints(self, names: list[str] | None = None) -> list[int]:
+        """The checkpoints in the directory (or among ``names``) that are not damaged,
+        ascending."""
         bad = {path.name for path, _, _ in self.damage}
-        return [n for n in _numbers(os.listdir(self.dir), CHECKPOINT_PREFIX)
+        return [n for n in _numbers(os.listdir(self.dir) if names is None else names,
+                                    CHECKPOINT_PREFIX)
                 if f"{CHECKPOINT_PREFIX}{n}" not in bad]
 
     def missing_log(self, keep: int | None = None) -> tuple[int, int] | None:

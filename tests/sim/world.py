@@ -1082,8 +1082,7 @@ class World:
         kept checkpoint has every log after it, and as many intact checkpoints as
         ``keep`` asks for stay (all there were, if fewer)."""
         disk = node.disk
-        intact = disk.intact_checkpoints()
-        gone = disk.prune(node.sink, self.keep, node.damaged, cut)
+        gone, intact, now = disk.prune(node.sink, self.keep, node.damaged, cut)
         self.counts["pruned"] += len(gone)
         if cut is not None:
             self.counts["pruning cut"] += 1
@@ -1091,7 +1090,6 @@ class World:
         first = 2 if node.pruning == "secondary" else 1
         logstore.remove_checkpoint_temps(disk.dir, first, recovery.latest_checkpoint(disk.dir))
         self.check_kept(node, "after pruning", every=True)
-        now = disk.intact_checkpoints()
         if len(now) < min(self.keep, len(intact)):
             self.fail(f"{node.id} pruned its intact checkpoints {intact} to {now}, but "
                       f"{self.keep} are kept (a damaged one counted: {node.damaged})")
