@@ -1,9 +1,11 @@
 """Replicas sharing a directory: a log missing after its checkpoint stops a replica in one
-line instead of being written again from an older state, and only the checkpointing
-secondary (the holder of its lock) removes what a killed checkpoint write left."""
+line instead of being written again from an older state, so does a log pruned under a
+standby that fell behind, and only the checkpointing secondary (the holder of its lock)
+removes what a killed checkpoint write left."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from ambrosia_ic.logstore import checkpoint_path, log_path
@@ -66,3 +68,32 @@ def test_only_the_checkpointer_removes_what_a_killed_checkpoint_write_left(
     _role(harness, cl, 2, "standby")
     assert writing.exists()
     assert "removed what" not in harness.stderr_of(cl.procs[2])
+
+
+def test_a_standby_whose_log_was_pruned_under_it_stops_in_one_line(harness: Harness) -> None:
+    """A standby not scheduled while the checkpointing secondary checkpoints twice finds
+    its log deleted (a later one there): it stops in one line, where it used to look for
+    that log for ever (and, had it claimed the epoch, never finish taking over)."""
+    cl = Cluster(harness, replicas=3)
+    cl.start_replica(0)
+    wait_until(cl.drivers[0].primary.is_set, "first start")
+    cl.start_replica(1)
+    _role(harness, cl, 1, "checkpointer")
+    cl.start_replica(2)
+    _role(harness, cl, 2, "standby")
+    standby = cl.procs[2]
+    standby.send_signal(signal.SIGSTOP)  # it reads log 1
+    try:
+        for n in (2, 3, 4):
+            cl.drivers[0].b.send(TakeCheckpoint())  # log n starts, and checkpoint n
+            wait_until(checkpoint_path(cl.dir, n).exists, f"checkpoint {n}")
+        wait_until(lambda: not log_path(cl.dir, 2).exists(), "logs 1 and 2 pruned")
+    finally:
+        standby.send_signal(signal.SIGCONT)
+    assert standby.wait(60) == 1
+    err = harness.stderr_of(standby)
+    line = (f"{log_path(cl.dir, 1)}: missing: removed while this replica still had it to "
+            "read (pruned: it fell further behind than the kept checkpoints reach); start it "
+            "again to follow from the newest checkpoint")
+    assert line in err, err
+    assert "Traceback" not in err

@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{seen['drop']}, partitions {seen['cut']}, resent overlaps {seen['overlap']}, "
           f"paused primaries {seen['pause']}, takeovers {seen['takeover']}, fenced "
           f"primaries stopped {seen['fenced']}, checkpoints by a secondary "
-          f"{seen['secondary']}, live upgrades done {seen['upgraded']}, registrations "
-          f"flipped {seen['flip-registration']}, Raft primaries fenced "
-          f"{seen['raft fenced']} and renewed {seen['raft renewed']}")
+          f"{seen['secondary']}, files pruned {seen['pruned']}, live upgrades done "
+          f"{seen['upgraded']}, registrations flipped {seen['flip-registration']}, Raft "
+          f"primaries fenced {seen['raft fenced']} and renewed {seen['raft renewed']}")
     return 1 if failed else 0
 
 

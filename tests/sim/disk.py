@@ -3,11 +3,22 @@ whose logs and checkpoints are written as the coordinator writes them, with what
 synced of each log (and of the directory's entries) tracked so that a crash loses the
 rest; the faults done to its files (a flipped bit, a file lost) and their repair; the
 real standalone sink writing into it; and the shared epochs of an active/active
-instance's replicas."""
+instance's replicas.
+
+Pruning is the real sink's ``remove_unkept`` (``logstore.remove_unkept``'s rule) run
+on the real directory; the disk learns what it removed by looking at the directory
+before and after (``SimDisk.prune``). A removal is a change to the directory's entries,
+durable only once the directory is synced, which the real function does once, after its
+last removal: a crash before that sync brings back the removals not yet on disk (those
+after a fraction of them, in the order the function removes them: each kind in turn,
+logs first, oldest first), as a crash takes back a created entry that was not synced.
+What the replay checks start from is what pruning kept: the oldest checkpoint that has
+every log from it on (``replay_from``)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +28,9 @@ from ambrosia_ic.coordinator.sink import StandaloneSink
 from ambrosia_ic.errors import LockLostError
 from ambrosia_ic.logstore import (
     CHECKPOINT_PREFIX,
+    DIGEST_PREFIX,
     LOG_PREFIX,
+    SEAL_PREFIX,
     checkpoint_path,
     log_path,
     write_checkpoint,
@@ -39,6 +52,16 @@ def _numbers(names: list[str], prefix: str) -> list[int]:
     cut = len(prefix)
     return sorted(int(name[cut:]) for name in names
                   if name.startswith(prefix) and name[cut:].isdigit())
+
+
+def _removal_order(name: str) -> tuple[int, int]:
+    """Where ``remove_unkept`` removes the file ``name``: logs, then checkpoints, then
+    the rest (digests, seals), each oldest first."""
+    kind = 0 if name.startswith(LOG_PREFIX) else 1 if name.startswith(CHECKPOINT_PREFIX) else 2
+    return kind, int("".join(ch for ch in name if ch.isdigit()) or 0)
+
+
+_PRUNABLE = (LOG_PREFIX, CHECKPOINT_PREFIX, DIGEST_PREFIX, SEAL_PREFIX)
 
 
 def _append(path: Path, data: bytes) -> None:
@@ -190,21 +213,90 @@ class SimDisk:
         return lost
 
     def first_start_pending(self) -> bool:
-        """No record 0 is durable: the next start is a first start."""
-        return not any(log.synced for log in self.logs.values())
+        """No record 0 is durable: the next start is a first start
+        (``recovery.interrupted_first_start``: no checkpoint but 1, whose log holds no
+        record; a checkpoint after 1 is a history, even once pruning left no record)."""
+        return (not self.checkpoints.keys() - {1}
+                and not any(log.synced for log in self.logs.values()))
 
     def newest_epoch(self) -> int:
         return max(self.epochs, default=0)
 
-    def durable_records(self, from_seq: int) -> list[DiskEntry]:
-        """The log's records from ``from_seq`` on (in a sealed log, those before the
-        seal: a fenced primary's writes after it are not the instance's)."""
+    def durable_records(self, from_seq: int, first_log: int = 0) -> list[DiskEntry]:
+        """The log's records from ``from_seq`` on, in the logs from ``first_log`` on (in
+        a sealed log, those before the seal: a fenced primary's writes after it are not
+        the instance's)."""
         out = []
         for n in sorted(self.logs):
+            if n < first_log:
+                continue
             seal = self.seals.get(n)
             out += [r for r in self.logs[n].records()
                     if r.seq >= from_seq and (seal is None or r.end <= seal)]
         return out
+
+    def replay_from(self) -> tuple[SavedCheckpoint, list[DiskEntry]] | None:
+        """What a replay of what is kept reads: the oldest checkpoint that has every log
+        from it on, and the durable records after it (None: no checkpoint has)."""
+        logs = self.logs
+        newest = max(logs, default=0)
+        for n in sorted(self.checkpoints):
+            if all(k in logs for k in range(n, newest + 1)):
+                saved = self.checkpoints[n]
+                return saved, self.durable_records(saved.next_seq, n)
+        return None
+
+    # -- pruning (the real sink's ``remove_unkept``)
+    def prune(self, sink: Any, keep: int, damaged: Collection[int],
+              cut: float | None = None) -> tuple[list[str], list[int], list[int]]:
+        """``sink.remove_unkept`` on the directory; the disk learns what it removed.
+        With ``cut``, a crash comes before its directory sync: of its removals, only
+        that fraction (in the order it removes them) reached the disk, and the rest
+        come back. Returns the names removed for good, and the intact checkpoints
+        before and after (``intact_checkpoints``)."""
+        names = os.listdir(self.dir)
+        saved = {name: (self.dir / name).read_bytes() for name in names
+                 if name.startswith(_PRUNABLE)} if cut is not None else {}
+        sink.remove_unkept(self.dir, keep, damaged)
+        after = os.listdir(self.dir)
+        left = set(after)
+        gone = sorted((name for name in names if name not in left), key=_removal_order)
+        if cut is not None:
+            done = round(len(gone) * cut)
+            for name in gone[done:]:  # its removal never reached the disk
+                (self.dir / name).write_bytes(saved[name])
+            gone = gone[:done]
+        for name in gone:
+            if name.startswith(LOG_PREFIX):
+                n = int(name[len(LOG_PREFIX):])
+                self.logs.pop(n, None)
+                self.seals.pop(n, None)  # its seal file goes with it (``FencedSink``'s)
+                self.unsynced.discard(n)
+            elif name.startswith(CHECKPOINT_PREFIX):
+                self.checkpoints.pop(int(name[len(CHECKPOINT_PREFIX):]), None)
+        return gone, self.intact_checkpoints(names), self.intact_checkpoints(after)
+
+    def intact_checkpoints(self, names: list[str] | None = None) -> list[int]:
+        """The checkpoints in the directory (or among ``names``) that are not damaged,
+        ascending."""
+        bad = {path.name for path, _, _ in self.damage}
+        return [n for n in _numbers(os.listdir(self.dir) if names is None else names,
+                                    CHECKPOINT_PREFIX)
+                if f"{CHECKPOINT_PREFIX}{n}" not in bad]
+
+    def missing_log(self, keep: int | None = None) -> tuple[int, int] | None:
+        """A kept checkpoint and a log after it that is gone, if any: what a repro from
+        that checkpoint would miss. Kept: the newest ``keep``, damaged or not (pruning
+        keeps at least those; older ones may be what a crash while pruning left), or
+        with None, every checkpoint there (what a pruning that finished left)."""
+        names = os.listdir(self.dir)
+        kept = _numbers(names, CHECKPOINT_PREFIX)[-keep if keep else 0:]
+        logs = set(_numbers(names, LOG_PREFIX))
+        if kept:
+            for k in range(kept[0], max(logs, default=0) + 1):
+                if k not in logs:
+                    return kept[0], k
+        return None
 
     def durable_end(self) -> int:
         """The sequence id after the last durable record (0: none)."""
@@ -247,15 +339,19 @@ class SimDisk:
         self.damage.append((path, None, path.read_bytes()))
         path.unlink()
 
-    def repair(self) -> None:
+    def repair(self, but: Collection[Path] = ()) -> None:
+        """Undo the damage, but that to the files ``but`` (flipped bits stay there)."""
+        left = []
         for path, at, data in reversed(self.damage):
-            if at is None:
+            if path in but and at is not None:
+                left.append((path, at, data))
+            elif at is None:
                 path.write_bytes(data)
             elif path.exists() and path.stat().st_size > at:
                 with open(path, "r+b") as f:
                     f.seek(at)
                     f.write(data)
-        self.damage.clear()
+        self.damage[:] = reversed(left)
 
     def files(self) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(self.dir.iterdir())}

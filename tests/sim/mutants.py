@@ -3,11 +3,13 @@ version of one function of the real code, patched in for a run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ambrosia_ic import logstore, recovery
 from ambrosia_ic.coordinator import commit_plan, inbound, start_plan
+from ambrosia_ic.coordinator import sink as sinks
 from ambrosia_ic.coordinator.ack_batch import AckBatch
 from ambrosia_ic.coordinator.commit_plan import Links, Move
 from ambrosia_ic.coordinator.group_commit import GroupCommit, TakenRecord
@@ -262,6 +264,29 @@ def _seal_unfollowed() -> Generator[takeover.TakeoverStep, Any, int]:
     return int(n) + 1
 
 
+def _remove_through_oldest(d: Path, keep: int, prefixes: Sequence[str],
+                           ignore: Collection[int] = ()) -> int | None:
+    """Pruning takes checkpoint N for the state at the end of log N: the log paired
+    with the oldest kept checkpoint goes with the older ones."""
+    counted = [k for k in logstore.file_numbers(d, logstore.CHECKPOINT_PREFIX)
+               if k not in ignore]
+    if not counted:
+        return None
+    oldest = counted[-max(1, keep):][0]
+    for prefix in prefixes:
+        for k in logstore.file_numbers(d, prefix):
+            if k < oldest or (prefix == logstore.LOG_PREFIX and k == oldest < counted[-1]):
+                (d / f"{prefix}{k}").unlink(missing_ok=True)
+    return oldest
+
+
+def _remove_counting_damaged(d: Path, keep: int, prefixes: Sequence[str],
+                             ignore: Collection[int] = ()) -> int | None:
+    """A checkpoint known to be damaged counts as kept when pruning: an intact older
+    one it passed over for is removed with its logs."""
+    return logstore.remove_unkept(d, keep, prefixes)
+
+
 MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
     "a resent record's overlap is queued again": (LinkIntake, "take", _take_whole),
     "a record is delivered before it is synced": (StandaloneSink, "write", _write_unsynced),
@@ -309,6 +334,10 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
                                                   _next_log_unsynced),
     "a registration's check bytes are not looked at": (registrations, "_check_of",
                                                        _registration_unchecked),
+    "pruning removes the log paired with the oldest kept checkpoint": (
+        sinks, "remove_unkept", _remove_through_oldest),
+    "a damaged checkpoint counts as kept when pruning": (sinks, "remove_unkept",
+                                                         _remove_counting_damaged),
 }
 
 

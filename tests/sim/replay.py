@@ -1,5 +1,7 @@
 """The replays ``World.check_replay`` compares states with: a fresh binding fed an
-instance's first checkpoint and then every durable record of its log.
+instance's oldest kept checkpoint (``SimDisk.replay_from``: the oldest with every log
+after it, since pruning removes what comes before) and then every durable record of
+its log after it.
 
 An instance's log is checked more than once in a run (as it goes live after each
 recovery, and at the end), and what was durable at one check is mostly the start of

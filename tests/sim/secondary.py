@@ -12,6 +12,16 @@ the newest intact checkpoint, read by the real recovery reader, so a checkpoint 
 not the state at the start of its log makes a follower, or a primary that took over,
 apply a call twice or not at all.
 
+Once a checkpoint it saves is durable it prunes (``checkpoints.remove_unkept(c,
+temps_from=2)``, in a step of its own, ``World.prune``): the real ``FencedSink``'s
+``remove_unkept``, which keeps at least the previous checkpoint too (so the first
+start's checkpoint 1 and log 1 go once it has saved two or more checkpoints). A
+replica loading a checkpoint whose logs were pruned meanwhile looks again, as
+``shared_dir._load_checkpoint`` does; a follower reads its log by name at each look
+(``LogTail.poll``), and one whose log was pruned under it (a later log exists) stops in
+one line and is started again (``ReplicaNode.check_tail``). The seeded runs never leave
+a standby that far behind; ``test_simulation`` stalls one to show it.
+
 Checked here, at each checkpoint it saves: its position is the first sequence id of its
 log (what log N's committed records end at); after it starts, no temporary file of a
 checkpoint it writes (from 2 on) is left.
@@ -20,6 +30,7 @@ checkpoint it writes (from 2 on) is left.
 from __future__ import annotations
 
 from ambrosia_ic import logstore, recovery
+from ambrosia_ic.errors import MissingLogError
 from ambrosia_ic.logstore import checkpoint_path, log_path
 from ambrosia_ic.replication import checkpointer
 
@@ -71,8 +82,8 @@ class CheckpointingReplica(ReplicaNode):
                                       log_path(d, n + 1).exists())
 
     def can_follow(self) -> bool:
-        if self.role == "checkpointer" and self.asked is not None:
-            return False  # its binding's checkpoint is being taken and saved
+        if self.role == "checkpointer" and (self.asked is not None or self.pruning):
+            return False  # its binding's checkpoint is being taken, saved and pruned after
         if not super().can_follow():
             return False
         if self.role != "checkpointer" or self.tail is None:
@@ -85,6 +96,7 @@ class CheckpointingReplica(ReplicaNode):
             super().follow()
             return
         n, _, _ = self.tail
+        self.check_tail()
         recs, tail = self._poll()
         for r in recs:
             self.deliver(r.wire)
@@ -122,16 +134,30 @@ class CheckpointingReplica(ReplicaNode):
                             f"the state at the start of log {n}")
         self.disk.save_checkpoint(n, SavedCheckpoint(next_seq, inputs, outputs, chunks),
                                   message)
-        logstore.remove_checkpoint_temps(self.disk.dir, 2, n)  # ``remove_unkept``'s
-        self.world.counts["secondary"] += 1
+        self.pruning = "secondary"  # ``checkpoints.remove_unkept(c, temps_from=2)``
+
+    def after_pruning(self) -> None:
+        if self.pruning == "secondary":
+            self.pruning = ""
+            self.world.counts["secondary"] += 1
+            return
+        super().after_pruning()
 
     def _load_checkpoint(self) -> None:
         """``shared_dir._load_checkpoint``: the newest intact checkpoint, with every
         log from it on, read by the recovery reader."""
-        found = recovery.newest_intact_checkpoint(self.disk.dir)
+        d = self.disk.dir
+        found = recovery.newest_intact_checkpoint(d)
         assert found is not None
-        c, cf, _ = found
-        recovery.check_log_chain(self.disk.dir, c)
+        c, cf, damaged = found
+        try:
+            recovery.check_log_chain(d, c)
+        except MissingLogError:
+            if (recovery.latest_checkpoint(d) or 0) > c:  # pruned meanwhile: look again
+                self.world.counts["load again"] += 1
+                return
+            raise
+        self.damaged.update(n for n, _ in damaged)
         next_seq, inputs, outputs = recovery.read_state(cf)
         self.core.checkpoint_loaded(next_seq, inputs, outputs)
         self.deliver(encode_checkpoint_record(self.core.cid, cf.size)

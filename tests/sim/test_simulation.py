@@ -3,13 +3,15 @@ two or three instances calling each other, one of them often an active/active re
 set (with a checkpointing secondary in half of them: ``secondary``), the others often
 upgraded live (``upgrade``), with back-pressure pausing their inbound links, through
 crashes (unsynced writes lost, a log whose directory entry was not synced lost, a write
-in progress cut short, a checkpoint being written left as its temporary file), bits
+in progress cut short, a checkpoint being written left as its temporary file, pruning
+cut short before its directory sync), pruning after every checkpoint with 1 to 3 kept, bits
 flipped in logs, checkpoints and registrations, files lost, dropped connections,
 partitions and heals, paused primaries and takeovers, and in a tenth of them a simulated
 Raft cluster (``raftlog``); each checked for exactly-once,
 in-order delivery, every awaited answer, one writer per epoch, no link read past
 back-pressure's limits, recovered states equal to replays of their logs, followers
-equal to their primary, and damage refused in one line naming its file or repaired,
+equal to their primary, every kept checkpoint with every log after it and as many
+intact checkpoints kept as asked, and damage refused in one line naming its file or repaired,
 never read as valid, never a silent rollback, no link between the coordinators refused
 or broken, no Raft entry of an epoch sent after a newer claim was committed, and no
 Raft append acknowledged that a reader skips.
@@ -19,13 +21,14 @@ here, and a failing seed reproduces exactly and shrinks to a short run."""
 from __future__ import annotations
 
 import collections
+import random
 
 import pytest
 
 from tests.sim.__main__ import main as sweep
 from tests.sim.mutants import MUTANTS, RAFT_MUTANTS
 from tests.sim.raftlog import run_raft
-from tests.sim.world import Scenario, SimFailure, explain
+from tests.sim.world import ReplicaNode, Scenario, SimFailure, World, explain
 
 CHUNKS = 10
 PER_CHUNK = 1000  # CHUNKS * PER_CHUNK seeds in all
@@ -62,6 +65,9 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
                  "raft slow send"):
         assert seen[what] >= 20, (what, seen)
     assert seen["raft crash"] >= 10, seen  # 23 to 47 per thousand seeds
+    # Pruning after each checkpoint (about 9,600 files removed per thousand seeds), and
+    # a crash while pruning, before its directory sync (about 120).
+    assert seen["pruned"] >= 3000 and seen["pruning cut"] >= 50, seen
 
 
 def _first_failing(limit: int) -> int | None:
@@ -115,6 +121,41 @@ def test_the_sweep_command_summarises_and_fails_on_a_failing_seed(
     out = capsys.readouterr().out
     assert "seed 0 (" in out and "a shortest run found" in out and ": 2 failed;" in out
 
+
+
+def _stalled_standby(monkeypatch: pytest.MonkeyPatch) -> World:
+    """Replicas of i0 with a checkpointing secondary, keeping 1 checkpoint (the sink
+    keeps 2), with the standby i0/2 stalled once it follows (a process that is not
+    scheduled) until the secondary has pruned the log it reads; then settled."""
+    can_follow = ReplicaNode.can_follow
+    stalled = [True]
+
+    def held(self: ReplicaNode) -> bool:
+        stall = stalled[0] and self.id == "i0/2" and self.tail is not None
+        return not stall and can_follow(self)
+
+    monkeypatch.setattr(ReplicaNode, "can_follow", held)
+    world = World(n=2, rounds=4, trigger=400, replicas=3, secondary=True, keep=1)
+    rng = random.Random(0)
+    disk = world.disks["i0"]
+    while not ((node := world.nodes["i0/2"]) is not None and node.tail is not None
+               and node.tail[0] < min(disk.logs)):
+        world.do(rng.choice(world.steps(faults=False)))
+    stalled[0] = False
+    world.settle(rng)
+    return world
+
+
+def test_a_standby_whose_log_was_pruned_under_it_stops_and_follows_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The standby stops in one line (``LogTail.poll``'s ``MissingLogError``), is started
+    again and follows from the newest checkpoint; one that looked for its log for ever
+    (as ``LogTail.poll`` did) ends the run behind its primary."""
+    world = _stalled_standby(monkeypatch)
+    assert world.counts["pruned under"] == 1 and world.counts["restart"] == 1
+    monkeypatch.setattr(ReplicaNode, "pruned_under", lambda self: False)
+    with pytest.raises(SimFailure, match=r"i0/2 follows with .* but the primary"):
+        _stalled_standby(monkeypatch)
 
 
 def _first_failing_raft(limit: int) -> int | None:

@@ -14,10 +14,11 @@ checkpoint N there, records the new version in the registration, and goes live.
 
 Checked: a start reads its registration as it was written, or refuses in one line naming
 it (``World._restart`` checks the line; nothing else changes); version 1's checkpoint
-holds the old state through the new code (a replay of version 0's log by the old class,
-converted once); no temporary checkpoint is left in either directory after a start; at
-the end every registered upgrade is done, and the instance runs version 1 having been
-converted exactly once (never, if it started afresh in version 1).
+holds the old state through the new code (a replay of version 0's log from its oldest
+kept checkpoint by the old class, converted once); no temporary checkpoint is left in
+either directory after a start; at the end every registered upgrade is done, and the
+instance runs version 1 having been converted exactly once (never, if it started afresh
+in version 1).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class Upgrades:
             self._write(Registration(instance_name=name, receive_port=2000 + 3 * k,
                                      send_port=2001 + 3 * k, ic_port=2002 + 3 * k,
                                      log_dir=str(world.root),
-                                     committer_id=world.cid[name]))
+                                     committer_id=world.cid[name],
+                                     keep_checkpoints=world.keep))
             self.disks[name] = {0: world.disks[name]}
 
     def _write(self, reg: Registration) -> None:
@@ -148,13 +150,14 @@ class Upgrades:
 
     def converted(self, name: str) -> dict[str, Any] | None:
         """Version 0's state as its log holds it, through ``RoundsV2.upgrade_from``."""
-        old = self.disks[name][0]
-        first = old.checkpoints[min(old.checkpoints)]
+        kept = self.disks[name][0].replay_from()  # the oldest checkpoint kept, and on
+        assert kept is not None
+        first, records = kept
         fresh = self.world.new_engine(name, Rounds)
         fresh.receive_data(encode_checkpoint_record(self.world.cid[name],
                                                     sum(map(len, first.chunks)))
                            + b"".join(first.chunks))
-        for r in old.durable_records(0):
+        for r in records:
             fresh.receive_data(r.wire)
         while fresh.next_output() is not None:
             pass

@@ -20,7 +20,15 @@ instance's disk is a real directory (on a memory file system where there is one)
 logs and checkpoints are written as the coordinator writes them, and its start-up reads
 them with the real recovery reader (``recovery.first_start_pending``, ``plan_recovery``,
 ``replay_wire``), so what a recovery makes of a torn write, a flipped bit, a log removed
-or a temporary file left behind is the coordinator's own decision. Two parts live in
+or a temporary file left behind is the coordinator's own decision. Once a new checkpoint
+is durable (and before the shell goes on: the core hears the checkpoint saved, or the
+recovery goes live), the coordinator prunes as the real shell does, in a step of its
+own: the real sink's ``remove_unkept`` on the real directory, keeping the newest
+``keep`` checkpoints (1, 2 or 3, drawn per scenario) not known damaged, then the
+temporary files of checkpoints through the newest; a crash can come before it, or
+during it, before its directory sync (``SimDisk.prune``: the removals not yet on disk
+come back). A checkpoint the recovery passed over as damaged stays damaged until that
+pruning is done, so what pruning counts as kept is seen. Two parts live in
 their own modules: an active/active instance's checkpointing secondary (``secondary``),
 and the standalone instances' registrations and live upgrades (``upgrade``), which
 ``World`` runs through its ``extras`` (their steps, and their checks at the end).
@@ -35,7 +43,12 @@ list, skipping steps that cannot happen. After every step the invariants are che
 - no link is read while back-pressure's limits are passed (so the inputs waiting pass
   ``PENDING_LIMIT`` by at most what one read brings);
 - a recovered instance's state, as it goes live, equals a replay of its durable log
-  from its first checkpoint by a fresh binding; so does every instance's at the end;
+  by a fresh binding from the oldest checkpoint kept (the oldest that has every log
+  after it); so does every instance's at the end;
+- after every start, each of the newest ``keep`` checkpoints has every log after it
+  (what a repro from it reads), and after every pruning each checkpoint left has, and
+  as many intact checkpoints stay as ``keep`` asks (all there were, if fewer: a
+  checkpoint known damaged is not counted); a refused start removes nothing;
 - damage (a flipped bit in a log or a checkpoint, a log removed) is refused in one line
   naming the file, with nothing in the directory changed, or repaired from what is
   intact; a recovery never rolls back past a record that was durable, never reads a
@@ -84,7 +97,7 @@ from ambrosia_ic.coordinator.inbound import (
 )
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink
-from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_ic.errors import LockLostError, LogCorruptionError, MissingLogError
 from ambrosia_ic.links import handshake
 from ambrosia_ic.logstore import (
     LogWriter,
@@ -120,7 +133,7 @@ BUFFER_LOW = BUFFER_LIMIT // 4
 _FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose",
                      "register-upgrade", "flip-registration"})
 _REGULATED = frozenset({"bind", "commit", "written", "link", "follow", "claim", "take-over",
-                        "restart", "resume", "beat"})
+                        "restart", "resume", "beat", "prune"})
 # Where a flipped bit lands in a log record (byte, bit; a negative byte counts from the
 # record's end): its committer id, its length by one and by 65,536 (it then runs past the
 # end of the file), its sequence id, body, watermarks and own check bytes.
@@ -184,6 +197,11 @@ class Node:
         self.recovered = False
         self.writing: TakenRecord | None = None  # taken; its write and sync in progress
         self.plan: RecoveryPlan | None = None  # what its recovery read
+        self.damaged: set[int] = set()  # checkpoints known damaged (``c.damaged``)
+        # The pruning owed once a new checkpoint is durable, and what comes after it:
+        # "switch" (``checkpoints._finish``), "recover" (``startup._recover``) or
+        # "secondary" (``shared_dir._checkpoint``); "" when none is.
+        self.pruning = ""
         self._start()
 
     def make_sink(self) -> LogSink:
@@ -200,6 +218,7 @@ class Node:
         except (LogCorruptionError, CoordinatorError) as err:
             raise Refused(err) from None
         self.lines += chosen.lines
+        self.damaged = set(chosen.damaged)
         if chosen.cut is not None:
             path, offset = chosen.cut
             LogWriter(path, truncate_at=offset).close()
@@ -264,7 +283,7 @@ class Node:
             self.disk.save_checkpoint(self.log_n, SavedCheckpoint(
                 core.group.next_seq, dict(core.group.inputs), outputs, chunks), message)
             self.recovered = True
-            self._go_live()
+            self.pruning = "recover"  # then it goes live
 
     def _go_live(self) -> None:
         self.world.started.add(self.name)  # ``registry.mark_started``
@@ -394,8 +413,24 @@ class Node:
         message, chunks, outputs = self.received.pop(n)
         self.disk.save_checkpoint(n, SavedCheckpoint(next_seq, inputs, outputs, chunks),
                                   message)
-        self.core.checkpoint_saved()
-        self.world.counts["checkpoint"] += 1
+        self.pruning = "switch"  # then the core hears the checkpoint is saved
+
+    # -- pruning (``checkpoints.remove_unkept``), once the new checkpoint is durable
+    def prune(self) -> None:
+        self.world.prune(self)
+        self.after_pruning()
+
+    def after_pruning(self) -> None:
+        """What the shell does once ``remove_unkept`` returns."""
+        todo, self.pruning = self.pruning, ""
+        if todo == "switch":
+            self.core.checkpoint_saved()
+            self.world.counts["checkpoint"] += 1
+            self.run_actions()
+        elif todo == "recover":
+            # What its recovery passed over as damaged may be repaired now (if kept).
+            self.disk.repair()
+            self._go_live()
 
     def observed(self) -> dict[str, Any] | None:
         return _observed(self.engine)
@@ -462,11 +497,28 @@ class ReplicaNode(Node):
         self._polled = key, polled
         return polled
 
+    def pruned_under(self) -> bool:
+        """Its log is gone, and a later one exists: pruned while it still had it to read
+        (``LogTail.poll`` then raises ``MissingLogError``)."""
+        logs = self.disk.logs
+        return (self.tail is not None and self.tail[0] not in logs
+                and max(logs, default=0) > self.tail[0])
+
+    def check_tail(self) -> None:
+        """``LogTail.poll``'s look for its log (raises ``MissingLogError``)."""
+        if self.pruned_under():
+            assert self.tail is not None
+            self.world.counts["pruned under"] += 1
+            raise MissingLogError(str(log_path(self.disk.dir, self.tail[0])),
+                                  "removed while this replica still had it to read")
+
     def can_follow(self) -> bool:
         if self.core.phase is not Phase.FOLLOWING or self.paused or self.taking is not None:
             return False
+        if self.pruned_under():
+            return True
         if self.tail is None:
-            return not self.disk.first_start_pending() and 1 in self.disk.checkpoints
+            return not self.disk.first_start_pending() and bool(self.disk.checkpoints)
         recs, tail = self._poll()
         return bool(recs) or tail != self.tail
 
@@ -474,6 +526,7 @@ class ReplicaNode(Node):
         if self.tail is None:
             self._load_checkpoint()
             return
+        self.check_tail()
         recs, tail = self._poll()
         for r in recs:
             self.deliver(r.wire)
@@ -516,7 +569,7 @@ class ReplicaNode(Node):
         self._taken = None
         disk = self.disk
         if isinstance(step, takeover.LoadCheckpoint):
-            if not disk.first_start_pending() and 1 in disk.checkpoints:
+            if not disk.first_start_pending() and disk.checkpoints:
                 self._load_checkpoint()
             self._taken = self.tail is not None
         elif isinstance(step, takeover.FirstStart):
@@ -600,7 +653,9 @@ class World:
     ``i0`` runs as ``replicas`` active/active replicas when that is above 1."""
 
     def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700,
-                 replicas: int = 1, secondary: bool = False, upgrades: bool = False) -> None:
+                 replicas: int = 1, secondary: bool = False, upgrades: bool = False,
+                 keep: int = 2) -> None:
+        self.keep = keep  # checkpoints kept when pruning (the registration's)
         self.names = [f"i{k}" for k in range(n)]
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
         self.rounds = rounds
@@ -727,6 +782,8 @@ class World:
                 add(("commit", node_id))
             if node.writing is not None:
                 add(("written", node_id))
+            if node.pruning:
+                add(("prune", node_id))
             if isinstance(node, ReplicaNode):
                 if node.beat_due:
                     add(("beat", node_id))
@@ -740,8 +797,9 @@ class World:
                     fault(("pause", node_id))
             if faults:
                 fault(("crash", node_id))
-                if node.writing is not None or node.asked is not None or node.flow:
-                    fault(("crash", node_id, 0.5))  # cutting a write short
+                if (node.writing is not None or node.asked is not None or node.flow
+                        or node.pruning):
+                    fault(("crash", node_id, 0.5))  # cutting a write (or pruning) short
         if faults:
             for name in self.names:
                 disk = self.disks[name]
@@ -816,6 +874,10 @@ class World:
             self._node(node_id).lines.append(str(err))
             self.counts["fenced"] += 1
             self._stop(node_id)
+        except MissingLogError as err:  # a replica whose log was pruned under it stops
+            node_id = step[1]
+            self._node(node_id).lines.append(str(err))
+            self._stop(node_id)
         if kind == "bind":  # only a binding's reads change an instance's state
             self.check_now(step[1])
         if target is not None and (node := self.nodes.get(target)) is not None:
@@ -829,6 +891,8 @@ class World:
             self._node(step[1]).commit()
         elif kind == "written":
             self._node(step[1]).written()
+        elif kind == "prune":
+            self._node(step[1]).prune()
         elif kind == "crash":
             self._crash(step[1], step[2] if len(step) > 2 else None)
         elif kind == "restart":
@@ -933,6 +997,8 @@ class World:
         temporary file."""
         node = self._node(node_id)
         disk = node.disk
+        if cut is not None and node.pruning:  # it dies before pruning syncs the directory
+            self.prune(node, cut)
         self._stop(node_id)
         lost = disk.crash()
         if lost:
@@ -946,7 +1012,7 @@ class World:
             self.counts["torn"] += 1
         writing = (node.asked if node.asked is not None else
                    1 if node.flow == "first" else node.log_n
-                   if node.flow in ("recover", "upgrade") else None)
+                   if node.flow in ("recover", "upgrade") and not node.pruning else None)
         if writing is not None:  # the checkpoint it was taking was being written
             disk.leave_temporary(writing, b"AMBRCKP2" + bytes(40))
             self.counts["temporary"] += 1
@@ -975,8 +1041,12 @@ class World:
             if "\n" in text or not named:
                 self.fail(f"{node_id} refused to start with {text!r}: not one line naming "
                           "the damaged file")
-            if disk.files() != before:
-                self.fail(f"{node_id}'s refused start changed its directory")
+            after = disk.files()
+            if after != before:
+                assert before is not None
+                gone = sorted(set(before) - set(after))
+                self.fail(f"{node_id}'s refused start changed its directory"
+                          + (f" (pruned {', '.join(gone)})" if gone else ""))
             disk.repair()
             return
         plan = node.plan
@@ -991,7 +1061,10 @@ class World:
         left = sorted(set(disk.temporaries() + node.disk.temporaries()))
         if left and name not in self.replicated:
             self.fail(f"{node_id} started, and left {', '.join(left)}")
-        disk.repair()
+        # A checkpoint the recovery passed over stays damaged until its pruning is done
+        # (what it counts as kept is then seen); the rest is repaired, as from a backup.
+        disk.repair(but={checkpoint_path(node.disk.dir, n) for n in node.damaged})
+        self.check_kept(node, "after it started")
 
     def _stop(self, node_id: str) -> None:
         """The process of ``node_id`` is gone (its writes stay where the disk has them)."""
@@ -999,6 +1072,35 @@ class World:
             if node_id in (conn.frm, conn.to):
                 self._drop(s, d)
         self.nodes[node_id] = None
+
+    # -- pruning
+    def prune(self, node: Node, cut: float | None = None) -> None:
+        """``checkpoints.remove_unkept`` (the real sink's rule, on the real directory),
+        then what writers killed while writing a checkpoint left: from checkpoint 1 on
+        (2 for the checkpointing secondary), through the newest. With ``cut``, the
+        process dies before the directory is synced (``SimDisk.prune``). Checked: each
+        kept checkpoint has every log after it, and as many intact checkpoints as
+        ``keep`` asks for stay (all there were, if fewer)."""
+        disk = node.disk
+        gone, intact, now = disk.prune(node.sink, self.keep, node.damaged, cut)
+        self.counts["pruned"] += len(gone)
+        if cut is not None:
+            self.counts["pruning cut"] += 1
+            return
+        first = 2 if node.pruning == "secondary" else 1
+        logstore.remove_checkpoint_temps(disk.dir, first, recovery.latest_checkpoint(disk.dir))
+        self.check_kept(node, "after pruning", every=True)
+        if len(now) < min(self.keep, len(intact)):
+            self.fail(f"{node.id} pruned its intact checkpoints {intact} to {now}, but "
+                      f"{self.keep} are kept (a damaged one counted: {node.damaged})")
+
+    def check_kept(self, node: Node, when: str, every: bool = False) -> None:
+        """Each kept checkpoint (the newest ``keep``; with ``every``, all there are) has
+        every log after it: what a repro from it reads."""
+        missing = node.disk.missing_log(None if every else self.keep)
+        if missing is not None:
+            self.fail(f"{node.id} keeps checkpoint {missing[0]} {when}, but its log "
+                      f"{missing[1]} is gone")
 
     # -- runs
     def run(self, rng: random.Random, fault_steps: int, fault_rate: float,
@@ -1096,13 +1198,14 @@ class World:
 
     def check_replay(self, node: Node, when: str) -> None:
         """``node``'s state equals a fresh binding's replay of its durable log from
-        its first checkpoint."""
-        first = node.disk.checkpoints.get(min(node.disk.checkpoints, default=1))
-        if first is None:
-            self.fail(f"{node.id} has no first checkpoint {when}")
+        the oldest checkpoint kept (the oldest with every log from it on)."""
+        kept = node.disk.replay_from()
+        if kept is None:
+            self.fail(f"{node.id} has no checkpoint with every log after it {when}")
             return
+        first, records = kept
         replayed = self.replays.state(node.name, node.disk.app, node.core.cid, first,
-                                      [r.wire for r in node.disk.durable_records(0)])
+                                      [r.wire for r in records])
         if replayed != node.observed():
             self.fail(f"{node.id}'s state {when} is {node.observed()}, but a replay of "
                       f"its log gives {replayed}")
@@ -1157,6 +1260,7 @@ class Scenario:
     secondary: bool = False  # the replicas have a checkpointing secondary
     upgrades: bool = False  # the standalone instances may be upgraded live
     raft: bool = False  # a simulated Raft cluster's replicas run too (``raftlog``)
+    keep: int = 2  # checkpoints kept when pruning (``keep_checkpoints``)
 
     @classmethod
     def of(cls, seed: int) -> Scenario:
@@ -1167,12 +1271,13 @@ class Scenario:
                    fault_rate=rng.choice([0.05, 0.15, 0.3]),
                    replicas=rng.choice([1, 1, 2, 3]), secondary=rng.random() < 0.5,
                    upgrades=rng.random() < 0.5,
-                   raft=random.Random(seed ^ 0x7AF7).random() < 0.1)
+                   raft=random.Random(seed ^ 0x7AF7).random() < 0.1,
+                   keep=random.Random(seed ^ 0x6EE9).choice([1, 2, 3]))
 
     def world(self) -> World:
         return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
                      replicas=self.replicas, secondary=self.secondary and self.replicas > 1,
-                     upgrades=self.upgrades)
+                     upgrades=self.upgrades, keep=self.keep)
 
     def run(self) -> World:
         """The run the seed draws (raises ``SimFailure``)."""

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ambrosia_ic.errors import LogCorruptionError
+from ambrosia_ic.errors import LogCorruptionError, MissingLogError
 
-from ..logstore import DiskRecord, LogScan, log_path, read_seal
+from ..logstore import LOG_PREFIX, DiskRecord, LogScan, file_numbers, log_path, read_seal
 
 __all__ = ["LogTail", "committed_prefix"]
 
@@ -46,12 +46,24 @@ class LogTail:
 
     def poll(self, newest_epoch: Any) -> tuple[list[DiskRecord], bool]:
         """Committed records of log ``n`` past the position, and whether log ``n`` is
-        complete and wholly read (the caller then calls ``next_log``)."""
+        complete and wholly read (the caller then calls ``next_log``).
+
+        Raises:
+            MissingLogError: log ``n`` is gone and a later one exists: pruned while this
+                follower still had it to read (it fell further behind than the kept
+                checkpoints reach). It would otherwise find nothing there for ever, and a
+                takeover of its would never end while its heartbeat held the epoch.
+        """
         # Order matters: a takeover writes the seal before creating the next log.
         has_next = log_path(self.dir, self.n + 1).exists()
         seal = read_seal(self.dir, self.n)
         path = log_path(self.dir, self.n)
         if not path.exists():
+            if file_numbers(self.dir, LOG_PREFIX)[-1:] > [self.n]:
+                raise MissingLogError(str(path), "removed while this replica still had it to "
+                                      "read (pruned: it fell further behind than the kept "
+                                      "checkpoints reach); start it again to follow from "
+                                      "the newest checkpoint")
             return [], False
         scan = LogScan(path, allow_torn_tail=True, first_seq=self.next_seq,
                        committer_id=self.cid, start=self.offset, limit=seal)
