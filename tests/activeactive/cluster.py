@@ -8,13 +8,14 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ambrosia_ic import registry
 from ambrosia_ic.lease import current_primary
 
 from tests.ic.conftest import Harness
 from tests.ic.rawbinding import CounterApp, Driver
-from tests.launcher import wait_until
+from tests.launcher import NeverHappenedError, wait_until
 
 
 class Cluster:
@@ -62,6 +63,29 @@ class Cluster:
             return int(n) + 1 if self.drivers[n].primary.is_set() else None
 
         return int(wait_until(ready, "a new primary")) - 1
+
+    def wait(self, cond: Any, what: str, limit: float = 60.0) -> Any:
+        """``wait_until``, and if it gives up, what every process of the cluster said
+        last (a failure on a busy machine then shows where it stood)."""
+        try:
+            return wait_until(cond, what, limit)
+        except NeverHappenedError as e:
+            raise NeverHappenedError(f"{e}\n{self.said()}") from None
+
+    def said(self, lines: int = 8) -> str:
+        """The last ``lines`` lines of each coordinator's stderr (client included)."""
+        procs = [(f"replica {n}", p) for n, p in sorted(self.procs.items())]
+        if self.client_proc is not None:
+            procs.append(("client", self.client_proc))
+        out = []
+        for who, p in procs:
+            try:
+                tail = self.h.stderr_of(p).splitlines()[-lines:]
+            except (KeyError, OSError):
+                tail = ["(no stderr)"]
+            state = "running" if p.poll() is None else f"exited {p.returncode}"
+            out.append(f"--- {who} ({state}):\n" + "\n".join(tail))
+        return "\n".join(out)
 
     def kill9(self, n: int) -> None:
         self.h.kill9(self.procs[n])

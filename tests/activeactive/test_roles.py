@@ -28,7 +28,7 @@ def test_a_primary_paused_past_its_lease_is_fenced_and_never_writes_again(
 ) -> None:
     cl = _three(harness)
     cl.start_pump()
-    wait_until(lambda: len(cl.received_by(0)) >= 20, "calls flowing")
+    cl.wait(lambda: len(cl.received_by(0)) >= 20, "calls flowing", 120)
     old = cl.procs[0]
     old.send_signal(signal.SIGSTOP)
     try:
@@ -44,8 +44,8 @@ def test_a_primary_paused_past_its_lease_is_fenced_and_never_writes_again(
         old.send_signal(signal.SIGCONT)
     # Woken up, the old primary finds a newer epoch, writes nothing and rejoins as a
     # standby in the same process (this test's binding does not start over).
-    wait_until(lambda: "fenced by epoch 2, rejoining as a standby" in harness.stderr_of(old),
-               "the old primary rejoining")
+    cl.wait(lambda: "fenced by epoch 2, rejoining as a standby" in harness.stderr_of(old),
+            "the old primary rejoining")
     assert old.poll() is None
     err = harness.stderr_of(old)
     assert err.count("LockLostError") == 0  # one clear line, no traceback

@@ -22,7 +22,7 @@ def _running(harness: Harness) -> Cluster:
     cl.start_replica(2)
     cl.start_client()
     cl.start_pump()
-    wait_until(lambda: len(cl.received_by(0)) >= 20, "calls flowing")
+    cl.wait(lambda: len(cl.received_by(0)) >= 20, "calls flowing", 120)
     return cl
 
 
