@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from .jobs_world import JobsWorld
-from .world import SimFailure, Step, shrink
+from .world import Seeded, Step, explain_seed
 
 __all__ = ["JobsScenario", "explain"]
 
@@ -21,7 +21,7 @@ _WORDS = ("to", "be", "or", "not", "that", "is", "the", "question")
 
 
 @attrs.frozen
-class JobsScenario:
+class JobsScenario(Seeded):
     """One run's parameters, drawn from its seed."""
 
     seed: int
@@ -57,22 +57,8 @@ class JobsScenario:
     def replay(self, trace: list[Step]) -> JobsWorld:
         return self._world(lambda w, rng: w.replay(trace, rng))
 
-    def fails(self, trace: list[Step]) -> bool:
-        try:
-            self.replay(trace)
-        except SimFailure:
-            return True
-        return False
 
 
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
-    scenario = JobsScenario.of(seed)
-    try:
-        scenario.run()
-    except SimFailure as err:
-        short = shrink(err.trace, scenario.fails)
-        steps = "\n".join(f"  {i:4d} {step}" for i, step in enumerate(short))
-        return (f"seed {seed} ({scenario}) failed: {err}\n"
-                f"a shortest run found ({len(short)} of {len(err.trace)} steps):\n{steps}")
-    return f"seed {seed} passes"
+    return explain_seed(seed, JobsScenario.of)

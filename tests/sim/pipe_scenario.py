@@ -15,7 +15,7 @@ from ambrosia_services.connectors.coordinator import immortal as immortal_module
 
 from .pipe_disk import sink_disk
 from .pipe_world import PipeWorld
-from .world import SimFailure, Step, shrink
+from .world import Seeded, Step, explain_seed
 
 __all__ = ["PipeScenario", "explain"]
 
@@ -23,7 +23,7 @@ _DISK_ROOT = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
 @attrs.frozen
-class PipeScenario:
+class PipeScenario(Seeded):
     """One run's parameters, drawn from its seed."""
 
     seed: int
@@ -63,22 +63,8 @@ class PipeScenario:
     def replay(self, trace: list[Step]) -> PipeWorld:
         return self._world(lambda w, rng: w.replay(trace, rng))
 
-    def fails(self, trace: list[Step]) -> bool:
-        try:
-            self.replay(trace)
-        except SimFailure:
-            return True
-        return False
 
 
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
-    scenario = PipeScenario.of(seed)
-    try:
-        scenario.run()
-    except SimFailure as err:
-        short = shrink(err.trace, scenario.fails)
-        steps = "\n".join(f"  {i:4d} {step}" for i, step in enumerate(short))
-        return (f"seed {seed} ({scenario}) failed: {err}\n"
-                f"a shortest run found ({len(short)} of {len(err.trace)} steps):\n{steps}")
-    return f"seed {seed} passes"
+    return explain_seed(seed, PipeScenario.of)

@@ -16,7 +16,7 @@ from ambrosia_services.pipeline import coordinator as coordinator_module
 
 from .pipe_disk import sink_disk
 from .pipejobs_world import PipeJobsWorld
-from .world import SimFailure, Step, shrink
+from .world import Seeded, Step, explain_seed
 
 __all__ = ["PipeJobsScenario", "explain"]
 
@@ -25,7 +25,7 @@ _WORDS = ("To", "be", "or", "not", "to", "BE", "that", "is", "the", "question's"
 
 
 @attrs.frozen
-class PipeJobsScenario:
+class PipeJobsScenario(Seeded):
     """One run's parameters, drawn from its seed."""
 
     seed: int
@@ -86,22 +86,8 @@ class PipeJobsScenario:
     def replay(self, trace: list[Step]) -> PipeJobsWorld:
         return self._world(lambda w, rng: w.replay(trace, rng))
 
-    def fails(self, trace: list[Step]) -> bool:
-        try:
-            self.replay(trace)
-        except SimFailure:
-            return True
-        return False
 
 
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
-    scenario = PipeJobsScenario.of(seed)
-    try:
-        scenario.run()
-    except SimFailure as err:
-        short = shrink(err.trace, scenario.fails)
-        steps = "\n".join(f"  {i:4d} {step}" for i, step in enumerate(short))
-        return (f"seed {seed} ({scenario}) failed: {err}\n"
-                f"a shortest run found ({len(short)} of {len(err.trace)} steps):\n{steps}")
-    return f"seed {seed} passes"
+    return explain_seed(seed, PipeJobsScenario.of)

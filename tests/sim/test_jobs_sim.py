@@ -11,12 +11,11 @@ runs many more seeds."""
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 
 from tests.sim.jobs_mutants import JOBS_MUTANTS
 from tests.sim.jobs_scenario import JobsScenario, explain
+from tests.sim.seeds import first_failing, sweep
 from tests.sim.world import SimFailure
 
 SEEDS = 800  # in CI, about 4 s
@@ -25,18 +24,8 @@ CHAOS_PER_CHUNK = 2500
 MUTANT_SEEDS = 2000  # a mutant must be found within this many seeds
 
 
-def _sweep(first: int, n: int) -> collections.Counter[str]:
-    seen: collections.Counter[str] = collections.Counter()
-    for seed in range(first, first + n):
-        try:
-            seen.update(JobsScenario.of(seed).run().counts)
-        except SimFailure:
-            pytest.fail(explain(seed), pytrace=False)
-    return seen
-
-
 def test_every_batchs_job_result_is_taken_once_in_order_through_crashes() -> None:
-    seen = _sweep(0, SEEDS)
+    seen = sweep(JobsScenario.of, 0, SEEDS)
     # The runs did what they are for: every fault and every way back, many times.
     for what in ("coordinator crashed", "crash", "drop", "again", "lost", "refused",
                  "reconciled UNKNOWN", "reconciled COMMITTED", "reconciled FINISHED_STAGING"):
@@ -46,16 +35,7 @@ def test_every_batchs_job_result_is_taken_once_in_order_through_crashes() -> Non
 @pytest.mark.chaos
 @pytest.mark.parametrize("chunk", range(CHAOS_CHUNKS))
 def test_many_more_seeds(chunk: int) -> None:
-    _sweep(10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)
-
-
-def _first_failing(limit: int) -> int | None:
-    for seed in range(limit):
-        try:
-            JobsScenario.of(seed).run()
-        except SimFailure:
-            return seed
-    return None
+    sweep(JobsScenario.of, 10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)
 
 
 @pytest.mark.parametrize("mutant", sorted(JOBS_MUTANTS))
@@ -63,14 +43,14 @@ def test_each_mutant_of_the_job_table_and_its_links_is_found(
         mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     where, name, wrong = JOBS_MUTANTS[mutant]
     monkeypatch.setattr(where, name, wrong)
-    assert _first_failing(MUTANT_SEEDS) is not None, f"not found: {mutant}"
+    assert first_failing(JobsScenario.of, MUTANT_SEEDS) is not None, f"not found: {mutant}"
 
 
 def test_a_failing_seed_reproduces_exactly_and_shrinks(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     where, name, wrong = JOBS_MUTANTS["a result batch delivered again is taken again"]
     monkeypatch.setattr(where, name, wrong)
-    seed = _first_failing(MUTANT_SEEDS)
+    seed = first_failing(JobsScenario.of, MUTANT_SEEDS)
     assert seed is not None
     scenario = JobsScenario.of(seed)
     runs = []

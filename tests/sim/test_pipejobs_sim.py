@@ -13,12 +13,11 @@ more seeds."""
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 
 from tests.sim.pipejobs_mutants import PIPEJOBS_MUTANTS
 from tests.sim.pipejobs_scenario import PipeJobsScenario, explain
+from tests.sim.seeds import first_failing, sweep
 from tests.sim.world import SimFailure
 
 SEEDS = 200  # in CI, about 9 s of CPU (the whole file about 12 s)
@@ -27,18 +26,8 @@ CHAOS_PER_CHUNK = 1500
 MUTANT_SEEDS = 500  # a mutant must be found within this many seeds
 
 
-def _sweep(first: int, n: int) -> collections.Counter[str]:
-    seen: collections.Counter[str] = collections.Counter()
-    for seed in range(first, first + n):
-        try:
-            seen.update(PipeJobsScenario.of(seed).run().counts)
-        except SimFailure:
-            pytest.fail(explain(seed), pytrace=False)
-    return seen
-
-
 def test_every_batch_is_counted_and_committed_once_in_order_through_crashes() -> None:
-    seen = _sweep(0, SEEDS)
+    seen = sweep(PipeJobsScenario.of, 0, SEEDS)
     # The runs did what they are for: every fault and every way back, many times.
     for what in ("recovered", "checkpoint", "runner-crash", "runner-drop", "reconciled",
                  "a later batch's result waited", "re-sent and dropped",
@@ -52,16 +41,7 @@ def test_every_batch_is_counted_and_committed_once_in_order_through_crashes() ->
 @pytest.mark.chaos
 @pytest.mark.parametrize("chunk", range(CHAOS_CHUNKS))
 def test_many_more_seeds(chunk: int) -> None:
-    _sweep(10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)
-
-
-def _first_failing(limit: int) -> int | None:
-    for seed in range(limit):
-        try:
-            PipeJobsScenario.of(seed).run()
-        except SimFailure:
-            return seed
-    return None
+    sweep(PipeJobsScenario.of, 10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)
 
 
 @pytest.mark.parametrize("mutant", sorted(PIPEJOBS_MUTANTS))
@@ -69,7 +49,7 @@ def test_each_mutant_of_the_pipeline_is_found(mutant: str,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     where, name, wrong = PIPEJOBS_MUTANTS[mutant]
     monkeypatch.setattr(where, name, wrong)
-    assert _first_failing(MUTANT_SEEDS) is not None, f"not found: {mutant}"
+    assert first_failing(PipeJobsScenario.of, MUTANT_SEEDS) is not None, f"not found: {mutant}"
 
 
 def test_a_failing_seed_reproduces_exactly_and_shrinks(monkeypatch: pytest.MonkeyPatch
@@ -77,7 +57,7 @@ def test_a_failing_seed_reproduces_exactly_and_shrinks(monkeypatch: pytest.Monke
     where, name, wrong = PIPEJOBS_MUTANTS[
         "a batch's output goes out as its job finishes, out of batch order"]
     monkeypatch.setattr(where, name, wrong)
-    seed = _first_failing(MUTANT_SEEDS)
+    seed = first_failing(PipeJobsScenario.of, MUTANT_SEEDS)
     assert seed is not None
     scenario = PipeJobsScenario.of(seed)
     runs = []

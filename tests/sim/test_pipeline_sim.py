@@ -12,12 +12,11 @@ replay of the log rebuilding the state. Each mutation in ``pipe_mutants`` is fou
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 
 from tests.sim.pipe_mutants import PIPE_MUTANTS
 from tests.sim.pipe_scenario import PipeScenario, explain
+from tests.sim.seeds import first_failing, sweep
 from tests.sim.world import SimFailure
 
 CHUNKS = 2
@@ -27,19 +26,9 @@ CHAOS_PER_CHUNK = 2500
 MUTANT_SEEDS = 2000  # a mutant must be found within this many seeds
 
 
-def _sweep(first: int, n: int) -> collections.Counter[str]:
-    seen: collections.Counter[str] = collections.Counter()
-    for seed in range(first, first + n):
-        try:
-            seen.update(PipeScenario.of(seed).run().counts)
-        except SimFailure:
-            pytest.fail(explain(seed), pytrace=False)
-    return seen
-
-
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_every_batch_is_committed_once_in_order_through_crashes(chunk: int) -> None:
-    seen = _sweep(chunk * PER_CHUNK, PER_CHUNK)
+    seen = sweep(PipeScenario.of, chunk * PER_CHUNK, PER_CHUNK)
     # The runs did what they are for: every fault and every way back, many times.
     for what in ("recovered", "checkpoint", "drop", "ack", "again", "commits", "aborts",
                  "crash at a disk call", "crash in a recovery"):
@@ -56,16 +45,7 @@ def test_every_batch_is_committed_once_in_order_through_crashes(chunk: int) -> N
 @pytest.mark.chaos
 @pytest.mark.parametrize("chunk", range(CHAOS_CHUNKS))
 def test_many_more_seeds(chunk: int) -> None:
-    _sweep(10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)
-
-
-def _first_failing(limit: int) -> int | None:
-    for seed in range(limit):
-        try:
-            PipeScenario.of(seed).run()
-        except SimFailure:
-            return seed
-    return None
+    sweep(PipeScenario.of, 10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)
 
 
 @pytest.mark.parametrize("mutant", sorted(PIPE_MUTANTS))
@@ -73,14 +53,14 @@ def test_each_mutant_of_the_commit_path_is_found(mutant: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     cls, name, wrong = PIPE_MUTANTS[mutant]
     monkeypatch.setattr(cls, name, wrong)
-    assert _first_failing(MUTANT_SEEDS) is not None, f"not found: {mutant}"
+    assert first_failing(PipeScenario.of, MUTANT_SEEDS) is not None, f"not found: {mutant}"
 
 
 def test_a_failing_seed_reproduces_exactly_and_shrinks(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     cls, name, wrong = PIPE_MUTANTS["a batch sent again is applied again"]
     monkeypatch.setattr(cls, name, wrong)
-    seed = _first_failing(MUTANT_SEEDS)
+    seed = first_failing(PipeScenario.of, MUTANT_SEEDS)
     assert seed is not None
     scenario = PipeScenario.of(seed)
     runs = []

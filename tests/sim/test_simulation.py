@@ -28,6 +28,7 @@ import pytest
 from tests.sim.__main__ import main as sweep
 from tests.sim.mutants import MUTANTS, RAFT_MUTANTS
 from tests.sim.raftlog import run_raft
+from tests.sim.seeds import first_failing
 from tests.sim.world import ReplicaNode, Scenario, SimFailure, World, explain
 
 CHUNKS = 10
@@ -70,28 +71,19 @@ def test_seeded_runs_deliver_every_call_once_in_order_through_faults(chunk: int)
     assert seen["pruned"] >= 3000 and seen["pruning cut"] >= 50, seen
 
 
-def _first_failing(limit: int) -> int | None:
-    for seed in range(limit):
-        try:
-            Scenario.of(seed).run()
-        except SimFailure:
-            return seed
-    return None
-
-
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_each_kept_mutant_of_the_rules_is_found(mutant: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     cls, name, wrong = MUTANTS[mutant]
     monkeypatch.setattr(cls, name, wrong)
-    assert _first_failing(MUTANT_SEEDS) is not None, f"not found: {mutant}"
+    assert first_failing(Scenario.of, MUTANT_SEEDS) is not None, f"not found: {mutant}"
 
 
 def test_a_failing_seed_reproduces_exactly_and_shrinks(monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
     cls, name, wrong = MUTANTS["a resent record's overlap is queued again"]
     monkeypatch.setattr(cls, name, wrong)
-    seed = _first_failing(MUTANT_SEEDS)
+    seed = first_failing(Scenario.of, MUTANT_SEEDS)
     assert seed is not None
     scenario = Scenario.of(seed)
     runs = []
@@ -120,7 +112,6 @@ def test_the_sweep_command_summarises_and_fails_on_a_failing_seed(
     assert sweep(["--seeds", "2"]) == 1
     out = capsys.readouterr().out
     assert "seed 0 (" in out and "a shortest run found" in out and ": 2 failed;" in out
-
 
 
 def _stalled_standby(monkeypatch: pytest.MonkeyPatch) -> World:

@@ -120,7 +120,7 @@ from .app import Rounds
 from .disk import DiskEntry, SavedCheckpoint, SimDisk, SimEpochs, SimLog, SimSink
 from .replay import Replays
 
-__all__ = ["Scenario", "SimFailure", "Step", "World", "explain", "shrink"]
+__all__ = ["Scenario", "Seeded", "SimFailure", "Step", "World", "explain", "explain_seed", "shrink"]
 
 MAX_RECORD = 1 << 20
 # Back-pressure's limits, small so that it happens often: more inputs waiting for the
@@ -1245,8 +1245,28 @@ def _observed(engine: Engine) -> dict[str, Any] | None:
     return None if inst is None else cast(Rounds, inst).observed()
 
 
+class Seeded:
+    """What each world's scenario (a run drawn from a seed) shares: a trace replayed
+    fails or not (``shrink`` asks), given ``run`` and ``replay``."""
+
+    __slots__ = ()
+
+    def run(self) -> Any:
+        raise NotImplementedError
+
+    def replay(self, trace: list[Step]) -> Any:
+        raise NotImplementedError
+
+    def fails(self, trace: list[Step]) -> bool:
+        try:
+            self.replay(trace)
+        except SimFailure:
+            return True
+        return False
+
+
 @attrs.frozen
-class Scenario:
+class Scenario(Seeded):
     """One run's parameters, all drawn from its seed: the size of the world, how long
     faults go on and how often they come."""
 
@@ -1298,17 +1318,17 @@ class Scenario:
         w.replay(trace, random.Random(self.seed))
         return self._raft(w)
 
-    def fails(self, trace: list[Step]) -> bool:
-        try:
-            self.replay(trace)
-        except SimFailure:
-            return True
-        return False
 
 
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
-    scenario = Scenario.of(seed)
+    return explain_seed(seed, Scenario.of)
+
+
+def explain_seed(seed: int, of: Callable[[int], Seeded]) -> str:
+    """What seed ``seed`` of a world's scenarios (``of``) did: passed, or its failure and
+    a shortest run that still fails, with what that run fails with."""
+    scenario = of(seed)
     try:
         scenario.run()
     except SimFailure as err:
