@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ambrosia_services.connectors.coordinator.records import FROM_START
 from ambrosia_services.jobs.connection import DEFAULT_INITIAL_CREDITS
-from ambrosia_services.jobs.link import Disconnected, JobLinks
+from ambrosia_services.jobs.link import JobLinks
 from ambrosia_services.pipeline.live import JobsLive
 from ambrosia_services.pipeline.wordcount import WordCountPipeline
 from ambrosia_services.staging import SegmentWriter, segment_names
@@ -221,14 +221,7 @@ class JobsCoordinator(Coordinator):
         if resume(task):
             self.world.fail(f"the link to {runner.name} did not end at the end of its "
                             "connection")
-        link = self.links._links[runner.member]
-        was_open = link.conn is not None
-        link.conn = None
-        link.writer = None
-        link.started_here.clear()
-        writer.close()
-        if was_open:
-            self.links._emit(Disconnected(runner.member, reason))
+        self.links._ended(self.links._links[runner.member], writer, reason)
 
     def crash(self) -> None:
         """This life ends: its tasks with it."""

@@ -312,14 +312,19 @@ class JobLinks:
         except OSError as err:
             reason = f"connection lost: {err}"
         finally:
-            was_open = link.conn is not None
-            link.conn = None
-            link.writer = None
-            link.started_here.clear()
-            writer.close()
-            if was_open:
-                self._emit(Disconnected(address.member, reason))
+            self._ended(link, writer, reason)
         raise _LinkEndedError(reason)
+
+    def _ended(self, link: _Link, writer: Any, reason: str) -> None:
+        """A connection to ``link``'s runner ended (``reason``): it holds nothing of this
+        life's starts, and the owner hears of it once, if it was open."""
+        was_open = link.conn is not None
+        link.conn = None
+        link.writer = None
+        link.started_here.clear()
+        writer.close()
+        if was_open:
+            self._emit(Disconnected(link.address.member, reason))
 
     async def _serve(
         self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
