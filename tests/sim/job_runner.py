@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 from ambrosia_services.jobs import Batch, Cancel, JobId, Start
 from ambrosia_services.jobs._state import Role
 from ambrosia_services.jobs.attempts import (
@@ -51,6 +52,19 @@ class JobRaised(Exception):  # noqa: N818 (the job's own failure, as its runner 
 Spark = Callable[[Attempt, dict[str, Any]], bytes]
 
 
+@attrs.frozen
+class RunnerSteps:
+    """What a world calls each kind of a runner's steps (``Runner.steps``)."""
+
+    up: str
+    connect: str
+    read: str
+    send: str
+    crash: str
+    drop: str
+    again: str
+
+
 class Runner:
     """One simulated runner: the starts it holds in this life, by local id, and its
     connection to the coordinator while it has one: the runner's end (the real
@@ -75,6 +89,30 @@ class Runner:
         self.outbox = bytearray()  # what it sends the coordinator
         self.coord_end: JobConnection | None = None
         self.runner_end: JobConnection | None = None
+
+    def steps(self, faults: bool, may_connect: bool, names: RunnerSteps) -> list[Any]:
+        """The steps this runner can take now, each named as its world names it: come
+        up; or connect (``may_connect``: there is a coordinator to link to), read and
+        send bytes in pieces, do work held; with ``faults``, crash, lose its connection,
+        or send a start's result again."""
+        n, name = names, self.name
+        if not self.up:
+            return [(n.up, name)]
+        out: list[Any] = []
+        if may_connect and not self.linked:
+            out.append((n.connect, name))
+        if self.inbox:
+            out += [(n.read, name, 1.0), (n.read, name, 0.5)]
+        if self.outbox:
+            out += [(n.send, name, 1.0), (n.send, name, 0.5)]
+        out += [("work", name, local) for local in sorted(self.holds) if self.work_due(local)]
+        if faults:
+            out.append((n.crash, name))
+            if self.linked:
+                out.append((n.drop, name))
+            out += [(n.again, name, local) for local, (_, sent) in sorted(self.holds.items())
+                    if sent]
+        return out
 
     @property
     def linked(self) -> bool:

@@ -58,7 +58,6 @@ class JobsScenario(Seeded):
         return self._world(lambda w, rng: w.replay(trace, rng))
 
 
-
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
     return explain_seed(seed, JobsScenario.of)

@@ -47,10 +47,14 @@ from ambrosia_services.pipeline.jobtable import JobTable
 from ambrosia_services.pipeline.linkplan import CancelMeaning, LinkPlan
 from ambrosia_services.pipeline.live import coordinator_member
 
-from .job_runner import Runner
+from .job_runner import Runner, RunnerSteps
 from .world import SimFailure, Step
 
 __all__ = ["JobsWorld"]
+
+# A runner's steps here: the coordinator's are "submit", "sync", "crash" of "coord", ...
+_RUNNER_STEPS = RunnerSteps(up="restart", connect="connect", read="deliver", send="receive",
+                            crash="crash", drop="drop", again="again")
 
 INSTANCE = "sim"
 JOB = "wordcount"
@@ -113,23 +117,8 @@ class JobsWorld:
                 out.append(("reconcile",))
             if faults:
                 out.append(("crash", "coord"))
-        for name, r in self.runners.items():
-            if not r.up:
-                out.append(("restart", name))
-                continue
-            if self.plan is not None and not r.linked:
-                out.append(("connect", name))
-            if r.inbox:
-                out += [("deliver", name, 1.0), ("deliver", name, 0.5)]
-            if r.outbox:
-                out += [("receive", name, 1.0), ("receive", name, 0.5)]
-            out += [("work", name, local) for local in sorted(r.holds) if r.work_due(local)]
-            if faults:
-                out.append(("crash", name))
-                if r.linked:
-                    out.append(("drop", name))
-                out += [("again", name, local) for local, (_, sent) in sorted(r.holds.items())
-                        if sent]
+        for r in self.runners.values():
+            out += r.steps(faults, self.plan is not None, _RUNNER_STEPS)
         return out
 
     def _sync_due(self) -> bool:

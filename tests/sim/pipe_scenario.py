@@ -64,7 +64,6 @@ class PipeScenario(Seeded):
         return self._world(lambda w, rng: w.replay(trace, rng))
 
 
-
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
     return explain_seed(seed, PipeScenario.of)

@@ -87,7 +87,6 @@ class PipeJobsScenario(Seeded):
         return self._world(lambda w, rng: w.replay(trace, rng))
 
 
-
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
     return explain_seed(seed, PipeJobsScenario.of)

@@ -69,13 +69,18 @@ from ambrosia_services.pipeline.wordcount import format_batch
 from ambrosia_services.pipeline.words import count_words
 from ambrosia_services.staging import Ref, StagingError, read_payloads, segment_names
 
-from .job_runner import JobRaised, Runner
+from .job_runner import JobRaised, Runner, RunnerSteps
 from .pipe_coord import INSTANCE, config
 from .pipe_world import _FAULTS, PipeWorld
 from .pipejobs_coord import JobsCoordinator, StagingLive, new_loop
 from .world import Step
 
 __all__ = ["PipeJobsWorld"]
+
+# A runner's steps here, apart from the coordinator's and the sinks' ("crash", ...).
+_RUNNER_STEPS = RunnerSteps(up="runner-up", connect="runner-connect", read="to-runner",
+                            send="from-runner", crash="runner-crash", drop="runner-drop",
+                            again="runner-again")
 
 RUNNERS = ("r0", "r1", "r2")
 _JOB_STEPS = frozenset({"sync", "event", "reconcile", "collect", "runner-up",
@@ -146,23 +151,8 @@ class PipeJobsWorld(PipeWorld):
             out += [("reconcile", local, key) for local, key in coord.reconciles()]
             if coord.doomed():
                 out.append(("collect",))
-        for name, r in self.runners.items():
-            if not r.up:
-                out.append(("runner-up", name))
-                continue
-            if jobs and not r.linked:
-                out.append(("runner-connect", name))
-            if r.inbox:
-                out += [("to-runner", name, 1.0), ("to-runner", name, 0.5)]
-            if r.outbox:
-                out += [("from-runner", name, 1.0), ("from-runner", name, 0.5)]
-            out += [("work", name, local) for local in sorted(r.holds) if r.work_due(local)]
-            if faults:
-                out.append(("runner-crash", name))
-                if r.linked:
-                    out.append(("runner-drop", name))
-                out += [("runner-again", name, local)
-                        for local, (_, sent) in sorted(r.holds.items()) if sent]
+        for r in self.runners.values():
+            out += r.steps(faults, jobs, _RUNNER_STEPS)
         return out
 
     def do(self, step: Step) -> None:

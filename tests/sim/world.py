@@ -1319,7 +1319,6 @@ class Scenario(Seeded):
         return self._raft(w)
 
 
-
 def explain(seed: int) -> str:
     """What a failing seed did: its failure and a shortest run that still fails."""
     return explain_seed(seed, Scenario.of)
