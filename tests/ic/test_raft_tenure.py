@@ -162,3 +162,34 @@ def test_a_stall_of_the_cluster_restarts_the_silence_from_its_answer() -> None:
     standby.read(asked=0.5, events=[])  # a read that waited 1.5 s: the reader was blind
     assert standby.silent_for() == 0.0
     assert standby.silence.stalled_for == 1.5
+
+
+def _go_on(steps: Steps, first: Any) -> Steps:
+    """``steps``, already started and at step ``first``, taken on from there."""
+    answer = yield first
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        answer = yield step
+
+
+def test_two_appends_that_both_look_renew_once_and_neither_fails() -> None:
+    """The heartbeat and the committer append side by side; past half a lease both look
+    first. The one that renews claims epoch 2; the other, reading that renewal (its own
+    store's), writes in epoch 2 with no claim of its own. (It raised "epoch 1 not renewed",
+    and the primary resigned, on a busy machine.)"""
+    log = Log()
+    t = _primary(log)
+    log.run(t, t.append(_records))
+    log.clock = 0.6  # past half the lease since the last entry that counted
+    a = t.append(_records)
+    first = a.send(None)
+    assert first == CatchUp()  # a looks, and waits for its read
+    log.run(t, t.append(lambda e: encode_heartbeat(NAME, e, False)))  # b renews meanwhile
+    assert t.held == 2
+    taken: list[Any] = []
+    index = log.run(t, _go_on(a, first), taken)
+    assert taken == [CatchUp(), Propose(_records(2)), CatchUp(index)]
+    assert t.held == 2 and t.view.epoch == 2

@@ -17,8 +17,9 @@ here too):
 - an append sends nothing from a store whose epoch is superseded (``LockLostError``);
   after more than half a lease since its last entry that counted it reads the log first
   and renews by claiming the next epoch itself (a look that finds no claim does not stop
-  one in flight); an entry counts only once the store read up to it and found no newer
-  claim before it.
+  one in flight), unless its other append (the heartbeat beside the committer) renewed
+  meanwhile; an entry counts only once the store read up to it and found no newer claim
+  before it.
 """
 
 from __future__ import annotations
@@ -160,8 +161,12 @@ class RaftTenure:
             held = self.held
             yield CatchUp()
             self.check()
+            if self.held != held:
+                continue  # another append of this store renewed meanwhile
             if not (yield from self.claim(self.holder, after=held)):
                 self.check()  # another claim came first: the view is past ``held``
+                if self.held != held:
+                    continue  # this store's own renewal, by its other append
                 raise LockLostError(f"raft log of {self.name}: epoch {held} not renewed")
             assert self.held is not None
             yield Renewed(self.held)
