@@ -62,6 +62,10 @@ class LinkOptions:
     tls: TlsOptions = attrs.field(factory=TlsOptions)
 
 # What a file system says when it, not the coordinator, failed.
+# How long a superseded replica waits for its binding to close the connection that
+# carried the notice (a binding that never reads it closes when its coordinator does).
+NOTICE_LINGER = 5.0
+
 _STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO,
                              errno.EFBIG})
 
@@ -162,9 +166,12 @@ class Coordinator:
         self.new_lock: InstanceLock | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._done: asyncio.Future[tuple[int, str]] | None = None
-        # The binding's receive connection (binding -> coordinator), and what runs first
-        # when the coordinator shuts down (a superseded replica notifies its binding).
+        # The binding's receive connection (binding -> coordinator), set once the
+        # binding closed it, and what runs first when the coordinator shuts down (a
+        # superseded replica notifies its binding: ``notice_given``).
         self.binding_receive: asyncio.Transport | None = None
+        self.binding_gone = asyncio.Event()
+        self.notice_given = False
         self.on_shutdown: Callable[[], None] | None = None
 
     def set_link_hosts(self, host: str, advertise: str) -> None:
@@ -271,7 +278,21 @@ class Coordinator:
         self.link_server.close()
         if self.send is not None:
             self.send.close()
+        await self._let_the_notice_be_read()
         if self.writer is not None:
             self.writer.close()
         if self.digest_file is not None:
             self.digest_file.close()
+
+    async def _let_the_notice_be_read(self) -> None:
+        """After a superseded replica's notice (``replication.common.notify_superseded``)
+        the receive connection is half-closed; wait, a bounded time, for the binding to
+        close its end, then close this one. Closed at once, it would often have bytes
+        of the binding's unread, and a socket closed so resets the connection: the
+        binding's reader then raises the reset instead of giving it the notice it had."""
+        t = self.binding_receive
+        if not self.notice_given or t is None or t.is_closing():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.binding_gone.wait(), NOTICE_LINGER)
+        t.close()

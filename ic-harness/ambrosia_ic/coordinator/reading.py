@@ -50,8 +50,8 @@ class BindingReader(asyncio.Protocol):
         self.c.binding_receive = self.transport
 
     def data_received(self, data: bytes) -> None:
-        if self.failed:
-            return
+        if self.failed or self.c.notice_given:
+            return  # after a superseded replica's notice: read, so that none is unread
         c = self.c
         try:
             c.core.receive_binding(data)
@@ -76,6 +76,7 @@ class BindingReader(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.c.binding_gone.set()
         self._fail(EXIT_BINDING_LOST, _LOST)
 
     def _fail(self, code: int, message: str) -> None:

@@ -66,9 +66,12 @@ def deliver_records(c: Coordinator, recs: Sequence[DiskRecord]) -> None:
 
 def notify_superseded(c: Coordinator) -> None:
     """Tell the binding that a newer primary superseded this replica, so that it starts
-    over (``ambrosia_core.superseded``): the notice on its receive connection, which is
-    closed with it, before the send connection closes."""
+    over (``ambrosia_core.superseded``): the notice on its receive connection, then this
+    end's half of it closed, before the send connection closes. What the binding still
+    sends is read and dropped until it closes its end (``Coordinator.shutdown``)."""
     t = c.binding_receive
     if t is not None and not t.is_closing():
         t.write(SUPERSEDED)
-        t.close()
+        if t.can_write_eof():
+            t.write_eof()
+        c.notice_given = True
