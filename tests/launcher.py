@@ -5,6 +5,7 @@ and the one wait for a condition (``wait_until``, and ``until`` inside an event 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,6 +50,23 @@ class NeverHappenedError(AssertionError):
     """What a test waited for did not happen within the wait's limit."""
 
 
+# At most this many times its limit does a wait take on an overloaded machine.
+MOST_PATIENCE = 6.0
+
+
+def overdue(start: float, limit: float) -> bool:
+    """Whether a wait that began at ``start`` (``time.monotonic()``) has run out: ``limit``
+    seconds at the machine's pace. On a machine with more runnable processes than cores
+    (the load average over the last minute) a second counts for less, up to
+    ``MOST_PATIENCE`` times the limit, so that a limit chosen on an idle machine does not
+    fail a test on a busy one, and a broken run still ends."""
+    elapsed = time.monotonic() - start
+    if elapsed <= limit:
+        return False
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return elapsed > limit * min(max(1.0, load), MOST_PATIENCE)
+
+
 def wait_until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
     """Poll ``cond`` until it returns something true, and return that. A test waits for
     the event it checks, never for a time: ``limit`` only keeps a broken run from hanging,
@@ -57,23 +75,23 @@ def wait_until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
     Raises:
         NeverHappenedError: ``limit`` seconds passed first; it names ``what``.
     """
-    deadline = time.monotonic() + limit
+    start = time.monotonic()
     while True:
         value = cond()
         if value:
             return value
-        if time.monotonic() > deadline:
+        if overdue(start, limit):
             raise NeverHappenedError(f"gave up waiting for {what} after {limit:g} s")
         time.sleep(0.05)  # a condition may read a big file: leave the CPU to the processes
 
 
 async def until(cond: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
     """``wait_until`` for a test running in an event loop: the loop goes on meanwhile."""
-    deadline = time.monotonic() + limit
+    start = time.monotonic()
     while True:
         value = cond()
         if value:
             return value
-        if time.monotonic() > deadline:
+        if overdue(start, limit):
             raise NeverHappenedError(f"gave up waiting for {what} after {limit:g} s")
         await asyncio.sleep(0.01)

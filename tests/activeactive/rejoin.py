@@ -19,9 +19,10 @@ import failover_procs  # noqa: E402
 from ambrosia_ic import registry  # noqa: E402
 from ambrosia_ic.lease import current_epoch  # noqa: E402
 
+from tests.launcher import wait_until  # noqa: E402
+
 sys.path.remove(str(BENCH))
 
-wait_until = failover_procs.wait_until
 
 
 def pause_resume_and_kill(tmp: Path, log_store: str, replicas: int) -> None:

@@ -41,6 +41,7 @@ from ambrosia_ic.lease import current_primary
 
 from ambrosia_core.processes import kill_process
 from tests.ic.rawbinding import CounterApp, Driver, RawBinding
+from tests.launcher import overdue
 
 REPLICAS = ("r0", "r1", "r2")
 CALLER = "c"
@@ -126,12 +127,12 @@ class TimedDriver(Driver):
 
 
 def wait_for(cond: Any, what: str, limit: float = 60.0) -> Any:
-    deadline = time.monotonic() + limit
+    start = time.monotonic()
     while True:
         value = cond()
         if value:
             return value
-        if time.monotonic() > deadline:
+        if overdue(start, limit):
             raise PartitionCheckError(f"gave up waiting for {what} after {limit:g} s")
         time.sleep(0.01)
 

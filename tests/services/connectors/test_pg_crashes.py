@@ -56,13 +56,13 @@ class PgPipeline(Pipeline):
         if what == "database":
             if self.hook.get("kill_group"):  # wait for the hook's kill mid-commit
                 wait_until(lambda: b"kill -9 of the database" in log.read_bytes(),
-                           "the database's kill -9", 30)
+                           "the database's kill -9", 120)
                 self.hook = {}
             self.postgres.kill9()
             self.postgres.start()
         elif what == "sink" and self.hook.get("crash_at") and not self.hook.get("kill_group"):
             wait_until(lambda: self.sink.proc.poll() is not None,
-                       "the sink's own kill -9", 30)  # its own kill -9
+                       "the sink's own kill -9", 120)  # its own kill -9
             assert self.sink.proc.returncode == -9
             super().kill(what)
         else:
