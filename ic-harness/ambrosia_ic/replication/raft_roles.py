@@ -9,10 +9,12 @@ A replica
 1. looks at the log (``Look``); if nobody ever claimed the instance and its own claim is
    the first, it makes the first start and goes live;
 2. otherwise follows as a standby: a replica that follows nothing yet keeps what it read
-   until the cluster holds a checkpoint, loads the newest, and delivers what it kept from
-   there on; records go to its binding in sequence-id order, and one that skips a
-   sequence id is damage (the cluster's log has one order, so a gap is never a record
-   still to come);
+   until the cluster holds a checkpoint and a record, loads the newest checkpoint, and
+   delivers what it kept from there on (a checkpoint with no record after it is a first
+   start's that died before its record 0 counted: the replica whose claim wins next makes
+   the first start again, which a binding that loaded a checkpoint cannot); records go
+   to its binding in sequence-id order, and one that skips a sequence id is damage (the
+   cluster's log has one order, so a gap is never a record still to come);
 3. claims the next epoch when ``raft_rules.standby_claim`` says so; a claim that wins
    takes over: it delivers what the log holds up to its claim (its own claim's read
    brought it), opens the next log (fenced: refused once a newer epoch was claimed),
@@ -242,8 +244,8 @@ class RaftRoles:
         recs: Sequence[DiskRecord] = looked.records
         if self.next_seq is None:
             self.backlog += recs
-            if looked.newest is None:
-                return
+            if looked.newest is None or looked.record_count == 0:
+                return  # none yet, or a first start's that may still be made again
             self.next_seq = self.loaded = yield LoadCheckpoint(looked.newest)
             recs, self.backlog = self.backlog, []
         assert self.next_seq is not None
