@@ -39,7 +39,7 @@ from ambrosia_ic.coordinator.group_commit import TakenRecord
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink
 from ambrosia_ic.errors import LockLostError, LogCorruptionError
-from ambrosia_ic.logstore import CheckpointFile, checkpoint_path, write_checkpoint
+from ambrosia_ic.logstore import CheckpointFile, DiskRecord, checkpoint_path, write_checkpoint
 from ambrosia_ic.logstore.raft_entries import (
     CheckpointEnd,
     EpochClaimed,
@@ -103,9 +103,10 @@ class RaftStore:
         self.now = 0.0  # the cluster's clock (seconds)
         self.ticks = 0  # sends and landings so far: the order they came in
         self.log: list[Entry] = []
-        self.flight: list[tuple[bytes, bytes, int]] = []  # (request id, data, sent at)
+        self.flight: list[tuple[bytes, bytes]] = []  # (request id, data), in the order sent
         self.done: dict[bytes, int] = {}  # request id: its log index
-        self.sent: list[tuple[int, int, str]] = []  # (sent at, epoch, by): fenced entries
+        # (sent at, epoch, by): the entries sent in an epoch held (not claims)
+        self.sent: list[tuple[int, int, str]] = []
         self.counted: list[tuple[int, str]] = []  # (index, by): appends that returned
         self.fenced: set[int] = set()  # replicas fenced off, not primary again yet
         self._saved: dict[int, SavedCheckpoint] = {}  # per checkpoint end's index
@@ -123,11 +124,11 @@ class RaftStore:
     def send(self, data: bytes) -> bytes:
         self.ticks += 1
         reqid = self.ticks.to_bytes(12, "big")
-        self.flight.append((reqid, data, self.ticks))
+        self.flight.append((reqid, data))
         return reqid
 
     def land(self, k: int) -> None:
-        reqid, data, _ = self.flight.pop(k)
+        reqid, data = self.flight.pop(k)
         self.ticks += 1
         index = len(self.log) + 1
         self.log.append(Entry(index, reqid, data, self.ticks))
@@ -231,15 +232,21 @@ class RaftStore:
         if not ends:
             return None
         first = self.saved(ends[min(ends)])
-        out = [roles.decode_record(r, 0) for r in self.records]
+        out = self.check_records()
         return first, [DiskEntry(r.seq_id, r.wire, r.inputs, r.epoch or 0, 0, 0)
                        for r in out if r.seq_id >= first.next_seq]
 
-    def check_end(self) -> None:
-        seqs = [roles.decode_record(r, 0).seq_id for r in self.records]
+    def check_records(self) -> list[DiskRecord]:
+        """The records every reader takes, which must be sequence ids 0, 1, 2, ..."""
+        out = [roles.decode_record(r, 0) for r in self.records]
+        seqs = [r.seq_id for r in out]
         if seqs != list(range(len(seqs))):
             self.w.fail(f"the records every reader takes of {self.name}'s log have the "
                         f"sequence ids {seqs}")
+        return out
+
+    def check_end(self) -> None:
+        self.check_records()
         for at, epoch, who in self.sent:
             newer = [landed for e, landed in self.claims.items() if e > epoch and landed < at]
             if newer:
@@ -368,6 +375,7 @@ class RaftReplicaNode(Node):
             self._begin("flow", self._claim(step))
         elif isinstance(step, roles.FirstStart):
             self.role = "primary"
+            self.world.counts["raft first start"] += 1
             self._first_start()
             self._next(None)
         elif isinstance(step, roles.Standby):
@@ -557,4 +565,5 @@ def scenario(seed: int) -> Scenario:
     (two or three replicas; the other parameters as ``Scenario.of`` draws them)."""
     rng = random.Random(seed ^ 0x2AF7)
     return attrs.evolve(Scenario.of(seed), replicas=rng.choice([2, 3]), secondary=False,
+                        fault_steps=rng.randrange(60, 240),
                         raft=False, raft_store=True)
