@@ -184,15 +184,19 @@ class RaftTenure:
             yield Renewed(self.held)
         while True:
             self.check()
-            assert self.held is not None
+            epoch = self.held
+            assert epoch is not None
             sent = self.now()
-            _, index = yield Propose(encode(self.held))
+            _, index = yield Propose(encode(epoch))
             yield CatchUp(index)
             self.check()  # a claim committed before our entry: everyone ignores it
             if index not in self.fenced:
                 break
+            self.fenced.discard(index)
+            if self.held == epoch:  # only a newer claim fences an entry: not this store's
+                raise LockLostError(f"raft log of {self.name}: entry {index} of epoch "
+                                    f"{epoch} was skipped by its readers")
             # This store's own renewal (by its other append) landed before the entry,
             # which every reader skips: it goes again, in the epoch renewed.
-            self.fenced.discard(index)
         self.counted_sent_at = sent
         return int(index)
