@@ -1,7 +1,9 @@
 """Active/active with the log in a ØMQ RAFT cluster: replicas on different machines, no
 shared file system (``register-instance --log-store raft://...``).
 
-The roles and the start-up flow are those of ``shared_dir``; what they rest on differs:
+The roles and the start-up flow are those of ``shared_dir``, decided as steps with no I/O
+(``raft_roles``) that ``RaftReplica`` takes over the cluster and its coordinator; what
+they rest on differs:
 
 - the primary is whoever holds the newest epoch claimed in the cluster's log (see
   ``logstore.raft_entries``): a standby claims when the primary was silent past the lease;
@@ -109,7 +111,7 @@ class RaftSink(FencedSink):
 class RaftReplica:
     """Replica ``replica`` of an active/active instance whose log is in a cluster: a
     coordinator (``c``) writing through a ``RaftSink``, and the roles above as its
-    start-up flow."""
+    start-up flow (``raft_roles.RaftRoles``' steps, taken by ``_step``)."""
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
