@@ -193,3 +193,28 @@ def test_two_appends_that_both_look_renew_once_and_neither_fails() -> None:
     index = log.run(t, _go_on(a, first), taken)
     assert taken == [CatchUp(), Propose(_records(2)), CatchUp(index)]
     assert t.held == 2 and t.view.epoch == 2
+
+
+def test_an_entry_its_own_stores_renewal_landed_before_is_sent_again_in_the_new_epoch(
+        ) -> None:
+    """The committer sends within half a lease; its entry lands late (its client retried
+    after losing the leader), after the heartbeat beside it renewed the epoch. Every
+    reader skips that entry: the append sends it again, in epoch 2, and counts that one.
+    (It counted the skipped one: records acknowledged and lost, found by the simulation.)"""
+    log = Log()
+    t = _primary(log)
+    log.clock = 0.4
+    a = t.append(_records)
+    sent = a.send(None)
+    assert sent == Propose(_records(1))  # within half a lease: no look
+    log.clock = 0.6
+    log.run(t, t.append(lambda e: encode_heartbeat(NAME, e, False)))  # b renews meanwhile
+    assert t.held == 2
+    _, late = log.add(sent.data)  # a's entry lands after the renewal
+    taken: list[Any] = []
+    index = log.run(t, _go_on(a, a.send((b"", late))), taken)
+    assert taken == [CatchUp(late), Propose(_records(2)), CatchUp(index)]
+    view = log.tenure().view
+    kinds = [type(ev).__name__ for i, (reqid, data) in enumerate(log.entries)
+             for ev in view.apply(i + 1, reqid, data)]
+    assert kinds[late - 1] == "Fenced" and kinds[index - 1] == "Records"

@@ -1,6 +1,7 @@
 """A long sweep of the simulation: ``python -m tests.sim --seeds N [--first K]``
-(``make chaos`` runs one). Prints each failing seed with a shortest run that fails,
-and a summary; exits 1 if any seed failed."""
+(``make chaos`` runs one). Every tenth seed also runs the world with its replicas' log in
+a simulated Raft cluster (``raftstore``). Prints each failing seed with a shortest run
+that fails, and a summary; exits 1 if any seed failed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import collections
 import sys
 import time
 
-from tests.sim.world import Scenario, SimFailure, explain
+from tests.sim import raftstore
+from tests.sim.world import Scenario, SimFailure, explain, explain_seed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +22,20 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     seen: collections.Counter[str] = collections.Counter()
     failed = []
+    raft: collections.Counter[str] = collections.Counter()
     for seed in range(args.first, args.first + args.seeds):
         try:
             seen.update(Scenario.of(seed).run().counts)
         except SimFailure:
             failed.append(seed)
             print(explain(seed), flush=True)
+        if seed % 10 == 0:
+            raft["runs"] += 1
+            try:
+                raft.update(raftstore.scenario(seed).run().counts)
+            except SimFailure:
+                raft["failed"] += 1
+                print(f"Raft-backed {explain_seed(seed, raftstore.scenario)}", flush=True)
     took = time.monotonic() - start
     print(f"{args.seeds} simulated runs (seeds {args.first}..{args.first + args.seeds - 1}) "
           f"in {took:.0f} s: {len(failed)} failed; crashes {seen['crash']}, recoveries "
@@ -35,8 +45,11 @@ def main(argv: list[str] | None = None) -> int:
           f"primaries stopped {seen['fenced']}, checkpoints by a secondary "
           f"{seen['secondary']}, files pruned {seen['pruned']}, live upgrades done "
           f"{seen['upgraded']}, registrations flipped {seen['flip-registration']}, Raft "
-          f"primaries fenced {seen['raft fenced']} and renewed {seen['raft renewed']}")
-    return 1 if failed else 0
+          f"primaries fenced {seen['raft fenced']} and renewed {seen['raft renewed']}; "
+          f"Raft-backed runs {raft['runs']} ({raft['failed']} failed): takeovers "
+          f"{raft['raft takeover']}, renewals {raft['raft renewed']}, fenced primaries "
+          f"{raft['fenced']}, checkpoints {raft['raft checkpoint']}")
+    return 1 if failed or raft["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from ambrosia_ic.logstore.raft_entries import (
     encode_records,
 )
 from ambrosia_ic.logstore.raft_tenure import CatchUp, Propose, RaftTenure, Steps
-from ambrosia_ic.replication.raft import POLL
+from ambrosia_ic.replication.raft_roles import POLL
 
 from tests.sim.world import SimFailure
 

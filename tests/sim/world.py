@@ -435,6 +435,9 @@ class Node:
     def observed(self) -> dict[str, Any] | None:
         return _observed(self.engine)
 
+    def resume(self) -> None:
+        self.paused = False
+
 
 # ---------------------------------------------------------------------- a replica
 class ReplicaNode(Node):
@@ -641,6 +644,10 @@ class ReplicaNode(Node):
         super()._write(record)
         self.world.wrote(self.sink.epoch, self)
 
+    def resume(self) -> None:
+        super().resume()
+        self.beat_due = True
+
     def beat(self) -> None:
         """The heartbeat after a pause: renew the lease, then make sure it still holds."""
         self.beat_due = False
@@ -654,7 +661,7 @@ class World:
 
     def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700,
                  replicas: int = 1, secondary: bool = False, upgrades: bool = False,
-                 keep: int = 2) -> None:
+                 keep: int = 2, raft: bool = False) -> None:
         self.keep = keep  # checkpoints kept when pruning (the registration's)
         self.names = [f"i{k}" for k in range(n)]
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
@@ -686,6 +693,12 @@ class World:
         if upgrades:
             from .upgrade import Upgrades
             self.extras.append(Upgrades(self))
+        # Its replicas' log in a simulated Raft cluster (``raftstore``), not a directory.
+        self.raft: Any = None
+        if raft and self.replicated:
+            from .raftstore import RaftStore
+            self.raft = RaftStore(self)
+            self.extras.append(self.raft)
         for name in self.names:
             for node_id in self.members(name):
                 self.nodes[node_id] = self._new(node_id)
@@ -708,6 +721,8 @@ class World:
             for extra in self.extras:
                 return cast(Node, extra.node(name))
             return Node(self, name)
+        if self.raft is not None:
+            return cast(Node, self.raft.replica(node_id))
         if self.secondary:
             from .secondary import CheckpointingReplica
             return CheckpointingReplica(self, name, node_id)
@@ -716,6 +731,8 @@ class World:
     # -- who serves an instance
     def holder(self, name: str) -> Node | None:
         """The replica holding the newest epoch of ``name`` (the same process), if any."""
+        if self.raft is not None:
+            return cast(Node | None, self.raft.holder())
         epochs = self.disks[name].epochs
         if not epochs:
             return None
@@ -910,8 +927,7 @@ class World:
         elif kind == "pause":
             self._node(step[1]).paused = True
         elif kind == "resume":
-            node = self._replica(step[1])
-            node.paused, node.beat_due = False, True
+            self._node(step[1]).resume()
         elif kind == "connect":
             s, d = step[1], step[2]
             sender, receiver = self.serving(s), self.serving(d)
@@ -1280,6 +1296,7 @@ class Scenario(Seeded):
     secondary: bool = False  # the replicas have a checkpointing secondary
     upgrades: bool = False  # the standalone instances may be upgraded live
     raft: bool = False  # a simulated Raft cluster's replicas run too (``raftlog``)
+    raft_store: bool = False  # the replicas' log is in a simulated Raft cluster (``raftstore``)
     keep: int = 2  # checkpoints kept when pruning (``keep_checkpoints``)
 
     @classmethod
@@ -1297,7 +1314,7 @@ class Scenario(Seeded):
     def world(self) -> World:
         return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
                      replicas=self.replicas, secondary=self.secondary and self.replicas > 1,
-                     upgrades=self.upgrades, keep=self.keep)
+                     upgrades=self.upgrades, keep=self.keep, raft=self.raft_store)
 
     def run(self) -> World:
         """The run the seed draws (raises ``SimFailure``)."""

@@ -19,7 +19,8 @@ here too):
   and renews by claiming the next epoch itself (a look that finds no claim does not stop
   one in flight), unless its other append (the heartbeat beside the committer) renewed
   meanwhile; an entry counts only once the store read up to it and found no newer claim
-  before it.
+  before it; one that its own store's renewal (by its other append) came before is sent
+  again in the renewed epoch.
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ import attrs
 from ambrosia_ic.errors import LockLostError
 
 from . import raft_rules
-from .raft_entries import EpochClaimed, Event, Heartbeat, InstanceView, Records, encode_claim
+from .raft_entries import (
+    EpochClaimed,
+    Event,
+    Fenced,
+    Heartbeat,
+    InstanceView,
+    Records,
+    encode_claim,
+)
 from .raft_rules import Silence
 
 __all__ = ["CatchUp", "Propose", "RaftStep", "RaftTenure", "Renewed", "Steps"]
@@ -85,15 +94,18 @@ class RaftTenure:
         self.holder: dict[str, Any] = {}  # what this store's claims say of it
         # When this store's last entry that counted (its claim, or an append) was sent.
         self.counted_sent_at = -float("inf")
+        self.fenced: set[int] = set()  # the indexes of entries read that no reader takes
 
     def read(self, asked: float, events: Iterable[Event]) -> None:
         """A catch-up asked at ``asked`` was answered now, bringing ``events`` (already
         applied to the view): the silence learns of a stall, or of the epoch's holder."""
         answered = self.now()
         self.silence.read(asked, answered)
+        events = list(events)
         if any(isinstance(ev, (Records, Heartbeat, EpochClaimed)) and ev.epoch == self.view.epoch
                for ev in events):
             self.silence.saw_epoch(answered)
+        self.fenced.update(ev.index for ev in events if isinstance(ev, Fenced))
 
     def silent_for(self) -> float:
         """Seconds since this reader last saw anything of the current epoch (infinite
@@ -170,11 +182,21 @@ class RaftTenure:
                 raise LockLostError(f"raft log of {self.name}: epoch {held} not renewed")
             assert self.held is not None
             yield Renewed(self.held)
-        self.check()
-        assert self.held is not None
-        sent = self.now()
-        _, index = yield Propose(encode(self.held))
-        yield CatchUp(index)
-        self.check()  # a claim committed before our entry: everyone ignores it
+        while True:
+            self.check()
+            epoch = self.held
+            assert epoch is not None
+            sent = self.now()
+            _, index = yield Propose(encode(epoch))
+            yield CatchUp(index)
+            self.check()  # a claim committed before our entry: everyone ignores it
+            if index not in self.fenced:
+                break
+            self.fenced.discard(index)
+            if self.held == epoch:  # only a newer claim fences an entry: not this store's
+                raise LockLostError(f"raft log of {self.name}: entry {index} of epoch "
+                                    f"{epoch} was skipped by its readers")
+            # This store's own renewal (by its other append) landed before the entry,
+            # which every reader skips: it goes again, in the epoch renewed.
         self.counted_sent_at = sent
         return int(index)

@@ -1,7 +1,9 @@
 """Active/active with the log in a ØMQ RAFT cluster: replicas on different machines, no
 shared file system (``register-instance --log-store raft://...``).
 
-The roles and the start-up flow are those of ``shared_dir``; what they rest on differs:
+The roles and the start-up flow are those of ``shared_dir``, decided as steps with no I/O
+(``raft_roles``) that ``RaftReplica`` takes over the cluster and its coordinator; what
+they rest on differs:
 
 - the primary is whoever holds the newest epoch claimed in the cluster's log (see
   ``logstore.raft_entries``): a standby claims when the primary was silent past the lease;
@@ -33,14 +35,8 @@ from typing import Any, TextIO
 from ambrosia_core.durable import make_dirs, replace_durably
 from ambrosia_core.errors import CoordinatorError
 from ambrosia_core.loops import write_unless_closing
-from ambrosia_core.wire import (
-    HEADER_SIZE,
-    TakeCheckpoint,
-    check_bytes,
-    encode_checkpoint_record,
-)
-from ambrosia_core.wire.records import HEADER
-from ambrosia_ic.errors import LockLostError, LogCorruptionError
+from ambrosia_core.wire import TakeCheckpoint, encode_checkpoint_record
+from ambrosia_ic.errors import LockLostError
 
 from .. import registry
 from ..coordinator import LinkOptions, actions, checkpoints, process, startup
@@ -52,54 +48,23 @@ from ..logstore import (
     CHECKPOINT_PREFIX,
     LOG_PREFIX,
     CheckpointFile,
-    DiskRecord,
     LogWriter,
     checkpoint_path,
     log_path,
     remove_unkept,
 )
 from ..logstore.raft_entries import Records
-from ..logstore.raft_rules import standby_claim, standby_wait
 from ..logstore.raft_store import RaftLogStore
-from ..logstore.watermarks import checked, decode_watermarks
 from ..raft.errors import RaftError
 from ..recovery import read_state
+from . import raft_roles as roles
 from .common import claim_info, deliver_records, notify_superseded, replica_coordinator
+from .raft_roles import decode_record
 from .watch import PrimaryWatch
 
 __all__ = ["RaftReplica", "RaftSink", "decode_record"]
 
-POLL = 0.05  # the longest a follower waits for the leader's broadcast before reading
 RESIGN_TIMEOUT = 2.0
-
-
-def decode_record(data: bytes, index: int) -> DiskRecord:
-    """One data record as the committer wrote it (disk form: negative length, then the
-    watermarks), checked.
-
-    Raises:
-        LogCorruptionError: it does not parse, or its check bytes do not match.
-    """
-    if len(data) < HEADER_SIZE:
-        raise LogCorruptionError("raft log", index, "a record shorter than its header")
-    committer, stored, check, seq = HEADER.unpack_from(data, 0)
-    length = -stored - 1
-    if stored >= 0 or length < HEADER_SIZE or length > len(data):
-        raise LogCorruptionError("raft log", index, f"length field {stored} is not a record's")
-    body = data[HEADER_SIZE:length]
-    if check_bytes(body) != check:
-        raise LogCorruptionError("raft log", index, f"record {seq}: check bytes do not match")
-    try:
-        inputs, end, epoch = decode_watermarks(data, length, len(data))
-    except Exception as err:  # Incomplete or WireFormatError: either way damaged
-        raise LogCorruptionError("raft log", index, f"record {seq}: watermarks: {err}") from None
-    if end != len(data):
-        raise LogCorruptionError("raft log", index, f"record {seq}: bytes after its watermarks")
-    if not checked(data, 0, length, end):
-        raise LogCorruptionError("raft log", index, f"record {seq}: check bytes do not match "
-                                 "its header and watermarks")
-    wire = HEADER.pack(committer, length, check, seq) + body
-    return DiskRecord(seq, 0, end, wire, inputs, epoch)
 
 
 class RaftSink(FencedSink):
@@ -146,7 +111,7 @@ class RaftSink(FencedSink):
 class RaftReplica:
     """Replica ``replica`` of an active/active instance whose log is in a cluster: a
     coordinator (``c``) writing through a ``RaftSink``, and the roles above as its
-    start-up flow."""
+    start-up flow (``raft_roles.RaftRoles``' steps, taken by ``_step``)."""
 
     def __init__(self, reg: registry.Registration, home: Path, *, replica: int = 0,
                  stdout: TextIO | None = None, stderr: TextIO | None = None,
@@ -170,11 +135,13 @@ class RaftReplica:
             raise CoordinatorError(
                 f"{self.c.core.who}: a live upgrade of replicas whose log is in a Raft cluster is "
                 "not supported yet; register the instance's new version instead")
-        self.checkpoint_every = max(16, self.c.core.trigger_bytes // 4096)
+        # The decisions of its roles (the checkpointing secondary's turn included).
+        self.roles = roles.RaftRoles(replica, reg.lease_ms / 1000,
+                                     every=max(16, self.c.core.trigger_bytes // 4096))
         self.lease = reg.lease_ms / 1000
         self.heartbeat_every = self.lease / 5
-        self.loaded: int | None = None  # the checkpoint this replica started from
-        self.backlog: list[DiskRecord] = []  # records read before a checkpoint was loaded
+        self._gone = ""  # why it took over (a takeover's line says it)
+        self._took = (0.0, 0.0, 0)  # when its claim began and ended, and the log then
         # A standby watches the primary's process: its death ends the wait at once.
         self.watch = PrimaryWatch(self.c.name, self.c.secret, self.c.tls)
         self.c.link_server.watch_epoch = lambda: (
@@ -231,52 +198,76 @@ class RaftReplica:
 
     # ------------------------------------------------------------------ the flow
     async def _main(self) -> None:
+        """Run the roles' steps (``raft_roles``) over the cluster and the coordinator."""
         self.raft_sink.loop = asyncio.get_running_loop()
-        await self.store.catch_up()
-        if self.store.view.epoch == 0 and await self.store.claim(self._info(), after=0):
-            await self._first_start()
-            return
-        self.role = "standby"
-        self.c.core.set_phase(Phase.FOLLOWING)
-        self.c.log(f"following the log in {self.store.address} as a {self.role}")
+        steps = self.roles.run()
+        answer: Any = None
         while True:
-            await self._follow_cluster()
-            view = self.store.view
+            try:
+                step = steps.send(answer)
+            except StopIteration:
+                return
+            answer = await self._step(step)
+
+    async def _step(self, step: roles.RoleStep) -> Any:
+        if isinstance(step, roles.Look):
+            return await self._look()
+        if isinstance(step, roles.Claim):
+            claiming = time.monotonic()
+            won = await self.store.claim(self._info(), after=step.after,
+                                         if_silent=step.if_silent)
+            if won:
+                self.watch.stop()
+                self._took = (claiming, time.monotonic(), self.c.core.group.next_seq)
+            return won
+        if isinstance(step, roles.FirstStart):
+            await self._first_start()
+        elif isinstance(step, roles.Standby):
+            self.role = "standby"
+            self.c.core.set_phase(Phase.FOLLOWING)
+            self.c.log(f"following the log in {self.store.address} as a {self.role}")
+        elif isinstance(step, roles.LoadCheckpoint):
+            return await self._load(step.end.number, await self.store.read_checkpoint(step.end))
+        elif isinstance(step, roles.Deliver):
+            deliver_records(self.c, step.records)
+            assert self.c.send is not None
+            await self.c.send.drain()
+        elif isinstance(step, roles.Checkpoint):
+            await self._checkpoint_here(step.n)
+        elif isinstance(step, roles.Wait):
+            await self.store.wait(step.seconds)
+        elif isinstance(step, roles.TakingOver):
+            self.role = "primary"
+            self._gone = step.gone
+        elif isinstance(step, roles.OpenLog):
+            await self._open_log()
+        else:
+            self.c.core.become_primary()
+            actions.run(self.c)
+            self.c.log(f"primary of epoch {self.store.held} from sequence id "
+                       f"{self.c.core.group.next_seq}")
+            await startup.go_live(self.c)
+        return None
+
+    async def _look(self) -> roles.Looked:
+        """Catch up with the cluster: what the roles' decisions need of it."""
+        await self.store.catch_up()
+        recs = tuple(decode_record(r, ev.index) for ev in self.store.drain_events()
+                     if isinstance(ev, Records) for r in ev.records)
+        view = self.store.view
+        ended = False
+        if self.role == "standby":
             if view.holder.get("replica") != self.number:
                 self.watch.follow(view.epoch, view.holder)
             if self.store.stalled_for:
                 self.c.log(f"the cluster did not answer for {self.store.stalled_for:.3f} s "
                            "(a leader lost?): the primary's silence counts from its answer")
                 self.store.stalled_for = 0.0
-            silent = self.store.silent_for()
+        silent = self.store.silent_for()
+        if self.role == "standby":
             ended = self.watch.gone == view.epoch and not math.isinf(silent)
-            claiming = time.monotonic()
-            move = standby_claim(view.epoch, silent, self.lease, ended=ended)
-            if move is not None and await self.store.claim(
-                    self._info(), after=move[0], if_silent=move[1]):
-                self.watch.stop()
-                if self.store.view.record_count == 0:
-                    # The first start never logged its record 0: it is still owed.
-                    await self._first_start()
-                else:
-                    gone = ("the primary resigned" if math.isinf(silent) else
-                            "the primary's process ended (its watch closed)" if ended else
-                            f"the primary was silent {silent:.3f} s (lease {self.lease:g} s)")
-                    await self._raft_take_over(gone, time.monotonic() - claiming)
-                return
-            if self.loaded is not None and (self.c.core.group.next_seq - self.loaded
-                                            >= self.checkpoint_every * (1 + self._rank())):
-                await self._checkpoint_here()
-            # A dead primary sends no broadcasts: wake up when its lease runs out, not
-            # up to a poll interval later (a closed watch is seen within one).
-            await self.store.wait(standby_wait(silent, self.lease, POLL))
-
-    def _rank(self) -> int:
-        """0 for the checkpointing secondary (the lowest-numbered replica that is not the
-        primary); a higher rank checkpoints only when those below it have not, after
-        ``checkpoint_every`` more records each (they may be down)."""
-        primary = self.store.view.holder.get("replica")
-        return sum(1 for k in range(self.number) if k != primary)
+        return roles.Looked(view.epoch, view.holder.get("replica"), view.record_count,
+                            view.newest_checkpoint(), recs, silent, ended)
 
     async def _first_start(self) -> None:
         self.role = "primary"
@@ -287,25 +278,18 @@ class RaftReplica:
         await startup.first_start(self.c)
         await startup.go_live(self.c)
 
-    async def _raft_take_over(self, gone: str, claim: float) -> None:
-        self.role = "primary"
-        reading = time.monotonic()
-        before = self.c.core.group.next_seq
-        await self._follow_cluster()  # everything committed before the claim
+    async def _open_log(self) -> None:
+        claiming, claimed, before = self._took
         # Where a takeover's time goes, for operators and the failover benchmark.
-        self.c.log(f"took over epoch {self.store.held}: {gone}, claim {1000 * claim:.1f} ms, "
-                 f"log up to the claim {1000 * (time.monotonic() - reading):.1f} ms "
-                 f"({self.c.core.group.next_seq - before} records)")
+        self.c.log(f"took over epoch {self.store.held}: {self._gone}, claim "
+                   f"{1000 * (claimed - claiming):.1f} ms, log up to the claim "
+                   f"{1000 * (time.monotonic() - claimed):.1f} ms "
+                   f"({self.c.core.group.next_seq - before} records)")
         self._publish_primary()
         self.c.spawn(self._heartbeat())
         n = self.c.log_n + 1
         self.c.writer = await asyncio.to_thread(self.c.sink.next_log, self.c.dir, n)
         self.c.log_n = n
-        self.c.core.become_primary()
-        actions.run(self.c)
-        self.c.log(f"primary of epoch {self.store.held} from sequence id "
-                   f"{self.c.core.group.next_seq}")
-        await startup.go_live(self.c)
 
     def _renewed(self, epoch: int) -> None:
         self.c.log(f"silent past half its lease, renewed as the primary of epoch {epoch}")
@@ -327,33 +311,9 @@ class RaftReplica:
             if self.store.silent_for() >= self.heartbeat_every:
                 await self.store.heartbeat()
 
-    # ------------------------------------------------------------------ following
-    async def _follow_cluster(self) -> None:
-        await self.store.catch_up()
-        recs = [decode_record(r, ev.index) for ev in self.store.drain_events()
-                if isinstance(ev, Records) for r in ev.records]
-        if self.role == "primary" and self.c.core.phase is Phase.LIVE:
-            return  # its own records, delivered by the committer
-        if self.loaded is None:
-            self.backlog += recs
-            end = self.store.view.newest_checkpoint()
-            if end is None:
-                return
-            await self._load(end.number, await self.store.read_checkpoint(end))
-            recs, self.backlog = self.backlog, []
-        recs = [r for r in recs if r.seq_id >= self.c.core.group.next_seq]
-        for r in recs:
-            if r.seq_id != self.c.core.group.next_seq:
-                raise LogCorruptionError("raft log", 0, f"record {r.seq_id} where "
-                                         f"{self.c.core.group.next_seq} was due")
-            deliver_records(self.c, [r])
-        if recs:
-            assert self.c.send is not None
-            await self.c.send.drain()
-
-    async def _load(self, number: int, data: bytes) -> None:
+    async def _load(self, number: int, data: bytes) -> int:
         """Start from a checkpoint of the cluster (its check bytes verified twice: the
-        cluster's, then the file's own)."""
+        cluster's, then the file's own); the sequence id its state starts at."""
         assert self.c.send is not None
         make_dirs(self.c.dir)
         path = checkpoint_path(self.c.dir, max(1, number))
@@ -366,16 +326,14 @@ class RaftReplica:
         for chunk in cf.chunks():
             write_unless_closing(self.c.send, chunk)
         await self.c.send.drain()
-        self.loaded = next_seq
         self.c.log_n = max(1, number)
         self.c.log(f"loaded checkpoint {number} from the cluster")
+        return next_seq
 
-    async def _checkpoint_here(self) -> None:
-        n = self.c.core.group.next_seq
+    async def _checkpoint_here(self, n: int) -> None:
         got = await checkpoints.collect(self.c, n, TakeCheckpoint())
         await checkpoints.save(self.c, self.c.dir, n, got.data, got.position)
         raw = await asyncio.to_thread(checkpoint_path(self.c.dir, n).read_bytes)
         await self.store.write_checkpoint(n, [raw])
         self.c.log(f"wrote checkpoint {n} to the cluster")
-        self.loaded = n
         await checkpoints.remove_unkept(self.c)
