@@ -75,7 +75,9 @@ PYTEST_ENV := env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(CURDIR)/build
 # fault runs whose fault kind another test here covers, named beside each marker) run in
 # `make chaos`. The suite runs on the
 # compiled codec (an install that failed to build it fails here), then the wire tests
-# and the log store's fast-path tests again on the pure-Python one.
+# and the log store's fast-path tests again on the pure-Python one, but for those that
+# hold the compiled paths against the pure ones: they call both by name, whatever the
+# environment chose, so a second run repeats the first.
 # Three workers on two cores: many real-process tests wait (for a lease, a timer, a
 # process), and a third worker runs while they do. The Spark JVMs the tests start map a
 # class-data archive (tests/jvm_archive.py): made under build/ once, by one Connect
@@ -84,7 +86,8 @@ test: $(STAMP) $(RAFT_STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m tests.jvm_archive
 	$(PYTEST_ENV) AMBROSIA_PY_CODEC=compiled $(PY) -m pytest -n 3 --dist loadgroup -q -m "not chaos"
-	$(PYTEST_ENV) AMBROSIA_PY_CODEC=pure $(PY) -m pytest -n 2 -q tests/wire tests/ic/test_logstore_compiled.py
+	$(PYTEST_ENV) AMBROSIA_PY_CODEC=pure $(PY) -m pytest -n 2 -q tests/wire tests/ic/test_logstore_compiled.py \
+		-k "not (compiled and (agree or xxh64))"
 
 test-fast: $(STAMP) $(RAFT_STAMP)
 	$(PY) -m tests.jvm_archive

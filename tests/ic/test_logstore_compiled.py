@@ -4,7 +4,8 @@ the same inputs, and the choice between them, which follows the wire codec's.
 They must agree on everything: what they return, where they stop, and what they leave
 in the dictionaries and arrays they fill. Neither raises, so the damage a scan reports
 comes from the one general reader once a fast path stops (``test_replay_wire.py``); like
-``tests/wire``, these tests also run with ``AMBROSIA_PY_CODEC=pure`` (``make test``).
+``tests/wire``, these tests also run with ``AMBROSIA_PY_CODEC=pure`` (``make test``), but
+for the comparisons, which name both paths whatever the environment chose.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ def copy_registration(src: Harness, dst: Harness, name: str) -> None:
     (dst.home / "instances" / f"{name}.json").write_text(json.dumps(data))
 
 
+# `make chaos`: test_hosts's caller, on a machine of its own, takes S's registration from the
+# cluster and follows the claim through kill -9 of S's primary, in make test.
+@pytest.mark.chaos
 def test_caller_elsewhere_follows_the_claim(tmp_path: Path, cluster: LocalCluster,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     server, caller = Harness(tmp_path / "server"), Harness(tmp_path / "caller")

@@ -17,7 +17,7 @@ from tests.postgres import PostgresServer, postgres  # noqa: F401 - the fixture
 
 
 @pytest.mark.slow
-@pytest.mark.chaos  # `make chaos`: kill -9 of PostgreSQL and the sink stays in test_pg_crashes
+@pytest.mark.chaos  # `make chaos`: kill -9 of PostgreSQL and the sink stays in test_pgsink
 @pytest.mark.integration
 @pytest.mark.xdist_group("spark")
 def test_the_demo_commits_to_postgresql_through_its_crashes(

@@ -3,8 +3,9 @@
 They must agree on everything: the events (equal with their types), where they stop, the
 destination-name cache, and what they do with inputs they do not take. Neither raises,
 so the typed errors, which come from the one general decoder once a fast path stops, are
-the same too; the whole of ``tests/wire`` also runs once with ``AMBROSIA_PY_CODEC=pure``
-(``make test``), so the decoders are tested on both paths.
+the same too; the rest of ``tests/wire`` also runs once with ``AMBROSIA_PY_CODEC=pure``
+(``make test``), so the decoders are tested on both paths. The comparisons here name both
+paths, whatever the environment chose, so that run leaves them out.
 """
 
 from __future__ import annotations

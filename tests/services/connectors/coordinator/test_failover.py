@@ -145,7 +145,11 @@ def test_kill_9_of_the_primary_the_feed_moves_to_the_standby_every_line_once(
     assert rs.ic_says(2, "primary of epoch 2")
 
 
+# `make chaos`: in make test an upgrader replica takes over under load in
+# tests/activeactive/test_upgrade, the feed follows a new primary above, and the connector
+# coordinator's state is carried whole to a next version in tests/immortal/test_upgrade_rule.
 @pytest.mark.slow
+@pytest.mark.chaos
 def test_an_upgrader_replica_takes_over_with_version_1_every_line_once(
         harness: Harness, tmp_path: Path) -> None:
     rs = _through(harness, tmp_path, upgrade=True)

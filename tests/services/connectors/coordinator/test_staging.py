@@ -161,6 +161,9 @@ def test_a_coordinator_that_routes_payloads_itself_refuses_a_staging_root(
     assert not (launcher.home / "instances").exists()  # refused before it was registered
 
 
+# `make chaos`: kill -9 with a staging root stays in make test in
+# test_every_message_is_staged_and_referenced_once_through_kill_9_and_segments_go.
+@pytest.mark.chaos
 @pytest.mark.slow
 def test_the_connector_coordinator_commits_staged_payloads_exactly_through_kill_9(
         launcher: Launcher, tmp_path: Path) -> None:
