@@ -247,6 +247,14 @@ class ReplicaSet(Generic[N]):
         self._start_ic("S", n, node)
         self._drive("S", n, node, CounterApp("S"))
 
+    def rebind(self, n: int) -> None:
+        """A new binding for replica ``n``, whose coordinator, fenced, rejoined as a
+        standby in its process: it serves a binding again on the same ports."""
+        node = REPLICAS[n]
+        wait_for(lambda: "rejoining as a standby" in self.said(node),
+                 f"{node} rejoining as a standby", 60)
+        self._drive("S", n, node, CounterApp("S"))
+
     @property
     def client(self) -> TimedDriver:
         return self.drivers[CALLER]

@@ -125,6 +125,7 @@ def test_the_active_active_recipe_fails_over_to_the_standby(tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.xdist_group("spark")
 @pytest.mark.chaos  # `make chaos`: Spark's first job takes minutes on 2 cores
+@pytest.mark.timeout(900)  # the recipe's own limit is 600 s
 def test_the_by_hand_recipe_kills_the_pipeline_mid_job_and_commits_every_line_once(
         tmp_path: Path) -> None:
     recipe = _blocks(_section("By hand"), "sh")[0]

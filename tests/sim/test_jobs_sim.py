@@ -33,6 +33,7 @@ def test_every_batchs_job_result_is_taken_once_in_order_through_crashes() -> Non
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(1200)  # CPU-bound: on a busy machine a chunk took over 300 s
 @pytest.mark.parametrize("chunk", range(CHAOS_CHUNKS))
 def test_many_more_seeds(chunk: int) -> None:
     sweep(JobsScenario.of, 10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)

@@ -43,6 +43,7 @@ def test_every_batch_is_committed_once_in_order_through_crashes(chunk: int) -> N
 
 
 @pytest.mark.chaos
+@pytest.mark.timeout(1200)  # CPU-bound: on a busy machine a chunk took over 300 s
 @pytest.mark.parametrize("chunk", range(CHAOS_CHUNKS))
 def test_many_more_seeds(chunk: int) -> None:
     sweep(PipeScenario.of, 10_000 + chunk * CHAOS_PER_CHUNK, CHAOS_PER_CHUNK)
