@@ -253,7 +253,15 @@ class ReplicaSet(Generic[N]):
         node = REPLICAS[n]
         wait_for(lambda: "rejoining as a standby" in self.said(node),
                  f"{node} rejoining as a standby", 60)
-        self._drive("S", n, node, CounterApp("S"))
+
+        def attached() -> bool:
+            try:  # its ports open again once it has started over
+                self._drive("S", n, node, CounterApp("S"))
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+                return False
+            return True
+        wait_for(attached, f"{node} serving a binding again", 60)
 
     @property
     def client(self) -> TimedDriver:
