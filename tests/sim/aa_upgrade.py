@@ -26,13 +26,14 @@ attempt left is read), with every call delivered once and in order across the up
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import attrs
 from ambrosia_ic import registry
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.errors import LockLostError
-from ambrosia_ic.logstore import remove_uncommitted_version
+from ambrosia_ic.logstore import checkpoint_path, log_path, remove_uncommitted_version
 from ambrosia_ic.registry.registration import Registration
 from ambrosia_ic.replication import upgrade_steps as up
 
@@ -209,6 +210,7 @@ class UpgraderNode(ReplicaNode):
         self.new_epochs: SimEpochs | None = None
         self.waiting: int | None = None  # the upgrade checkpoint asked for
         self.last: up.UpgradeStep | None = None  # its last step taken
+        self.upgrade_n = 0  # the first log of version 1 it writes
         super().__init__(world, NAME, node_id)
 
     def _start(self) -> None:
@@ -242,7 +244,7 @@ class UpgraderNode(ReplicaNode):
         self.last = step
         if isinstance(step, up.TakeUpgradeCheckpoint):
             self.core.ask_checkpoint(step.n, UpgradeTakeCheckpoint())
-            self.waiting = step.n
+            self.waiting = self.upgrade_n = step.n
             self.run_actions()
         elif isinstance(step, up.CheckOldEpoch):
             self.epochs.check()
@@ -272,6 +274,7 @@ class UpgraderNode(ReplicaNode):
             self.new_epochs.check()
         elif isinstance(step, up.Commit):
             assert self.new_epochs is not None
+            self._check_commit(new)
             self.epochs = self.new_epochs
             self.sink.epochs = self.new_epochs  # type: ignore[attr-defined]
             self.version = 1
@@ -286,6 +289,18 @@ class UpgraderNode(ReplicaNode):
             self._go_live()  # checked: its state is a replay of version 1's directory
         else:
             super()._take(step)
+
+    def _check_commit(self, new: SimDisk) -> None:
+        """As the registration is about to name version 1, version 1's directory holds
+        this attempt's log and its durable checkpoint, and nothing else: what killed
+        attempts left would be read as version 1's, and a commit before the checkpoint
+        leaves version 1 with nothing to start from if the upgrader dies."""
+        n = self.upgrade_n
+        want = [checkpoint_path(new.dir, n).name, log_path(new.dir, n).name]
+        found = sorted(os.listdir(new.dir))
+        if found != want:
+            self.world.fail(f"{self.id} commits the upgrade with {found} in version 1's "
+                            f"directory, expected {want}")
 
     def _save(self, n: int) -> None:
         """Checkpoint ``n`` of version 1: the old state, converted once."""
