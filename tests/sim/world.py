@@ -146,7 +146,7 @@ _SPOTS = ((1, 3), (4, 0), (6, 0), (16, 1), (26, 2), (-20, 4), (-1, 6))
 # Where the simulated disks' directories go: memory, where the machine has it.
 _DISK_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
 Step = tuple[Any, ...]  # ("action", *arguments)
-AA_UPGRADES = 0.5  # of the seeds whose replica set has no checkpointing secondary
+AA_UPGRADES = 0.4  # of the seeds whose replica set has no checkpointing secondary
 
 
 # The disk is ``disk``: SimLog, SimDisk, SimSink, SimEpochs.
