@@ -27,6 +27,13 @@ the two leaves no mark, so a standby of the old version reads the registration o
 claim won and stops if it names a newer version (``standby_takes_over``). The epoch the
 standby claims past ended first (its holder gone), after that holder wrote the
 registration, so the read sees the write.
+
+Still open (the simulation finds it when it may pause the upgrader there): an upgrader
+paused past the lease between its last look at both epochs (step 6) and its write of
+the registration (step 7) lets a standby claim, read the registration before that write
+and take over with the old version, and each version then has a primary. Nothing orders
+the registration's write after the old directory's epochs; a commit made by an
+exclusive claim in the old directory would.
 """
 
 from __future__ import annotations
