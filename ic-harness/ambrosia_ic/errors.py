@@ -41,3 +41,8 @@ class LinkAuthenticationError(CoordinatorError):
 
 class LockLostError(CoordinatorError):
     """An active/active primary lost (or never held) the log lock; it must stop writing."""
+
+
+class VersionSupersededError(CoordinatorError):
+    """The registration names a newer version than a replica runs: it stops, having
+    written nothing (a live upgrade of its replica set committed)."""

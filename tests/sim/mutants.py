@@ -26,6 +26,7 @@ from ambrosia_ic.logstore.raft_tenure import CatchUp, Propose, RaftStep, RaftTen
 from ambrosia_ic.logstore.records import LogScan
 from ambrosia_ic.registry import instances as registrations
 from ambrosia_ic.replication import checkpointer, takeover
+from ambrosia_ic.replication import upgrade_steps as up
 
 from ambrosia_core.errors import UnexpectedMessageError
 
@@ -264,6 +265,45 @@ def _seal_unfollowed() -> Generator[takeover.TakeoverStep, Any, int]:
     return int(n) + 1
 
 
+def _standby_unchecked(following: bool, running: int) -> Generator[up.UpgradeStep, Any, None]:
+    """A standby takes over without reading the registration: after an upgrader died
+    between its commit and its mark, the old version has a second primary."""
+    yield from takeover.take_over(following)
+
+
+def _upgrade_steps(running: int, to: int, *, clear: bool = True,
+                   commit_first: bool = False) -> Generator[up.UpgradeStep, Any, None]:
+    """``upgrade_replica`` with a step left out or moved."""
+    n = yield from takeover.seal_and_finish()
+    yield up.TakeUpgradeCheckpoint(n)
+    yield up.CheckOldEpoch()
+    if not (yield up.ClaimNewEpoch()):
+        raise LockLostError(f"another replica is writing version {to}")
+    up.check_version((yield up.ReadRegistration()), running, "upgrader")
+    if clear:
+        yield up.RemoveUncommitted()
+    yield up.OpenNewLog(n)
+    if commit_first:
+        yield up.CheckEpochs()
+        yield up.Commit(to)
+    yield up.SaveNewCheckpoint(n)
+    if not commit_first:
+        yield up.CheckEpochs()
+        yield up.Commit(to)
+    yield up.MarkUpgraded(to)
+    yield up.GoLiveUpgraded(n)
+
+
+def _upgrade_uncleared(running: int, to: int) -> Generator[up.UpgradeStep, Any, None]:
+    """What a killed attempt left in the new version's directory stays there."""
+    return _upgrade_steps(running, to, clear=False)
+
+
+def _upgrade_committed_early(running: int, to: int) -> Generator[up.UpgradeStep, Any, None]:
+    """The registration names the new version before its checkpoint is written."""
+    return _upgrade_steps(running, to, commit_first=True)
+
+
 def _remove_through_oldest(d: Path, keep: int, prefixes: Sequence[str],
                            ignore: Collection[int] = ()) -> int | None:
     """Pruning takes checkpoint N for the state at the end of log N: the log paired
@@ -338,6 +378,12 @@ MUTANTS: dict[str, tuple[Any, str, Callable[..., Any]]] = {
         sinks, "remove_unkept", _remove_through_oldest),
     "a damaged checkpoint counts as kept when pruning": (sinks, "remove_unkept",
                                                          _remove_counting_damaged),
+    "an old standby takes over without reading the registration": (
+        up, "standby_takes_over", _standby_unchecked),
+    "a replica set's upgrade keeps what a killed attempt left": (
+        up, "upgrade_replica", _upgrade_uncleared),
+    "a replica set's upgrade commits before its checkpoint is written": (
+        up, "upgrade_replica", _upgrade_committed_early),
 }
 
 

@@ -23,6 +23,7 @@ in version 1).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -43,7 +44,7 @@ from .world import Node, Refused, Step
 if TYPE_CHECKING:
     from .world import World
 
-__all__ = ["Upgrades", "UpgradingNode"]
+__all__ = ["Upgrades", "UpgradingNode", "converted", "registry_home", "write_registration"]
 
 # Where a bit of a registration flips: fractions of the file, and bits of that byte.
 _REG_SPOTS = (0.02, 0.2, 0.4, 0.6, 0.8, 0.98)
@@ -55,8 +56,7 @@ class Upgrades:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.home = world.root / "home"
-        instances_dir(self.home).mkdir(parents=True)
+        self.home = registry_home(world)
         self.regs: dict[str, Registration] = {}  # as last written, intact
         self.disks: dict[str, dict[int, SimDisk]] = {}  # per instance, per version
         for k, name in enumerate(world.names):
@@ -72,8 +72,7 @@ class Upgrades:
     def _write(self, reg: Registration) -> None:
         """``ambrosia register-instance``: the registration's file."""
         self.regs[reg.instance_name] = reg
-        path = instances_dir(self.home) / f"{reg.instance_name}.json"
-        path.write_bytes(registration_json(reg, self.home))
+        write_registration(self.home, reg)
 
     def version_dir(self, name: str, m: int) -> Any:
         return self.world.root / f"{name}_{m}"
@@ -149,20 +148,37 @@ class Upgrades:
                        f"of its state, expected {want}")
 
     def converted(self, name: str) -> dict[str, Any] | None:
-        """Version 0's state as its log holds it, through ``RoundsV2.upgrade_from``."""
-        kept = self.disks[name][0].replay_from()  # the oldest checkpoint kept, and on
-        assert kept is not None
-        first, records = kept
-        fresh = self.world.new_engine(name, Rounds)
-        fresh.receive_data(encode_checkpoint_record(self.world.cid[name],
-                                                    sum(map(len, first.chunks)))
-                           + b"".join(first.chunks))
-        for r in records:
-            fresh.receive_data(r.wire)
-        while fresh.next_output() is not None:
-            pass
-        return None if fresh.instance is None else RoundsV2.upgrade_from(
-            fresh.instance).observed()
+        return converted(self.world, name, self.disks[name][0])
+
+
+def registry_home(world: World) -> Path:
+    """The home of the world's registrations (made the first time)."""
+    home = world.root / "home"
+    instances_dir(home).mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def write_registration(home: Path, reg: Registration) -> None:
+    """``ambrosia register-instance``: the registration's file."""
+    path = instances_dir(home) / f"{reg.instance_name}.json"
+    path.write_bytes(registration_json(reg, home))
+
+
+def converted(world: World, name: str, old: SimDisk) -> dict[str, Any] | None:
+    """Version 0's state as its log in ``old`` holds it, through
+    ``RoundsV2.upgrade_from``: a fresh binding replays from the oldest checkpoint kept."""
+    kept = old.replay_from()
+    assert kept is not None
+    first, records = kept
+    fresh = world.new_engine(name, Rounds)
+    fresh.receive_data(encode_checkpoint_record(world.cid[name], sum(map(len, first.chunks)))
+                       + b"".join(first.chunks))
+    for r in records:
+        fresh.receive_data(r.wire)
+    while fresh.next_output() is not None:
+        pass
+    return None if fresh.instance is None else RoundsV2.upgrade_from(
+        fresh.instance).observed()
 
 
 class UpgradingNode(Node):

@@ -97,7 +97,12 @@ from ambrosia_ic.coordinator.inbound import (
 )
 from ambrosia_ic.coordinator.phase import Phase
 from ambrosia_ic.coordinator.sink import FencedSink, LogSink
-from ambrosia_ic.errors import LockLostError, LogCorruptionError, MissingLogError
+from ambrosia_ic.errors import (
+    LockLostError,
+    LogCorruptionError,
+    MissingLogError,
+    VersionSupersededError,
+)
 from ambrosia_ic.links import handshake
 from ambrosia_ic.logstore import (
     LogWriter,
@@ -106,7 +111,7 @@ from ambrosia_ic.logstore import (
     remove_first_start_leftovers,
 )
 from ambrosia_ic.recovery import RecoveryPlan
-from ambrosia_ic.replication import shared_dir, takeover
+from ambrosia_ic.replication import shared_dir, takeover, upgrade_steps
 
 from ambrosia_core.errors import CoordinatorError, RemoteProtocolError
 from ambrosia_core.wire import (
@@ -131,7 +136,7 @@ PENDING_LIMIT = 2
 BUFFER_LIMIT = 160
 BUFFER_LOW = BUFFER_LIMIT // 4
 _FAULTS = frozenset({"crash", "drop", "cut", "heal", "pause", "flip", "lose",
-                     "register-upgrade", "flip-registration"})
+                     "register-upgrade", "flip-registration", "aa-crash"})
 _REGULATED = frozenset({"bind", "commit", "written", "link", "follow", "claim", "take-over",
                         "restart", "resume", "beat", "prune"})
 # Where a flipped bit lands in a log record (byte, bit; a negative byte counts from the
@@ -141,6 +146,7 @@ _SPOTS = ((1, 3), (4, 0), (6, 0), (16, 1), (26, 2), (-20, 4), (-1, 6))
 # Where the simulated disks' directories go: memory, where the machine has it.
 _DISK_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else None
 Step = tuple[Any, ...]  # ("action", *arguments)
+AA_UPGRADES = 0.4  # of the seeds whose replica set has no checkpointing secondary
 
 
 # The disk is ``disk``: SimLog, SimDisk, SimSink, SimEpochs.
@@ -452,7 +458,8 @@ class ReplicaNode(Node):
         self.role = "follower"
         self.tail: tuple[int, int, int] | None = None  # (log, offset, next seq id)
         self.beat_due = False  # resumed from a pause: its heartbeat has not run since
-        self.taking: Generator[takeover.TakeoverStep, Any, None] | None = None
+        self.taking: Generator[upgrade_steps.UpgradeStep, Any, None] | None = None
+        self.version = 0  # the version its code runs
         self._taken: Any = None  # the answer to the takeover's last step
         self._polled: tuple[tuple[Any, ...], tuple[list[DiskEntry], Any]] | None = None
         super().__init__(world, name, node_id)
@@ -558,8 +565,11 @@ class ReplicaNode(Node):
         if not self.epochs.claim(e + 1):
             return
         self.role = "primary"
-        self.taking = takeover.take_over(self.tail is not None)
+        self.taking = upgrade_steps.standby_takes_over(self.tail is not None, self.version)
         self.take_over()
+
+    def can_take_over(self) -> bool:
+        return self.taking is not None
 
     def take_over(self) -> None:
         """The takeover's next step (each one a step of the world's)."""
@@ -570,8 +580,13 @@ class ReplicaNode(Node):
             self.taking = None
             return
         self._taken = None
+        self._take(step)
+
+    def _take(self, step: upgrade_steps.UpgradeStep) -> None:
         disk = self.disk
-        if isinstance(step, takeover.LoadCheckpoint):
+        if isinstance(step, upgrade_steps.ReadRegistration):
+            self._taken = self.world.registered(self.name)
+        elif isinstance(step, takeover.LoadCheckpoint):
             if not disk.first_start_pending() and disk.checkpoints:
                 self._load_checkpoint()
             self._taken = self.tail is not None
@@ -661,7 +676,7 @@ class World:
 
     def __init__(self, n: int = 3, rounds: int = 3, trigger: int = 700,
                  replicas: int = 1, secondary: bool = False, upgrades: bool = False,
-                 keep: int = 2, raft: bool = False) -> None:
+                 aa_upgrade: bool = False, keep: int = 2, raft: bool = False) -> None:
         self.keep = keep  # checkpoints kept when pruning (the registration's)
         self.names = [f"i{k}" for k in range(n)]
         self.cid = {name: 100 + k for k, name in enumerate(self.names)}
@@ -687,7 +702,7 @@ class World:
         self.cut: set[frozenset[str]] = set()
         self.trace: list[Step] = []
         self.counts: collections.Counter[str] = collections.Counter()  # what happened
-        self.writers: dict[int, Node] = {}  # per epoch, the replica that wrote in it
+        self.writers: dict[tuple[str, int], Node] = {}  # per directory and epoch, its writer
         self.started: set[str] = set()  # instances that went live once (the registry's)
         self.replays = Replays(self.new_engine)  # for ``check_replay``
         if upgrades:
@@ -699,6 +714,9 @@ class World:
             from .raftstore import RaftStore
             self.raft = RaftStore(self)
             self.extras.append(self.raft)
+        if aa_upgrade:  # the replica set is upgraded live (``aa_upgrade``)
+            from .aa_upgrade import ReplicaUpgrades
+            self.extras.append(ReplicaUpgrades(self))
         for name in self.names:
             for node_id in self.members(name):
                 self.nodes[node_id] = self._new(node_id)
@@ -717,9 +735,11 @@ class World:
 
     def _new(self, node_id: str) -> Node:
         name = node_id.split("/")[0]
+        for extra in self.extras:  # ``upgrade``'s standalone nodes, ``aa_upgrade``'s replicas
+            make = getattr(extra, "node" if "/" not in node_id else "replica", None)
+            if make is not None:
+                return cast(Node, make(node_id))
         if "/" not in node_id:
-            for extra in self.extras:
-                return cast(Node, extra.node(name))
             return Node(self, name)
         if self.raft is not None:
             return cast(Node, self.raft.replica(node_id))
@@ -754,11 +774,18 @@ class World:
         """The live coordinator that links to ``name`` reach, and its calls leave from."""
         return _live(self.holder(name) if name in self.replicated else self.nodes[name])
 
+    def registered(self, name: str) -> int:
+        """The version ``name``'s registration names (0: it has none)."""
+        for extra in self.extras:
+            if (read := getattr(extra, "registered", None)) is not None:
+                return cast(int, read(name))
+        return 0
+
     def wrote(self, epoch: int | None, node: Node) -> None:
-        """No two primaries write in one epoch."""
+        """No two primaries write in one epoch (of one directory)."""
         if epoch is None:
             return
-        other = self.writers.setdefault(epoch, node)
+        other = self.writers.setdefault((node.disk.dir.name, epoch), node)
         if other is not node:
             self.fail(f"{other.id} and {node.id} both wrote records of epoch {epoch}")
 
@@ -808,7 +835,7 @@ class World:
                     add(("follow", node_id))
                 if node.can_claim(gone[node.name]):
                     add(("claim", node_id))
-                if node.taking is not None:
+                if node.can_take_over():
                     add(("take-over", node_id))
                 if faults and node.core.phase is Phase.LIVE:
                     fault(("pause", node_id))
@@ -890,6 +917,11 @@ class World:
             node_id = step[1]
             self._node(node_id).lines.append(str(err))
             self.counts["fenced"] += 1
+            self._stop(node_id)
+        except VersionSupersededError as err:  # a replica of an older version stops
+            node_id = step[1]
+            self._node(node_id).lines.append(str(err))
+            self.counts["superseded"] += 1
             self._stop(node_id)
         except MissingLogError as err:  # a replica whose log was pruned under it stops
             node_id = step[1]
@@ -1298,6 +1330,7 @@ class Scenario(Seeded):
     raft: bool = False  # a simulated Raft cluster's replicas run too (``raftlog``)
     raft_store: bool = False  # the replicas' log is in a simulated Raft cluster (``raftstore``)
     keep: int = 2  # checkpoints kept when pruning (``keep_checkpoints``)
+    aa_upgrade: bool = False  # the replica set may be upgraded live (``aa_upgrade``)
 
     @classmethod
     def of(cls, seed: int) -> Scenario:
@@ -1309,12 +1342,15 @@ class Scenario(Seeded):
                    replicas=rng.choice([1, 1, 2, 3]), secondary=rng.random() < 0.5,
                    upgrades=rng.random() < 0.5,
                    raft=random.Random(seed ^ 0x7AF7).random() < 0.1,
-                   keep=random.Random(seed ^ 0x6EE9).choice([1, 2, 3]))
+                   keep=random.Random(seed ^ 0x6EE9).choice([1, 2, 3]),
+                   aa_upgrade=random.Random(seed ^ 0xAA09).random() < AA_UPGRADES)
 
     def world(self) -> World:
         return World(n=self.n, rounds=self.rounds, trigger=self.trigger,
                      replicas=self.replicas, secondary=self.secondary and self.replicas > 1,
-                     upgrades=self.upgrades, keep=self.keep, raft=self.raft_store)
+                     upgrades=self.upgrades, keep=self.keep, raft=self.raft_store,
+                     aa_upgrade=(self.aa_upgrade and self.replicas > 1 and not self.secondary
+                                 and not self.raft_store))
 
     def run(self) -> World:
         """The run the seed draws (raises ``SimFailure``)."""

@@ -14,10 +14,8 @@ Roles:
   when the primary's flock is free or its lease ran out.
 - upgrader: a replica registered with an upgrade version above the instance's current
   version. It follows with the old code until it has caught up, then claims the next
-  epoch (which stops the primary), asks for ``UpgradeTakeCheckpoint`` and writes the
-  first checkpoint of the new version in that version's directory. The old version's
-  secondaries then see ``serverupgraded`` and exit. If it dies first, its epoch's flock
-  is freed and a standby takes over with the old version.
+  epoch (which stops the primary) and upgrades (``upgrade_steps``). If it dies before
+  the commit, a standby takes over with the old version.
 
 Followers deliver only committed records. A record is committed when its log is
 sealed (``serverseal<N>``) and it lies before the seal; or when its log is followed by
@@ -45,7 +43,7 @@ from ambrosia_core.wire import (
     UpgradeTakeCheckpoint,
     encode_checkpoint_record,
 )
-from ambrosia_ic.errors import LockLostError, MissingLogError
+from ambrosia_ic.errors import MissingLogError
 
 from .. import registry
 from ..coordinator import LinkOptions, actions, checkpoints, process, startup
@@ -73,20 +71,19 @@ from ..recovery import (
     read_state,
 )
 from . import checkpointer
+from . import upgrade_steps as up
 from .common import claim_info, deliver_records, notify_superseded, replica_coordinator
 from .log_tail import LogTail, committed_prefix
 from .takeover import (
     FirstStart,
     FollowTo,
+    GoLive,
     LoadCheckpoint,
     NewestLog,
     OpenLog,
     ReadSeal,
-    TakeoverStep,
     WholeEnd,
     WriteSeal,
-    seal_and_finish,
-    take_over,
 )
 
 __all__ = ["LogTail", "SharedDirReplica", "committed_prefix"]
@@ -117,7 +114,9 @@ class SharedDirReplica:
         self.tail: LogTail | None = None
         self.upgrading_to = (self.replica.upgrade_version
                              if self.replica.upgrade_version > reg.current_version else None)
-        self._new_epochs: Epochs | None = None
+        self._new_epochs: Epochs | None = None  # an upgrader's, in the new version's dir
+        self._old_epochs: Epochs | None = None  # an upgrader's, once it committed
+        self._upgrade_got: checkpoints.CheckpointReceived | None = None
         self.fenced_by: int | None = None  # the newer epoch that fenced this replica off
         self.c.on_shutdown = self._on_shutdown
 
@@ -197,7 +196,6 @@ class SharedDirReplica:
                 e = self.epochs.current()
                 if (e == 0 or self.epochs.holder_gone(e)) and self.epochs.claim(
                         e + 1, self._info()):
-                    self._check_version()
                     await self._take_over(e + 1)
                     return
             elif self.role == "upgrader" and caught_up:
@@ -206,25 +204,6 @@ class SharedDirReplica:
                     await self._upgrade_replica(e + 1)
                     return
             await asyncio.sleep(POLL)
-
-    def _check_version(self, role: str | None = None) -> None:
-        """Stop, having written nothing, if the registration names a newer version than
-        this replica's: a live upgrade commits there (``_upgrade_replica``), and the old
-        directory's mark that stops the old replicas comes just after, so an upgrader
-        killed between the two leaves no mark. A standby asks once its claim won: the
-        epoch it claims past ended first (its holder gone), after that holder wrote the
-        registration, so the read sees the write. An upgrader asks once its claim in the
-        new version's directory won, before it clears what is there.
-
-        Raises:
-            CoordinatorError: the instance runs a newer version now.
-        """
-        now = registry.load(self.c.name, self.c.home).current_version
-        if now > self.c.reg.current_version:
-            raise CoordinatorError(
-                f"the registration names version {now} now; this {role or self.role} of "
-                f"version {self.c.reg.current_version} stops (start replicas of version "
-                f"{now})")
 
     async def _load_checkpoint(self) -> None:
         """Start following from the newest intact checkpoint (verified before a byte
@@ -297,10 +276,12 @@ class SharedDirReplica:
     async def _take_over(self, epoch: int) -> None:
         self.role = "primary"
         self.c.spawn(self._heartbeat())
-        await self._run(take_over(self.tail is not None), epoch)
+        await self._run(up.standby_takes_over(
+            self.tail is not None, self.c.reg.current_version), epoch)
 
-    async def _run(self, steps: Generator[TakeoverStep, Any, Any], epoch: int) -> Any:
-        """Take a takeover's steps (``takeover``) over the directory; what they return."""
+    async def _run(self, steps: Generator[up.UpgradeStep, Any, Any], epoch: int) -> Any:
+        """Take a takeover's steps (``takeover``) or a live upgrade's (``upgrade_steps``)
+        over the directories; what they return."""
         answer: Any = None
         while True:
             try:
@@ -334,6 +315,10 @@ class SharedDirReplica:
             elif isinstance(step, OpenLog):
                 self.c.writer = await asyncio.to_thread(self.c.sink.next_log, d, step.n)
                 self.c.log_n = step.n
+            elif isinstance(step, up.ReadRegistration):
+                answer = registry.load(self.c.name, self.c.home).current_version
+            elif not isinstance(step, GoLive):
+                answer = await self._upgrade_step(step)
             else:
                 self.c.core.become_primary()
                 actions.run(self.c)
@@ -355,36 +340,48 @@ class SharedDirReplica:
         self.role = "primary"
         self.c.spawn(self._heartbeat())
         self.c.log(f"upgrading to version {m}: holding epoch {epoch}")
-        n = await self._run(seal_and_finish(), epoch)
+        await self._run(up.upgrade_replica(self.c.reg.current_version, m), epoch)
+
+    async def _upgrade_step(self, step: up.UpgradeStep) -> Any:
+        """One step of ``upgrade_steps.upgrade_replica`` past the old log's seal."""
+        m = self.upgrading_to
+        assert m is not None
         new_dir = registry.instance_dir(self.c.reg, m)
-        make_dirs(new_dir)
-        got = await checkpoints.collect(self.c, n, UpgradeTakeCheckpoint())
-        self.epochs.check()
-        new_epochs = Epochs(new_dir)
-        if not new_epochs.claim(new_epochs.current() + 1, self._info()):
-            raise LockLostError(f"{new_dir}: another replica is writing version {m}")
-        self._new_epochs = new_epochs
-        # Nothing in version m's directory counts until the registration names m (read
-        # now, once this claim there fenced any other upgrader): what an attempt killed
-        # before that left (logs, seals, even its checkpoint: the old version went on
-        # since) goes, so this attempt's log n is made anew and no replay of version m
-        # chains a stale checkpoint to its logs.
-        self._check_version("upgrader")
-        await asyncio.to_thread(remove_uncommitted_version, new_dir)
-        self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, n)
-        await checkpoints.save(self.c, new_dir, n, got.data, got.position)
-        # Still the holder after the checkpoint's write, in both directories (a pause
-        # past the lease lets a standby take over with the old version, or another
-        # upgrader clear this attempt): looked at just before the commit.
-        self.epochs.check()
-        new_epochs.check()
-        # Version m is committed: from here on this replica writes only there.
-        old_epochs = self.epochs
-        self.fenced.epochs, self._new_epochs = new_epochs, None
-        self.c.dir = new_dir
-        self.c.log_n = n
-        self.c.reg = registry.set_versions(self.c.name, m, m, self.c.home)
-        old_epochs.mark_upgraded(m)
-        old_epochs.close()
-        self.c.log(f"upgraded to version {m}; primary of epoch {self.c.sink.epoch} there")
-        await startup.go_live(self.c)
+        if isinstance(step, up.TakeUpgradeCheckpoint):
+            self._upgrade_got = await checkpoints.collect(self.c, step.n,
+                                                          UpgradeTakeCheckpoint())
+        elif isinstance(step, up.CheckOldEpoch):
+            self.epochs.check()
+        elif isinstance(step, up.ClaimNewEpoch):
+            make_dirs(new_dir)
+            self._new_epochs = new = Epochs(new_dir)
+            return new.claim(new.current() + 1, self._info())
+        elif isinstance(step, up.RemoveUncommitted):
+            await asyncio.to_thread(remove_uncommitted_version, new_dir)
+        elif isinstance(step, up.OpenNewLog):
+            self.c.writer = await asyncio.to_thread(self.c.sink.next_log, new_dir, step.n)
+        elif isinstance(step, up.SaveNewCheckpoint):
+            got = self._upgrade_got
+            assert got is not None
+            await checkpoints.save(self.c, new_dir, step.n, got.data, got.position)
+        elif isinstance(step, up.CheckEpochs):
+            assert self._new_epochs is not None
+            self.epochs.check()
+            self._new_epochs.check()
+        elif isinstance(step, up.Commit):
+            # From here on this replica writes only in the new version's directory.
+            assert self._new_epochs is not None
+            self._old_epochs, self.fenced.epochs = self.epochs, self._new_epochs
+            self._new_epochs = None
+            self.c.dir = new_dir
+            self.c.reg = registry.set_versions(self.c.name, m, m, self.c.home)
+        elif isinstance(step, up.MarkUpgraded):
+            assert self._old_epochs is not None
+            self._old_epochs.mark_upgraded(m)
+            self._old_epochs.close()
+        else:
+            assert isinstance(step, up.GoLiveUpgraded)
+            self.c.log_n = step.n
+            self.c.log(f"upgraded to version {m}; primary of epoch {self.c.sink.epoch} there")
+            await startup.go_live(self.c)
+        return None
