@@ -19,9 +19,9 @@ default 100 MiB limit would refuse an object that was written fine).
 
 from __future__ import annotations
 
+import io
 import itertools
 import struct
-import tempfile
 import typing
 from collections.abc import Callable, Iterator
 from typing import IO, Any
@@ -212,10 +212,13 @@ def _write_chunks(inst: Hosted, out: IO[bytes]) -> None:
 
 
 def state_bytes(inst: Hosted, framework: dict[str, Any]) -> bytes:
-    with tempfile.SpooledTemporaryFile(max_size=SPOOL_MAX) as f:
-        write_state(inst, framework, f)
-        f.seek(0)
-        return f.read()
+    """The state as ``write_state`` writes it, in memory: the journal's snapshot, taken
+    as each input that may suspend begins. The bytes are wanted whole, so a temporary
+    file would not spare memory, and its wrapper cost more than a small state's writing;
+    ``getvalue`` hands over the buffer without copying it."""
+    f = io.BytesIO()
+    write_state(inst, framework, f)
+    return f.getvalue()
 
 
 # ------------------------------------------------------------------ reading

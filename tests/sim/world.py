@@ -670,6 +670,34 @@ class ReplicaNode(Node):
 
 
 # ---------------------------------------------------------------------- the world
+class _OwnSteps:
+    """The steps that name one coordinator, made once (``World._steps`` offers them
+    before every step)."""
+
+    __slots__ = ("beat", "bind_all", "bind_part", "claim", "commit", "crash", "cut",
+                 "follow", "pause", "prune", "restart", "resume", "take_over", "written")
+
+    def __init__(self, node_id: str) -> None:
+        self.restart, self.resume = ("restart", node_id), ("resume", node_id)
+        self.crash, self.cut = ("crash", node_id), ("crash", node_id, 0.5)
+        self.bind_all, self.bind_part = ("bind", node_id, 1.0), ("bind", node_id, 0.4)
+        self.commit, self.written = ("commit", node_id), ("written", node_id)
+        self.prune, self.beat = ("prune", node_id), ("beat", node_id)
+        self.follow, self.claim = ("follow", node_id), ("claim", node_id)
+        self.take_over, self.pause = ("take-over", node_id), ("pause", node_id)
+
+
+class _LinkSteps:
+    """The steps that name one sender and destination's connection, made once."""
+
+    __slots__ = ("ack", "drop", "moved", "read_all", "read_part", "send")
+
+    def __init__(self, s: str, d: str) -> None:
+        self.send, self.ack = ("send", s, d), ("ack", s, d)
+        self.read_all, self.read_part = ("link", s, d, 1.0), ("link", s, d, 0.5)
+        self.moved, self.drop = ("moved", s, d), ("drop", s, d)
+
+
 class World:
     """``n`` instances, each calling every other one for ``rounds`` rounds; instance
     ``i0`` runs as ``replicas`` active/active replicas when that is above 1."""
@@ -693,6 +721,10 @@ class World:
         self._pairs = [(("cut", a, b), frozenset((a, b))) for a in self.names
                        for b in self.names if a < b]
         self._flips: dict[tuple[str, int], list[Step]] = {}
+        self._connect: dict[tuple[str, str], Step] = {}
+        self._links: dict[tuple[str, str], _LinkSteps] = {}
+        self._own = {node_id: _OwnSteps(node_id) for members in self._members.values()
+                     for node_id in members}
         self.secondary = secondary  # its replicas have a checkpointing secondary
         # Per instance, the class its binding runs and the one it upgrades to.
         self.apps: dict[str, tuple[type[Rounds], type[Rounds] | None]] = {}
@@ -797,65 +829,76 @@ class World:
 
     def _steps(self, faults: bool) -> tuple[list[Step], list[Step]]:
         """The progress steps that can happen now, and the faults (none unless
-        ``faults``): each list in the order ``run`` draws from."""
+        ``faults``): each list in the order ``run`` draws from.
+
+        This runs before every step, so it is written for speed: each coordinator's
+        steps are made once (``_own``), and what the loops look at is read into locals
+        (loops rather than comprehensions for the same reason)."""
         out: list[Step] = []
         add = out.append
         faulty: list[Step] = []
         fault = faulty.append
-        # Fixed within a step: who holds each replicated instance's newest epoch. (Loops
-        # rather than comprehensions here and below: this runs after every step.)
+        live, idle, next_move = Phase.LIVE, Move.IDLE, commit_plan.next_move
+        # Fixed within a step: who holds each replicated instance's newest epoch.
         holders: dict[str, Node | None] = {}
         gone: dict[str, bool] = {}
         for name in self.replicated:
             holders[name] = holder = self.holder(name)
             gone[name] = self.holder_gone(name, holder)
-        nodes = self.nodes
+        nodes, own = self.nodes, self._own
         for node_id, node in nodes.items():
+            mine = own[node_id]
             if node is None:
-                add(("restart", node_id))
+                add(mine.restart)
                 continue
             if node.paused:
-                add(("resume", node_id))
+                add(mine.resume)
                 if faults:
-                    fault(("crash", node_id))
+                    fault(mine.crash)
                 continue
             if node.inbox:
-                add(("bind", node_id, 1.0))
-                add(("bind", node_id, 0.4))
-            if node.next_move() is not Move.IDLE:
-                add(("commit", node_id))
-            if node.writing is not None:
-                add(("written", node_id))
+                add(mine.bind_all)
+                add(mine.bind_part)
+            if node.writing is None:
+                core = node.core  # ``next_move``, inline
+                if core.phase is live and next_move(len(core.group.pending),
+                                                    core.ckpt.switch_wanted) is not idle:
+                    add(mine.commit)
+            else:
+                add(mine.written)
             if node.pruning:
-                add(("prune", node_id))
+                add(mine.prune)
             if isinstance(node, ReplicaNode):
                 if node.beat_due:
-                    add(("beat", node_id))
+                    add(mine.beat)
                 if node.can_follow():
-                    add(("follow", node_id))
+                    add(mine.follow)
                 if node.can_claim(gone[node.name]):
-                    add(("claim", node_id))
+                    add(mine.claim)
                 if node.can_take_over():
-                    add(("take-over", node_id))
-                if faults and node.core.phase is Phase.LIVE:
-                    fault(("pause", node_id))
+                    add(mine.take_over)
+                if faults and node.core.phase is live:
+                    fault(mine.pause)
             if faults:
-                fault(("crash", node_id))
+                fault(mine.crash)
                 if (node.writing is not None or node.asked is not None or node.flow
                         or node.pruning):
-                    fault(("crash", node_id, 0.5))  # cutting a write (or pruning) short
+                    fault(mine.cut)  # cutting a write (or pruning) short
+        names = self.names
         if faults:
-            for name in self.names:
+            for name in names:
                 disk = self.disks[name]
                 if name in self.replicated or nodes[name] is not None or disk.damage:
                     continue
                 for k, _ in enumerate(disk.targets()):
                     faulty += self._flip_steps(name, k)
         serving: dict[str, Node | None] = {}
-        for name in self.names:
-            serving[name] = _live(holders[name] if name in holders else nodes[name])
-        conns, cut = self.conns, self.cut
-        for s in self.names:
+        for name in names:
+            node = holders[name] if name in holders else nodes[name]
+            serving[name] = (node if node is not None and not node.paused
+                             and node.core.phase is live else None)
+        conns, cut, connect, links = self.conns, self.cut, self._connect, self._links
+        for s in names:
             sender = serving[s]
             if sender is None:
                 continue
@@ -863,32 +906,40 @@ class World:
                 if ((s, d) not in conns and serving[d] is not None
                         and (not cut or frozenset((s, d)) not in cut)
                         and (box.unacked or box.impulses)):
-                    add(("connect", s, d))
-        for (s, d), conn in conns.items():
+                    step = connect.get((s, d))
+                    add(step if step is not None else
+                        connect.setdefault((s, d), ("connect", s, d)))
+        for pair, conn in conns.items():
             frm, to = nodes[conn.frm], nodes[conn.to]
             assert frm is not None and to is not None
             if frm.paused or to.paused:
                 continue  # the kernel holds what is in flight
-            box = frm.core.outboxes[d]
-            if box.sent is not None and ((box.unacked and box.unacked[-1][0] > box.sent)
-                                         or box.impulses):
-                add(("send", s, d))
+            link = links.get(pair)
+            if link is None:
+                link = links[pair] = _LinkSteps(*pair)
+            box = frm.core.outboxes[pair[1]]
+            sent = box.sent
+            if sent is not None and ((box.unacked and box.unacked[-1][0] > sent)
+                                     or box.impulses):
+                add(link.send)
             if conn.wire and not to.links_paused:
-                add(("link", s, d, 1.0))
-                add(("link", s, d, 0.5))
+                add(link.read_all)
+                add(link.read_part)
             if conn.acks:
-                add(("ack", s, d))
-            if to is not serving[d]:
+                add(link.ack)
+            if to is not serving[pair[1]]:
                 # The registry names another primary now: the sender leaves (within
                 # a look, ``links.MOVE_CHECK``; until then the old one may still read).
-                add(("moved", s, d))
+                add(link.moved)
             elif faults:
-                fault(("drop", s, d))
+                fault(link.drop)
         for extra in self.extras:
             for step in extra.steps(faults):
                 (fault if step[0] in _FAULTS else add)(step)
         if faults:
-            faulty += [step for step, pair in self._pairs if pair not in cut]
+            for step, pair in self._pairs:
+                if pair not in cut:
+                    fault(step)
             if cut:
                 fault(("heal",))
         return out, faulty

@@ -5,6 +5,7 @@ See the package docstring for what each file holds.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Collection, Sequence
@@ -37,6 +38,8 @@ SEAL_PREFIX = "serverseal"
 LOCK_NAME = "serverlock"
 # What ``durable.replace_durably`` writes checkpoint N under until it is whole.
 _CHECKPOINT_TEMP = re.compile(rf"\.{CHECKPOINT_PREFIX}(\d+)\.[0-9a-f]+\.tmp")
+# Errors of a directory that is not there (``Path.is_dir`` answers False to these).
+_NOT_A_DIRECTORY = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
 
 
 def log_path(d: Path, n: int) -> Path:
@@ -51,12 +54,21 @@ def digest_path(d: Path, n: int) -> Path:
     return d / f"{DIGEST_PREFIX}{n}"
 
 
+def _names(d: Path) -> list[str]:
+    """The names in ``d``; none if it is not a directory. One look: a start, a recovery
+    and each pruning list the directory many times, and a stat first doubled each."""
+    try:
+        return os.listdir(d)
+    except OSError as err:
+        if err.errno in _NOT_A_DIRECTORY:
+            return []
+        raise
+
+
 def file_numbers(d: Path, prefix: str) -> list[int]:
     """The N of every ``<prefix><N>`` in ``d``, ascending."""
-    if not d.is_dir():
-        return []
     cut = len(prefix)
-    return sorted(int(name[cut:]) for name in os.listdir(d)
+    return sorted(int(name[cut:]) for name in _names(d)
                   if name.startswith(prefix) and name[cut:].isdigit())
 
 
@@ -86,10 +98,10 @@ def checkpoint_temps(d: Path, first: int = 1, through: int | None = None) -> lis
     """The temporary files of checkpoints ``first`` (through ``through``) in ``d``: what
     a writer killed while writing one left (``durable.replace_durably``)."""
     out = []
-    for p in d.iterdir() if d.is_dir() else ():
-        m = _CHECKPOINT_TEMP.fullmatch(p.name)
+    for name in _names(d):
+        m = _CHECKPOINT_TEMP.fullmatch(name)
         if m is not None and first <= int(m[1]) and (through is None or int(m[1]) <= through):
-            out.append(p)
+            out.append(d / name)
     return sorted(out)
 
 
