@@ -7,12 +7,13 @@ torn writes and recoveries, each kept answer equals the one made afresh, at ever
 from __future__ import annotations
 
 import collections
+import copy
 from typing import Any
 
 import pytest
 
 from tests.sim.replay import Replays
-from tests.sim.world import ReplicaNode, Scenario
+from tests.sim.world import ReplicaNode, Scenario, World
 
 SEEDS = 40
 
@@ -49,26 +50,40 @@ def test_kept_answers_equal_fresh_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     assert used["look kept"] >= 1000 and used["replay went on"] >= 50, used
 
 
-def test_a_replay_of_a_log_that_no_longer_begins_as_read_starts_afresh() -> None:
-    world = Scenario.of(0).run()
-    # The instance with the most records kept (from its oldest kept checkpoint).
+def _kept_log(seed: int) -> tuple[World, str, Any, int, list[bytes]]:
+    """Seed ``seed``'s run, and its instance with the most records kept from its oldest
+    kept checkpoint: its name, its disk, the checkpoint and the records' bytes."""
+    world = Scenario.of(seed).run()
     kept = {name: world.disks[name].replay_from() for name in world.names}
     name = max(world.names, key=lambda k: len(kept[k][1]))  # type: ignore[index]
-    disk = world.disks[name]
     found = kept[name]
     assert found is not None
     first, records = found
-    wires = [r.wire for r in records]
-    assert len(wires) >= 3
-    cid = world.cid[name]
+    return world, name, world.disks[name], first, [r.wire for r in records]
 
-    def afresh(log: list[bytes]) -> Any:
-        return Replays(world.new_engine).state(name, disk.app, cid, first, log)
+
+def test_a_replay_of_a_log_that_no_longer_begins_as_read_starts_afresh() -> None:
+    # The first seed whose kept log changes the state after its first record, again
+    # after its second and again by its end: a replay that read on wrongly shows.
+    for seed in range(50):
+        world, name, disk, first, wires = _kept_log(seed)
+        cid = world.cid[name]
+
+        def afresh(log: list[bytes], world: World = world, name: str = name,
+                   disk: Any = disk, cid: int = cid, first: int = first) -> Any:
+            return Replays(world.new_engine).state(name, disk.app, cid, first, log)
+
+        if len(wires) >= 3 and len({repr(afresh(wires[:k]))
+                                    for k in (1, 2, len(wires))}) == 3:
+            break
+    else:
+        raise AssertionError("no seed of 50 keeps a log whose records each change the state")
 
     replays = Replays(world.new_engine)
-    read = replays.state(name, disk.app, cid, first, wires[:2])
+    # Copies: the state a replay gives is its binding's, which reads on.
+    read = copy.deepcopy(replays.state(name, disk.app, cid, first, wires[:2]))
     # The log no longer holds what was read (its second record is gone): read afresh.
-    shorter = replays.state(name, disk.app, cid, first, wires[:1])
+    shorter = copy.deepcopy(replays.state(name, disk.app, cid, first, wires[:1]))
     assert shorter == afresh(wires[:1]) != read
     # A log that begins with what was read: read on, to the state read afresh.
     assert replays.state(name, disk.app, cid, first, wires) == afresh(wires) != shorter

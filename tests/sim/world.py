@@ -838,7 +838,7 @@ class World:
         add = out.append
         faulty: list[Step] = []
         fault = faulty.append
-        live, idle, next_move = Phase.LIVE, Move.IDLE, commit_plan.next_move
+        live, idle = Phase.LIVE, Move.IDLE
         # Fixed within a step: who holds each replicated instance's newest epoch.
         holders: dict[str, Node | None] = {}
         gone: dict[str, bool] = {}
@@ -847,7 +847,9 @@ class World:
             gone[name] = self.holder_gone(name, holder)
         nodes, own = self.nodes, self._own
         for node_id, node in nodes.items():
-            mine = own[node_id]
+            mine = own.get(node_id)
+            if mine is None:  # a replica added since (``aa_upgrade``'s upgrader)
+                mine = own[node_id] = _OwnSteps(node_id)
             if node is None:
                 add(mine.restart)
                 continue
@@ -859,12 +861,9 @@ class World:
             if node.inbox:
                 add(mine.bind_all)
                 add(mine.bind_part)
-            if node.writing is None:
-                core = node.core  # ``next_move``, inline
-                if core.phase is live and next_move(len(core.group.pending),
-                                                    core.ckpt.switch_wanted) is not idle:
-                    add(mine.commit)
-            else:
+            if node.next_move() is not idle:  # a kind of node may have its own rule
+                add(mine.commit)
+            if node.writing is not None:
                 add(mine.written)
             if node.pruning:
                 add(mine.prune)
