@@ -127,7 +127,8 @@ def test_a_primary_whose_binding_dies_resigns(harness: Harness,
     time.sleep(0.3)
     cl.drivers[0].b.close()  # the binding is gone: the coordinator exits
     assert cl.procs[0].wait(30) != 0
-    assert "resigned epoch 1" in harness.stderr_of(cl.procs[0])
+    said = harness.stderr_of(cl.procs[0])
+    assert "resigned epoch 1" in said, said
     new = wait_new_primary(cl, 0)
     # Which the standby saw first, the resignation or the end of the process (its watch
     # closing just after it read the log), is a race: either way it did not wait out

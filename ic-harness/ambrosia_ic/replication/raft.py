@@ -192,7 +192,10 @@ class RaftReplica:
         epoch = self.store.held
         try:
             await asyncio.wait_for(self.store.resign(), RESIGN_TIMEOUT)
-        except (RaftError, LockLostError, TimeoutError):
+        except (RaftError, LockLostError, TimeoutError) as err:
+            why = str(err) or f"no answer within {RESIGN_TIMEOUT:g} s"
+            self.c.log(f"did not resign epoch {epoch} ({why}): a standby takes over once "
+                       "the lease runs out")
             return
         self.c.log(f"resigned epoch {epoch}: a standby takes over without waiting out the lease")
 
