@@ -128,7 +128,10 @@ def test_a_primary_whose_binding_dies_resigns(harness: Harness,
     cl.drivers[0].b.close()  # the binding is gone: the coordinator exits
     assert cl.procs[0].wait(30) != 0
     said = harness.stderr_of(cl.procs[0])
-    assert "resigned epoch 1" in said, said
+    # The resignation is best effort within RESIGN_TIMEOUT: on a busy machine the cluster
+    # may not answer in time, which the primary says; any other failure fails the test.
+    assert ("resigned epoch 1" in said
+            or "did not resign epoch 1 (no answer within" in said), said
     new = wait_new_primary(cl, 0)
     # Which the standby saw first, the resignation or the end of the process (its watch
     # closing just after it read the log), is a race: either way it did not wait out
